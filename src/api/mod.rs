@@ -1,0 +1,1 @@
+//! CRD types (NodePool, NodeClaim) with defaults and validation.

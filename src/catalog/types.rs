@@ -1,0 +1,231 @@
+//! The catalog's vocabulary: instance types, accelerators, offerings, prices
+//! and interruption buckets. Plain data; loading lives in the sibling modules.
+
+use serde::{Deserialize, Serialize};
+use std::fmt;
+
+/// Spot or on-demand: how an offering is bought.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum CapacityType {
+    /// Spare EC2 capacity at a discount, reclaimable with a two-minute notice.
+    Spot,
+    /// Regular capacity at the list price.
+    OnDemand,
+}
+
+impl CapacityType {
+    /// The value used in labels, CRDs and CLI output (`spot`, `on-demand`).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            CapacityType::Spot => "spot",
+            CapacityType::OnDemand => "on-demand",
+        }
+    }
+}
+
+impl fmt::Display for CapacityType {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl std::str::FromStr for CapacityType {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        match s {
+            "spot" => Ok(CapacityType::Spot),
+            "on-demand" => Ok(CapacityType::OnDemand),
+            other => Err(format!(
+                "unknown capacity type {other:?} (expected spot or on-demand)"
+            )),
+        }
+    }
+}
+
+/// CPU architecture as EC2 names it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Architecture {
+    /// `x86_64` (Kubernetes label value `amd64`).
+    X86_64,
+    /// `arm64` (Kubernetes label value `arm64`).
+    Arm64,
+}
+
+impl Architecture {
+    /// The value of the `kubernetes.io/arch` label.
+    pub fn kubernetes_label(self) -> &'static str {
+        match self {
+            Architecture::X86_64 => "amd64",
+            Architecture::Arm64 => "arm64",
+        }
+    }
+}
+
+/// Which kind of accelerator device an instance carries.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum AcceleratorKind {
+    /// A GPU (NVIDIA, AMD) or Gaudi device, reported by EC2 under `GpuInfo`.
+    Gpu,
+    /// An AWS Inferentia or Trainium device, reported under `NeuronInfo`.
+    Neuron,
+}
+
+/// The accelerators of one instance type.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Accelerator {
+    /// GPU or Neuron.
+    pub kind: AcceleratorKind,
+    /// e.g. `NVIDIA`, `AWS`, `Habana`.
+    pub manufacturer: String,
+    /// e.g. `A100`, `H100`, `Trainium2`, as EC2 reports it.
+    pub model: String,
+    /// Devices per instance.
+    pub count: u32,
+    /// Device memory of one device, MiB, as EC2 reports it.
+    pub memory_mib_per_device: u64,
+    /// NeuronCores per device (Neuron only).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub neuron_cores_per_device: Option<u32>,
+}
+
+/// One EC2 instance type and the facts decisions read about it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct InstanceType {
+    /// e.g. `p4d.24xlarge`.
+    pub name: String,
+    /// e.g. `p4d`.
+    pub family: String,
+    /// Default vCPUs.
+    pub vcpu: u32,
+    /// Host memory, MiB.
+    pub memory_mib: u64,
+    /// CPU architecture.
+    pub architecture: Architecture,
+    /// Accelerators, if any.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub accelerator: Option<Accelerator>,
+    /// Whether the type supports Elastic Fabric Adapter.
+    pub efa_supported: bool,
+    /// EFA interfaces the type can attach (0 without EFA).
+    pub max_efa_interfaces: u32,
+    /// Most ENIs the type can attach (feeds EKS's max-pods formula).
+    pub max_network_interfaces: u32,
+    /// GPU interconnect (NVLink / NVSwitch) where known.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub gpu_interconnect: Option<String>,
+    /// Baseline network bandwidth, Mbps, where known.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub network_baseline_mbps: Option<u64>,
+    /// Local instance storage, GB, if the type has any.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub local_storage_gb: Option<u64>,
+}
+
+/// Where an offering's price comes from, so that derived figures are never
+/// mistaken for observed ones.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum PriceSource {
+    /// The on-demand list price.
+    OnDemand,
+    /// A spot price observed in this zone (the per-zone snapshot).
+    SpotObserved,
+    /// A spot price observed in this zone before a known on-demand price
+    /// change, rescaled by `current on-demand / on-demand at the snapshot` so
+    /// that the observed per-zone discount is kept.
+    SpotRescaled,
+    /// No observation in this zone: `on-demand x (1 - savings% / 100)` from the
+    /// Spot Instance Advisor.
+    SpotDerived,
+}
+
+/// The Spot Instance Advisor's interruption-frequency bucket, 0..=4
+/// (`<5%`, `5-10%`, `10-15%`, `15-20%`, `>20%` of instances interrupted per
+/// month).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[serde(transparent)]
+pub struct InterruptionBucket(pub u8);
+
+/// Hours in the advisor's month (365 x 24 / 12).
+pub const HOURS_PER_MONTH: f64 = 730.0;
+
+impl InterruptionBucket {
+    /// The highest bucket, used where the advisor has no figure.
+    pub const WORST: InterruptionBucket = InterruptionBucket(4);
+
+    /// The advisor's label for the bucket.
+    pub fn label(self) -> &'static str {
+        match self.0 {
+            0 => "<5%",
+            1 => "5-10%",
+            2 => "10-15%",
+            3 => "15-20%",
+            _ => ">20%",
+        }
+    }
+
+    /// The monthly interruption probability taken as representative of the
+    /// bucket: the middle of its range (2.5%, 7.5%, 12.5%, 17.5%), and 30% for
+    /// the open-ended `>20%` bucket (a deliberately pessimistic choice).
+    pub fn monthly_probability(self) -> f64 {
+        match self.0 {
+            0 => 0.025,
+            1 => 0.075,
+            2 => 0.125,
+            3 => 0.175,
+            _ => 0.30,
+        }
+    }
+
+    /// Hourly interruption rate, assuming interruptions arrive as a Poisson
+    /// process: a monthly probability `p` of at least one interruption means
+    /// `1 - exp(-rate x 730 h) = p`, so `rate = -ln(1 - p) / 730` per hour.
+    pub fn rate_per_hour(self) -> f64 {
+        -(1.0 - self.monthly_probability()).ln() / HOURS_PER_MONTH
+    }
+}
+
+impl fmt::Display for InterruptionBucket {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{} ({})", self.0, self.label())
+    }
+}
+
+/// One place an instance type can be bought: region x zone x capacity type,
+/// with its price and, for spot, its interruption risk.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Offering {
+    /// Instance type name.
+    pub instance_type: String,
+    /// e.g. `us-east-1`.
+    pub region: String,
+    /// The availability zone ID (`use1-az4`); zone IDs are the same in every
+    /// account, zone names are not.
+    pub zone_id: String,
+    /// Spot or on-demand.
+    pub capacity_type: CapacityType,
+    /// USD per instance-hour.
+    pub price_per_hour: f64,
+    /// Where the price comes from.
+    pub price_source: PriceSource,
+    /// Advisor bucket (spot only; `None` when the advisor has no entry).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub interruption_bucket: Option<InterruptionBucket>,
+}
+
+impl Offering {
+    /// Expected interruptions per hour: 0 for on-demand; the bucket's rate for
+    /// spot, or the worst bucket's rate when the advisor has no figure.
+    pub fn interruption_rate_per_hour(&self) -> f64 {
+        match self.capacity_type {
+            CapacityType::OnDemand => 0.0,
+            CapacityType::Spot => self
+                .interruption_bucket
+                .unwrap_or(InterruptionBucket::WORST)
+                .rate_per_hour(),
+        }
+    }
+}
