@@ -3,6 +3,7 @@
 //! embedded from `pricing-data/`; the AWS refresh (in `cloud::aws`) produces
 //! the same structures. No I/O here beyond parsing embedded text.
 
+pub mod mig;
 mod types;
 
 pub use types::*;

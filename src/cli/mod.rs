@@ -1,5 +1,9 @@
 //! Subcommands of the `quartermaster` binary, one module each.
 
+mod catalog;
+mod crds;
+mod validate;
+
 use clap::{Parser, Subcommand};
 use std::process::ExitCode;
 
@@ -12,9 +16,20 @@ pub struct Cli {
 }
 
 #[derive(Debug, Subcommand)]
-enum Command {}
+enum Command {
+    /// Show instance types, offerings and prices from the embedded catalog.
+    Catalog(catalog::Args),
+    /// Print the CustomResourceDefinitions as YAML.
+    Crds(crds::Args),
+    /// Check NodePool YAML files and print every problem with its field path.
+    Validate(validate::Args),
+}
 
 /// Runs one subcommand; the exit code is the subcommand's verdict.
 pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
-    match cli.command {}
+    match cli.command {
+        Command::Catalog(args) => catalog::run(args),
+        Command::Crds(args) => crds::run(args),
+        Command::Validate(args) => validate::run(args),
+    }
 }

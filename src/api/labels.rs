@@ -1,0 +1,92 @@
+//! Well-known label, annotation and taint keys: one name for one thing across
+//! the CRDs, the planner, the controller and the docs.
+
+/// API group of our CRDs.
+pub const GROUP: &str = "quartermaster.dev";
+
+/// Node label: the NodePool that launched the node.
+pub const NODEPOOL: &str = "quartermaster.dev/nodepool";
+/// Node label: `spot` or `on-demand`.
+pub const CAPACITY_TYPE: &str = "quartermaster.dev/capacity-type";
+/// Node label: instance family, e.g. `p5`.
+pub const INSTANCE_FAMILY: &str = "quartermaster.dev/instance-family";
+/// Node label: short GPU name (`t4`, `a10g`, `l4`, `l40s`, `a100`, `h100`, `h200`).
+pub const GPU_NAME: &str = "quartermaster.dev/gpu-name";
+/// Node label: memory of one GPU in GiB (integer, so `Gt`/`Lt` apply).
+pub const GPU_MEMORY_GIB: &str = "quartermaster.dev/gpu-memory-gib";
+/// Node label: GPUs on the node (integer).
+pub const GPU_COUNT: &str = "quartermaster.dev/gpu-count";
+/// Node label: Neuron device model (`inferentia2`, `trainium`, `trainium2`).
+pub const NEURON_NAME: &str = "quartermaster.dev/neuron-name";
+/// Node label: Neuron devices on the node (integer).
+pub const NEURON_COUNT: &str = "quartermaster.dev/neuron-count";
+
+/// GPU feature discovery label: GPU product name.
+pub const GFD_PRODUCT: &str = "nvidia.com/gpu.product";
+/// GPU feature discovery label: GPUs on the node.
+pub const GFD_COUNT: &str = "nvidia.com/gpu.count";
+/// GPU feature discovery label: memory of one GPU in MiB.
+pub const GFD_MEMORY: &str = "nvidia.com/gpu.memory";
+
+/// Well-known Kubernetes label: instance type.
+pub const INSTANCE_TYPE: &str = "node.kubernetes.io/instance-type";
+/// Well-known Kubernetes label: zone.
+pub const ZONE: &str = "topology.kubernetes.io/zone";
+/// EKS label: zone ID (the same in every account).
+pub const ZONE_ID: &str = "topology.k8s.aws/zone-id";
+/// Well-known Kubernetes label: region.
+pub const REGION: &str = "topology.kubernetes.io/region";
+/// Well-known Kubernetes label: CPU architecture (`amd64`, `arm64`).
+pub const ARCH: &str = "kubernetes.io/arch";
+/// Well-known Kubernetes label: operating system.
+pub const OS: &str = "kubernetes.io/os";
+/// Well-known Kubernetes label: node name.
+pub const HOSTNAME: &str = "kubernetes.io/hostname";
+
+/// Extended resource: whole NVIDIA GPUs (or time-sliced replicas).
+pub const RESOURCE_GPU: &str = "nvidia.com/gpu";
+/// Prefix of NVIDIA MIG resources, e.g. `nvidia.com/mig-1g.10gb`.
+pub const RESOURCE_MIG_PREFIX: &str = "nvidia.com/mig-";
+/// Extended resource: Neuron devices.
+pub const RESOURCE_NEURON: &str = "aws.amazon.com/neuron";
+/// Extended resource: NeuronCores.
+pub const RESOURCE_NEURONCORE: &str = "aws.amazon.com/neuroncore";
+/// Extended resource: EFA interfaces.
+pub const RESOURCE_EFA: &str = "vpc.amazonaws.com/efa";
+
+/// Taint key put on GPU nodes (`nvidia.com/gpu:NoSchedule`).
+pub const TAINT_GPU: &str = "nvidia.com/gpu";
+/// Taint key put on Neuron nodes (`aws.amazon.com/neuron:NoSchedule`).
+pub const TAINT_NEURON: &str = "aws.amazon.com/neuron";
+/// Startup taint held until the node is registered and initialized.
+pub const TAINT_UNREGISTERED: &str = "quartermaster.dev/unregistered";
+/// Taint put on a node that is being disrupted (interrupted or consolidated).
+pub const TAINT_DISRUPTED: &str = "quartermaster.dev/disrupted";
+
+/// Pod/node annotation: never disrupt voluntarily.
+pub const DO_NOT_DISRUPT: &str = "quartermaster.dev/do-not-disrupt";
+/// Pod annotation we set: a checkpoint is requested by this RFC 3339 deadline.
+pub const CHECKPOINT_REQUESTED: &str = "quartermaster.dev/checkpoint-requested";
+/// Pod annotation the workload sets: its checkpoint is complete.
+pub const CHECKPOINT_COMPLETED: &str = "quartermaster.dev/checkpoint-completed";
+/// Pod annotation: the pod opts in to checkpoint signals.
+pub const CHECKPOINT_ENABLED: &str = "quartermaster.dev/checkpoint";
+/// Pod annotation: the pod's own checkpoint hook, `PORT/PATH` (overrides the pool's).
+pub const CHECKPOINT_HOOK: &str = "quartermaster.dev/checkpoint-hook";
+/// Pod annotation: seconds between the pod's checkpoints (planner risk model).
+pub const CHECKPOINT_INTERVAL: &str = "quartermaster.dev/checkpoint-interval";
+/// Pod annotation: expected run time of the pod (planner risk model).
+pub const EXPECTED_RUNTIME: &str = "quartermaster.dev/expected-runtime";
+/// Pod annotation: our own gang name.
+pub const POD_GROUP: &str = "quartermaster.dev/pod-group";
+/// Pod annotation: our own gang size (pods that must start together).
+pub const POD_GROUP_SIZE: &str = "quartermaster.dev/pod-group-size";
+/// Volcano's gang annotation (`minMember` comes from its PodGroup).
+pub const VOLCANO_GROUP: &str = "scheduling.k8s.io/group-name";
+/// Kueue's pod-group label.
+pub const KUEUE_GROUP: &str = "kueue.x-k8s.io/pod-group-name";
+/// Kueue's pod-group size annotation.
+pub const KUEUE_GROUP_TOTAL: &str = "kueue.x-k8s.io/pod-group-total-count";
+
+/// Finalizer on NodeClaims: the instance is terminated before the claim goes.
+pub const FINALIZER: &str = "quartermaster.dev/termination";

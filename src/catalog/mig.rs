@@ -1,0 +1,1 @@
+//! MIG profiles per GPU model (being written).
