@@ -1,14 +1,53 @@
 //! The catalog: instance types, accelerators and offerings (type x zone x
 //! capacity type) with prices and interruption rates. The default catalog is
-//! embedded from `pricing-data/`; the AWS refresh (in `cloud::aws`) produces
-//! the same structures. No I/O here beyond parsing embedded text.
+//! embedded from `pricing-data/` (see [`embedded`] for the rules that turn
+//! those files into offerings); [`import`] regenerates `pricing-data/` from the
+//! reference data; the AWS refresh (in `cloud::aws`) produces the same
+//! structures. No I/O here beyond parsing text handed in or embedded.
 
+pub mod embedded;
+pub mod import;
 pub mod mig;
+pub mod pricing_data;
 mod types;
 
+pub use embedded::EMBEDDED;
+pub use pricing_data::{PricingFiles, ReferenceFiles};
 pub use types::*;
 
 use std::collections::BTreeMap;
+
+/// What can go wrong while reading catalog data. No variant is retryable:
+/// the data is fixed text, so the same input fails the same way.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// A file is not well-formed JSON or CSV, or a row does not have the
+    /// expected shape (missing column, a number that does not parse).
+    #[error("cannot parse {file} line {line}: {message}")]
+    Parse {
+        /// File name, e.g. `on-demand.csv`.
+        file: &'static str,
+        /// 1-based line of the offending row.
+        line: u64,
+        /// What is wrong.
+        message: String,
+    },
+    /// A well-formed entry breaks a rule: unknown instance type, duplicate
+    /// key, value out of range.
+    #[error("invalid entry in {file} at {entry}: {message}")]
+    Invalid {
+        /// File name, e.g. `zones.csv`.
+        file: &'static str,
+        /// Where: `line 12` for CSV, a key path such as
+        /// `us-east-1/p4d.24xlarge` for keyed JSON.
+        entry: String,
+        /// What is wrong.
+        message: String,
+    },
+}
+
+/// The catalog's result type.
+pub type Result<T, E = Error> = std::result::Result<T, E>;
 
 /// Instance types and the offerings that sell them.
 #[derive(Debug, Clone, Default)]
@@ -58,6 +97,65 @@ impl Catalog {
         self.offerings.iter().filter(move |o| o.region == region)
     }
 
+    /// The offerings of one instance type in one region (every zone, both
+    /// capacity types).
+    pub fn offerings_of<'a>(
+        &'a self,
+        region: &'a str,
+        instance_type: &'a str,
+    ) -> impl Iterator<Item = &'a Offering> {
+        self.offerings_in(region)
+            .filter(move |o| o.instance_type == instance_type)
+    }
+
+    /// The cheapest offering of a type in a region for one capacity type; on
+    /// a tie, the first zone in zone-ID order.
+    pub fn cheapest_offering(
+        &self,
+        region: &str,
+        instance_type: &str,
+        capacity_type: CapacityType,
+    ) -> Option<&Offering> {
+        self.offerings
+            .iter()
+            .filter(|o| {
+                o.region == region
+                    && o.instance_type == instance_type
+                    && o.capacity_type == capacity_type
+            })
+            .min_by(|a, b| {
+                a.price_per_hour
+                    .total_cmp(&b.price_per_hour)
+                    .then_with(|| a.zone_id.cmp(&b.zone_id))
+            })
+    }
+
+    /// The cheapest spot offering of a type in a region, if it has any.
+    pub fn cheapest_spot(&self, region: &str, instance_type: &str) -> Option<&Offering> {
+        self.cheapest_offering(region, instance_type, CapacityType::Spot)
+    }
+
+    /// The on-demand price of a type in a region (the same in every zone), if
+    /// it is sold on demand there.
+    pub fn on_demand_price(&self, region: &str, instance_type: &str) -> Option<f64> {
+        self.cheapest_offering(region, instance_type, CapacityType::OnDemand)
+            .map(|o| o.price_per_hour)
+    }
+
+    /// Instance types with at least one offering in the region, by name.
+    pub fn instance_types_in(&self, region: &str) -> Vec<&InstanceType> {
+        let mut names: Vec<&str> = self
+            .offerings_in(region)
+            .map(|o| o.instance_type.as_str())
+            .collect();
+        names.sort_unstable();
+        names.dedup();
+        names
+            .into_iter()
+            .filter_map(|n| self.instance_types.get(n))
+            .collect()
+    }
+
     /// Regions that have at least one offering, sorted.
     pub fn regions(&self) -> Vec<&str> {
         let mut r: Vec<&str> = self.offerings.iter().map(|o| o.region.as_str()).collect();
@@ -68,7 +166,10 @@ impl Catalog {
 
     /// Zone IDs of a region that have at least one offering, sorted.
     pub fn zones<'a>(&'a self, region: &'a str) -> Vec<&'a str> {
-        let mut z: Vec<&str> = self.offerings_in(region).map(|o| o.zone_id.as_str()).collect();
+        let mut z: Vec<&str> = self
+            .offerings_in(region)
+            .map(|o| o.zone_id.as_str())
+            .collect();
         z.sort_unstable();
         z.dedup();
         z

@@ -7,6 +7,7 @@ use std::fmt;
 /// Spot or on-demand: how an offering is bought.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
+#[derive(schemars::JsonSchema)]
 pub enum CapacityType {
     /// Spare EC2 capacity at a discount, reclaimable with a two-minute notice.
     Spot,
@@ -227,5 +228,62 @@ impl Offering {
                 .unwrap_or(InterruptionBucket::WORST)
                 .rate_per_hour(),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const BUCKETS: [InterruptionBucket; 5] = [
+        InterruptionBucket(0),
+        InterruptionBucket(1),
+        InterruptionBucket(2),
+        InterruptionBucket(3),
+        InterruptionBucket(4),
+    ];
+
+    #[test]
+    fn rate_per_hour_is_minus_log_of_survival_over_hours_per_month() {
+        for b in BUCKETS {
+            let p = b.monthly_probability();
+            let expected = -(1.0 - p).ln() / 730.0;
+            assert!((b.rate_per_hour() - expected).abs() < 1e-15, "{b}");
+            // The Poisson model reproduces the monthly probability.
+            let monthly = 1.0 - (-b.rate_per_hour() * HOURS_PER_MONTH).exp();
+            assert!((monthly - p).abs() < 1e-12, "{b}");
+        }
+    }
+
+    #[test]
+    fn rate_per_hour_increases_with_the_bucket() {
+        for pair in BUCKETS.windows(2) {
+            assert!(
+                pair[0].rate_per_hour() < pair[1].rate_per_hour(),
+                "{pair:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn spot_without_a_bucket_is_charged_the_worst_rate_and_on_demand_none() {
+        let spot = Offering {
+            instance_type: "p4d.24xlarge".into(),
+            region: "us-east-1".into(),
+            zone_id: "use1-az1".into(),
+            capacity_type: CapacityType::Spot,
+            price_per_hour: 1.0,
+            price_source: PriceSource::SpotDerived,
+            interruption_bucket: None,
+        };
+        assert_eq!(
+            spot.interruption_rate_per_hour(),
+            InterruptionBucket::WORST.rate_per_hour()
+        );
+        let on_demand = Offering {
+            capacity_type: CapacityType::OnDemand,
+            ..spot
+        };
+        assert_eq!(on_demand.interruption_rate_per_hour(), 0.0);
     }
 }

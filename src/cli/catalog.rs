@@ -1,10 +1,378 @@
-//! `quartermaster catalog` (being written).
+//! `quartermaster catalog`: list the embedded catalog, and `catalog import`:
+//! regenerate `pricing-data/` from the reference data.
 
-/// Arguments of `catalog`.
+use anyhow::Context;
+use quartermaster::catalog::{
+    import, CapacityType, Catalog, InstanceType, Offering, PriceSource, PricingFiles,
+    ReferenceFiles,
+};
+use serde::Serialize;
+use std::io::Write;
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+/// Arguments of `catalog`: list the embedded catalog of one region, or
+/// `catalog import` to regenerate `pricing-data/`.
 #[derive(Debug, clap::Args)]
-pub struct Args {}
+#[command(args_conflicts_with_subcommands = true)]
+pub struct Args {
+    #[command(subcommand)]
+    action: Option<Action>,
+    #[command(flatten)]
+    list: ListArgs,
+}
+
+#[derive(Debug, clap::Subcommand)]
+enum Action {
+    /// Regenerate the pricing-data files from the reference data.
+    Import(ImportArgs),
+}
+
+#[derive(Debug, clap::Args)]
+struct ImportArgs {
+    /// Directory holding the reference data files.
+    #[arg(long, value_name = "DIR")]
+    from: PathBuf,
+    /// Directory to write the pricing-data files into.
+    #[arg(long, value_name = "DIR")]
+    out: PathBuf,
+}
+
+#[derive(Debug, clap::Args)]
+struct ListArgs {
+    /// Region to list.
+    #[arg(long, default_value = "us-east-1")]
+    region: String,
+    /// Only these instance families (repeatable or comma-separated), e.g. `p5,p4d`.
+    #[arg(long, value_delimiter = ',', value_name = "FAMILY")]
+    family: Vec<String>,
+    /// Only types whose accelerator model is this, case-insensitive (e.g. `h100`, `A100`).
+    #[arg(long, value_name = "MODEL")]
+    gpu: Option<String>,
+    /// Output format.
+    #[arg(long, value_enum, default_value_t = Output::Table)]
+    output: Output,
+}
+
+/// How `catalog` prints.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+enum Output {
+    /// Aligned text columns, cheapest accelerator-hour first.
+    Table,
+    /// A pretty-printed JSON array: every instance-type field plus its offerings.
+    Json,
+}
 
 /// Runs `catalog`.
-pub fn run(_args: Args) -> anyhow::Result<std::process::ExitCode> {
-    anyhow::bail!("catalog is not written yet")
+pub fn run(args: Args) -> anyhow::Result<ExitCode> {
+    match args.action {
+        Some(Action::Import(import_args)) => run_import(&import_args),
+        None => run_list(&args.list),
+    }
+}
+
+/// Reads the reference files, imports them and writes the pricing-data files.
+fn run_import(args: &ImportArgs) -> anyhow::Result<ExitCode> {
+    let reference = ReferenceFiles::try_from_fn(|name| {
+        let path = args.from.join(name);
+        std::fs::read_to_string(&path).with_context(|| format!("cannot read {}", path.display()))
+    })?;
+    let pricing: PricingFiles<String> = import::import(&reference)?;
+    std::fs::create_dir_all(&args.out)
+        .with_context(|| format!("cannot create {}", args.out.display()))?;
+    for (name, text) in pricing.files() {
+        let path = args.out.join(name);
+        std::fs::write(&path, text).with_context(|| format!("cannot write {}", path.display()))?;
+        println!("wrote {} ({} lines)", path.display(), text.lines().count());
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// One instance type of the region with its headline prices.
+struct Row<'a> {
+    instance_type: &'a InstanceType,
+    offerings: Vec<&'a Offering>,
+    on_demand: Option<&'a Offering>,
+    cheapest_spot: Option<&'a Offering>,
+    /// The cheaper of spot and on-demand, per instance-hour.
+    cheapest: f64,
+    /// `cheapest` per accelerator (None without accelerators).
+    per_accelerator_hour: Option<f64>,
+}
+
+/// Lists the region's instance types after the filters, as a table or JSON.
+fn run_list(args: &ListArgs) -> anyhow::Result<ExitCode> {
+    let catalog = Catalog::embedded().context("the embedded catalog does not load")?;
+    let regions = catalog.regions();
+    if !regions.contains(&args.region.as_str()) {
+        anyhow::bail!(
+            "unknown region {:?}; regions in the catalog: {}",
+            args.region,
+            regions.join(", ")
+        );
+    }
+    let in_region = catalog.instance_types_in(&args.region);
+    let mut rows: Vec<Row> = in_region
+        .iter()
+        .copied()
+        .filter(|t| {
+            args.family.is_empty()
+                || args
+                    .family
+                    .iter()
+                    .any(|f| f.eq_ignore_ascii_case(&t.family))
+        })
+        .filter(|t| match (&args.gpu, &t.accelerator) {
+            (None, _) => true,
+            (Some(model), Some(a)) => a.model.eq_ignore_ascii_case(model),
+            (Some(_), None) => false,
+        })
+        .filter_map(|t| row(&catalog, &args.region, t))
+        .collect();
+    if rows.is_empty() {
+        anyhow::bail!("{}", no_match(args, &in_region));
+    }
+    rows.sort_by(|a, b| {
+        let key = |r: &Row| {
+            (
+                r.per_accelerator_hour.is_none(),
+                r.per_accelerator_hour.unwrap_or(r.cheapest),
+            )
+        };
+        let (ka, kb) = (key(a), key(b));
+        ka.0.cmp(&kb.0)
+            .then(ka.1.total_cmp(&kb.1))
+            .then_with(|| a.instance_type.name.cmp(&b.instance_type.name))
+    });
+    let text = match args.output {
+        Output::Table => table(&args.region, &rows),
+        Output::Json => json(&rows)?,
+    };
+    print(&text)?;
+    Ok(ExitCode::SUCCESS)
+}
+
+/// The headline prices of one type in a region (None if it has no offering).
+fn row<'a>(catalog: &'a Catalog, region: &'a str, t: &'a InstanceType) -> Option<Row<'a>> {
+    let offerings: Vec<&Offering> = catalog.offerings_of(region, &t.name).collect();
+    let on_demand = catalog.cheapest_offering(region, &t.name, CapacityType::OnDemand);
+    let cheapest_spot = catalog.cheapest_spot(region, &t.name);
+    let cheapest = [on_demand, cheapest_spot]
+        .into_iter()
+        .flatten()
+        .map(|o| o.price_per_hour)
+        .min_by(f64::total_cmp)?;
+    let per_accelerator_hour = t
+        .accelerator
+        .as_ref()
+        .filter(|a| a.count > 0)
+        .map(|a| cheapest / f64::from(a.count));
+    Some(Row {
+        instance_type: t,
+        offerings,
+        on_demand,
+        cheapest_spot,
+        cheapest,
+        per_accelerator_hour,
+    })
+}
+
+/// Why nothing matched, with what the region does have.
+fn no_match(args: &ListArgs, in_region: &[&InstanceType]) -> String {
+    let mut families: Vec<&str> = in_region.iter().map(|t| t.family.as_str()).collect();
+    families.sort_unstable();
+    families.dedup();
+    let mut models: Vec<&str> = in_region
+        .iter()
+        .filter_map(|t| t.accelerator.as_ref().map(|a| a.model.as_str()))
+        .collect();
+    models.sort_unstable();
+    models.dedup();
+    format!(
+        "no instance type in {} matches{}{}; families there: {}; accelerator models there: {}",
+        args.region,
+        if args.family.is_empty() {
+            String::new()
+        } else {
+            format!(" --family {}", args.family.join(","))
+        },
+        args.gpu
+            .as_ref()
+            .map(|g| format!(" --gpu {g}"))
+            .unwrap_or_default(),
+        families.join(", "),
+        models.join(", "),
+    )
+}
+
+/// Marks for prices that were not observed as such, and their footnotes.
+fn price_mark(source: PriceSource) -> &'static str {
+    match source {
+        PriceSource::OnDemand | PriceSource::SpotObserved => " ",
+        PriceSource::SpotDerived => "*",
+        PriceSource::SpotRescaled => "~",
+    }
+}
+
+/// Footnotes for the price marks, printed when a mark is used.
+const FOOTNOTES: [(&str, &str); 2] = [
+    (
+        "*",
+        "derived: on-demand x (1 - Spot Instance Advisor savings); no spot price observed in that zone",
+    ),
+    (
+        "~",
+        "observed spot price rescaled to the current on-demand price (the observation predates a price change)",
+    ),
+];
+
+/// What the columns mean, printed under every table.
+const LEGEND: &str = "\
+SPOT $/h: the cheapest spot offering and its zone; spot prices are a historical sample (pricing-data/README.md).
+INTERRUPTIONS: the Spot Instance Advisor's monthly interruption frequency for that spot offering.
+$/ACC-h: the cheaper of spot and on-demand, per accelerator and hour.
+";
+
+/// MiB as GiB, without decimals when whole.
+fn gib(mib: u64) -> String {
+    if mib.is_multiple_of(1024) {
+        (mib / 1024).to_string()
+    } else {
+        format!("{:.1}", mib as f64 / 1024.0)
+    }
+}
+
+/// The table: a title, aligned columns, footnotes for the marks used and a
+/// legend.
+fn table(region: &str, rows: &[Row]) -> String {
+    let header = [
+        "TYPE",
+        "ACCELERATOR",
+        "ACC GiB",
+        "VCPU",
+        "MEM GiB",
+        "ON-DEMAND $/h",
+        "SPOT $/h",
+        "SPOT ZONE",
+        "INTERRUPTIONS",
+        "$/ACC-h",
+    ];
+    // Left-aligned columns; the others are right-aligned.
+    let left = [
+        true, true, false, false, false, false, false, true, true, false,
+    ];
+    let mut cells: Vec<Vec<String>> = vec![header.iter().map(|h| h.to_string()).collect()];
+    let mut marks_used = Vec::new();
+    for r in rows {
+        let t = r.instance_type;
+        let dash = || "-".to_string();
+        let spot = r.cheapest_spot.map_or_else(dash, |o| {
+            let mark = price_mark(o.price_source);
+            if mark != " " && !marks_used.contains(&mark) {
+                marks_used.push(mark);
+            }
+            format!("{:.4}{mark}", o.price_per_hour)
+        });
+        cells.push(vec![
+            t.name.clone(),
+            t.accelerator
+                .as_ref()
+                .map_or_else(dash, |a| format!("{}x {}", a.count, a.model)),
+            t.accelerator
+                .as_ref()
+                .map_or_else(dash, |a| gib(a.memory_mib_per_device)),
+            t.vcpu.to_string(),
+            gib(t.memory_mib),
+            r.on_demand
+                .map_or_else(dash, |o| format!("{:.4} ", o.price_per_hour)),
+            spot,
+            r.cheapest_spot.map_or_else(dash, |o| o.zone_id.clone()),
+            r.cheapest_spot.map_or_else(dash, |o| {
+                o.interruption_bucket
+                    .map_or("unknown".to_string(), |b| b.label().to_string())
+            }),
+            r.per_accelerator_hour
+                .map_or_else(dash, |p| format!("{p:.4}")),
+        ]);
+    }
+    let widths: Vec<usize> = (0..header.len())
+        .map(|c| {
+            cells
+                .iter()
+                .map(|row| row[c].chars().count())
+                .max()
+                .unwrap_or(0)
+        })
+        .collect();
+    let mut out = format!(
+        "{region}: {} instance type{}, cheapest accelerator-hour first (USD)\n\n",
+        rows.len(),
+        if rows.len() == 1 { "" } else { "s" }
+    );
+    for row in &cells {
+        let line: Vec<String> = row
+            .iter()
+            .enumerate()
+            .map(|(c, cell)| {
+                if left[c] {
+                    format!("{cell:<w$}", w = widths[c])
+                } else {
+                    format!("{cell:>w$}", w = widths[c])
+                }
+            })
+            .collect();
+        out += line.join("  ").trim_end();
+        out += "\n";
+    }
+    out += "\n";
+    for (mark, note) in FOOTNOTES {
+        if marks_used.contains(&mark) {
+            out += &format!("{mark} {note}\n");
+        }
+    }
+    out += LEGEND;
+    out
+}
+
+/// One instance type in the JSON output.
+#[derive(Serialize)]
+struct TypeJson<'a> {
+    #[serde(flatten)]
+    instance_type: &'a InstanceType,
+    offerings: Vec<OfferingJson<'a>>,
+}
+
+/// One offering in the JSON output, with its interruption rate.
+#[derive(Serialize)]
+struct OfferingJson<'a> {
+    #[serde(flatten)]
+    offering: &'a Offering,
+    interruption_rate_per_hour: f64,
+}
+
+/// The rows as a pretty-printed JSON array.
+fn json(rows: &[Row]) -> anyhow::Result<String> {
+    let types: Vec<TypeJson> = rows
+        .iter()
+        .map(|r| TypeJson {
+            instance_type: r.instance_type,
+            offerings: r
+                .offerings
+                .iter()
+                .map(|&o| OfferingJson {
+                    offering: o,
+                    interruption_rate_per_hour: o.interruption_rate_per_hour(),
+                })
+                .collect(),
+        })
+        .collect();
+    Ok(serde_json::to_string_pretty(&types)? + "\n")
+}
+
+/// Writes to stdout; a closed pipe (`| head`) is not an error.
+fn print(text: &str) -> anyhow::Result<()> {
+    match std::io::stdout().lock().write_all(text.as_bytes()) {
+        Err(e) if e.kind() != std::io::ErrorKind::BrokenPipe => Err(e.into()),
+        _ => Ok(()),
+    }
 }

@@ -1,0 +1,178 @@
+//! `quartermaster catalog` run as a user runs it: the binary, its output and
+//! its exit code, checked against the reference data beside the repository.
+
+use serde_json::Value;
+use std::path::PathBuf;
+use std::process::{Command, Output};
+
+fn quartermaster(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_quartermaster"))
+        .args(args)
+        .current_dir(env!("CARGO_MANIFEST_DIR"))
+        .output()
+        .expect("the binary runs")
+}
+
+/// Runs a command that must succeed and returns its stdout.
+fn stdout_of(args: &[&str]) -> String {
+    let out = quartermaster(args);
+    assert!(
+        out.status.success(),
+        "{args:?} failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8(out.stdout).expect("UTF-8 output")
+}
+
+fn json_of(args: &[&str]) -> Vec<Value> {
+    serde_json::from_str(&stdout_of(args)).expect("the output is a JSON array")
+}
+
+fn reference_dir() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../shared/reference-data")
+}
+
+fn reference_on_demand(region: &str, instance_type: &str) -> f64 {
+    let text = std::fs::read_to_string(reference_dir().join("on-demand-prices.json")).unwrap();
+    let prices: Value = serde_json::from_str(&text).unwrap();
+    prices[region][instance_type]
+        .as_f64()
+        .expect("a reference price")
+}
+
+/// The data rows of the table: the lines after the header (which starts
+/// with `TYPE`) up to the first blank line, split on whitespace.
+fn table_rows(table: &str) -> Vec<Vec<String>> {
+    table
+        .lines()
+        .skip_while(|l| !l.starts_with("TYPE "))
+        .skip(1)
+        .take_while(|l| !l.trim().is_empty())
+        .map(|l| l.split_whitespace().map(str::to_owned).collect())
+        .collect()
+}
+
+#[test]
+fn json_lists_p4d_with_eight_accelerators_and_the_reference_on_demand_price() {
+    let types = json_of(&["catalog", "--region", "us-east-1", "--output", "json"]);
+    let p4d = types
+        .iter()
+        .find(|t| t["name"] == "p4d.24xlarge")
+        .expect("p4d.24xlarge is listed");
+    assert_eq!(p4d["accelerator"]["count"], 8);
+    let expected = reference_on_demand("us-east-1", "p4d.24xlarge");
+    let offerings = p4d["offerings"].as_array().expect("offerings");
+    let on_demand: Vec<&Value> = offerings
+        .iter()
+        .filter(|o| o["capacity_type"] == "on-demand")
+        .collect();
+    assert!(!on_demand.is_empty());
+    for o in on_demand {
+        assert_eq!(o["price_per_hour"].as_f64(), Some(expected), "{o}");
+        assert_eq!(o["interruption_rate_per_hour"].as_f64(), Some(0.0), "{o}");
+    }
+    for o in offerings {
+        assert_eq!(o["region"], "us-east-1", "{o}");
+        assert!(o["interruption_rate_per_hour"].is_f64(), "{o}");
+    }
+}
+
+#[test]
+fn table_is_sorted_by_price_per_accelerator_hour() {
+    let table = stdout_of(&["catalog", "--region", "us-east-1"]);
+    let rows = table_rows(&table);
+    assert!(rows.len() > 10, "{table}");
+    // Types without accelerators (`-`) come last.
+    let per_accelerator_hour: Vec<f64> = rows
+        .iter()
+        .map(|r| match r.last().unwrap().as_str() {
+            "-" => f64::INFINITY,
+            figure => figure.parse().expect("a $/accelerator-hour figure"),
+        })
+        .collect();
+    assert!(
+        per_accelerator_hour.windows(2).all(|w| w[0] <= w[1]),
+        "{table}"
+    );
+}
+
+#[test]
+fn gpu_filter_shows_only_and_all_h100_types() {
+    let all = json_of(&["catalog", "--region", "us-east-1", "--output", "json"]);
+    let expected: Vec<&str> = all
+        .iter()
+        .filter(|t| t["accelerator"]["model"] == "H100")
+        .map(|t| t["name"].as_str().unwrap())
+        .collect();
+    assert!(!expected.is_empty());
+
+    let table = stdout_of(&["catalog", "--region", "us-east-1", "--gpu", "h100"]);
+    let rows = table_rows(&table);
+    let mut shown: Vec<&str> = rows.iter().map(|r| r[0].as_str()).collect();
+    for r in &rows {
+        assert_eq!(r[2], "H100", "{table}");
+    }
+    let mut expected_sorted = expected.clone();
+    shown.sort_unstable();
+    expected_sorted.sort_unstable();
+    assert_eq!(shown, expected_sorted);
+}
+
+#[test]
+fn family_filter_accepts_repeats_and_commas() {
+    let types = json_of(&[
+        "catalog", "--family", "p4d,p5", "--family", "g6e", "--output", "json",
+    ]);
+    assert!(!types.is_empty());
+    for t in &types {
+        let family = t["family"].as_str().unwrap();
+        assert!(["p4d", "p5", "g6e"].contains(&family), "{family}");
+    }
+}
+
+#[test]
+fn unknown_region_exits_non_zero_and_lists_known_regions() {
+    let out = quartermaster(&["catalog", "--region", "mars-north-1"]);
+    assert!(!out.status.success());
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("mars-north-1") && stderr.contains("us-east-1"),
+        "{stderr}"
+    );
+}
+
+#[test]
+fn filter_matching_nothing_exits_non_zero() {
+    let out = quartermaster(&["catalog", "--gpu", "no-such-gpu"]);
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("no-such-gpu"));
+}
+
+#[test]
+fn import_subcommand_writes_the_committed_pricing_data() {
+    let out_dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("catalog-import");
+    let from = reference_dir();
+    stdout_of(&[
+        "catalog",
+        "import",
+        "--from",
+        from.to_str().unwrap(),
+        "--out",
+        out_dir.to_str().unwrap(),
+    ]);
+    let committed = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("pricing-data");
+    for name in [
+        "instance-types.json",
+        "on-demand.csv",
+        "spot-advisor.csv",
+        "spot-prices.csv",
+        "zones.csv",
+    ] {
+        let written = std::fs::read(out_dir.join(name)).unwrap();
+        let expected = std::fs::read(committed.join(name)).unwrap();
+        assert!(
+            written == expected,
+            "{name} differs from pricing-data/{name}"
+        );
+    }
+}
