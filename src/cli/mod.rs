@@ -1,7 +1,9 @@
 //! Subcommands of the `quartermaster` binary, one module each.
 
+mod bench;
 mod catalog;
 mod crds;
+mod plan;
 mod validate;
 
 use clap::{Parser, Subcommand};
@@ -23,6 +25,10 @@ enum Command {
     Crds(crds::Args),
     /// Check NodePool YAML files and print every problem with its field path.
     Validate(validate::Args),
+    /// Plan the nodes to launch for pending pods.
+    Plan(plan::Args),
+    /// Benchmarks run from the command line.
+    Bench(bench::Args),
 }
 
 /// Runs one subcommand; the exit code is the subcommand's verdict.
@@ -31,5 +37,7 @@ pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Catalog(args) => catalog::run(args),
         Command::Crds(args) => crds::run(args),
         Command::Validate(args) => validate::run(args),
+        Command::Plan(args) => plan::run(args),
+        Command::Bench(args) => bench::run(args),
     }
 }

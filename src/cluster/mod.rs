@@ -1,2 +1,30 @@
-//! The cluster snapshot: pods, nodes, claims, pod groups and resource
-//! arithmetic. Filled by the planner issue.
+//! The cluster snapshot: pods, nodes, in-flight claims and NodePools, with
+//! requirements, taints/tolerations, gangs and resource arithmetic (GPU, MIG,
+//! Neuron). Kubernetes types are converted at the edge into compact types of
+//! our own; nothing here talks to the API server.
+
+pub mod node;
+pub mod pod;
+pub mod pool;
+pub mod requirements;
+pub mod resources;
+pub mod shape;
+pub mod workloads;
+
+pub use node::NodeState;
+pub use pod::{GroupRef, Pod, ZoneSpread};
+pub use pool::{Limits, Pool};
+pub use requirements::{Effect, Labels, NodeAffinity, Operator, Requirement, Taint, Toleration};
+pub use resources::Resources;
+pub use shape::GpuSharing;
+
+/// Everything the planner reads about the cluster at one moment.
+#[derive(Debug, Clone, Default)]
+pub struct Snapshot {
+    /// Pods waiting for capacity.
+    pub pending: Vec<Pod>,
+    /// Registered nodes and in-flight claims.
+    pub nodes: Vec<NodeState>,
+    /// NodePools.
+    pub pools: Vec<Pool>,
+}

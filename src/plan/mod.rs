@@ -1,2 +1,222 @@
-//! Demand to launch plan: pod classes, packing, the MIP and the greedy
-//! baseline. Filled by the planner issue.
+//! Demand to launch plan. Pending pods are grouped into classes, placed on
+//! existing capacity first, and the rest get new nodes chosen by a
+//! mixed-integer program over offerings ([`mip`]) or by the Karpenter-style
+//! greedy baseline ([`greedy`]). Pure: no I/O, no clock (solve time is
+//! measured by the caller-supplied timer only for reporting).
+//!
+//! The formulation and the risk model are written up in `docs/planner.md`.
+
+pub mod candidates;
+pub mod classes;
+pub mod greedy;
+pub mod mip;
+pub mod pack;
+pub mod workload;
+
+use crate::catalog::{CapacityType, Catalog, Offering};
+use crate::cluster::{NodeState, Pod, Pool};
+use candidates::Candidate;
+use serde::Serialize;
+use std::time::Duration;
+
+/// Which planner to run.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, clap::ValueEnum)]
+#[serde(rename_all = "kebab-case")]
+pub enum Strategy {
+    /// The mixed-integer program.
+    Mip,
+    /// The Karpenter-style greedy baseline.
+    Greedy,
+}
+
+/// Knobs of a planning run.
+#[derive(Debug, Clone)]
+pub struct Options {
+    /// Longest the MIP may search before returning the best plan found.
+    pub time_limit: Duration,
+    /// Relative gap at which the MIP stops searching.
+    pub mip_gap: f64,
+    /// Charge per idle accelerator-hour, as a share of the node's price per
+    /// accelerator: nudges ties toward fuller nodes.
+    pub idle_accelerator_charge: f64,
+}
+
+impl Default for Options {
+    fn default() -> Options {
+        Options {
+            time_limit: Duration::from_millis(800),
+            mip_gap: 0.01,
+            idle_accelerator_charge: 0.01,
+        }
+    }
+}
+
+/// What the planner reads.
+pub struct Input<'a> {
+    /// Instance types and offerings.
+    pub catalog: &'a Catalog,
+    /// Region to launch in.
+    pub region: &'a str,
+    /// NodePools.
+    pub pools: &'a [Pool],
+    /// Existing nodes and in-flight claims.
+    pub nodes: &'a [NodeState],
+    /// Pending pods.
+    pub pods: &'a [Pod],
+    /// Offerings known to be out of capacity.
+    pub unavailable: &'a dyn Fn(&Offering) -> bool,
+}
+
+/// A node to launch.
+#[derive(Debug, Clone, Serialize)]
+pub struct PlannedNode {
+    /// NodePool.
+    pub nodepool: String,
+    /// Instance type.
+    pub instance_type: String,
+    /// Zone ID.
+    pub zone: String,
+    /// Spot or on-demand.
+    pub capacity_type: CapacityType,
+    /// USD per hour.
+    pub price_per_hour: f64,
+    /// Expected interruption cost of its pods, USD per hour.
+    pub interruption_cost_per_hour: f64,
+    /// Pods it is launched for (`namespace/name`).
+    pub pods: Vec<String>,
+}
+
+/// A pod placed on capacity that already exists.
+#[derive(Debug, Clone, Serialize)]
+pub struct ExistingPlacement {
+    /// Pod.
+    pub pod: String,
+    /// Node or in-flight claim.
+    pub node: String,
+}
+
+/// A pod the plan cannot place, and why.
+#[derive(Debug, Clone, Serialize)]
+pub struct Unschedulable {
+    /// Pod.
+    pub pod: String,
+    /// The reason, naming what removed the last candidates.
+    pub reason: String,
+}
+
+/// The result of planning.
+#[derive(Debug, Clone, Serialize)]
+pub struct Plan {
+    /// Which planner made it.
+    pub strategy: Strategy,
+    /// Nodes to launch.
+    pub nodes: Vec<PlannedNode>,
+    /// Pods that fit on existing capacity.
+    pub existing: Vec<ExistingPlacement>,
+    /// Pods with no place.
+    pub unschedulable: Vec<Unschedulable>,
+    /// USD per hour of the new nodes.
+    pub cost_per_hour: f64,
+    /// Price plus expected interruption cost, USD per hour.
+    pub risk_adjusted_cost_per_hour: f64,
+    /// LP-relaxation lower bound on the risk-adjusted cost of placing the
+    /// same pods over the same candidates (MIP only).
+    pub lower_bound_per_hour: Option<f64>,
+    /// Whether the MIP proved its plan within the gap (false: time limit).
+    pub optimal: bool,
+    /// Time spent planning, ms.
+    pub solve_ms: f64,
+    /// Why each chosen type beat the next best (filled on request).
+    pub explanations: Vec<String>,
+}
+
+impl Plan {
+    /// Relative distance between the risk-adjusted cost and the lower bound.
+    pub fn gap(&self) -> Option<f64> {
+        let lb = self.lower_bound_per_hour?;
+        (lb > 0.0).then(|| self.risk_adjusted_cost_per_hour / lb - 1.0)
+    }
+}
+
+/// Expected interruption cost per hour of one pod of `class` on a node of
+/// `c` that holds `per_node` such pods: the rate x hours lost x the pod's
+/// share of the node price, scaled by the pool's risk aversion.
+pub fn pod_risk_cost(lost_hours: f64, c: &Candidate, per_node: u32, risk_aversion: f64) -> f64 {
+    if per_node == 0 || c.rate == 0.0 {
+        return 0.0;
+    }
+    c.rate * lost_hours * c.price() / per_node as f64 * risk_aversion
+}
+
+/// Plans with the chosen strategy; `now` measures solve time for reporting.
+pub fn plan(input: &Input, strategy: Strategy, options: &Options, now: &dyn Fn() -> f64) -> Plan {
+    let start = now();
+    let mut p = match strategy {
+        Strategy::Mip => mip::plan(input, options),
+        Strategy::Greedy => greedy::plan(input),
+    };
+    p.solve_ms = (now() - start) * 1000.0;
+    p
+}
+
+/// One sentence per chosen offering: why it beat the best alternative of
+/// another instance type for the pods it was launched for (price plus
+/// expected interruption cost per pod).
+pub fn explain(input: &Input, plan: &Plan) -> Vec<String> {
+    let cands = candidates::candidates(input.catalog, input.region, input.pools, input.unavailable);
+    let by_name: std::collections::HashMap<&str, &Pod> =
+        input.pods.iter().map(|p| (p.name.as_str(), p)).collect();
+    let mut seen = std::collections::BTreeSet::new();
+    let mut out = Vec::new();
+    for n in &plan.nodes {
+        let Some(pod) = n.pods.first().and_then(|p| by_name.get(p.as_str())) else {
+            continue;
+        };
+        if !seen.insert((
+            n.nodepool.clone(),
+            n.instance_type.clone(),
+            n.capacity_type,
+            pod.requests.clone(),
+        )) {
+            continue;
+        }
+        let class = classes::classify(std::slice::from_ref(*pod), &[0]).remove(0);
+        // What the pods on this node would cost per pod on a candidate: the
+        // nodes they need there, plus their expected interruption cost.
+        let m = n.pods.len().max(1) as f64;
+        let per_pod = |c: &Candidate| {
+            let k = candidates::pods_per_node(&class, c);
+            (k > 0).then(|| {
+                let aversion = input.pools[c.pool].risk_aversion;
+                c.price() * (m / k as f64).ceil() / m
+                    + pod_risk_cost(class.lost_hours_per_interruption, c, k, aversion)
+            })
+        };
+        let chosen = cands.iter().find(|c| {
+            c.offering.instance_type == n.instance_type
+                && c.offering.zone_id == n.zone
+                && c.offering.capacity_type == n.capacity_type
+                && input.pools[c.pool].name == n.nodepool
+        });
+        let Some(chosen_cost) = chosen.and_then(per_pod) else {
+            continue;
+        };
+        let next = cands
+            .iter()
+            .filter(|c| c.offering.instance_type != n.instance_type)
+            .filter_map(|c| per_pod(c).map(|v| (v, c)))
+            .min_by(|a, b| a.0.total_cmp(&b.0));
+        out.push(match next {
+            Some((v, c)) => format!(
+                "{} {} in {} at ${chosen_cost:.4}/h per pod for pods like {} beats {} {} in {} at ${v:.4}/h per pod (price + expected interruption cost)",
+                n.instance_type, n.capacity_type, n.zone, pod.name,
+                c.offering.instance_type, c.offering.capacity_type, c.offering.zone_id
+            ),
+            None => format!(
+                "{} {} in {} is the only instance type that takes pods like {}",
+                n.instance_type, n.capacity_type, n.zone, pod.name
+            ),
+        });
+    }
+    out
+}

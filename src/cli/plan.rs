@@ -1,0 +1,193 @@
+//! `quartermaster plan`: pending pods and NodePools in, the nodes to launch
+//! out, from the MIP or the greedy baseline, on the embedded catalog.
+
+use anyhow::{bail, Context};
+use quartermaster::api::{validate_node_pool, NodePool};
+use quartermaster::catalog::Catalog;
+use quartermaster::cluster::workloads::Manifests;
+use quartermaster::cluster::Pool;
+use quartermaster::plan::{self, Input, Options, Plan, Strategy};
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::time::{Duration, Instant};
+
+/// Arguments of `plan`.
+#[derive(Debug, clap::Args)]
+pub struct Args {
+    /// Multi-document YAML of Pods, Deployments, StatefulSets, Jobs,
+    /// DaemonSets and Volcano PodGroups; pods with `spec.nodeName` are bound.
+    #[arg(long)]
+    pods: PathBuf,
+    /// Multi-document YAML of NodePools.
+    #[arg(long)]
+    nodepools: PathBuf,
+    /// Multi-document YAML of existing Nodes.
+    #[arg(long)]
+    nodes: Option<PathBuf>,
+    /// Region whose offerings to plan over.
+    #[arg(long, default_value = "us-east-1")]
+    region: String,
+    /// Planner to run.
+    #[arg(long, value_enum, default_value = "mip")]
+    strategy: Strategy,
+    /// Output format.
+    #[arg(long, value_enum, default_value = "table")]
+    output: Output,
+    /// Say why each chosen instance type beat the next best.
+    #[arg(long)]
+    explain: bool,
+    /// Longest the MIP may search, in milliseconds.
+    #[arg(long, default_value_t = 800)]
+    time_limit_ms: u64,
+}
+
+/// Output formats.
+#[derive(Debug, Clone, Copy, clap::ValueEnum)]
+pub enum Output {
+    /// A readable table.
+    Table,
+    /// JSON.
+    Json,
+}
+
+/// Runs `plan`.
+pub fn run(args: Args) -> anyhow::Result<ExitCode> {
+    let catalog = Catalog::embedded().context("loading the embedded catalog")?;
+    if !catalog.regions().contains(&args.region.as_str()) {
+        bail!(
+            "no offerings in region {:?}; known regions: {}",
+            args.region,
+            catalog.regions().join(", ")
+        );
+    }
+    let mut manifests = Manifests::default();
+    for path in std::iter::once(&args.pods).chain(args.nodes.as_ref()) {
+        let text =
+            std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
+        manifests
+            .parse(&text)
+            .with_context(|| format!("in {}", path.display()))?;
+    }
+    let overhead = manifests.daemonset_overhead.clone();
+    let pools = read_pools(&args.nodepools, &catalog, overhead)?;
+    let (pods, nodes) = manifests.into_cluster()?;
+
+    let input = Input {
+        catalog: &catalog,
+        region: &args.region,
+        pools: &pools,
+        nodes: &nodes,
+        pods: &pods,
+        unavailable: &|_| false,
+    };
+    let options = Options {
+        time_limit: Duration::from_millis(args.time_limit_ms),
+        ..Options::default()
+    };
+    let start = Instant::now();
+    let mut result = plan::plan(&input, args.strategy, &options, &|| {
+        start.elapsed().as_secs_f64()
+    });
+    if args.explain {
+        result.explanations = plan::explain(&input, &result);
+    }
+    match args.output {
+        Output::Json => println!("{}", serde_json::to_string_pretty(&result)?),
+        Output::Table => print_table(&result),
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+fn read_pools(
+    path: &PathBuf,
+    catalog: &Catalog,
+    overhead: quartermaster::cluster::Resources,
+) -> anyhow::Result<Vec<Pool>> {
+    let text =
+        std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
+    let mut pools = Vec::new();
+    let mut problems = Vec::new();
+    for doc in serde_norway::Deserializer::from_str(&text) {
+        let value = <serde_json::Value as serde::Deserialize>::deserialize(doc)
+            .with_context(|| format!("parsing {}", path.display()))?;
+        if value.is_null() {
+            continue;
+        }
+        let pool: NodePool = serde_json::from_value(value)
+            .with_context(|| format!("a document of {} is not a NodePool", path.display()))?;
+        let name = pool.metadata.name.clone().unwrap_or_default();
+        let errors = validate_node_pool(&pool, catalog);
+        if errors.is_empty() {
+            pools.push(Pool::from_api(&pool, overhead.clone()).map_err(anyhow::Error::msg)?);
+        } else {
+            problems.extend(errors.iter().map(|e| format!("NodePool {name}: {e}")));
+        }
+    }
+    if !problems.is_empty() {
+        bail!("invalid NodePools:\n  {}", problems.join("\n  "));
+    }
+    if pools.is_empty() {
+        bail!("{} holds no NodePool", path.display());
+    }
+    Ok(pools)
+}
+
+fn print_table(p: &Plan) {
+    println!("strategy: {:?}   solve: {:.0} ms", p.strategy, p.solve_ms);
+    if p.nodes.is_empty() {
+        println!("no nodes to launch");
+    } else {
+        println!(
+            "{:<14} {:<18} {:<10} {:<10} {:>9} {:>9}  PODS",
+            "NODEPOOL", "INSTANCE TYPE", "ZONE", "CAPACITY", "$/H", "RISK $/H"
+        );
+        for n in &p.nodes {
+            let pods = if n.pods.len() > 4 {
+                format!("{} and {} more", n.pods[..3].join(", "), n.pods.len() - 3)
+            } else {
+                n.pods.join(", ")
+            };
+            println!(
+                "{:<14} {:<18} {:<10} {:<10} {:>9.4} {:>9.4}  {}",
+                n.nodepool,
+                n.instance_type,
+                n.zone,
+                n.capacity_type,
+                n.price_per_hour,
+                n.interruption_cost_per_hour,
+                pods
+            );
+        }
+    }
+    if !p.existing.is_empty() {
+        println!("{} pods fit on existing capacity", p.existing.len());
+    }
+    println!(
+        "nodes: {}   cost: ${:.4}/h   risk-adjusted: ${:.4}/h",
+        p.nodes.len(),
+        p.cost_per_hour,
+        p.risk_adjusted_cost_per_hour
+    );
+    if let Some(lb) = p.lower_bound_per_hour {
+        let gap = p
+            .gap()
+            .map_or("-".to_string(), |g| format!("{:.2}%", g * 100.0));
+        println!(
+            "lower bound: ${lb:.4}/h   gap: {gap}   {}",
+            if p.optimal {
+                "solver: optimal within its MIP gap"
+            } else {
+                "solver: stopped at the time limit"
+            }
+        );
+    }
+    if !p.unschedulable.is_empty() {
+        println!("unschedulable ({}):", p.unschedulable.len());
+        for u in &p.unschedulable {
+            println!("  {}: {}", u.pod, u.reason);
+        }
+    }
+    for e in &p.explanations {
+        println!("why: {e}");
+    }
+}

@@ -1,0 +1,392 @@
+//! Pods as the planner sees them: effective requests and scheduling
+//! constraints, distilled from `k8s_openapi` Pods at the edge.
+
+use super::requirements::{Effect, NodeAffinity, Requirement, Toleration};
+use super::resources::{QuantityError, Resources, PODS};
+use crate::api::labels as l;
+use k8s_openapi::api::core::v1 as core;
+use std::collections::BTreeMap;
+
+/// Errors turning a Kubernetes Pod into a planner pod.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// A resource quantity is malformed.
+    #[error("pod {pod}: {source}")]
+    Quantity {
+        /// `namespace/name`.
+        pod: String,
+        /// The bad quantity.
+        source: QuantityError,
+    },
+    /// A scheduling field is malformed (operator, effect, annotation).
+    #[error("pod {pod}: {message}")]
+    Invalid {
+        /// `namespace/name`.
+        pod: String,
+        /// What is wrong.
+        message: String,
+    },
+}
+
+/// A gang: pods that must all start together, or none.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct GroupRef {
+    /// `namespace/name` of the group.
+    pub name: String,
+    /// Pods that must be placed together (Volcano `minMember`, Kueue total
+    /// count, or our annotation).
+    pub min_member: u32,
+}
+
+/// Zone topology spread: pods matching the same selector spread over zones
+/// with at most `max_skew` difference.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct ZoneSpread {
+    /// Most pods one zone may hold above the least-loaded zone.
+    pub max_skew: u32,
+    /// The spread's identity: its namespace and label selector, rendered.
+    pub selector: String,
+}
+
+/// A pod that needs a place.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Pod {
+    /// `namespace/name`.
+    pub name: String,
+    /// Effective requests, with the pod slot (`pods: 1`).
+    pub requests: Resources,
+    /// Required node labels from `nodeSelector` and required node affinity.
+    pub affinity: NodeAffinity,
+    /// Tolerations.
+    pub tolerations: Vec<Toleration>,
+    /// Zone topology spread constraints (`DoNotSchedule` only).
+    pub zone_spread: Option<ZoneSpread>,
+    /// Pods of the same group must not share a node (required pod
+    /// anti-affinity on `kubernetes.io/hostname` selecting the group).
+    pub hostname_anti_affinity: bool,
+    /// Gang membership.
+    pub group: Option<GroupRef>,
+    /// Seconds between checkpoints, if the workload checkpoints.
+    pub checkpoint_interval_s: Option<f64>,
+    /// Expected run time in seconds, if known.
+    pub expected_runtime_s: Option<f64>,
+    /// Whether the pod opted in to checkpoint signals.
+    pub checkpoints: bool,
+    /// Pod labels (for spread and anti-affinity selectors).
+    pub labels: BTreeMap<String, String>,
+}
+
+impl Pod {
+    /// A pod with these requests and no constraints (tests, generators).
+    pub fn new(name: &str, requests: Resources) -> Pod {
+        Pod {
+            name: name.into(),
+            requests: requests.with(PODS, 1),
+            affinity: NodeAffinity::default(),
+            tolerations: Vec::new(),
+            zone_spread: None,
+            hostname_anti_affinity: false,
+            group: None,
+            checkpoint_interval_s: None,
+            expected_runtime_s: None,
+            checkpoints: false,
+            labels: BTreeMap::new(),
+        }
+    }
+
+    /// Converts a Kubernetes Pod. `group_sizes` gives Volcano PodGroup
+    /// `minMember` by `namespace/name`.
+    ///
+    /// # Errors
+    /// A malformed quantity, operator, effect or annotation, naming the pod.
+    pub fn from_k8s(pod: &core::Pod, group_sizes: &BTreeMap<String, u32>) -> Result<Pod, Error> {
+        let meta = &pod.metadata;
+        let ns = meta.namespace.as_deref().unwrap_or("default");
+        let name = format!("{ns}/{}", meta.name.as_deref().unwrap_or(""));
+        let invalid = |message: String| Error::Invalid {
+            pod: name.clone(),
+            message,
+        };
+        let spec = pod.spec.clone().unwrap_or_default();
+        let requests = effective_requests(&spec).map_err(|source| Error::Quantity {
+            pod: name.clone(),
+            source,
+        })?;
+
+        let mut base: Vec<Requirement> = spec
+            .node_selector
+            .iter()
+            .flatten()
+            .map(|(k, v)| Requirement::is_in(k, &[v]))
+            .collect();
+        base.sort();
+        let mut terms = Vec::new();
+        let required = spec
+            .affinity
+            .as_ref()
+            .and_then(|a| a.node_affinity.as_ref())
+            .and_then(|n| {
+                n.required_during_scheduling_ignored_during_execution
+                    .as_ref()
+            });
+        if let Some(sel) = required {
+            for term in &sel.node_selector_terms {
+                let mut t = base.clone();
+                for e in term.match_expressions.iter().flatten() {
+                    t.push(Requirement {
+                        key: e.key.clone(),
+                        operator: super::requirements::parse_enum(&e.operator).map_err(invalid)?,
+                        values: e.values.clone().unwrap_or_default(),
+                    });
+                }
+                terms.push(t);
+            }
+        }
+        if terms.is_empty() && !base.is_empty() {
+            terms.push(base);
+        }
+
+        let tolerations = spec
+            .tolerations
+            .iter()
+            .flatten()
+            .map(|t| {
+                Ok(Toleration {
+                    key: t.key.clone().unwrap_or_default(),
+                    exists: t.operator.as_deref() == Some("Exists"),
+                    value: t.value.clone().unwrap_or_default(),
+                    effect: match t.effect.as_deref() {
+                        None | Some("") => None,
+                        Some(e) => {
+                            Some(super::requirements::parse_enum::<Effect>(e).map_err(&invalid)?)
+                        }
+                    },
+                })
+            })
+            .collect::<Result<Vec<_>, Error>>()?;
+
+        let zone_spread = spec
+            .topology_spread_constraints
+            .iter()
+            .flatten()
+            .find(|c| c.topology_key == l::ZONE && c.when_unsatisfiable == "DoNotSchedule")
+            .map(|c| ZoneSpread {
+                max_skew: c.max_skew.max(1) as u32,
+                selector: format!(
+                    "{ns}/{}",
+                    serde_json::to_string(&c.label_selector).unwrap_or_default()
+                ),
+            });
+
+        let hostname_anti_affinity = spec
+            .affinity
+            .as_ref()
+            .and_then(|a| a.pod_anti_affinity.as_ref())
+            .and_then(|p| {
+                p.required_during_scheduling_ignored_during_execution
+                    .as_ref()
+            })
+            .is_some_and(|terms| terms.iter().any(|t| t.topology_key == l::HOSTNAME));
+
+        let labels: BTreeMap<String, String> = meta.labels.clone().unwrap_or_default();
+        let annotations = meta.annotations.clone().unwrap_or_default();
+        let group = group_of(ns, &labels, &annotations, group_sizes).map_err(&invalid)?;
+        let seconds = |key: &str| -> Result<Option<f64>, Error> {
+            annotations
+                .get(key)
+                .map(|v| {
+                    crate::api::parse_duration(v)
+                        .map(|d| d.as_secs_f64())
+                        .map_err(|e| invalid(format!("annotation {key}: {e}")))
+                })
+                .transpose()
+        };
+        Ok(Pod {
+            requests,
+            affinity: NodeAffinity { terms },
+            tolerations,
+            zone_spread,
+            hostname_anti_affinity,
+            group,
+            checkpoint_interval_s: seconds(l::CHECKPOINT_INTERVAL)?,
+            expected_runtime_s: seconds(l::EXPECTED_RUNTIME)?,
+            checkpoints: annotations.get(l::CHECKPOINT_ENABLED).map(String::as_str) == Some("true")
+                || annotations.contains_key(l::CHECKPOINT_HOOK),
+            labels,
+            name,
+        })
+    }
+}
+
+/// The gang a pod belongs to: Volcano's annotation with its PodGroup's
+/// `minMember`, Kueue's pod-group label and total-count annotation, or ours.
+fn group_of(
+    ns: &str,
+    labels: &BTreeMap<String, String>,
+    annotations: &BTreeMap<String, String>,
+    volcano_sizes: &BTreeMap<String, u32>,
+) -> Result<Option<GroupRef>, String> {
+    let count = |key: &str| -> Result<u32, String> {
+        let v = annotations
+            .get(key)
+            .ok_or_else(|| format!("annotation {key} is required with the group name"))?;
+        v.parse::<u32>()
+            .ok()
+            .filter(|n| *n > 0)
+            .ok_or_else(|| format!("annotation {key}={v:?} is not a positive integer"))
+    };
+    if let Some(g) = annotations.get(l::POD_GROUP) {
+        return Ok(Some(GroupRef {
+            name: format!("{ns}/{g}"),
+            min_member: count(l::POD_GROUP_SIZE)?,
+        }));
+    }
+    if let Some(g) = labels.get(l::KUEUE_GROUP) {
+        return Ok(Some(GroupRef {
+            name: format!("{ns}/{g}"),
+            min_member: count(l::KUEUE_GROUP_TOTAL)?,
+        }));
+    }
+    if let Some(g) = annotations.get(l::VOLCANO_GROUP) {
+        let name = format!("{ns}/{g}");
+        let min_member = volcano_sizes.get(&name).copied().unwrap_or(1);
+        return Ok(Some(GroupRef { name, min_member }));
+    }
+    Ok(None)
+}
+
+fn requests_of(c: &core::Container) -> Result<Resources, QuantityError> {
+    let req = c.resources.as_ref();
+    // Kubernetes defaults requests to limits where only limits are given.
+    let mut list: BTreeMap<&str, &str> = req
+        .and_then(|r| r.limits.as_ref())
+        .map(|m| m.iter().map(|(k, v)| (k.as_str(), v.0.as_str())).collect())
+        .unwrap_or_default();
+    if let Some(reqs) = req.and_then(|r| r.requests.as_ref()) {
+        for (k, v) in reqs {
+            list.insert(k, v.0.as_str());
+        }
+    }
+    Resources::parse(list)
+}
+
+/// Effective requests as the scheduler computes them: the larger of (sum of
+/// app containers + all sidecars) and, for each plain init container, its
+/// request plus the sidecars started before it; plus pod overhead; plus one
+/// pod slot.
+///
+/// # Errors
+/// A malformed quantity.
+pub fn effective_requests(spec: &core::PodSpec) -> Result<Resources, QuantityError> {
+    let mut app = Resources::new();
+    for c in &spec.containers {
+        app.add(&requests_of(c)?);
+    }
+    let mut sidecars = Resources::new();
+    let mut init_peak = Resources::new();
+    for c in spec.init_containers.iter().flatten() {
+        let r = requests_of(c)?;
+        if c.restart_policy.as_deref() == Some("Always") {
+            sidecars.add(&r);
+            init_peak = init_peak.max_with(&sidecars);
+        } else {
+            init_peak = init_peak.max_with(&r.plus(&sidecars));
+        }
+    }
+    let mut total = app.plus(&sidecars).max_with(&init_peak);
+    if let Some(overhead) = &spec.overhead {
+        total.add(&Resources::parse(
+            overhead.iter().map(|(k, v)| (k.as_str(), v.0.as_str())),
+        )?);
+    }
+    total.set(PODS, 1);
+    Ok(total)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::cluster::resources::{CPU, MEMORY};
+
+    fn pod_yaml(y: &str) -> core::Pod {
+        serde_norway::from_str(y).unwrap()
+    }
+
+    #[test]
+    fn init_containers_and_overhead_count_as_kubernetes_counts_them() {
+        let p = pod_yaml(
+            r#"
+metadata: {name: p, namespace: ml}
+spec:
+  overhead: {cpu: 100m}
+  initContainers:
+  - name: big-init
+    resources: {requests: {cpu: "4", memory: 1Gi}}
+  - name: sidecar
+    restartPolicy: Always
+    resources: {requests: {cpu: 500m}}
+  containers:
+  - name: a
+    resources: {requests: {cpu: "1", memory: 2Gi}, limits: {nvidia.com/gpu: "2"}}
+  - name: b
+    resources: {requests: {cpu: "1"}}
+"#,
+        );
+        let r = effective_requests(p.spec.as_ref().unwrap()).unwrap();
+        // app 2 cpu + sidecar 0.5 = 2.5 < init 4 -> 4 cpu, + 0.1 overhead
+        assert_eq!(r.get(CPU), 4100);
+        assert_eq!(r.get(MEMORY), 2 << 30);
+        assert_eq!(
+            r.get(l::RESOURCE_GPU),
+            2,
+            "limits-only GPUs become requests"
+        );
+        assert_eq!(r.get(PODS), 1);
+    }
+
+    #[test]
+    fn selectors_affinity_tolerations_and_gangs_are_read() {
+        let p = pod_yaml(
+            r#"
+metadata:
+  name: w0
+  namespace: ml
+  labels: {kueue.x-k8s.io/pod-group-name: g1}
+  annotations: {kueue.x-k8s.io/pod-group-total-count: "4", quartermaster.dev/checkpoint-interval: 30m}
+spec:
+  nodeSelector: {quartermaster.dev/gpu-name: h100}
+  affinity:
+    nodeAffinity:
+      requiredDuringSchedulingIgnoredDuringExecution:
+        nodeSelectorTerms:
+        - matchExpressions: [{key: quartermaster.dev/gpu-count, operator: Gt, values: ["4"]}]
+  tolerations: [{key: nvidia.com/gpu, operator: Exists, effect: NoSchedule}]
+  containers: [{name: a}]
+"#,
+        );
+        let pod = Pod::from_k8s(&p, &BTreeMap::new()).unwrap();
+        assert_eq!(pod.affinity.terms.len(), 1);
+        assert_eq!(
+            pod.affinity.terms[0].len(),
+            2,
+            "selector ANDed into the term"
+        );
+        assert_eq!(pod.tolerations[0].effect, Some(Effect::NoSchedule));
+        let g = pod.group.unwrap();
+        assert_eq!((g.name.as_str(), g.min_member), ("ml/g1", 4));
+        assert_eq!(pod.checkpoint_interval_s, Some(1800.0));
+    }
+
+    #[test]
+    fn a_bad_operator_or_quantity_is_an_error_naming_the_pod() {
+        let p = pod_yaml(
+            r#"
+metadata: {name: bad, namespace: ml}
+spec:
+  containers: [{name: a, resources: {requests: {cpu: "lots"}}}]
+"#,
+        );
+        let e = Pod::from_k8s(&p, &BTreeMap::new()).unwrap_err().to_string();
+        assert!(e.contains("ml/bad") && e.contains("lots"), "{e}");
+    }
+}

@@ -1,0 +1,137 @@
+//! NodePools as the planner sees them: which offerings they allow, what their
+//! nodes look like, and the limits and risk settings that bound them.
+
+use super::requirements::{Labels, Requirement, Taint};
+use super::resources::Resources;
+use super::shape::GpuSharing;
+use crate::catalog::{CapacityType, InterruptionBucket};
+
+/// Limits of a NodePool over all its nodes (existing and new).
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Limits {
+    /// Resource limits over node capacity (`nvidia.com/gpu`, `cpu`, ...).
+    pub resources: Resources,
+    /// Most nodes.
+    pub nodes: Option<i64>,
+    /// Most USD per hour.
+    pub cost_per_hour: Option<f64>,
+}
+
+/// A NodePool distilled for planning.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Pool {
+    /// NodePool name.
+    pub name: String,
+    /// Higher weight is preferred whenever it can take the pod.
+    pub weight: i32,
+    /// Allowed capacity types.
+    pub capacity_types: Vec<CapacityType>,
+    /// Requirements on node labels that select instance types and zones.
+    pub requirements: Vec<Requirement>,
+    /// Labels its nodes carry in addition to the well-known ones.
+    pub labels: Labels,
+    /// Taints its nodes carry.
+    pub taints: Vec<Taint>,
+    /// GPU sharing on its nodes.
+    pub sharing: GpuSharing,
+    /// Limits over all its nodes.
+    pub limits: Limits,
+    /// Highest spot interruption bucket allowed.
+    pub max_interruption_bucket: Option<InterruptionBucket>,
+    /// Multiplier of the expected interruption cost (0 ignores risk).
+    pub risk_aversion: f64,
+    /// Largest share of the pool's new spot nodes in one spot pool
+    /// (instance type x zone).
+    pub max_spot_pool_share: Option<f64>,
+    /// Requests of the daemonsets that run on every node of the pool.
+    pub daemonset_overhead: Resources,
+}
+
+impl Pool {
+    /// A pool allowing everything, with no limits (tests, `bench`).
+    pub fn new(name: &str) -> Pool {
+        Pool {
+            name: name.into(),
+            weight: 0,
+            capacity_types: vec![CapacityType::Spot, CapacityType::OnDemand],
+            requirements: Vec::new(),
+            labels: Labels::new(),
+            taints: Vec::new(),
+            sharing: GpuSharing::None,
+            limits: Limits::default(),
+            max_interruption_bucket: None,
+            risk_aversion: 1.0,
+            max_spot_pool_share: None,
+            daemonset_overhead: Resources::new(),
+        }
+    }
+}
+
+impl Pool {
+    /// The planner's view of a NodePool. `daemonset_overhead` is what the
+    /// cluster's daemonsets request on each of its nodes.
+    ///
+    /// # Errors
+    /// A limit that is not a number (validation reports these first, with
+    /// field paths; this is the planner refusing to guess).
+    pub fn from_api(
+        pool: &crate::api::NodePool,
+        daemonset_overhead: Resources,
+    ) -> Result<Pool, String> {
+        use super::requirements::{Requirement, Taint};
+        let spec = &pool.spec;
+        let name = pool.metadata.name.clone().unwrap_or_default();
+        let err = |e: crate::api::nodepool::LimitError| format!("NodePool {name}: {e}");
+        let mut resources = Resources::new();
+        for (k, v) in spec.resource_limits().map_err(err)? {
+            let scaled = if k == super::resources::CPU {
+                v * 1000.0
+            } else {
+                v
+            };
+            resources.set(&k, scaled.floor() as i64);
+        }
+        let taint = |t: &crate::api::Taint| Taint {
+            key: t.key.clone(),
+            value: t.value.clone().unwrap_or_default(),
+            effect: t.effect,
+        };
+        Ok(Pool {
+            weight: spec.weight_or_default(),
+            capacity_types: spec.capacity_types.clone(),
+            requirements: spec
+                .template
+                .spec
+                .requirements
+                .iter()
+                .map(|r| Requirement {
+                    key: r.key.clone(),
+                    operator: r.operator,
+                    values: r.values.clone(),
+                })
+                .collect(),
+            labels: spec.template.metadata.labels.clone(),
+            taints: spec.template.spec.taints.iter().map(taint).collect(),
+            sharing: match (
+                spec.gpu_sharing.time_slicing_replicas(),
+                spec.gpu_sharing.mig_profile(),
+            ) {
+                (Some(replicas), _) => GpuSharing::TimeSlicing { replicas },
+                (None, Some(profile)) => GpuSharing::Mig {
+                    profile: profile.to_string(),
+                },
+                _ => GpuSharing::None,
+            },
+            limits: Limits {
+                resources,
+                nodes: spec.node_limit().map_err(err)?.map(|n| n as i64),
+                cost_per_hour: spec.cost_limit_per_hour().map_err(err)?,
+            },
+            max_interruption_bucket: spec.risk.max_interruption_bucket.map(InterruptionBucket),
+            risk_aversion: spec.risk.risk_aversion,
+            max_spot_pool_share: spec.risk.max_spot_pool_share,
+            daemonset_overhead,
+            name,
+        })
+    }
+}

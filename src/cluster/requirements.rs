@@ -1,0 +1,279 @@
+//! Label requirements (node selectors and required node affinity) and
+//! taints/tolerations, evaluated as the Kubernetes scheduler does.
+
+use std::collections::BTreeMap;
+use std::fmt;
+
+/// Node labels.
+pub type Labels = BTreeMap<String, String>;
+
+pub use crate::api::Operator;
+pub use crate::api::TaintEffect as Effect;
+
+/// Parses an enum the way the API spells it (`In`, `NoSchedule`).
+///
+/// # Errors
+/// Names the unknown value.
+pub fn parse_enum<T: serde::de::DeserializeOwned>(s: &str) -> Result<T, String> {
+    serde_json::from_value(serde_json::Value::String(s.to_string()))
+        .map_err(|_| format!("unknown value {s:?}"))
+}
+
+/// One requirement on a node label.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct Requirement {
+    /// The label key.
+    pub key: String,
+    /// How the label is compared.
+    pub operator: Operator,
+    /// The values compared with (one integer for `Gt`/`Lt`).
+    pub values: Vec<String>,
+}
+
+impl Requirement {
+    /// `key In values`.
+    pub fn is_in(key: &str, values: &[&str]) -> Requirement {
+        Requirement {
+            key: key.into(),
+            operator: Operator::In,
+            values: values.iter().map(|v| v.to_string()).collect(),
+        }
+    }
+
+    /// True when `labels` satisfy the requirement.
+    pub fn matches(&self, labels: &Labels) -> bool {
+        let value = labels.get(&self.key);
+        match self.operator {
+            Operator::In => value.is_some_and(|v| self.values.contains(v)),
+            Operator::NotIn => value.is_none_or(|v| !self.values.contains(v)),
+            Operator::Exists => value.is_some(),
+            Operator::DoesNotExist => value.is_none(),
+            Operator::Gt | Operator::Lt => {
+                let (Some(v), Some(bound)) = (
+                    value.and_then(|v| v.parse::<i64>().ok()),
+                    self.values.first().and_then(|b| b.parse::<i64>().ok()),
+                ) else {
+                    return false;
+                };
+                if self.operator == Operator::Gt {
+                    v > bound
+                } else {
+                    v < bound
+                }
+            }
+        }
+    }
+}
+
+impl fmt::Display for Requirement {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self.operator {
+            Operator::Exists | Operator::DoesNotExist => {
+                write!(f, "{} {:?}", self.key, self.operator)
+            }
+            _ => write!(
+                f,
+                "{} {:?} [{}]",
+                self.key,
+                self.operator,
+                self.values.join(",")
+            ),
+        }
+    }
+}
+
+/// Required node affinity: a node must satisfy every requirement of at least
+/// one term (terms are ORed, requirements within a term ANDed). No terms means
+/// no constraint.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct NodeAffinity {
+    /// The ORed terms.
+    pub terms: Vec<Vec<Requirement>>,
+}
+
+impl NodeAffinity {
+    /// True when `labels` satisfy some term (or there are no terms).
+    pub fn matches(&self, labels: &Labels) -> bool {
+        self.terms.is_empty()
+            || self
+                .terms
+                .iter()
+                .any(|t| t.iter().all(|r| r.matches(labels)))
+    }
+
+    /// The requirement that rules `labels` out: for a single term, the first
+    /// failing requirement; for several, the first failing one of the first.
+    pub fn first_failure(&self, labels: &Labels) -> Option<&Requirement> {
+        if self.matches(labels) {
+            return None;
+        }
+        self.terms
+            .first()
+            .and_then(|t| t.iter().find(|r| !r.matches(labels)))
+    }
+}
+
+/// A node taint.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct Taint {
+    /// Taint key.
+    pub key: String,
+    /// Taint value (may be empty).
+    pub value: String,
+    /// Taint effect.
+    pub effect: Effect,
+}
+
+impl Taint {
+    /// A taint `key=value:effect`.
+    pub fn new(key: &str, value: &str, effect: Effect) -> Taint {
+        Taint {
+            key: key.into(),
+            value: value.into(),
+            effect,
+        }
+    }
+}
+
+impl fmt::Display for Taint {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if self.value.is_empty() {
+            write!(f, "{}:{}", self.key, self.effect.as_str())
+        } else {
+            write!(f, "{}={}:{}", self.key, self.value, self.effect.as_str())
+        }
+    }
+}
+
+/// A pod toleration.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct Toleration {
+    /// Key tolerated; empty with `exists` tolerates every key.
+    pub key: String,
+    /// `Exists` (any value) rather than `Equal`.
+    pub exists: bool,
+    /// Value for `Equal`.
+    pub value: String,
+    /// Effect tolerated; `None` tolerates every effect.
+    pub effect: Option<Effect>,
+}
+
+impl Toleration {
+    /// Tolerates `key` with any value and effect.
+    pub fn exists(key: &str) -> Toleration {
+        Toleration {
+            key: key.into(),
+            exists: true,
+            value: String::new(),
+            effect: None,
+        }
+    }
+
+    /// True when this toleration covers `taint`.
+    pub fn tolerates(&self, taint: &Taint) -> bool {
+        if self.effect.is_some_and(|e| e != taint.effect) {
+            return false;
+        }
+        if self.key.is_empty() {
+            return self.exists;
+        }
+        self.key == taint.key && (self.exists || self.value == taint.value)
+    }
+}
+
+/// The first taint that blocks scheduling (NoSchedule or NoExecute) and that no
+/// toleration covers.
+pub fn untolerated<'a>(taints: &'a [Taint], tolerations: &[Toleration]) -> Option<&'a Taint> {
+    taints.iter().find(|t| {
+        t.effect != Effect::PreferNoSchedule && !tolerations.iter().any(|tol| tol.tolerates(t))
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn labels(pairs: &[(&str, &str)]) -> Labels {
+        pairs
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect()
+    }
+
+    fn req(key: &str, op: Operator, values: &[&str]) -> Requirement {
+        Requirement {
+            key: key.into(),
+            operator: op,
+            values: values.iter().map(|v| v.to_string()).collect(),
+        }
+    }
+
+    #[test]
+    fn every_operator_behaves_as_the_scheduler_does() {
+        let l = labels(&[("gpu", "h100"), ("count", "8")]);
+        assert!(req("gpu", Operator::In, &["a100", "h100"]).matches(&l));
+        assert!(!req("gpu", Operator::NotIn, &["h100"]).matches(&l));
+        assert!(req("other", Operator::NotIn, &["x"]).matches(&l));
+        assert!(req("gpu", Operator::Exists, &[]).matches(&l));
+        assert!(req("other", Operator::DoesNotExist, &[]).matches(&l));
+        assert!(req("count", Operator::Gt, &["4"]).matches(&l));
+        assert!(!req("count", Operator::Lt, &["8"]).matches(&l));
+        assert!(
+            !req("gpu", Operator::Gt, &["4"]).matches(&l),
+            "non-integer never matches Gt"
+        );
+        assert!(!req("missing", Operator::Lt, &["4"]).matches(&l));
+    }
+
+    #[test]
+    fn affinity_terms_are_ored_and_requirements_anded() {
+        let l = labels(&[("a", "1"), ("b", "2")]);
+        let aff = NodeAffinity {
+            terms: vec![
+                vec![
+                    req("a", Operator::In, &["1"]),
+                    req("b", Operator::In, &["3"]),
+                ],
+                vec![req("b", Operator::In, &["2"])],
+            ],
+        };
+        assert!(aff.matches(&l));
+        let only_first = NodeAffinity {
+            terms: vec![aff.terms[0].clone()],
+        };
+        assert!(!only_first.matches(&l));
+        assert_eq!(only_first.first_failure(&l).unwrap().key, "b");
+    }
+
+    #[test]
+    fn a_gpu_taint_blocks_pods_without_the_toleration() {
+        let taints = [
+            Taint::new("nvidia.com/gpu", "", Effect::NoSchedule),
+            Taint::new("soft", "", Effect::PreferNoSchedule),
+        ];
+        assert_eq!(untolerated(&taints, &[]).unwrap().key, "nvidia.com/gpu");
+        assert!(untolerated(&taints, &[Toleration::exists("nvidia.com/gpu")]).is_none());
+        let wrong_effect = Toleration {
+            effect: Some(Effect::NoExecute),
+            ..Toleration::exists("nvidia.com/gpu")
+        };
+        assert!(untolerated(&taints, &[wrong_effect]).is_some());
+        let equal = Toleration {
+            key: "nvidia.com/gpu".into(),
+            exists: false,
+            value: "present".into(),
+            effect: None,
+        };
+        assert!(
+            untolerated(&taints, &[equal]).is_some(),
+            "Equal needs the same value"
+        );
+        let all = Toleration {
+            key: String::new(),
+            exists: true,
+            value: String::new(),
+            effect: None,
+        };
+        assert!(untolerated(&taints, &[all]).is_none());
+    }
+}

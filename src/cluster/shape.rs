@@ -1,0 +1,269 @@
+//! Node shapes: what a node of an instance type offers to pods (allocatable,
+//! as EKS computes it, with GPU sharing applied) and the labels it carries.
+//!
+//! Allocatable follows Karpenter's EKS model:
+//! - capacity memory is the EC2 figure less a VM overhead of 7.5%;
+//! - max pods is 110 below 30 vCPUs and 250 from 30 vCPUs (EKS's recommended
+//!   values with VPC CNI prefix delegation, which lifts the per-ENI IP limit);
+//! - kube-reserved CPU: 6% of the first core, 1% of the second, 0.5% of the
+//!   third and fourth, 0.25% of every further core;
+//! - kube-reserved memory: 11 MiB per pod slot + 255 MiB; ephemeral storage
+//!   1 GiB; system-reserved: none (the EKS AMI's default);
+//! - eviction thresholds: `memory.available` 100 MiB, `nodefs.available` 10%
+//!   of the root volume (200 GiB on accelerated types, sized for GPU images,
+//!   80 GiB otherwise).
+
+use super::requirements::Labels;
+use super::resources::{Resources, CPU, EPHEMERAL_STORAGE, MEMORY, PODS};
+use crate::api::labels as l;
+use crate::catalog::{mig, AcceleratorKind, InstanceType, Offering};
+
+const MIB: i64 = 1 << 20;
+const GIB: i64 = 1 << 30;
+
+/// Share of EC2's memory figure that the hypervisor keeps (Karpenter's
+/// `VM_MEMORY_OVERHEAD_PERCENT` default).
+pub const VM_MEMORY_OVERHEAD: f64 = 0.075;
+
+/// How the GPUs of a node are shared between pods.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Default)]
+pub enum GpuSharing {
+    /// One pod per GPU.
+    #[default]
+    None,
+    /// NVIDIA time-slicing: each GPU is advertised `replicas` times as
+    /// `nvidia.com/gpu`.
+    TimeSlicing {
+        /// Advertised replicas per GPU.
+        replicas: u32,
+    },
+    /// NVIDIA MIG with one profile on every GPU (`nvidia.com/mig-<profile>`).
+    Mig {
+        /// e.g. `1g.10gb`.
+        profile: String,
+    },
+}
+
+/// Maximum pods on a node of `it` (see the module doc).
+pub fn max_pods(it: &InstanceType) -> i64 {
+    if it.vcpu < 30 {
+        110
+    } else {
+        250
+    }
+}
+
+/// kube-reserved CPU in millicores for `vcpu` cores (GKE/EKS formula).
+pub fn kube_reserved_cpu_milli(vcpu: u32) -> i64 {
+    let cores = vcpu as f64;
+    let mut m = 0.0;
+    m += 60.0 * cores.min(1.0);
+    m += 10.0 * (cores - 1.0).clamp(0.0, 1.0);
+    m += 5.0 * (cores - 2.0).clamp(0.0, 2.0);
+    m += 2.5 * (cores - 4.0).max(0.0);
+    m.ceil() as i64
+}
+
+/// Root volume size in bytes that we launch `it` with.
+pub fn root_volume_bytes(it: &InstanceType) -> i64 {
+    if it.accelerator.is_some() {
+        200 * GIB
+    } else {
+        80 * GIB
+    }
+}
+
+/// Capacity of a node of `it` before reservations (what the kubelet reports
+/// as `capacity`), with GPU sharing applied to the accelerator resources.
+pub fn capacity(it: &InstanceType, sharing: &GpuSharing) -> Resources {
+    let mem = (it.memory_mib as f64 * (1.0 - VM_MEMORY_OVERHEAD)) as i64 * MIB;
+    let mut r = Resources::new()
+        .with(CPU, it.vcpu as i64 * 1000)
+        .with(MEMORY, mem)
+        .with(EPHEMERAL_STORAGE, root_volume_bytes(it))
+        .with(PODS, max_pods(it));
+    if let Some(acc) = &it.accelerator {
+        let count = acc.count as i64;
+        match acc.kind {
+            AcceleratorKind::Gpu if acc.manufacturer == "NVIDIA" => match sharing {
+                GpuSharing::None => r.set(l::RESOURCE_GPU, count),
+                GpuSharing::TimeSlicing { replicas } => {
+                    r.set(l::RESOURCE_GPU, count * *replicas as i64)
+                }
+                GpuSharing::Mig { profile } => {
+                    match mig::instances_per_gpu(&acc.model, acc.memory_mib_per_device, profile) {
+                        Some(n) => r.set(
+                            &format!("{}{profile}", l::RESOURCE_MIG_PREFIX),
+                            count * n as i64,
+                        ),
+                        // A GPU without that profile stays whole.
+                        None => r.set(l::RESOURCE_GPU, count),
+                    }
+                }
+            },
+            AcceleratorKind::Gpu => {}
+            AcceleratorKind::Neuron => {
+                r.set(l::RESOURCE_NEURON, count);
+                if let Some(cores) = acc.neuron_cores_per_device {
+                    r.set(l::RESOURCE_NEURONCORE, count * cores as i64);
+                }
+            }
+        }
+    }
+    if it.efa_supported && it.max_efa_interfaces > 0 {
+        r.set(l::RESOURCE_EFA, it.max_efa_interfaces as i64);
+    }
+    r
+}
+
+/// What kubelet and system daemons keep back, plus eviction thresholds.
+pub fn reserved(it: &InstanceType) -> Resources {
+    Resources::new()
+        .with(CPU, kube_reserved_cpu_milli(it.vcpu))
+        .with(MEMORY, (11 * max_pods(it) + 255) * MIB + 100 * MIB)
+        .with(EPHEMERAL_STORAGE, GIB + root_volume_bytes(it) / 10)
+}
+
+/// Allocatable of a fresh node of `it`: capacity minus reservations.
+pub fn allocatable(it: &InstanceType, sharing: &GpuSharing) -> Resources {
+    capacity(it, sharing).minus(&reserved(it))
+}
+
+/// The short GPU name used in `quartermaster.dev/gpu-name` (`h100`, `a10g`).
+pub fn gpu_short_name(model: &str) -> String {
+    model.to_ascii_lowercase().replace(' ', "-")
+}
+
+/// The product name NVIDIA GPU feature discovery reports for a GPU model and
+/// memory (spaces replaced by dashes, as GFD does).
+pub fn gfd_product(model: &str, memory_mib: u64) -> String {
+    match model {
+        "T4" => "Tesla-T4".into(),
+        "V100" => format!("Tesla-V100-SXM2-{}GB", memory_mib / 1024),
+        "A100" => format!("NVIDIA-A100-SXM4-{}GB", memory_mib / 1024),
+        "H100" => "NVIDIA-H100-80GB-HBM3".into(),
+        other => format!("NVIDIA-{other}"),
+    }
+}
+
+/// Labels a node launched from `offering` will carry: well-known labels,
+/// ours, GPU feature discovery's and Neuron's; the pool's own labels are added
+/// by the caller.
+pub fn node_labels(it: &InstanceType, offering: &Offering, nodepool: &str) -> Labels {
+    let mut m = Labels::new();
+    let mut put = |k: &str, v: String| {
+        m.insert(k.to_string(), v);
+    };
+    put(l::INSTANCE_TYPE, it.name.clone());
+    put(l::INSTANCE_FAMILY, it.family.clone());
+    put(l::ARCH, it.architecture.kubernetes_label().into());
+    put(l::OS, "linux".into());
+    put(l::REGION, offering.region.clone());
+    put(l::ZONE_ID, offering.zone_id.clone());
+    put(l::ZONE, offering.zone_id.clone());
+    put(l::CAPACITY_TYPE, offering.capacity_type.as_str().into());
+    put(l::NODEPOOL, nodepool.into());
+    if let Some(acc) = &it.accelerator {
+        match acc.kind {
+            AcceleratorKind::Gpu => {
+                put(l::GPU_NAME, gpu_short_name(&acc.model));
+                put(l::GPU_COUNT, acc.count.to_string());
+                put(
+                    l::GPU_MEMORY_GIB,
+                    (acc.memory_mib_per_device / 1024).to_string(),
+                );
+                if acc.manufacturer == "NVIDIA" {
+                    put(
+                        l::GFD_PRODUCT,
+                        gfd_product(&acc.model, acc.memory_mib_per_device),
+                    );
+                    put(l::GFD_COUNT, acc.count.to_string());
+                    put(l::GFD_MEMORY, acc.memory_mib_per_device.to_string());
+                }
+            }
+            AcceleratorKind::Neuron => {
+                put(l::NEURON_NAME, acc.model.to_ascii_lowercase());
+                put(l::NEURON_COUNT, acc.count.to_string());
+            }
+        }
+    }
+    m
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::catalog::{Accelerator, Architecture, CapacityType, PriceSource};
+
+    pub(crate) fn p4d() -> InstanceType {
+        InstanceType {
+            name: "p4d.24xlarge".into(),
+            family: "p4d".into(),
+            vcpu: 96,
+            memory_mib: 1_179_648,
+            architecture: Architecture::X86_64,
+            accelerator: Some(Accelerator {
+                kind: AcceleratorKind::Gpu,
+                manufacturer: "NVIDIA".into(),
+                model: "A100".into(),
+                count: 8,
+                memory_mib_per_device: 40960,
+                neuron_cores_per_device: None,
+            }),
+            efa_supported: true,
+            max_efa_interfaces: 4,
+            max_network_interfaces: 60,
+            gpu_interconnect: None,
+            network_baseline_mbps: None,
+            local_storage_gb: None,
+        }
+    }
+
+    #[test]
+    fn kube_reserved_cpu_follows_the_eks_formula() {
+        assert_eq!(kube_reserved_cpu_milli(1), 60);
+        assert_eq!(kube_reserved_cpu_milli(2), 70);
+        assert_eq!(kube_reserved_cpu_milli(4), 80);
+        // 96 cores: 60 + 10 + 10 + 92 x 2.5 = 310
+        assert_eq!(kube_reserved_cpu_milli(96), 310);
+    }
+
+    #[test]
+    fn allocatable_is_capacity_less_reservations_and_overhead() {
+        let it = p4d();
+        let a = allocatable(&it, &GpuSharing::None);
+        assert_eq!(a.get(CPU), 96_000 - 310);
+        let mem_mib = (1_179_648.0 * 0.925) as i64 - (11 * 250 + 255 + 100);
+        assert_eq!(a.get(MEMORY), mem_mib * MIB);
+        assert_eq!(a.get(PODS), 250);
+        assert_eq!(a.get(l::RESOURCE_GPU), 8);
+        assert_eq!(a.get(l::RESOURCE_EFA), 4);
+    }
+
+    #[test]
+    fn time_slicing_multiplies_the_advertised_gpus() {
+        let a = allocatable(&p4d(), &GpuSharing::TimeSlicing { replicas: 4 });
+        assert_eq!(a.get(l::RESOURCE_GPU), 32);
+    }
+
+    #[test]
+    fn node_labels_name_the_gpu_as_gfd_and_we_do() {
+        let it = p4d();
+        let o = Offering {
+            instance_type: it.name.clone(),
+            region: "us-east-1".into(),
+            zone_id: "use1-az4".into(),
+            capacity_type: CapacityType::Spot,
+            price_per_hour: 10.0,
+            price_source: PriceSource::SpotObserved,
+            interruption_bucket: None,
+        };
+        let labels = node_labels(&it, &o, "train");
+        assert_eq!(labels[l::GPU_NAME], "a100");
+        assert_eq!(labels[l::GPU_MEMORY_GIB], "40");
+        assert_eq!(labels[l::GFD_PRODUCT], "NVIDIA-A100-SXM4-40GB");
+        assert_eq!(labels[l::CAPACITY_TYPE], "spot");
+        assert_eq!(labels[l::NODEPOOL], "train");
+        assert_eq!(labels[l::ARCH], "amd64");
+    }
+}

@@ -1,0 +1,201 @@
+//! Candidates: the offerings each NodePool may launch (pool x instance type x
+//! zone x capacity type) with the shape, labels and taints their nodes would
+//! have, and the explanation of why a pod fits none of them.
+
+use crate::api::labels as l;
+use crate::catalog::{AcceleratorKind, CapacityType, Catalog, Offering};
+use crate::cluster::requirements::untolerated;
+use crate::cluster::shape::{self, GpuSharing};
+use crate::cluster::{Labels, Pool, Resources, Taint};
+
+use super::classes::Class;
+
+/// One offering as a given pool would launch it.
+#[derive(Debug, Clone)]
+pub struct Candidate {
+    /// Index of the pool in the planner's pool list.
+    pub pool: usize,
+    /// Pool weight (copied for sorting).
+    pub weight: i32,
+    /// The offering.
+    pub offering: Offering,
+    /// Node capacity (what NodePool limits count).
+    pub capacity: Resources,
+    /// What pods can use: allocatable minus the pool's daemonset overhead.
+    pub allocatable: Resources,
+    /// Labels of the node.
+    pub labels: Labels,
+    /// Taints of the node.
+    pub taints: Vec<Taint>,
+    /// Hourly interruption rate (0 for on-demand).
+    pub rate: f64,
+    /// The accelerator resource its devices are advertised as, if any.
+    pub accelerator_resource: Option<String>,
+    /// Units of that resource on one node.
+    pub accelerator_units: i64,
+}
+
+impl Candidate {
+    /// USD per hour.
+    pub fn price(&self) -> f64 {
+        self.offering.price_per_hour
+    }
+}
+
+/// Every candidate of every pool in `region`; `unavailable` removes offerings
+/// known to be out of capacity.
+pub fn candidates(
+    catalog: &Catalog,
+    region: &str,
+    pools: &[Pool],
+    unavailable: &dyn Fn(&Offering) -> bool,
+) -> Vec<Candidate> {
+    let mut out = Vec::new();
+    for (pi, pool) in pools.iter().enumerate() {
+        for o in catalog.offerings_in(region) {
+            if !pool.capacity_types.contains(&o.capacity_type) || unavailable(o) {
+                continue;
+            }
+            if o.capacity_type == CapacityType::Spot {
+                if let Some(max) = pool.max_interruption_bucket {
+                    if o.interruption_bucket.is_none_or(|b| b > max) {
+                        continue;
+                    }
+                }
+            }
+            let Some(it) = catalog.instance_type(&o.instance_type) else {
+                continue;
+            };
+            let mut labels = shape::node_labels(it, o, &pool.name);
+            for (k, v) in &pool.labels {
+                labels.insert(k.clone(), v.clone());
+            }
+            if !pool.requirements.iter().all(|r| r.matches(&labels)) {
+                continue;
+            }
+            let capacity = shape::capacity(it, &pool.sharing);
+            let allocatable = shape::allocatable(it, &pool.sharing).minus(&pool.daemonset_overhead);
+            let accelerator_resource = accelerator_resource(it, &pool.sharing, &capacity);
+            let accelerator_units = accelerator_resource
+                .as_deref()
+                .map(|r| capacity.get(r))
+                .unwrap_or(0);
+            out.push(Candidate {
+                pool: pi,
+                weight: pool.weight,
+                rate: o.interruption_rate_per_hour(),
+                offering: o.clone(),
+                capacity,
+                allocatable,
+                labels,
+                taints: pool.taints.clone(),
+                accelerator_resource,
+                accelerator_units,
+            });
+        }
+    }
+    out
+}
+
+fn accelerator_resource(
+    it: &crate::catalog::InstanceType,
+    sharing: &GpuSharing,
+    capacity: &Resources,
+) -> Option<String> {
+    let acc = it.accelerator.as_ref()?;
+    match acc.kind {
+        AcceleratorKind::Neuron => Some(l::RESOURCE_NEURON.to_string()),
+        AcceleratorKind::Gpu => {
+            if let GpuSharing::Mig { profile } = sharing {
+                let mig = format!("{}{profile}", l::RESOURCE_MIG_PREFIX);
+                if capacity.get(&mig) > 0 {
+                    return Some(mig);
+                }
+            }
+            (capacity.get(l::RESOURCE_GPU) > 0).then(|| l::RESOURCE_GPU.to_string())
+        }
+    }
+}
+
+/// How many pods of `class` one fresh node of `c` takes (0: incompatible).
+pub fn pods_per_node(class: &Class, c: &Candidate) -> u32 {
+    if untolerated(&c.taints, &class.tolerations).is_some() || !class.affinity.matches(&c.labels) {
+        return 0;
+    }
+    let n = class.requests.copies_in(&c.allocatable);
+    if class.hostname_anti_affinity {
+        n.min(1)
+    } else {
+        n
+    }
+}
+
+/// Why no candidate takes pods of `class`: the filter that removed the last
+/// candidates, in the order tolerations, requirements, size.
+pub fn explain_unschedulable(class: &Class, all: &[Candidate], pools: &[Pool]) -> String {
+    if all.is_empty() {
+        return "no NodePool offers any instance type in this region".into();
+    }
+    let tolerated: Vec<&Candidate> = all
+        .iter()
+        .filter(|c| untolerated(&c.taints, &class.tolerations).is_none())
+        .collect();
+    if tolerated.is_empty() {
+        let mut msgs: Vec<String> = all
+            .iter()
+            .filter_map(|c| {
+                untolerated(&c.taints, &class.tolerations)
+                    .map(|t| format!("{} ({})", t, pools[c.pool].name))
+            })
+            .collect();
+        msgs.sort();
+        msgs.dedup();
+        return format!("does not tolerate taint {}", msgs.join(", "));
+    }
+    let mut remaining = tolerated;
+    if !class.affinity.terms.is_empty() {
+        let mut best_term_failure: Option<String> = None;
+        let mut any_term_survives: Vec<&Candidate> = Vec::new();
+        for term in &class.affinity.terms {
+            let mut left = remaining.clone();
+            let mut failure = None;
+            for req in term {
+                let before = left.len();
+                left.retain(|c| req.matches(&c.labels));
+                if left.is_empty() {
+                    failure = Some(format!(
+                        "requirement {req} removed the last {before} candidate offerings"
+                    ));
+                    break;
+                }
+            }
+            match failure {
+                Some(f) => {
+                    best_term_failure.get_or_insert(f);
+                }
+                None => any_term_survives.extend(left),
+            }
+        }
+        if any_term_survives.is_empty() {
+            return best_term_failure.unwrap_or_else(|| "no node affinity term matches".into());
+        }
+        remaining = any_term_survives;
+    }
+    // Nothing is large enough: name the resource short on the largest node.
+    let mut shortfalls: Vec<String> = remaining
+        .iter()
+        .filter_map(|c| class.requests.first_shortfall(&c.allocatable))
+        .map(str::to_string)
+        .collect();
+    shortfalls.sort();
+    shortfalls.dedup();
+    if shortfalls.is_empty() {
+        return "no compatible offering has room".into();
+    }
+    format!(
+        "requests ({}) exceed the allocatable of all {} compatible offerings (short of {})",
+        class.requests,
+        remaining.len(),
+        shortfalls.join(", ")
+    )
+}

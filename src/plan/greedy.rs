@@ -1,0 +1,244 @@
+//! The Karpenter-style greedy baseline, as Karpenter's scheduler works: pods
+//! sorted by CPU then memory, largest first; each goes to the first existing
+//! node that takes it, else to the first new node under construction that can
+//! still hold it (a new node keeps every instance type that fits all its pods),
+//! else opens a new node of the highest-weight pool that can take it. At the
+//! end every new node becomes the cheapest offering (spot when cheaper) among
+//! its remaining options. Zone spread is honoured by opening nodes in the
+//! least-loaded zone; gangs are not understood (Karpenter has no gang support).
+
+use super::candidates::{self, Candidate};
+use super::classes::{lost_hours, Class};
+use super::pack::{self, Bin};
+use super::{
+    pod_risk_cost, ExistingPlacement, Input, Options, Plan, PlannedNode, Strategy, Unschedulable,
+};
+use crate::cluster::resources::{CPU, MEMORY};
+use crate::cluster::Pod;
+use std::collections::HashMap;
+
+/// A new node under construction: the pods on it and the candidates that can
+/// still hold them all.
+struct Building {
+    options: Vec<usize>,
+    pods: Vec<usize>,
+    total: crate::cluster::Resources,
+}
+
+/// Plans with the greedy baseline.
+pub fn plan(input: &Input) -> Plan {
+    let pods = input.pods;
+    let cands = candidates::candidates(input.catalog, input.region, input.pools, input.unavailable);
+    let mut order: Vec<usize> = (0..pods.len()).collect();
+    order.sort_by(|a, b| {
+        let key = |p: &Pod| (p.requests.get(CPU), p.requests.get(MEMORY));
+        key(&pods[*b]).cmp(&key(&pods[*a])).then(a.cmp(b))
+    });
+
+    let mut existing: Vec<Bin> = input.nodes.iter().map(|n| Bin::new(n.free())).collect();
+    let mut on_existing = Vec::new();
+    let mut building: Vec<Building> = Vec::new();
+    let mut unschedulable = Vec::new();
+    let mut zone_load: HashMap<(String, String), u32> = HashMap::new();
+
+    'pods: for i in order {
+        let p = &pods[i];
+        for (n, node) in input.nodes.iter().enumerate() {
+            if !node.unschedulable
+                && pack::compatible(p, &node.labels, &node.taints)
+                && existing[n].fits(p)
+            {
+                existing[n].put(i, p);
+                on_existing.push((i, n));
+                continue 'pods;
+            }
+        }
+        let compatible: Vec<usize> = (0..cands.len())
+            .filter(|&o| {
+                let c = &cands[o];
+                pack::compatible(p, &c.labels, &c.taints) && p.requests.fits_in(&c.allocatable)
+            })
+            .collect();
+        if compatible.is_empty() {
+            let class = single_class(p, i);
+            unschedulable.push(Unschedulable {
+                pod: p.name.clone(),
+                reason: candidates::explain_unschedulable(&class, &cands, input.pools),
+            });
+            continue;
+        }
+        for b in building.iter_mut() {
+            if !anti_ok(b, p, pods) {
+                continue;
+            }
+            let total = b.total.plus(&p.requests);
+            let still: Vec<usize> = b
+                .options
+                .iter()
+                .copied()
+                .filter(|o| compatible.contains(o) && total.fits_in(&cands[*o].allocatable))
+                .collect();
+            if !still.is_empty() {
+                b.options = still;
+                b.pods.push(i);
+                b.total = total;
+                continue 'pods;
+            }
+        }
+        // A new node: the highest-weight pool's compatible options, in the
+        // least-loaded zone when the pod spreads over zones.
+        let top = compatible
+            .iter()
+            .map(|&o| cands[o].weight)
+            .max()
+            .unwrap_or(0);
+        let mut options: Vec<usize> = compatible
+            .into_iter()
+            .filter(|&o| cands[o].weight == top)
+            .collect();
+        if let Some(spread) = &p.zone_spread {
+            let zone_of = |o: &usize| cands[*o].offering.zone_id.clone();
+            let best = options
+                .iter()
+                .map(zone_of)
+                .min_by_key(|z| {
+                    (
+                        zone_load
+                            .get(&(spread.selector.clone(), z.clone()))
+                            .copied()
+                            .unwrap_or(0),
+                        z.clone(),
+                    )
+                })
+                .expect("options is not empty");
+            options.retain(|o| zone_of(o) == best);
+            *zone_load
+                .entry((spread.selector.clone(), best))
+                .or_default() += 1;
+        }
+        building.push(Building {
+            options,
+            pods: vec![i],
+            total: p.requests.clone(),
+        });
+    }
+
+    let launched = building
+        .into_iter()
+        .map(|b| {
+            let cheapest = *b
+                .options
+                .iter()
+                .min_by(|a, c| {
+                    cands[**a]
+                        .price()
+                        .total_cmp(&cands[**c].price())
+                        .then(a.cmp(c))
+                })
+                .expect("a node under construction has options");
+            (cheapest, b.pods)
+        })
+        .collect();
+    finish(
+        Strategy::Greedy,
+        input,
+        &cands,
+        launched,
+        on_existing,
+        unschedulable,
+        &Options::default(),
+    )
+}
+
+fn anti_ok(b: &Building, p: &Pod, pods: &[Pod]) -> bool {
+    let key = pack::anti_affinity_key(p);
+    key.is_none()
+        || b.pods
+            .iter()
+            .all(|j| pack::anti_affinity_key(&pods[*j]) != key)
+}
+
+fn single_class(p: &Pod, i: usize) -> Class {
+    Class {
+        requests: p.requests.clone(),
+        affinity: p.affinity.clone(),
+        tolerations: p.tolerations.clone(),
+        zone_spread: p.zone_spread.clone(),
+        hostname_anti_affinity: p.hostname_anti_affinity,
+        group: p.group.clone(),
+        lost_hours_per_interruption: lost_hours(p),
+        pods: vec![i],
+    }
+}
+
+/// Turns launched nodes `(candidate, pods)` into a [`Plan`], pricing every
+/// strategy's nodes the same way: price, plus each pod's expected
+/// interruption cost, plus the idle-accelerator charge.
+pub fn finish(
+    strategy: Strategy,
+    input: &Input,
+    cands: &[Candidate],
+    launched: Vec<(usize, Vec<usize>)>,
+    on_existing: Vec<(usize, usize)>,
+    unschedulable: Vec<Unschedulable>,
+    opts: &Options,
+) -> Plan {
+    let pods = input.pods;
+    let mut nodes = Vec::new();
+    let mut cost = 0.0;
+    let mut risk_adjusted = 0.0;
+    for (o, members) in launched {
+        let c = &cands[o];
+        let aversion = input.pools[c.pool].risk_aversion;
+        let mut risk = 0.0;
+        let mut accel_used = 0;
+        for &j in &members {
+            let p = &pods[j];
+            let k = p.requests.copies_in(&c.allocatable).max(1);
+            risk += pod_risk_cost(lost_hours(p), c, k, aversion);
+            if let Some(r) = &c.accelerator_resource {
+                accel_used += p.requests.get(r);
+            }
+        }
+        let idle = if c.accelerator_units > 0 {
+            opts.idle_accelerator_charge
+                * c.price()
+                * (c.accelerator_units - accel_used).max(0) as f64
+                / c.accelerator_units as f64
+        } else {
+            0.0
+        };
+        cost += c.price();
+        risk_adjusted += c.price() + risk + idle;
+        nodes.push(PlannedNode {
+            nodepool: input.pools[c.pool].name.clone(),
+            instance_type: c.offering.instance_type.clone(),
+            zone: c.offering.zone_id.clone(),
+            capacity_type: c.offering.capacity_type,
+            price_per_hour: c.price(),
+            interruption_cost_per_hour: risk,
+            pods: members.iter().map(|&j| pods[j].name.clone()).collect(),
+        });
+    }
+    nodes.sort_by(|a, b| {
+        (&a.nodepool, &a.instance_type, &a.zone).cmp(&(&b.nodepool, &b.instance_type, &b.zone))
+    });
+    Plan {
+        strategy,
+        nodes,
+        existing: on_existing
+            .into_iter()
+            .map(|(p, n)| ExistingPlacement {
+                pod: pods[p].name.clone(),
+                node: input.nodes[n].name.clone(),
+            })
+            .collect(),
+        unschedulable,
+        cost_per_hour: cost,
+        risk_adjusted_cost_per_hour: risk_adjusted,
+        lower_bound_per_hour: None,
+        optimal: false,
+        solve_ms: 0.0,
+        explanations: Vec::new(),
+    }
+}

@@ -1,0 +1,604 @@
+//! The mixed-integer program (good_lp with the pure-Rust microlp solver).
+//!
+//! Variables: `n[o]`, integer nodes of candidate offering `o`; `y[c,o]`, pods
+//! of class `c` on `o` (integer for gang and zone-spread classes, real
+//! otherwise; real ones are rounded and packed afterwards); `u[c]`, pods of `c`
+//! left unplaced (penalised); `z[g,zone]`, binary zone choice of gang `g`.
+//! Minimise `sum n[o] price[o] (1 + idle)` + `sum y[c,o] (risk[c,o] - idle
+//! credit)` + penalties, subject to demand, per-resource capacity, pods per
+//! node, NodePool limits, gangs all-or-nothing in one zone, zone skew, and the
+//! largest share of one spot pool. See `docs/planner.md`.
+
+use super::candidates::{self, Candidate};
+use super::classes::{self, Class};
+use super::pack;
+use super::{pod_risk_cost, Input, Options, Plan, Strategy, Unschedulable};
+use good_lp::solvers::{WithMipGap, WithTimeLimit};
+use good_lp::{
+    constraint, microlp, variable, Expression, ProblemVariables, Solution, SolverModel, Variable,
+};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+
+/// Penalty per pod left unplaced, USD per hour: far above any price.
+const UNPLACED_PENALTY: f64 = 10_000.0;
+/// Candidates kept per class, per zone and capacity type (cheapest per pod).
+const KEEP_PER_ZONE_AND_TYPE: usize = 2;
+
+/// A class's options within one weight tier.
+struct ClassOptions {
+    class: usize,
+    pods: Vec<usize>,
+    options: Vec<(usize, u32)>,
+}
+
+/// What a pool may still add (its limit minus what exists or was planned).
+#[derive(Clone, Debug, Default)]
+struct Budget {
+    resources: BTreeMap<String, f64>,
+    nodes: Option<f64>,
+    cost: Option<f64>,
+}
+
+/// Plans with the MIP.
+pub fn plan(input: &Input, opts: &Options) -> Plan {
+    let pods = input.pods;
+    let all: Vec<usize> = (0..pods.len()).collect();
+    let (on_existing, left) = pack::place_on_existing(pods, &all, input.nodes);
+    let cands = candidates::candidates(input.catalog, input.region, input.pools, input.unavailable);
+    let classes = classes::classify(pods, &left);
+    let mut unschedulable = Vec::new();
+    let mut budgets = budgets(input);
+
+    // Gangs with fewer pending members than they need cannot start.
+    let mut pending_members: HashMap<&str, u32> = HashMap::new();
+    for c in &classes {
+        if let Some(g) = &c.group {
+            *pending_members.entry(g.name.as_str()).or_default() += c.pods.len() as u32;
+        }
+    }
+
+    // Compatible candidates per class, in weight tiers (highest first).
+    let mut tiers: Vec<Vec<Vec<(usize, u32)>>> = Vec::new();
+    for c in &classes {
+        if let Some(g) = &c.group {
+            let have = pending_members[g.name.as_str()];
+            if have < g.min_member {
+                for &p in &c.pods {
+                    unschedulable.push(Unschedulable {
+                        pod: pods[p].name.clone(),
+                        reason: format!(
+                            "gang {} has {have} of its {} members pending; waiting for the rest",
+                            g.name, g.min_member
+                        ),
+                    });
+                }
+                tiers.push(Vec::new());
+                continue;
+            }
+        }
+        let compatible: Vec<(usize, u32)> = cands
+            .iter()
+            .enumerate()
+            .map(|(i, cand)| (i, candidates::pods_per_node(c, cand)))
+            .filter(|(_, k)| *k > 0)
+            .collect();
+        if compatible.is_empty() {
+            let reason = candidates::explain_unschedulable(c, &cands, input.pools);
+            for &p in &c.pods {
+                unschedulable.push(Unschedulable {
+                    pod: pods[p].name.clone(),
+                    reason: reason.clone(),
+                });
+            }
+        }
+        let mut weights: Vec<i32> = compatible.iter().map(|(i, _)| cands[*i].weight).collect();
+        weights.sort_unstable_by(|a, b| b.cmp(a));
+        weights.dedup();
+        tiers.push(
+            weights
+                .iter()
+                .map(|w| {
+                    compatible
+                        .iter()
+                        .copied()
+                        .filter(|(i, _)| cands[*i].weight == *w)
+                        .collect()
+                })
+                .collect(),
+        );
+    }
+
+    // Solve tier by tier: pods a higher-weight pool cannot take (limits) fall
+    // to the next tier.
+    let mut remaining: Vec<Vec<usize>> = classes
+        .iter()
+        .zip(&tiers)
+        .map(|(c, t)| {
+            if t.is_empty() {
+                Vec::new()
+            } else {
+                c.pods.clone()
+            }
+        })
+        .collect();
+    let mut launched: Vec<(usize, Vec<usize>)> = Vec::new();
+    let mut lower_bound = 0.0;
+    let mut optimal = true;
+    let max_tiers = tiers.iter().map(Vec::len).max().unwrap_or(0);
+    for t in 0..max_tiers {
+        let work: Vec<ClassOptions> = classes
+            .iter()
+            .enumerate()
+            .filter(|(ci, _)| !remaining[*ci].is_empty() && tiers[*ci].len() > t)
+            .map(|(ci, c)| ClassOptions {
+                class: ci,
+                pods: remaining[ci].clone(),
+                options: prune(c, &tiers[ci][t], &cands, input),
+            })
+            .collect();
+        if work.is_empty() {
+            continue;
+        }
+        let result = solve(&work, &classes, &cands, input, &budgets, opts);
+        lower_bound += result.lower_bound;
+        optimal &= result.optimal;
+        for (o, assigned) in result.assigned {
+            let (nodes, _) = pack::pack_new(pods, &assigned, &cands[o].allocatable, 0);
+            for node in nodes {
+                charge(&mut budgets[cands[o].pool], &cands[o]);
+                launched.push((o, node));
+            }
+        }
+        for w in &work {
+            remaining[w.class] = result.unplaced.get(&w.class).cloned().unwrap_or_default();
+        }
+    }
+    for (ci, r) in remaining.iter().enumerate() {
+        for &p in r {
+            unschedulable.push(Unschedulable {
+                pod: pods[p].name.clone(),
+                reason: match &classes[ci].group {
+                    Some(g) => format!(
+                        "gang {} does not fit in one zone within the NodePool limits",
+                        g.name
+                    ),
+                    None => "NodePool limits reached for every compatible pool".into(),
+                },
+            });
+        }
+    }
+
+    let mut plan = super::greedy::finish(
+        Strategy::Mip,
+        input,
+        &cands,
+        launched,
+        on_existing,
+        unschedulable,
+        opts,
+    );
+    plan.lower_bound_per_hour = Some(lower_bound);
+    plan.optimal = optimal;
+    plan
+}
+
+/// Keeps, per zone and capacity type, the few cheapest candidates per pod.
+fn prune(
+    class: &Class,
+    options: &[(usize, u32)],
+    cands: &[Candidate],
+    input: &Input,
+) -> Vec<(usize, u32)> {
+    let per_pod = |&(i, k): &(usize, u32)| {
+        let c = &cands[i];
+        let aversion = input.pools[c.pool].risk_aversion;
+        c.price() / k as f64 + pod_risk_cost(class.lost_hours_per_interruption, c, k, aversion)
+    };
+    let mut sorted = options.to_vec();
+    sorted.sort_by(|a, b| per_pod(a).total_cmp(&per_pod(b)).then(a.0.cmp(&b.0)));
+    let mut kept: HashMap<(usize, &str, crate::catalog::CapacityType), usize> = HashMap::new();
+    sorted
+        .into_iter()
+        .filter(|(i, _)| {
+            let c = &cands[*i];
+            let n = kept
+                .entry((
+                    c.pool,
+                    c.offering.zone_id.as_str(),
+                    c.offering.capacity_type,
+                ))
+                .or_default();
+            *n += 1;
+            *n <= KEEP_PER_ZONE_AND_TYPE
+        })
+        .collect()
+}
+
+fn budgets(input: &Input) -> Vec<Budget> {
+    input
+        .pools
+        .iter()
+        .map(|p| {
+            let mine: Vec<_> = input
+                .nodes
+                .iter()
+                .filter(|n| n.nodepool.as_deref() == Some(p.name.as_str()))
+                .collect();
+            let mut b = Budget {
+                resources: p
+                    .limits
+                    .resources
+                    .iter()
+                    .map(|(k, v)| {
+                        let used: i64 = mine.iter().map(|n| n.allocatable.get(k)).sum();
+                        (k.to_string(), (v - used) as f64)
+                    })
+                    .collect(),
+                nodes: p.limits.nodes.map(|n| (n - mine.len() as i64) as f64),
+                cost: p
+                    .limits
+                    .cost_per_hour
+                    .map(|c| c - mine.iter().map(|n| n.price_per_hour).sum::<f64>()),
+            };
+            for v in b.resources.values_mut() {
+                *v = v.max(0.0);
+            }
+            b.nodes = b.nodes.map(|n| n.max(0.0));
+            b.cost = b.cost.map(|c| c.max(0.0));
+            b
+        })
+        .collect()
+}
+
+fn charge(b: &mut Budget, c: &Candidate) {
+    for (k, v) in b.resources.iter_mut() {
+        *v = (*v - c.capacity.get(k) as f64).max(0.0);
+    }
+    if let Some(n) = b.nodes.as_mut() {
+        *n = (*n - 1.0).max(0.0);
+    }
+    if let Some(x) = b.cost.as_mut() {
+        *x = (*x - c.price()).max(0.0);
+    }
+}
+
+struct Solved {
+    assigned: Vec<(usize, Vec<usize>)>,
+    unplaced: HashMap<usize, Vec<usize>>,
+    lower_bound: f64,
+    optimal: bool,
+}
+
+/// The model's variables, kept so that a solution can be read back.
+struct Model {
+    vars: ProblemVariables,
+    objective: Expression,
+    constraints: Vec<good_lp::Constraint>,
+    n: BTreeMap<usize, Variable>,
+    y: Vec<Vec<(usize, Variable)>>,
+    penalty: Expression,
+}
+
+fn build(
+    work: &[ClassOptions],
+    classes: &[Class],
+    cands: &[Candidate],
+    input: &Input,
+    budgets: &[Budget],
+    opts: &Options,
+    relaxed: bool,
+) -> Model {
+    let mut vars = ProblemVariables::new();
+    let mut cons = Vec::new();
+    let mut objective = Expression::from(0.0);
+    let mut penalty = Expression::from(0.0);
+
+    // Node counts: one variable per candidate in use, bounded by the pods
+    // that could need it.
+    let mut upper: BTreeMap<usize, f64> = BTreeMap::new();
+    for w in work {
+        for &(o, k) in &w.options {
+            *upper.entry(o).or_default() += (w.pods.len() as f64 / k as f64).ceil();
+        }
+    }
+    let mut n: BTreeMap<usize, Variable> = BTreeMap::new();
+    for (&o, &ub) in &upper {
+        let def = variable().min(0.0).max(ub);
+        let v = vars.add(if relaxed { def } else { def.integer() });
+        let c = &cands[o];
+        objective += v * (c.price() * (1.0 + opts.idle_accelerator_charge));
+        n.insert(o, v);
+    }
+
+    // Placement variables and per-candidate loads.
+    let mut load: HashMap<(usize, String), Expression> = HashMap::new();
+    let mut y: Vec<Vec<(usize, Variable)>> = Vec::new();
+    let mut gang_zone: BTreeMap<String, BTreeMap<String, Variable>> = BTreeMap::new();
+    for w in work {
+        let class = &classes[w.class];
+        let d = w.pods.len() as f64;
+        let integral = !relaxed && (class.group.is_some() || class.zone_spread.is_some());
+        let mut ys = Vec::new();
+        for &(o, k) in &w.options {
+            let def = variable().min(0.0).max(d);
+            let v = vars.add(if integral { def.integer() } else { def });
+            let c = &cands[o];
+            let risk = pod_risk_cost(
+                class.lost_hours_per_interruption,
+                c,
+                k,
+                input.pools[c.pool].risk_aversion,
+            );
+            let idle_credit = match &c.accelerator_resource {
+                Some(r) if c.accelerator_units > 0 => {
+                    opts.idle_accelerator_charge * c.price() * class.requests.get(r) as f64
+                        / c.accelerator_units as f64
+                }
+                _ => 0.0,
+            };
+            objective += v * (risk - idle_credit);
+            // At most k pods of the class per node.
+            cons.push(constraint!(v <= n[&o] * k as f64));
+            for (r, amount) in class.requests.iter() {
+                *load.entry((o, r.to_string())).or_default() += v * amount as f64;
+            }
+            ys.push((o, v));
+        }
+        let placed: Expression = ys.iter().map(|(_, v)| *v).sum();
+        match &class.group {
+            None => {
+                let u = vars.add(variable().min(0.0).max(d));
+                objective += u * UNPLACED_PENALTY;
+                penalty += u * UNPLACED_PENALTY;
+                cons.push(constraint!(placed + u == d));
+            }
+            Some(g) => {
+                // All members in one zone, or none at all.
+                let zones: BTreeSet<&str> = ys
+                    .iter()
+                    .map(|(o, _)| cands[*o].offering.zone_id.as_str())
+                    .collect();
+                let entry = gang_zone.entry(g.name.clone()).or_default();
+                for zone in zones {
+                    let z = *entry.entry(zone.to_string()).or_insert_with(|| {
+                        let def = variable().min(0.0).max(1.0);
+                        vars.add(if relaxed { def } else { def.integer() })
+                    });
+                    let in_zone: Expression = ys
+                        .iter()
+                        .filter(|(o, _)| cands[*o].offering.zone_id == zone)
+                        .map(|(_, v)| *v)
+                        .sum();
+                    cons.push(constraint!(in_zone == z * d));
+                }
+            }
+        }
+        if let Some(spread) = &class.zone_spread {
+            let zones: BTreeSet<&str> = ys
+                .iter()
+                .map(|(o, _)| cands[*o].offering.zone_id.as_str())
+                .collect();
+            if zones.len() > 1 {
+                let m = vars.add(variable().min(0.0).max(d));
+                for zone in zones {
+                    let in_zone: Expression = ys
+                        .iter()
+                        .filter(|(o, _)| cands[*o].offering.zone_id == zone)
+                        .map(|(_, v)| *v)
+                        .sum();
+                    cons.push(constraint!(m <= in_zone.clone()));
+                    cons.push(constraint!(in_zone <= m + spread.max_skew as f64));
+                }
+            }
+        }
+        y.push(ys);
+    }
+    // A gang picks at most one zone; not picking one costs every member's
+    // penalty.
+    for (name, zones) in &gang_zone {
+        let d: f64 = work
+            .iter()
+            .filter(|w| {
+                classes[w.class]
+                    .group
+                    .as_ref()
+                    .is_some_and(|g| &g.name == name)
+            })
+            .map(|w| w.pods.len() as f64)
+            .sum();
+        let chosen: Expression = zones.values().copied().sum();
+        cons.push(constraint!(chosen.clone() <= 1.0));
+        objective += (1.0 - chosen.clone()) * (UNPLACED_PENALTY * d);
+        penalty += (1.0 - chosen) * (UNPLACED_PENALTY * d);
+    }
+    // Capacity per resource.
+    for ((o, r), l) in load {
+        let alloc = cands[o].allocatable.get(&r) as f64;
+        cons.push(constraint!(l <= n[&o] * alloc));
+    }
+    // NodePool limits and spot pool share.
+    for (pi, budget) in budgets.iter().enumerate() {
+        let mine: Vec<(usize, Variable)> = n
+            .iter()
+            .filter(|(o, _)| cands[**o].pool == pi)
+            .map(|(o, v)| (*o, *v))
+            .collect();
+        if mine.is_empty() {
+            continue;
+        }
+        for (r, left) in &budget.resources {
+            let used: Expression = mine
+                .iter()
+                .map(|(o, v)| *v * cands[*o].capacity.get(r) as f64)
+                .sum();
+            cons.push(constraint!(used <= *left));
+        }
+        if let Some(left) = budget.nodes {
+            let used: Expression = mine.iter().map(|(_, v)| *v).sum();
+            cons.push(constraint!(used <= left));
+        }
+        if let Some(left) = budget.cost {
+            let used: Expression = mine.iter().map(|(o, v)| *v * cands[*o].price()).sum();
+            cons.push(constraint!(used <= left));
+        }
+        if let Some(share) = input.pools[pi].max_spot_pool_share {
+            let spot: Vec<&(usize, Variable)> = mine
+                .iter()
+                .filter(|(o, _)| {
+                    cands[*o].offering.capacity_type == crate::catalog::CapacityType::Spot
+                })
+                .collect();
+            let total: Expression = spot.iter().map(|(_, v)| *v).sum();
+            // One node of slack so that a single small launch stays possible.
+            for (_, v) in &spot {
+                cons.push(constraint!(*v <= total.clone() * share + 1.0));
+            }
+        }
+    }
+    Model {
+        vars,
+        objective,
+        constraints: cons,
+        n,
+        y,
+        penalty,
+    }
+}
+
+fn solve(
+    work: &[ClassOptions],
+    classes: &[Class],
+    cands: &[Candidate],
+    input: &Input,
+    budgets: &[Budget],
+    opts: &Options,
+) -> Solved {
+    // The LP relaxation: the lower bound, and the fallback if the MIP finds
+    // nothing in time.
+    let lp = build(work, classes, cands, input, budgets, opts, true);
+    let (lp_y, lp_bound) = {
+        let Model {
+            vars,
+            objective,
+            constraints,
+            n,
+            y,
+            penalty,
+        } = lp;
+        let mut problem = vars.minimise(objective.clone()).using(microlp);
+        for c in constraints {
+            problem.add_constraint(c);
+        }
+        let _ = n;
+        match problem.solve() {
+            Ok(s) => (read_y(&s, &y), s.eval(&objective) - s.eval(&penalty)),
+            Err(_) => (Vec::new(), 0.0),
+        }
+    };
+
+    let mip = build(work, classes, cands, input, budgets, opts, false);
+    let Model {
+        vars,
+        objective,
+        constraints,
+        n,
+        y,
+        ..
+    } = mip;
+    let mut problem = vars
+        .minimise(objective)
+        .using(microlp)
+        .with_time_limit(opts.time_limit.as_secs_f64())
+        .with_mip_gap(opts.mip_gap.clamp(0.0, 1.0) as f32)
+        .expect("a gap in [0, 1] is accepted");
+    for c in constraints {
+        problem.add_constraint(c);
+    }
+    // Node counts follow from packing the placements, so only `y` is read.
+    let _ = n;
+    let (ys, optimal) = match problem.solve() {
+        Ok(s) => {
+            let optimal = matches!(
+                s.status(),
+                good_lp::SolutionStatus::Optimal | good_lp::SolutionStatus::GapLimit
+            );
+            (read_y(&s, &y), optimal)
+        }
+        // No integer solution in time: round the LP's placements.
+        Err(_) => (lp_y, false),
+    };
+
+    // Round placements per class (largest remainder) and hand pods out.
+    let mut assigned: BTreeMap<usize, Vec<usize>> = BTreeMap::new();
+    let mut unplaced: HashMap<usize, Vec<usize>> = HashMap::new();
+    for (wi, w) in work.iter().enumerate() {
+        let values: Vec<(usize, f64)> = ys.get(wi).cloned().unwrap_or_default();
+        let counts = round_counts(&values, w.pods.len());
+        let mut next = 0;
+        for (o, cnt) in counts {
+            let take = &w.pods[next..next + cnt];
+            assigned.entry(o).or_default().extend_from_slice(take);
+            next += cnt;
+        }
+        if next < w.pods.len() {
+            unplaced.insert(w.class, w.pods[next..].to_vec());
+        }
+    }
+    Solved {
+        assigned: assigned.into_iter().collect(),
+        unplaced,
+        lower_bound: lp_bound,
+        optimal,
+    }
+}
+
+fn read_y(s: &impl Solution, y: &[Vec<(usize, Variable)>]) -> Vec<Vec<(usize, f64)>> {
+    y.iter()
+        .map(|ys| ys.iter().map(|(o, v)| (*o, s.value(*v).max(0.0))).collect())
+        .collect()
+}
+
+/// Integer counts per candidate from real ones, keeping the rounded total and
+/// never exceeding `max`.
+fn round_counts(values: &[(usize, f64)], max: usize) -> Vec<(usize, usize)> {
+    let total: f64 = values.iter().map(|(_, v)| v).sum();
+    let target = (total.round() as usize).min(max);
+    let mut counts: Vec<(usize, usize, f64)> = values
+        .iter()
+        .map(|(o, v)| (*o, v.floor() as usize, v - v.floor()))
+        .collect();
+    let mut sum: usize = counts.iter().map(|c| c.1).sum();
+    let mut order: Vec<usize> = (0..counts.len()).collect();
+    order.sort_by(|a, b| counts[*b].2.total_cmp(&counts[*a].2));
+    for i in order {
+        if sum >= target {
+            break;
+        }
+        counts[i].1 += 1;
+        sum += 1;
+    }
+    while sum > target {
+        if let Some(c) = counts.iter_mut().rev().find(|c| c.1 > 0) {
+            c.1 -= 1;
+            sum -= 1;
+        }
+    }
+    counts
+        .into_iter()
+        .filter(|c| c.1 > 0)
+        .map(|(o, n, _)| (o, n))
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::round_counts;
+
+    #[test]
+    fn rounding_keeps_the_total_and_favours_larger_fractions() {
+        let r = round_counts(&[(0, 1.6), (1, 1.4), (2, 0.0)], 10);
+        assert_eq!(r, vec![(0, 2), (1, 1)]);
+        let capped = round_counts(&[(0, 2.5), (1, 2.5)], 4);
+        assert_eq!(capped.iter().map(|c| c.1).sum::<usize>(), 4);
+    }
+}

@@ -1,0 +1,112 @@
+//! `quartermaster plan` and `bench plan` end to end, through the binary.
+
+use std::process::Command;
+
+fn qm(args: &[&str]) -> std::process::Output {
+    Command::new(env!("CARGO_BIN_EXE_quartermaster"))
+        .current_dir(env!("CARGO_MANIFEST_DIR"))
+        .args(args)
+        .output()
+        .expect("the binary runs")
+}
+
+fn json(out: &std::process::Output) -> serde_json::Value {
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_json::from_slice(&out.stdout).expect("JSON output")
+}
+
+const PODS: &str = "deploy/examples/plan/pods.yaml";
+const POOLS: &str = "deploy/examples/plan/nodepools.yaml";
+
+#[test]
+fn plan_json_places_every_example_pod_with_the_documented_keys() {
+    for strategy in ["mip", "greedy"] {
+        let v = json(&qm(&[
+            "plan",
+            "--pods",
+            PODS,
+            "--nodepools",
+            POOLS,
+            "--strategy",
+            strategy,
+            "--output",
+            "json",
+        ]));
+        assert_eq!(v["strategy"], strategy);
+        let nodes = v["nodes"].as_array().unwrap();
+        let pods: usize = nodes
+            .iter()
+            .map(|n| n["pods"].as_array().unwrap().len())
+            .sum();
+        assert_eq!(pods, 14, "4 gang + 1 pretrain + 6 serve + 3 api");
+        for key in [
+            "nodepool",
+            "instance_type",
+            "zone",
+            "capacity_type",
+            "price_per_hour",
+        ] {
+            assert!(nodes.iter().all(|n| !n[key].is_null()), "missing {key}");
+        }
+        let total: f64 = nodes
+            .iter()
+            .map(|n| n["price_per_hour"].as_f64().unwrap())
+            .sum();
+        assert!((v["cost_per_hour"].as_f64().unwrap() - total).abs() < 1e-6);
+        assert!(v["unschedulable"].as_array().unwrap().is_empty());
+        assert!(v["solve_ms"].as_f64().is_some());
+        let pretrain = nodes
+            .iter()
+            .find(|n| n["pods"][0] == "ml/pretrain")
+            .unwrap();
+        assert!(pretrain["instance_type"]
+            .as_str()
+            .unwrap()
+            .starts_with("p5."));
+    }
+    let v = json(&qm(&[
+        "plan",
+        "--pods",
+        PODS,
+        "--nodepools",
+        POOLS,
+        "--output",
+        "json",
+    ]));
+    let lb = v["lower_bound_per_hour"].as_f64().unwrap();
+    assert!(lb > 0.0 && lb <= v["risk_adjusted_cost_per_hour"].as_f64().unwrap());
+}
+
+#[test]
+fn plan_refuses_an_invalid_nodepool_naming_the_field() {
+    let dir = std::env::temp_dir().join(format!("qm-plan-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let bad = dir.join("pools.yaml");
+    std::fs::write(
+        &bad,
+        "apiVersion: quartermaster.dev/v1alpha1\nkind: NodePool\nmetadata: {name: bad}\nspec:\n  prewarm:\n  - {name: w, schedule: \"not a cron\", duration: 1h, capacity: {nvidia.com/gpu: \"1\"}}\n",
+    )
+    .unwrap();
+    let out = qm(&["plan", "--pods", PODS, "--nodepools", bad.to_str().unwrap()]);
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("spec.prewarm[0].schedule"), "{err}");
+}
+
+#[test]
+fn bench_plan_compares_both_planners_on_the_same_workload() {
+    let v = json(&qm(&[
+        "bench", "plan", "--pods", "300", "--seed", "3", "--output", "json",
+    ]));
+    assert_eq!(v["pods"], 300);
+    assert!(v["offerings"].as_u64().unwrap() > 0);
+    for s in ["mip", "greedy"] {
+        assert!(v[s]["cost_per_hour"].as_f64().unwrap() > 0.0);
+        assert!(v[s]["nodes"].as_u64().unwrap() > 0);
+    }
+    assert!(v["lower_bound_per_hour"].as_f64().unwrap() > 0.0);
+}

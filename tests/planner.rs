@@ -1,0 +1,394 @@
+//! Planner behaviour on the embedded catalog: one small, hand-checkable case
+//! per constraint kind, for both the MIP and the greedy baseline.
+
+use quartermaster::api::labels as l;
+use quartermaster::catalog::{CapacityType, Catalog, InterruptionBucket};
+use quartermaster::cluster::resources::{CPU, MEMORY};
+use quartermaster::cluster::{
+    Effect, GroupRef, NodeState, Operator, Pod, Pool, Requirement, Resources, Taint, Toleration,
+    ZoneSpread,
+};
+use quartermaster::plan::{self, Input, Options, Plan, Strategy};
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::OnceLock;
+
+const REGION: &str = "us-east-1";
+
+fn catalog() -> &'static Catalog {
+    static C: OnceLock<Catalog> = OnceLock::new();
+    C.get_or_init(|| Catalog::embedded().expect("embedded catalog loads"))
+}
+
+fn gpu_pod(name: &str, gpus: i64) -> Pod {
+    let mut p = Pod::new(
+        name,
+        Resources::new()
+            .with(CPU, 4000)
+            .with(MEMORY, 16 << 30)
+            .with(l::RESOURCE_GPU, gpus),
+    );
+    p.tolerations.push(Toleration::exists(l::TAINT_GPU));
+    p
+}
+
+fn gpu_pool(name: &str) -> Pool {
+    let mut p = Pool::new(name);
+    p.taints
+        .push(Taint::new(l::TAINT_GPU, "", Effect::NoSchedule));
+    p.requirements.push(Requirement {
+        key: l::GPU_COUNT.into(),
+        operator: Operator::Exists,
+        values: vec![],
+    });
+    p
+}
+
+fn run(pods: &[Pod], pools: &[Pool], nodes: &[NodeState], strategy: Strategy) -> Plan {
+    let input = Input {
+        catalog: catalog(),
+        region: REGION,
+        pools,
+        nodes,
+        pods,
+        unavailable: &|_| false,
+    };
+    let start = std::time::Instant::now();
+    plan::plan(&input, strategy, &Options::default(), &|| {
+        start.elapsed().as_secs_f64()
+    })
+}
+
+fn both(pods: &[Pod], pools: &[Pool], nodes: &[NodeState]) -> [Plan; 2] {
+    [
+        run(pods, pools, nodes, Strategy::Mip),
+        run(pods, pools, nodes, Strategy::Greedy),
+    ]
+}
+
+fn gpus_of(instance_type: &str) -> u32 {
+    catalog()
+        .instance_type(instance_type)
+        .and_then(|t| t.accelerator.as_ref())
+        .map_or(0, |a| a.count)
+}
+
+fn placed(plan: &Plan) -> usize {
+    plan.nodes.iter().map(|n| n.pods.len()).sum::<usize>() + plan.existing.len()
+}
+
+#[test]
+fn a_four_gpu_pod_never_lands_on_a_one_gpu_type() {
+    let pods: Vec<Pod> = (0..3).map(|i| gpu_pod(&format!("p{i}"), 4)).collect();
+    for plan in both(&pods, &[gpu_pool("gpu")], &[]) {
+        assert_eq!(placed(&plan), 3, "{:?}", plan.unschedulable);
+        for n in &plan.nodes {
+            assert!(
+                gpus_of(&n.instance_type) >= 4,
+                "{} has too few GPUs",
+                n.instance_type
+            );
+        }
+    }
+}
+
+fn gang(n: usize, size: u32) -> Vec<Pod> {
+    (0..n)
+        .map(|i| {
+            let mut p = gpu_pod(&format!("ml/w{i}"), 1);
+            p.group = Some(GroupRef {
+                name: "ml/job".into(),
+                min_member: size,
+            });
+            p
+        })
+        .collect()
+}
+
+#[test]
+fn a_gang_of_sixteen_gets_capacity_in_one_zone() {
+    let plan = run(&gang(16, 16), &[gpu_pool("gpu")], &[], Strategy::Mip);
+    assert_eq!(placed(&plan), 16, "{:?}", plan.unschedulable);
+    let zones: BTreeSet<&str> = plan.nodes.iter().map(|n| n.zone.as_str()).collect();
+    assert_eq!(zones.len(), 1, "gang spread over {zones:?}");
+}
+
+#[test]
+fn a_gang_that_cannot_fit_whole_gets_nothing() {
+    let mut pool = gpu_pool("gpu");
+    pool.limits.resources.set(l::RESOURCE_GPU, 8);
+    let plan = run(&gang(16, 16), &[pool], &[], Strategy::Mip);
+    assert!(plan.nodes.is_empty(), "launched {:?}", plan.nodes);
+    assert_eq!(plan.unschedulable.len(), 16);
+}
+
+#[test]
+fn a_gang_with_members_missing_waits() {
+    let plan = run(&gang(3, 4), &[gpu_pool("gpu")], &[], Strategy::Mip);
+    assert!(plan.nodes.is_empty());
+    assert!(
+        plan.unschedulable[0].reason.contains("3 of its 4"),
+        "{:?}",
+        plan.unschedulable
+    );
+}
+
+fn full_gpu_node(pool: &str) -> NodeState {
+    NodeState {
+        name: "existing".into(),
+        nodepool: Some(pool.into()),
+        instance_type: Some("g5.48xlarge".into()),
+        zone: "use1-az1".into(),
+        capacity_type: Some(CapacityType::OnDemand),
+        labels: BTreeMap::new(),
+        taints: vec![],
+        allocatable: Resources::new()
+            .with(l::RESOURCE_GPU, 8)
+            .with(CPU, 190_000)
+            .with(MEMORY, 700 << 30)
+            .with(quartermaster::cluster::resources::PODS, 110),
+        used: Resources::new().with(l::RESOURCE_GPU, 8),
+        price_per_hour: 16.0,
+        in_flight: false,
+        unschedulable: false,
+    }
+}
+
+#[test]
+fn a_pool_at_its_gpu_limit_launches_nothing_more() {
+    let mut pool = gpu_pool("gpu");
+    pool.limits.resources.set(l::RESOURCE_GPU, 8);
+    let nodes = [full_gpu_node("gpu")];
+    for plan in [run(&[gpu_pod("p", 1)], &[pool], &nodes, Strategy::Mip)] {
+        assert!(plan.nodes.is_empty(), "launched {:?}", plan.nodes);
+        assert!(plan.unschedulable[0].reason.contains("limits"));
+    }
+}
+
+#[test]
+fn free_room_on_existing_nodes_is_used_before_launching() {
+    let mut node = full_gpu_node("gpu");
+    node.used = Resources::new().with(l::RESOURCE_GPU, 6);
+    for plan in both(
+        &[gpu_pod("a", 1), gpu_pod("b", 1)],
+        &[gpu_pool("gpu")],
+        &[node.clone()],
+    ) {
+        assert!(plan.nodes.is_empty());
+        assert_eq!(plan.existing.len(), 2);
+    }
+}
+
+#[test]
+fn a_pod_without_the_gpu_toleration_never_lands_on_a_tainted_gpu_pool() {
+    let mut pod = gpu_pod("p", 1);
+    pod.tolerations.clear();
+    for plan in both(&[pod.clone()], &[gpu_pool("gpu")], &[]) {
+        assert!(plan.nodes.is_empty());
+        assert!(
+            plan.unschedulable[0].reason.contains("nvidia.com/gpu"),
+            "{:?}",
+            plan.unschedulable
+        );
+    }
+    // With an untainted CPU pool beside it, a CPU pod goes there.
+    let mut cpu_pool = Pool::new("cpu");
+    cpu_pool.requirements.push(Requirement {
+        key: l::GPU_COUNT.into(),
+        operator: Operator::DoesNotExist,
+        values: vec![],
+    });
+    let cpu_pod = Pod::new("c", Resources::new().with(CPU, 2000));
+    for plan in both(
+        &[cpu_pod.clone()],
+        &[gpu_pool("gpu"), cpu_pool.clone()],
+        &[],
+    ) {
+        assert_eq!(plan.nodes.len(), 1);
+        assert_eq!(plan.nodes[0].nodepool, "cpu");
+    }
+}
+
+#[test]
+fn a_pod_asking_for_h100_gets_p5() {
+    let mut pod = gpu_pod("p", 8);
+    pod.affinity.terms = vec![vec![Requirement::is_in(l::GPU_NAME, &["h100"])]];
+    for plan in both(&[pod.clone()], &[gpu_pool("gpu")], &[]) {
+        assert_eq!(plan.nodes.len(), 1, "{:?}", plan.unschedulable);
+        assert!(
+            plan.nodes[0].instance_type.starts_with("p5."),
+            "{}",
+            plan.nodes[0].instance_type
+        );
+    }
+}
+
+#[test]
+fn an_unknown_gpu_is_unschedulable_naming_the_requirement() {
+    let mut pod = gpu_pod("p", 1);
+    pod.affinity.terms = vec![vec![Requirement::is_in(l::GPU_NAME, &["b300"])]];
+    for plan in both(&[pod.clone()], &[gpu_pool("gpu")], &[]) {
+        assert!(plan.nodes.is_empty());
+        let reason = &plan.unschedulable[0].reason;
+        assert!(
+            reason.contains(l::GPU_NAME) && reason.contains("b300"),
+            "{reason}"
+        );
+    }
+}
+
+#[test]
+fn a_mig_pod_gets_a_node_whose_profile_provides_its_resource() {
+    let mut pool = gpu_pool("mig");
+    pool.sharing = quartermaster::cluster::GpuSharing::Mig {
+        profile: "1g.10gb".into(),
+    };
+    let resource = "nvidia.com/mig-1g.10gb";
+    let pods: Vec<Pod> = (0..10)
+        .map(|i| {
+            let mut p = Pod::new(
+                &format!("m{i}"),
+                Resources::new().with(CPU, 1000).with(resource, 1),
+            );
+            p.tolerations.push(Toleration::exists(l::TAINT_GPU));
+            p
+        })
+        .collect();
+    for plan in both(&pods, &[pool.clone()], &[]) {
+        assert_eq!(placed(&plan), 10, "{:?}", plan.unschedulable);
+        for n in &plan.nodes {
+            let gpu = catalog()
+                .instance_type(&n.instance_type)
+                .unwrap()
+                .accelerator
+                .clone()
+                .unwrap();
+            assert!(
+                quartermaster::catalog::mig::instances_per_gpu(
+                    &gpu.model,
+                    gpu.memory_mib_per_device,
+                    "1g.10gb"
+                )
+                .is_some(),
+                "{} cannot provide {resource}",
+                n.instance_type
+            );
+        }
+    }
+    // Without MIG on the pool, nothing provides the resource.
+    let plan = run(&pods, &[gpu_pool("plain")], &[], Strategy::Mip);
+    assert_eq!(plan.unschedulable.len(), 10);
+}
+
+#[test]
+fn a_pool_with_max_bucket_one_never_gets_a_riskier_spot_offering() {
+    let mut pool = gpu_pool("safe");
+    pool.capacity_types = vec![CapacityType::Spot];
+    pool.max_interruption_bucket = Some(InterruptionBucket(1));
+    let pods: Vec<Pod> = (0..12)
+        .map(|i| gpu_pod(&format!("p{i}"), 1 + i % 4))
+        .collect();
+    for plan in both(&pods, &[pool.clone()], &[]) {
+        assert!(!plan.nodes.is_empty());
+        for n in &plan.nodes {
+            let o = catalog()
+                .offerings_in(REGION)
+                .find(|o| {
+                    o.instance_type == n.instance_type
+                        && o.zone_id == n.zone
+                        && o.capacity_type == CapacityType::Spot
+                })
+                .unwrap();
+            assert!(
+                o.interruption_bucket.is_some_and(|b| b.0 <= 1),
+                "{} in {}: {:?}",
+                n.instance_type,
+                n.zone,
+                o.interruption_bucket
+            );
+        }
+    }
+}
+
+#[test]
+fn zone_spread_keeps_the_skew_within_max_skew() {
+    let pods: Vec<Pod> = (0..7)
+        .map(|i| {
+            let mut p = gpu_pod(&format!("s{i}"), 1);
+            p.zone_spread = Some(ZoneSpread {
+                max_skew: 1,
+                selector: "app=serve".into(),
+            });
+            p
+        })
+        .collect();
+    let plan = run(&pods, &[gpu_pool("gpu")], &[], Strategy::Mip);
+    assert_eq!(placed(&plan), 7);
+    let mut per_zone: BTreeMap<&str, usize> = BTreeMap::new();
+    for n in &plan.nodes {
+        *per_zone.entry(n.zone.as_str()).or_default() += n.pods.len();
+    }
+    let max = *per_zone.values().max().unwrap();
+    let min = *per_zone.values().min().unwrap();
+    assert!(
+        per_zone.len() >= 2 && max - min <= 1,
+        "skew too large: {per_zone:?}"
+    );
+}
+
+#[test]
+fn a_heavier_pool_is_preferred_even_when_dearer() {
+    let mut od = gpu_pool("on-demand");
+    od.capacity_types = vec![CapacityType::OnDemand];
+    od.weight = 50;
+    let spot = gpu_pool("spot");
+    for plan in both(&[gpu_pod("p", 1)], &[spot.clone(), od.clone()], &[]) {
+        assert_eq!(plan.nodes[0].nodepool, "on-demand");
+    }
+}
+
+#[test]
+fn the_cost_limit_bounds_new_nodes() {
+    let mut pool = gpu_pool("gpu");
+    pool.limits.cost_per_hour = Some(5.0);
+    let pods: Vec<Pod> = (0..40).map(|i| gpu_pod(&format!("p{i}"), 1)).collect();
+    let plan = run(&pods, &[pool], &[], Strategy::Mip);
+    assert!(plan.cost_per_hour <= 5.0 + 1e-9, "{}", plan.cost_per_hour);
+    assert!(!plan.unschedulable.is_empty());
+}
+
+#[test]
+fn the_mip_is_never_dearer_than_greedy_and_reports_a_bound() {
+    let mut pods = Vec::new();
+    for i in 0..30 {
+        pods.push(gpu_pod(&format!("g{i}"), [1, 2, 4, 8][i % 4]));
+    }
+    for i in 0..20 {
+        pods.push(Pod::new(
+            &format!("c{i}"),
+            Resources::new().with(CPU, 3000).with(MEMORY, 8 << 30),
+        ));
+    }
+    let pools = [gpu_pool("gpu"), {
+        let mut p = Pool::new("cpu");
+        p.requirements.push(Requirement {
+            key: l::GPU_COUNT.into(),
+            operator: Operator::DoesNotExist,
+            values: vec![],
+        });
+        p
+    }];
+    let [mip, greedy] = both(&pods, &pools, &[]);
+    assert_eq!(placed(&mip), pods.len());
+    assert_eq!(placed(&greedy), pods.len());
+    assert!(
+        mip.risk_adjusted_cost_per_hour <= greedy.risk_adjusted_cost_per_hour + 1e-6,
+        "mip {} > greedy {}",
+        mip.risk_adjusted_cost_per_hour,
+        greedy.risk_adjusted_cost_per_hour
+    );
+    let lb = mip.lower_bound_per_hour.unwrap();
+    assert!(
+        lb > 0.0 && lb <= mip.risk_adjusted_cost_per_hour + 1e-6,
+        "bound {lb}"
+    );
+}
