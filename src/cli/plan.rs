@@ -6,7 +6,7 @@ use quartermaster::api::{validate_node_pool, NodePool};
 use quartermaster::catalog::Catalog;
 use quartermaster::cluster::workloads::Manifests;
 use quartermaster::cluster::Pool;
-use quartermaster::plan::{self, Input, Options, Plan, Strategy};
+use quartermaster::plan::{self, Input, Options, Plan, SolvedBy, Strategy};
 use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
@@ -174,10 +174,11 @@ fn print_table(p: &Plan) {
             .map_or("-".to_string(), |g| format!("{:.2}%", g * 100.0));
         println!(
             "lower bound: ${lb:.4}/h   gap: {gap}   {}",
-            if p.optimal {
-                "solver: optimal within its MIP gap"
-            } else {
-                "solver: stopped at the time limit"
+            match p.solved_by {
+                SolvedBy::BranchAndBound => "solver: branch and bound, optimal within its MIP gap",
+                SolvedBy::TimeLimit => "solver: branch and bound, stopped at the time limit",
+                SolvedBy::LpRounding => "solver: LP relaxation rounded and packed",
+                SolvedBy::Greedy => "greedy",
             }
         );
     }

@@ -14,57 +14,7 @@ pub const EPHEMERAL_STORAGE: &str = "ephemeral-storage";
 /// Kubernetes resource name of the pod slots on a node.
 pub const PODS: &str = "pods";
 
-/// A quantity that could not be parsed.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("invalid quantity {0:?}")]
-pub struct QuantityError(pub String);
-
-/// Parses a Kubernetes quantity (`500m`, `4Gi`, `1.5`, `2e3`, `100M`) into a
-/// real number of base units (cores, bytes, devices).
-///
-/// # Errors
-/// When the text is not a quantity.
-pub fn parse_quantity(s: &str) -> Result<f64, QuantityError> {
-    let err = || QuantityError(s.to_string());
-    let t = s.trim();
-    let split = t
-        .find(|c: char| !(c.is_ascii_digit() || c == '.' || c == '+' || c == '-'))
-        .unwrap_or(t.len());
-    let (num, suffix) = t.split_at(split);
-    if num.is_empty() || num == "+" || num == "-" {
-        return Err(err());
-    }
-    let base: f64 = num.parse().map_err(|_| err())?;
-    let mult = match suffix {
-        "" => 1.0,
-        "n" => 1e-9,
-        "u" => 1e-6,
-        "m" => 1e-3,
-        "k" => 1e3,
-        "M" => 1e6,
-        "G" => 1e9,
-        "T" => 1e12,
-        "P" => 1e15,
-        "E" => 1e18,
-        "Ki" => 1024.0,
-        "Mi" => 1024.0_f64.powi(2),
-        "Gi" => 1024.0_f64.powi(3),
-        "Ti" => 1024.0_f64.powi(4),
-        "Pi" => 1024.0_f64.powi(5),
-        "Ei" => 1024.0_f64.powi(6),
-        e if e.starts_with(['e', 'E']) => {
-            let exp: i32 = e[1..].parse().map_err(|_| err())?;
-            10f64.powi(exp)
-        }
-        _ => return Err(err()),
-    };
-    let v = base * mult;
-    if v.is_finite() {
-        Ok(v)
-    } else {
-        Err(err())
-    }
-}
+pub use crate::api::{parse_quantity, QuantityError};
 
 /// Converts a quantity of the named resource into its canonical integer unit:
 /// millicores for `cpu`, whole units (bytes, devices) otherwise, rounding up
@@ -233,7 +183,7 @@ mod tests {
     use super::*;
 
     #[test]
-    fn parses_the_quantity_suffixes_kubernetes_accepts() {
+    fn canonical_units_are_millicores_for_cpu_and_whole_units_otherwise() {
         assert_eq!(canonical("cpu", "500m").unwrap(), 500);
         assert_eq!(canonical("cpu", "2").unwrap(), 2000);
         assert_eq!(canonical("cpu", "0.1").unwrap(), 100);

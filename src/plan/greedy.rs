@@ -11,10 +11,11 @@ use super::candidates::{self, Candidate};
 use super::classes::{lost_hours, Class};
 use super::pack::{self, Bin};
 use super::{
-    pod_risk_cost, ExistingPlacement, Input, Options, Plan, PlannedNode, Strategy, Unschedulable,
+    pod_risk_cost, ExistingPlacement, Input, Options, Plan, PlannedNode, SolvedBy, Strategy,
+    Unschedulable,
 };
 use crate::cluster::resources::{CPU, MEMORY};
-use crate::cluster::Pod;
+use crate::cluster::{Pod, Resources};
 use std::collections::HashMap;
 
 /// A new node under construction: the pods on it and the candidates that can
@@ -22,7 +23,9 @@ use std::collections::HashMap;
 struct Building {
     options: Vec<usize>,
     pods: Vec<usize>,
-    total: crate::cluster::Resources,
+    total: Resources,
+    /// Element-wise largest allocatable of the options: a quick reject.
+    room: Resources,
 }
 
 /// Plans with the greedy baseline.
@@ -53,12 +56,13 @@ pub fn plan(input: &Input) -> Plan {
                 continue 'pods;
             }
         }
-        let compatible: Vec<usize> = (0..cands.len())
-            .filter(|&o| {
-                let c = &cands[o];
+        let fits: Vec<bool> = cands
+            .iter()
+            .map(|c| {
                 pack::compatible(p, &c.labels, &c.taints) && p.requests.fits_in(&c.allocatable)
             })
             .collect();
+        let compatible: Vec<usize> = (0..cands.len()).filter(|&o| fits[o]).collect();
         if compatible.is_empty() {
             let class = single_class(p, i);
             unschedulable.push(Unschedulable {
@@ -72,13 +76,17 @@ pub fn plan(input: &Input) -> Plan {
                 continue;
             }
             let total = b.total.plus(&p.requests);
+            if !total.fits_in(&b.room) {
+                continue;
+            }
             let still: Vec<usize> = b
                 .options
                 .iter()
                 .copied()
-                .filter(|o| compatible.contains(o) && total.fits_in(&cands[*o].allocatable))
+                .filter(|&o| fits[o] && total.fits_in(&cands[o].allocatable))
                 .collect();
             if !still.is_empty() {
+                b.room = room(&still, &cands);
                 b.options = still;
                 b.pods.push(i);
                 b.total = total;
@@ -117,6 +125,7 @@ pub fn plan(input: &Input) -> Plan {
                 .or_default() += 1;
         }
         building.push(Building {
+            room: room(&options, &cands),
             options,
             pods: vec![i],
             total: p.requests.clone(),
@@ -156,6 +165,12 @@ fn anti_ok(b: &Building, p: &Pod, pods: &[Pod]) -> bool {
         || b.pods
             .iter()
             .all(|j| pack::anti_affinity_key(&pods[*j]) != key)
+}
+
+fn room(options: &[usize], cands: &[Candidate]) -> Resources {
+    options
+        .iter()
+        .fold(Resources::new(), |r, &o| r.max_with(&cands[o].allocatable))
 }
 
 fn single_class(p: &Pod, i: usize) -> Class {
@@ -237,7 +252,7 @@ pub fn finish(
         cost_per_hour: cost,
         risk_adjusted_cost_per_hour: risk_adjusted,
         lower_bound_per_hour: None,
-        optimal: false,
+        solved_by: SolvedBy::Greedy,
         solve_ms: 0.0,
         explanations: Vec::new(),
     }

@@ -12,7 +12,7 @@
 use super::candidates::{self, Candidate};
 use super::classes::{self, Class};
 use super::pack;
-use super::{pod_risk_cost, Input, Options, Plan, Strategy, Unschedulable};
+use super::{pod_risk_cost, Input, Options, Plan, SolvedBy, Strategy, Unschedulable};
 use good_lp::solvers::{WithMipGap, WithTimeLimit};
 use good_lp::{
     constraint, microlp, variable, Expression, ProblemVariables, Solution, SolverModel, Variable,
@@ -21,8 +21,17 @@ use std::collections::{BTreeMap, BTreeSet, HashMap};
 
 /// Penalty per pod left unplaced, USD per hour: far above any price.
 const UNPLACED_PENALTY: f64 = 10_000.0;
-/// Candidates kept per class, per zone and capacity type (cheapest per pod).
-const KEEP_PER_ZONE_AND_TYPE: usize = 2;
+/// Integer variables above which branch and bound is not attempted: on larger
+/// models microlp rarely finds an integer point within the time limit, and
+/// the rounded LP, packed, is within a few percent of the bound (see
+/// `docs/planner.md`).
+const MAX_BRANCH_AND_BOUND_INTEGERS: usize = 200;
+/// Candidates kept per pool, zone and capacity type for classes whose zone
+/// matters (gangs, zone spread): cheapest per pod first.
+const KEEP_PER_ZONE_AND_TYPE: usize = 1;
+/// Candidates kept for a class whose zone does not matter: the cheapest per
+/// pod overall, and always the cheapest of each capacity type.
+const KEEP_FREE: usize = 6;
 
 /// A class's options within one weight tier.
 struct ClassOptions {
@@ -123,7 +132,7 @@ pub fn plan(input: &Input, opts: &Options) -> Plan {
         .collect();
     let mut launched: Vec<(usize, Vec<usize>)> = Vec::new();
     let mut lower_bound = 0.0;
-    let mut optimal = true;
+    let mut solved_by = SolvedBy::BranchAndBound;
     let max_tiers = tiers.iter().map(Vec::len).max().unwrap_or(0);
     for t in 0..max_tiers {
         let work: Vec<ClassOptions> = classes
@@ -141,7 +150,7 @@ pub fn plan(input: &Input, opts: &Options) -> Plan {
         }
         let result = solve(&work, &classes, &cands, input, &budgets, opts);
         lower_bound += result.lower_bound;
-        optimal &= result.optimal;
+        solved_by = solved_by.max(result.solved_by);
         for (o, assigned) in result.assigned {
             let (nodes, _) = pack::pack_new(pods, &assigned, &cands[o].allocatable, 0);
             for node in nodes {
@@ -178,7 +187,7 @@ pub fn plan(input: &Input, opts: &Options) -> Plan {
         opts,
     );
     plan.lower_bound_per_hour = Some(lower_bound);
-    plan.optimal = optimal;
+    plan.solved_by = solved_by;
     plan
 }
 
@@ -196,6 +205,20 @@ fn prune(
     };
     let mut sorted = options.to_vec();
     sorted.sort_by(|a, b| per_pod(a).total_cmp(&per_pod(b)).then(a.0.cmp(&b.0)));
+    if class.group.is_none() && class.zone_spread.is_none() {
+        let mut seen_types = Vec::new();
+        return sorted
+            .into_iter()
+            .enumerate()
+            .filter(|(rank, (i, _))| {
+                let ct = cands[*i].offering.capacity_type;
+                let first_of_type = !seen_types.contains(&ct);
+                seen_types.push(ct);
+                *rank < KEEP_FREE || first_of_type
+            })
+            .map(|(_, o)| o)
+            .collect();
+    }
     let mut kept: HashMap<(usize, &str, crate::catalog::CapacityType), usize> = HashMap::new();
     sorted
         .into_iter()
@@ -266,7 +289,7 @@ struct Solved {
     assigned: Vec<(usize, Vec<usize>)>,
     unplaced: HashMap<usize, Vec<usize>>,
     lower_bound: f64,
-    optimal: bool,
+    solved_by: SolvedBy,
 }
 
 /// The model's variables, kept so that a solution can be read back.
@@ -274,9 +297,9 @@ struct Model {
     vars: ProblemVariables,
     objective: Expression,
     constraints: Vec<good_lp::Constraint>,
-    n: BTreeMap<usize, Variable>,
     y: Vec<Vec<(usize, Variable)>>,
     penalty: Expression,
+    integers: usize,
 }
 
 fn build(
@@ -337,8 +360,18 @@ fn build(
                 _ => 0.0,
             };
             objective += v * (risk - idle_credit);
-            // At most k pods of the class per node.
-            cons.push(constraint!(v <= n[&o] * k as f64));
+            // At most k pods of the class per node; implied by the capacity
+            // rows unless rounding down to whole pods loses much room.
+            let alloc = &cands[o].allocatable;
+            let fluid = class
+                .requests
+                .iter()
+                .filter(|(_, amount)| *amount > 0)
+                .map(|(r, amount)| alloc.get(r) as f64 / amount as f64)
+                .fold(f64::INFINITY, f64::min);
+            if fluid > k as f64 * 1.1 {
+                cons.push(constraint!(v <= n[&o] * k as f64));
+            }
             for (r, amount) in class.requests.iter() {
                 *load.entry((o, r.to_string())).or_default() += v * amount as f64;
             }
@@ -455,13 +488,27 @@ fn build(
             }
         }
     }
+    let integers = if relaxed {
+        0
+    } else {
+        n.len()
+            + y.iter()
+                .zip(work)
+                .filter(|(_, w)| {
+                    let c = &classes[w.class];
+                    c.group.is_some() || c.zone_spread.is_some()
+                })
+                .map(|(ys, _)| ys.len())
+                .sum::<usize>()
+            + gang_zone.values().map(BTreeMap::len).sum::<usize>()
+    };
     Model {
         vars,
         objective,
         constraints: cons,
-        n,
         y,
         penalty,
+        integers,
     }
 }
 
@@ -481,15 +528,14 @@ fn solve(
             vars,
             objective,
             constraints,
-            n,
             y,
             penalty,
+            ..
         } = lp;
         let mut problem = vars.minimise(objective.clone()).using(microlp);
         for c in constraints {
             problem.add_constraint(c);
         }
-        let _ = n;
         match problem.solve() {
             Ok(s) => (read_y(&s, &y), s.eval(&objective) - s.eval(&penalty)),
             Err(_) => (Vec::new(), 0.0),
@@ -497,35 +543,39 @@ fn solve(
     };
 
     let mip = build(work, classes, cands, input, budgets, opts, false);
-    let Model {
-        vars,
-        objective,
-        constraints,
-        n,
-        y,
-        ..
-    } = mip;
-    let mut problem = vars
-        .minimise(objective)
-        .using(microlp)
-        .with_time_limit(opts.time_limit.as_secs_f64())
-        .with_mip_gap(opts.mip_gap.clamp(0.0, 1.0) as f32)
-        .expect("a gap in [0, 1] is accepted");
-    for c in constraints {
-        problem.add_constraint(c);
-    }
-    // Node counts follow from packing the placements, so only `y` is read.
-    let _ = n;
-    let (ys, optimal) = match problem.solve() {
-        Ok(s) => {
-            let optimal = matches!(
-                s.status(),
-                good_lp::SolutionStatus::Optimal | good_lp::SolutionStatus::GapLimit
-            );
-            (read_y(&s, &y), optimal)
+    let (ys, solved_by) = if mip.integers > MAX_BRANCH_AND_BOUND_INTEGERS {
+        // Too large to branch within the time limit: round the LP.
+        (lp_y, SolvedBy::LpRounding)
+    } else {
+        let Model {
+            vars,
+            objective,
+            constraints,
+            y,
+            ..
+        } = mip;
+        let mut problem = vars
+            .minimise(objective)
+            .using(microlp)
+            .with_time_limit(opts.time_limit.as_secs_f64())
+            .with_mip_gap(opts.mip_gap.clamp(0.0, 1.0) as f32)
+            .expect("a gap in [0, 1] is accepted");
+        for c in constraints {
+            problem.add_constraint(c);
         }
-        // No integer solution in time: round the LP's placements.
-        Err(_) => (lp_y, false),
+        match problem.solve() {
+            Ok(s) => {
+                let how = match s.status() {
+                    good_lp::SolutionStatus::Optimal | good_lp::SolutionStatus::GapLimit => {
+                        SolvedBy::BranchAndBound
+                    }
+                    _ => SolvedBy::TimeLimit,
+                };
+                (read_y(&s, &y), how)
+            }
+            // No integer solution in time: round the LP's placements.
+            Err(_) => (lp_y, SolvedBy::LpRounding),
+        }
     };
 
     // Round placements per class (largest remainder) and hand pods out.
@@ -548,7 +598,7 @@ fn solve(
         assigned: assigned.into_iter().collect(),
         unplaced,
         lower_bound: lp_bound,
-        optimal,
+        solved_by,
     }
 }
 

@@ -29,6 +29,21 @@ pub enum Strategy {
     Greedy,
 }
 
+/// How a plan's placements were found, best first.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum SolvedBy {
+    /// Branch and bound finished within its MIP gap.
+    BranchAndBound,
+    /// Branch and bound stopped at the time limit with an integer solution.
+    TimeLimit,
+    /// The LP relaxation, rounded and packed (large models, or no integer
+    /// solution in time).
+    LpRounding,
+    /// The greedy baseline.
+    Greedy,
+}
+
 /// Knobs of a planning run.
 #[derive(Debug, Clone)]
 pub struct Options {
@@ -122,8 +137,8 @@ pub struct Plan {
     /// LP-relaxation lower bound on the risk-adjusted cost of placing the
     /// same pods over the same candidates (MIP only).
     pub lower_bound_per_hour: Option<f64>,
-    /// Whether the MIP proved its plan within the gap (false: time limit).
-    pub optimal: bool,
+    /// How the placements were found.
+    pub solved_by: SolvedBy,
     /// Time spent planning, ms.
     pub solve_ms: f64,
     /// Why each chosen type beat the next best (filled on request).

@@ -142,10 +142,10 @@ mod tests {
 
     #[test]
     fn the_same_seed_gives_the_same_pods_and_another_seed_others() {
-        let a = pods(500, 7);
-        assert_eq!(a.len(), 500);
-        assert_eq!(a, pods(500, 7));
-        assert_ne!(a, pods(500, 8));
+        let a = pods(2000, 7);
+        assert_eq!(a.len(), 2000);
+        assert_eq!(a, pods(2000, 7));
+        assert_ne!(a, pods(2000, 8));
         assert!(a.iter().any(|p| p.group.is_some()));
         assert!(a.iter().any(|p| p.requests.get(l::RESOURCE_NEURON) > 0));
     }
