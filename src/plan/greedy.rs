@@ -4,11 +4,13 @@
 //! still hold it (a new node keeps every instance type that fits all its pods),
 //! else opens a new node of the highest-weight pool that can take it. At the
 //! end every new node becomes the cheapest offering (spot when cheaper) among
-//! its remaining options. Zone spread is honoured by opening nodes in the
+//! its remaining options that the pool's limits still allow (pods of a node
+//! no option fits are reported). Zone spread is honoured by opening nodes in the
 //! least-loaded zone; gangs are not understood (Karpenter has no gang support).
 
 use super::candidates::{self, Candidate};
 use super::classes::{lost_hours, Class};
+use super::limits;
 use super::pack::{self, Bin};
 use super::{
     pod_risk_cost, ExistingPlacement, Input, Options, Plan, PlannedNode, SolvedBy, Strategy,
@@ -132,22 +134,33 @@ pub fn plan(input: &Input) -> Plan {
         });
     }
 
-    let launched = building
-        .into_iter()
-        .map(|b| {
-            let cheapest = *b
-                .options
-                .iter()
-                .min_by(|a, c| {
-                    cands[**a]
-                        .price()
-                        .total_cmp(&cands[**c].price())
-                        .then(a.cmp(c))
-                })
-                .expect("a node under construction has options");
-            (cheapest, b.pods)
-        })
-        .collect();
+    // Each node becomes its cheapest option that its pool's limits still
+    // allow, in the order the nodes were opened.
+    let mut budgets = limits::budgets(input);
+    let mut launched = Vec::new();
+    for b in building {
+        let cheapest = b
+            .options
+            .iter()
+            .copied()
+            .filter(|&o| budgets[cands[o].pool].affords(&cands[o]))
+            .min_by(|a, c| {
+                cands[*a]
+                    .price()
+                    .total_cmp(&cands[*c].price())
+                    .then(a.cmp(c))
+            });
+        match cheapest {
+            Some(o) => {
+                budgets[cands[o].pool].charge(&cands[o]);
+                launched.push((o, b.pods));
+            }
+            None => unschedulable.extend(b.pods.iter().map(|&j| Unschedulable {
+                pod: pods[j].name.clone(),
+                reason: "NodePool limits reached for every compatible pool".into(),
+            })),
+        }
+    }
     finish(
         Strategy::Greedy,
         input,

@@ -11,6 +11,7 @@
 
 use super::candidates::{self, Candidate};
 use super::classes::{self, Class};
+use super::limits::{self, Budget};
 use super::pack;
 use super::{pod_risk_cost, Input, Options, Plan, SolvedBy, Strategy, Unschedulable};
 use good_lp::solvers::{WithMipGap, WithTimeLimit};
@@ -40,14 +41,6 @@ struct ClassOptions {
     options: Vec<(usize, u32)>,
 }
 
-/// What a pool may still add (its limit minus what exists or was planned).
-#[derive(Clone, Debug, Default)]
-struct Budget {
-    resources: BTreeMap<String, f64>,
-    nodes: Option<f64>,
-    cost: Option<f64>,
-}
-
 /// Plans with the MIP.
 pub fn plan(input: &Input, opts: &Options) -> Plan {
     let pods = input.pods;
@@ -56,7 +49,12 @@ pub fn plan(input: &Input, opts: &Options) -> Plan {
     let cands = candidates::candidates(input.catalog, input.region, input.pools, input.unavailable);
     let classes = classes::classify(pods, &left);
     let mut unschedulable = Vec::new();
-    let mut budgets = budgets(input);
+    let mut budgets = limits::budgets(input);
+    let class_of: HashMap<usize, usize> = classes
+        .iter()
+        .enumerate()
+        .flat_map(|(ci, c)| c.pods.iter().map(move |p| (*p, ci)))
+        .collect();
 
     // Gangs with fewer pending members than they need cannot start.
     let mut pending_members: HashMap<&str, u32> = HashMap::new();
@@ -151,15 +149,51 @@ pub fn plan(input: &Input, opts: &Options) -> Plan {
         let result = solve(&work, &classes, &cands, input, &budgets, opts);
         lower_bound += result.lower_bound;
         solved_by = solved_by.max(result.solved_by);
-        for (o, assigned) in result.assigned {
-            let (nodes, _) = pack::pack_new(pods, &assigned, &cands[o].allocatable, 0);
-            for node in nodes {
-                charge(&mut budgets[cands[o].pool], &cands[o]);
-                launched.push((o, node));
-            }
-        }
         for w in &work {
             remaining[w.class] = result.unplaced.get(&w.class).cloned().unwrap_or_default();
+        }
+        // Packing may need a node more than the model counted: a node the
+        // pool can no longer afford sends its pods back, whole gangs at once.
+        let mut refused_gangs = BTreeSet::new();
+        for (o, assigned) in result.assigned {
+            let (nodes, misfits) = pack::pack_new(pods, &assigned, &cands[o].allocatable, 0);
+            let budget = &mut budgets[cands[o].pool];
+            for node in nodes {
+                if budget.affords(&cands[o]) {
+                    budget.charge(&cands[o]);
+                    launched.push((o, node));
+                } else {
+                    for p in node {
+                        if let Some(g) = &pods[p].group {
+                            refused_gangs.insert(g.name.clone());
+                        }
+                        remaining[class_of[&p]].push(p);
+                    }
+                }
+            }
+            for p in misfits {
+                remaining[class_of[&p]].push(p);
+            }
+        }
+        if !refused_gangs.is_empty() {
+            launched.retain(|(_, node)| {
+                let refused = node.iter().any(|p| {
+                    pods[*p]
+                        .group
+                        .as_ref()
+                        .is_some_and(|g| refused_gangs.contains(&g.name))
+                });
+                if refused {
+                    for p in node {
+                        remaining[class_of[p]].push(*p);
+                    }
+                }
+                !refused
+            });
+            budgets = limits::budgets(input);
+            for (o, _) in &launched {
+                budgets[cands[*o].pool].charge(&cands[*o]);
+            }
         }
     }
     for (ci, r) in remaining.iter().enumerate() {
@@ -235,54 +269,6 @@ fn prune(
             *n <= KEEP_PER_ZONE_AND_TYPE
         })
         .collect()
-}
-
-fn budgets(input: &Input) -> Vec<Budget> {
-    input
-        .pools
-        .iter()
-        .map(|p| {
-            let mine: Vec<_> = input
-                .nodes
-                .iter()
-                .filter(|n| n.nodepool.as_deref() == Some(p.name.as_str()))
-                .collect();
-            let mut b = Budget {
-                resources: p
-                    .limits
-                    .resources
-                    .iter()
-                    .map(|(k, v)| {
-                        let used: i64 = mine.iter().map(|n| n.allocatable.get(k)).sum();
-                        (k.to_string(), (v - used) as f64)
-                    })
-                    .collect(),
-                nodes: p.limits.nodes.map(|n| (n - mine.len() as i64) as f64),
-                cost: p
-                    .limits
-                    .cost_per_hour
-                    .map(|c| c - mine.iter().map(|n| n.price_per_hour).sum::<f64>()),
-            };
-            for v in b.resources.values_mut() {
-                *v = v.max(0.0);
-            }
-            b.nodes = b.nodes.map(|n| n.max(0.0));
-            b.cost = b.cost.map(|c| c.max(0.0));
-            b
-        })
-        .collect()
-}
-
-fn charge(b: &mut Budget, c: &Candidate) {
-    for (k, v) in b.resources.iter_mut() {
-        *v = (*v - c.capacity.get(k) as f64).max(0.0);
-    }
-    if let Some(n) = b.nodes.as_mut() {
-        *n = (*n - 1.0).max(0.0);
-    }
-    if let Some(x) = b.cost.as_mut() {
-        *x = (*x - c.price()).max(0.0);
-    }
 }
 
 struct Solved {

@@ -9,6 +9,7 @@
 pub mod candidates;
 pub mod classes;
 pub mod greedy;
+pub mod limits;
 pub mod mip;
 pub mod pack;
 pub mod workload;
