@@ -1,4 +1,28 @@
 //! CRD types (NodePool, NodeClaim) with defaults and validation, and the
-//! well-known keys shared by every part of the system.
+//! well-known keys shared by every part of the system. Also the parsers of
+//! the value formats the CRDs use: Go durations, 5-field cron expressions and
+//! IANA time zones, Kubernetes quantities.
 
+pub mod common;
+pub mod crds;
+pub mod duration;
 pub mod labels;
+pub mod nodeclaim;
+pub mod nodepool;
+pub mod quantity;
+pub mod schedule;
+pub mod validate;
+
+pub use common::{Condition, Operator, Requirement, ResourceList, Taint, TaintEffect};
+pub use duration::{parse_duration, DurationError};
+pub use nodeclaim::{NodeClaim, NodeClaimSpec, NodeClaimStatus};
+pub use nodepool::{
+    Budget, BudgetNodes, CheckpointHook, ConsolidationPolicy, Disruption, GpuSharing,
+    GpuSharingMode, InterruptionPolicy, LimitError, NodeClaimTemplate, NodePool, NodePoolSpec,
+    NodePoolStatus, PrewarmWindow, RebalanceAction, RiskPolicy,
+};
+pub use quantity::{parse_quantity, QuantityError};
+pub use schedule::{parse_cron, parse_time_zone, ScheduleError};
+pub use validate::{
+    node_pool_schema_problems, selected_instance_types, validate_node_pool, FieldError,
+};

@@ -7,11 +7,13 @@
 
 pub mod embedded;
 pub mod import;
+mod labels;
 pub mod mig;
 pub mod pricing_data;
 mod types;
 
 pub use embedded::EMBEDDED;
+pub use labels::{gfd_product, gpu_short_name, instance_type_labels, INSTANCE_TYPE_KEYS};
 pub use pricing_data::{PricingFiles, ReferenceFiles};
 pub use types::*;
 

@@ -1,0 +1,422 @@
+//! The NodePool CRD (`quartermaster.dev/v1alpha1`, cluster-scoped): which
+//! nodes Quartermaster may launch for pending pods, how much, how it shares
+//! GPUs, how it answers spot interruptions, when it pre-warms capacity and how
+//! much interruption risk it accepts. Field meanings and defaults are in
+//! `docs/crds.md`; offline checks in [`super::validate`].
+
+use super::common::{resource_list_schema, Condition, Requirement, ResourceList, Taint};
+use super::quantity::{quantity_value, QuantityError};
+use crate::catalog::CapacityType;
+use kube::{CustomResource, KubeSchema};
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
+
+mod disruption;
+mod policies;
+
+pub use disruption::{Budget, BudgetNodes, ConsolidationPolicy, Disruption};
+pub use policies::{
+    CheckpointHook, GpuSharing, GpuSharingMode, InterruptionPolicy, PrewarmWindow, RebalanceAction,
+    RiskPolicy,
+};
+
+/// Key in `spec.limits`: most nodes the pool may have.
+pub const LIMIT_NODES: &str = "nodes";
+/// Key in `spec.limits`: most USD per hour the pool's nodes may cost together.
+pub const LIMIT_COST_PER_HOUR: &str = "costPerHour";
+
+/// Pattern of `consolidateAfter`: a duration or `Never`.
+pub const CONSOLIDATE_AFTER_PATTERN: &str = r"^(([0-9]+(\.[0-9]+)?(ms|s|m|h))+|Never)$";
+/// Pattern of a disruption budget's `nodes`: a count (`3`) or a percentage (`10%`).
+pub const BUDGET_NODES_PATTERN: &str = r"^((100|[0-9]{1,2})%|[0-9]+)$";
+/// Pattern of a MIG profile name (`1g.10gb`).
+pub const MIG_PROFILE_PATTERN: &str = r"^[1-7]g\.[0-9]+gb$";
+/// Pattern of a pre-warm window name (a DNS label).
+pub const WINDOW_NAME_PATTERN: &str = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$";
+
+/// Condition types of a NodePool.
+pub mod conditions {
+    /// The pool is valid and Quartermaster launches nodes for it.
+    pub const READY: &str = "Ready";
+    /// The pool passed the controller's validation (the same checks as
+    /// `quartermaster validate`); `False` names the first problem.
+    pub const VALIDATION_SUCCEEDED: &str = "ValidationSucceeded";
+}
+
+/// What a NodePool may launch and how its nodes are managed.
+// kube's `printcolumn(..)` repeats `type_ = ...`, which clippy mistakes for
+// duplicated attributes.
+#[allow(clippy::duplicated_attributes)]
+#[derive(CustomResource, Serialize, Deserialize, Clone, Debug, PartialEq, KubeSchema)]
+#[kube(
+    group = "quartermaster.dev",
+    version = "v1alpha1",
+    kind = "NodePool",
+    plural = "nodepools",
+    shortname = "qnp",
+    category = "quartermaster",
+    status = "NodePoolStatus",
+    derive = "PartialEq",
+    derive = "Default",
+    doc = "A NodePool: a template for the GPU and accelerator nodes Quartermaster may launch, with limits and disruption, interruption, GPU-sharing, pre-warm and risk policies.",
+    printcolumn(name = "Nodes", type_ = "integer", json_path = ".status.nodes"),
+    printcolumn(
+        name = "GPUs",
+        type_ = "string",
+        description = "nvidia.com/gpu of the pool's nodes",
+        json_path = ".status.resources.nvidia\\.com/gpu"
+    ),
+    printcolumn(
+        name = "Cost/h",
+        type_ = "number",
+        description = "USD per hour of the pool's nodes",
+        json_path = ".status.costPerHour"
+    ),
+    printcolumn(name = "Weight", type_ = "integer", json_path = ".spec.weight"),
+    printcolumn(
+        name = "Ready",
+        type_ = "string",
+        json_path = ".status.conditions[?(@.type==\"Ready\")].status"
+    ),
+    printcolumn(
+        name = "Age",
+        type_ = "date",
+        json_path = ".metadata.creationTimestamp"
+    ),
+    printcolumn(
+        name = "Capacity",
+        type_ = "string",
+        priority = 1,
+        json_path = ".spec.capacityTypes"
+    ),
+    printcolumn(
+        name = "Sharing",
+        type_ = "string",
+        priority = 1,
+        json_path = ".spec.gpuSharing.mode"
+    )
+)]
+#[serde(rename_all = "camelCase")]
+pub struct NodePoolSpec {
+    /// Labels, annotations, taints and requirements of the nodes the pool launches.
+    #[serde(default, skip_serializing_if = "NodeClaimTemplate::is_empty")]
+    pub template: NodeClaimTemplate,
+    /// How nodes may be bought: `spot`, `on-demand` or both (the planner picks
+    /// the cheapest risk-adjusted offering among them).
+    #[serde(default = "default_capacity_types")]
+    #[schemars(length(min = 1, max = 2))]
+    pub capacity_types: Vec<CapacityType>,
+    /// Upper bounds over all the pool's nodes: any resource (`nvidia.com/gpu`,
+    /// `cpu`, `memory`, ...), `nodes` (a count) and `costPerHour` (USD per hour,
+    /// a plain number).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    #[schemars(schema_with = "resource_list_schema")]
+    #[x_kube(
+        validation = Rule::new("!('nodes' in self) || string(self['nodes']).matches('^[0-9]+$')")
+            .message("limits.nodes must be a whole number of nodes"),
+        validation = Rule::new("!('costPerHour' in self) || string(self['costPerHour']).matches('^[0-9]+(\\\\.[0-9]+)?$')")
+            .message("limits.costPerHour must be a plain number of USD per hour, e.g. 250 or 99.5")
+    )]
+    pub limits: ResourceList,
+    /// Preference among pools that can all serve a pod: higher is tried first
+    /// (0..=100; unset is 0).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 0, max = 100))]
+    pub weight: Option<i32>,
+    /// When and how fast empty or underutilized nodes are removed.
+    #[serde(default)]
+    pub disruption: Disruption,
+    /// What happens on a spot interruption notice or rebalance recommendation.
+    #[serde(default)]
+    pub interruption: InterruptionPolicy,
+    /// How the GPUs of the pool's nodes are shared between pods.
+    #[serde(default)]
+    pub gpu_sharing: GpuSharing,
+    /// Windows in which capacity is launched ahead of demand.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = 32))]
+    #[x_kube(merge_strategy = ListMerge::Map(vec!["name".into()]))]
+    pub prewarm: Vec<PrewarmWindow>,
+    /// How much spot interruption risk the pool accepts.
+    #[serde(default)]
+    pub risk: RiskPolicy,
+}
+
+impl Default for NodePoolSpec {
+    fn default() -> Self {
+        NodePoolSpec {
+            template: NodeClaimTemplate::default(),
+            capacity_types: default_capacity_types(),
+            limits: ResourceList::new(),
+            weight: None,
+            disruption: Disruption::default(),
+            interruption: InterruptionPolicy::default(),
+            gpu_sharing: GpuSharing::default(),
+            prewarm: Vec::new(),
+            risk: RiskPolicy::default(),
+        }
+    }
+}
+
+fn default_capacity_types() -> Vec<CapacityType> {
+    vec![CapacityType::OnDemand]
+}
+
+/// A limit in `spec.limits` that cannot be read as a number.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("limits[{name}]: {reason}")]
+pub struct LimitError {
+    /// The limit's key.
+    pub name: String,
+    /// What is wrong with it.
+    pub reason: String,
+}
+
+impl NodePoolSpec {
+    /// The limit of that name as a number (`nvidia.com/gpu: 16` is 16.0,
+    /// `memory: 1Ti` is bytes, `cpu: 500m` is 0.5), `None` when unset.
+    ///
+    /// # Errors
+    ///
+    /// [`LimitError`] when the value is not a quantity.
+    pub fn limit(&self, name: &str) -> Result<Option<f64>, LimitError> {
+        self.limits
+            .get(name)
+            .map(|q| {
+                quantity_value(q).map_err(|e: QuantityError| LimitError {
+                    name: name.to_string(),
+                    reason: e.to_string(),
+                })
+            })
+            .transpose()
+    }
+
+    /// The resource limits as numbers, without `nodes` and `costPerHour`.
+    ///
+    /// # Errors
+    ///
+    /// [`LimitError`] for the first value that is not a quantity.
+    pub fn resource_limits(&self) -> Result<BTreeMap<String, f64>, LimitError> {
+        self.limits
+            .keys()
+            .filter(|k| *k != LIMIT_NODES && *k != LIMIT_COST_PER_HOUR)
+            .map(|k| Ok((k.clone(), self.limit(k)?.unwrap_or_default())))
+            .collect()
+    }
+
+    /// `limits.nodes`: most nodes the pool may have, `None` when unset.
+    ///
+    /// # Errors
+    ///
+    /// [`LimitError`] when the value is not a whole, non-negative number.
+    pub fn node_limit(&self) -> Result<Option<u64>, LimitError> {
+        let Some(q) = self.limits.get(LIMIT_NODES) else {
+            return Ok(None);
+        };
+        q.0.parse::<u64>().map(Some).map_err(|_| LimitError {
+            name: LIMIT_NODES.into(),
+            reason: format!("{:?} is not a whole number of nodes", q.0),
+        })
+    }
+
+    /// `limits.costPerHour`: most USD per hour the pool's nodes may cost
+    /// together, `None` when unset.
+    ///
+    /// # Errors
+    ///
+    /// [`LimitError`] when the value is not a plain non-negative number.
+    pub fn cost_limit_per_hour(&self) -> Result<Option<f64>, LimitError> {
+        let Some(q) = self.limits.get(LIMIT_COST_PER_HOUR) else {
+            return Ok(None);
+        };
+        let s = q.0.as_str();
+        let plain = !s.is_empty()
+            && s.bytes().all(|b| b.is_ascii_digit() || b == b'.')
+            && s.bytes().filter(|b| *b == b'.').count() <= 1
+            && !s.starts_with('.')
+            && !s.ends_with('.');
+        match s.parse::<f64>() {
+            Ok(v) if plain && v.is_finite() => Ok(Some(v)),
+            _ => Err(LimitError {
+                name: LIMIT_COST_PER_HOUR.into(),
+                reason: format!(
+                    "{s:?} is not a plain number of USD per hour (e.g. \"250\" or \"99.5\")"
+                ),
+            }),
+        }
+    }
+
+    /// The pool's weight, 0 when unset.
+    pub fn weight_or_default(&self) -> i32 {
+        self.weight.unwrap_or(0)
+    }
+}
+
+/// Template of the NodeClaims (and so the nodes) a pool launches.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct NodeClaimTemplate {
+    /// Labels and annotations put on every node.
+    #[serde(default, skip_serializing_if = "TemplateMetadata::is_empty")]
+    pub metadata: TemplateMetadata,
+    /// Taints and requirements of every node.
+    #[serde(default, skip_serializing_if = "NodeClaimTemplateSpec::is_empty")]
+    pub spec: NodeClaimTemplateSpec,
+}
+
+impl NodeClaimTemplate {
+    /// Whether nothing is set.
+    pub fn is_empty(&self) -> bool {
+        self.metadata.is_empty() && self.spec.is_empty()
+    }
+}
+
+/// Labels and annotations of a pool's nodes.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, KubeSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct TemplateMetadata {
+    /// Labels put on every node (in addition to the well-known ones
+    /// Quartermaster sets).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    #[x_kube(
+        validation = Rule::new("!('quartermaster.dev/nodepool' in self)")
+            .message("the label quartermaster.dev/nodepool is set by Quartermaster")
+    )]
+    pub labels: BTreeMap<String, String>,
+    /// Annotations put on every node.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub annotations: BTreeMap<String, String>,
+}
+
+impl TemplateMetadata {
+    /// Whether nothing is set.
+    pub fn is_empty(&self) -> bool {
+        self.labels.is_empty() && self.annotations.is_empty()
+    }
+}
+
+/// Taints and requirements of a pool's nodes.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct NodeClaimTemplateSpec {
+    /// Taints every node carries; only pods that tolerate them land there
+    /// (e.g. `nvidia.com/gpu:NoSchedule`).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = 32))]
+    pub taints: Vec<Taint>,
+    /// Taints a node carries only until it is initialized (drivers and device
+    /// plugins ready); pods need not tolerate them.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = 32))]
+    pub startup_taints: Vec<Taint>,
+    /// Requirements on node labels (ANDed) that select instance types, zones
+    /// and capacity types; `Gt`/`Lt` apply to integer labels such as
+    /// `quartermaster.dev/gpu-count` and `quartermaster.dev/gpu-memory-gib`.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = 100))]
+    pub requirements: Vec<Requirement>,
+}
+
+impl NodeClaimTemplateSpec {
+    /// Whether nothing is set.
+    pub fn is_empty(&self) -> bool {
+        self.taints.is_empty() && self.startup_taints.is_empty() && self.requirements.is_empty()
+    }
+}
+
+/// What the controller observed about a pool.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct NodePoolStatus {
+    /// Conditions: `Ready`, `ValidationSucceeded`.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(extend("x-kubernetes-list-type" = "map", "x-kubernetes-list-map-keys" = ["type"]))]
+    pub conditions: Vec<Condition>,
+    /// Resources of the pool's launched nodes (their capacity, what counts
+    /// against `limits`), keyed like `limits`.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    #[schemars(schema_with = "resource_list_schema")]
+    pub resources: ResourceList,
+    /// Nodes (launched NodeClaims) of the pool.
+    #[serde(default)]
+    pub nodes: i64,
+    /// USD per hour of the pool's nodes together, at their launch prices.
+    #[serde(default)]
+    pub cost_per_hour: f64,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
+
+    fn spec_with_limits(pairs: &[(&str, &str)]) -> NodePoolSpec {
+        NodePoolSpec {
+            limits: pairs
+                .iter()
+                .map(|(k, v)| (k.to_string(), Quantity(v.to_string())))
+                .collect(),
+            ..NodePoolSpec::default()
+        }
+    }
+
+    #[test]
+    fn minimal_pool_gets_karpenter_like_defaults() {
+        let pool: NodePool = serde_json::from_value(serde_json::json!({
+            "apiVersion": "quartermaster.dev/v1alpha1",
+            "kind": "NodePool",
+            "metadata": { "name": "default" },
+            "spec": {}
+        }))
+        .unwrap();
+        let s = &pool.spec;
+        assert_eq!(s.capacity_types, [CapacityType::OnDemand]);
+        assert_eq!(
+            s.disruption.consolidation_policy,
+            ConsolidationPolicy::WhenEmptyOrUnderutilized
+        );
+        assert_eq!(s.disruption.consolidate_after, "1m");
+        assert_eq!(s.disruption.budgets, [Budget::default()]);
+        assert_eq!(s.disruption.budgets[0].nodes, "10%");
+        assert_eq!(s.interruption.checkpoint_grace_period, "90s");
+        assert_eq!(
+            s.interruption.on_rebalance_recommendation,
+            RebalanceAction::Ignore
+        );
+        assert_eq!(s.gpu_sharing.mode, GpuSharingMode::None);
+        assert_eq!(s.risk.risk_aversion, 1.0);
+        assert_eq!(s, &NodePoolSpec::default());
+    }
+
+    #[test]
+    fn limits_read_as_numbers() {
+        let s = spec_with_limits(&[
+            ("nvidia.com/gpu", "64"),
+            ("memory", "1Ti"),
+            ("cpu", "500m"),
+            ("nodes", "10"),
+            ("costPerHour", "250.5"),
+        ]);
+        assert_eq!(s.limit("nvidia.com/gpu"), Ok(Some(64.0)));
+        assert_eq!(s.limit("cpu"), Ok(Some(0.5)));
+        assert_eq!(s.limit("aws.amazon.com/neuron"), Ok(None));
+        assert_eq!(s.node_limit(), Ok(Some(10)));
+        assert_eq!(s.cost_limit_per_hour(), Ok(Some(250.5)));
+        let r = s.resource_limits().unwrap();
+        assert_eq!(r.len(), 3);
+        assert_eq!(r["memory"], 1024f64.powi(4));
+    }
+
+    #[test]
+    fn cost_and_node_limits_must_be_plain_numbers() {
+        assert!(spec_with_limits(&[("costPerHour", "1k")])
+            .cost_limit_per_hour()
+            .is_err());
+        assert!(spec_with_limits(&[("costPerHour", "cheap")])
+            .cost_limit_per_hour()
+            .is_err());
+        assert!(spec_with_limits(&[("nodes", "2.5")]).node_limit().is_err());
+        assert!(spec_with_limits(&[("cpu", "lots")]).limit("cpu").is_err());
+    }
+}

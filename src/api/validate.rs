@@ -1,0 +1,673 @@
+//! Validation of NodePools, shared by the controller (before it acts on a
+//! pool) and `quartermaster validate` (before anyone applies one). It checks
+//! everything the CRD's schema and CEL rules check, so that offline validation
+//! catches the same mistakes, and what a schema cannot: cron expressions, time
+//! zones, instance families and types against the catalog, MIG profiles
+//! against the GPUs the pool selects, limits and pre-warm capacity.
+
+use super::common::{Operator, Requirement, ResourceList, Taint};
+use super::duration::{matches_duration_pattern, parse_duration};
+use super::labels as l;
+use super::nodepool::{
+    BudgetNodes, GpuSharingMode, NodePool, NodePoolSpec, LIMIT_COST_PER_HOUR, LIMIT_NODES,
+};
+use super::quantity::parse_quantity;
+use super::schedule::{parse_cron, parse_time_zone};
+use crate::catalog::{self, mig, AcceleratorKind, CapacityType, Catalog, InstanceType};
+use std::collections::{BTreeMap, BTreeSet};
+use std::fmt;
+use std::time::Duration;
+
+mod syntax;
+mod unknown;
+
+use syntax::{
+    check_dns_label, check_dns_subdomain, check_label_value, check_qualified_name,
+    closest_time_zone, is_mig_profile_name, is_plain_number,
+};
+pub use unknown::node_pool_schema_problems;
+
+/// One problem found in an object, with the JSON path of the field.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FieldError {
+    /// JSON path in the object, e.g. `spec.prewarm[0].schedule`; map keys in
+    /// brackets (`spec.limits[nvidia.com/gpu]`).
+    pub path: String,
+    /// What is wrong.
+    pub message: String,
+}
+
+impl FieldError {
+    /// An error at `path`.
+    pub fn new(path: impl Into<String>, message: impl Into<String>) -> FieldError {
+        FieldError {
+            path: path.into(),
+            message: message.into(),
+        }
+    }
+}
+
+impl fmt::Display for FieldError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}: {}", self.path, self.message)
+    }
+}
+
+impl std::error::Error for FieldError {}
+
+/// The longest checkpoint grace period: the spot interruption notice.
+pub const MAX_CHECKPOINT_GRACE_PERIOD: Duration = Duration::from_secs(120);
+
+/// Checks a NodePool completely: what the CRD's schema and CEL rules enforce,
+/// and what they cannot (cron expressions, time zones, catalog instance
+/// families and types, MIG profiles against the selected GPUs, quantities).
+/// Returns every problem found, in field order; empty means valid. Checks
+/// that need the catalog are skipped when it has no instance types.
+pub fn validate_node_pool(pool: &NodePool, catalog: &Catalog) -> Vec<FieldError> {
+    let mut e = Errors::default();
+    match pool.metadata.name.as_deref() {
+        None | Some("") => e.push("metadata.name", "required"),
+        Some(name) => {
+            if let Err(m) = check_dns_subdomain(name) {
+                e.push("metadata.name", m);
+            }
+        }
+    }
+    let spec = &pool.spec;
+    let catalog = (catalog.instance_types().next().is_some()).then_some(catalog);
+    check_template(&mut e, spec, catalog);
+    check_capacity_types(&mut e, spec);
+    check_limits(&mut e, &spec.limits);
+    if let Some(w) = spec.weight {
+        if !(0..=100).contains(&w) {
+            e.push("spec.weight", format!("{w} is out of range 0..=100"));
+        }
+    }
+    check_disruption(&mut e, spec);
+    check_interruption(&mut e, spec);
+    check_gpu_sharing(&mut e, spec, catalog);
+    check_prewarm(&mut e, spec);
+    check_risk(&mut e, spec);
+    e.0
+}
+
+/// The catalog's instance types that the pool's requirements select, judged
+/// by the labels an instance type determines (instance type and family,
+/// architecture, OS, GPU and Neuron name, count and memory). Requirements on
+/// other labels (zone, capacity type, custom labels) do not narrow the result.
+pub fn selected_instance_types<'a>(
+    spec: &NodePoolSpec,
+    catalog: &'a Catalog,
+) -> Vec<&'a InstanceType> {
+    let reqs: Vec<&Requirement> = spec
+        .template
+        .spec
+        .requirements
+        .iter()
+        .filter(|r| catalog::INSTANCE_TYPE_KEYS.contains(&r.key.as_str()))
+        .collect();
+    catalog
+        .instance_types()
+        .filter(|it| {
+            let labels = catalog::instance_type_labels(it);
+            reqs.iter().all(|r| r.matches(&labels))
+        })
+        .collect()
+}
+
+/// Labels whose values are integers (`Gt`/`Lt` apply; `In` values must be integers).
+const INTEGER_KEYS: &[&str] = &[
+    l::GPU_COUNT,
+    l::GPU_MEMORY_GIB,
+    l::NEURON_COUNT,
+    l::GFD_COUNT,
+    l::GFD_MEMORY,
+];
+
+/// Labels Quartermaster sets itself; pools may not require or set them.
+const RESTRICTED_KEYS: &[&str] = &[l::NODEPOOL, l::HOSTNAME];
+
+#[derive(Default)]
+struct Errors(Vec<FieldError>);
+
+impl Errors {
+    fn push(&mut self, path: impl Into<String>, message: impl Into<String>) {
+        self.0.push(FieldError::new(path, message));
+    }
+}
+
+fn check_template(e: &mut Errors, spec: &NodePoolSpec, catalog: Option<&Catalog>) {
+    let t = &spec.template;
+    for (k, v) in &t.metadata.labels {
+        let path = format!("spec.template.metadata.labels[{k}]");
+        if let Err(m) = check_qualified_name(k) {
+            e.push(&path, format!("invalid label key: {m}"));
+        }
+        if let Err(m) = check_label_value(v) {
+            e.push(&path, format!("invalid label value {v:?}: {m}"));
+        }
+        if k == l::NODEPOOL {
+            e.push(&path, "this label is set by Quartermaster");
+        }
+    }
+    for k in t.metadata.annotations.keys() {
+        if let Err(m) = check_qualified_name(k) {
+            e.push(
+                format!("spec.template.metadata.annotations[{k}]"),
+                format!("invalid annotation key: {m}"),
+            );
+        }
+    }
+    check_taints(e, "spec.template.spec.taints", &t.spec.taints);
+    check_taints(
+        e,
+        "spec.template.spec.startupTaints",
+        &t.spec.startup_taints,
+    );
+    if t.spec.requirements.len() > 100 {
+        e.push(
+            "spec.template.spec.requirements",
+            "at most 100 requirements are allowed",
+        );
+    }
+    for (i, r) in t.spec.requirements.iter().enumerate() {
+        check_requirement(
+            e,
+            &format!("spec.template.spec.requirements[{i}]"),
+            r,
+            catalog,
+        );
+    }
+    if let Some(catalog) = catalog {
+        if selected_instance_types(spec, catalog).is_empty() {
+            e.push(
+                "spec.template.spec.requirements",
+                "no instance type in the catalog satisfies all the requirements",
+            );
+        }
+    }
+}
+
+fn check_taints(e: &mut Errors, base: &str, taints: &[Taint]) {
+    let mut seen = BTreeSet::new();
+    for (i, t) in taints.iter().enumerate() {
+        let path = format!("{base}[{i}]");
+        if let Err(m) = check_qualified_name(&t.key) {
+            e.push(format!("{path}.key"), format!("invalid taint key: {m}"));
+        }
+        if let Some(v) = &t.value {
+            if let Err(m) = check_label_value(v) {
+                e.push(format!("{path}.value"), format!("invalid taint value: {m}"));
+            }
+        }
+        if !seen.insert((t.key.as_str(), t.effect)) {
+            e.push(
+                path,
+                format!("duplicate taint {}:{}", t.key, t.effect.as_str()),
+            );
+        }
+    }
+}
+
+fn check_requirement(e: &mut Errors, path: &str, r: &Requirement, catalog: Option<&Catalog>) {
+    if let Err(m) = check_qualified_name(&r.key) {
+        e.push(format!("{path}.key"), format!("invalid label key: {m}"));
+    }
+    if RESTRICTED_KEYS.contains(&r.key.as_str()) {
+        e.push(
+            format!("{path}.key"),
+            format!("{} is set by Quartermaster and cannot be required", r.key),
+        );
+    }
+    let values = format!("{path}.values");
+    match r.operator {
+        Operator::In | Operator::NotIn if r.values.is_empty() => {
+            e.push(
+                &values,
+                format!("operator {} needs at least one value", r.operator),
+            );
+        }
+        Operator::Exists | Operator::DoesNotExist if !r.values.is_empty() => {
+            e.push(&values, format!("operator {} takes no values", r.operator));
+        }
+        Operator::Gt | Operator::Lt
+            if r.values.len() != 1 || r.values[0].parse::<i64>().is_err() =>
+        {
+            e.push(
+                &values,
+                format!("operator {} takes exactly one integer value", r.operator),
+            );
+        }
+        _ => {}
+    }
+    if r.values.len() > 100 {
+        e.push(&values, "at most 100 values are allowed");
+    }
+    let listed = matches!(r.operator, Operator::In | Operator::NotIn);
+    for (j, v) in r.values.iter().enumerate() {
+        let vpath = format!("{values}[{j}]");
+        if let Err(m) = check_label_value(v) {
+            e.push(&vpath, format!("invalid label value {v:?}: {m}"));
+            continue;
+        }
+        if !listed {
+            continue;
+        }
+        match r.key.as_str() {
+            k if INTEGER_KEYS.contains(&k) && v.parse::<i64>().is_err() => {
+                e.push(
+                    &vpath,
+                    format!("{k} is an integer label; {v:?} is not an integer"),
+                );
+            }
+            l::CAPACITY_TYPE if v.parse::<CapacityType>().is_err() => {
+                e.push(
+                    &vpath,
+                    format!("unknown capacity type {v:?} (expected spot or on-demand)"),
+                );
+            }
+            l::ARCH if v != "amd64" && v != "arm64" => {
+                e.push(
+                    &vpath,
+                    format!("unknown architecture {v:?} (expected amd64 or arm64)"),
+                );
+            }
+            l::INSTANCE_FAMILY => {
+                if let Some(c) = catalog {
+                    if !c.instance_types().any(|it| &it.family == v) {
+                        let families: BTreeSet<&str> =
+                            c.instance_types().map(|it| it.family.as_str()).collect();
+                        e.push(
+                            &vpath,
+                            format!(
+                                "unknown instance family {v:?} (the catalog has {})",
+                                families.into_iter().collect::<Vec<_>>().join(", ")
+                            ),
+                        );
+                    }
+                }
+            }
+            l::INSTANCE_TYPE => {
+                if let Some(c) = catalog {
+                    if c.instance_type(v).is_none() {
+                        let family = v.split('.').next().unwrap_or_default();
+                        let siblings: Vec<&str> = c
+                            .instance_types()
+                            .filter(|it| it.family == family)
+                            .map(|it| it.name.as_str())
+                            .collect();
+                        let hint = if siblings.is_empty() {
+                            String::new()
+                        } else {
+                            format!(" ({family} has {})", siblings.join(", "))
+                        };
+                        e.push(&vpath, format!("unknown instance type {v:?}{hint}"));
+                    }
+                }
+            }
+            _ => {}
+        }
+    }
+}
+
+fn check_capacity_types(e: &mut Errors, spec: &NodePoolSpec) {
+    let path = "spec.capacityTypes";
+    if spec.capacity_types.is_empty() {
+        e.push(
+            path,
+            "at least one capacity type (spot, on-demand) is required",
+        );
+        return;
+    }
+    let unique: BTreeSet<CapacityType> = spec.capacity_types.iter().copied().collect();
+    if unique.len() != spec.capacity_types.len() {
+        e.push(path, "capacity types must be unique");
+    }
+    let allowed: Vec<CapacityType> = unique
+        .into_iter()
+        .filter(|ct| {
+            let labels = BTreeMap::from([(l::CAPACITY_TYPE.to_string(), ct.to_string())]);
+            spec.template
+                .spec
+                .requirements
+                .iter()
+                .filter(|r| r.key == l::CAPACITY_TYPE)
+                .all(|r| r.matches(&labels))
+        })
+        .collect();
+    if allowed.is_empty() {
+        e.push(
+            path,
+            format!(
+                "requirements on {} exclude every capacity type listed here",
+                l::CAPACITY_TYPE
+            ),
+        );
+    }
+}
+
+fn check_limits(e: &mut Errors, limits: &ResourceList) {
+    for (k, q) in limits {
+        let path = format!("spec.limits[{k}]");
+        let v = q.0.as_str();
+        match k.as_str() {
+            LIMIT_NODES => {
+                if v.parse::<u64>().is_err() {
+                    e.push(&path, format!("{v:?} is not a whole number of nodes"));
+                }
+            }
+            LIMIT_COST_PER_HOUR => {
+                if !is_plain_number(v) {
+                    e.push(
+                        &path,
+                        format!("{v:?} is not a plain number of USD per hour (e.g. 250 or 99.5)"),
+                    );
+                }
+            }
+            _ => {
+                if let Err(m) = check_qualified_name(k) {
+                    e.push(&path, format!("invalid resource name: {m}"));
+                }
+                match parse_quantity(v) {
+                    Err(err) => e.push(&path, err.to_string()),
+                    Ok(x) if x < 0.0 => e.push(&path, format!("{v:?} is negative")),
+                    Ok(_) => {}
+                }
+            }
+        }
+    }
+}
+
+fn check_disruption(e: &mut Errors, spec: &NodePoolSpec) {
+    let d = &spec.disruption;
+    if d.consolidate_after != "Never" {
+        check_duration(
+            e,
+            "spec.disruption.consolidateAfter",
+            &d.consolidate_after,
+            " or Never",
+        );
+    }
+    if d.budgets.len() > 50 {
+        e.push("spec.disruption.budgets", "at most 50 budgets are allowed");
+    }
+    for (i, b) in d.budgets.iter().enumerate() {
+        let path = format!("spec.disruption.budgets[{i}]");
+        if let Err(m) = BudgetNodes::parse(&b.nodes) {
+            e.push(format!("{path}.nodes"), m);
+        }
+        if let Some(s) = &b.schedule {
+            if let Err(err) = parse_cron(s) {
+                e.push(format!("{path}.schedule"), err.to_string());
+            }
+        }
+        if let Some(dur) = &b.duration {
+            check_duration(e, &format!("{path}.duration"), dur, "");
+        }
+        if b.schedule.is_some() != b.duration.is_some() {
+            e.push(&path, "schedule and duration must be set together");
+        }
+    }
+}
+
+fn check_interruption(e: &mut Errors, spec: &NodePoolSpec) {
+    let i = &spec.interruption;
+    let grace = check_duration(
+        e,
+        "spec.interruption.checkpointGracePeriod",
+        &i.checkpoint_grace_period,
+        "",
+    );
+    if let Some(g) = grace {
+        if g > MAX_CHECKPOINT_GRACE_PERIOD {
+            e.push(
+                "spec.interruption.checkpointGracePeriod",
+                format!(
+                    "{} exceeds the two-minute spot interruption notice",
+                    i.checkpoint_grace_period
+                ),
+            );
+        }
+    }
+    if let Some(h) = &i.checkpoint_hook {
+        let base = "spec.interruption.checkpointHook";
+        if h.port == 0 {
+            e.push(format!("{base}.port"), "must be in 1..=65535");
+        }
+        if !h.path.starts_with('/') {
+            e.push(
+                format!("{base}.path"),
+                format!("{:?} must start with /", h.path),
+            );
+        }
+        let timeout = check_duration(e, &format!("{base}.timeout"), &h.timeout, "");
+        if let (Some(t), Some(g)) = (timeout, grace) {
+            if t > g {
+                e.push(
+                    format!("{base}.timeout"),
+                    format!(
+                        "{} exceeds checkpointGracePeriod ({})",
+                        h.timeout, i.checkpoint_grace_period
+                    ),
+                );
+            }
+        }
+    }
+}
+
+fn check_gpu_sharing(e: &mut Errors, spec: &NodePoolSpec, catalog: Option<&Catalog>) {
+    let g = &spec.gpu_sharing;
+    let base = "spec.gpuSharing";
+    match g.mode {
+        GpuSharingMode::TimeSlicing => match g.replicas {
+            None => e.push(format!("{base}.replicas"), "required with mode TimeSlicing"),
+            Some(r) if !(2..=64).contains(&r) => e.push(
+                format!("{base}.replicas"),
+                format!("{r} is out of range 2..=64"),
+            ),
+            Some(_) => {}
+        },
+        _ if g.replicas.is_some() => e.push(
+            format!("{base}.replicas"),
+            "only allowed with mode TimeSlicing",
+        ),
+        _ => {}
+    }
+    match (g.mode, &g.mig_profile) {
+        (GpuSharingMode::Mig, None) => {
+            e.push(format!("{base}.migProfile"), "required with mode Mig")
+        }
+        (GpuSharingMode::Mig, Some(p)) if !is_mig_profile_name(p) => e.push(
+            format!("{base}.migProfile"),
+            format!("{p:?} is not a MIG profile name (e.g. 1g.10gb)"),
+        ),
+        (GpuSharingMode::Mig, Some(_)) => {}
+        (_, Some(_)) => e.push(format!("{base}.migProfile"), "only allowed with mode Mig"),
+        (_, None) => {}
+    }
+    let Some(catalog) = catalog else { return };
+    if g.mode == GpuSharingMode::None {
+        return;
+    }
+    let selected = selected_instance_types(spec, catalog);
+    if selected.is_empty() {
+        return; // reported with the requirements
+    }
+    // (model, memory MiB) -> families, for the pool's NVIDIA GPUs.
+    let mut gpus: BTreeMap<(&str, u64), BTreeSet<&str>> = BTreeMap::new();
+    for it in &selected {
+        if let Some(a) = &it.accelerator {
+            if a.kind == AcceleratorKind::Gpu && a.manufacturer == "NVIDIA" {
+                gpus.entry((a.model.as_str(), a.memory_mib_per_device))
+                    .or_default()
+                    .insert(it.family.as_str());
+            }
+        }
+    }
+    let describe = |gpus: &BTreeMap<(&str, u64), BTreeSet<&str>>| {
+        gpus.iter()
+            .map(|((model, mib), fams)| {
+                let fams: Vec<&str> = fams.iter().copied().collect();
+                format!("{model} {}GB on {}", mib / 1024, fams.join("/"))
+            })
+            .collect::<Vec<_>>()
+            .join(", ")
+    };
+    if gpus.is_empty() {
+        e.push(
+            format!("{base}.mode"),
+            "the pool selects no NVIDIA GPU instance types to share",
+        );
+        return;
+    }
+    let Some(profile) = g.mig_profile().filter(|p| is_mig_profile_name(p)) else {
+        return;
+    };
+    let capable: BTreeMap<(&str, u64), BTreeSet<&str>> = gpus
+        .iter()
+        .filter(|((m, mib), _)| mig::supports_mig(m, *mib))
+        .map(|(k, v)| (*k, v.clone()))
+        .collect();
+    let path = format!("{base}.migProfile");
+    if capable.is_empty() {
+        e.push(
+            path,
+            format!(
+                "none of the pool's GPUs supports MIG ({}); MIG needs A100, H100, H200 or B200 (p4d, p4de, p5, p5e, p5en, p6-b200)",
+                describe(&gpus)
+            ),
+        );
+        return;
+    }
+    let offering: Vec<_> = capable
+        .keys()
+        .filter(|(m, mib)| mig::instances_per_gpu(m, *mib, profile).is_some())
+        .collect();
+    if offering.is_empty() {
+        let offered: Vec<String> = capable
+            .keys()
+            .map(|(m, mib)| {
+                let names: Vec<&str> = mig::profiles_for(m, *mib).iter().map(|p| p.name).collect();
+                format!("{m} {}GB offers {}", mib / 1024, names.join(", "))
+            })
+            .collect();
+        e.push(
+            path,
+            format!(
+                "no GPU the pool selects offers MIG profile {profile} ({})",
+                offered.join("; ")
+            ),
+        );
+    }
+}
+
+fn check_prewarm(e: &mut Errors, spec: &NodePoolSpec) {
+    if spec.prewarm.len() > 32 {
+        e.push("spec.prewarm", "at most 32 windows are allowed");
+    }
+    let mut names = BTreeSet::new();
+    for (i, w) in spec.prewarm.iter().enumerate() {
+        let path = format!("spec.prewarm[{i}]");
+        if let Err(m) = check_dns_label(&w.name) {
+            e.push(format!("{path}.name"), m);
+        } else if !names.insert(w.name.as_str()) {
+            e.push(
+                format!("{path}.name"),
+                format!("duplicate window name {:?}", w.name),
+            );
+        }
+        if let Err(err) = parse_cron(&w.schedule) {
+            e.push(format!("{path}.schedule"), err.to_string());
+        }
+        if let Err(err) = parse_time_zone(&w.time_zone) {
+            let hint = closest_time_zone(&w.time_zone)
+                .map(|tz| format!("; did you mean {tz}?"))
+                .unwrap_or_default();
+            e.push(format!("{path}.timeZone"), format!("{err}{hint}"));
+        }
+        if let Some(d) = check_duration(e, &format!("{path}.duration"), &w.duration, "") {
+            if d.is_zero() {
+                e.push(format!("{path}.duration"), "must be longer than zero");
+            }
+        }
+        if w.capacity.is_empty() {
+            e.push(
+                format!("{path}.capacity"),
+                "name at least one resource to hold, e.g. nvidia.com/gpu: 16",
+            );
+        }
+        for (k, q) in &w.capacity {
+            let cpath = format!("{path}.capacity[{k}]");
+            if k == LIMIT_NODES || k == LIMIT_COST_PER_HOUR {
+                e.push(&cpath, format!("{k} is a limit, not a resource to hold"));
+                continue;
+            }
+            if let Err(m) = check_qualified_name(k) {
+                e.push(&cpath, format!("invalid resource name: {m}"));
+            }
+            match parse_quantity(&q.0) {
+                Err(err) => e.push(&cpath, err.to_string()),
+                Ok(x) if x <= 0.0 => e.push(&cpath, format!("{:?} must be positive", q.0)),
+                Ok(x) => {
+                    if let Some(Ok(limit)) = spec.limits.get(k).map(|l| parse_quantity(&l.0)) {
+                        if x > limit {
+                            e.push(
+                                &cpath,
+                                format!("{} exceeds spec.limits[{k}] ({})", q.0, spec.limits[k].0),
+                            );
+                        }
+                    }
+                }
+            }
+        }
+    }
+}
+
+fn check_risk(e: &mut Errors, spec: &NodePoolSpec) {
+    let r = &spec.risk;
+    if let Some(b) = r.max_interruption_bucket {
+        if b > 4 {
+            e.push(
+                "spec.risk.maxInterruptionBucket",
+                format!("{b} is out of range 0..=4"),
+            );
+        }
+    }
+    if !(r.risk_aversion.is_finite() && r.risk_aversion >= 0.0) {
+        e.push(
+            "spec.risk.riskAversion",
+            format!("{} must be a number >= 0", r.risk_aversion),
+        );
+    }
+    if let Some(s) = r.max_spot_pool_share {
+        if !(s > 0.0 && s <= 1.0) {
+            e.push(
+                "spec.risk.maxSpotPoolShare",
+                format!("{s} is out of range (0, 1]"),
+            );
+        }
+    }
+}
+
+/// Checks a duration field against the CRD pattern and parses it.
+fn check_duration(e: &mut Errors, path: &str, s: &str, alternatives: &str) -> Option<Duration> {
+    match parse_duration(s) {
+        Ok(d) if matches_duration_pattern(s) => Some(d),
+        Ok(_) => {
+            e.push(
+                path,
+                format!(
+                    "invalid duration {s:?}: use whole or decimal numbers with h, m, s or ms (e.g. \"90s\", \"1h30m\"){alternatives}"
+                ),
+            );
+            None
+        }
+        Err(err) => {
+            e.push(path, format!("{err}{alternatives}"));
+            None
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,179 @@
+//! `quartermaster validate`, run as a user runs it.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+struct Run {
+    code: i32,
+    stdout: String,
+}
+
+fn validate(files: &[&Path]) -> Run {
+    let out = Command::new(env!("CARGO_BIN_EXE_quartermaster"))
+        .arg("validate")
+        .args(files)
+        .output()
+        .expect("runs quartermaster");
+    Run {
+        code: out.status.code().expect("exit code"),
+        stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
+    }
+}
+
+/// A file with `text` in a fresh temporary directory.
+fn file(name: &str, text: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!(
+        "quartermaster-validate-{}-{name}",
+        std::process::id()
+    ));
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join(name);
+    std::fs::write(&path, text).unwrap();
+    path
+}
+
+fn pool(name: &str, spec: &str) -> String {
+    format!("apiVersion: quartermaster.dev/v1alpha1\nkind: NodePool\nmetadata:\n  name: {name}\nspec:\n{spec}")
+}
+
+#[test]
+fn every_example_is_valid() {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("deploy/examples");
+    let mut files: Vec<PathBuf> = std::fs::read_dir(&dir)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.extension().is_some_and(|e| e == "yaml"))
+        .collect();
+    files.sort();
+    assert!(files.len() >= 4, "{files:?}");
+    let refs: Vec<&Path> = files.iter().map(PathBuf::as_path).collect();
+    let run = validate(&refs);
+    assert_eq!(run.code, 0, "{}", run.stdout);
+    for f in &files {
+        assert!(
+            run.stdout
+                .contains(&format!("{}: document 1 (", f.display())),
+            "{}",
+            run.stdout
+        );
+    }
+    assert!(
+        run.stdout.lines().all(|l| l.ends_with(": ok")),
+        "{}",
+        run.stdout
+    );
+}
+
+#[test]
+fn a_broken_cron_and_an_unknown_time_zone_are_both_named() {
+    let f = file(
+        "prewarm.yaml",
+        &pool(
+            "office",
+            r#"  prewarm:
+    - name: mornings
+      schedule: "0 8 * * 1-5 2026"
+      timeZone: Europe/Atlantis
+      duration: 10h
+      capacity: { nvidia.com/gpu: 16 }
+"#,
+        ),
+    );
+    let run = validate(&[&f]);
+    assert_eq!(run.code, 1, "{}", run.stdout);
+    let at = format!("{}: document 1 (office): ", f.display());
+    assert!(
+        run.stdout
+            .contains(&format!("{at}spec.prewarm[0].schedule: ")),
+        "{}",
+        run.stdout
+    );
+    assert!(
+        run.stdout
+            .contains(&format!("{at}spec.prewarm[0].timeZone: ")),
+        "{}",
+        run.stdout
+    );
+}
+
+#[test]
+fn a_mig_profile_on_g5_fails() {
+    let f = file(
+        "mig-g5.yaml",
+        &pool(
+            "mig-on-a10g",
+            r#"  gpuSharing: { mode: Mig, migProfile: 1g.10gb }
+  template:
+    spec:
+      requirements:
+        - { key: quartermaster.dev/instance-family, operator: In, values: [g5] }
+"#,
+        ),
+    );
+    let run = validate(&[&f]);
+    assert_eq!(run.code, 1, "{}", run.stdout);
+    assert!(
+        run.stdout.contains(
+            "(mig-on-a10g): spec.gpuSharing.migProfile: none of the pool's GPUs supports MIG"
+        ),
+        "{}",
+        run.stdout
+    );
+}
+
+#[test]
+fn one_bad_document_fails_the_run_but_the_good_ones_are_still_reported() {
+    let f = file(
+        "two.yaml",
+        &format!(
+            "{}---\n{}",
+            pool("good", "  capacityTypes: [spot]\n"),
+            pool("bad", "  capacityTypes: [spto]\n")
+        ),
+    );
+    let run = validate(&[&f]);
+    assert_eq!(run.code, 1, "{}", run.stdout);
+    assert!(
+        run.stdout.contains("document 1 (good): ok"),
+        "{}",
+        run.stdout
+    );
+    assert!(
+        run.stdout
+            .contains("document 2 (bad): spec.capacityTypes[0]: unknown variant `spto`"),
+        "{}",
+        run.stdout
+    );
+}
+
+#[test]
+fn a_missing_file_fails() {
+    let run = validate(&[Path::new("/nonexistent/pools.yaml")]);
+    assert_eq!(run.code, 1);
+    assert!(
+        run.stdout.contains("/nonexistent/pools.yaml: cannot read"),
+        "{}",
+        run.stdout
+    );
+}
+
+#[test]
+fn non_yaml_and_other_kinds_fail() {
+    let text = file("notes.txt", "just some notes, not a manifest\n");
+    let broken = file("broken.yaml", "spec: [unclosed\n");
+    let other = file(
+        "cm.yaml",
+        "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: c}\ndata: {}\n",
+    );
+    for f in [&text, &broken, &other] {
+        let run = validate(&[f]);
+        assert_eq!(run.code, 1, "{}: {}", f.display(), run.stdout);
+        assert!(
+            run.stdout.starts_with(&f.display().to_string()),
+            "{}",
+            run.stdout
+        );
+    }
+    assert!(validate(&[&broken]).stdout.contains("invalid YAML"));
+    assert!(validate(&[&other]).stdout.contains("kind ConfigMap"));
+}
