@@ -158,7 +158,7 @@ fn a_pool_at_its_gpu_limit_launches_nothing_more() {
     let mut pool = gpu_pool("gpu");
     pool.limits.resources.set(l::RESOURCE_GPU, 8);
     let nodes = [full_gpu_node("gpu")];
-    for plan in [run(&[gpu_pod("p", 1)], &[pool], &nodes, Strategy::Mip)] {
+    for plan in both(&[gpu_pod("p", 1)], &[pool], &nodes) {
         assert!(plan.nodes.is_empty(), "launched {:?}", plan.nodes);
         assert!(plan.unschedulable[0].reason.contains("limits"));
     }
@@ -199,7 +199,7 @@ fn a_pod_without_the_gpu_toleration_never_lands_on_a_tainted_gpu_pool() {
     });
     let cpu_pod = Pod::new("c", Resources::new().with(CPU, 2000));
     for plan in both(
-        &[cpu_pod.clone()],
+        std::slice::from_ref(&cpu_pod),
         &[gpu_pool("gpu"), cpu_pool.clone()],
         &[],
     ) {
@@ -211,7 +211,7 @@ fn a_pod_without_the_gpu_toleration_never_lands_on_a_tainted_gpu_pool() {
 #[test]
 fn a_pod_asking_for_h100_gets_p5() {
     let mut pod = gpu_pod("p", 8);
-    pod.affinity.terms = vec![vec![Requirement::is_in(l::GPU_NAME, &["h100"])]];
+    pod.affinity.terms = vec![vec![Requirement::new(l::GPU_NAME, Operator::In, &["h100"])]];
     for plan in both(&[pod.clone()], &[gpu_pool("gpu")], &[]) {
         assert_eq!(plan.nodes.len(), 1, "{:?}", plan.unschedulable);
         assert!(
@@ -225,7 +225,7 @@ fn a_pod_asking_for_h100_gets_p5() {
 #[test]
 fn an_unknown_gpu_is_unschedulable_naming_the_requirement() {
     let mut pod = gpu_pod("p", 1);
-    pod.affinity.terms = vec![vec![Requirement::is_in(l::GPU_NAME, &["b300"])]];
+    pod.affinity.terms = vec![vec![Requirement::new(l::GPU_NAME, Operator::In, &["b300"])]];
     for plan in both(&[pod.clone()], &[gpu_pool("gpu")], &[]) {
         assert!(plan.nodes.is_empty());
         let reason = &plan.unschedulable[0].reason;
@@ -274,6 +274,10 @@ fn a_mig_pod_gets_a_node_whose_profile_provides_its_resource() {
             );
         }
     }
+    // A whole-GPU pod on the MIG pool gets nothing rather than a GPU that
+    // cannot be split into the pool's profile.
+    let plan = run(&[gpu_pod("whole", 1)], &[pool.clone()], &[], Strategy::Mip);
+    assert!(plan.nodes.is_empty(), "launched {:?}", plan.nodes);
     // Without MIG on the pool, nothing provides the resource.
     let plan = run(&pods, &[gpu_pool("plain")], &[], Strategy::Mip);
     assert_eq!(plan.unschedulable.len(), 10);

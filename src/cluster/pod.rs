@@ -1,7 +1,7 @@
 //! Pods as the planner sees them: effective requests and scheduling
 //! constraints, distilled from `k8s_openapi` Pods at the edge.
 
-use super::requirements::{Effect, NodeAffinity, Requirement, Toleration};
+use super::requirements::{Effect, NodeAffinity, Operator, Requirement, Toleration};
 use super::resources::{QuantityError, Resources, PODS};
 use crate::api::labels as l;
 use k8s_openapi::api::core::v1 as core;
@@ -117,9 +117,9 @@ impl Pod {
             .node_selector
             .iter()
             .flatten()
-            .map(|(k, v)| Requirement::is_in(k, &[v]))
+            .map(|(k, v)| Requirement::new(k, Operator::In, &[v]))
             .collect();
-        base.sort();
+        base.sort_by(|a, b| a.key.cmp(&b.key));
         let mut terms = Vec::new();
         let required = spec
             .affinity

@@ -7,8 +7,8 @@ use std::fmt;
 /// Node labels.
 pub type Labels = BTreeMap<String, String>;
 
-pub use crate::api::Operator;
 pub use crate::api::TaintEffect as Effect;
+pub use crate::api::{Operator, Requirement};
 
 /// Parses an enum the way the API spells it (`In`, `NoSchedule`).
 ///
@@ -19,73 +19,10 @@ pub fn parse_enum<T: serde::de::DeserializeOwned>(s: &str) -> Result<T, String> 
         .map_err(|_| format!("unknown value {s:?}"))
 }
 
-/// One requirement on a node label.
-#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub struct Requirement {
-    /// The label key.
-    pub key: String,
-    /// How the label is compared.
-    pub operator: Operator,
-    /// The values compared with (one integer for `Gt`/`Lt`).
-    pub values: Vec<String>,
-}
-
-impl Requirement {
-    /// `key In values`.
-    pub fn is_in(key: &str, values: &[&str]) -> Requirement {
-        Requirement {
-            key: key.into(),
-            operator: Operator::In,
-            values: values.iter().map(|v| v.to_string()).collect(),
-        }
-    }
-
-    /// True when `labels` satisfy the requirement.
-    pub fn matches(&self, labels: &Labels) -> bool {
-        let value = labels.get(&self.key);
-        match self.operator {
-            Operator::In => value.is_some_and(|v| self.values.contains(v)),
-            Operator::NotIn => value.is_none_or(|v| !self.values.contains(v)),
-            Operator::Exists => value.is_some(),
-            Operator::DoesNotExist => value.is_none(),
-            Operator::Gt | Operator::Lt => {
-                let (Some(v), Some(bound)) = (
-                    value.and_then(|v| v.parse::<i64>().ok()),
-                    self.values.first().and_then(|b| b.parse::<i64>().ok()),
-                ) else {
-                    return false;
-                };
-                if self.operator == Operator::Gt {
-                    v > bound
-                } else {
-                    v < bound
-                }
-            }
-        }
-    }
-}
-
-impl fmt::Display for Requirement {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self.operator {
-            Operator::Exists | Operator::DoesNotExist => {
-                write!(f, "{} {:?}", self.key, self.operator)
-            }
-            _ => write!(
-                f,
-                "{} {:?} [{}]",
-                self.key,
-                self.operator,
-                self.values.join(",")
-            ),
-        }
-    }
-}
-
 /// Required node affinity: a node must satisfy every requirement of at least
 /// one term (terms are ORed, requirements within a term ANDed). No terms means
 /// no constraint.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Hash, PartialOrd, Ord)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, Hash)]
 pub struct NodeAffinity {
     /// The ORed terms.
     pub terms: Vec<Vec<Requirement>>,
@@ -201,28 +138,7 @@ mod tests {
     }
 
     fn req(key: &str, op: Operator, values: &[&str]) -> Requirement {
-        Requirement {
-            key: key.into(),
-            operator: op,
-            values: values.iter().map(|v| v.to_string()).collect(),
-        }
-    }
-
-    #[test]
-    fn every_operator_behaves_as_the_scheduler_does() {
-        let l = labels(&[("gpu", "h100"), ("count", "8")]);
-        assert!(req("gpu", Operator::In, &["a100", "h100"]).matches(&l));
-        assert!(!req("gpu", Operator::NotIn, &["h100"]).matches(&l));
-        assert!(req("other", Operator::NotIn, &["x"]).matches(&l));
-        assert!(req("gpu", Operator::Exists, &[]).matches(&l));
-        assert!(req("other", Operator::DoesNotExist, &[]).matches(&l));
-        assert!(req("count", Operator::Gt, &["4"]).matches(&l));
-        assert!(!req("count", Operator::Lt, &["8"]).matches(&l));
-        assert!(
-            !req("gpu", Operator::Gt, &["4"]).matches(&l),
-            "non-integer never matches Gt"
-        );
-        assert!(!req("missing", Operator::Lt, &["4"]).matches(&l));
+        Requirement::new(key, op, values)
     }
 
     #[test]

@@ -16,7 +16,7 @@
 use super::requirements::Labels;
 use super::resources::{Resources, CPU, EPHEMERAL_STORAGE, MEMORY, PODS};
 use crate::api::labels as l;
-use crate::catalog::{mig, AcceleratorKind, InstanceType, Offering};
+use crate::catalog::{self, mig, AcceleratorKind, InstanceType, Offering};
 
 const MIB: i64 = 1 << 20;
 const GIB: i64 = 1 << 30;
@@ -129,64 +129,19 @@ pub fn allocatable(it: &InstanceType, sharing: &GpuSharing) -> Resources {
     capacity(it, sharing).minus(&reserved(it))
 }
 
-/// The short GPU name used in `quartermaster.dev/gpu-name` (`h100`, `a10g`).
-pub fn gpu_short_name(model: &str) -> String {
-    model.to_ascii_lowercase().replace(' ', "-")
-}
-
-/// The product name NVIDIA GPU feature discovery reports for a GPU model and
-/// memory (spaces replaced by dashes, as GFD does).
-pub fn gfd_product(model: &str, memory_mib: u64) -> String {
-    match model {
-        "T4" => "Tesla-T4".into(),
-        "V100" => format!("Tesla-V100-SXM2-{}GB", memory_mib / 1024),
-        "A100" => format!("NVIDIA-A100-SXM4-{}GB", memory_mib / 1024),
-        "H100" => "NVIDIA-H100-80GB-HBM3".into(),
-        other => format!("NVIDIA-{other}"),
-    }
-}
-
-/// Labels a node launched from `offering` will carry: well-known labels,
-/// ours, GPU feature discovery's and Neuron's; the pool's own labels are added
-/// by the caller.
+/// Labels a node launched from `offering` will carry: the instance type's own
+/// (see [`catalog::instance_type_labels`]) plus region, zone, capacity type and
+/// NodePool; the pool's template labels are added by the caller.
 pub fn node_labels(it: &InstanceType, offering: &Offering, nodepool: &str) -> Labels {
-    let mut m = Labels::new();
-    let mut put = |k: &str, v: String| {
-        m.insert(k.to_string(), v);
+    let mut m = catalog::instance_type_labels(it);
+    let mut put = |k: &str, v: &str| {
+        m.insert(k.to_string(), v.to_string());
     };
-    put(l::INSTANCE_TYPE, it.name.clone());
-    put(l::INSTANCE_FAMILY, it.family.clone());
-    put(l::ARCH, it.architecture.kubernetes_label().into());
-    put(l::OS, "linux".into());
-    put(l::REGION, offering.region.clone());
-    put(l::ZONE_ID, offering.zone_id.clone());
-    put(l::ZONE, offering.zone_id.clone());
-    put(l::CAPACITY_TYPE, offering.capacity_type.as_str().into());
-    put(l::NODEPOOL, nodepool.into());
-    if let Some(acc) = &it.accelerator {
-        match acc.kind {
-            AcceleratorKind::Gpu => {
-                put(l::GPU_NAME, gpu_short_name(&acc.model));
-                put(l::GPU_COUNT, acc.count.to_string());
-                put(
-                    l::GPU_MEMORY_GIB,
-                    (acc.memory_mib_per_device / 1024).to_string(),
-                );
-                if acc.manufacturer == "NVIDIA" {
-                    put(
-                        l::GFD_PRODUCT,
-                        gfd_product(&acc.model, acc.memory_mib_per_device),
-                    );
-                    put(l::GFD_COUNT, acc.count.to_string());
-                    put(l::GFD_MEMORY, acc.memory_mib_per_device.to_string());
-                }
-            }
-            AcceleratorKind::Neuron => {
-                put(l::NEURON_NAME, acc.model.to_ascii_lowercase());
-                put(l::NEURON_COUNT, acc.count.to_string());
-            }
-        }
-    }
+    put(l::REGION, &offering.region);
+    put(l::ZONE_ID, &offering.zone_id);
+    put(l::ZONE, &offering.zone_id);
+    put(l::CAPACITY_TYPE, offering.capacity_type.as_str());
+    put(l::NODEPOOL, nodepool);
     m
 }
 

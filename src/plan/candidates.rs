@@ -3,7 +3,7 @@
 //! have, and the explanation of why a pod fits none of them.
 
 use crate::api::labels as l;
-use crate::catalog::{AcceleratorKind, CapacityType, Catalog, Offering};
+use crate::catalog::{mig, AcceleratorKind, CapacityType, Catalog, Offering};
 use crate::cluster::requirements::untolerated;
 use crate::cluster::shape::{self, GpuSharing};
 use crate::cluster::{Labels, Pool, Resources, Taint};
@@ -66,6 +66,15 @@ pub fn candidates(
             let Some(it) = catalog.instance_type(&o.instance_type) else {
                 continue;
             };
+            // A MIG pool launches only GPUs that can be split into its profile.
+            if let GpuSharing::Mig { profile } = &pool.sharing {
+                let supported = it.accelerator.as_ref().is_some_and(|a| {
+                    mig::instances_per_gpu(&a.model, a.memory_mib_per_device, profile).is_some()
+                });
+                if !supported {
+                    continue;
+                }
+            }
             let mut labels = shape::node_labels(it, o, &pool.name);
             for (k, v) in &pool.labels {
                 labels.insert(k.clone(), v.clone());

@@ -29,8 +29,11 @@ pub fn pools() -> Vec<Pool> {
     let mut mig = Pool::new("mig");
     mig.taints
         .push(Taint::new(l::TAINT_GPU, "", Effect::NoSchedule));
-    mig.requirements
-        .push(Requirement::is_in(l::INSTANCE_FAMILY, &["p4de", "p5"]));
+    mig.requirements.push(Requirement::new(
+        l::INSTANCE_FAMILY,
+        Operator::In,
+        &["p4de", "p5"],
+    ));
     mig.sharing = GpuSharing::Mig {
         profile: "1g.10gb".into(),
     };
@@ -77,10 +80,16 @@ pub fn pods(n: usize, seed: u64) -> Vec<Pod> {
             p.tolerations.push(Toleration::exists(l::TAINT_GPU));
             match rng.random_range(0..10) {
                 0..=1 => {
-                    p.affinity.terms =
-                        vec![vec![Requirement::is_in(l::GPU_NAME, &["a100", "h100"])]]
+                    p.affinity.terms = vec![vec![Requirement::new(
+                        l::GPU_NAME,
+                        Operator::In,
+                        &["a100", "h100"],
+                    )]]
                 }
-                2 => p.affinity.terms = vec![vec![Requirement::is_in(l::GPU_NAME, &["l40s"])]],
+                2 => {
+                    p.affinity.terms =
+                        vec![vec![Requirement::new(l::GPU_NAME, Operator::In, &["l40s"])]]
+                }
                 _ => {}
             }
             if rng.random_bool(0.6) {
