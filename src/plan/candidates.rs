@@ -128,11 +128,13 @@ fn accelerator_resource(
 
 /// How many pods of `class` one fresh node of `c` takes (0: incompatible).
 pub fn pods_per_node(class: &Class, c: &Candidate) -> u32 {
-    if untolerated(&c.taints, &class.tolerations).is_some() || !class.affinity.matches(&c.labels) {
+    if untolerated(&c.taints, &class.pod.tolerations).is_some()
+        || !class.pod.affinity.matches(&c.labels)
+    {
         return 0;
     }
-    let n = class.requests.copies_in(&c.allocatable);
-    if class.hostname_anti_affinity {
+    let n = class.pod.requests.copies_in(&c.allocatable);
+    if class.pod.hostname_anti_affinity {
         n.min(1)
     } else {
         n
@@ -147,13 +149,13 @@ pub fn explain_unschedulable(class: &Class, all: &[Candidate], pools: &[Pool]) -
     }
     let tolerated: Vec<&Candidate> = all
         .iter()
-        .filter(|c| untolerated(&c.taints, &class.tolerations).is_none())
+        .filter(|c| untolerated(&c.taints, &class.pod.tolerations).is_none())
         .collect();
     if tolerated.is_empty() {
         let mut msgs: Vec<String> = all
             .iter()
             .filter_map(|c| {
-                untolerated(&c.taints, &class.tolerations)
+                untolerated(&c.taints, &class.pod.tolerations)
                     .map(|t| format!("{} ({})", t, pools[c.pool].name))
             })
             .collect();
@@ -162,10 +164,10 @@ pub fn explain_unschedulable(class: &Class, all: &[Candidate], pools: &[Pool]) -
         return format!("does not tolerate taint {}", msgs.join(", "));
     }
     let mut remaining = tolerated;
-    if !class.affinity.terms.is_empty() {
+    if !class.pod.affinity.terms.is_empty() {
         let mut best_term_failure: Option<String> = None;
         let mut any_term_survives: Vec<&Candidate> = Vec::new();
-        for term in &class.affinity.terms {
+        for term in &class.pod.affinity.terms {
             let mut left = remaining.clone();
             let mut failure = None;
             for req in term {
@@ -193,7 +195,7 @@ pub fn explain_unschedulable(class: &Class, all: &[Candidate], pools: &[Pool]) -
     // Nothing is large enough: name the resource short on the largest node.
     let mut shortfalls: Vec<String> = remaining
         .iter()
-        .filter_map(|c| class.requests.first_shortfall(&c.allocatable))
+        .filter_map(|c| class.pod.requests.first_shortfall(&c.allocatable))
         .map(str::to_string)
         .collect();
     shortfalls.sort();
@@ -203,7 +205,7 @@ pub fn explain_unschedulable(class: &Class, all: &[Candidate], pools: &[Pool]) -
     }
     format!(
         "requests ({}) exceed the allocatable of all {} compatible offerings (short of {})",
-        class.requests,
+        class.pod.requests,
         remaining.len(),
         shortfalls.join(", ")
     )

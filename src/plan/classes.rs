@@ -14,24 +14,26 @@ pub const DEFAULT_RESTART_OVERHEAD_S: f64 = 300.0;
 /// Pods that are interchangeable for planning.
 #[derive(Debug, Clone)]
 pub struct Class {
-    /// Effective requests of one pod.
-    pub requests: Resources,
-    /// Required node affinity.
-    pub affinity: NodeAffinity,
-    /// Tolerations.
-    pub tolerations: Vec<Toleration>,
-    /// Zone spread constraint.
-    pub zone_spread: Option<ZoneSpread>,
-    /// One pod per node.
-    pub hostname_anti_affinity: bool,
-    /// Gang.
-    pub group: Option<GroupRef>,
+    /// The first pod of the class: its requests and scheduling constraints
+    /// stand for all of them.
+    pub pod: Pod,
     /// Hours of work lost when a pod of the class is interrupted: half the
     /// checkpoint interval if it checkpoints, otherwise its whole expected
     /// run, plus the restart overhead.
     pub lost_hours_per_interruption: f64,
     /// Indices of its pods in the planner's pod list.
     pub pods: Vec<usize>,
+}
+
+impl Class {
+    /// A class of one pod (`pods[index]`).
+    pub fn of(pod: &Pod, index: usize) -> Class {
+        Class {
+            pod: pod.clone(),
+            lost_hours_per_interruption: lost_hours(pod),
+            pods: vec![index],
+        }
+    }
 }
 
 #[derive(PartialEq, Eq, Hash)]
@@ -66,7 +68,7 @@ pub fn classify(pods: &[Pod], which: &[usize]) -> Vec<Class> {
         let key = Key {
             requests: p.requests.clone(),
             affinity: p.affinity.clone(),
-            tolerations: tolerations.clone(),
+            tolerations,
             zone_spread: p.zone_spread.clone(),
             anti: p.hostname_anti_affinity,
             group: p.group.clone(),
@@ -74,12 +76,7 @@ pub fn classify(pods: &[Pod], which: &[usize]) -> Vec<Class> {
         };
         let ci = *index.entry(key).or_insert_with(|| {
             classes.push(Class {
-                requests: p.requests.clone(),
-                affinity: p.affinity.clone(),
-                tolerations,
-                zone_spread: p.zone_spread.clone(),
-                hostname_anti_affinity: p.hostname_anti_affinity,
-                group: p.group.clone(),
+                pod: p.clone(),
                 lost_hours_per_interruption: lost,
                 pods: Vec::new(),
             });

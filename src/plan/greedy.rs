@@ -66,7 +66,7 @@ pub fn plan(input: &Input) -> Plan {
             .collect();
         let compatible: Vec<usize> = (0..cands.len()).filter(|&o| fits[o]).collect();
         if compatible.is_empty() {
-            let class = single_class(p, i);
+            let class = Class::of(p, i);
             unschedulable.push(Unschedulable {
                 pod: p.name.clone(),
                 reason: candidates::explain_unschedulable(&class, &cands, input.pools),
@@ -184,19 +184,6 @@ fn room(options: &[usize], cands: &[Candidate]) -> Resources {
     options
         .iter()
         .fold(Resources::new(), |r, &o| r.max_with(&cands[o].allocatable))
-}
-
-fn single_class(p: &Pod, i: usize) -> Class {
-    Class {
-        requests: p.requests.clone(),
-        affinity: p.affinity.clone(),
-        tolerations: p.tolerations.clone(),
-        zone_spread: p.zone_spread.clone(),
-        hostname_anti_affinity: p.hostname_anti_affinity,
-        group: p.group.clone(),
-        lost_hours_per_interruption: lost_hours(p),
-        pods: vec![i],
-    }
 }
 
 /// Turns launched nodes `(candidate, pods)` into a [`Plan`], pricing every

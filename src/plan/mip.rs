@@ -59,7 +59,7 @@ pub fn plan(input: &Input, opts: &Options) -> Plan {
     // Gangs with fewer pending members than they need cannot start.
     let mut pending_members: HashMap<&str, u32> = HashMap::new();
     for c in &classes {
-        if let Some(g) = &c.group {
+        if let Some(g) = &c.pod.group {
             *pending_members.entry(g.name.as_str()).or_default() += c.pods.len() as u32;
         }
     }
@@ -67,7 +67,7 @@ pub fn plan(input: &Input, opts: &Options) -> Plan {
     // Compatible candidates per class, in weight tiers (highest first).
     let mut tiers: Vec<Vec<Vec<(usize, u32)>>> = Vec::new();
     for c in &classes {
-        if let Some(g) = &c.group {
+        if let Some(g) = &c.pod.group {
             let have = pending_members[g.name.as_str()];
             if have < g.min_member {
                 for &p in &c.pods {
@@ -146,7 +146,14 @@ pub fn plan(input: &Input, opts: &Options) -> Plan {
         if work.is_empty() {
             continue;
         }
-        let result = solve(&work, &classes, &cands, input, &budgets, opts);
+        let result = solve(Tier {
+            work: &work,
+            classes: &classes,
+            cands: &cands,
+            input,
+            budgets: &budgets,
+            opts,
+        });
         lower_bound += result.lower_bound;
         solved_by = solved_by.max(result.solved_by);
         for w in &work {
@@ -200,7 +207,7 @@ pub fn plan(input: &Input, opts: &Options) -> Plan {
         for &p in r {
             unschedulable.push(Unschedulable {
                 pod: pods[p].name.clone(),
-                reason: match &classes[ci].group {
+                reason: match &classes[ci].pod.group {
                     Some(g) => format!(
                         "gang {} does not fit in one zone within the NodePool limits",
                         g.name
@@ -239,7 +246,7 @@ fn prune(
     };
     let mut sorted = options.to_vec();
     sorted.sort_by(|a, b| per_pod(a).total_cmp(&per_pod(b)).then(a.0.cmp(&b.0)));
-    if class.group.is_none() && class.zone_spread.is_none() {
+    if class.pod.group.is_none() && class.pod.zone_spread.is_none() {
         let mut seen_types = Vec::new();
         return sorted
             .into_iter()
@@ -288,15 +295,27 @@ struct Model {
     integers: usize,
 }
 
-fn build(
-    work: &[ClassOptions],
-    classes: &[Class],
-    cands: &[Candidate],
-    input: &Input,
-    budgets: &[Budget],
-    opts: &Options,
-    relaxed: bool,
-) -> Model {
+/// What one weight tier's model is built from.
+#[derive(Clone, Copy)]
+struct Tier<'a> {
+    work: &'a [ClassOptions],
+    classes: &'a [Class],
+    cands: &'a [Candidate],
+    input: &'a Input<'a>,
+    budgets: &'a [Budget],
+    opts: &'a Options,
+}
+
+/// The model of a tier, integral or its LP relaxation.
+fn build(tier: Tier, relaxed: bool) -> Model {
+    let Tier {
+        work,
+        classes,
+        cands,
+        input,
+        budgets,
+        opts,
+    } = tier;
     let mut vars = ProblemVariables::new();
     let mut cons = Vec::new();
     let mut objective = Expression::from(0.0);
@@ -326,7 +345,7 @@ fn build(
     for w in work {
         let class = &classes[w.class];
         let d = w.pods.len() as f64;
-        let integral = !relaxed && (class.group.is_some() || class.zone_spread.is_some());
+        let integral = !relaxed && (class.pod.group.is_some() || class.pod.zone_spread.is_some());
         let mut ys = Vec::new();
         for &(o, k) in &w.options {
             let def = variable().min(0.0).max(d);
@@ -340,7 +359,7 @@ fn build(
             );
             let idle_credit = match &c.accelerator_resource {
                 Some(r) if c.accelerator_units > 0 => {
-                    opts.idle_accelerator_charge * c.price() * class.requests.get(r) as f64
+                    opts.idle_accelerator_charge * c.price() * class.pod.requests.get(r) as f64
                         / c.accelerator_units as f64
                 }
                 _ => 0.0,
@@ -350,6 +369,7 @@ fn build(
             // rows unless rounding down to whole pods loses much room.
             let alloc = &cands[o].allocatable;
             let fluid = class
+                .pod
                 .requests
                 .iter()
                 .filter(|(_, amount)| *amount > 0)
@@ -358,13 +378,13 @@ fn build(
             if fluid > k as f64 * 1.1 {
                 cons.push(constraint!(v <= n[&o] * k as f64));
             }
-            for (r, amount) in class.requests.iter() {
+            for (r, amount) in class.pod.requests.iter() {
                 *load.entry((o, r.to_string())).or_default() += v * amount as f64;
             }
             ys.push((o, v));
         }
         let placed: Expression = ys.iter().map(|(_, v)| *v).sum();
-        match &class.group {
+        match &class.pod.group {
             None => {
                 let u = vars.add(variable().min(0.0).max(d));
                 objective += u * UNPLACED_PENALTY;
@@ -392,7 +412,7 @@ fn build(
                 }
             }
         }
-        if let Some(spread) = &class.zone_spread {
+        if let Some(spread) = &class.pod.zone_spread {
             let zones: BTreeSet<&str> = ys
                 .iter()
                 .map(|(o, _)| cands[*o].offering.zone_id.as_str())
@@ -419,6 +439,7 @@ fn build(
             .iter()
             .filter(|w| {
                 classes[w.class]
+                    .pod
                     .group
                     .as_ref()
                     .is_some_and(|g| &g.name == name)
@@ -482,7 +503,7 @@ fn build(
                 .zip(work)
                 .filter(|(_, w)| {
                     let c = &classes[w.class];
-                    c.group.is_some() || c.zone_spread.is_some()
+                    c.pod.group.is_some() || c.pod.zone_spread.is_some()
                 })
                 .map(|(ys, _)| ys.len())
                 .sum::<usize>()
@@ -498,17 +519,13 @@ fn build(
     }
 }
 
-fn solve(
-    work: &[ClassOptions],
-    classes: &[Class],
-    cands: &[Candidate],
-    input: &Input,
-    budgets: &[Budget],
-    opts: &Options,
-) -> Solved {
+/// Solves a tier: the LP relaxation for the bound, then branch and bound or
+/// rounding.
+fn solve(tier: Tier) -> Solved {
+    let Tier { work, opts, .. } = tier;
     // The LP relaxation: the lower bound, and the fallback if the MIP finds
     // nothing in time.
-    let lp = build(work, classes, cands, input, budgets, opts, true);
+    let lp = build(tier, true);
     let (lp_y, lp_bound) = {
         let Model {
             vars,
@@ -528,7 +545,7 @@ fn solve(
         }
     };
 
-    let mip = build(work, classes, cands, input, budgets, opts, false);
+    let mip = build(tier, false);
     let (ys, solved_by) = if mip.integers > MAX_BRANCH_AND_BOUND_INTEGERS {
         // Too large to branch within the time limit: round the LP.
         (lp_y, SolvedBy::LpRounding)
