@@ -1,3 +1,243 @@
-//! Lifecycle decisions (provisioning batches, interruption response, pre-warm
-//! windows, consolidation) as pure functions of a snapshot, the catalog and
-//! `now`. Filled by the simulator issue; nothing here yet.
+//! Lifecycle decisions as pure functions of the world, the catalog and `now`:
+//! provisioning batches, spot interruption response, pre-warm windows,
+//! scale-down, and the learned interruption rates the planner uses. Nothing
+//! here does I/O, reads the clock or spawns tasks; pending timers are data
+//! (`next_deadline`) so that the simulator can jump to them and the
+//! controller can sleep until them.
+//!
+//! This module holds the shared vocabulary (time, notices, actions, the
+//! world the drivers fill); each decision lives in its own submodule.
+
+use crate::catalog::CapacityType;
+use crate::cluster::{NodeState, Pod};
+use std::fmt;
+
+/// A point in time. Calendar time, because pre-warm windows and disruption
+/// budgets are cron schedules in named time zones.
+pub type Time = chrono::DateTime<chrono::Utc>;
+
+/// A spot pool: one instance type in one zone, bought one way. What
+/// capacity errors and interruptions are counted against.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct OfferingKey {
+    /// Instance type.
+    pub instance_type: String,
+    /// Zone ID.
+    pub zone: String,
+    /// Spot or on-demand.
+    pub capacity_type: CapacityType,
+}
+
+impl fmt::Display for OfferingKey {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "{} {} in {}",
+            self.instance_type, self.capacity_type, self.zone
+        )
+    }
+}
+
+/// A pod running on one of our nodes.
+#[derive(Debug, Clone, PartialEq)]
+pub struct BoundPod {
+    /// The pod (requests, labels, checkpoint settings).
+    pub pod: Pod,
+    /// `quartermaster.dev/do-not-disrupt` is set on the pod.
+    pub do_not_disrupt: bool,
+    /// When the workload acknowledged the last checkpoint request, if it did.
+    pub checkpoint_completed: Option<Time>,
+    /// Index into [`World::pdbs`] of the budget that covers the pod.
+    pub pdb: Option<usize>,
+    /// The pod is a pre-warm placeholder, not real work.
+    pub placeholder: bool,
+}
+
+/// A node Quartermaster launched (a NodeClaim), with its pods.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ManagedNode {
+    /// NodeClaim name.
+    pub claim: String,
+    /// NodePool name.
+    pub nodepool: String,
+    /// What was bought.
+    pub offering: OfferingKey,
+    /// USD per hour.
+    pub price_per_hour: f64,
+    /// When the launch was requested.
+    pub launched_at: Time,
+    /// When the node became Ready with its accelerators advertised.
+    pub ready_at: Option<Time>,
+    /// Shape, labels, taints, free room; `state.unschedulable` is the cordon.
+    pub state: NodeState,
+    /// Pods bound to it.
+    pub pods: Vec<BoundPod>,
+    /// The node carries `quartermaster.dev/do-not-disrupt`.
+    pub do_not_disrupt: bool,
+}
+
+/// A PodDisruptionBudget, reduced to what eviction decisions need.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Pdb {
+    /// `namespace/name`.
+    pub name: String,
+    /// Evictions it allows right now (`status.disruptionsAllowed`).
+    pub disruptions_allowed: u32,
+}
+
+/// Everything a decision reads, filled by a driver.
+#[derive(Debug, Clone, Copy)]
+pub struct World<'a> {
+    /// Instance types and offerings.
+    pub catalog: &'a crate::catalog::Catalog,
+    /// Region.
+    pub region: &'a str,
+    /// NodePools as the API has them (policies, windows, budgets).
+    pub pools: &'a [crate::api::NodePool],
+    /// Pods waiting for capacity.
+    pub pending: &'a [Pod],
+    /// Our nodes and in-flight claims.
+    pub nodes: &'a [ManagedNode],
+    /// Disruption budgets.
+    pub pdbs: &'a [Pdb],
+}
+
+/// Something the cloud told us about an instance.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Notice {
+    /// EC2 Spot Instance Interruption Warning: reclaimed at `deadline`
+    /// (two minutes after the notice).
+    SpotInterruption {
+        /// NodeClaim of the instance.
+        claim: String,
+        /// When EC2 takes the instance back.
+        deadline: Time,
+    },
+    /// EC2 Instance Rebalance Recommendation: elevated risk, no deadline.
+    Rebalance {
+        /// NodeClaim of the instance.
+        claim: String,
+    },
+    /// The instance stopped or terminated outside our control.
+    Terminated {
+        /// NodeClaim of the instance.
+        claim: String,
+    },
+    /// Launching this offering failed for lack of capacity.
+    InsufficientCapacity {
+        /// The offering.
+        offering: OfferingKey,
+    },
+}
+
+/// Why a node is going away.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum DisruptionReason {
+    /// A spot interruption notice.
+    Interrupted,
+    /// A rebalance recommendation, with the pool's action `Drain`/`Replace`.
+    Rebalance,
+    /// Empty for longer than `consolidateAfter`.
+    Empty,
+    /// Its pods fit elsewhere and the result is cheaper.
+    Underutilized,
+    /// The instance is gone already.
+    Terminated,
+}
+
+impl fmt::Display for DisruptionReason {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            DisruptionReason::Interrupted => "spot interruption",
+            DisruptionReason::Rebalance => "rebalance recommendation",
+            DisruptionReason::Empty => "empty",
+            DisruptionReason::Underutilized => "underutilized",
+            DisruptionReason::Terminated => "instance terminated",
+        })
+    }
+}
+
+/// A node to launch: the NodeClaim the driver creates before it launches.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ClaimRequest {
+    /// NodeClaim name (unique, chosen by the core).
+    pub claim: String,
+    /// NodePool.
+    pub nodepool: String,
+    /// What to buy.
+    pub offering: OfferingKey,
+    /// USD per hour expected.
+    pub price_per_hour: f64,
+    /// Pods it is launched for (`namespace/name`); empty for pre-warm.
+    pub pods: Vec<String>,
+    /// The pre-warm window it holds capacity for, if any.
+    pub prewarm_window: Option<String>,
+}
+
+/// A decision, as data. Executing it is the driver's job.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Action {
+    /// Create the NodeClaim, then launch its instance.
+    Launch(ClaimRequest),
+    /// Cordon the node and taint it `quartermaster.dev/disrupted:NoSchedule`.
+    Cordon {
+        /// NodeClaim.
+        claim: String,
+        /// Why.
+        reason: DisruptionReason,
+    },
+    /// Ask a pod to checkpoint by `deadline` (annotation, and the hook if
+    /// the pod or pool names one).
+    RequestCheckpoint {
+        /// Pod.
+        pod: String,
+        /// Its node's claim.
+        claim: String,
+        /// When the node goes away (or the grace period ends).
+        deadline: Time,
+    },
+    /// Evict a pod through the Eviction API (PDBs apply).
+    Evict {
+        /// Pod.
+        pod: String,
+        /// Its node's claim.
+        claim: String,
+    },
+    /// Delete the NodeClaim: terminate the instance, remove the node.
+    Delete {
+        /// NodeClaim.
+        claim: String,
+        /// Why.
+        reason: DisruptionReason,
+    },
+}
+
+impl fmt::Display for Action {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Action::Launch(c) => {
+                write!(
+                    f,
+                    "launch {} for pool {}: {} at ${:.4}/h",
+                    c.claim, c.nodepool, c.offering, c.price_per_hour
+                )?;
+                match &c.prewarm_window {
+                    Some(w) => write!(f, " (pre-warm window {w})"),
+                    None => write!(f, " ({} pods)", c.pods.len()),
+                }
+            }
+            Action::Cordon { claim, reason } => write!(f, "cordon {claim} ({reason})"),
+            Action::RequestCheckpoint {
+                pod,
+                claim,
+                deadline,
+            } => write!(
+                f,
+                "request checkpoint of {pod} on {claim} by {}",
+                deadline.to_rfc3339()
+            ),
+            Action::Evict { pod, claim } => write!(f, "evict {pod} from {claim}"),
+            Action::Delete { claim, reason } => write!(f, "delete {claim} ({reason})"),
+        }
+    }
+}
