@@ -1,2 +1,4 @@
-//! The simulation driver: scenarios, traces, virtual clock, reports. Filled by
-//! the simulator issue; nothing here yet.
+//! The simulation driver: replays workloads through the same decision core as
+//! production, on a simulated cloud in virtual time. So far: trace input.
+
+pub mod trace;

@@ -1,0 +1,234 @@
+//! Workload traces in the replay CSV format of `shared/traces/README.md`:
+//! `job_id, submit_time_s, duration_s, gpus, gpu_type_hint, cpu_milli,
+//! memory_mib` (other columns optional and ignored). Parsing is pure: the
+//! caller reads the file. Bad rows are errors that name the line; nothing is
+//! dropped silently.
+
+use crate::api::labels as l;
+use crate::cluster::resources::{CPU, MEMORY};
+use crate::cluster::{Operator, Pod, Requirement, Resources, Toleration};
+use serde::Deserialize;
+
+/// A trace that could not be read.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// The header lacks a required column.
+    #[error("trace header lacks column {0:?}")]
+    MissingColumn(&'static str),
+    /// A row does not parse or holds an impossible value.
+    #[error("trace line {line}: {message}")]
+    Row {
+        /// 1-based line number in the file (the header is line 1).
+        line: u64,
+        /// What is wrong.
+        message: String,
+    },
+}
+
+/// One job (pod) of a trace.
+#[derive(Debug, Clone, PartialEq)]
+pub struct TraceJob {
+    /// Job identity.
+    pub job_id: String,
+    /// Seconds from trace start at which the pod appears.
+    pub submit_s: f64,
+    /// Seconds the pod runs once placed.
+    pub duration_s: f64,
+    /// GPUs requested; fractions mean a share of one GPU.
+    pub gpus: f64,
+    /// Acceptable GPU models (short names such as `a100`), empty for any.
+    pub gpu_models: Vec<String>,
+    /// CPU request, millicores.
+    pub cpu_milli: u64,
+    /// Memory request, MiB.
+    pub memory_mib: u64,
+}
+
+#[derive(Deserialize)]
+struct Row {
+    job_id: String,
+    submit_time_s: f64,
+    duration_s: f64,
+    gpus: f64,
+    #[serde(default)]
+    gpu_type_hint: String,
+    cpu_milli: f64,
+    memory_mib: f64,
+}
+
+const REQUIRED: [&str; 7] = [
+    "job_id",
+    "submit_time_s",
+    "duration_s",
+    "gpus",
+    "gpu_type_hint",
+    "cpu_milli",
+    "memory_mib",
+];
+
+/// Reads a trace, sorted by submit time (then job id).
+///
+/// # Errors
+/// A missing column, or the first bad row with its line number.
+pub fn parse(csv_text: &str) -> Result<Vec<TraceJob>, Error> {
+    let mut reader = csv::ReaderBuilder::new()
+        .flexible(true)
+        .from_reader(csv_text.as_bytes());
+    let headers = reader.headers().map_err(|e| Error::Row {
+        line: 1,
+        message: e.to_string(),
+    })?;
+    for col in REQUIRED {
+        if !headers.iter().any(|h| h == col) {
+            return Err(Error::MissingColumn(col));
+        }
+    }
+    let mut jobs = Vec::new();
+    for result in reader.deserialize::<Row>() {
+        let row_err = |line: u64, message: String| Error::Row { line, message };
+        let row = result.map_err(|e| {
+            let line = e.position().map_or(0, |p| p.line());
+            row_err(line, e.to_string())
+        })?;
+        let line = jobs.len() as u64 + 2;
+        let finite_non_negative = |name: &str, v: f64| {
+            if v.is_finite() && v >= 0.0 {
+                Ok(v)
+            } else {
+                Err(row_err(
+                    line,
+                    format!("{name} = {v} is not a non-negative number"),
+                ))
+            }
+        };
+        if row.job_id.is_empty() {
+            return Err(row_err(line, "empty job_id".into()));
+        }
+        let job = TraceJob {
+            submit_s: finite_non_negative("submit_time_s", row.submit_time_s)?,
+            duration_s: finite_non_negative("duration_s", row.duration_s)?,
+            gpus: finite_non_negative("gpus", row.gpus)?,
+            gpu_models: row
+                .gpu_type_hint
+                .split('|')
+                .map(|m| m.trim().to_ascii_lowercase())
+                .filter(|m| !m.is_empty())
+                .collect(),
+            cpu_milli: finite_non_negative("cpu_milli", row.cpu_milli)?.ceil() as u64,
+            memory_mib: finite_non_negative("memory_mib", row.memory_mib)?.ceil() as u64,
+            job_id: row.job_id,
+        };
+        jobs.push(job);
+    }
+    jobs.sort_by(|a, b| {
+        a.submit_s
+            .total_cmp(&b.submit_s)
+            .then(a.job_id.cmp(&b.job_id))
+    });
+    Ok(jobs)
+}
+
+/// How a fractional GPU request becomes a Kubernetes resource.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum FractionalGpu {
+    /// One time-sliced replica of `nvidia.com/gpu` (pools with time-slicing).
+    TimeSliced,
+    /// One MIG instance of this profile, e.g. `1g.10gb` (pools with MIG).
+    Mig(String),
+}
+
+impl TraceJob {
+    /// The pod that replays this job: whole GPUs as `nvidia.com/gpu`, a
+    /// fraction as `fractional` says; the GPU toleration when it uses GPUs;
+    /// its model hint as a `quartermaster.dev/gpu-name In [...]` requirement.
+    pub fn to_pod(&self, namespace: &str, fractional: &FractionalGpu) -> Pod {
+        let mut requests = Resources::new()
+            .with(CPU, self.cpu_milli as i64)
+            .with(MEMORY, self.memory_mib as i64 * (1 << 20));
+        if self.gpus > 0.0 {
+            if self.gpus.fract() == 0.0 {
+                requests.set(l::RESOURCE_GPU, self.gpus as i64);
+            } else {
+                match fractional {
+                    FractionalGpu::TimeSliced => requests.set(l::RESOURCE_GPU, 1),
+                    FractionalGpu::Mig(profile) => {
+                        requests.set(&format!("{}{profile}", l::RESOURCE_MIG_PREFIX), 1)
+                    }
+                }
+            }
+        }
+        let mut pod = Pod::new(&format!("{namespace}/{}", self.job_id), requests);
+        pod.expected_runtime_s = Some(self.duration_s);
+        if self.gpus > 0.0 {
+            pod.tolerations.push(Toleration::exists(l::TAINT_GPU));
+        }
+        if !self.gpu_models.is_empty() {
+            let models: Vec<&str> = self.gpu_models.iter().map(String::as_str).collect();
+            pod.affinity.terms = vec![vec![Requirement::new(l::GPU_NAME, Operator::In, &models)]];
+        }
+        pod
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const HEADER: &str =
+        "job_id,submit_time_s,duration_s,gpus,gpu_type_hint,cpu_milli,memory_mib,queue_s,role\n";
+
+    #[test]
+    fn rows_become_jobs_sorted_by_submit_time_with_extra_columns_ignored() {
+        let text = format!(
+            "{HEADER}b,20,600,1,,8000,40960,3,HN\na,10,3600,8,A100|h100,96000,1048576,,HN\nc,20,60,0,,48000,307200,,CN\n"
+        );
+        let jobs = parse(&text).unwrap();
+        let ids: Vec<&str> = jobs.iter().map(|j| j.job_id.as_str()).collect();
+        assert_eq!(ids, ["a", "b", "c"]);
+        assert_eq!(jobs[0].gpu_models, ["a100", "h100"]);
+        assert_eq!(jobs[0].cpu_milli, 96000);
+        assert_eq!(jobs[2].gpus, 0.0);
+    }
+
+    #[test]
+    fn a_bad_row_names_its_line_and_a_missing_column_is_named() {
+        let text = format!("{HEADER}a,0,10,1,,1000,1024,,\nb,0,-5,1,,1000,1024,,\n");
+        let e = parse(&text).unwrap_err().to_string();
+        assert!(e.contains("line 3") && e.contains("duration_s"), "{e}");
+        let e = parse(&format!("{HEADER}a,0,ten,1,,1000,1024,,\n"))
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("line 2"), "{e}");
+        let e = parse("job_id,submit_time_s\nx,1\n")
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("duration_s"), "{e}");
+    }
+
+    #[test]
+    fn fractional_gpus_map_to_time_slices_or_mig_instances() {
+        let job = TraceJob {
+            job_id: "j".into(),
+            submit_s: 0.0,
+            duration_s: 100.0,
+            gpus: 0.5,
+            gpu_models: vec![],
+            cpu_milli: 1000,
+            memory_mib: 1024,
+        };
+        let p = job.to_pod("t", &FractionalGpu::TimeSliced);
+        assert_eq!(p.requests.get(l::RESOURCE_GPU), 1);
+        let p = job.to_pod("t", &FractionalGpu::Mig("1g.10gb".into()));
+        assert_eq!(p.requests.get("nvidia.com/mig-1g.10gb"), 1);
+        assert_eq!(p.requests.get(l::RESOURCE_GPU), 0);
+        assert_eq!(p.expected_runtime_s, Some(100.0));
+        let whole = TraceJob { gpus: 4.0, ..job };
+        assert_eq!(
+            whole
+                .to_pod("t", &FractionalGpu::TimeSliced)
+                .requests
+                .get(l::RESOURCE_GPU),
+            4
+        );
+    }
+}
