@@ -2,3 +2,4 @@
 //! production, on a simulated cloud in virtual time. So far: trace input.
 
 pub mod trace;
+pub mod workload;

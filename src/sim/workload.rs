@@ -1,0 +1,522 @@
+//! Simulated jobs and the generators that make them: training jobs with N
+//! GPUs, checkpoints and restart overhead (some as gangs), inference
+//! deployments whose replicas follow a diurnal curve, and office-hour bursts.
+//! Seeded and pure: the same spec and seed give the same jobs.
+//!
+//! Run times are drawn log-normally from a median and a p90, the shape of
+//! published GPU traces (see `shared/traces/README.md`).
+
+use super::trace::{FractionalGpu, TraceJob};
+use crate::api::labels as l;
+use crate::cluster::resources::{CPU, MEMORY};
+use crate::cluster::{GroupRef, Pod, Resources, Toleration, ZoneSpread};
+use crate::core::Time;
+use chrono::{Datelike, Duration as Span, TimeZone, Timelike};
+use rand::{Rng, SeedableRng};
+use rand_chacha::ChaCha8Rng;
+use serde::Deserialize;
+
+const GIB: i64 = 1 << 30;
+
+/// One unit of simulated work: a pod that appears at `submit` and needs
+/// `work_s` seconds of running to finish.
+#[derive(Debug, Clone, PartialEq)]
+pub struct SimJob {
+    /// The pod (name `namespace/name`, requests, constraints, checkpoints).
+    pub pod: Pod,
+    /// When it appears.
+    pub submit: Time,
+    /// Seconds of running it needs.
+    pub work_s: f64,
+    /// Seconds between its checkpoints (None: it restarts from zero).
+    pub checkpoint_interval_s: Option<f64>,
+    /// Seconds lost to every restart (scheduling, loading the checkpoint).
+    pub restart_overhead_s: f64,
+}
+
+/// A run-time distribution: log-normal through a median and a p90.
+#[derive(Debug, Clone, Deserialize, PartialEq)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct RunTime {
+    /// Median run time (Go duration, e.g. `2h`).
+    pub median: String,
+    /// 90th percentile run time.
+    pub p90: String,
+}
+
+/// Training jobs arriving at a steady rate.
+#[derive(Debug, Clone, Deserialize, PartialEq)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct TrainingSpec {
+    /// Name prefix of the jobs.
+    pub name: String,
+    /// Jobs to generate.
+    pub jobs: u32,
+    /// Mean arrivals per hour (Poisson).
+    pub per_hour: f64,
+    /// GPUs per pod, drawn uniformly from this list.
+    pub gpus: Vec<u32>,
+    /// Run time of a job.
+    pub run_time: RunTime,
+    /// Checkpoint interval (Go duration); absent: no checkpoints.
+    #[serde(default)]
+    pub checkpoint_interval: Option<String>,
+    /// Time lost per restart.
+    #[serde(default = "default_restart")]
+    pub restart_overhead: String,
+    /// Share of jobs that are gangs of several pods.
+    #[serde(default)]
+    pub gang_fraction: f64,
+    /// Pods per gang.
+    #[serde(default = "default_gang_size")]
+    pub gang_size: u32,
+    /// Acceptable GPU models (`quartermaster.dev/gpu-name` values); empty: any.
+    #[serde(default)]
+    pub gpu_models: Vec<String>,
+}
+
+/// An inference deployment whose replicas follow a daily curve.
+#[derive(Debug, Clone, Deserialize, PartialEq)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct InferenceSpec {
+    /// Deployment name.
+    pub name: String,
+    /// GPUs per replica (whole), or use `migProfile`.
+    #[serde(default = "one")]
+    pub gpus: u32,
+    /// MIG profile per replica instead of whole GPUs.
+    #[serde(default)]
+    pub mig_profile: Option<String>,
+    /// Replicas at the quietest hour.
+    pub min_replicas: u32,
+    /// Replicas at the peak hour.
+    pub max_replicas: u32,
+    /// Local hour of the peak (0-23).
+    pub peak_hour: u32,
+    /// IANA time zone of the curve.
+    #[serde(default = "utc")]
+    pub time_zone: String,
+    /// Only on weekdays (weekends stay at `minReplicas`).
+    #[serde(default)]
+    pub weekdays_only: bool,
+    /// Spread replicas over zones (maxSkew 1).
+    #[serde(default)]
+    pub zone_spread: bool,
+}
+
+/// Bursts of short jobs during office hours on weekdays.
+#[derive(Debug, Clone, Deserialize, PartialEq)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct BurstSpec {
+    /// Name prefix.
+    pub name: String,
+    /// Local start hour (inclusive).
+    pub start_hour: u32,
+    /// Local end hour (exclusive).
+    pub end_hour: u32,
+    /// IANA time zone.
+    #[serde(default = "utc")]
+    pub time_zone: String,
+    /// Mean arrivals per office hour.
+    pub per_hour: f64,
+    /// GPUs per job.
+    #[serde(default = "one")]
+    pub gpus: u32,
+    /// Run time of a job.
+    pub run_time: RunTime,
+}
+
+/// A trace file replayed from the start of the simulation.
+#[derive(Debug, Clone, Deserialize, PartialEq)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct TraceSpec {
+    /// Path of the CSV (relative to the scenario file).
+    pub path: String,
+    /// Only the first N jobs.
+    #[serde(default)]
+    pub limit: Option<usize>,
+    /// Only jobs that use GPUs.
+    #[serde(default)]
+    pub gpu_only: bool,
+    /// MIG profile for fractional GPUs; absent: time-slicing.
+    #[serde(default)]
+    pub mig_profile: Option<String>,
+}
+
+fn default_restart() -> String {
+    "5m".into()
+}
+fn default_gang_size() -> u32 {
+    4
+}
+fn one() -> u32 {
+    1
+}
+fn utc() -> String {
+    "UTC".into()
+}
+
+/// A workload generator's errors (bad durations or zones in the spec).
+#[derive(Debug, thiserror::Error)]
+#[error("workload {name}: {message}")]
+pub struct Error {
+    /// The workload.
+    pub name: String,
+    /// What is wrong.
+    pub message: String,
+}
+
+fn duration_s(name: &str, s: &str) -> Result<f64, Error> {
+    crate::api::parse_duration(s)
+        .map(|d| d.as_secs_f64())
+        .map_err(|e| Error {
+            name: name.into(),
+            message: e.to_string(),
+        })
+}
+
+fn zone(name: &str, tz: &str) -> Result<chrono_tz::Tz, Error> {
+    crate::api::parse_time_zone(tz).map_err(|e| Error {
+        name: name.into(),
+        message: e.to_string(),
+    })
+}
+
+/// Draws from the log-normal through `median` and `p90` (seconds).
+fn log_normal(rng: &mut ChaCha8Rng, median: f64, p90: f64) -> f64 {
+    let mu = median.max(1.0).ln();
+    let sigma = ((p90.max(median) / median.max(1.0)).ln() / 1.281_551_6).max(0.0);
+    // Box-Muller.
+    let u1: f64 = rng.random_range(f64::EPSILON..1.0);
+    let u2: f64 = rng.random();
+    let z = (-2.0 * u1.ln()).sqrt() * (2.0 * std::f64::consts::PI * u2).cos();
+    (mu + sigma * z).exp()
+}
+
+fn gpu_pod(name: &str, gpus: u32) -> Pod {
+    let g = gpus.max(1) as i64;
+    let mut p = Pod::new(
+        name,
+        Resources::new()
+            .with(CPU, 4000 * g)
+            .with(MEMORY, 32 * GIB * g)
+            .with(l::RESOURCE_GPU, gpus as i64),
+    );
+    if gpus > 0 {
+        p.tolerations.push(Toleration::exists(l::TAINT_GPU));
+    }
+    p
+}
+
+impl TrainingSpec {
+    /// The jobs, arriving from `start`.
+    ///
+    /// # Errors
+    /// A bad duration in the spec.
+    pub fn generate(&self, start: Time, seed: u64) -> Result<Vec<SimJob>, Error> {
+        let mut rng = ChaCha8Rng::seed_from_u64(seed);
+        let median = duration_s(&self.name, &self.run_time.median)?;
+        let p90 = duration_s(&self.name, &self.run_time.p90)?;
+        let interval = self
+            .checkpoint_interval
+            .as_deref()
+            .map(|c| duration_s(&self.name, c))
+            .transpose()?;
+        let restart = duration_s(&self.name, &self.restart_overhead)?;
+        if self.gpus.is_empty() || self.per_hour <= 0.0 {
+            return Err(Error {
+                name: self.name.clone(),
+                message: "gpus must list at least one count and perHour must be positive".into(),
+            });
+        }
+        let mut t = 0.0;
+        let mut jobs = Vec::new();
+        for j in 0..self.jobs {
+            t += -rng.random_range(f64::EPSILON..1.0f64).ln() / self.per_hour * 3600.0;
+            let gpus = self.gpus[rng.random_range(0..self.gpus.len())];
+            let work = log_normal(&mut rng, median, p90);
+            let gang = rng.random_bool(self.gang_fraction.clamp(0.0, 1.0));
+            let members = if gang { self.gang_size.max(1) } else { 1 };
+            for m in 0..members {
+                let mut pod = gpu_pod(&format!("train/{}-{j}-{m}", self.name), gpus);
+                pod.checkpoint_interval_s = interval;
+                pod.checkpoints = interval.is_some();
+                pod.expected_runtime_s = Some(work);
+                if !self.gpu_models.is_empty() {
+                    let models: Vec<&str> = self.gpu_models.iter().map(String::as_str).collect();
+                    pod.affinity.terms = vec![vec![crate::cluster::Requirement::new(
+                        l::GPU_NAME,
+                        crate::cluster::Operator::In,
+                        &models,
+                    )]];
+                }
+                if gang {
+                    pod.group = Some(GroupRef {
+                        name: format!("train/{}-{j}", self.name),
+                        min_member: members,
+                    });
+                }
+                jobs.push(SimJob {
+                    pod,
+                    submit: start + Span::milliseconds((t * 1000.0) as i64),
+                    work_s: work,
+                    checkpoint_interval_s: interval,
+                    restart_overhead_s: restart,
+                });
+            }
+        }
+        Ok(jobs)
+    }
+}
+
+impl InferenceSpec {
+    /// Replicas wanted at local hour `hour` on a weekday (or any day).
+    pub fn replicas_at(&self, hour: u32, weekend: bool) -> u32 {
+        if weekend && self.weekdays_only {
+            return self.min_replicas;
+        }
+        let phase = 2.0 * std::f64::consts::PI * (hour as f64 - self.peak_hour as f64) / 24.0;
+        let level = (1.0 + phase.cos()) / 2.0;
+        let span = self.max_replicas.saturating_sub(self.min_replicas) as f64;
+        self.min_replicas + (span * level).round() as u32
+    }
+
+    /// One job per contiguous stretch in which replica `i` is wanted, hour by
+    /// hour over `[start, start + length)`.
+    ///
+    /// # Errors
+    /// A bad time zone.
+    pub fn generate(&self, start: Time, length: Span) -> Result<Vec<SimJob>, Error> {
+        let tz = zone(&self.name, &self.time_zone)?;
+        let hours = length.num_hours().max(0);
+        let mut jobs = Vec::new();
+        let mut open: Vec<Option<Time>> = vec![None; self.max_replicas as usize];
+        let mut count = 0;
+        let mut close = |i: usize, from: Time, to: Time, jobs: &mut Vec<SimJob>| {
+            let mut pod = match &self.mig_profile {
+                Some(p) => {
+                    let mut pod = Pod::new(
+                        "",
+                        Resources::new()
+                            .with(CPU, 2000)
+                            .with(MEMORY, 8 * GIB)
+                            .with(&format!("{}{p}", l::RESOURCE_MIG_PREFIX), 1),
+                    );
+                    pod.tolerations.push(Toleration::exists(l::TAINT_GPU));
+                    pod
+                }
+                None => gpu_pod("", self.gpus),
+            };
+            pod.name = format!("serve/{}-{i}-{count}", self.name);
+            count += 1;
+            pod.expected_runtime_s = Some((to - from).num_seconds() as f64);
+            if self.zone_spread {
+                pod.zone_spread = Some(ZoneSpread {
+                    max_skew: 1,
+                    selector: format!("serve/app={}", self.name),
+                });
+            }
+            jobs.push(SimJob {
+                pod,
+                submit: from,
+                work_s: (to - from).num_seconds() as f64,
+                checkpoint_interval_s: None,
+                restart_overhead_s: 60.0,
+            });
+        };
+        for h in 0..=hours {
+            let at = start + Span::hours(h);
+            let local = tz.from_utc_datetime(&at.naive_utc());
+            let weekend = local.weekday().number_from_monday() >= 6;
+            let want = if h == hours {
+                0
+            } else {
+                self.replicas_at(local.hour(), weekend)
+            };
+            for (i, slot) in open.iter_mut().enumerate() {
+                let live = (i as u32) < want;
+                match (*slot, live) {
+                    (None, true) => *slot = Some(at),
+                    (Some(from), false) => {
+                        close(i, from, at, &mut jobs);
+                        *slot = None;
+                    }
+                    _ => {}
+                }
+            }
+        }
+        jobs.sort_by(|a, b| a.submit.cmp(&b.submit).then(a.pod.name.cmp(&b.pod.name)));
+        Ok(jobs)
+    }
+}
+
+impl BurstSpec {
+    /// Short jobs arriving during office hours on weekdays.
+    ///
+    /// # Errors
+    /// A bad duration or time zone.
+    pub fn generate(&self, start: Time, length: Span, seed: u64) -> Result<Vec<SimJob>, Error> {
+        let tz = zone(&self.name, &self.time_zone)?;
+        let median = duration_s(&self.name, &self.run_time.median)?;
+        let p90 = duration_s(&self.name, &self.run_time.p90)?;
+        let mut rng = ChaCha8Rng::seed_from_u64(seed);
+        let mut jobs = Vec::new();
+        for h in 0..length.num_hours().max(0) {
+            let at = start + Span::hours(h);
+            let local = tz.from_utc_datetime(&at.naive_utc());
+            let office = local.weekday().number_from_monday() <= 5
+                && (self.start_hour..self.end_hour).contains(&local.hour());
+            if !office {
+                continue;
+            }
+            let mut t = 0.0;
+            loop {
+                t += -rng.random_range(f64::EPSILON..1.0f64).ln() / self.per_hour.max(1e-9);
+                if t >= 1.0 {
+                    break;
+                }
+                let work = log_normal(&mut rng, median, p90);
+                let mut pod = gpu_pod(&format!("burst/{}-{}", self.name, jobs.len()), self.gpus);
+                pod.expected_runtime_s = Some(work);
+                jobs.push(SimJob {
+                    pod,
+                    submit: at + Span::milliseconds((t * 3_600_000.0) as i64),
+                    work_s: work,
+                    checkpoint_interval_s: None,
+                    restart_overhead_s: 60.0,
+                });
+            }
+        }
+        Ok(jobs)
+    }
+}
+
+impl TraceSpec {
+    /// Jobs from parsed trace rows, submitted relative to `start`.
+    pub fn jobs(&self, rows: &[TraceJob], start: Time) -> Vec<SimJob> {
+        let fractional = match &self.mig_profile {
+            Some(p) => FractionalGpu::Mig(p.clone()),
+            None => FractionalGpu::TimeSliced,
+        };
+        rows.iter()
+            .filter(|r| !self.gpu_only || r.gpus > 0.0)
+            .take(self.limit.unwrap_or(usize::MAX))
+            .map(|r| SimJob {
+                pod: r.to_pod("trace", &fractional),
+                submit: start + Span::milliseconds((r.submit_s * 1000.0) as i64),
+                work_s: r.duration_s,
+                checkpoint_interval_s: None,
+                restart_overhead_s: 60.0,
+            })
+            .collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn monday() -> Time {
+        chrono::Utc.with_ymd_and_hms(2026, 1, 5, 0, 0, 0).unwrap()
+    }
+
+    fn training() -> TrainingSpec {
+        TrainingSpec {
+            name: "t".into(),
+            jobs: 200,
+            per_hour: 10.0,
+            gpus: vec![1, 8],
+            run_time: RunTime {
+                median: "2h".into(),
+                p90: "8h".into(),
+            },
+            checkpoint_interval: Some("30m".into()),
+            restart_overhead: "5m".into(),
+            gang_fraction: 0.25,
+            gang_size: 4,
+            gpu_models: vec![],
+        }
+    }
+
+    #[test]
+    fn training_jobs_are_reproducible_and_follow_the_spec() {
+        let a = training().generate(monday(), 1).unwrap();
+        assert_eq!(a, training().generate(monday(), 1).unwrap());
+        assert_ne!(a, training().generate(monday(), 2).unwrap());
+        assert!(a
+            .iter()
+            .all(|j| j.checkpoint_interval_s == Some(1800.0) && j.pod.checkpoints));
+        let gangs = a.iter().filter(|j| j.pod.group.is_some()).count();
+        assert!(gangs > 0 && gangs % 4 == 0, "{gangs} gang pods");
+        // The median of the drawn run times is near the spec's 2 h.
+        let mut w: Vec<f64> = a.iter().map(|j| j.work_s).collect();
+        w.sort_by(f64::total_cmp);
+        let median = w[w.len() / 2];
+        assert!((3600.0..14400.0).contains(&median), "median {median}");
+        // Arrivals at 10 per hour: 200 jobs take roughly 20 hours.
+        let last = a.iter().map(|j| j.submit).max().unwrap();
+        let hours = (last - monday()).num_minutes() as f64 / 60.0;
+        assert!((12.0..30.0).contains(&hours), "{hours} h");
+    }
+
+    #[test]
+    fn inference_replicas_follow_the_daily_curve() {
+        let spec = InferenceSpec {
+            name: "s".into(),
+            gpus: 1,
+            mig_profile: None,
+            min_replicas: 2,
+            max_replicas: 10,
+            peak_hour: 14,
+            time_zone: "UTC".into(),
+            weekdays_only: true,
+            zone_spread: true,
+        };
+        assert_eq!(spec.replicas_at(14, false), 10);
+        assert_eq!(spec.replicas_at(2, false), 2);
+        assert_eq!(
+            spec.replicas_at(14, true),
+            2,
+            "weekends stay at the minimum"
+        );
+        let jobs = spec.generate(monday(), Span::days(1)).unwrap();
+        // At 14:00 exactly `max` replicas are live.
+        let at = monday() + Span::hours(14);
+        let live = jobs
+            .iter()
+            .filter(|j| j.submit <= at && at < j.submit + Span::seconds(j.work_s as i64))
+            .count();
+        assert_eq!(live, 10);
+        assert!(jobs.iter().all(|j| j.pod.zone_spread.is_some()));
+    }
+
+    #[test]
+    fn bursts_happen_only_in_office_hours_on_weekdays() {
+        let spec = BurstSpec {
+            name: "b".into(),
+            start_hour: 9,
+            end_hour: 17,
+            time_zone: "Europe/Berlin".into(),
+            per_hour: 6.0,
+            gpus: 1,
+            run_time: RunTime {
+                median: "10m".into(),
+                p90: "30m".into(),
+            },
+        };
+        let tz = chrono_tz::Europe::Berlin;
+        let jobs = spec.generate(monday(), Span::days(7), 3).unwrap();
+        assert!(!jobs.is_empty());
+        for j in &jobs {
+            let local = tz.from_utc_datetime(&j.submit.naive_utc());
+            assert!(local.weekday().number_from_monday() <= 5);
+            assert!((9..17).contains(&local.hour()), "{local}");
+        }
+        assert!(spec.generate(monday(), Span::days(1), 3).is_ok());
+        let bad = BurstSpec {
+            time_zone: "Mars/Olympus".into(),
+            ..spec
+        };
+        assert!(bad.generate(monday(), Span::days(1), 3).is_err());
+    }
+}
