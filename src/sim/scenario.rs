@@ -1,0 +1,250 @@
+//! Scenario files: what to simulate (region, NodePools as the CRD's own YAML,
+//! workload sources, strategies, length, seed, cloud behaviour). Parsing and
+//! checking are pure; the caller reads the file.
+
+use super::workload::{BurstSpec, InferenceSpec, TraceSpec, TrainingSpec};
+use crate::api::{validate_node_pool, NodePool};
+use crate::catalog::Catalog;
+use crate::core::Time;
+use serde::Deserialize;
+
+/// A scenario that cannot run, with every problem found.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// Not valid YAML, or a field of the wrong shape.
+    #[error("scenario: {0}")]
+    Parse(String),
+    /// Valid YAML that describes something impossible.
+    #[error("scenario is invalid:\n  {}", .0.join("\n  "))]
+    Invalid(Vec<String>),
+}
+
+/// A strategy to compare.
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Deserialize, serde::Serialize,
+)]
+#[serde(rename_all = "kebab-case")]
+pub enum StrategyName {
+    /// The decision core as it is (MIP, risk-aware, checkpoints).
+    Quartermaster,
+    /// The Karpenter-style greedy baseline, spot when cheaper.
+    Greedy,
+    /// Never spot.
+    OnDemand,
+    /// A fixed node group sized for the peak (min = max).
+    Static,
+}
+
+impl std::str::FromStr for StrategyName {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        serde_json::from_value(serde_json::Value::String(s.to_string())).map_err(|_| {
+            format!("unknown strategy {s:?} (quartermaster, greedy, on-demand, static)")
+        })
+    }
+}
+
+/// One workload source.
+#[derive(Debug, Clone, Deserialize, PartialEq)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub enum WorkloadSource {
+    /// Training jobs.
+    Training(TrainingSpec),
+    /// An inference deployment with a daily curve.
+    Inference(InferenceSpec),
+    /// Office-hour bursts.
+    Burst(BurstSpec),
+    /// A trace file.
+    Trace(TraceSpec),
+}
+
+/// A period in which spot interruptions come faster.
+#[derive(Debug, Clone, Deserialize, PartialEq)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct Storm {
+    /// Offset from the start (Go duration).
+    pub after: String,
+    /// How long it lasts.
+    pub duration: String,
+    /// Rate multiplier.
+    pub multiplier: f64,
+}
+
+/// How the simulated cloud behaves beyond the catalog's figures.
+#[derive(Debug, Clone, Default, Deserialize, PartialEq)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct CloudSpec {
+    /// Offerings that always fail for lack of capacity: `TYPE/ZONE/CAPACITY`.
+    #[serde(default)]
+    pub insufficient_capacity: Vec<String>,
+    /// Interruption storms.
+    #[serde(default)]
+    pub storms: Vec<Storm>,
+}
+
+/// A scenario file.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct Scenario {
+    /// Name shown in reports.
+    pub name: String,
+    /// What the scenario shows.
+    #[serde(default)]
+    pub description: String,
+    /// Region whose offerings to use.
+    #[serde(default = "default_region")]
+    pub region: String,
+    /// Start of the simulated period (RFC 3339).
+    pub start: Time,
+    /// Length of the simulated period (Go duration, e.g. `168h`).
+    pub duration: String,
+    /// Seed of every random choice.
+    #[serde(default)]
+    pub seed: u64,
+    /// Strategies to compare (default: all four).
+    #[serde(default = "all_strategies")]
+    pub strategies: Vec<StrategyName>,
+    /// NodePools, as the CRD's YAML.
+    pub node_pools: Vec<NodePool>,
+    /// Workload sources.
+    pub workloads: Vec<WorkloadSource>,
+    /// Simulated cloud behaviour.
+    #[serde(default)]
+    pub cloud: CloudSpec,
+}
+
+fn default_region() -> String {
+    "us-east-1".into()
+}
+
+fn all_strategies() -> Vec<StrategyName> {
+    vec![
+        StrategyName::Quartermaster,
+        StrategyName::Greedy,
+        StrategyName::OnDemand,
+        StrategyName::Static,
+    ]
+}
+
+impl Scenario {
+    /// Parses and checks a scenario: every NodePool through the same
+    /// validation as `quartermaster validate`, the region against the catalog,
+    /// durations, strategies.
+    ///
+    /// # Errors
+    /// A parse error, or every problem found.
+    pub fn parse(yaml: &str, catalog: &Catalog) -> Result<Scenario, Error> {
+        // Through a JSON value, so that workload sources read as maps
+        // (`- training: {...}`) rather than YAML tags.
+        let value: serde_json::Value =
+            serde_norway::from_str(yaml).map_err(|e| Error::Parse(e.to_string()))?;
+        let s: Scenario =
+            serde_json::from_value(value).map_err(|e| Error::Parse(e.to_string()))?;
+        let mut problems = Vec::new();
+        if !catalog.regions().contains(&s.region.as_str()) {
+            problems.push(format!("region: no offerings in {:?}", s.region));
+        }
+        match crate::api::parse_duration(&s.duration) {
+            Ok(d) if d.as_secs() > 0 => {}
+            Ok(_) => problems.push("duration: must be positive".into()),
+            Err(e) => problems.push(format!("duration: {e}")),
+        }
+        if s.node_pools.is_empty() {
+            problems.push("nodePools: at least one NodePool is needed".into());
+        }
+        if s.strategies.is_empty() {
+            problems.push("strategies: at least one strategy is needed".into());
+        }
+        if s.workloads.is_empty() {
+            problems.push("workloads: at least one workload source is needed".into());
+        }
+        for (i, pool) in s.node_pools.iter().enumerate() {
+            for e in validate_node_pool(pool, catalog) {
+                problems.push(format!("nodePools[{i}].{e}"));
+            }
+        }
+        for (i, storm) in s.cloud.storms.iter().enumerate() {
+            for (field, v) in [("after", &storm.after), ("duration", &storm.duration)] {
+                if let Err(e) = crate::api::parse_duration(v) {
+                    problems.push(format!("cloud.storms[{i}].{field}: {e}"));
+                }
+            }
+            if !(storm.multiplier.is_finite() && storm.multiplier >= 0.0) {
+                problems.push(format!("cloud.storms[{i}].multiplier: must be >= 0"));
+            }
+        }
+        if problems.is_empty() {
+            Ok(s)
+        } else {
+            Err(Error::Invalid(problems))
+        }
+    }
+
+    /// Length of the simulated period.
+    pub fn length(&self) -> chrono::Duration {
+        let d = crate::api::parse_duration(&self.duration).unwrap_or_default();
+        chrono::Duration::from_std(d).unwrap_or_default()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const GOOD: &str = r#"
+name: small
+start: 2026-01-05T00:00:00Z
+duration: 24h
+seed: 7
+strategies: [quartermaster, on-demand]
+nodePools:
+- apiVersion: quartermaster.dev/v1alpha1
+  kind: NodePool
+  metadata: {name: train}
+  spec:
+    capacityTypes: [spot, on-demand]
+    template:
+      spec:
+        taints: [{key: nvidia.com/gpu, effect: NoSchedule}]
+        requirements: [{key: quartermaster.dev/instance-family, operator: In, values: [g5, p4d]}]
+workloads:
+- training: {name: t, jobs: 10, perHour: 2, gpus: [1, 8], runTime: {median: 1h, p90: 4h}, checkpointInterval: 30m}
+- inference: {name: s, minReplicas: 1, maxReplicas: 4, peakHour: 14, timeZone: Europe/Berlin}
+cloud:
+  storms: [{after: 2h, duration: 1h, multiplier: 20}]
+"#;
+
+    #[test]
+    fn a_scenario_parses_with_its_pools_and_workloads() {
+        let catalog = Catalog::embedded().unwrap();
+        let s = Scenario::parse(GOOD, &catalog).unwrap();
+        assert_eq!(
+            s.strategies,
+            [StrategyName::Quartermaster, StrategyName::OnDemand]
+        );
+        assert_eq!(s.node_pools[0].metadata.name.as_deref(), Some("train"));
+        assert_eq!(s.workloads.len(), 2);
+        assert_eq!(s.length(), chrono::Duration::hours(24));
+        assert_eq!(s.region, "us-east-1");
+    }
+
+    #[test]
+    fn every_problem_of_a_bad_scenario_is_reported_with_its_field() {
+        let catalog = Catalog::embedded().unwrap();
+        let bad = GOOD
+            .replace("duration: 24h", "duration: soon")
+            .replace("values: [g5, p4d]", "values: [g5, zz9]")
+            .replace("multiplier: 20", "multiplier: -1");
+        let e = Scenario::parse(&bad, &catalog).unwrap_err().to_string();
+        assert!(e.contains("duration:"), "{e}");
+        assert!(
+            e.contains("nodePools[0].spec.template.spec.requirements[0]"),
+            "{e}"
+        );
+        assert!(e.contains("cloud.storms[0].multiplier"), "{e}");
+        let e = Scenario::parse("name: x\nbogus: 1\n", &catalog)
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("bogus") || e.contains("missing"), "{e}");
+    }
+}
