@@ -1,0 +1,324 @@
+//! The simulated workload's life: a job waits, runs, checkpoints, is evicted
+//! or interrupted (losing the work since its last checkpoint, or everything
+//! without checkpoints), restarts with an overhead, and finishes. Pure
+//! bookkeeping in virtual time; the engine decides when things happen.
+//!
+//! Work model: a job needs `work_s` seconds of useful running. Each restart
+//! after an interruption first spends `restart_overhead_s` (rescheduling,
+//! loading the checkpoint) before useful work resumes. A checkpointing job
+//! saves its progress every `checkpoint_interval_s` of useful work, and also
+//! when asked (a requested checkpoint takes [`CHECKPOINT_WRITE_S`]).
+
+use super::workload::SimJob;
+use crate::core::Time;
+
+/// Seconds a requested checkpoint takes to write before it is acknowledged.
+pub const CHECKPOINT_WRITE_S: f64 = 20.0;
+
+/// Where a job is.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Phase {
+    /// Not submitted yet.
+    Future,
+    /// Waiting for a node since `since`.
+    Waiting {
+        /// When it (re)entered the queue.
+        since: Time,
+    },
+    /// Running on `node` since `since`, with `base_s` of saved progress at
+    /// that start.
+    Running {
+        /// NodeClaim of its node.
+        node: String,
+        /// When it started this run.
+        since: Time,
+        /// Saved progress it started from.
+        base_s: f64,
+        /// Whether this start is a restart (pays the overhead).
+        restart: bool,
+    },
+    /// Finished at `at`.
+    Done {
+        /// When.
+        at: Time,
+    },
+}
+
+/// One job and its history.
+#[derive(Debug, Clone)]
+pub struct JobRun {
+    /// The job.
+    pub job: SimJob,
+    /// Where it is.
+    pub phase: Phase,
+    /// Progress saved by checkpoints (seconds of useful work).
+    pub saved_s: f64,
+    /// A requested checkpoint is being written: (request time, progress it
+    /// will save).
+    pub writing: Option<(Time, f64)>,
+    /// Seconds spent waiting for a node, over all waits.
+    pub waited_s: f64,
+    /// Times it was interrupted or evicted while running.
+    pub interruptions: u32,
+    /// Checkpoints taken (periodic and requested).
+    pub checkpoints: u32,
+    /// Seconds of useful work lost to interruptions (plus restart overheads).
+    pub lost_s: f64,
+    /// Has it ever started.
+    pub started: bool,
+}
+
+fn secs(a: Time, b: Time) -> f64 {
+    (b - a).num_milliseconds() as f64 / 1000.0
+}
+
+impl JobRun {
+    /// A job not yet submitted.
+    pub fn new(job: SimJob) -> JobRun {
+        JobRun {
+            job,
+            phase: Phase::Future,
+            saved_s: 0.0,
+            writing: None,
+            waited_s: 0.0,
+            interruptions: 0,
+            checkpoints: 0,
+            lost_s: 0.0,
+            started: false,
+        }
+    }
+
+    /// GPUs (whole, time-sliced or MIG instances) the job's pod holds.
+    pub fn gpus(&self) -> f64 {
+        self.job
+            .pod
+            .requests
+            .iter()
+            .filter(|(k, _)| {
+                *k == crate::api::labels::RESOURCE_GPU
+                    || k.starts_with(crate::api::labels::RESOURCE_MIG_PREFIX)
+            })
+            .map(|(_, v)| v as f64)
+            .sum()
+    }
+
+    /// The job appears.
+    pub fn submit(&mut self, now: Time) {
+        self.phase = Phase::Waiting { since: now };
+    }
+
+    /// Useful progress at `now` (saved progress before the run plus useful
+    /// time in this run).
+    pub fn progress(&self, now: Time) -> f64 {
+        match &self.phase {
+            Phase::Running {
+                since,
+                base_s,
+                restart,
+                ..
+            } => {
+                let overhead = if *restart {
+                    self.job.restart_overhead_s
+                } else {
+                    0.0
+                };
+                (base_s + (secs(*since, now) - overhead).max(0.0)).min(self.job.work_s)
+            }
+            Phase::Done { .. } => self.job.work_s,
+            _ => self.saved_s,
+        }
+    }
+
+    /// Progress saved at `now`: the last periodic checkpoint, or what a
+    /// finished requested checkpoint saved.
+    pub fn saved(&self, now: Time) -> f64 {
+        let mut saved = self.saved_s;
+        if let Some(i) = self.job.checkpoint_interval_s.filter(|i| *i > 0.0) {
+            saved = saved.max((self.progress(now) / i).floor() * i);
+        }
+        if let Some((at, value)) = self.writing {
+            if secs(at, now) >= CHECKPOINT_WRITE_S {
+                saved = saved.max(value);
+            }
+        }
+        saved
+    }
+
+    /// The job starts on `node`.
+    pub fn start(&mut self, node: &str, now: Time) {
+        if let Phase::Waiting { since } = self.phase {
+            self.waited_s += secs(since, now);
+        }
+        let restart = self.started;
+        self.started = true;
+        self.phase = Phase::Running {
+            node: node.to_string(),
+            since: now,
+            base_s: self.saved_s,
+            restart,
+        };
+    }
+
+    /// When the job will finish if nothing interrupts it.
+    pub fn finish_time(&self) -> Option<Time> {
+        match &self.phase {
+            Phase::Running {
+                since,
+                base_s,
+                restart,
+                ..
+            } => {
+                let overhead = if *restart {
+                    self.job.restart_overhead_s
+                } else {
+                    0.0
+                };
+                let left = (self.job.work_s - base_s).max(0.0) + overhead;
+                Some(*since + chrono::Duration::milliseconds((left * 1000.0).ceil() as i64))
+            }
+            _ => None,
+        }
+    }
+
+    /// The job finishes.
+    pub fn finish(&mut self, now: Time) {
+        self.count_periodic_checkpoints(now);
+        self.phase = Phase::Done { at: now };
+    }
+
+    fn count_periodic_checkpoints(&mut self, now: Time) {
+        if let (Some(i), Phase::Running { base_s, .. }) = (
+            self.job.checkpoint_interval_s.filter(|i| *i > 0.0),
+            &self.phase,
+        ) {
+            let before = (base_s / i).floor();
+            let after = (self.progress(now) / i).floor();
+            self.checkpoints += (after - before).max(0.0) as u32;
+        }
+    }
+
+    /// The workload is asked to checkpoint at `now`; returns when it will
+    /// acknowledge, or `None` if it does not checkpoint.
+    pub fn request_checkpoint(&mut self, now: Time) -> Option<Time> {
+        if self.job.checkpoint_interval_s.is_none() || !matches!(self.phase, Phase::Running { .. })
+        {
+            return None;
+        }
+        if self.writing.is_none() {
+            self.writing = Some((now, self.progress(now)));
+            self.checkpoints += 1;
+        }
+        self.writing.map(|(at, _)| {
+            at + chrono::Duration::milliseconds((CHECKPOINT_WRITE_S * 1000.0) as i64)
+        })
+    }
+
+    /// Whether the last requested checkpoint is acknowledged at `now`.
+    pub fn checkpoint_acknowledged(&self, now: Time) -> bool {
+        self.writing
+            .is_some_and(|(at, _)| secs(at, now) >= CHECKPOINT_WRITE_S)
+    }
+
+    /// The job loses its node at `now` (evicted or interrupted): it keeps
+    /// what was saved, loses the rest, and waits again.
+    pub fn stop(&mut self, now: Time) {
+        if !matches!(self.phase, Phase::Running { .. }) {
+            return;
+        }
+        self.count_periodic_checkpoints(now);
+        let saved = self.saved(now);
+        let (restart_overhead_paid, useful) = match &self.phase {
+            Phase::Running { since, restart, .. } => {
+                let ran = secs(*since, now);
+                let overhead = if *restart {
+                    self.job.restart_overhead_s.min(ran)
+                } else {
+                    0.0
+                };
+                (overhead, self.progress(now))
+            }
+            _ => (0.0, 0.0),
+        };
+        self.lost_s += (useful - saved).max(0.0) + restart_overhead_paid;
+        self.saved_s = saved;
+        self.writing = None;
+        self.interruptions += 1;
+        self.phase = Phase::Waiting { since: now };
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::cluster::{Pod, Resources};
+    use chrono::TimeZone;
+
+    fn t(s: i64) -> Time {
+        chrono::Utc.timestamp_opt(1_767_571_200 + s, 0).unwrap()
+    }
+
+    fn job(work: f64, interval: Option<f64>) -> JobRun {
+        JobRun::new(SimJob {
+            pod: Pod::new("ns/j", Resources::new().with("nvidia.com/gpu", 8)),
+            submit: t(0),
+            work_s: work,
+            checkpoint_interval_s: interval,
+            restart_overhead_s: 300.0,
+        })
+    }
+
+    #[test]
+    fn an_uninterrupted_job_finishes_after_its_work() {
+        let mut j = job(3600.0, None);
+        j.submit(t(0));
+        j.start("n1", t(100));
+        assert_eq!(j.waited_s, 100.0);
+        assert_eq!(j.finish_time(), Some(t(3700)));
+        j.finish(t(3700));
+        assert_eq!(j.lost_s, 0.0);
+        assert_eq!(j.gpus(), 8.0);
+    }
+
+    #[test]
+    fn an_interrupted_checkpointing_job_loses_at_most_one_interval() {
+        let mut j = job(10_000.0, Some(1800.0));
+        j.submit(t(0));
+        j.start("n1", t(0));
+        // Interrupted 1000 s after its third checkpoint (at 5400 s).
+        j.stop(t(6400));
+        assert_eq!(j.saved_s, 5400.0);
+        assert_eq!(j.lost_s, 1000.0);
+        assert!(j.lost_s <= 1800.0);
+        assert_eq!(j.checkpoints, 3);
+        // The restart pays the overhead, then resumes from the checkpoint.
+        j.start("n2", t(7000));
+        assert_eq!(j.finish_time(), Some(t(7000 + 300 + 4600)));
+    }
+
+    #[test]
+    fn a_requested_checkpoint_saves_everything_once_written() {
+        let mut j = job(10_000.0, Some(1800.0));
+        j.submit(t(0));
+        j.start("n1", t(0));
+        let ack = j.request_checkpoint(t(2500)).unwrap();
+        assert_eq!(ack, t(2520));
+        assert!(!j.checkpoint_acknowledged(t(2510)));
+        assert!(j.checkpoint_acknowledged(t(2520)));
+        j.stop(t(2530));
+        assert_eq!(j.saved_s, 2500.0);
+        assert_eq!(j.lost_s, 30.0);
+    }
+
+    #[test]
+    fn a_job_without_checkpoints_restarts_from_zero() {
+        let mut j = job(3600.0, None);
+        j.submit(t(0));
+        j.start("n1", t(0));
+        assert_eq!(j.request_checkpoint(t(100)), None);
+        j.stop(t(3000));
+        assert_eq!(j.saved_s, 0.0);
+        assert_eq!(j.lost_s, 3000.0);
+        j.start("n2", t(3100));
+        assert_eq!(j.finish_time(), Some(t(3100 + 300 + 3600)));
+    }
+}
