@@ -1,0 +1,559 @@
+//! A simulated cloud in virtual time: launches with per-family boot
+//! latencies, capacity failures, spot interruptions and price changes, all
+//! deterministic given a seed and never reading the clock. The simulator
+//! owns a [`SimulatedCloud`] and calls its synchronous methods, jumping its
+//! clock to [`SimulatedCloud::next_event_time`] and collecting
+//! [`CloudEvent`]s from [`SimulatedCloud::advance`]; code written against
+//! [`CloudProvider`] drives a `Mutex<SimulatedCloud>` (see
+//! [`block_on_ready`]). Defaults and the interruption process are described
+//! in `docs/simulated-cloud.md`.
+
+mod config;
+mod events;
+mod interruptions;
+#[cfg(test)]
+mod tests;
+
+pub use config::{
+    BootProfile, CapacityModel, ConfigError, InterruptionModel, LatencyModel, PriceChange,
+    PriceTarget, SimulatedCloudConfig, Storm,
+};
+pub use events::{CloudEvent, TerminationCause};
+
+use super::{CloudProvider, Error, Instance, InstanceState, Result};
+use crate::catalog::{CapacityType, Catalog};
+use crate::core::{ClaimRequest, Notice, OfferingKey, Time};
+use chrono::TimeDelta;
+use interruptions::{hours_between, stream, takes, PoolProcess};
+use rand::Rng;
+use rand_chacha::ChaCha8Rng;
+use std::collections::{BTreeMap, HashMap};
+use std::future::Future;
+use std::sync::{Arc, Mutex};
+use std::task::{Context, Poll, Waker};
+use std::time::Duration;
+
+/// What the cloud knows about one pool it sells.
+#[derive(Debug, Clone, Copy)]
+struct Pool {
+    /// Catalog price, USD per hour.
+    price: f64,
+    /// Hourly interruption rate before storms (0 for on-demand).
+    rate: f64,
+}
+
+/// A timer: what happens when it fires.
+#[derive(Debug, Clone)]
+enum Timer {
+    Running(usize),
+    Registered(usize),
+    Ready(usize),
+    Rebalance(usize),
+    Notice(usize, Time),
+    Reclaim(usize),
+    ShutDown(usize),
+    Price(OfferingKey, f64),
+}
+
+impl Timer {
+    fn instance(&self) -> Option<usize> {
+        match self {
+            Timer::Running(i)
+            | Timer::Registered(i)
+            | Timer::Ready(i)
+            | Timer::Rebalance(i)
+            | Timer::Notice(i, _)
+            | Timer::Reclaim(i)
+            | Timer::ShutDown(i) => Some(*i),
+            Timer::Price(..) => None,
+        }
+    }
+}
+
+type TimerKey = (Time, u64);
+
+#[derive(Debug, Clone)]
+struct SimInstance {
+    instance: Instance,
+    /// End of billing (termination requested or reclaimed).
+    billed_until: Option<Time>,
+    /// Its timers still in the queue.
+    timers: Vec<TimerKey>,
+}
+
+/// The simulated cloud. Deterministic: the same catalog, configuration and
+/// sequence of calls give the same instances, events and costs. Its time
+/// never goes backwards: a call with a `now` earlier than one already seen
+/// acts at the latest time seen.
+#[derive(Debug)]
+pub struct SimulatedCloud {
+    config: SimulatedCloudConfig,
+    catalog: Arc<Catalog>,
+    pools: BTreeMap<OfferingKey, Pool>,
+    /// Price changes per pool, sorted by time (later-listed wins a tie).
+    prices: BTreeMap<OfferingKey, Vec<(Time, f64)>>,
+    reclaims: BTreeMap<OfferingKey, PoolProcess>,
+    capacity_draws: BTreeMap<OfferingKey, ChaCha8Rng>,
+    instances: Vec<SimInstance>,
+    by_claim: HashMap<String, usize>,
+    timers: BTreeMap<TimerKey, Timer>,
+    next_seq: u64,
+    now: Time,
+}
+
+impl SimulatedCloud {
+    /// A cloud selling the catalog's offerings in `config.region`.
+    ///
+    /// # Errors
+    /// [`ConfigError`] when the configuration is out of range (see
+    /// [`SimulatedCloudConfig::validate`]).
+    pub fn new(
+        catalog: Arc<Catalog>,
+        config: SimulatedCloudConfig,
+    ) -> std::result::Result<SimulatedCloud, ConfigError> {
+        config.validate(&catalog)?;
+        let im = &config.interruptions;
+        let pools: BTreeMap<OfferingKey, Pool> = catalog
+            .offerings_in(&config.region)
+            .map(|o| {
+                let key = OfferingKey {
+                    instance_type: o.instance_type.clone(),
+                    zone: o.zone_id.clone(),
+                    capacity_type: o.capacity_type,
+                };
+                let rate = match o.capacity_type {
+                    CapacityType::OnDemand => 0.0,
+                    CapacityType::Spot => {
+                        let base = im.rate_overrides.get(&key).copied();
+                        base.unwrap_or_else(|| o.interruption_rate_per_hour()) * im.rate_multiplier
+                    }
+                };
+                let pool = Pool {
+                    price: o.price_per_hour,
+                    rate,
+                };
+                (key, pool)
+            })
+            .collect();
+        let mut cloud = SimulatedCloud {
+            catalog,
+            pools,
+            prices: BTreeMap::new(),
+            reclaims: BTreeMap::new(),
+            capacity_draws: BTreeMap::new(),
+            instances: Vec::new(),
+            by_claim: HashMap::new(),
+            timers: BTreeMap::new(),
+            next_seq: 0,
+            now: Time::MIN_UTC,
+            config,
+        };
+        let mut changes = cloud.config.price_changes.clone();
+        changes.sort_by_key(|c| c.at);
+        for c in changes {
+            let keys: Vec<OfferingKey> = cloud
+                .pools
+                .keys()
+                .filter(|k| c.target.matches(&k.instance_type, &k.zone, k.capacity_type))
+                .cloned()
+                .collect();
+            for key in keys {
+                let timeline = cloud.prices.entry(key.clone()).or_default();
+                timeline.push((c.at, c.price_per_hour));
+                cloud.schedule(c.at, Timer::Price(key, c.price_per_hour));
+            }
+        }
+        Ok(cloud)
+    }
+
+    /// The configuration it runs with.
+    pub fn config(&self) -> &SimulatedCloudConfig {
+        &self.config
+    }
+
+    /// The price of a pool at `at`, USD per hour; `None` if the region does
+    /// not sell it.
+    pub fn price(&self, offering: &OfferingKey, at: Time) -> Option<f64> {
+        let pool = self.pools.get(offering)?;
+        let changes = self.prices.get(offering).map(Vec::as_slice).unwrap_or(&[]);
+        let applied = changes.partition_point(|(t, _)| *t <= at);
+        Some(match applied {
+            0 => pool.price,
+            n => changes[n - 1].1,
+        })
+    }
+
+    /// A pool's hourly interruption rate outside storms (catalog rate or
+    /// override, times the multiplier; 0 for on-demand); `None` if the
+    /// region does not sell it.
+    pub fn interruption_rate(&self, offering: &OfferingKey) -> Option<f64> {
+        self.pools.get(offering).map(|p| p.rate)
+    }
+
+    /// Launches the instance for `claim` at `now`, or returns the one
+    /// already launched for that claim name (whatever its state).
+    ///
+    /// # Errors
+    /// [`Error::InsufficientCapacity`] when the pool is configured as
+    /// exhausted or its failure draw fails; [`Error::Other`] when the region
+    /// does not sell the offering or the claim name was launched with a
+    /// different offering.
+    pub fn launch(&mut self, claim: &ClaimRequest, now: Time) -> Result<Instance> {
+        let now = self.observe(now);
+        let key = &claim.offering;
+        if let Some(&i) = self.by_claim.get(&claim.claim) {
+            let existing = &self.instances[i].instance;
+            if existing.offering != *key {
+                return Err(Error::Other(format!(
+                    "cannot launch {} as {key}: already launched as {}",
+                    claim.claim, existing.offering
+                )));
+            }
+            return Ok(existing.clone());
+        }
+        let Some(pool) = self.pools.get(key).copied() else {
+            return Err(Error::Other(format!(
+                "cannot launch {} as {key}: not offered in {}",
+                claim.claim, self.config.region
+            )));
+        };
+        if self.capacity_fails(key) {
+            return Err(Error::InsufficientCapacity {
+                claim: claim.claim.clone(),
+                offering: key.clone(),
+            });
+        }
+        let idx = self.instances.len();
+        let instance = Instance {
+            claim: claim.claim.clone(),
+            provider_id: format!("aws:///{}/i-{:017x}", key.zone, idx + 1),
+            offering: key.clone(),
+            price_per_hour: self.price(key, now).unwrap_or(pool.price),
+            launched_at: now,
+            state: InstanceState::Pending,
+        };
+        self.instances.push(SimInstance {
+            instance: instance.clone(),
+            billed_until: None,
+            timers: Vec::new(),
+        });
+        self.by_claim.insert(claim.claim.clone(), idx);
+
+        let (running, registered, ready) = self.boot_times(&claim.claim, &key.instance_type, now);
+        self.schedule(running, Timer::Running(idx));
+        self.schedule(registered, Timer::Registered(idx));
+        self.schedule(ready, Timer::Ready(idx));
+        if pool.rate > 0.0 {
+            if let Some(notice) = self.notice_time(key, pool.rate, &claim.claim, running) {
+                let im = &self.config.interruptions;
+                let deadline = notice + delta(im.notice);
+                if let Some(lead) = im.rebalance_lead {
+                    let at = (notice - delta(lead)).max(running);
+                    self.schedule(at, Timer::Rebalance(idx));
+                }
+                self.schedule(notice, Timer::Notice(idx, deadline));
+                self.schedule(deadline, Timer::Reclaim(idx));
+            }
+        }
+        Ok(instance)
+    }
+
+    /// Terminates the instance of `claim` at `now`: billing stops now, the
+    /// instance shuts down and is terminated after the configured shutdown
+    /// time. Terminating an instance already shutting down or terminated
+    /// changes nothing.
+    ///
+    /// # Errors
+    /// [`Error::NotFound`] when no instance was launched for the claim.
+    pub fn terminate(&mut self, claim: &str, now: Time) -> Result<Instance> {
+        let now = self.observe(now);
+        let Some(&i) = self.by_claim.get(claim) else {
+            return Err(Error::NotFound {
+                claim: claim.to_string(),
+            });
+        };
+        if self.instances[i].instance.state.is_alive() {
+            self.cancel_timers(i);
+            let sim = &mut self.instances[i];
+            sim.instance.state = InstanceState::ShuttingDown;
+            sim.billed_until = Some(now);
+            let at = now + delta(self.config.latency.shutdown);
+            self.schedule(at, Timer::ShutDown(i));
+        }
+        Ok(self.instances[i].instance.clone())
+    }
+
+    /// The instance of `claim`, in any state.
+    pub fn describe(&self, claim: &str) -> Option<Instance> {
+        self.by_claim
+            .get(claim)
+            .map(|&i| self.instances[i].instance.clone())
+    }
+
+    /// Instances not terminated yet, in launch order.
+    pub fn instances(&self) -> Vec<Instance> {
+        self.instances
+            .iter()
+            .filter(|s| s.instance.state != InstanceState::Terminated)
+            .map(|s| s.instance.clone())
+            .collect()
+    }
+
+    /// Every instance ever launched, terminated ones included, in launch
+    /// order (for reports).
+    pub fn all_instances(&self) -> impl Iterator<Item = &Instance> {
+        self.instances.iter().map(|s| &s.instance)
+    }
+
+    /// When the next event happens, if any is pending; the simulator jumps
+    /// its clock there and calls [`SimulatedCloud::advance`].
+    pub fn next_event_time(&self) -> Option<Time> {
+        self.timers.keys().next().map(|(t, _)| *t)
+    }
+
+    /// Everything that happens up to and including `now`, in time order,
+    /// with the instances' states updated accordingly.
+    pub fn advance(&mut self, now: Time) -> Vec<CloudEvent> {
+        let now = self.observe(now);
+        let mut events = Vec::new();
+        while let Some(entry) = self.timers.first_entry() {
+            if entry.key().0 > now {
+                break;
+            }
+            let (key, timer) = entry.remove_entry();
+            let at = key.0;
+            if let Some(i) = timer.instance() {
+                self.instances[i].timers.retain(|k| *k != key);
+            }
+            let claim = |s: &Self, i: usize| s.instances[i].instance.claim.clone();
+            events.push(match timer {
+                Timer::Running(i) => {
+                    self.instances[i].instance.state = InstanceState::Running;
+                    CloudEvent::Running {
+                        claim: claim(self, i),
+                        at,
+                    }
+                }
+                Timer::Registered(i) => CloudEvent::Registered {
+                    claim: claim(self, i),
+                    at,
+                },
+                Timer::Ready(i) => CloudEvent::Ready {
+                    claim: claim(self, i),
+                    at,
+                },
+                Timer::Rebalance(i) => CloudEvent::Notice {
+                    notice: Notice::Rebalance {
+                        claim: claim(self, i),
+                    },
+                    at,
+                },
+                Timer::Notice(i, deadline) => CloudEvent::Notice {
+                    notice: Notice::SpotInterruption {
+                        claim: claim(self, i),
+                        deadline,
+                    },
+                    at,
+                },
+                Timer::Reclaim(i) => {
+                    // Boot milestones still ahead never come.
+                    self.cancel_timers(i);
+                    let sim = &mut self.instances[i];
+                    sim.instance.state = InstanceState::Terminated;
+                    sim.billed_until = Some(at);
+                    CloudEvent::Terminated {
+                        claim: claim(self, i),
+                        at,
+                        cause: TerminationCause::SpotReclaimed,
+                    }
+                }
+                Timer::ShutDown(i) => {
+                    self.instances[i].instance.state = InstanceState::Terminated;
+                    CloudEvent::Terminated {
+                        claim: claim(self, i),
+                        at,
+                        cause: TerminationCause::Requested,
+                    }
+                }
+                Timer::Price(offering, price_per_hour) => CloudEvent::PriceChanged {
+                    offering,
+                    price_per_hour,
+                    at,
+                },
+            });
+        }
+        events
+    }
+
+    /// What every instance has cost up to `now`, USD: from launch until
+    /// termination was requested or the instance was reclaimed (or `now`),
+    /// at its pool's price as it changed.
+    pub fn cost_so_far(&self, now: Time) -> f64 {
+        self.instances.iter().map(|s| self.cost(s, now)).sum()
+    }
+
+    /// What the instance of `claim` has cost up to `now`, USD.
+    pub fn cost_of(&self, claim: &str, now: Time) -> Option<f64> {
+        let &i = self.by_claim.get(claim)?;
+        Some(self.cost(&self.instances[i], now))
+    }
+
+    fn cost(&self, sim: &SimInstance, now: Time) -> f64 {
+        let key = &sim.instance.offering;
+        let start = sim.instance.launched_at;
+        let end = sim.billed_until.map_or(now, |b| b.min(now));
+        if end <= start {
+            return 0.0;
+        }
+        let changes = self.prices.get(key).map(Vec::as_slice).unwrap_or(&[]);
+        let mut price = self
+            .price(key, start)
+            .unwrap_or(sim.instance.price_per_hour);
+        let mut t = start;
+        let mut total = 0.0;
+        for &(at, p) in changes.iter().filter(|(at, _)| *at > start && *at < end) {
+            total += price * hours_between(t, at);
+            t = at;
+            price = p;
+        }
+        total + price * hours_between(t, end)
+    }
+
+    /// Time never goes backwards: an earlier `now` is taken as the latest
+    /// time seen.
+    fn observe(&mut self, now: Time) -> Time {
+        self.now = self.now.max(now);
+        self.now
+    }
+
+    fn schedule(&mut self, at: Time, timer: Timer) {
+        let key = (at, self.next_seq);
+        self.next_seq += 1;
+        if let Some(i) = timer.instance() {
+            self.instances[i].timers.push(key);
+        }
+        self.timers.insert(key, timer);
+    }
+
+    fn cancel_timers(&mut self, i: usize) {
+        for key in std::mem::take(&mut self.instances[i].timers) {
+            self.timers.remove(&key);
+        }
+    }
+
+    fn capacity_fails(&mut self, key: &OfferingKey) -> bool {
+        let cap = &self.config.capacity;
+        if cap.exhausted.contains(key) {
+            return true;
+        }
+        let p = cap
+            .failure_probability
+            .get(key)
+            .copied()
+            .unwrap_or(cap.default_failure_probability);
+        if p <= 0.0 {
+            return false;
+        }
+        let seed = self.config.seed;
+        let rng = self
+            .capacity_draws
+            .entry(key.clone())
+            .or_insert_with(|| stream(seed, &["capacity", &interruptions::pool_name(key)]));
+        rng.random::<f64>() < p
+    }
+
+    /// Running, registered and ready times of a launch at `now`, jittered by
+    /// the claim's own stream.
+    fn boot_times(&self, claim: &str, instance_type: &str, now: Time) -> (Time, Time, Time) {
+        let family = match self.catalog.instance_type(instance_type) {
+            Some(it) => it.family.clone(),
+            None => instance_type
+                .split('.')
+                .next()
+                .unwrap_or(instance_type)
+                .to_string(),
+        };
+        let latency = &self.config.latency;
+        let profile = latency.profile(&family);
+        let mut rng = stream(self.config.seed, &["boot", claim]);
+        let mut phase = |d: Duration| {
+            let factor = 1.0 + latency.jitter * (2.0 * rng.random::<f64>() - 1.0);
+            TimeDelta::milliseconds((d.as_secs_f64() * factor * 1000.0).round() as i64)
+        };
+        let running = now + phase(profile.running);
+        let registered = running + phase(profile.registered);
+        let ready = registered + phase(profile.ready);
+        (running, registered, ready)
+    }
+
+    /// When `claim`, running in `key` from `running`, gets its interruption
+    /// notice: the first of the pool's reclaim events from then on that
+    /// takes it.
+    fn notice_time(
+        &mut self,
+        key: &OfferingKey,
+        rate: f64,
+        claim: &str,
+        running: Time,
+    ) -> Option<Time> {
+        let seed = self.config.seed;
+        let im = &self.config.interruptions;
+        let share = im.reclaim_share;
+        let process = self.reclaims.entry(key.clone()).or_insert_with(|| {
+            PoolProcess::new(seed, key, rate / share, &im.storms, self.config.epoch)
+        });
+        let mut i = process.first_index_at_or_after(running);
+        loop {
+            let at = process.event(i)?;
+            if takes(seed, key, i, claim, share) {
+                return Some(at);
+            }
+            i += 1;
+        }
+    }
+}
+
+/// A configuration duration as a time delta (saturating).
+fn delta(d: Duration) -> TimeDelta {
+    TimeDelta::from_std(d).unwrap_or(TimeDelta::MAX)
+}
+
+fn poisoned() -> Error {
+    Error::Other("simulated cloud state poisoned by a panic".to_string())
+}
+
+/// The provider face of the simulated cloud, for code written against
+/// [`CloudProvider`]: every future is ready on its first poll.
+impl CloudProvider for Mutex<SimulatedCloud> {
+    async fn launch(&self, claim: &ClaimRequest, now: Time) -> Result<Instance> {
+        self.lock().map_err(|_| poisoned())?.launch(claim, now)
+    }
+
+    async fn terminate(&self, claim: &str, now: Time) -> Result<Instance> {
+        self.lock().map_err(|_| poisoned())?.terminate(claim, now)
+    }
+
+    async fn describe(&self, claim: &str) -> Result<Option<Instance>> {
+        Ok(self.lock().map_err(|_| poisoned())?.describe(claim))
+    }
+
+    async fn instances(&self) -> Result<Vec<Instance>> {
+        Ok(self.lock().map_err(|_| poisoned())?.instances())
+    }
+}
+
+/// Runs a future that completes without waiting, such as any future of the
+/// simulated provider, and returns its output. The simulator's executor: no
+/// runtime, no threads, no clock.
+///
+/// # Panics
+/// If the future is not ready on its first poll (it waits on something
+/// real, which a simulation must not do).
+pub fn block_on_ready<F: Future>(future: F) -> F::Output {
+    let mut future = std::pin::pin!(future);
+    let mut cx = Context::from_waker(Waker::noop());
+    match future.as_mut().poll(&mut cx) {
+        Poll::Ready(output) => output,
+        Poll::Pending => panic!("block_on_ready: the future is waiting on something real"),
+    }
+}
