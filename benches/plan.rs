@@ -21,6 +21,7 @@ fn bench(c: &mut Criterion) {
             nodes: &[],
             pods: &pods,
             unavailable: &|_| false,
+            learned_rate: None,
         };
         for strategy in [Strategy::Mip, Strategy::Greedy] {
             group.bench_with_input(

@@ -51,6 +51,7 @@ fn run(pods: &[Pod], pools: &[Pool], nodes: &[NodeState], strategy: Strategy) ->
         nodes,
         pods,
         unavailable: &|_| false,
+        learned_rate: None,
     };
     let start = std::time::Instant::now();
     plan::plan(&input, strategy, &Options::default(), &|| {

@@ -116,6 +116,7 @@ fn every_pod_is_placed_once_or_explained_and_limits_hold() {
             nodes: &[],
             pods: &pods,
             unavailable: &|_| false,
+            learned_rate: None,
         };
         for strategy in [Strategy::Mip, Strategy::Greedy] {
             let p = plan::plan(&input, strategy, &Options::default(), &|| 0.0);

@@ -55,6 +55,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         nodes: &[],
         pods: &pending,
         unavailable: &|_| false,
+        learned_rate: None,
     };
     let options = Options::default();
     let run = |s| {

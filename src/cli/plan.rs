@@ -79,6 +79,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         nodes: &nodes,
         pods: &pods,
         unavailable: &|_| false,
+        learned_rate: None,
     };
     let options = Options {
         time_limit: Duration::from_millis(args.time_limit_ms),

@@ -8,6 +8,16 @@
 //! This module holds the shared vocabulary (time, notices, actions, the
 //! world the drivers fill); each decision lives in its own submodule.
 
+pub mod batch;
+pub mod budgets;
+pub mod consolidation;
+mod decide;
+pub mod estimator;
+pub mod interruption;
+pub mod prewarm;
+
+pub use decide::{Config, Core};
+
 use crate::catalog::CapacityType;
 use crate::cluster::{NodeState, Pod};
 use std::fmt;

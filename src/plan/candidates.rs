@@ -3,12 +3,13 @@
 //! have, and the explanation of why a pod fits none of them.
 
 use crate::api::labels as l;
-use crate::catalog::{mig, AcceleratorKind, CapacityType, Catalog, Offering};
+use crate::catalog::{mig, AcceleratorKind, CapacityType, Offering};
 use crate::cluster::requirements::untolerated;
 use crate::cluster::shape::{self, GpuSharing};
 use crate::cluster::{Labels, Pool, Resources, Taint};
 
 use super::classes::Class;
+use super::Input;
 
 /// One offering as a given pool would launch it.
 #[derive(Debug, Clone)]
@@ -42,14 +43,12 @@ impl Candidate {
     }
 }
 
-/// Every candidate of every pool in `region`; `unavailable` removes offerings
-/// known to be out of capacity.
-pub fn candidates(
-    catalog: &Catalog,
-    region: &str,
-    pools: &[Pool],
-    unavailable: &dyn Fn(&Offering) -> bool,
-) -> Vec<Candidate> {
+/// Every candidate of every pool in the input's region, without offerings
+/// known to be out of capacity, with the learned interruption rate where the
+/// input has one.
+pub fn candidates(input: &Input) -> Vec<Candidate> {
+    let (catalog, region, pools) = (input.catalog, input.region, input.pools);
+    let unavailable = input.unavailable;
     let mut out = Vec::new();
     for (pi, pool) in pools.iter().enumerate() {
         for o in catalog.offerings_in(region) {
@@ -92,7 +91,10 @@ pub fn candidates(
             out.push(Candidate {
                 pool: pi,
                 weight: pool.weight,
-                rate: o.interruption_rate_per_hour(),
+                rate: input
+                    .learned_rate
+                    .and_then(|f| f(o))
+                    .unwrap_or_else(|| o.interruption_rate_per_hour()),
                 offering: o.clone(),
                 capacity,
                 allocatable,

@@ -33,7 +33,7 @@ struct Building {
 /// Plans with the greedy baseline.
 pub fn plan(input: &Input) -> Plan {
     let pods = input.pods;
-    let cands = candidates::candidates(input.catalog, input.region, input.pools, input.unavailable);
+    let cands = candidates::candidates(input);
     let mut order: Vec<usize> = (0..pods.len()).collect();
     order.sort_by(|a, b| {
         let key = |p: &Pod| (p.requests.get(CPU), p.requests.get(MEMORY));

@@ -46,7 +46,7 @@ pub fn plan(input: &Input, opts: &Options) -> Plan {
     let pods = input.pods;
     let all: Vec<usize> = (0..pods.len()).collect();
     let (on_existing, left) = pack::place_on_existing(pods, &all, input.nodes);
-    let cands = candidates::candidates(input.catalog, input.region, input.pools, input.unavailable);
+    let cands = candidates::candidates(input);
     let classes = classes::classify(pods, &left);
     let mut unschedulable = Vec::new();
     let mut budgets = limits::budgets(input);

@@ -67,6 +67,9 @@ impl Default for Options {
     }
 }
 
+/// A learned hourly interruption rate for an offering, if there is one.
+pub type RateFn<'a> = dyn Fn(&Offering) -> Option<f64> + 'a;
+
 /// What the planner reads.
 pub struct Input<'a> {
     /// Instance types and offerings.
@@ -81,6 +84,9 @@ pub struct Input<'a> {
     pub pods: &'a [Pod],
     /// Offerings known to be out of capacity.
     pub unavailable: &'a dyn Fn(&Offering) -> bool,
+    /// Learned interruption rates per hour, where known; the advisor-derived
+    /// rate of the catalog otherwise.
+    pub learned_rate: Option<&'a RateFn<'a>>,
 }
 
 /// A node to launch.
@@ -179,7 +185,7 @@ pub fn plan(input: &Input, strategy: Strategy, options: &Options, now: &dyn Fn()
 /// another instance type for the pods it was launched for (price plus
 /// expected interruption cost per pod).
 pub fn explain(input: &Input, plan: &Plan) -> Vec<String> {
-    let cands = candidates::candidates(input.catalog, input.region, input.pools, input.unavailable);
+    let cands = candidates::candidates(input);
     let by_name: std::collections::HashMap<&str, &Pod> =
         input.pods.iter().map(|p| (p.name.as_str(), p)).collect();
     let mut seen = std::collections::BTreeSet::new();

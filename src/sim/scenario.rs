@@ -138,8 +138,7 @@ impl Scenario {
         // (`- training: {...}`) rather than YAML tags.
         let value: serde_json::Value =
             serde_norway::from_str(yaml).map_err(|e| Error::Parse(e.to_string()))?;
-        let s: Scenario =
-            serde_json::from_value(value).map_err(|e| Error::Parse(e.to_string()))?;
+        let s: Scenario = serde_json::from_value(value).map_err(|e| Error::Parse(e.to_string()))?;
         let mut problems = Vec::new();
         if !catalog.regions().contains(&s.region.as_str()) {
             problems.push(format!("region: no offerings in {:?}", s.region));

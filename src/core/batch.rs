@@ -1,0 +1,239 @@
+//! The provisioning batch window (Karpenter's batcher): pods that become
+//! pending close together are planned together, so that one plan packs them
+//! onto a few well-chosen nodes instead of one node per pod. Owns only the
+//! timing; which pods are pending and what to launch for them are read from
+//! the [`World`](super::World) when the batch closes.
+//!
+//! A batch opens when a new pending pod is seen and closes ([`Batcher::ready`])
+//! once no new pending pod has arrived for `idle` (default 1 s), or `max`
+//! (default 10 s) after it opened, whichever comes first. See
+//! `docs/lifecycle-timing.md`.
+//!
+//! "New pending pod" is defined by name: [`Batcher::observe_pending`] takes the
+//! complete set of pods pending at `now`; a name that was not in the previous
+//! call's set is new. A pod that stays pending does not extend the window; a
+//! pod that leaves and comes back (a StatefulSet pod recreated under the same
+//! name) is new again. Pods still pending after a plan (say, held back by a
+//! limit) do not reopen a batch by themselves: call [`Batcher::trigger`] when
+//! something else makes a new plan worthwhile (a launch failed, a node left).
+
+use super::Time;
+use std::collections::BTreeSet;
+use std::time::Duration;
+
+/// Default quiet period that closes a batch (Karpenter's `BATCH_IDLE_DURATION`).
+pub const DEFAULT_IDLE: Duration = Duration::from_secs(1);
+/// Default longest batch (Karpenter's `BATCH_MAX_DURATION`).
+pub const DEFAULT_MAX: Duration = Duration::from_secs(10);
+
+/// Collects pending pods into batches; see the module documentation.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Batcher {
+    /// The batch closes once no new pending pod has arrived for this long.
+    pub idle: Duration,
+    /// The batch closes this long after it opened, however busy.
+    pub max: Duration,
+    /// Pods pending at the last observation.
+    pending: BTreeSet<String>,
+    /// The open batch, if any.
+    open: Option<OpenBatch>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct OpenBatch {
+    opened_at: Time,
+    last_activity: Time,
+    pods: BTreeSet<String>,
+}
+
+/// A closed batch, for logs and events ("planned 12 pods batched over 3.2 s").
+/// Decisions read the pending pods from the world, not from here.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Batch {
+    /// When the first new pod (or trigger) opened it.
+    pub opened_at: Time,
+    /// When it was taken.
+    pub closed_at: Time,
+    /// Names of the pods that became pending while it was open, sorted.
+    pub pods: Vec<String>,
+}
+
+impl Default for Batcher {
+    fn default() -> Self {
+        Batcher::new(DEFAULT_IDLE, DEFAULT_MAX)
+    }
+}
+
+impl Batcher {
+    /// A batcher with these durations and no open batch.
+    pub fn new(idle: Duration, max: Duration) -> Batcher {
+        Batcher {
+            idle,
+            max,
+            pending: BTreeSet::new(),
+            open: None,
+        }
+    }
+
+    /// Reports the complete set of pods pending at `now` (by name). Each name
+    /// absent from the previous report opens the batch, or keeps it open for
+    /// another `idle`.
+    pub fn observe_pending<I>(&mut self, pending: I, now: Time)
+    where
+        I: IntoIterator,
+        I::Item: AsRef<str>,
+    {
+        let current: BTreeSet<String> = pending
+            .into_iter()
+            .map(|n| n.as_ref().to_string())
+            .collect();
+        let new: Vec<String> = current.difference(&self.pending).cloned().collect();
+        if !new.is_empty() {
+            self.open_at(now).pods.extend(new);
+        }
+        self.pending = current;
+    }
+
+    /// Opens a batch (or extends the open one) without a new pod: something
+    /// other than a pod arrival makes a new plan worthwhile.
+    pub fn trigger(&mut self, now: Time) {
+        self.open_at(now);
+    }
+
+    fn open_at(&mut self, now: Time) -> &mut OpenBatch {
+        let batch = self.open.get_or_insert_with(|| OpenBatch {
+            opened_at: now,
+            last_activity: now,
+            pods: BTreeSet::new(),
+        });
+        batch.last_activity = batch.last_activity.max(now);
+        batch
+    }
+
+    /// Whether a batch is open.
+    pub fn is_open(&self) -> bool {
+        self.open.is_some()
+    }
+
+    /// Whether the open batch should be planned now: `idle` has passed since
+    /// the last new pod, or `max` since it opened. False with no open batch.
+    pub fn ready(&self, now: Time) -> bool {
+        self.next_deadline().is_some_and(|d| now >= d)
+    }
+
+    /// When the open batch becomes [`ready`](Self::ready) if no new pod
+    /// arrives; `None` with no open batch.
+    pub fn next_deadline(&self) -> Option<Time> {
+        self.open
+            .as_ref()
+            .map(|b| later(b.last_activity, self.idle).min(later(b.opened_at, self.max)))
+    }
+
+    /// Closes the open batch, ready or not, and returns it; `None` when no
+    /// batch was open. The next new pending pod opens the next batch.
+    pub fn take(&mut self, now: Time) -> Option<Batch> {
+        self.open.take().map(|b| Batch {
+            opened_at: b.opened_at,
+            closed_at: now,
+            pods: b.pods.into_iter().collect(),
+        })
+    }
+}
+
+/// `t + d`, saturating at the largest representable time.
+fn later(t: Time, d: Duration) -> Time {
+    chrono::TimeDelta::from_std(d)
+        .ok()
+        .and_then(|d| t.checked_add_signed(d))
+        .unwrap_or(chrono::DateTime::<chrono::Utc>::MAX_UTC)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use chrono::{TimeZone, Utc};
+
+    fn at(ms: i64) -> Time {
+        Utc.with_ymd_and_hms(2026, 3, 2, 9, 0, 0).unwrap() + chrono::TimeDelta::milliseconds(ms)
+    }
+
+    #[test]
+    fn an_empty_batcher_has_no_deadline_and_is_never_ready() {
+        let mut b = Batcher::default();
+        assert_eq!(b.next_deadline(), None);
+        assert!(!b.ready(at(60_000)));
+        b.observe_pending(Vec::<String>::new(), at(0));
+        assert_eq!(b.next_deadline(), None);
+        assert_eq!(b.take(at(0)), None);
+    }
+
+    #[test]
+    fn closes_after_one_idle_second_without_new_pods() {
+        let mut b = Batcher::default();
+        b.observe_pending(["ml/a"], at(0));
+        assert_eq!(b.next_deadline(), Some(at(1_000)));
+        b.observe_pending(["ml/a", "ml/b"], at(600));
+        assert_eq!(b.next_deadline(), Some(at(1_600)));
+        // ml/a and ml/b still pending: not new, the window is not extended.
+        b.observe_pending(["ml/a", "ml/b"], at(1_200));
+        assert!(!b.ready(at(1_599)));
+        assert!(b.ready(at(1_600)));
+        let batch = b.take(at(1_600)).unwrap();
+        assert_eq!(batch.opened_at, at(0));
+        assert_eq!(batch.closed_at, at(1_600));
+        assert_eq!(batch.pods, ["ml/a", "ml/b"]);
+        assert_eq!(b.next_deadline(), None);
+    }
+
+    #[test]
+    fn closes_at_ten_seconds_under_a_steady_trickle() {
+        let mut b = Batcher::default();
+        let mut names = Vec::new();
+        // A new pod every 500 ms: the idle timer never fires.
+        for i in 0..30 {
+            names.push(format!("ml/p{i:02}"));
+            b.observe_pending(&names, at(i * 500));
+            if i * 500 < 10_000 {
+                assert!(!b.ready(at(i * 500)), "ready too early at {i}");
+            }
+        }
+        assert_eq!(b.next_deadline(), Some(at(10_000)));
+        assert!(b.ready(at(10_000)));
+        let batch = b.take(at(14_500)).unwrap();
+        assert_eq!(batch.pods.len(), 30);
+    }
+
+    #[test]
+    fn pods_left_pending_after_a_plan_do_not_open_a_batch_but_newcomers_do() {
+        let mut b = Batcher::default();
+        b.observe_pending(["ml/a"], at(0));
+        b.take(at(1_000)).unwrap();
+        b.observe_pending(["ml/a"], at(5_000));
+        assert!(!b.is_open());
+        b.observe_pending(["ml/a", "ml/b"], at(6_000));
+        assert_eq!(b.next_deadline(), Some(at(7_000)));
+        assert_eq!(b.take(at(7_000)).unwrap().pods, ["ml/b"]);
+    }
+
+    #[test]
+    fn a_pod_that_leaves_and_returns_is_new_again() {
+        let mut b = Batcher::default();
+        b.observe_pending(["ml/s-0"], at(0));
+        b.take(at(1_000));
+        b.observe_pending(Vec::<&str>::new(), at(2_000));
+        b.observe_pending(["ml/s-0"], at(3_000));
+        assert_eq!(b.next_deadline(), Some(at(4_000)));
+    }
+
+    #[test]
+    fn a_trigger_opens_a_batch_without_new_pods() {
+        let mut b = Batcher::new(Duration::from_secs(2), Duration::from_secs(5));
+        b.trigger(at(0));
+        assert_eq!(b.next_deadline(), Some(at(2_000)));
+        b.trigger(at(1_500));
+        assert_eq!(b.next_deadline(), Some(at(3_500)));
+        b.trigger(at(4_000));
+        assert_eq!(b.next_deadline(), Some(at(5_000)), "max caps idle");
+        assert!(b.take(at(5_000)).unwrap().pods.is_empty());
+    }
+}

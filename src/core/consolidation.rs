@@ -1,0 +1,1180 @@
+//! Scale-down (consolidation): removes nodes that stayed empty for the pool's
+//! `consolidateAfter`, and nodes whose pods fit on the other nodes or on one
+//! cheaper replacement, within the pool's disruption budget. Every decision
+//! is first a candidate and is carried out only if it still holds on a fresh
+//! world after a validation period. It does not touch nodes under
+//! interruption handling ([`super::interruption`]) nor nodes the caller
+//! protects (pre-warm windows).
+//!
+//! The rules are written up in `docs/disruption.md`.
+
+use super::interruption::{after, offering_key, pool_of, Interruptions};
+use super::{Action, ClaimRequest, DisruptionReason, ManagedNode, Time, World};
+use crate::api::{ConsolidationPolicy, NodePool};
+use crate::catalog::{CapacityType, InterruptionBucket, Offering};
+use crate::cluster::{NodeState, Pod, Pool, Resources};
+use crate::plan::{self, Strategy};
+use std::collections::{BTreeMap, BTreeSet};
+use std::time::Duration;
+
+/// Knobs of consolidation.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Config {
+    /// How long a decision must keep holding before it is carried out.
+    pub validation_period: Duration,
+    /// Smallest saving, as a share of the node's price, for which a node is
+    /// replaced by a cheaper one (0.1: at least 10% cheaper).
+    pub replace_min_saving: f64,
+    /// How long to wait for a replacement to become ready before giving the
+    /// replacement up (the old node was never cordoned).
+    pub replacement_timeout: Duration,
+    /// Planner used to find replacements (greedy: fast and deterministic).
+    pub strategy: Strategy,
+}
+
+impl Default for Config {
+    fn default() -> Config {
+        Config {
+            validation_period: Duration::from_secs(15),
+            replace_min_saving: 0.1,
+            replacement_timeout: Duration::from_secs(15 * 60),
+            strategy: Strategy::Greedy,
+        }
+    }
+}
+
+/// A consolidation decision.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Decision {
+    /// Delete these empty nodes.
+    Empty {
+        /// Their claims.
+        claims: Vec<String>,
+    },
+    /// Drain and delete the node: its pods fit on the other nodes.
+    Delete {
+        /// Its claim.
+        claim: String,
+        /// USD per hour saved.
+        saving: f64,
+    },
+    /// Launch one cheaper node, then drain and delete this one.
+    Replace {
+        /// Its claim.
+        claim: String,
+        /// The replacement.
+        replacement: ClaimRequest,
+        /// USD per hour saved.
+        saving: f64,
+    },
+}
+
+/// What the node's real pods have been since when.
+#[derive(Debug, Clone)]
+struct Observed {
+    /// Names of its non-placeholder pods, sorted.
+    pods: Vec<String>,
+    since: Time,
+    /// When it has been stable for the pool's `consolidateAfter`.
+    eligible_at: Option<Time>,
+}
+
+/// A node being removed.
+#[derive(Debug, Clone)]
+struct Disrupting {
+    reason: DisruptionReason,
+    /// The replacement claim to wait for, and when it was launched.
+    replacement: Option<(String, Time)>,
+    cordoned: bool,
+    evicted: BTreeSet<String>,
+    deleted: bool,
+}
+
+/// Consolidation state: what each node has looked like since when, the
+/// decision under validation and the nodes being removed.
+#[derive(Debug, Clone, Default)]
+pub struct Consolidation {
+    config: Config,
+    observed: BTreeMap<String, Observed>,
+    candidate: Option<(Decision, Time)>,
+    disrupting: BTreeMap<String, Disrupting>,
+    /// The next time a pool's scheduled budget opens or closes.
+    budget_change: Option<Time>,
+    last_now: Option<Time>,
+}
+
+/// What consolidation reads besides the world: the other decisions it must
+/// not cross, and the interruption rates the planner uses.
+#[derive(Clone, Copy)]
+pub struct Context<'a> {
+    /// Nodes under interruption handling are left alone; offerings it marks
+    /// unavailable are not used for replacements.
+    pub interruptions: &'a Interruptions,
+    /// Nodes that must stay (pre-warm windows).
+    pub protected: &'a dyn Fn(&ManagedNode) -> bool,
+    /// Learned interruption rates per hour, where known (as
+    /// `plan::Input::learned_rate`); the catalog's advisor rates otherwise.
+    pub learned_rate: Option<&'a crate::plan::RateFn<'a>>,
+}
+
+impl<'a> Context<'a> {
+    /// Nothing protected, no learned rates.
+    pub fn new(interruptions: &'a Interruptions) -> Context<'a> {
+        Context {
+            interruptions,
+            protected: &|_| false,
+            learned_rate: None,
+        }
+    }
+
+    /// The hourly interruption rate of an offering.
+    fn rate(&self, o: &Offering) -> f64 {
+        self.learned_rate
+            .and_then(|f| f(o))
+            .unwrap_or_else(|| o.interruption_rate_per_hour())
+    }
+}
+
+/// What a decision round reads.
+struct Round<'a, 'w> {
+    world: &'a World<'w>,
+    now: Time,
+    ctx: Context<'a>,
+}
+
+impl Consolidation {
+    /// Nothing observed yet.
+    pub fn new(config: Config) -> Consolidation {
+        Consolidation {
+            config,
+            ..Consolidation::default()
+        }
+    }
+
+    /// Records what each node's real pods are, restarting its clock when they
+    /// change (a node counts as empty or stable from the first time it is
+    /// seen so). [`Consolidation::decide`] calls it too.
+    pub fn observe(&mut self, world: &World, now: Time) {
+        self.observed
+            .retain(|claim, _| world.nodes.iter().any(|n| &n.claim == claim));
+        for n in world.nodes {
+            if n.ready_at.is_none() {
+                self.observed.remove(&n.claim);
+                continue;
+            }
+            let mut pods: Vec<String> = real_pods(n).map(|p| p.name.clone()).collect();
+            pods.sort();
+            let o = self
+                .observed
+                .entry(n.claim.clone())
+                .or_insert_with(|| Observed {
+                    pods: pods.clone(),
+                    since: now,
+                    eligible_at: None,
+                });
+            if o.pods != pods {
+                o.pods = pods;
+                o.since = now;
+            }
+            o.eligible_at = pool_of(world, n)
+                .and_then(|p| p.spec.disruption.consolidate_after_duration().ok())
+                .flatten()
+                .map(|d| after(o.since, d));
+        }
+        self.budget_change = world
+            .pools
+            .iter()
+            .filter_map(|p| super::budgets::next_deadline(p, now).ok().flatten())
+            .min();
+        self.last_now = Some(now);
+    }
+
+    /// The decision under validation, with when it was made.
+    pub fn candidate(&self) -> Option<(&Decision, Time)> {
+        self.candidate.as_ref().map(|(d, t)| (d, *t))
+    }
+
+    /// One round: carries on the removals under way (evictions within PDBs,
+    /// deletion once a node is empty), carries out the candidate if the
+    /// validation period is over and it still holds (else drops it), and
+    /// records a new candidate when there is none. `protected` says which
+    /// nodes must stay (pre-warm windows); nodes under interruption handling
+    /// are left to `interruptions`. Spot risk is the catalog's; see
+    /// [`Consolidation::decide_in`] for learned rates.
+    pub fn decide(
+        &mut self,
+        world: &World,
+        now: Time,
+        interruptions: &Interruptions,
+        protected: &dyn Fn(&ManagedNode) -> bool,
+    ) -> Vec<Action> {
+        let ctx = Context {
+            protected,
+            ..Context::new(interruptions)
+        };
+        self.decide_in(world, now, &ctx)
+    }
+
+    /// [`Consolidation::decide`] with everything it reads besides the world
+    /// in one [`Context`], including learned interruption rates.
+    pub fn decide_in(&mut self, world: &World, now: Time, ctx: &Context) -> Vec<Action> {
+        let interruptions = ctx.interruptions;
+        self.observe(world, now);
+        let timeout = self.config.replacement_timeout;
+        self.disrupting.retain(|claim, d| {
+            world.nodes.iter().any(|n| &n.claim == claim)
+                && d.replacement
+                    .as_ref()
+                    .is_none_or(|(r, at)| ready(world, r) || now < after(*at, timeout))
+        });
+        let round = Round {
+            world,
+            now,
+            ctx: *ctx,
+        };
+        let mut out = Vec::new();
+        if self.candidate.is_none() {
+            self.candidate = self.find(&round).map(|d| (d, now));
+        }
+        if let Some((decision, at)) = self.candidate.take() {
+            if now >= after(at, self.config.validation_period) {
+                self.carry_out(&round, decision, &mut out);
+            } else {
+                self.candidate = Some((decision, at));
+            }
+        }
+        self.progress(world, interruptions, &mut out);
+        out
+    }
+
+    /// The next time [`Consolidation::decide`] may act without any change in
+    /// the world: the end of the validation period, a node becoming stable for
+    /// `consolidateAfter`, a scheduled disruption budget opening or closing, a
+    /// replacement timing out.
+    pub fn next_deadline(&self) -> Option<Time> {
+        let pending = |t: &Time| self.last_now.is_none_or(|n| *t > n);
+        let validation = self
+            .candidate
+            .as_ref()
+            .map(|(_, at)| after(*at, self.config.validation_period));
+        let eligible = self.observed.values().filter_map(|o| o.eligible_at);
+        let timeouts = self
+            .disrupting
+            .values()
+            .filter_map(|d| d.replacement.as_ref())
+            .map(|(_, at)| after(*at, self.config.replacement_timeout));
+        validation
+            .into_iter()
+            .chain(self.budget_change)
+            .chain(eligible)
+            .chain(timeouts)
+            .filter(pending)
+            .min()
+    }
+
+    /// Whether consolidation is removing the node.
+    pub fn is_disrupting(&self, claim: &str) -> bool {
+        self.disrupting.contains_key(claim)
+    }
+
+    /// The best decision now: every eligible empty node (within budgets),
+    /// else the underutilized node that moves the fewest pods (then saves the
+    /// most).
+    fn find(&self, r: &Round) -> Option<Decision> {
+        let mut budgets = BTreeMap::new();
+        let mut allowed = |pool: &NodePool| -> u32 {
+            let name = pool.metadata.name.clone().unwrap_or_default();
+            *budgets.entry(name).or_insert_with(|| self.allowed(r, pool))
+        };
+        let eligible: Vec<(&ManagedNode, &NodePool)> = r
+            .world
+            .nodes
+            .iter()
+            .filter(|n| self.eligible(r, n))
+            .filter_map(|n| pool_of(r.world, n).map(|p| (n, p)))
+            .collect();
+        let (mut empty, busy): (Vec<_>, Vec<_>) = eligible
+            .into_iter()
+            .partition(|(n, _)| real_pods(n).next().is_none());
+
+        // The most expensive empty nodes first, as many as each pool allows.
+        empty.sort_by(|(a, _), (b, _)| {
+            b.price_per_hour
+                .total_cmp(&a.price_per_hour)
+                .then(a.claim.cmp(&b.claim))
+        });
+        let mut taken: BTreeMap<&str, u32> = BTreeMap::new();
+        let mut claims = Vec::new();
+        for (n, pool) in empty {
+            let used = taken.entry(n.nodepool.as_str()).or_default();
+            if *used < allowed(pool) {
+                *used += 1;
+                claims.push(n.claim.clone());
+            }
+        }
+        if !claims.is_empty() {
+            return Some(Decision::Empty { claims });
+        }
+
+        let mut best: Option<(usize, Decision)> = None;
+        for (n, pool) in busy {
+            if pool.spec.disruption.consolidation_policy
+                != ConsolidationPolicy::WhenEmptyOrUnderutilized
+                || allowed(pool) == 0
+            {
+                continue;
+            }
+            let Some(d) = self.underutilized(r, n, pool, None) else {
+                continue;
+            };
+            let moved = real_pods(n).count();
+            let better = best
+                .as_ref()
+                .is_none_or(|(m, b)| (moved, -saving(&d)) < (*m, -saving(b)));
+            if better {
+                best = Some((moved, d));
+            }
+        }
+        best.map(|(_, d)| d)
+    }
+
+    /// Carries out a decision that still holds on this world.
+    fn carry_out(&mut self, r: &Round, decision: Decision, out: &mut Vec<Action>) {
+        let (claim, wanted) = match decision {
+            Decision::Empty { claims } => return self.remove_empty(r, claims, out),
+            Decision::Delete { claim, .. } => (claim, None),
+            Decision::Replace {
+                claim, replacement, ..
+            } => (claim, Some(replacement.claim)),
+        };
+        let Some(n) = r.world.nodes.iter().find(|n| n.claim == claim) else {
+            return;
+        };
+        let Some(pool) = pool_of(r.world, n) else {
+            return;
+        };
+        if !self.eligible(r, n) || self.allowed(r, pool) == 0 {
+            return;
+        }
+        // The same kind of decision must hold now.
+        let replacement = match self.underutilized(r, n, pool, wanted.as_deref()) {
+            Some(Decision::Delete { .. }) if wanted.is_none() => None,
+            Some(Decision::Replace { replacement, .. }) if wanted.is_some() => {
+                let name = replacement.claim.clone();
+                out.push(Action::Launch(replacement));
+                Some((name, r.now))
+            }
+            _ => return,
+        };
+        self.disrupting.insert(
+            claim,
+            Disrupting {
+                reason: DisruptionReason::Underutilized,
+                replacement,
+                cordoned: false,
+                evicted: BTreeSet::new(),
+                deleted: false,
+            },
+        );
+    }
+
+    /// Cordons and deletes the empty nodes that are still empty and
+    /// eligible, within their pools' budgets.
+    fn remove_empty(&mut self, r: &Round, claims: Vec<String>, out: &mut Vec<Action>) {
+        let mut left: BTreeMap<String, u32> = BTreeMap::new();
+        for claim in claims {
+            let Some(n) = r.world.nodes.iter().find(|n| n.claim == claim) else {
+                continue;
+            };
+            let Some(pool) = pool_of(r.world, n) else {
+                continue;
+            };
+            if !self.eligible(r, n) || real_pods(n).next().is_some() {
+                continue;
+            }
+            let budget = left
+                .entry(n.nodepool.clone())
+                .or_insert_with(|| self.allowed(r, pool));
+            if *budget == 0 {
+                continue;
+            }
+            *budget -= 1;
+            let reason = DisruptionReason::Empty;
+            out.push(Action::Cordon {
+                claim: claim.clone(),
+                reason,
+            });
+            out.push(Action::Delete {
+                claim: claim.clone(),
+                reason,
+            });
+            self.disrupting.insert(
+                claim,
+                Disrupting {
+                    reason,
+                    replacement: None,
+                    cordoned: true,
+                    evicted: BTreeSet::new(),
+                    deleted: true,
+                },
+            );
+        }
+    }
+
+    /// Carries on the removals under way: once a replacement is ready, cordon;
+    /// evict within PDBs (never do-not-disrupt pods); delete once empty. A
+    /// node that gets an interruption notice meanwhile is left to
+    /// `interruptions`.
+    fn progress(&mut self, world: &World, interruptions: &Interruptions, out: &mut Vec<Action>) {
+        let mut pdb_left: Vec<u32> = world.pdbs.iter().map(|p| p.disruptions_allowed).collect();
+        for (claim, d) in &mut self.disrupting {
+            let Some(n) = world.nodes.iter().find(|n| &n.claim == claim) else {
+                continue;
+            };
+            if d.deleted
+                || interruptions.is_handling(claim)
+                || d.replacement
+                    .as_ref()
+                    .is_some_and(|(r, _)| !ready(world, r))
+            {
+                continue;
+            }
+            if !d.cordoned {
+                d.cordoned = true;
+                out.push(Action::Cordon {
+                    claim: claim.clone(),
+                    reason: d.reason,
+                });
+            }
+            for p in &n.pods {
+                if p.do_not_disrupt || d.evicted.contains(&p.pod.name) {
+                    continue;
+                }
+                if let Some(left) = p.pdb.and_then(|i| pdb_left.get_mut(i)) {
+                    if *left == 0 {
+                        continue;
+                    }
+                    *left -= 1;
+                }
+                d.evicted.insert(p.pod.name.clone());
+                out.push(Action::Evict {
+                    pod: p.pod.name.clone(),
+                    claim: claim.clone(),
+                });
+            }
+            if n.pods.is_empty() {
+                d.deleted = true;
+                out.push(Action::Delete {
+                    claim: claim.clone(),
+                    reason: d.reason,
+                });
+            }
+        }
+    }
+
+    /// Whether the node may be consolidated at all now: ready, not
+    /// do-not-disrupt, not cordoned, not under interruption handling, not
+    /// protected, not already being removed, and stable for its pool's
+    /// `consolidateAfter`.
+    fn eligible(&self, r: &Round, n: &ManagedNode) -> bool {
+        n.ready_at.is_some()
+            && !n.state.in_flight
+            && !n.do_not_disrupt
+            && !n.state.unschedulable
+            && !r.ctx.interruptions.is_handling(&n.claim)
+            && !self.disrupting.contains_key(&n.claim)
+            && !(r.ctx.protected)(n)
+            && self
+                .observed
+                .get(&n.claim)
+                .and_then(|o| o.eligible_at)
+                .is_some_and(|at| at <= r.now)
+    }
+
+    /// How many more of the pool's nodes may be disrupted now.
+    fn allowed(&self, r: &Round, pool: &NodePool) -> u32 {
+        let name = pool.metadata.name.as_deref().unwrap_or_default();
+        let mine: Vec<&ManagedNode> = r
+            .world
+            .nodes
+            .iter()
+            .filter(|n| n.nodepool == name)
+            .collect();
+        let disrupting = mine
+            .iter()
+            .filter(|n| {
+                n.state.unschedulable
+                    || self.disrupting.contains_key(&n.claim)
+                    || r.ctx.interruptions.is_handling(&n.claim)
+            })
+            .count();
+        super::budgets::allowed_disruptions(pool, mine.len() as u32, disrupting as u32, r.now)
+            .unwrap_or(0)
+    }
+
+    /// Delete or Replace for a node with pods, if either is possible: no
+    /// do-not-disrupt pod, every PDB allows a disruption, and the pods fit on
+    /// the other nodes, or on them and one node cheaper by the margin.
+    /// `name` is the replacement's claim when it was chosen already.
+    fn underutilized(
+        &self,
+        r: &Round,
+        n: &ManagedNode,
+        pool: &NodePool,
+        name: Option<&str>,
+    ) -> Option<Decision> {
+        let blocked = n.pods.iter().any(|p| {
+            !p.placeholder
+                && (p.do_not_disrupt
+                    || p.pdb
+                        .and_then(|i| r.world.pdbs.get(i))
+                        .is_some_and(|b| b.disruptions_allowed == 0))
+        });
+        if blocked {
+            return None;
+        }
+        let pods: Vec<Pod> = real_pods(n).cloned().collect();
+        let others: Vec<NodeState> = r
+            .world
+            .nodes
+            .iter()
+            .filter(|o| {
+                o.claim != n.claim
+                    && o.ready_at.is_some()
+                    && !o.state.in_flight
+                    && !o.state.unschedulable
+                    && !self.disrupting.contains_key(&o.claim)
+                    && !r.ctx.interruptions.is_handling(&o.claim)
+            })
+            .map(|o| o.state.clone())
+            .collect();
+        let all: Vec<usize> = (0..pods.len()).collect();
+        if plan::pack::place_on_existing(&pods, &all, &others)
+            .1
+            .is_empty()
+        {
+            return Some(Decision::Delete {
+                claim: n.claim.clone(),
+                saving: n.price_per_hour,
+            });
+        }
+        let replacement = self.replacement(r, n, pool, &pods, &others, name)?;
+        Some(Decision::Replace {
+            claim: n.claim.clone(),
+            saving: n.price_per_hour - replacement.price_per_hour,
+            replacement,
+        })
+    }
+
+    /// One node, cheaper by the margin, that takes the pods the other nodes
+    /// cannot; for a spot node, from a spot pool no riskier than its own and
+    /// not the riskiest available.
+    fn replacement(
+        &self,
+        r: &Round,
+        n: &ManagedNode,
+        pool: &NodePool,
+        pods: &[Pod],
+        others: &[NodeState],
+        name: Option<&str>,
+    ) -> Option<ClaimRequest> {
+        let w = r.world;
+        let planner_pool = Pool::from_api(pool, daemonset_overhead(n)).ok()?;
+        let pools = [planner_pool];
+        let open = |o: &Offering| r.ctx.interruptions.blocks(o, r.now);
+        let riskier = spot_guard(w, n, &pools, &open, &r.ctx);
+        let unavailable = |o: &Offering| open(o) || riskier(o);
+        let input = plan::Input {
+            catalog: w.catalog,
+            region: w.region,
+            pools: &pools,
+            nodes: others,
+            pods,
+            unavailable: &unavailable,
+            learned_rate: r.ctx.learned_rate,
+        };
+        let p = plan::plan(
+            &input,
+            self.config.strategy,
+            &plan::Options::default(),
+            &|| 0.0,
+        );
+        let [new] = p.nodes.as_slice() else {
+            return None;
+        };
+        let cheap_enough =
+            new.price_per_hour <= n.price_per_hour * (1.0 - self.config.replace_min_saving);
+        if !p.unschedulable.is_empty() || !cheap_enough {
+            return None;
+        }
+        let offering = w
+            .catalog
+            .offerings_in(w.region)
+            .find(|o| {
+                o.instance_type == new.instance_type
+                    && o.zone_id == new.zone
+                    && o.capacity_type == new.capacity_type
+            })
+            .map(offering_key)?;
+        Some(ClaimRequest {
+            claim: name
+                .map(str::to_string)
+                .unwrap_or_else(|| replacement_name(&n.nodepool, &n.claim, r.now)),
+            nodepool: n.nodepool.clone(),
+            offering,
+            price_per_hour: new.price_per_hour,
+            pods: new.pods.clone(),
+            prewarm_window: None,
+        })
+    }
+}
+
+/// The spot-to-spot guard: for a spot node, the spot offerings a replacement
+/// may not use — those riskier than the node's own pool, and the riskiest of
+/// the pool's available spot offerings when they are not all equally risky.
+/// Nothing is ruled out for an on-demand node.
+fn spot_guard<'c>(
+    w: &World,
+    n: &ManagedNode,
+    pools: &[Pool],
+    unavailable: &dyn Fn(&Offering) -> bool,
+    ctx: &'c Context<'c>,
+) -> impl Fn(&Offering) -> bool + 'c {
+    let spot = n.offering.capacity_type == CapacityType::Spot;
+    let current = w
+        .catalog
+        .offerings_in(w.region)
+        .find(|o| offering_key(o) == n.offering)
+        .map(|o| ctx.rate(o))
+        .unwrap_or_else(|| InterruptionBucket::WORST.rate_per_hour());
+    let input = plan::Input {
+        catalog: w.catalog,
+        region: w.region,
+        pools,
+        nodes: &[],
+        pods: &[],
+        unavailable,
+        learned_rate: ctx.learned_rate,
+    };
+    let rates: Vec<f64> = plan::candidates::candidates(&input)
+        .iter()
+        .filter(|c| c.offering.capacity_type == CapacityType::Spot)
+        .map(|c| c.rate)
+        .collect();
+    let max = rates.iter().copied().fold(f64::NEG_INFINITY, f64::max);
+    let min = rates.iter().copied().fold(f64::INFINITY, f64::min);
+    move |o: &Offering| {
+        if !spot || o.capacity_type != CapacityType::Spot {
+            return false;
+        }
+        let rate = ctx.rate(o);
+        rate > current || (rate >= max && max > min)
+    }
+}
+
+/// The node's pods that are real work (not pre-warm placeholders).
+fn real_pods(n: &ManagedNode) -> impl Iterator<Item = &Pod> {
+    n.pods.iter().filter(|p| !p.placeholder).map(|p| &p.pod)
+}
+
+/// What the node's daemonsets use: its usage less its bound pods' requests.
+fn daemonset_overhead(n: &ManagedNode) -> Resources {
+    let mut o = n.state.used.clone();
+    for p in &n.pods {
+        o.sub(&p.pod.requests);
+    }
+    let negative: Vec<String> = o
+        .iter()
+        .filter(|(_, v)| *v < 0)
+        .map(|(k, _)| k.to_string())
+        .collect();
+    for k in negative {
+        o.set(&k, 0);
+    }
+    o
+}
+
+/// Whether the claim is a ready node in the world.
+fn ready(world: &World, claim: &str) -> bool {
+    world
+        .nodes
+        .iter()
+        .any(|n| n.claim == claim && n.ready_at.is_some() && !n.state.in_flight)
+}
+
+fn saving(d: &Decision) -> f64 {
+    match d {
+        Decision::Empty { .. } => 0.0,
+        Decision::Delete { saving, .. } | Decision::Replace { saving, .. } => *saving,
+    }
+}
+
+/// A deterministic, practically unique claim name for the replacement of
+/// `claim` decided at `at`: `<pool>-<8 hex digits>`.
+fn replacement_name(pool: &str, claim: &str, at: Time) -> String {
+    // FNV-1a, 32 bits.
+    let mut h: u32 = 0x811c_9dc5;
+    let stamp = at.timestamp_millis().to_le_bytes();
+    for b in claim.bytes().chain(stamp) {
+        h ^= u32::from(b);
+        h = h.wrapping_mul(0x0100_0193);
+    }
+    format!("{pool}-{h:08x}")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::interruption::fixtures::*;
+    use super::*;
+    use crate::api::Budget;
+    use crate::catalog::{
+        Accelerator, AcceleratorKind, Architecture, Catalog, InstanceType, PriceSource,
+    };
+
+    fn step(c: &mut Consolidation, f: &Fixture, at: i64) -> Vec<Action> {
+        c.decide_in(&f.world(), t(at), &Context::new(&Interruptions::default()))
+    }
+
+    fn cordon(claim: &str, reason: DisruptionReason) -> Action {
+        Action::Cordon {
+            claim: claim.into(),
+            reason,
+        }
+    }
+
+    fn delete(claim: &str, reason: DisruptionReason) -> Action {
+        Action::Delete {
+            claim: claim.into(),
+            reason,
+        }
+    }
+
+    fn evict(pod: &str, claim: &str) -> Action {
+        Action::Evict {
+            pod: pod.into(),
+            claim: claim.into(),
+        }
+    }
+
+    fn budget(nodes: &str) -> Vec<Budget> {
+        vec![Budget {
+            nodes: nodes.into(),
+            ..Budget::default()
+        }]
+    }
+
+    fn gpu_type(name: &str, vcpu: u32, model: &str) -> InstanceType {
+        InstanceType {
+            name: name.into(),
+            family: name.split('.').next().unwrap_or_default().into(),
+            vcpu,
+            memory_mib: u64::from(vcpu) * 4096,
+            architecture: Architecture::X86_64,
+            accelerator: Some(Accelerator {
+                kind: AcceleratorKind::Gpu,
+                manufacturer: "NVIDIA".into(),
+                model: model.into(),
+                count: 1,
+                memory_mib_per_device: 23028,
+                neuron_cores_per_device: None,
+            }),
+            efa_supported: false,
+            max_efa_interfaces: 0,
+            max_network_interfaces: 4,
+            gpu_interconnect: None,
+            network_baseline_mbps: None,
+            local_storage_gb: None,
+        }
+    }
+
+    /// `(instance type, zone, capacity type, USD/h, advisor bucket)`.
+    type Row = (&'static str, &'static str, CapacityType, f64, Option<u8>);
+
+    fn catalog(rows: &[Row]) -> Catalog {
+        Catalog::from_parts(
+            [
+                gpu_type("g5.xlarge", 4, "A10G"),
+                gpu_type("g5.2xlarge", 8, "A10G"),
+                gpu_type("g6.xlarge", 4, "L4"),
+            ],
+            rows.iter().map(|(it, zone, ct, price, bucket)| Offering {
+                instance_type: (*it).into(),
+                region: REGION.into(),
+                zone_id: (*zone).into(),
+                capacity_type: *ct,
+                price_per_hour: *price,
+                price_source: PriceSource::SpotObserved,
+                interruption_bucket: bucket.map(InterruptionBucket),
+            }),
+        )
+    }
+
+    fn launched(actions: &[Action]) -> &ClaimRequest {
+        match actions {
+            [Action::Launch(c)] => c,
+            other => panic!("expected one launch, got {other:?}"),
+        }
+    }
+
+    #[test]
+    fn a_node_empty_longer_than_consolidate_after_is_removed_and_one_empty_for_less_is_not() {
+        let mut f = Fixture::new([node("n1"), node("n2").pods([pod("a")]), node("n3")]);
+        f.pools = vec![pool_with("gpu", |s| {
+            s.disruption.consolidation_policy = ConsolidationPolicy::WhenEmpty;
+            s.disruption.budgets = budget("100%");
+        })];
+        let mut c = Consolidation::default();
+        assert_eq!(step(&mut c, &f, 0), []);
+        // n2 empties at 30 s; n3 was empty from the start.
+        f.node_mut("n2").pods.clear();
+        assert_eq!(step(&mut c, &f, 30), []);
+        assert_eq!(c.next_deadline(), Some(t(60)));
+        // consolidateAfter is 1m: n1 and n3 qualify at 60 s, n2 not before 90 s.
+        assert_eq!(step(&mut c, &f, 60), []);
+        let empty = Decision::Empty {
+            claims: vec!["n1".into(), "n3".into()],
+        };
+        assert_eq!(c.candidate(), Some((&empty, t(60))));
+        assert_eq!(c.next_deadline(), Some(t(75)));
+        assert_eq!(
+            step(&mut c, &f, 75),
+            [
+                cordon("n1", DisruptionReason::Empty),
+                delete("n1", DisruptionReason::Empty),
+                cordon("n3", DisruptionReason::Empty),
+                delete("n3", DisruptionReason::Empty),
+            ]
+        );
+        assert_eq!(c.next_deadline(), Some(t(90)));
+        assert_eq!(step(&mut c, &f, 76), [], "nothing twice, n2 not yet");
+    }
+
+    #[test]
+    fn consolidate_after_never_keeps_empty_nodes() {
+        let mut f = Fixture::new([node("n1")]);
+        f.pools = vec![pool_with("gpu", |s| {
+            s.disruption.consolidate_after = "Never".into()
+        })];
+        let mut c = Consolidation::default();
+        for at in [0, 60, 600, 86_400] {
+            assert_eq!(step(&mut c, &f, at), []);
+        }
+        assert_eq!(c.next_deadline(), None);
+    }
+
+    #[test]
+    fn a_protected_node_is_not_removed() {
+        let f = Fixture::new([node("n1"), node("n2")]);
+        let mut c = Consolidation::default();
+        let keep_n1 = |n: &ManagedNode| n.claim == "n1";
+        let none = Interruptions::default();
+        let ctx = Context {
+            protected: &keep_n1,
+            ..Context::new(&none)
+        };
+        for at in [0, 60] {
+            assert_eq!(c.decide_in(&f.world(), t(at), &ctx), []);
+        }
+        assert_eq!(
+            c.decide_in(&f.world(), t(75), &ctx),
+            [
+                cordon("n2", DisruptionReason::Empty),
+                delete("n2", DisruptionReason::Empty),
+            ]
+        );
+    }
+
+    #[test]
+    fn a_budget_of_zero_blocks_consolidation() {
+        let mut f = Fixture::new([node("n1"), node("n2").pods([pod("a")])]);
+        f.pools = vec![pool_with("gpu", |s| s.disruption.budgets = budget("0"))];
+        let mut c = Consolidation::default();
+        for at in [0, 60, 75, 3600] {
+            assert_eq!(step(&mut c, &f, at), []);
+        }
+        assert_eq!(c.candidate(), None);
+    }
+
+    #[test]
+    fn the_budget_caps_how_many_empty_nodes_go_at_once_most_expensive_first() {
+        let mut f = Fixture::new([
+            node("n1"),
+            node("n2").offering("g5.2xlarge", "use1-az1", 2.0),
+            node("n3").pods([pod("a")]),
+        ]);
+        f.pools = vec![pool_with("gpu", |s| s.disruption.budgets = budget("1"))];
+        let mut c = Consolidation::default();
+        step(&mut c, &f, 0);
+        step(&mut c, &f, 60);
+        assert_eq!(
+            step(&mut c, &f, 75),
+            [
+                cordon("n2", DisruptionReason::Empty),
+                delete("n2", DisruptionReason::Empty),
+            ]
+        );
+        // n2 is still going away: the budget is used up.
+        assert_eq!(step(&mut c, &f, 200), []);
+        f.nodes.retain(|n| n.claim != "n2");
+        step(&mut c, &f, 300);
+        assert_eq!(
+            step(&mut c, &f, 315),
+            [
+                cordon("n1", DisruptionReason::Empty),
+                delete("n1", DisruptionReason::Empty),
+            ]
+        );
+    }
+
+    #[test]
+    fn budgets_are_per_pool() {
+        let mut f = Fixture::new([node("n1"), node("n2").pool("cpu")]);
+        f.pools = vec![
+            pool_with("gpu", |s| s.disruption.budgets = budget("0")),
+            pool_with("cpu", |_| {}),
+        ];
+        let mut c = Consolidation::default();
+        step(&mut c, &f, 0);
+        step(&mut c, &f, 60);
+        assert_eq!(
+            step(&mut c, &f, 75),
+            [
+                cordon("n2", DisruptionReason::Empty),
+                delete("n2", DisruptionReason::Empty),
+            ]
+        );
+    }
+
+    #[test]
+    fn unready_do_not_disrupt_and_interrupted_nodes_are_kept() {
+        let mut f = Fixture::new([
+            node("n1").not_ready(),
+            node("n2").do_not_disrupt(),
+            node("n3").spot(),
+        ]);
+        f.pools = vec![pool_with("gpu", |s| s.disruption.budgets = budget("100%"))];
+        let mut interruptions = Interruptions::default();
+        let notice = crate::core::Notice::SpotInterruption {
+            claim: "n3".into(),
+            deadline: t(120),
+        };
+        interruptions.handle(&notice, &f.world(), t(0));
+        let mut c = Consolidation::default();
+        for at in [0, 60, 75, 3600] {
+            assert_eq!(c.decide(&f.world(), t(at), &interruptions, &|_| false), []);
+        }
+    }
+
+    #[test]
+    fn a_do_not_disrupt_pod_keeps_its_node_out_of_consolidation() {
+        let f = Fixture::new([
+            node("n1").pods([pod("a").do_not_disrupt()]),
+            node("n2").pods([pod("b")]),
+        ]);
+        let mut c = Consolidation::default();
+        step(&mut c, &f, 0);
+        step(&mut c, &f, 60);
+        // n1 would sort first; only n2 (whose pod fits on n1) is a candidate.
+        let expected = Decision::Delete {
+            claim: "n2".into(),
+            saving: 1.0,
+        };
+        assert_eq!(c.candidate(), Some((&expected, t(60))));
+    }
+
+    #[test]
+    fn a_pod_whose_pdb_allows_no_disruption_keeps_its_node_out_of_consolidation() {
+        let mut f = Fixture::new([
+            node("n1").pods([pod("a").pdb(0)]),
+            node("n2").pods([pod("b").cpu(3000)]),
+        ]);
+        f.pdbs = vec![pdb("ml/a", 0)];
+        let mut c = Consolidation::default();
+        step(&mut c, &f, 0);
+        step(&mut c, &f, 60);
+        // n1 would sort first; only n2 (whose pod fits on n1) is a candidate.
+        let expected = Decision::Delete {
+            claim: "n2".into(),
+            saving: 1.0,
+        };
+        assert_eq!(c.candidate(), Some((&expected, t(60))));
+    }
+
+    #[test]
+    fn an_underutilized_node_whose_pods_fit_elsewhere_is_drained_after_the_validation_period() {
+        let mut f = Fixture::new([node("n1").pods([pod("a")]), node("n2").pods([pod("b")])]);
+        let mut c = Consolidation::default();
+        assert_eq!(step(&mut c, &f, 0), []);
+        assert_eq!(step(&mut c, &f, 60), []);
+        let expected = Decision::Delete {
+            claim: "n1".into(),
+            saving: 1.0,
+        };
+        assert_eq!(c.candidate(), Some((&expected, t(60))));
+        assert_eq!(step(&mut c, &f, 74), []);
+        assert_eq!(
+            step(&mut c, &f, 75),
+            [
+                cordon("n1", DisruptionReason::Underutilized),
+                evict("a", "n1")
+            ]
+        );
+        assert_eq!(step(&mut c, &f, 75), [], "nothing twice");
+        f.nodes = vec![node("n1").cordoned(), node("n2").pods([pod("b"), pod("a")])];
+        assert_eq!(
+            step(&mut c, &f, 80),
+            [delete("n1", DisruptionReason::Underutilized)]
+        );
+        assert_eq!(step(&mut c, &f, 81), []);
+    }
+
+    #[test]
+    fn a_candidate_that_no_longer_holds_after_the_validation_period_is_dropped() {
+        let mut f = Fixture::new([node("n1").pods([pod("a")]), node("n2").pods([pod("b")])]);
+        let mut c = Consolidation::default();
+        step(&mut c, &f, 0);
+        step(&mut c, &f, 60);
+        assert!(c.candidate().is_some());
+        // n2 fills up during validation: a no longer fits there.
+        *f.node_mut("n2") = node("n2").pods([pod("b"), pod("c").cpu(3000)]);
+        assert_eq!(step(&mut c, &f, 75), []);
+        assert_eq!(c.candidate(), None);
+    }
+
+    #[test]
+    fn an_underutilized_drain_evicts_within_pdbs() {
+        let mut f = Fixture::new([
+            node("n1").pods([pod("a").pdb(0), pod("b").pdb(0)]),
+            node("n2").do_not_disrupt().pods([pod("c")]),
+        ]);
+        f.pdbs = vec![pdb("ml/ab", 1)];
+        f.pools = vec![pool_with("gpu", |s| s.disruption.budgets = budget("1"))];
+        let mut c = Consolidation::default();
+        step(&mut c, &f, 0);
+        step(&mut c, &f, 60);
+        assert_eq!(
+            step(&mut c, &f, 75),
+            [
+                cordon("n1", DisruptionReason::Underutilized),
+                evict("a", "n1")
+            ]
+        );
+        // The driver's fresh world: a is gone and the PDB is used up.
+        f.pdbs[0].disruptions_allowed = 0;
+        *f.node_mut("n1") = node("n1").cordoned().pods([pod("b").pdb(0)]);
+        assert_eq!(step(&mut c, &f, 76), []);
+        f.pdbs[0].disruptions_allowed = 1;
+        assert_eq!(step(&mut c, &f, 77), [evict("b", "n1")]);
+    }
+
+    #[test]
+    fn an_underutilized_node_is_replaced_by_one_cheaper_node_once_it_is_ready() {
+        let mut f = Fixture::new([node("n1")
+            .offering("g5.2xlarge", "use1-az1", 2.0)
+            .pods([pod("a").gpus(1)])]);
+        f.catalog = catalog(&[
+            ("g5.xlarge", "use1-az1", CapacityType::OnDemand, 1.0, None),
+            ("g5.2xlarge", "use1-az1", CapacityType::OnDemand, 2.0, None),
+        ]);
+        let mut c = Consolidation::default();
+        step(&mut c, &f, 0);
+        assert_eq!(step(&mut c, &f, 60), []);
+        let launch = step(&mut c, &f, 75);
+        let r = launched(&launch).clone();
+        assert_eq!(r.offering.instance_type, "g5.xlarge");
+        assert_eq!(r.offering.capacity_type, CapacityType::OnDemand);
+        assert_eq!(
+            (r.price_per_hour, r.pods.as_slice()),
+            (1.0, &["a".to_string()][..])
+        );
+        // Not drained while the replacement is on its way.
+        f.nodes.push(node(&r.claim).not_ready());
+        assert_eq!(step(&mut c, &f, 100), []);
+        *f.node_mut(&r.claim) = node(&r.claim);
+        assert_eq!(
+            step(&mut c, &f, 200),
+            [
+                cordon("n1", DisruptionReason::Underutilized),
+                evict("a", "n1")
+            ]
+        );
+    }
+
+    #[test]
+    fn a_replacement_that_never_becomes_ready_is_given_up() {
+        let mut f = Fixture::new([node("n1")
+            .offering("g5.2xlarge", "use1-az1", 2.0)
+            .pods([pod("a").gpus(1)])]);
+        f.catalog = catalog(&[("g5.xlarge", "use1-az1", CapacityType::OnDemand, 1.0, None)]);
+        let mut c = Consolidation::default();
+        step(&mut c, &f, 0);
+        step(&mut c, &f, 60);
+        assert_eq!(step(&mut c, &f, 75).len(), 1);
+        assert!(c.is_disrupting("n1"));
+        assert_eq!(c.next_deadline(), Some(t(75 + 900)));
+        assert_eq!(step(&mut c, &f, 75 + 899), []);
+        step(&mut c, &f, 75 + 900);
+        assert!(!c.is_disrupting("n1"));
+        assert!(c.candidate().is_some(), "it may be tried again");
+    }
+
+    #[test]
+    fn the_spot_to_spot_guard_refuses_a_riskier_pool() {
+        let mut f = Fixture::new([node("n1")
+            .spot()
+            .offering("g5.xlarge", "use1-az1", 1.0)
+            .pods([pod("a").gpus(1)])]);
+        f.pools = vec![pool_with("gpu", |s| {
+            s.capacity_types = vec![CapacityType::Spot]
+        })];
+        let spot = CapacityType::Spot;
+        f.catalog = catalog(&[
+            ("g5.xlarge", "use1-az1", spot, 1.0, Some(1)),
+            // 60% cheaper, but interrupted far more often.
+            ("g6.xlarge", "use1-az2", spot, 0.4, Some(3)),
+        ]);
+        let mut c = Consolidation::default();
+        for at in [0, 60, 75, 3600] {
+            assert_eq!(step(&mut c, &f, at), []);
+        }
+        assert_eq!(c.candidate(), None);
+        // A cheaper pool that is no riskier is taken.
+        f.catalog = catalog(&[
+            ("g5.xlarge", "use1-az1", spot, 1.0, Some(1)),
+            ("g6.xlarge", "use1-az2", spot, 0.4, Some(3)),
+            ("g6.xlarge", "use1-az3", spot, 0.7, Some(1)),
+        ]);
+        step(&mut c, &f, 3601);
+        let r = launched(&step(&mut c, &f, 3616)).clone();
+        assert_eq!(
+            (r.offering.zone.as_str(), r.price_per_hour),
+            ("use1-az3", 0.7)
+        );
+    }
+
+    #[test]
+    fn a_spot_node_in_the_riskiest_pool_moves_only_to_a_less_risky_one() {
+        let mut f = Fixture::new([node("n1")
+            .spot()
+            .offering("g5.xlarge", "use1-az1", 1.0)
+            .pods([pod("a").gpus(1)])]);
+        f.pools = vec![pool_with("gpu", |s| {
+            s.capacity_types = vec![CapacityType::Spot]
+        })];
+        let spot = CapacityType::Spot;
+        f.catalog = catalog(&[
+            ("g5.xlarge", "use1-az1", spot, 1.0, Some(3)),
+            // As risky as the node's own pool, and the riskiest there is.
+            ("g6.xlarge", "use1-az2", spot, 0.4, Some(3)),
+            ("g6.xlarge", "use1-az3", spot, 0.8, Some(0)),
+        ]);
+        let mut c = Consolidation::default();
+        step(&mut c, &f, 0);
+        step(&mut c, &f, 60);
+        let r = launched(&step(&mut c, &f, 75)).clone();
+        assert_eq!(
+            (r.offering.zone.as_str(), r.price_per_hour),
+            ("use1-az3", 0.8)
+        );
+    }
+}

@@ -1,0 +1,525 @@
+//! [`Core`]: the one entry point both drivers call. It owns the decisions'
+//! state (batching, interruption handling, consolidation candidates, learned
+//! interruption rates, launch latencies) and turns the world at `now` into
+//! actions, in this order: provisioning (pending pods, replacements for
+//! interrupted nodes, pre-warm shortfall), interruption response,
+//! consolidation.
+
+use super::batch::Batcher;
+use super::consolidation::{self, Consolidation};
+use super::estimator::InterruptionEstimator;
+use super::interruption::{self, offering_key, Interruptions};
+use super::prewarm::{self, LaunchLatency};
+use super::{Action, ClaimRequest, ManagedNode, Notice, OfferingKey, Time, World};
+use crate::api::NodePool;
+use crate::catalog::Offering;
+use crate::cluster::{NodeState, Pod, Pool, Resources};
+use crate::plan::{self, Strategy};
+use std::collections::BTreeMap;
+
+/// Knobs of the whole core.
+#[derive(Debug, Clone)]
+pub struct Config {
+    /// Provisioning batch: quiet time that closes a batch.
+    pub batch_idle: std::time::Duration,
+    /// Provisioning batch: longest a batch stays open.
+    pub batch_max: std::time::Duration,
+    /// Interruption response.
+    pub interruption: interruption::Config,
+    /// Consolidation.
+    pub consolidation: consolidation::Config,
+    /// Planner used for provisioning.
+    pub strategy: Strategy,
+    /// Planner knobs.
+    pub planner: plan::Options,
+    /// Feed learned interruption rates to the planner.
+    pub learn_rates: bool,
+}
+
+impl Default for Config {
+    fn default() -> Config {
+        Config {
+            batch_idle: super::batch::DEFAULT_IDLE,
+            batch_max: super::batch::DEFAULT_MAX,
+            interruption: interruption::Config::default(),
+            consolidation: consolidation::Config::default(),
+            strategy: Strategy::Mip,
+            planner: plan::Options::default(),
+            learn_rates: true,
+        }
+    }
+}
+
+/// The decision core. Deterministic: the same calls give the same actions.
+#[derive(Debug)]
+pub struct Core {
+    config: Config,
+    batcher: Batcher,
+    interruptions: Interruptions,
+    consolidation: Consolidation,
+    estimator: InterruptionEstimator,
+    latency: LaunchLatency,
+    next_claim: u64,
+    last_decide: Option<Time>,
+}
+
+impl Core {
+    /// A core with no history.
+    pub fn new(config: Config) -> Core {
+        Core {
+            batcher: Batcher::new(config.batch_idle, config.batch_max),
+            interruptions: Interruptions::new(config.interruption.clone()),
+            consolidation: Consolidation::new(config.consolidation.clone()),
+            estimator: InterruptionEstimator::default(),
+            latency: LaunchLatency::new(),
+            next_claim: 0,
+            last_decide: None,
+            config,
+        }
+    }
+
+    /// A notice from the cloud. An interruption is also evidence for that
+    /// pool's rate; a capacity error re-opens provisioning so that the pods
+    /// are planned again without the exhausted offering.
+    pub fn handle_notice(&mut self, notice: &Notice, world: &World, now: Time) {
+        if let Some(key) = self.interruptions.handle(notice, world, now) {
+            if matches!(notice, Notice::SpotInterruption { .. }) {
+                self.estimator.observe_interruption(&key);
+            }
+        }
+        if matches!(notice, Notice::InsufficientCapacity { .. }) {
+            self.batcher.trigger(now);
+        }
+    }
+
+    /// A node became Ready: its launch-to-ready time feeds pre-warm leads.
+    pub fn observe_ready(&mut self, node: &ManagedNode) {
+        self.latency.observe_node(node);
+    }
+
+    /// The learned interruption rate of a spot pool (posterior mean).
+    pub fn interruption_rate(&self, key: &OfferingKey, world: &World) -> f64 {
+        let prior = super::estimator::prior_bucket(world.catalog, world.region, key);
+        self.estimator.rate(key, prior)
+    }
+
+    /// Everything to do now.
+    pub fn decide(&mut self, world: &World, now: Time) -> Vec<Action> {
+        if let Some(from) = self.last_decide.filter(|f| *f < now) {
+            self.estimator.observe_nodes(world.nodes, from, now);
+        }
+        self.last_decide = Some(now);
+        // Provisioning first: an interrupted node's pods are demand from the
+        // notice on, before the interruption step evicts them.
+        let mut actions = self.provision(world, now);
+        actions.extend(self.interruptions.decide(world, now));
+        let leads: BTreeMap<&str, std::time::Duration> = world
+            .pools
+            .iter()
+            .map(|p| (name(p), self.latency.lead_for_pool(p, world.catalog)))
+            .collect();
+        let protected = |n: &ManagedNode| {
+            world
+                .pools
+                .iter()
+                .find(|p| name(p) == n.nodepool)
+                .is_some_and(|p| prewarm::protects(p, now, leads[name(p)]).unwrap_or(false))
+        };
+        let rates = self.learned_rates(world);
+        let learned = |o: &Offering| rates.get(&offering_key(o)).copied();
+        let ctx = consolidation::Context {
+            interruptions: &self.interruptions,
+            protected: &protected,
+            learned_rate: Some(&learned),
+        };
+        actions.extend(self.consolidation.decide_in(world, now, &ctx));
+        actions
+    }
+
+    /// The next time [`Core::decide`] may act without any change in the
+    /// world: a batch closing, an interruption step, a consolidation step, a
+    /// pre-warm window warming up or ending.
+    pub fn next_deadline(&self, world: &World, now: Time) -> Option<Time> {
+        let windows = world.pools.iter().filter_map(|p| {
+            let lead = self.latency.lead_for_pool(p, world.catalog);
+            prewarm::next_deadline(p, now, lead).ok().flatten()
+        });
+        [
+            self.batcher.next_deadline(),
+            self.interruptions.next_deadline(),
+            self.consolidation.next_deadline(),
+        ]
+        .into_iter()
+        .flatten()
+        .chain(windows)
+        .filter(|t| *t > now)
+        .min()
+    }
+
+    fn provision(&mut self, world: &World, now: Time) -> Vec<Action> {
+        let mut demand: Vec<Pod> = world.pending.to_vec();
+        demand.extend(self.interruptions.pods_needing_replacement(world));
+        for pool in world.pools {
+            let lead = self.latency.lead_for_pool(pool, world.catalog);
+            if let Ok(pods) = prewarm::demand(pool, now, lead) {
+                demand.extend(shortfall(pool, pods, world.nodes));
+            }
+        }
+        self.batcher
+            .observe_pending(demand.iter().map(|p| p.name.as_str()), now);
+        if demand.is_empty() || !self.batcher.ready(now) {
+            return Vec::new();
+        }
+        self.batcher.take(now);
+
+        let pools: Vec<Pool> = world
+            .pools
+            .iter()
+            .filter_map(|p| Pool::from_api(p, Resources::new()).ok())
+            .collect();
+        let nodes: Vec<NodeState> = world
+            .nodes
+            .iter()
+            .filter(|n| !self.interruptions.is_handling(&n.claim) && !n.state.unschedulable)
+            .map(|n| n.state.clone())
+            .collect();
+        let rates = self.learned_rates(world);
+        let learned = |o: &Offering| rates.get(&offering_key(o)).copied();
+        let unavailable = |o: &Offering| self.interruptions.blocks(o, now);
+        let input = plan::Input {
+            catalog: world.catalog,
+            region: world.region,
+            pools: &pools,
+            nodes: &nodes,
+            pods: &demand,
+            unavailable: &unavailable,
+            learned_rate: Some(&learned),
+        };
+        let result = plan::plan(&input, self.config.strategy, &self.config.planner, &|| 0.0);
+        let mut actions = Vec::new();
+        for n in result.nodes {
+            self.next_claim += 1;
+            let window = n
+                .pods
+                .iter()
+                .all(|p| prewarm::is_placeholder(p))
+                .then(|| {
+                    n.pods
+                        .first()
+                        .and_then(|p| p.split('/').nth(2))
+                        .map(str::to_string)
+                })
+                .flatten();
+            actions.push(Action::Launch(ClaimRequest {
+                claim: format!("{}-{:06}", n.nodepool, self.next_claim),
+                nodepool: n.nodepool.clone(),
+                offering: OfferingKey {
+                    instance_type: n.instance_type.clone(),
+                    zone: n.zone.clone(),
+                    capacity_type: n.capacity_type,
+                },
+                price_per_hour: n.price_per_hour,
+                pods: n.pods,
+                prewarm_window: window,
+            }));
+        }
+        actions
+    }
+}
+
+impl Core {
+    /// Learned rates of the spot pools with evidence (empty when learning is
+    /// off): the planner's and consolidation's override of advisor rates.
+    fn learned_rates(&self, world: &World) -> BTreeMap<OfferingKey, f64> {
+        if !self.config.learn_rates {
+            return BTreeMap::new();
+        }
+        self.estimator
+            .rates(world.catalog, world.region)
+            .map(|(k, r)| (k.clone(), r))
+            .collect()
+    }
+}
+
+impl ManagedNode {
+    /// The in-flight node a [`Action::Launch`] creates: the shape, labels and
+    /// taints its instance type and pool give it, not ready yet. `None` when
+    /// the pool or instance type is unknown.
+    pub fn launched(req: &ClaimRequest, world: &World, now: Time) -> Option<ManagedNode> {
+        let api_pool = world.pools.iter().find(|p| name(p) == req.nodepool)?;
+        let pool = Pool::from_api(api_pool, Resources::new()).ok()?;
+        let it = world.catalog.instance_type(&req.offering.instance_type)?;
+        let offering = world
+            .catalog
+            .offerings_of(world.region, &it.name)
+            .find(|o| offering_key(o) == req.offering)?;
+        let mut labels = crate::cluster::shape::node_labels(it, offering, &pool.name);
+        labels.extend(pool.labels.clone());
+        Some(ManagedNode {
+            claim: req.claim.clone(),
+            nodepool: req.nodepool.clone(),
+            offering: req.offering.clone(),
+            price_per_hour: req.price_per_hour,
+            launched_at: now,
+            ready_at: None,
+            state: NodeState {
+                name: req.claim.clone(),
+                nodepool: Some(req.nodepool.clone()),
+                instance_type: Some(it.name.clone()),
+                zone: req.offering.zone.clone(),
+                capacity_type: Some(req.offering.capacity_type),
+                labels,
+                taints: pool.taints.clone(),
+                allocatable: crate::cluster::shape::allocatable(it, &pool.sharing),
+                used: Resources::new(),
+                price_per_hour: req.price_per_hour,
+                in_flight: true,
+                unschedulable: false,
+            },
+            pods: Vec::new(),
+            do_not_disrupt: false,
+        })
+    }
+}
+
+fn name(p: &NodePool) -> &str {
+    p.metadata.name.as_deref().unwrap_or_default()
+}
+
+/// The placeholder pods a pool still needs: a window holds capacity, so what
+/// the pool's nodes (ready or in flight, not leaving) already have counts
+/// against it, whether or not real pods use it.
+fn shortfall(pool: &NodePool, placeholders: Vec<Pod>, nodes: &[ManagedNode]) -> Vec<Pod> {
+    let mut held = Resources::new();
+    for n in nodes
+        .iter()
+        .filter(|n| n.nodepool == name(pool) && !n.state.unschedulable)
+    {
+        held.add(&n.state.allocatable);
+    }
+    placeholders
+        .into_iter()
+        .filter(|p| {
+            let need: Resources = p
+                .requests
+                .iter()
+                .filter(|(k, _)| *k != crate::cluster::resources::PODS)
+                .fold(Resources::new(), |r, (k, v)| r.with(k, v));
+            if need.fits_in(&held) {
+                held.sub(&need);
+                false
+            } else {
+                true
+            }
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::api::labels as l;
+    use crate::api::{NodePoolSpec, PrewarmWindow, Taint, TaintEffect};
+    use crate::catalog::{CapacityType, Catalog};
+    use crate::cluster::resources::{CPU, MEMORY};
+    use crate::cluster::Toleration;
+    use chrono::TimeZone;
+    use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
+    use std::sync::OnceLock;
+
+    fn catalog() -> &'static Catalog {
+        static C: OnceLock<Catalog> = OnceLock::new();
+        C.get_or_init(|| Catalog::embedded().unwrap())
+    }
+
+    fn t(s: i64) -> Time {
+        // Monday 2026-01-05 00:00 UTC.
+        chrono::Utc.timestamp_opt(1_767_571_200 + s, 0).unwrap()
+    }
+
+    fn gpu_pool(edit: impl FnOnce(&mut NodePoolSpec)) -> NodePool {
+        let mut spec = NodePoolSpec {
+            capacity_types: vec![CapacityType::Spot, CapacityType::OnDemand],
+            ..Default::default()
+        };
+        spec.template.spec.taints = vec![Taint::new(l::TAINT_GPU, "", TaintEffect::NoSchedule)];
+        spec.template.spec.requirements = vec![crate::api::Requirement::new(
+            l::INSTANCE_FAMILY,
+            crate::api::Operator::In,
+            &["g5", "g6"],
+        )];
+        edit(&mut spec);
+        NodePool::new("gpu", spec)
+    }
+
+    fn gpu_pod(name: &str) -> Pod {
+        let mut p = Pod::new(
+            name,
+            Resources::new()
+                .with(CPU, 2000)
+                .with(MEMORY, 8 << 30)
+                .with(l::RESOURCE_GPU, 1),
+        );
+        p.tolerations.push(Toleration::exists(l::TAINT_GPU));
+        p
+    }
+
+    fn world<'a>(pools: &'a [NodePool], pending: &'a [Pod], nodes: &'a [ManagedNode]) -> World<'a> {
+        World {
+            catalog: catalog(),
+            region: "us-east-1",
+            pools,
+            pending,
+            nodes,
+            pdbs: &[],
+        }
+    }
+
+    fn launches(actions: &[Action]) -> Vec<&ClaimRequest> {
+        actions
+            .iter()
+            .filter_map(|a| match a {
+                Action::Launch(c) => Some(c),
+                _ => None,
+            })
+            .collect()
+    }
+
+    #[test]
+    fn a_pending_pod_is_launched_for_once_the_batch_closes_and_only_once() {
+        let pools = [gpu_pool(|_| {})];
+        let pending = [gpu_pod("ml/a")];
+        let mut core = Core::new(Config::default());
+        assert!(launches(&core.decide(&world(&pools, &pending, &[]), t(0))).is_empty());
+        assert_eq!(
+            core.next_deadline(&world(&pools, &pending, &[]), t(0)),
+            Some(t(1))
+        );
+        let actions = core.decide(&world(&pools, &pending, &[]), t(1));
+        let l = launches(&actions);
+        assert_eq!(l.len(), 1);
+        assert_eq!(l[0].pods, ["ml/a"]);
+        // The claim is in flight: the same pending pod launches nothing more.
+        let node = ManagedNode::launched(l[0], &world(&pools, &pending, &[]), t(1)).unwrap();
+        assert!(node.state.in_flight);
+        assert_eq!(node.state.labels[l::NODEPOOL], "gpu");
+        let nodes = [node];
+        core.batcher.trigger(t(2));
+        for s in 2..5 {
+            assert!(launches(&core.decide(&world(&pools, &pending, &nodes), t(s))).is_empty());
+        }
+    }
+
+    #[test]
+    fn a_prewarm_window_launches_its_capacity_before_it_opens_and_not_twice() {
+        let pools = [gpu_pool(|s| {
+            s.prewarm = vec![PrewarmWindow {
+                name: "office".into(),
+                schedule: "0 8 * * 1-5".into(),
+                time_zone: "Europe/Berlin".into(),
+                duration: "10h".into(),
+                capacity: [(l::RESOURCE_GPU.to_string(), Quantity("8".into()))].into(),
+            }];
+        })];
+        let mut core = Core::new(Config::default());
+        // Monday 06:00 UTC is 07:00 in Berlin: an hour early, nothing yet.
+        let early = t(6 * 3600);
+        assert!(launches(&core.decide(&world(&pools, &[], &[]), early)).is_empty());
+        // Two minutes before 08:00 Berlin is within any family's lead time.
+        let lead = core.latency.lead_for_pool(&pools[0], catalog());
+        assert!(lead > std::time::Duration::from_secs(120));
+        let warm = t(7 * 3600 - 120);
+        core.decide(&world(&pools, &[], &[]), warm);
+        let actions = core.decide(
+            &world(&pools, &[], &[]),
+            warm + chrono::Duration::seconds(1),
+        );
+        let l = launches(&actions);
+        assert!(!l.is_empty());
+        assert!(l
+            .iter()
+            .all(|c| c.prewarm_window.as_deref() == Some("office")));
+        let gpus: u32 = l
+            .iter()
+            .map(|c| {
+                catalog()
+                    .instance_type(&c.offering.instance_type)
+                    .unwrap()
+                    .accelerator
+                    .as_ref()
+                    .unwrap()
+                    .count
+            })
+            .sum();
+        assert!(gpus >= 8, "{gpus} GPUs launched");
+        // Once launched, the window's capacity is held: nothing more.
+        let w = world(&pools, &[], &[]);
+        let nodes: Vec<ManagedNode> = l
+            .iter()
+            .map(|c| ManagedNode::launched(c, &w, warm).unwrap())
+            .collect();
+        for s in 2..6 {
+            let at = warm + chrono::Duration::seconds(s);
+            assert!(launches(&core.decide(&world(&pools, &[], &nodes), at)).is_empty());
+        }
+    }
+
+    #[test]
+    fn an_interruption_cordons_the_node_and_launches_a_replacement_elsewhere() {
+        let pools = [gpu_pool(|_| {})];
+        let mut core = Core::new(Config::default());
+        let req = ClaimRequest {
+            claim: "gpu-1".into(),
+            nodepool: "gpu".into(),
+            offering: OfferingKey {
+                instance_type: "g5.xlarge".into(),
+                zone: "use1-az1".into(),
+                capacity_type: CapacityType::Spot,
+            },
+            price_per_hour: 0.5,
+            pods: vec![],
+            prewarm_window: None,
+        };
+        let w0 = world(&pools, &[], &[]);
+        let mut node = ManagedNode::launched(&req, &w0, t(0)).unwrap();
+        node.ready_at = Some(t(300));
+        node.state.in_flight = false;
+        node.pods.push(super::super::BoundPod {
+            pod: gpu_pod("ml/a"),
+            do_not_disrupt: false,
+            checkpoint_completed: None,
+            pdb: None,
+            placeholder: false,
+        });
+        let nodes = [node];
+        let w = world(&pools, &[], &nodes);
+        let notice = Notice::SpotInterruption {
+            claim: "gpu-1".into(),
+            deadline: t(1000 + 120),
+        };
+        core.handle_notice(&notice, &w, t(1000));
+        let first = core.decide(&w, t(1000));
+        assert!(first
+            .iter()
+            .any(|a| matches!(a, Action::Cordon { claim, .. } if claim == "gpu-1")));
+        // The pod did not opt in to checkpoints: evicted at once, it is
+        // pending again, and the batch opened for it closes a second later.
+        assert!(first
+            .iter()
+            .any(|a| matches!(a, Action::Evict { pod, .. } if pod == "ml/a")));
+        let mut cordoned = nodes[0].clone();
+        cordoned.pods.clear();
+        cordoned.state.unschedulable = true;
+        let pending = [gpu_pod("ml/a")];
+        let after = [cordoned];
+        let w = world(&pools, &pending, &after);
+        let then = core.decide(&w, t(1001));
+        let l = launches(&then);
+        assert_eq!(l.len(), 1, "{then:?}");
+        assert_eq!(l[0].pods, ["ml/a"]);
+        assert_ne!(
+            l[0].offering, nodes[0].offering,
+            "not the interrupted pool again"
+        );
+    }
+}

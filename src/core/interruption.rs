@@ -1,0 +1,1222 @@
+//! Spot interruption response: one small state machine per node that received
+//! a notice (interruption, rebalance recommendation, termination), and the
+//! offerings that are out of capacity for a while. It decides cordons,
+//! checkpoint requests, evictions and deletions; it does not launch the
+//! replacements itself (the provisioner asks [`Interruptions::pods_needing_replacement`]
+//! and plans them with the rest of the pending demand) and it does not learn
+//! interruption rates (it hands the interrupted offering back from
+//! [`Interruptions::handle`] for the estimator).
+//!
+//! The rules are written up in `docs/disruption.md`.
+
+use super::{Action, DisruptionReason, ManagedNode, Notice, OfferingKey, Time, World};
+use crate::api::{InterruptionPolicy, RebalanceAction};
+use crate::catalog::Offering;
+use crate::cluster::Pod;
+use std::collections::{BTreeMap, BTreeSet};
+use std::time::Duration;
+
+/// Checkpoint grace period used when the pool is unknown or its
+/// `checkpointGracePeriod` does not parse (the CRD's default).
+const DEFAULT_CHECKPOINT_GRACE: Duration = Duration::from_secs(90);
+
+/// Knobs of the interruption response.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Config {
+    /// How long an interrupted or capacity-starved offering is kept out of
+    /// the planner's candidates.
+    pub unavailable_ttl: Duration,
+    /// Time kept between the end of the checkpoint wait and the spot
+    /// deadline, for evictions and graceful shutdown.
+    pub drain_grace: Duration,
+}
+
+impl Default for Config {
+    fn default() -> Config {
+        Config {
+            unavailable_ttl: Duration::from_secs(10 * 60),
+            drain_grace: Duration::from_secs(30),
+        }
+    }
+}
+
+/// `t + d`, saturating at the end of time.
+pub(crate) fn after(t: Time, d: Duration) -> Time {
+    chrono::TimeDelta::from_std(d)
+        .ok()
+        .and_then(|d| t.checked_add_signed(d))
+        .unwrap_or(chrono::DateTime::<chrono::Utc>::MAX_UTC)
+}
+
+/// `t - d`, saturating at the beginning of time.
+fn before(t: Time, d: Duration) -> Time {
+    chrono::TimeDelta::from_std(d)
+        .ok()
+        .and_then(|d| t.checked_sub_signed(d))
+        .unwrap_or(chrono::DateTime::<chrono::Utc>::MIN_UTC)
+}
+
+/// The key of an offering, as capacity errors and interruptions count it.
+pub fn offering_key(o: &Offering) -> OfferingKey {
+    OfferingKey {
+        instance_type: o.instance_type.clone(),
+        zone: o.zone_id.clone(),
+        capacity_type: o.capacity_type,
+    }
+}
+
+/// The NodePool of a node, if the world has it.
+pub(crate) fn pool_of<'a>(
+    world: &World<'a>,
+    node: &ManagedNode,
+) -> Option<&'a crate::api::NodePool> {
+    world
+        .pools
+        .iter()
+        .find(|p| p.metadata.name.as_deref() == Some(node.nodepool.as_str()))
+}
+
+/// What the node is going through.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Response {
+    /// A spot interruption notice: drain by a hard deadline.
+    Interrupt,
+    /// A rebalance recommendation with `Drain`: drain, honouring PDBs.
+    Drain,
+    /// A rebalance recommendation with `Checkpoint`: requests only.
+    Checkpoint,
+    /// A rebalance recommendation with `Replace`: replacements are launched;
+    /// the node drains once its pods fit on other ready nodes.
+    Replace,
+    /// The instance is gone.
+    Terminated,
+}
+
+/// The state of one node under interruption handling.
+#[derive(Debug, Clone)]
+struct Handling {
+    response: Response,
+    /// When the current response started.
+    started: Time,
+    /// Interrupt: when EC2 takes the instance. Drain and Checkpoint: the
+    /// soft deadline handed to the workloads.
+    deadline: Time,
+    /// Opted-in pods are evicted after their acknowledgement or at this time.
+    checkpoint_until: Time,
+    cordoned: bool,
+    /// Draining has started (a `Drain` waits for the pool's disruption
+    /// budget before it starts).
+    draining: bool,
+    /// Checkpoint requests of the current response, with when they were made.
+    requested: BTreeMap<String, Time>,
+    /// Pods evicted (by any response).
+    evicted: BTreeSet<String>,
+    deleted: bool,
+    /// `decide` has run since the response started.
+    acted: bool,
+}
+
+impl Handling {
+    fn new(response: Response, started: Time, deadline: Time, checkpoint_until: Time) -> Handling {
+        Handling {
+            response,
+            started,
+            deadline,
+            checkpoint_until,
+            cordoned: false,
+            draining: false,
+            requested: BTreeMap::new(),
+            evicted: BTreeSet::new(),
+            deleted: false,
+            acted: false,
+        }
+    }
+
+    /// Switches to a new response; cordon and evictions carry over, checkpoint
+    /// requests do not (one request per pod per notice).
+    fn restart(&mut self, response: Response, started: Time, deadline: Time, until: Time) {
+        self.response = response;
+        self.started = started;
+        self.deadline = deadline;
+        self.checkpoint_until = until;
+        self.requested.clear();
+        self.acted = false;
+    }
+
+    /// Whether the node is on its way out (its pods need a new home).
+    fn leaving(&self) -> bool {
+        self.response != Response::Checkpoint
+    }
+}
+
+/// Interruption handling for every node that received a notice, and the
+/// offerings currently out of capacity.
+#[derive(Debug, Clone, Default)]
+pub struct Interruptions {
+    config: Config,
+    nodes: BTreeMap<String, Handling>,
+    unavailable: BTreeMap<OfferingKey, Time>,
+    last_decide: Option<Time>,
+}
+
+impl Interruptions {
+    /// No node under handling, nothing unavailable.
+    pub fn new(config: Config) -> Interruptions {
+        Interruptions {
+            config,
+            ..Interruptions::default()
+        }
+    }
+
+    /// Takes a notice in. Returns the offering of the node when the notice is
+    /// a new spot interruption (for the interruption-rate estimator), else
+    /// `None`. Notices for claims the world does not have, and repeated
+    /// notices, are ignored.
+    pub fn handle(&mut self, notice: &Notice, world: &World, now: Time) -> Option<OfferingKey> {
+        let claim_of = |claim: &str| world.nodes.iter().find(|n| n.claim == claim);
+        match notice {
+            Notice::InsufficientCapacity { offering } => {
+                self.mark_unavailable(offering.clone(), now);
+                None
+            }
+            Notice::SpotInterruption { claim, deadline } => {
+                let node = claim_of(claim)?;
+                let existing = self.nodes.get(claim).map(|h| h.response);
+                if matches!(existing, Some(Response::Interrupt | Response::Terminated)) {
+                    return None;
+                }
+                self.mark_unavailable(node.offering.clone(), now);
+                let grace = checkpoint_grace(policy(world, node));
+                let until = before(*deadline, self.config.drain_grace).min(after(now, grace));
+                let r = Response::Interrupt;
+                match self.nodes.get_mut(claim) {
+                    Some(h) => h.restart(r, now, *deadline, until),
+                    None => {
+                        self.nodes
+                            .insert(claim.clone(), Handling::new(r, now, *deadline, until));
+                    }
+                }
+                Some(node.offering.clone())
+            }
+            Notice::Rebalance { claim } => {
+                let node = claim_of(claim)?;
+                if self.nodes.contains_key(claim) {
+                    return None;
+                }
+                let policy = policy(world, node);
+                let grace = checkpoint_grace(policy);
+                let soft = after(now, grace);
+                let response = match policy.map(|p| p.on_rebalance_recommendation) {
+                    None | Some(RebalanceAction::Ignore) => return None,
+                    Some(RebalanceAction::Checkpoint) => Response::Checkpoint,
+                    // A do-not-disrupt node is not drained voluntarily.
+                    Some(RebalanceAction::Replace | RebalanceAction::Drain)
+                        if node.do_not_disrupt =>
+                    {
+                        Response::Checkpoint
+                    }
+                    Some(RebalanceAction::Replace) => Response::Replace,
+                    // Its timers are set when it starts (see `decide`).
+                    Some(RebalanceAction::Drain) => Response::Drain,
+                };
+                self.nodes
+                    .insert(claim.clone(), Handling::new(response, now, soft, soft));
+                None
+            }
+            Notice::Terminated { claim } => {
+                claim_of(claim)?;
+                match self.nodes.get_mut(claim) {
+                    Some(h) if h.deleted || h.response == Response::Terminated => {}
+                    Some(h) => h.restart(Response::Terminated, now, now, now),
+                    None => {
+                        let h = Handling::new(Response::Terminated, now, now, now);
+                        self.nodes.insert(claim.clone(), h);
+                    }
+                }
+                None
+            }
+        }
+    }
+
+    /// What to do now: cordons, checkpoint requests, evictions (within PDBs,
+    /// counting the ones issued in this call) and deletions. Each action is
+    /// issued once; calling again with the same world issues nothing new.
+    /// Nodes that left the world are forgotten.
+    pub fn decide(&mut self, world: &World, now: Time) -> Vec<Action> {
+        self.unavailable.retain(|_, until| *until > now);
+        self.nodes
+            .retain(|claim, _| world.nodes.iter().any(|n| &n.claim == claim));
+        self.last_decide = Some(now);
+        let leaving: BTreeSet<&str> = self
+            .nodes
+            .iter()
+            .filter(|(_, h)| h.leaving())
+            .map(|(c, _)| c.as_str())
+            .collect();
+        let replaced: BTreeSet<String> = self
+            .nodes
+            .iter()
+            .filter(|(_, h)| h.response == Response::Replace)
+            .filter_map(|(c, _)| world.nodes.iter().find(|n| &n.claim == c))
+            .filter(|n| pods_fit_elsewhere(world, n, &leaving))
+            .map(|n| n.claim.clone())
+            .collect();
+
+        // Nodes being disrupted, for the disruption budgets of drains.
+        let mut busy: BTreeSet<String> = world
+            .nodes
+            .iter()
+            .filter(|n| n.state.unschedulable)
+            .map(|n| n.claim.clone())
+            .chain(
+                self.nodes
+                    .iter()
+                    .filter(|(_, h)| h.draining || h.response == Response::Terminated)
+                    .map(|(c, _)| c.clone()),
+            )
+            .collect();
+        let mut pdb_left: Vec<u32> = world.pdbs.iter().map(|p| p.disruptions_allowed).collect();
+        let mut out = Vec::new();
+        for (claim, h) in &mut self.nodes {
+            let Some(node) = world.nodes.iter().find(|n| &n.claim == claim) else {
+                continue;
+            };
+            let policy = policy(world, node);
+            let hook = policy.is_some_and(|p| p.checkpoint_hook.is_some());
+            if replaced.contains(claim) {
+                h.response = Response::Drain;
+            }
+            h.acted = true;
+            // A drain is voluntary: it starts within the pool's budget, and
+            // its checkpoint wait starts when it does.
+            if h.response == Response::Drain && !h.draining {
+                if !budget_allows(world, node, &busy, now) {
+                    continue;
+                }
+                busy.insert(claim.clone());
+                let soft = after(now, checkpoint_grace(policy));
+                h.restart(
+                    Response::Drain,
+                    now,
+                    after(soft, self.config.drain_grace),
+                    soft,
+                );
+                h.acted = true;
+            }
+            match h.response {
+                Response::Terminated => {
+                    if !h.deleted {
+                        h.deleted = true;
+                        out.push(Action::Delete {
+                            claim: claim.clone(),
+                            reason: DisruptionReason::Terminated,
+                        });
+                    }
+                }
+                Response::Checkpoint => request_checkpoints(h, node, hook, now, &mut out),
+                Response::Replace => cordon(h, claim, DisruptionReason::Rebalance, &mut out),
+                Response::Interrupt | Response::Drain => {
+                    drain(h, node, hook, now, &mut pdb_left, &mut out)
+                }
+            }
+        }
+        out
+    }
+
+    /// The next time [`Interruptions::decide`] has something to do without
+    /// any change in the world: a node just noticed, the end of a checkpoint
+    /// wait, a spot deadline, an offering becoming available again.
+    pub fn next_deadline(&self) -> Option<Time> {
+        let pending = |t: Time| self.last_decide.is_none_or(|d| t > d);
+        let mut times = Vec::new();
+        for h in self.nodes.values() {
+            if !h.acted {
+                times.push(h.started);
+                continue;
+            }
+            match h.response {
+                Response::Interrupt if !h.deleted => {
+                    times.extend([h.checkpoint_until, h.deadline]);
+                }
+                Response::Drain if h.draining && !h.deleted => times.push(h.checkpoint_until),
+                _ => {}
+            }
+        }
+        times.extend(self.unavailable.values().copied());
+        times.into_iter().filter(|t| pending(*t)).min()
+    }
+
+    /// Whether the offering is out of capacity or was interrupted within the
+    /// TTL.
+    pub fn is_unavailable(&self, key: &OfferingKey, now: Time) -> bool {
+        self.unavailable.get(key).is_some_and(|until| *until > now)
+    }
+
+    /// [`Interruptions::is_unavailable`] for a catalog offering: the filter
+    /// to hand the planner as `Input::unavailable`.
+    pub fn blocks(&self, offering: &Offering, now: Time) -> bool {
+        self.is_unavailable(&offering_key(offering), now)
+    }
+
+    /// The offerings unavailable at `now`.
+    pub fn unavailable(&self, now: Time) -> impl Iterator<Item = &OfferingKey> + '_ {
+        self.unavailable
+            .iter()
+            .filter(move |(_, until)| **until > now)
+            .map(|(k, _)| k)
+    }
+
+    /// Whether the node is on its way out because of a notice (interrupted,
+    /// draining, replaced or terminated), from the notice until it leaves the
+    /// world. Consolidation leaves such nodes alone. A node that was only
+    /// asked to checkpoint is not.
+    pub fn is_handling(&self, claim: &str) -> bool {
+        self.nodes.get(claim).is_some_and(Handling::leaving)
+    }
+
+    /// The pods that need a new home now: the real (non-placeholder) pods of
+    /// interrupted, draining, replaced and terminated nodes that have not been
+    /// evicted yet. The provisioner adds them to the pending demand, so that
+    /// replacements launch at once; once evicted, their controllers' new pods
+    /// are pending on their own (dedupe by name against pending pods).
+    pub fn pods_needing_replacement(&self, world: &World) -> Vec<Pod> {
+        let mut out = Vec::new();
+        for (claim, h) in &self.nodes {
+            if !h.leaving() {
+                continue;
+            }
+            let Some(node) = world.nodes.iter().find(|n| &n.claim == claim) else {
+                continue;
+            };
+            out.extend(
+                node.pods
+                    .iter()
+                    .filter(|p| !p.placeholder && !h.evicted.contains(&p.pod.name))
+                    // A soft drain leaves do-not-disrupt pods where they are.
+                    .filter(|p| {
+                        matches!(h.response, Response::Interrupt | Response::Terminated)
+                            || !p.do_not_disrupt
+                    })
+                    .map(|p| p.pod.clone()),
+            );
+        }
+        out
+    }
+
+    fn mark_unavailable(&mut self, key: OfferingKey, now: Time) {
+        let until = after(now, self.config.unavailable_ttl);
+        let e = self.unavailable.entry(key).or_insert(until);
+        *e = (*e).max(until);
+    }
+}
+
+fn policy<'a>(world: &World<'a>, node: &ManagedNode) -> Option<&'a InterruptionPolicy> {
+    pool_of(world, node).map(|p| &p.spec.interruption)
+}
+
+fn checkpoint_grace(policy: Option<&InterruptionPolicy>) -> Duration {
+    policy
+        .and_then(|p| p.checkpoint_grace_period_duration().ok())
+        .unwrap_or(DEFAULT_CHECKPOINT_GRACE)
+}
+
+/// Whether the pod gets checkpoint signals: it opted in, or its pool has a
+/// checkpoint hook. Placeholders never do.
+fn opted_in(p: &super::BoundPod, pool_hook: bool) -> bool {
+    !p.placeholder && (p.pod.checkpoints || pool_hook)
+}
+
+/// Whether the node's real pods fit on the other ready, schedulable nodes
+/// (those not leaving themselves).
+fn pods_fit_elsewhere(world: &World, node: &ManagedNode, leaving: &BTreeSet<&str>) -> bool {
+    let pods: Vec<Pod> = node
+        .pods
+        .iter()
+        .filter(|p| !p.placeholder)
+        .map(|p| p.pod.clone())
+        .collect();
+    let others: Vec<_> = world
+        .nodes
+        .iter()
+        .filter(|n| n.claim != node.claim && n.ready_at.is_some() && !n.state.in_flight)
+        .filter(|n| !leaving.contains(n.claim.as_str()))
+        .map(|n| n.state.clone())
+        .collect();
+    let all: Vec<usize> = (0..pods.len()).collect();
+    crate::plan::pack::place_on_existing(&pods, &all, &others)
+        .1
+        .is_empty()
+}
+
+/// Whether the node's pool may disrupt one more node now, counting the
+/// pool's `busy` nodes other than this one as being disrupted. A node of an
+/// unknown pool has no budget; a budget that cannot be read allows nothing.
+fn budget_allows(world: &World, node: &ManagedNode, busy: &BTreeSet<String>, now: Time) -> bool {
+    let Some(pool) = pool_of(world, node) else {
+        return true;
+    };
+    let mine = world.nodes.iter().filter(|n| n.nodepool == node.nodepool);
+    let total = mine.clone().count() as u32;
+    let disrupting = mine
+        .filter(|n| n.claim != node.claim && busy.contains(&n.claim))
+        .count() as u32;
+    super::budgets::allowed_disruptions(pool, total, disrupting, now).unwrap_or(0) > 0
+}
+
+/// Requests a checkpoint from each opted-in pod not asked yet under the
+/// current response.
+fn request_checkpoints(
+    h: &mut Handling,
+    node: &ManagedNode,
+    hook: bool,
+    now: Time,
+    out: &mut Vec<Action>,
+) {
+    for p in node.pods.iter().filter(|p| opted_in(p, hook)) {
+        if h.requested.contains_key(&p.pod.name) || h.evicted.contains(&p.pod.name) {
+            continue;
+        }
+        h.requested.insert(p.pod.name.clone(), now);
+        out.push(Action::RequestCheckpoint {
+            pod: p.pod.name.clone(),
+            claim: node.claim.clone(),
+            deadline: h.checkpoint_until,
+        });
+    }
+}
+
+/// Cordons the node, once.
+fn cordon(h: &mut Handling, claim: &str, reason: DisruptionReason, out: &mut Vec<Action>) {
+    if !h.cordoned {
+        h.cordoned = true;
+        out.push(Action::Cordon {
+            claim: claim.to_string(),
+            reason,
+        });
+    }
+}
+
+/// One step of draining: cordon, checkpoint requests, evictions of pods that
+/// acknowledged or ran out of time (within PDBs until a hard deadline), and
+/// the deletion once the node is empty or the hard deadline passed.
+fn drain(
+    h: &mut Handling,
+    node: &ManagedNode,
+    hook: bool,
+    now: Time,
+    pdb_left: &mut [u32],
+    out: &mut Vec<Action>,
+) {
+    let hard = h.response == Response::Interrupt;
+    let reason = if hard {
+        DisruptionReason::Interrupted
+    } else {
+        DisruptionReason::Rebalance
+    };
+    let claim = &node.claim;
+    h.draining = true;
+    cordon(h, claim, reason, out);
+    request_checkpoints(h, node, hook, now, out);
+    let gone = hard && now >= h.deadline;
+    for p in &node.pods {
+        let name = &p.pod.name;
+        if h.evicted.contains(name) {
+            continue;
+        }
+        let waited = !opted_in(p, hook)
+            || now >= h.checkpoint_until
+            || h.requested
+                .get(name)
+                .is_some_and(|asked| p.checkpoint_completed.is_some_and(|done| done >= *asked));
+        if !(waited || gone) || (!hard && p.do_not_disrupt) {
+            continue;
+        }
+        if !gone {
+            if let Some(left) = p.pdb.and_then(|i| pdb_left.get_mut(i)) {
+                if *left == 0 {
+                    continue;
+                }
+                *left -= 1;
+            }
+        }
+        h.evicted.insert(name.clone());
+        out.push(Action::Evict {
+            pod: name.clone(),
+            claim: claim.clone(),
+        });
+    }
+    if !h.deleted && (node.pods.is_empty() || gone) {
+        h.deleted = true;
+        out.push(Action::Delete {
+            claim: claim.clone(),
+            reason,
+        });
+    }
+}
+
+/// Fixtures shared by the tests of the decision modules.
+#[cfg(test)]
+pub(crate) mod fixtures {
+    use super::super::{BoundPod, ManagedNode, OfferingKey, Pdb, Time, World};
+    use crate::api::{NodePool, NodePoolSpec};
+    use crate::catalog::{CapacityType, Catalog};
+    use crate::cluster::resources::{CPU, PODS};
+    use crate::cluster::{NodeState, Pod, Resources};
+
+    /// The region of every fixture.
+    pub const REGION: &str = "us-east-1";
+
+    /// `s` seconds after the fixtures' epoch.
+    pub fn t(s: i64) -> Time {
+        chrono::DateTime::from_timestamp(1_700_000_000 + s, 0).expect("in range")
+    }
+
+    /// A ready on-demand `g5.xlarge` in `use1-az1` of pool `gpu`, $1/h, with
+    /// 4 CPUs, 1 GPU and no pods.
+    pub fn node(claim: &str) -> ManagedNode {
+        ManagedNode {
+            claim: claim.into(),
+            nodepool: "gpu".into(),
+            offering: OfferingKey {
+                instance_type: "g5.xlarge".into(),
+                zone: "use1-az1".into(),
+                capacity_type: CapacityType::OnDemand,
+            },
+            price_per_hour: 1.0,
+            launched_at: t(-7200),
+            ready_at: Some(t(-7000)),
+            state: NodeState {
+                name: claim.into(),
+                nodepool: Some("gpu".into()),
+                instance_type: Some("g5.xlarge".into()),
+                zone: "use1-az1".into(),
+                capacity_type: Some(CapacityType::OnDemand),
+                labels: Default::default(),
+                taints: Vec::new(),
+                allocatable: Resources::new()
+                    .with(CPU, 4000)
+                    .with(crate::api::labels::RESOURCE_GPU, 1)
+                    .with(PODS, 110),
+                used: Resources::new(),
+                price_per_hour: 1.0,
+                in_flight: false,
+                unschedulable: false,
+            },
+            pods: Vec::new(),
+            do_not_disrupt: false,
+        }
+    }
+
+    /// Builder steps on a [`ManagedNode`].
+    pub trait NodeExt: Sized {
+        /// Bought on spot.
+        fn spot(self) -> Self;
+        /// Of that pool.
+        fn pool(self, name: &str) -> Self;
+        /// That instance type in that zone at that price.
+        fn offering(self, instance_type: &str, zone: &str, price: f64) -> Self;
+        /// With these pods (what they request is used).
+        fn pods(self, pods: impl IntoIterator<Item = BoundPod>) -> Self;
+        /// Carrying `quartermaster.dev/do-not-disrupt`.
+        fn do_not_disrupt(self) -> Self;
+        /// Launched but not ready yet.
+        fn not_ready(self) -> Self;
+        /// Cordoned.
+        fn cordoned(self) -> Self;
+    }
+
+    impl NodeExt for ManagedNode {
+        fn spot(mut self) -> Self {
+            self.offering.capacity_type = CapacityType::Spot;
+            self.state.capacity_type = Some(CapacityType::Spot);
+            self
+        }
+        fn pool(mut self, name: &str) -> Self {
+            self.nodepool = name.into();
+            self.state.nodepool = Some(name.into());
+            self
+        }
+        fn offering(mut self, instance_type: &str, zone: &str, price: f64) -> Self {
+            self.offering.instance_type = instance_type.into();
+            self.offering.zone = zone.into();
+            self.state.instance_type = Some(instance_type.into());
+            self.state.zone = zone.into();
+            self.price_per_hour = price;
+            self.state.price_per_hour = price;
+            self
+        }
+        fn pods(mut self, pods: impl IntoIterator<Item = BoundPod>) -> Self {
+            self.pods = pods.into_iter().collect();
+            self.state.used = Resources::new();
+            for p in &self.pods {
+                self.state.used.add(&p.pod.requests);
+            }
+            self
+        }
+        fn do_not_disrupt(mut self) -> Self {
+            self.do_not_disrupt = true;
+            self
+        }
+        fn not_ready(mut self) -> Self {
+            self.ready_at = None;
+            self.state.in_flight = true;
+            self
+        }
+        fn cordoned(mut self) -> Self {
+            self.state.unschedulable = true;
+            self
+        }
+    }
+
+    /// A pod requesting one CPU, not opted in to checkpoints, without PDB.
+    pub fn pod(name: &str) -> BoundPod {
+        BoundPod {
+            pod: Pod::new(name, Resources::new().with(CPU, 1000)),
+            do_not_disrupt: false,
+            checkpoint_completed: None,
+            pdb: None,
+            placeholder: false,
+        }
+    }
+
+    /// Builder steps on a [`BoundPod`].
+    pub trait PodExt: Sized {
+        /// Opted in to checkpoint signals.
+        fn checkpoints(self) -> Self;
+        /// Acknowledged a checkpoint at `at`.
+        fn acked(self, at: Time) -> Self;
+        /// Covered by `World::pdbs[i]`.
+        fn pdb(self, i: usize) -> Self;
+        /// A pre-warm placeholder.
+        fn placeholder(self) -> Self;
+        /// Carrying `quartermaster.dev/do-not-disrupt`.
+        fn do_not_disrupt(self) -> Self;
+        /// Requesting `milli` millicores.
+        fn cpu(self, milli: i64) -> Self;
+        /// Requesting `n` GPUs.
+        fn gpus(self, n: i64) -> Self;
+    }
+
+    impl PodExt for BoundPod {
+        fn checkpoints(mut self) -> Self {
+            self.pod.checkpoints = true;
+            self
+        }
+        fn acked(mut self, at: Time) -> Self {
+            self.checkpoint_completed = Some(at);
+            self
+        }
+        fn pdb(mut self, i: usize) -> Self {
+            self.pdb = Some(i);
+            self
+        }
+        fn placeholder(mut self) -> Self {
+            self.placeholder = true;
+            self
+        }
+        fn do_not_disrupt(mut self) -> Self {
+            self.do_not_disrupt = true;
+            self
+        }
+        fn cpu(mut self, milli: i64) -> Self {
+            self.pod.requests.set(CPU, milli);
+            self
+        }
+        fn gpus(mut self, n: i64) -> Self {
+            self.pod.requests.set(crate::api::labels::RESOURCE_GPU, n);
+            self
+        }
+    }
+
+    /// A NodePool with the default spec changed by `edit`.
+    pub fn pool_with(name: &str, edit: impl FnOnce(&mut NodePoolSpec)) -> NodePool {
+        let mut spec = NodePoolSpec::default();
+        edit(&mut spec);
+        NodePool::new(name, spec)
+    }
+
+    /// A PDB allowing `n` disruptions.
+    pub fn pdb(name: &str, n: u32) -> Pdb {
+        Pdb {
+            name: name.into(),
+            disruptions_allowed: n,
+        }
+    }
+
+    /// Owned parts of a [`World`].
+    pub struct Fixture {
+        /// Catalog (empty unless a test fills it).
+        pub catalog: Catalog,
+        /// Pools (`gpu` with the default spec unless replaced).
+        pub pools: Vec<NodePool>,
+        /// Nodes.
+        pub nodes: Vec<ManagedNode>,
+        /// PDBs.
+        pub pdbs: Vec<Pdb>,
+    }
+
+    impl Fixture {
+        /// These nodes, pool `gpu` with defaults, an empty catalog, no PDBs.
+        pub fn new(nodes: impl IntoIterator<Item = ManagedNode>) -> Fixture {
+            Fixture {
+                catalog: Catalog::default(),
+                pools: vec![pool_with("gpu", |_| {})],
+                nodes: nodes.into_iter().collect(),
+                pdbs: Vec::new(),
+            }
+        }
+
+        /// The world the decisions read.
+        pub fn world(&self) -> World<'_> {
+            World {
+                catalog: &self.catalog,
+                region: REGION,
+                pools: &self.pools,
+                pending: &[],
+                nodes: &self.nodes,
+                pdbs: &self.pdbs,
+            }
+        }
+
+        /// The node of that claim, to change it between steps.
+        pub fn node_mut(&mut self, claim: &str) -> &mut ManagedNode {
+            self.nodes
+                .iter_mut()
+                .find(|n| n.claim == claim)
+                .expect("fixture node")
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::fixtures::*;
+    use super::*;
+    use crate::api::CheckpointHook;
+
+    fn interrupt(claim: &str, at: i64) -> Notice {
+        Notice::SpotInterruption {
+            claim: claim.into(),
+            deadline: t(at + 120),
+        }
+    }
+
+    fn cordon(claim: &str, reason: DisruptionReason) -> Action {
+        Action::Cordon {
+            claim: claim.into(),
+            reason,
+        }
+    }
+
+    fn checkpoint(pod: &str, claim: &str, by: i64) -> Action {
+        Action::RequestCheckpoint {
+            pod: pod.into(),
+            claim: claim.into(),
+            deadline: t(by),
+        }
+    }
+
+    fn evict(pod: &str, claim: &str) -> Action {
+        Action::Evict {
+            pod: pod.into(),
+            claim: claim.into(),
+        }
+    }
+
+    fn delete(claim: &str, reason: DisruptionReason) -> Action {
+        Action::Delete {
+            claim: claim.into(),
+            reason,
+        }
+    }
+
+    fn rebalance_pool(action: RebalanceAction) -> Vec<crate::api::NodePool> {
+        vec![pool_with("gpu", |s| {
+            s.interruption.on_rebalance_recommendation = action
+        })]
+    }
+
+    #[test]
+    fn a_notice_cordons_at_once_asks_opted_in_pods_to_checkpoint_and_evicts_the_others() {
+        let mut f = Fixture::new([node("n1").spot().pods([pod("a").checkpoints(), pod("b")])]);
+        let mut s = Interruptions::default();
+        let learned = s.handle(&interrupt("n1", 0), &f.world(), t(0));
+        assert_eq!(learned, Some(f.nodes[0].offering.clone()));
+        // Checkpoint wait: min(120 s - 30 s drain grace, 0 + 90 s grace) = 90 s.
+        assert_eq!(
+            s.decide(&f.world(), t(0)),
+            [
+                cordon("n1", DisruptionReason::Interrupted),
+                checkpoint("a", "n1", 90),
+                evict("b", "n1"),
+            ]
+        );
+        // `a` acknowledges at 10 s: it is evicted then, not before.
+        assert_eq!(s.decide(&f.world(), t(5)), []);
+        *f.node_mut("n1") = node("n1")
+            .spot()
+            .pods([pod("a").checkpoints().acked(t(10))]);
+        assert_eq!(s.decide(&f.world(), t(10)), [evict("a", "n1")]);
+        // Once the node has no pods left it is deleted, once.
+        *f.node_mut("n1") = node("n1").spot();
+        assert_eq!(
+            s.decide(&f.world(), t(12)),
+            [delete("n1", DisruptionReason::Interrupted)]
+        );
+        assert_eq!(s.decide(&f.world(), t(13)), []);
+    }
+
+    #[test]
+    fn an_acknowledgement_from_before_the_request_does_not_count() {
+        let f = Fixture::new([node("n1")
+            .spot()
+            .pods([pod("a").checkpoints().acked(t(-50))])]);
+        let mut s = Interruptions::default();
+        s.handle(&interrupt("n1", 0), &f.world(), t(0));
+        assert_eq!(
+            s.decide(&f.world(), t(0)),
+            [
+                cordon("n1", DisruptionReason::Interrupted),
+                checkpoint("a", "n1", 90)
+            ]
+        );
+        assert_eq!(s.decide(&f.world(), t(30)), []);
+    }
+
+    #[test]
+    fn the_pools_checkpoint_hook_opts_every_real_pod_in() {
+        let mut f = Fixture::new([node("n1").spot().pods([pod("a"), pod("p").placeholder()])]);
+        f.pools = vec![pool_with("gpu", |s| {
+            s.interruption.checkpoint_hook = Some(CheckpointHook::on_port(8080))
+        })];
+        let mut s = Interruptions::default();
+        s.handle(&interrupt("n1", 0), &f.world(), t(0));
+        assert_eq!(
+            s.decide(&f.world(), t(0)),
+            [
+                cordon("n1", DisruptionReason::Interrupted),
+                checkpoint("a", "n1", 90),
+                evict("p", "n1"),
+            ]
+        );
+    }
+
+    #[test]
+    fn a_pod_that_never_acknowledges_is_evicted_at_the_deadline_less_the_drain_grace() {
+        let mut f = Fixture::new([node("n1").spot().pods([pod("a").checkpoints()])]);
+        // A grace period of 100 s would run past 120 s - 30 s.
+        f.pools = vec![pool_with("gpu", |s| {
+            s.interruption.checkpoint_grace_period = "100s".into()
+        })];
+        let mut s = Interruptions::default();
+        s.handle(&interrupt("n1", 0), &f.world(), t(0));
+        assert_eq!(s.decide(&f.world(), t(0)).len(), 2);
+        assert_eq!(s.next_deadline(), Some(t(90)));
+        assert_eq!(s.decide(&f.world(), t(89)), []);
+        assert_eq!(s.decide(&f.world(), t(90)), [evict("a", "n1")]);
+        assert_eq!(s.next_deadline(), Some(t(120)));
+    }
+
+    #[test]
+    fn a_short_grace_period_ends_the_checkpoint_wait_before_the_drain_grace_does() {
+        let mut f = Fixture::new([node("n1").spot().pods([pod("a").checkpoints()])]);
+        f.pools = vec![pool_with("gpu", |s| {
+            s.interruption.checkpoint_grace_period = "20s".into()
+        })];
+        let mut s = Interruptions::default();
+        s.handle(&interrupt("n1", 0), &f.world(), t(0));
+        assert_eq!(
+            s.decide(&f.world(), t(0)),
+            [
+                cordon("n1", DisruptionReason::Interrupted),
+                checkpoint("a", "n1", 20)
+            ]
+        );
+        assert_eq!(s.decide(&f.world(), t(20)), [evict("a", "n1")]);
+    }
+
+    #[test]
+    fn a_pdb_with_no_disruptions_allowed_blocks_eviction_until_the_deadline_not_after() {
+        let mut f = Fixture::new([node("n1").spot().pods([pod("b").pdb(0)])]);
+        f.pdbs = vec![pdb("ml/b", 0)];
+        let mut s = Interruptions::default();
+        s.handle(&interrupt("n1", 0), &f.world(), t(0));
+        assert_eq!(
+            s.decide(&f.world(), t(0)),
+            [cordon("n1", DisruptionReason::Interrupted)]
+        );
+        assert_eq!(s.decide(&f.world(), t(119)), []);
+        assert_eq!(
+            s.decide(&f.world(), t(120)),
+            [
+                evict("b", "n1"),
+                delete("n1", DisruptionReason::Interrupted)
+            ]
+        );
+        assert_eq!(s.decide(&f.world(), t(121)), []);
+    }
+
+    #[test]
+    fn evictions_issued_in_one_call_count_against_the_pdb() {
+        let mut f = Fixture::new([node("n1").spot().pods([pod("c").pdb(0), pod("d").pdb(0)])]);
+        f.pdbs = vec![pdb("ml/cd", 1)];
+        let mut s = Interruptions::default();
+        s.handle(&interrupt("n1", 0), &f.world(), t(0));
+        assert_eq!(
+            s.decide(&f.world(), t(0)),
+            [
+                cordon("n1", DisruptionReason::Interrupted),
+                evict("c", "n1")
+            ]
+        );
+        // The driver refreshed the PDB: it allows one more.
+        assert_eq!(s.decide(&f.world(), t(1)), [evict("d", "n1")]);
+    }
+
+    #[test]
+    fn repeated_decide_calls_and_repeated_notices_do_not_repeat_actions() {
+        let f = Fixture::new([node("n1").spot().pods([pod("a").checkpoints(), pod("b")])]);
+        let mut s = Interruptions::default();
+        assert!(s.handle(&interrupt("n1", 0), &f.world(), t(0)).is_some());
+        assert_eq!(s.decide(&f.world(), t(0)).len(), 3);
+        assert_eq!(s.decide(&f.world(), t(0)), []);
+        assert_eq!(s.handle(&interrupt("n1", 1), &f.world(), t(1)), None);
+        assert_eq!(s.handle(&rebalance("n1"), &f.world(), t(1)), None);
+        assert_eq!(s.decide(&f.world(), t(1)), []);
+    }
+
+    fn rebalance(claim: &str) -> Notice {
+        Notice::Rebalance {
+            claim: claim.into(),
+        }
+    }
+
+    #[test]
+    fn notices_for_unknown_claims_are_ignored() {
+        let f = Fixture::new([node("n1").spot().pods([pod("a")])]);
+        let mut s = Interruptions::default();
+        assert_eq!(s.handle(&interrupt("ghost", 0), &f.world(), t(0)), None);
+        s.handle(&rebalance("ghost"), &f.world(), t(0));
+        s.handle(
+            &Notice::Terminated {
+                claim: "ghost".into(),
+            },
+            &f.world(),
+            t(0),
+        );
+        assert_eq!(s.decide(&f.world(), t(0)), []);
+        assert_eq!(s.next_deadline(), None);
+        assert!(s.pods_needing_replacement(&f.world()).is_empty());
+    }
+
+    #[test]
+    fn a_terminated_instance_is_deleted_at_once_and_once() {
+        let f = Fixture::new([node("n1").spot().pods([pod("a")])]);
+        let mut s = Interruptions::default();
+        let gone = Notice::Terminated { claim: "n1".into() };
+        assert_eq!(s.handle(&gone, &f.world(), t(0)), None);
+        assert_eq!(s.next_deadline(), Some(t(0)));
+        assert_eq!(
+            s.decide(&f.world(), t(0)),
+            [delete("n1", DisruptionReason::Terminated)]
+        );
+        s.handle(&gone, &f.world(), t(1));
+        assert_eq!(s.decide(&f.world(), t(1)), []);
+    }
+
+    #[test]
+    fn interrupted_pods_need_replacement_until_they_are_evicted() {
+        let f = Fixture::new([
+            node("n1")
+                .spot()
+                .pods([pod("a").checkpoints(), pod("b"), pod("p").placeholder()]),
+            node("n2").pods([pod("c")]),
+        ]);
+        let mut s = Interruptions::default();
+        s.handle(&interrupt("n1", 0), &f.world(), t(0));
+        let names = |s: &Interruptions| -> Vec<String> {
+            s.pods_needing_replacement(&f.world())
+                .into_iter()
+                .map(|p| p.name)
+                .collect()
+        };
+        assert_eq!(names(&s), ["a", "b"]);
+        s.decide(&f.world(), t(0));
+        assert_eq!(names(&s), ["a"], "b was evicted, its new pod is pending");
+    }
+
+    #[test]
+    fn interrupted_and_capacity_starved_offerings_are_unavailable_for_the_ttl() {
+        let f = Fixture::new([node("n1").spot()]);
+        let mut s = Interruptions::default();
+        let key = f.nodes[0].offering.clone();
+        s.handle(&interrupt("n1", 0), &f.world(), t(0));
+        let other = OfferingKey {
+            zone: "use1-az2".into(),
+            ..key.clone()
+        };
+        s.handle(
+            &Notice::InsufficientCapacity {
+                offering: other.clone(),
+            },
+            &f.world(),
+            t(60),
+        );
+        assert!(s.is_unavailable(&key, t(599)));
+        assert!(!s.is_unavailable(&key, t(600)));
+        assert_eq!(
+            s.unavailable(t(599)).cloned().collect::<Vec<_>>(),
+            [key.clone(), other.clone()]
+        );
+        assert_eq!(s.unavailable(t(600)).collect::<Vec<_>>(), [&other]);
+        let offering = crate::catalog::Offering {
+            instance_type: other.instance_type.clone(),
+            region: REGION.into(),
+            zone_id: other.zone.clone(),
+            capacity_type: other.capacity_type,
+            price_per_hour: 0.5,
+            price_source: crate::catalog::PriceSource::SpotObserved,
+            interruption_bucket: None,
+        };
+        assert!(s.blocks(&offering, t(659)));
+        assert!(!s.blocks(&offering, t(660)));
+    }
+
+    #[test]
+    fn rebalance_with_ignore_does_nothing() {
+        let mut f = Fixture::new([node("n1").spot().pods([pod("a").checkpoints()])]);
+        f.pools = rebalance_pool(RebalanceAction::Ignore);
+        let mut s = Interruptions::default();
+        s.handle(&rebalance("n1"), &f.world(), t(0));
+        assert_eq!(s.decide(&f.world(), t(0)), []);
+        assert!(!s.is_handling("n1"));
+    }
+
+    #[test]
+    fn rebalance_with_checkpoint_asks_opted_in_pods_once_and_evicts_nothing() {
+        let mut f = Fixture::new([node("n1").spot().pods([pod("a").checkpoints(), pod("b")])]);
+        f.pools = rebalance_pool(RebalanceAction::Checkpoint);
+        let mut s = Interruptions::default();
+        s.handle(&rebalance("n1"), &f.world(), t(0));
+        assert_eq!(s.decide(&f.world(), t(0)), [checkpoint("a", "n1", 90)]);
+        assert_eq!(s.decide(&f.world(), t(500)), []);
+        assert!(s.pods_needing_replacement(&f.world()).is_empty());
+        // A later interruption notice is a new notice: ask again.
+        s.handle(&interrupt("n1", 600), &f.world(), t(600));
+        assert_eq!(
+            s.decide(&f.world(), t(600)),
+            [
+                cordon("n1", DisruptionReason::Interrupted),
+                checkpoint("a", "n1", 690),
+                evict("b", "n1"),
+            ]
+        );
+    }
+
+    #[test]
+    fn rebalance_with_replace_launches_replacements_and_drains_once_they_are_ready() {
+        let mut f = Fixture::new([node("n1").spot().pods([pod("a")])]);
+        f.pools = rebalance_pool(RebalanceAction::Replace);
+        let mut s = Interruptions::default();
+        s.handle(&rebalance("n1"), &f.world(), t(0));
+        assert_eq!(
+            s.decide(&f.world(), t(0)),
+            [cordon("n1", DisruptionReason::Rebalance)]
+        );
+        assert_eq!(s.pods_needing_replacement(&f.world())[0].name, "a");
+        // The replacement is on its way: keep running.
+        f.nodes.push(node("n2").not_ready());
+        assert_eq!(s.decide(&f.world(), t(60)), []);
+        // It is ready: drain.
+        *f.node_mut("n2") = node("n2");
+        assert_eq!(s.decide(&f.world(), t(120)), [evict("a", "n1")]);
+        *f.node_mut("n1") = node("n1").spot().cordoned();
+        assert_eq!(
+            s.decide(&f.world(), t(121)),
+            [delete("n1", DisruptionReason::Rebalance)]
+        );
+    }
+
+    #[test]
+    fn rebalance_with_drain_checkpoints_then_evicts_and_always_honours_pdbs() {
+        let mut f = Fixture::new([node("n1")
+            .spot()
+            .pods([pod("a").checkpoints(), pod("b").pdb(0)])]);
+        f.pools = rebalance_pool(RebalanceAction::Drain);
+        f.pdbs = vec![pdb("ml/b", 0)];
+        let mut s = Interruptions::default();
+        assert_eq!(s.handle(&rebalance("n1"), &f.world(), t(0)), None);
+        assert_eq!(
+            s.decide(&f.world(), t(0)),
+            [
+                cordon("n1", DisruptionReason::Rebalance),
+                checkpoint("a", "n1", 90)
+            ]
+        );
+        assert_eq!(s.next_deadline(), Some(t(90)));
+        assert_eq!(s.decide(&f.world(), t(90)), [evict("a", "n1")]);
+        // Long past the soft deadline, the PDB still holds.
+        assert_eq!(s.decide(&f.world(), t(3600)), []);
+        assert_eq!(s.next_deadline(), None);
+        f.pdbs[0].disruptions_allowed = 1;
+        assert_eq!(s.decide(&f.world(), t(3601)), [evict("b", "n1")]);
+    }
+
+    #[test]
+    fn rebalance_drains_start_within_the_pools_disruption_budget() {
+        let mut f = Fixture::new([
+            node("n1").spot().pods([pod("a")]),
+            node("n2").spot().pods([pod("b").checkpoints()]),
+        ]);
+        f.pools = vec![pool_with("gpu", |s| {
+            s.interruption.on_rebalance_recommendation = RebalanceAction::Drain;
+            s.disruption.budgets = vec![crate::api::Budget {
+                nodes: "1".into(),
+                ..Default::default()
+            }];
+        })];
+        let mut s = Interruptions::default();
+        s.handle(&rebalance("n1"), &f.world(), t(0));
+        s.handle(&rebalance("n2"), &f.world(), t(0));
+        assert_eq!(
+            s.decide(&f.world(), t(0)),
+            [cordon("n1", DisruptionReason::Rebalance), evict("a", "n1")]
+        );
+        assert_eq!(s.decide(&f.world(), t(100)), []);
+        // n1 is gone: n2 starts, and its checkpoint wait starts with it.
+        f.nodes.remove(0);
+        assert_eq!(
+            s.decide(&f.world(), t(200)),
+            [
+                cordon("n2", DisruptionReason::Rebalance),
+                checkpoint("b", "n2", 290)
+            ]
+        );
+    }
+
+    #[test]
+    fn rebalance_drain_of_a_do_not_disrupt_node_only_asks_for_checkpoints() {
+        let mut f = Fixture::new([node("n1")
+            .spot()
+            .do_not_disrupt()
+            .pods([pod("a").checkpoints()])]);
+        f.pools = rebalance_pool(RebalanceAction::Drain);
+        let mut s = Interruptions::default();
+        s.handle(&rebalance("n1"), &f.world(), t(0));
+        assert_eq!(s.decide(&f.world(), t(0)), [checkpoint("a", "n1", 90)]);
+        assert_eq!(s.decide(&f.world(), t(600)), []);
+    }
+
+    #[test]
+    fn nodes_that_left_the_world_are_forgotten() {
+        let mut f = Fixture::new([node("n1").spot().pods([pod("a")])]);
+        let mut s = Interruptions::default();
+        s.handle(&interrupt("n1", 0), &f.world(), t(0));
+        s.decide(&f.world(), t(0));
+        f.nodes.clear();
+        assert_eq!(s.decide(&f.world(), t(1)), []);
+        assert!(!s.is_handling("n1"));
+        // Only the offering's TTL is left.
+        assert_eq!(s.next_deadline(), Some(t(600)));
+    }
+}
