@@ -1,0 +1,104 @@
+//! What a simulation run measures: one [`StrategyResult`] per strategy, with
+//! totals and a time series, and the clairvoyant lower bound they are
+//! compared with. Plain data; rendering lives in `report`.
+
+use serde::Serialize;
+use std::collections::BTreeMap;
+
+/// One sample of the time series (taken at a fixed interval).
+#[derive(Debug, Clone, Default, PartialEq, Serialize)]
+pub struct Sample {
+    /// Seconds since the start of the simulation.
+    pub t_s: f64,
+    /// USD per hour of the nodes alive at that moment.
+    pub cost_per_hour: f64,
+    /// USD spent so far.
+    pub cumulative_cost: f64,
+    /// Spot nodes alive.
+    pub spot_nodes: u32,
+    /// On-demand nodes alive.
+    pub on_demand_nodes: u32,
+    /// Nodes alive per instance family.
+    pub nodes_by_family: BTreeMap<String, u32>,
+    /// Pods waiting for a node.
+    pub pending_pods: u32,
+    /// GPUs on nodes alive.
+    pub gpus_provisioned: f64,
+    /// GPUs held by running pods.
+    pub gpus_used: f64,
+}
+
+/// A job that did not finish, and why.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Unfinished {
+    /// Job (pod name).
+    pub job: String,
+    /// Why: still running at the end, never placed (with the planner's
+    /// reason), or waiting after an interruption.
+    pub reason: String,
+}
+
+/// The outcome of one strategy.
+#[derive(Debug, Clone, Default, PartialEq, Serialize)]
+pub struct StrategyResult {
+    /// USD spent on nodes.
+    pub total_cost: f64,
+    /// GPU-hours held by running pods (useful or not).
+    pub gpu_hours: f64,
+    /// GPU-hours of work lost to interruptions and restarts.
+    pub lost_gpu_hours: f64,
+    /// GPU-hours of nodes alive (provisioned).
+    pub provisioned_gpu_hours: f64,
+    /// Mean seconds a job waited for a node (over all its waits).
+    pub mean_pending_s: f64,
+    /// 95th percentile of the same.
+    pub p95_pending_s: f64,
+    /// Interruptions and evictions of running jobs.
+    pub interruptions: u32,
+    /// Checkpoints taken (periodic and requested).
+    pub checkpoints: u32,
+    /// Jobs finished.
+    pub jobs_completed: u32,
+    /// Jobs in the workload.
+    pub jobs_total: u32,
+    /// Nodes launched.
+    pub nodes_launched: u32,
+    /// Spot notices received.
+    pub spot_notices: u32,
+    /// Pre-warm windows whose capacity was Ready at window start, and all
+    /// windows seen.
+    pub prewarm_ready: (u32, u32),
+    /// Jobs that did not finish, with reasons.
+    pub unfinished: Vec<Unfinished>,
+    /// The time series.
+    #[serde(skip)]
+    pub timeseries: Vec<Sample>,
+}
+
+impl StrategyResult {
+    /// USD per GPU-hour held by pods.
+    pub fn cost_per_gpu_hour(&self) -> Option<f64> {
+        (self.gpu_hours > 0.0).then(|| self.total_cost / self.gpu_hours)
+    }
+
+    /// GPU-hours held by pods over GPU-hours provisioned.
+    pub fn gpu_utilisation(&self) -> Option<f64> {
+        (self.provisioned_gpu_hours > 0.0).then(|| self.gpu_hours / self.provisioned_gpu_hours)
+    }
+}
+
+/// A whole simulation: every strategy on the same workload and interruptions.
+#[derive(Debug, Clone, Default, PartialEq, Serialize)]
+pub struct SimReport {
+    /// Scenario name.
+    pub scenario: String,
+    /// Simulated seconds.
+    pub duration_s: f64,
+    /// Seed.
+    pub seed: u64,
+    /// Clairvoyant lower bound: the workload's GPU-seconds at the cheapest
+    /// per-GPU spot price of the region, without interruptions.
+    pub lower_bound_cost: f64,
+    /// Results by strategy name.
+    pub strategies: BTreeMap<String, StrategyResult>,
+}
