@@ -22,11 +22,6 @@ use std::collections::{BTreeMap, BTreeSet, HashMap};
 
 /// Penalty per pod left unplaced, USD per hour: far above any price.
 const UNPLACED_PENALTY: f64 = 10_000.0;
-/// Integer variables above which branch and bound is not attempted: on larger
-/// models microlp rarely finds an integer point within the time limit, and
-/// the rounded LP, packed, is within a few percent of the bound (see
-/// `docs/planner.md`).
-const MAX_BRANCH_AND_BOUND_INTEGERS: usize = 200;
 /// Candidates kept per pool, zone and capacity type for classes whose zone
 /// matters (gangs, zone spread): cheapest per pod first.
 const KEEP_PER_ZONE_AND_TYPE: usize = 1;
@@ -339,7 +334,9 @@ fn build(tier: Tier, relaxed: bool) -> Model {
     }
 
     // Placement variables and per-candidate loads.
-    let mut load: HashMap<(usize, String), Expression> = HashMap::new();
+    // Ordered, so that constraints reach the solver in the same order every
+    // run: ties between equally cheap plans break the same way.
+    let mut load: BTreeMap<(usize, String), Expression> = BTreeMap::new();
     let mut y: Vec<Vec<(usize, Variable)>> = Vec::new();
     let mut gang_zone: BTreeMap<String, BTreeMap<String, Variable>> = BTreeMap::new();
     for w in work {
@@ -546,7 +543,7 @@ fn solve(tier: Tier) -> Solved {
     };
 
     let mip = build(tier, false);
-    let (ys, solved_by) = if mip.integers > MAX_BRANCH_AND_BOUND_INTEGERS {
+    let (ys, solved_by) = if mip.integers > opts.max_branch_and_bound_integers {
         // Too large to branch within the time limit: round the LP.
         (lp_y, SolvedBy::LpRounding)
     } else {

@@ -55,6 +55,13 @@ pub struct Options {
     /// Charge per idle accelerator-hour, as a share of the node's price per
     /// accelerator: nudges ties toward fuller nodes.
     pub idle_accelerator_charge: f64,
+    /// Integer variables above which branch and bound is not attempted and
+    /// the LP is rounded instead: on larger models microlp rarely finds an
+    /// integer point within the time limit, and the rounded LP, packed, is
+    /// within a few percent of the bound (see `docs/planner.md`). 0 never
+    /// branches, which makes plans independent of machine speed (the
+    /// simulator's choice).
+    pub max_branch_and_bound_integers: usize,
 }
 
 impl Default for Options {
@@ -63,6 +70,7 @@ impl Default for Options {
             time_limit: Duration::from_millis(800),
             mip_gap: 0.01,
             idle_accelerator_charge: 0.01,
+            max_branch_and_bound_integers: 200,
         }
     }
 }

@@ -1,8 +1,122 @@
 //! The simulation driver: replays workloads through the same decision core as
-//! production, on a simulated cloud in virtual time. So far: trace input.
+//! production, on a simulated cloud in virtual time, one run per strategy on
+//! the same jobs and the same random interruptions.
 
+pub mod engine;
 pub mod jobs;
 pub mod result;
 pub mod scenario;
 pub mod trace;
 pub mod workload;
+
+use crate::catalog::Catalog;
+use result::SimReport;
+use scenario::{Scenario, StrategyName, WorkloadSource};
+use std::path::Path;
+use std::sync::Arc;
+use workload::SimJob;
+
+/// Jobs of a scenario could not be made.
+#[derive(Debug, thiserror::Error)]
+pub enum LoadError {
+    /// A trace file could not be read.
+    #[error("reading trace {path}: {source}")]
+    Read {
+        /// The file.
+        path: String,
+        /// Why.
+        source: std::io::Error,
+    },
+    /// A trace file is malformed.
+    #[error("trace {path}: {source}")]
+    Trace {
+        /// The file.
+        path: String,
+        /// What is wrong.
+        source: trace::Error,
+    },
+    /// A generator's spec is wrong.
+    #[error(transparent)]
+    Workload(#[from] workload::Error),
+}
+
+/// Every job of the scenario's workload sources (trace paths relative to
+/// `base`), plus `extra_trace` if given; seeded by the scenario's seed.
+///
+/// # Errors
+/// A trace that cannot be read or parsed, or a bad generator spec.
+pub fn load_jobs(
+    scenario: &Scenario,
+    base: &Path,
+    extra_trace: Option<&Path>,
+) -> Result<Vec<SimJob>, LoadError> {
+    let mut jobs = Vec::new();
+    let read = |path: &Path| -> Result<Vec<trace::TraceJob>, LoadError> {
+        let text = std::fs::read_to_string(path).map_err(|source| LoadError::Read {
+            path: path.display().to_string(),
+            source,
+        })?;
+        trace::parse(&text).map_err(|source| LoadError::Trace {
+            path: path.display().to_string(),
+            source,
+        })
+    };
+    for (i, source) in scenario.workloads.iter().enumerate() {
+        let seed = scenario.seed.wrapping_add(i as u64 * 0x9E37_79B9);
+        match source {
+            WorkloadSource::Training(t) => jobs.extend(t.generate(scenario.start, seed)?),
+            WorkloadSource::Inference(s) => {
+                jobs.extend(s.generate(scenario.start, scenario.length())?)
+            }
+            WorkloadSource::Burst(b) => {
+                jobs.extend(b.generate(scenario.start, scenario.length(), seed)?)
+            }
+            WorkloadSource::Trace(t) => {
+                let rows = read(&base.join(&t.path))?;
+                jobs.extend(t.jobs(&rows, scenario.start));
+            }
+        }
+    }
+    if let Some(path) = extra_trace {
+        let rows = read(path)?;
+        let spec = workload::TraceSpec {
+            path: path.display().to_string(),
+            limit: None,
+            gpu_only: false,
+            mig_profile: None,
+        };
+        jobs.extend(spec.jobs(&rows, scenario.start));
+    }
+    Ok(jobs)
+}
+
+/// Runs every strategy on the same jobs and the same simulated cloud seed.
+/// `progress` gets each strategy and the share of its run done.
+///
+/// # Errors
+/// Cloud settings the simulated cloud refuses.
+pub fn simulate(
+    scenario: &Scenario,
+    catalog: &Arc<Catalog>,
+    jobs: &[SimJob],
+    strategies: &[StrategyName],
+    progress: &mut dyn FnMut(StrategyName, f64),
+) -> Result<SimReport, engine::Error> {
+    let mut report = SimReport {
+        scenario: scenario.name.clone(),
+        duration_s: scenario.length().num_seconds() as f64,
+        seed: scenario.seed,
+        lower_bound_cost: engine::lower_bound(jobs, catalog, &scenario.region),
+        strategies: Default::default(),
+    };
+    for &s in strategies {
+        let run = engine::Engine::new(scenario, catalog, jobs, s)?;
+        let result = run.run(&mut |f| progress(s, f));
+        let name = serde_json::to_value(s)
+            .ok()
+            .and_then(|v| v.as_str().map(str::to_string))
+            .unwrap_or_default();
+        report.strategies.insert(name, result);
+    }
+    Ok(report)
+}

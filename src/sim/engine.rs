@@ -1,0 +1,731 @@
+//! The discrete-event engine: one strategy over one workload in virtual time.
+//! Each step jumps to the next event (a job arriving or finishing, a cloud
+//! event, a checkpoint being written, a core deadline, a sample), plays the
+//! kube-scheduler (binding waiting pods to Ready nodes with room, gangs
+//! whole), fills the core's [`World`], runs [`Core::decide`] and applies the
+//! actions to the simulated cloud and the jobs. No decision is made here.
+
+use super::jobs::{JobRun, Phase};
+use super::result::{Sample, StrategyResult, Unfinished};
+use super::scenario::{Scenario, StrategyName};
+use super::workload::SimJob;
+use crate::api::labels as l;
+use crate::api::NodePool;
+use crate::catalog::{CapacityType, Catalog};
+use crate::cloud::simulated::{CloudEvent, SimulatedCloud, SimulatedCloudConfig, Storm};
+use crate::cluster::{Pod, Resources};
+use crate::core::prewarm;
+use crate::core::{
+    Action, BoundPod, ClaimRequest, Config, Core, ManagedNode, Notice, OfferingKey, Time, World,
+};
+use crate::plan::{pack, Strategy};
+use chrono::Duration as Span;
+use std::cmp::Reverse;
+use std::collections::{BTreeMap, BTreeSet, BinaryHeap};
+use std::sync::Arc;
+
+/// Seconds between time-series samples.
+pub const SAMPLE_EVERY_S: i64 = 300;
+
+/// A run that cannot start.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// The simulated cloud rejects the scenario's cloud settings.
+    #[error("cloud settings: {0}")]
+    Cloud(String),
+}
+
+struct SimNode {
+    node: ManagedNode,
+    jobs: BTreeSet<usize>,
+    gpus: f64,
+}
+
+/// One strategy's run.
+pub struct Engine<'a> {
+    catalog: &'a Catalog,
+    region: &'a str,
+    strategy: StrategyName,
+    pools: Vec<NodePool>,
+    core: Core,
+    cloud: SimulatedCloud,
+    jobs: Vec<JobRun>,
+    by_name: BTreeMap<String, usize>,
+    arrivals: usize,
+    finishes: BinaryHeap<Reverse<(Time, usize)>>,
+    acks: BinaryHeap<Reverse<(Time, usize)>>,
+    waiting: BTreeSet<usize>,
+    nodes: BTreeMap<String, SimNode>,
+    now: Time,
+    start: Time,
+    end: Time,
+    result: StrategyResult,
+    next_sample: Time,
+    windows_seen: BTreeSet<(String, String, Time)>,
+    static_mode: bool,
+}
+
+impl<'a> Engine<'a> {
+    /// A run of `strategy` over `jobs` (sorted by submit time).
+    ///
+    /// # Errors
+    /// Cloud settings the simulated cloud refuses.
+    pub fn new(
+        scenario: &'a Scenario,
+        catalog: &'a Arc<Catalog>,
+        jobs: &[SimJob],
+        strategy: StrategyName,
+    ) -> Result<Engine<'a>, Error> {
+        let start = scenario.start;
+        let end = start + scenario.length();
+        let mut pools = scenario.node_pools.clone();
+        let mut config = Config::default();
+        // Deterministic plans: no time-limited search in the simulator.
+        config.planner.max_branch_and_bound_integers = 0;
+        let mut jobs: Vec<JobRun> = jobs.iter().cloned().map(JobRun::new).collect();
+        jobs.sort_by(|a, b| (a.job.submit, &a.job.pod.name).cmp(&(b.job.submit, &b.job.pod.name)));
+        match strategy {
+            StrategyName::Quartermaster => {}
+            StrategyName::Greedy => {
+                // Karpenter: cheapest fit, no risk model, no checkpoint
+                // signals (workloads still checkpoint on their own).
+                config.strategy = Strategy::Greedy;
+                config.learn_rates = false;
+                for j in &mut jobs {
+                    j.job.pod.checkpoints = false;
+                }
+            }
+            StrategyName::OnDemand | StrategyName::Static => {
+                for p in &mut pools {
+                    p.spec.capacity_types = vec![CapacityType::OnDemand];
+                }
+            }
+        }
+        let mut cloud_config = SimulatedCloudConfig::new(scenario.seed, &scenario.region, start);
+        for s in &scenario.cloud.storms {
+            let after = crate::api::parse_duration(&s.after).unwrap_or_default();
+            let length = crate::api::parse_duration(&s.duration).unwrap_or_default();
+            let from = start + Span::from_std(after).unwrap_or_default();
+            cloud_config.interruptions.storms.push(Storm::everywhere(
+                from,
+                from + Span::from_std(length).unwrap_or_default(),
+                s.multiplier,
+            ));
+        }
+        for key in &scenario.cloud.insufficient_capacity {
+            let parts: Vec<&str> = key.split('/').collect();
+            if let [t, z, c] = parts[..] {
+                if let Ok(capacity_type) = c.parse() {
+                    cloud_config.capacity.exhausted.insert(OfferingKey {
+                        instance_type: t.into(),
+                        zone: z.into(),
+                        capacity_type,
+                    });
+                }
+            }
+        }
+        let cloud = SimulatedCloud::new(catalog.clone(), cloud_config)
+            .map_err(|e| Error::Cloud(e.to_string()))?;
+        let by_name = jobs
+            .iter()
+            .enumerate()
+            .map(|(i, j)| (j.job.pod.name.clone(), i))
+            .collect();
+        Ok(Engine {
+            catalog,
+            region: &scenario.region,
+            strategy,
+            pools,
+            core: Core::new(config),
+            cloud,
+            result: StrategyResult {
+                jobs_total: jobs.len() as u32,
+                ..Default::default()
+            },
+            jobs,
+            by_name,
+            arrivals: 0,
+            finishes: BinaryHeap::new(),
+            acks: BinaryHeap::new(),
+            waiting: BTreeSet::new(),
+            nodes: BTreeMap::new(),
+            now: start,
+            start,
+            end,
+            next_sample: start,
+            windows_seen: BTreeSet::new(),
+            static_mode: strategy == StrategyName::Static,
+        })
+    }
+
+    /// Runs to the end; `progress` gets the share of simulated time done.
+    pub fn run(mut self, progress: &mut dyn FnMut(f64)) -> StrategyResult {
+        if self.static_mode {
+            self.launch_static();
+        }
+        let total = (self.end - self.start).num_seconds().max(1) as f64;
+        let mut steps: u64 = 0;
+        loop {
+            self.step();
+            steps += 1;
+            if steps.is_multiple_of(256) {
+                progress((self.now - self.start).num_seconds() as f64 / total);
+            }
+            if self.now >= self.end {
+                break;
+            }
+            self.now = self.next_time().min(self.end);
+        }
+        progress(1.0);
+        self.finish()
+    }
+
+    fn next_time(&self) -> Time {
+        let mut t = self.next_sample;
+        if let Some(j) = self.jobs.get(self.arrivals) {
+            t = t.min(j.job.submit);
+        }
+        if let Some(Reverse((f, _))) = self.finishes.peek() {
+            t = t.min(*f);
+        }
+        if let Some(Reverse((a, _))) = self.acks.peek() {
+            t = t.min(*a);
+        }
+        if let Some(c) = self.cloud.next_event_time() {
+            t = t.min(c);
+        }
+        if !self.static_mode {
+            let (pending, nodes) = self.world_parts();
+            let world = self.world(&pending, &nodes);
+            if let Some(d) = self.core.next_deadline(&world, self.now) {
+                t = t.min(d);
+            }
+        }
+        if t <= self.now {
+            self.now + Span::milliseconds(1)
+        } else {
+            t
+        }
+    }
+
+    fn step(&mut self) {
+        let now = self.now;
+        // Arrivals.
+        while self.arrivals < self.jobs.len() && self.jobs[self.arrivals].job.submit <= now {
+            let i = self.arrivals;
+            let at = self.jobs[i].job.submit;
+            self.jobs[i].submit(at);
+            self.waiting.insert(i);
+            self.arrivals += 1;
+        }
+        // Finishes (entries of jobs that stopped since are stale).
+        while let Some(Reverse((t, i))) = self.finishes.peek().copied() {
+            if t > now {
+                break;
+            }
+            self.finishes.pop();
+            if self.jobs[i].finish_time() == Some(t) {
+                self.release(i, t);
+                self.jobs[i].finish(t);
+                self.result.jobs_completed += 1;
+            }
+        }
+        // Checkpoint acknowledgements.
+        while let Some(Reverse((t, i))) = self.acks.peek().copied() {
+            if t > now {
+                break;
+            }
+            self.acks.pop();
+            if let Phase::Running { node, .. } = &self.jobs[i].phase {
+                let name = self.jobs[i].job.pod.name.clone();
+                if let Some(n) = self.nodes.get_mut(node) {
+                    for b in n.node.pods.iter_mut().filter(|b| b.pod.name == name) {
+                        b.checkpoint_completed = Some(t);
+                    }
+                }
+            }
+        }
+        // Cloud events.
+        for event in self.cloud.advance(now) {
+            self.on_cloud_event(event);
+        }
+        self.bind();
+        if !self.static_mode {
+            let (pending, nodes) = self.world_parts();
+            let w = world(self.catalog, self.region, &self.pools, &pending, &nodes);
+            let actions = self.core.decide(&w, now);
+            for a in actions {
+                self.apply(a);
+            }
+            self.bind();
+        }
+        if now >= self.next_sample {
+            self.sample();
+            self.next_sample = now + Span::seconds(SAMPLE_EVERY_S);
+        }
+    }
+
+    fn world_parts(&self) -> (Vec<Pod>, Vec<ManagedNode>) {
+        let pending = self
+            .waiting
+            .iter()
+            .map(|&i| self.jobs[i].job.pod.clone())
+            .collect();
+        let nodes = self.nodes.values().map(|n| n.node.clone()).collect();
+        (pending, nodes)
+    }
+
+    fn world<'w>(&'w self, pending: &'w [Pod], nodes: &'w [ManagedNode]) -> World<'w> {
+        world(self.catalog, self.region, &self.pools, pending, nodes)
+    }
+
+    /// Hands a notice to the core with the current world.
+    fn notify(&mut self, notice: &Notice, at: Time) {
+        let (pending, nodes) = self.world_parts();
+        let w = world(self.catalog, self.region, &self.pools, &pending, &nodes);
+        self.core.handle_notice(notice, &w, at);
+    }
+
+    fn on_cloud_event(&mut self, event: CloudEvent) {
+        match event {
+            CloudEvent::Ready { claim, at } => {
+                if let Some(n) = self.nodes.get_mut(&claim) {
+                    n.node.ready_at = Some(at);
+                    n.node.state.in_flight = false;
+                    let node = n.node.clone();
+                    self.core.observe_ready(&node);
+                }
+            }
+            CloudEvent::Notice { notice, at } => {
+                if matches!(notice, Notice::SpotInterruption { .. }) {
+                    self.result.spot_notices += 1;
+                }
+                if !self.static_mode {
+                    self.notify(&notice, at);
+                }
+            }
+            CloudEvent::Terminated { claim, at, .. } => self.remove_node(&claim, at),
+            CloudEvent::Running { .. }
+            | CloudEvent::Registered { .. }
+            | CloudEvent::PriceChanged { .. } => {}
+        }
+    }
+
+    fn remove_node(&mut self, claim: &str, at: Time) {
+        if let Some(n) = self.nodes.remove(claim) {
+            for i in n.jobs {
+                self.stop_job(i, at);
+            }
+            let alive = (at - n.node.launched_at).num_seconds().max(0) as f64 / 3600.0;
+            self.result.provisioned_gpu_hours += alive * n.gpus;
+        }
+    }
+
+    fn stop_job(&mut self, i: usize, at: Time) {
+        if let Phase::Running { since, .. } = self.jobs[i].phase {
+            self.result.gpu_hours +=
+                (at - since).num_seconds().max(0) as f64 / 3600.0 * self.jobs[i].gpus();
+            self.jobs[i].stop(at);
+            self.waiting.insert(i);
+        }
+    }
+
+    /// Frees a job's room on its node (it finished or left).
+    fn release(&mut self, i: usize, at: Time) {
+        if let Phase::Running { node, since, .. } = &self.jobs[i].phase {
+            self.result.gpu_hours +=
+                (at - *since).num_seconds().max(0) as f64 / 3600.0 * self.jobs[i].gpus();
+            if let Some(n) = self.nodes.get_mut(node) {
+                let name = &self.jobs[i].job.pod.name;
+                n.jobs.remove(&i);
+                n.node.pods.retain(|b| &b.pod.name != name);
+                n.node.state.used.sub(&self.jobs[i].job.pod.requests);
+            }
+        }
+    }
+
+    fn apply(&mut self, action: Action) {
+        let now = self.now;
+        match action {
+            Action::Launch(req) => self.launch(req),
+            Action::Cordon { claim, .. } => {
+                if let Some(n) = self.nodes.get_mut(&claim) {
+                    n.node.state.unschedulable = true;
+                }
+            }
+            Action::RequestCheckpoint { pod, .. } => {
+                if let Some(&i) = self.by_name.get(&pod) {
+                    if let Some(ack) = self.jobs[i].request_checkpoint(now) {
+                        self.acks.push(Reverse((ack, i)));
+                    }
+                }
+            }
+            Action::Evict { pod, claim } => {
+                if let Some(&i) = self.by_name.get(&pod) {
+                    if matches!(&self.jobs[i].phase, Phase::Running { node, .. } if *node == claim)
+                    {
+                        if let Some(n) = self.nodes.get_mut(&claim) {
+                            n.jobs.remove(&i);
+                            n.node.pods.retain(|b| b.pod.name != pod);
+                            n.node.state.used.sub(&self.jobs[i].job.pod.requests);
+                        }
+                        self.stop_job(i, now);
+                    }
+                }
+            }
+            Action::Delete { claim, .. } => {
+                let _ = self.cloud.terminate(&claim, now);
+                self.remove_node(&claim, now);
+            }
+        }
+    }
+
+    fn launch(&mut self, req: ClaimRequest) {
+        let now = self.now;
+        match self.cloud.launch(&req, now) {
+            Ok(_) => {
+                let node = {
+                    let world = self.world(&[], &[]);
+                    ManagedNode::launched(&req, &world, now)
+                };
+                if let Some(node) = node {
+                    let gpus = self
+                        .catalog
+                        .instance_type(&req.offering.instance_type)
+                        .and_then(|t| t.accelerator.as_ref())
+                        .map_or(0.0, |a| a.count as f64);
+                    self.result.nodes_launched += 1;
+                    self.nodes.insert(
+                        req.claim.clone(),
+                        SimNode {
+                            node,
+                            jobs: BTreeSet::new(),
+                            gpus,
+                        },
+                    );
+                }
+            }
+            Err(e) => {
+                // A capacity error re-plans without that offering; other
+                // errors (an offering the region does not sell) leave the
+                // pods pending for the next batch.
+                if let (Some(notice), false) = (e.notice(), self.static_mode) {
+                    self.notify(&notice, now);
+                }
+            }
+        }
+    }
+
+    /// Plays the kube-scheduler: waiting pods, largest first, go to the first
+    /// Ready, schedulable node with room; a gang binds whole or not at all.
+    fn bind(&mut self) {
+        if self.waiting.is_empty() {
+            return;
+        }
+        let order: Vec<&String> = self
+            .nodes
+            .iter()
+            .filter(|(_, n)| n.node.ready_at.is_some() && !n.node.state.unschedulable)
+            .map(|(c, _)| c)
+            .collect();
+        if order.is_empty() {
+            return;
+        }
+        let claims: Vec<String> = order.into_iter().cloned().collect();
+        let states: Vec<crate::cluster::NodeState> = claims
+            .iter()
+            .map(|c| self.nodes[c].node.state.clone())
+            .collect();
+        let pods: Vec<Pod> = self.jobs.iter().map(|j| j.job.pod.clone()).collect();
+        let which: Vec<usize> = self.waiting.iter().copied().collect();
+        let (placed, _) = pack::place_on_existing(&pods, &which, &states);
+        let now = self.now;
+        for (i, n) in placed {
+            let claim = &claims[n];
+            let node = self.nodes.get_mut(claim).expect("bound to a known node");
+            node.jobs.insert(i);
+            node.node.state.used.add(&self.jobs[i].job.pod.requests);
+            node.node.pods.push(BoundPod {
+                pod: self.jobs[i].job.pod.clone(),
+                do_not_disrupt: false,
+                checkpoint_completed: None,
+                pdb: None,
+                placeholder: false,
+            });
+            self.waiting.remove(&i);
+            self.jobs[i].start(claim, now);
+            if let Some(f) = self.jobs[i].finish_time() {
+                self.finishes.push(Reverse((f, i)));
+            }
+        }
+    }
+
+    /// `static`: a fixed node group sized for the peak, launched at the start
+    /// (a cluster-autoscaler node group with min = max), on-demand.
+    fn launch_static(&mut self) {
+        let peak = peak_gpus(&self.jobs);
+        let biggest = self.jobs.iter().map(|j| j.gpus()).fold(0.0, f64::max);
+        let Some(pool) = self.pools.first().cloned() else {
+            return;
+        };
+        let pool_name = pool.metadata.name.clone().unwrap_or_default();
+        let selected = crate::api::validate::selected_instance_types(&pool.spec, self.catalog);
+        let best = self
+            .catalog
+            .offerings_in(self.region)
+            .filter(|o| o.capacity_type == CapacityType::OnDemand)
+            .filter_map(|o| {
+                let it = selected.iter().find(|t| t.name == o.instance_type)?;
+                let gpus = it.accelerator.as_ref().map_or(0, |a| a.count) as f64;
+                (gpus >= biggest.max(1.0)).then_some((o.price_per_hour / gpus, o, gpus))
+            })
+            .min_by(|a, b| a.0.total_cmp(&b.0));
+        let Some((_, o, gpus)) = best else {
+            return;
+        };
+        let (offering, price) = (
+            OfferingKey {
+                instance_type: o.instance_type.clone(),
+                zone: o.zone_id.clone(),
+                capacity_type: CapacityType::OnDemand,
+            },
+            o.price_per_hour,
+        );
+        let count = (peak / gpus).ceil().max(1.0) as usize;
+        for k in 0..count {
+            self.launch(ClaimRequest {
+                claim: format!("static-{k:05}"),
+                nodepool: pool_name.clone(),
+                offering: offering.clone(),
+                price_per_hour: price,
+                pods: Vec::new(),
+                prewarm_window: None,
+            });
+        }
+    }
+
+    fn sample(&mut self) {
+        let mut s = Sample {
+            t_s: (self.now - self.start).num_seconds() as f64,
+            pending_pods: self.waiting.len() as u32,
+            cumulative_cost: self.cloud.cost_so_far(self.now),
+            ..Default::default()
+        };
+        for n in self.nodes.values() {
+            s.cost_per_hour += n.node.price_per_hour;
+            match n.node.offering.capacity_type {
+                CapacityType::Spot => s.spot_nodes += 1,
+                CapacityType::OnDemand => s.on_demand_nodes += 1,
+            }
+            let family = prewarm::family_of(&n.node.offering.instance_type).to_string();
+            *s.nodes_by_family.entry(family).or_default() += 1;
+            s.gpus_provisioned += n.gpus;
+            s.gpus_used += n.jobs.iter().map(|&i| self.jobs[i].gpus()).sum::<f64>();
+        }
+        self.result.timeseries.push(s);
+        self.check_prewarm();
+    }
+
+    /// Counts pre-warm windows and whether their capacity was Ready at start.
+    fn check_prewarm(&mut self) {
+        for pool in &self.pools {
+            let name = pool.metadata.name.clone().unwrap_or_default();
+            let Ok(windows) = prewarm::active_windows(pool, self.now) else {
+                continue;
+            };
+            for w in windows {
+                if w.start > self.now
+                    || !self
+                        .windows_seen
+                        .insert((name.clone(), w.window.clone(), w.start))
+                {
+                    continue;
+                }
+                let wanted = pool
+                    .spec
+                    .prewarm
+                    .iter()
+                    .find(|p| p.name == w.window)
+                    .and_then(|p| p.capacity.get(l::RESOURCE_GPU))
+                    .and_then(|q| crate::api::parse_quantity(&q.0).ok())
+                    .unwrap_or(0.0);
+                let ready: f64 = self
+                    .nodes
+                    .values()
+                    .filter(|n| {
+                        n.node.nodepool == name && n.node.ready_at.is_some_and(|r| r <= w.start)
+                    })
+                    .map(|n| n.gpus)
+                    .sum();
+                self.result.prewarm_ready.1 += 1;
+                if ready >= wanted {
+                    self.result.prewarm_ready.0 += 1;
+                }
+            }
+        }
+    }
+
+    fn finish(mut self) -> StrategyResult {
+        let end = self.end;
+        let running: Vec<usize> = (0..self.jobs.len())
+            .filter(|&i| matches!(self.jobs[i].phase, Phase::Running { .. }))
+            .collect();
+        for i in running {
+            if let Phase::Running { since, .. } = self.jobs[i].phase {
+                self.result.gpu_hours +=
+                    (end - since).num_seconds().max(0) as f64 / 3600.0 * self.jobs[i].gpus();
+            }
+        }
+        for n in self.nodes.values() {
+            let alive = (end - n.node.launched_at).num_seconds().max(0) as f64 / 3600.0;
+            self.result.provisioned_gpu_hours += alive * n.gpus;
+        }
+        self.result.total_cost = self.cloud.cost_so_far(end);
+        let mut waits: Vec<f64> = Vec::new();
+        for j in &self.jobs {
+            let mut w = j.waited_s;
+            if let Phase::Waiting { since } = j.phase {
+                w += (end - since).num_seconds().max(0) as f64;
+            }
+            if !matches!(j.phase, Phase::Future) {
+                waits.push(w);
+            }
+            self.result.interruptions += j.interruptions;
+            self.result.checkpoints += j.checkpoints;
+            self.result.lost_gpu_hours += j.lost_s / 3600.0 * j.gpus();
+        }
+        waits.sort_by(f64::total_cmp);
+        if !waits.is_empty() {
+            self.result.mean_pending_s = waits.iter().sum::<f64>() / waits.len() as f64;
+            self.result.p95_pending_s =
+                waits[((waits.len() as f64 * 0.95).ceil() as usize).clamp(1, waits.len()) - 1];
+        }
+        let reasons = self.unplaceable_reasons();
+        for j in &self.jobs {
+            let reason = match &j.phase {
+                Phase::Done { .. } => continue,
+                Phase::Future => "submitted after the end of the simulation".to_string(),
+                Phase::Running { .. } => format!(
+                    "still running at the end ({:.0}% done)",
+                    100.0 * j.progress(end) / j.job.work_s.max(1.0)
+                ),
+                Phase::Waiting { since } => match reasons.get(&j.job.pod.name) {
+                    Some(r) => format!("never placed: {r}"),
+                    None if j.started => {
+                        format!("waiting since {} after losing its node", since.to_rfc3339())
+                    }
+                    None => format!("waiting for capacity since {}", since.to_rfc3339()),
+                },
+            };
+            self.result.unfinished.push(Unfinished {
+                job: j.job.pod.name.clone(),
+                reason,
+            });
+        }
+        let _ = self.strategy;
+        self.result
+    }
+
+    /// The planner's reasons for the pods still waiting at the end.
+    fn unplaceable_reasons(&self) -> BTreeMap<String, String> {
+        let pods: Vec<Pod> = self
+            .waiting
+            .iter()
+            .map(|&i| self.jobs[i].job.pod.clone())
+            .collect();
+        if pods.is_empty() {
+            return BTreeMap::new();
+        }
+        let pools: Vec<crate::cluster::Pool> = self
+            .pools
+            .iter()
+            .filter_map(|p| crate::cluster::Pool::from_api(p, Resources::new()).ok())
+            .collect();
+        let input = crate::plan::Input {
+            catalog: self.catalog,
+            region: self.region,
+            pools: &pools,
+            nodes: &[],
+            pods: &pods,
+            unavailable: &|_| false,
+            learned_rate: None,
+        };
+        crate::plan::plan(&input, Strategy::Greedy, &Default::default(), &|| 0.0)
+            .unschedulable
+            .into_iter()
+            .map(|u| (u.pod, u.reason))
+            .collect()
+    }
+}
+
+fn world<'w>(
+    catalog: &'w Catalog,
+    region: &'w str,
+    pools: &'w [NodePool],
+    pending: &'w [Pod],
+    nodes: &'w [ManagedNode],
+) -> World<'w> {
+    World {
+        catalog,
+        region,
+        pools,
+        pending,
+        nodes,
+        pdbs: &[],
+    }
+}
+
+/// Most GPUs held at once if every job started at its submit time.
+fn peak_gpus(jobs: &[JobRun]) -> f64 {
+    let mut events: Vec<(Time, f64)> = Vec::new();
+    for j in jobs {
+        let g = j.gpus();
+        if g > 0.0 {
+            events.push((j.job.submit, g));
+            events.push((
+                j.job.submit + Span::milliseconds((j.job.work_s * 1000.0) as i64),
+                -g,
+            ));
+        }
+    }
+    events.sort_by(|a, b| a.0.cmp(&b.0).then(a.1.total_cmp(&b.1)));
+    let (mut now, mut peak) = (0.0, 0.0f64);
+    for (_, d) in events {
+        now += d;
+        peak = peak.max(now);
+    }
+    peak
+}
+
+/// The clairvoyant lower bound: the workload's GPU-seconds at the region's
+/// cheapest spot price per GPU, with no interruptions and no idle capacity.
+pub fn lower_bound(jobs: &[SimJob], catalog: &Catalog, region: &str) -> f64 {
+    let per_gpu = catalog
+        .offerings_in(region)
+        .filter(|o| o.capacity_type == CapacityType::Spot)
+        .filter_map(|o| {
+            let count = catalog
+                .instance_type(&o.instance_type)?
+                .accelerator
+                .as_ref()
+                .filter(|a| a.manufacturer == "NVIDIA")?
+                .count;
+            Some(o.price_per_hour / count as f64)
+        })
+        .fold(f64::INFINITY, f64::min);
+    if !per_gpu.is_finite() {
+        return 0.0;
+    }
+    jobs.iter()
+        .map(|j| {
+            let gpus: f64 = j
+                .pod
+                .requests
+                .iter()
+                .filter(|(k, _)| *k == l::RESOURCE_GPU || k.starts_with(l::RESOURCE_MIG_PREFIX))
+                .map(|(_, v)| v as f64)
+                .sum();
+            gpus * j.work_s / 3600.0 * per_gpu
+        })
+        .sum()
+}
