@@ -4,6 +4,7 @@
 
 pub mod engine;
 pub mod jobs;
+pub mod report;
 pub mod result;
 pub mod scenario;
 pub mod trace;

@@ -1,0 +1,534 @@
+//! PNG charts of a report's time series: cumulative cost, nodes alive and
+//! pending pods against hours. Drawn with plotters into memory, encoded with
+//! `png`; text uses an embedded DejaVu Sans subset (`assets/fonts/`), so no
+//! system font or fontconfig is needed.
+
+use super::{ordered, write_file, Error, Result};
+use crate::sim::result::{Sample, SimReport};
+use plotters::coord::Shift;
+use plotters::element::ComposedElement;
+use plotters::prelude::*;
+use plotters::style::text_anchor::{HPos, Pos, VPos};
+use plotters::style::FontStyle;
+use std::path::{Path, PathBuf};
+use std::sync::OnceLock;
+
+/// Chart size in pixels.
+const WIDTH: u32 = 1200;
+const HEIGHT: u32 = 700;
+
+/// DejaVu Sans cut down to Latin-1 and common punctuation; see
+/// `assets/fonts/README.md` and its licence beside it.
+static FONT: &[u8] = include_bytes!("../../../assets/fonts/DejaVuSans-subset.ttf");
+
+/// The family name every text style below uses, registered to [`FONT`].
+const SANS: &str = "sans-serif";
+
+/// Strategy colours, by position in presentation order (tableau palette).
+const STRATEGY_COLOURS: [RGBColor; 6] = [
+    RGBColor(31, 119, 180),  // blue: quartermaster
+    RGBColor(255, 127, 14),  // orange: greedy
+    RGBColor(214, 39, 40),   // red: on-demand
+    RGBColor(127, 127, 127), // grey: static
+    RGBColor(44, 160, 44),   // green
+    RGBColor(23, 190, 207),  // cyan
+];
+
+/// Instance-family colours in the node panels (thin lines), distinct from
+/// the first four strategies' colours.
+const FAMILY_COLOURS: [RGBColor; 6] = [
+    RGBColor(148, 103, 189), // purple
+    RGBColor(140, 86, 75),   // brown
+    RGBColor(227, 119, 194), // pink
+    RGBColor(188, 189, 34),  // olive
+    RGBColor(44, 160, 44),   // green
+    RGBColor(23, 190, 207),  // cyan
+];
+
+type Area<'a> = DrawingArea<BitMapBackend<'a>, Shift>;
+type DrawResult = std::result::Result<(), Box<dyn std::error::Error>>;
+/// A legend sample: two path segments relative to an anchor.
+type Mark<DB> =
+    ComposedElement<BackendPoint, DB, PathElement<BackendPoint>, PathElement<BackendPoint>>;
+type BackendPoint = (i32, i32);
+type Draw = fn(&SimReport, &Area<'_>) -> DrawResult;
+
+/// The charts, by file name.
+const CHARTS: [(&str, Draw); 3] = [
+    ("cost.png", draw_cost),
+    ("nodes.png", draw_nodes),
+    ("pending.png", draw_pending),
+];
+
+/// Draws into `dir` (created if needed; files of these names replaced):
+/// - `cost.png`: cumulative cost, one line per strategy;
+/// - `nodes.png`: one panel per strategy on shared axes, spot nodes solid and
+///   on-demand dashed in the strategy's colour, each instance family thin;
+/// - `pending.png`: pending pods, one panel per strategy on shared axes.
+///
+/// Each is 1200x700 with a title, axis labels (hours on x) and a legend (a
+/// key strip under the title for the panelled charts). Returns the paths in
+/// that order.
+///
+/// # Errors
+/// [`Error::CreateDir`] if `dir` cannot be created; otherwise the first
+/// chart's failure to load the font, draw, encode or write, naming the file
+/// (charts before it stay written).
+pub fn write_charts(report: &SimReport, dir: &Path) -> Result<Vec<PathBuf>> {
+    std::fs::create_dir_all(dir).map_err(|source| Error::CreateDir {
+        path: dir.to_path_buf(),
+        source,
+    })?;
+    let mut paths = Vec::with_capacity(CHARTS.len());
+    for (name, draw) in CHARTS {
+        let path = dir.join(name);
+        let png = render(report, draw, &path)?;
+        write_file(&path, &png)?;
+        paths.push(path);
+    }
+    Ok(paths)
+}
+
+/// Draws one chart into an RGB buffer and encodes it as PNG; `path` only
+/// names the chart in errors.
+fn render(report: &SimReport, draw: Draw, path: &Path) -> Result<Vec<u8>> {
+    if !font_registered() {
+        return Err(Error::LoadFont {
+            path: path.to_path_buf(),
+        });
+    }
+    let mut rgb = vec![0u8; (WIDTH * HEIGHT * 3) as usize];
+    {
+        let root = BitMapBackend::with_buffer(&mut rgb, (WIDTH, HEIGHT)).into_drawing_area();
+        let drawn = root
+            .fill(&WHITE)
+            .map_err(Into::into)
+            .and_then(|()| draw(report, &root))
+            .and_then(|()| root.present().map_err(Into::into));
+        drawn.map_err(|e| Error::Draw {
+            path: path.to_path_buf(),
+            message: e.to_string(),
+        })?;
+    }
+    encode_png(&rgb).map_err(|source| Error::EncodePng {
+        path: path.to_path_buf(),
+        source,
+    })
+}
+
+fn encode_png(rgb: &[u8]) -> std::result::Result<Vec<u8>, png::EncodingError> {
+    let mut out = Vec::new();
+    let mut encoder = png::Encoder::new(&mut out, WIDTH, HEIGHT);
+    encoder.set_color(png::ColorType::Rgb);
+    encoder.set_depth(png::BitDepth::Eight);
+    let mut writer = encoder.write_header()?;
+    writer.write_image_data(rgb)?;
+    writer.finish()?;
+    Ok(out)
+}
+
+/// Registers [`FONT`] as plotters' `sans-serif` once per process; false if
+/// plotters rejected it.
+fn font_registered() -> bool {
+    static REGISTERED: OnceLock<bool> = OnceLock::new();
+    *REGISTERED
+        .get_or_init(|| plotters::style::register_font(SANS, FontStyle::Normal, FONT).is_ok())
+}
+
+/// One line of a chart, with its legend entry.
+struct Line {
+    label: String,
+    colour: RGBColor,
+    width: u32,
+    dashed: bool,
+    /// (hours, value), in time order.
+    points: Vec<(f64, f64)>,
+}
+
+impl Line {
+    fn style(&self) -> ShapeStyle {
+        ShapeStyle {
+            color: self.colour.to_rgba(),
+            filled: false,
+            stroke_width: self.width,
+        }
+    }
+}
+
+/// What a value is: money gets dollar labels on the y axis, counts whole
+/// numbers.
+#[derive(Clone, Copy, PartialEq)]
+enum Unit {
+    Usd,
+    Count,
+}
+
+/// One chart's frame.
+struct Frame<'a> {
+    caption: &'a str,
+    caption_size: u32,
+    y_desc: &'a str,
+    unit: Unit,
+    x_max: f64,
+    y_max: f64,
+    /// Where the legend goes; none for panels, which share a key strip.
+    legend: Option<SeriesLabelPosition>,
+}
+
+/// One line per strategy on one chart: comparing totals is the point.
+fn draw_cost(report: &SimReport, root: &Area<'_>) -> DrawResult {
+    let lines = strategy_lines(report, |s| s.cumulative_cost);
+    let caption = format!("Cumulative cost by strategy: {}", report.scenario);
+    plot(
+        root,
+        &Frame {
+            caption: &caption,
+            caption_size: 26,
+            y_desc: "cumulative cost (USD)",
+            unit: Unit::Usd,
+            x_max: x_max(report),
+            y_max: y_max(&lines, Unit::Usd),
+            legend: Some(SeriesLabelPosition::UpperLeft),
+        },
+        &lines,
+    )
+}
+
+/// One panel per strategy on shared axes: pending counts are spiky and
+/// overlap when drawn together.
+fn draw_pending(report: &SimReport, root: &Area<'_>) -> DrawResult {
+    let panels: Vec<(&str, Vec<Line>)> = ordered(report)
+        .into_iter()
+        .zip(strategy_lines(report, |s| f64::from(s.pending_pods)))
+        .map(|((name, _), line)| (name, vec![line]))
+        .collect();
+    let key: Vec<Line> = panels.iter().flat_map(|(_, l)| l).map(key_entry).collect();
+    let title = format!("Pending pods by strategy: {}", report.scenario);
+    small_multiples(root, &title, &key, "pending pods", report, &panels)
+}
+
+/// One panel per strategy on shared axes: spot nodes solid, on-demand
+/// dashed (both in the strategy's colour), each instance family thin.
+fn draw_nodes(report: &SimReport, root: &Area<'_>) -> DrawResult {
+    let families = super::families(report);
+    let family_colour = |j: usize| FAMILY_COLOURS[j % FAMILY_COLOURS.len()];
+    let panels: Vec<(&str, Vec<Line>)> = ordered(report)
+        .into_iter()
+        .enumerate()
+        .map(|(i, (name, r))| {
+            let colour = strategy_colour(i);
+            let samples = sorted(&r.timeseries);
+            let mut lines = vec![
+                line("spot", colour, 2, false, &samples, |s| {
+                    f64::from(s.spot_nodes)
+                }),
+                line("on-demand", colour, 2, true, &samples, |s| {
+                    f64::from(s.on_demand_nodes)
+                }),
+            ];
+            for (j, family) in families.iter().enumerate() {
+                if samples
+                    .iter()
+                    .any(|s| s.nodes_by_family.contains_key(*family))
+                {
+                    lines.push(line(family, family_colour(j), 1, false, &samples, |s| {
+                        f64::from(s.nodes_by_family.get(*family).copied().unwrap_or(0))
+                    }));
+                }
+            }
+            (name, lines)
+        })
+        .collect();
+    let neutral = RGBColor(60, 60, 60);
+    let mut key = vec![
+        line("spot", neutral, 2, false, &[], |_| 0.0),
+        line("on-demand", neutral, 2, true, &[], |_| 0.0),
+    ];
+    for (j, family) in families.iter().enumerate() {
+        key.push(line(family, family_colour(j), 1, false, &[], |_| 0.0));
+    }
+    let title = format!(
+        "Nodes alive by strategy, in the strategy's colour: {}",
+        report.scenario
+    );
+    small_multiples(root, &title, &key, "nodes", report, &panels)
+}
+
+/// A title, a key strip explaining the line styles, then one panel per
+/// entry of `panels` (captioned with its name) on shared axes.
+fn small_multiples(
+    root: &Area<'_>,
+    title: &str,
+    key: &[Line],
+    y_desc: &str,
+    report: &SimReport,
+    panels: &[(&str, Vec<Line>)],
+) -> DrawResult {
+    let body = root.titled(title, (SANS, 24))?;
+    let (strip, body) = body.split_vertically(30);
+    draw_key(&strip, key)?;
+    let x_max = x_max(report);
+    let y_max = y_max(panels.iter().flat_map(|(_, lines)| lines), Unit::Count);
+    let frame = |caption| Frame {
+        caption,
+        caption_size: 18,
+        y_desc,
+        unit: Unit::Count,
+        x_max,
+        y_max,
+        legend: None,
+    };
+    if panels.is_empty() {
+        return plot(&body, &frame("no strategies"), &[]);
+    }
+    let cols = (panels.len() as f64).sqrt().ceil() as usize;
+    let rows = panels.len().div_ceil(cols);
+    for (area, (name, lines)) in body.split_evenly((rows, cols)).iter().zip(panels) {
+        plot(area, &frame(name), lines)?;
+    }
+    Ok(())
+}
+
+/// `line`'s legend entry alone (no points).
+fn key_entry(line: &Line) -> Line {
+    Line {
+        label: line.label.clone(),
+        points: Vec::new(),
+        ..*line
+    }
+}
+
+/// The legend entries of `key` in one centred row across `strip`.
+fn draw_key(strip: &Area<'_>, key: &[Line]) -> DrawResult {
+    const MARK: i32 = 24;
+    const GAP: i32 = 8;
+    const SPACING: i32 = 28;
+    let text = TextStyle::from((SANS, 15).into_font()).pos(Pos::new(HPos::Left, VPos::Center));
+    let mut widths = Vec::with_capacity(key.len());
+    for entry in key {
+        let (w, _) = strip.estimate_text_size(&entry.label, &text)?;
+        widths.push(w as i32);
+    }
+    let total: i32 = widths.iter().map(|w| MARK + GAP + w).sum::<i32>()
+        + SPACING * (key.len() as i32 - 1).max(0);
+    let (width, height) = strip.dim_in_pixel();
+    let (mut x, y) = ((width as i32 - total).max(0) / 2, height as i32 / 2);
+    for (entry, w) in key.iter().zip(widths) {
+        strip.draw(&legend_mark(entry.dashed, entry.style(), (x, y)))?;
+        strip.draw(&Text::new(entry.label.as_str(), (x + MARK + GAP, y), &text))?;
+        x += MARK + GAP + w + SPACING;
+    }
+    Ok(())
+}
+
+/// A 24-pixel sample of a line starting at `at`: two segments, touching
+/// when solid, apart when dashed (so both are one type).
+fn legend_mark<DB: DrawingBackend>(dashed: bool, style: ShapeStyle, at: BackendPoint) -> Mark<DB> {
+    let (a, b) = if dashed {
+        ((0, 9), (15, 24))
+    } else {
+        ((0, 12), (12, 24))
+    };
+    EmptyElement::at(at)
+        + PathElement::new(vec![(a.0, 0), (a.1, 0)], style)
+        + PathElement::new(vec![(b.0, 0), (b.1, 0)], style)
+}
+
+/// One line per strategy, in presentation order, of `value` over hours.
+fn strategy_lines(report: &SimReport, value: fn(&Sample) -> f64) -> Vec<Line> {
+    ordered(report)
+        .into_iter()
+        .enumerate()
+        .map(|(i, (name, r))| {
+            line(
+                name,
+                strategy_colour(i),
+                2,
+                false,
+                &sorted(&r.timeseries),
+                value,
+            )
+        })
+        .collect()
+}
+
+fn line(
+    label: &str,
+    colour: RGBColor,
+    width: u32,
+    dashed: bool,
+    samples: &[&Sample],
+    value: impl Fn(&Sample) -> f64,
+) -> Line {
+    Line {
+        label: label.to_string(),
+        colour,
+        width,
+        dashed,
+        points: samples
+            .iter()
+            .map(|s| (s.t_s / 3600.0, value(s)))
+            .filter(|(x, y)| x.is_finite() && y.is_finite())
+            .collect(),
+    }
+}
+
+fn sorted(samples: &[Sample]) -> Vec<&Sample> {
+    let mut out: Vec<&Sample> = samples.iter().collect();
+    out.sort_by(|a, b| a.t_s.total_cmp(&b.t_s));
+    out
+}
+
+fn strategy_colour(i: usize) -> RGBColor {
+    STRATEGY_COLOURS[i % STRATEGY_COLOURS.len()]
+}
+
+/// Hours shown: the simulated duration or the last sample, at least one.
+fn x_max(report: &SimReport) -> f64 {
+    let last = report
+        .strategies
+        .values()
+        .flat_map(|r| &r.timeseries)
+        .map(|s| s.t_s)
+        .filter(|t| t.is_finite())
+        .fold(report.duration_s, f64::max);
+    let hours = last / 3600.0;
+    if hours > 0.0 {
+        hours
+    } else {
+        1.0
+    }
+}
+
+/// The top of the y axis: the largest value plus room for a legend; for
+/// counts a whole number, at least 1.
+fn y_max<'a>(lines: impl IntoIterator<Item = &'a Line>, unit: Unit) -> f64 {
+    let top = lines
+        .into_iter()
+        .flat_map(|l| &l.points)
+        .map(|&(_, y)| y)
+        .fold(0.0, f64::max);
+    match unit {
+        Unit::Usd if top > 0.0 => top * 1.15,
+        Unit::Usd => 1.0,
+        Unit::Count => (top * 1.1).ceil().max(top + 1.0),
+    }
+}
+
+/// Draws axes, `lines` and (if the frame asks) their legend into `area`.
+fn plot(area: &Area<'_>, frame: &Frame<'_>, lines: &[Line]) -> DrawResult {
+    let mut chart = ChartBuilder::on(area)
+        .caption(frame.caption, (SANS, frame.caption_size))
+        .margin(12)
+        .x_label_area_size(48)
+        .y_label_area_size(80)
+        .build_cartesian_2d(0.0..frame.x_max, 0.0..frame.y_max)?;
+    let y_format = |v: &f64| match frame.unit {
+        // Whole dollars once cents stop mattering, to keep labels short.
+        Unit::Usd if frame.y_max >= 100.0 => {
+            let dollars = super::terminal::usd(v.round());
+            dollars.trim_end_matches(".00").to_string()
+        }
+        Unit::Usd => super::terminal::usd(*v),
+        Unit::Count => format!("{v:.0}"),
+    };
+    // Counts: at most one label per whole number, so none repeats.
+    let y_labels = match frame.unit {
+        Unit::Usd => 10,
+        Unit::Count => (frame.y_max as usize + 1).min(10),
+    };
+    chart
+        .configure_mesh()
+        .x_desc("hours since start")
+        .y_desc(frame.y_desc)
+        .axis_desc_style((SANS, 16))
+        .label_style((SANS, 13))
+        .y_labels(y_labels)
+        .y_label_formatter(&y_format)
+        .x_label_formatter(&|v| format!("{v}"))
+        .max_light_lines(4)
+        .light_line_style(RGBColor(240, 240, 240))
+        .draw()?;
+    for l in lines {
+        let style = l.style();
+        // Drop points that land on the previous one's pixel: zero-length
+        // segments and sub-pixel zigzags make plotters' thick-line joins
+        // spike across the chart.
+        let mut points: Vec<(f64, f64)> = Vec::with_capacity(l.points.len());
+        let mut last = None;
+        for &p in &l.points {
+            let pixel = chart.backend_coord(&p);
+            if last != Some(pixel) {
+                points.push(p);
+                last = Some(pixel);
+            }
+        }
+        let series = if l.dashed {
+            chart.draw_series(DashedLineSeries::new(points.iter().copied(), 9, 6, style))?
+        } else {
+            // Segment by segment, so there are no joins to spike.
+            chart.draw_series(
+                points
+                    .windows(2)
+                    .map(|w| PathElement::new(vec![w[0], w[1]], style)),
+            )?
+        };
+        let dashed = l.dashed;
+        series
+            .label(l.label.as_str())
+            .legend(move |at| legend_mark(dashed, style, at));
+    }
+    if let (Some(position), false) = (&frame.legend, lines.is_empty()) {
+        chart
+            .configure_series_labels()
+            .position(position.clone())
+            .background_style(WHITE.mix(0.85))
+            .border_style(BLACK.mix(0.3))
+            .label_font((SANS, 14))
+            .draw()?;
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::fixtures::{report, temp_dir};
+    use super::*;
+
+    #[test]
+    fn charts_render_to_png_bytes_of_the_chart_size() {
+        let r = report();
+        for (name, draw) in CHARTS {
+            let png = render(&r, draw, Path::new(name)).unwrap();
+            let decoder = png::Decoder::new(std::io::Cursor::new(png));
+            let info = decoder.read_info().unwrap();
+            assert_eq!(
+                (info.info().width, info.info().height),
+                (WIDTH, HEIGHT),
+                "{name}"
+            );
+        }
+    }
+
+    #[test]
+    fn charts_draw_an_empty_report_without_failing() {
+        let dir = temp_dir("empty-charts");
+        let paths = write_charts(&SimReport::default(), &dir).unwrap();
+        assert_eq!(paths.len(), 3);
+        let _ = std::fs::remove_dir_all(dir);
+    }
+
+    #[test]
+    fn count_axes_end_on_a_whole_number_above_the_largest_value() {
+        let l = Line {
+            label: "x".into(),
+            colour: BLACK,
+            width: 1,
+            dashed: false,
+            points: vec![(0.0, 3.0), (1.0, 7.0)],
+        };
+        assert_eq!(y_max([&l], Unit::Count), 8.0);
+        assert_eq!(y_max([], Unit::Count), 1.0);
+        assert!((y_max([&l], Unit::Usd) - 8.05).abs() < 1e-9);
+    }
+}

@@ -1,0 +1,289 @@
+//! The terminal table: one row per strategy, then the lower bound, unfinished
+//! jobs and pre-warm readiness.
+
+use super::{ordered, ratio_to_lower_bound, ratio_to_on_demand};
+use crate::sim::result::{SimReport, StrategyResult};
+use std::fmt::Write as _;
+
+/// How many unfinished jobs the table shows per strategy.
+const UNFINISHED_EXAMPLES: usize = 5;
+
+/// Column headers; the first column is left-aligned, the rest right-aligned.
+const HEADERS: [&str; 12] = [
+    "strategy",
+    "cost",
+    "$/GPU-h",
+    "vs on-demand",
+    "vs bound",
+    "GPU util",
+    "pending mean",
+    "pending p95",
+    "interrupts",
+    "checkpoints",
+    "GPU-h lost",
+    "jobs done",
+];
+
+/// A readable table of `report` for a terminal: a title line, one row per
+/// strategy (quartermaster, greedy, on-demand, static, then others) with
+/// cost, USD per GPU-hour, ratios to `on-demand` and to the lower bound, GPU
+/// utilisation, mean and p95 pending time, interruptions, checkpoints,
+/// GPU-hours lost (and their share of GPU-hours held) and jobs finished; then
+/// the lower bound, up to five unfinished jobs per strategy with a count, and
+/// pre-warm readiness where a strategy saw windows. `-` marks a value that is
+/// undefined (no on-demand run, nothing provisioned).
+pub fn table(report: &SimReport) -> String {
+    let mut rows: Vec<Vec<String>> = vec![HEADERS.iter().map(|h| h.to_string()).collect()];
+    rows.extend(
+        ordered(report)
+            .into_iter()
+            .map(|(name, r)| row(report, name, r)),
+    );
+    let widths: Vec<usize> = (0..HEADERS.len())
+        .map(|c| rows.iter().map(|r| r[c].chars().count()).max().unwrap_or(0))
+        .collect();
+
+    let mut out = String::new();
+    // Writing to a String cannot fail: the results of write! are ignored.
+    let _ = writeln!(
+        out,
+        "scenario {} (seed {}, {} simulated)",
+        report.scenario,
+        report.seed,
+        duration(report.duration_s)
+    );
+    for (i, row) in rows.iter().enumerate() {
+        let line: Vec<String> = row
+            .iter()
+            .zip(&widths)
+            .enumerate()
+            .map(|(c, (cell, &w))| {
+                if c == 0 {
+                    format!("{cell:<w$}")
+                } else {
+                    format!("{cell:>w$}")
+                }
+            })
+            .collect();
+        let _ = writeln!(out, "{}", line.join("  ").trim_end());
+        if i == 0 {
+            let rule: Vec<String> = widths.iter().map(|&w| "-".repeat(w)).collect();
+            let _ = writeln!(out, "{}", rule.join("  "));
+        }
+    }
+    let _ = writeln!(
+        out,
+        "\nlower bound: {} (the workload's GPU-hours at the cheapest spot price per GPU, \
+         no interruptions)",
+        usd(report.lower_bound_cost)
+    );
+    unfinished(&mut out, report);
+    prewarm(&mut out, report);
+    out
+}
+
+/// The cells of one strategy's row, in [`HEADERS`] order.
+fn row(report: &SimReport, name: &str, r: &StrategyResult) -> Vec<String> {
+    let lost = if r.gpu_hours > 0.0 {
+        format!(
+            "{:.1} ({:.1}%)",
+            r.lost_gpu_hours,
+            100.0 * r.lost_gpu_hours / r.gpu_hours
+        )
+    } else {
+        format!("{:.1}", r.lost_gpu_hours)
+    };
+    vec![
+        name.to_string(),
+        usd(r.total_cost),
+        opt(r.cost_per_gpu_hour(), usd),
+        opt(ratio_to_on_demand(report, r), ratio),
+        opt(ratio_to_lower_bound(report, r), ratio),
+        opt(r.gpu_utilisation(), |u| format!("{:.1}%", 100.0 * u)),
+        duration(r.mean_pending_s),
+        duration(r.p95_pending_s),
+        r.interruptions.to_string(),
+        r.checkpoints.to_string(),
+        lost,
+        format!("{}/{}", r.jobs_completed, r.jobs_total),
+    ]
+}
+
+/// Per strategy with unfinished jobs: a count and up to five examples.
+fn unfinished(out: &mut String, report: &SimReport) {
+    for (name, r) in ordered(report) {
+        if r.unfinished.is_empty() {
+            continue;
+        }
+        let n = r.unfinished.len();
+        let _ = writeln!(
+            out,
+            "\n{name}: {n} unfinished job{}",
+            if n == 1 { "" } else { "s" }
+        );
+        for u in r.unfinished.iter().take(UNFINISHED_EXAMPLES) {
+            let _ = writeln!(out, "  {}: {}", u.job, u.reason);
+        }
+        if n > UNFINISHED_EXAMPLES {
+            let _ = writeln!(out, "  ... and {} more", n - UNFINISHED_EXAMPLES);
+        }
+    }
+}
+
+/// Pre-warm windows whose capacity was Ready at window start, per strategy
+/// that saw any.
+fn prewarm(out: &mut String, report: &SimReport) {
+    let seen: Vec<_> = ordered(report)
+        .into_iter()
+        .filter(|(_, r)| r.prewarm_ready.1 > 0)
+        .collect();
+    if seen.is_empty() {
+        return;
+    }
+    let _ = writeln!(out, "\npre-warm windows ready at start:");
+    let width = seen.iter().map(|(n, _)| n.len()).max().unwrap_or(0);
+    for (name, r) in seen {
+        let (ready, total) = r.prewarm_ready;
+        let _ = writeln!(out, "  {name:<width$}  {ready}/{total}");
+    }
+}
+
+fn opt(value: Option<f64>, render: impl Fn(f64) -> String) -> String {
+    value.map_or_else(|| "-".to_string(), render)
+}
+
+/// `$1,234.56`: two decimals, thousands separated.
+pub(super) fn usd(x: f64) -> String {
+    let cents = format!("{:.2}", x.abs());
+    let (whole, frac) = cents.split_once('.').unwrap_or((&cents, "00"));
+    let mut grouped = String::new();
+    for (i, c) in whole.chars().enumerate() {
+        if i > 0 && (whole.len() - i) % 3 == 0 {
+            grouped.push(',');
+        }
+        grouped.push(c);
+    }
+    let sign = if x < 0.0 && cents != "0.00" { "-" } else { "" };
+    format!("{sign}${grouped}.{frac}")
+}
+
+fn ratio(x: f64) -> String {
+    format!("{x:.2}")
+}
+
+/// Seconds in the largest unit that keeps the number readable: `45s`,
+/// `2.5m`, `3.0h`, `2.1d`.
+fn duration(s: f64) -> String {
+    if !s.is_finite() {
+        return "-".to_string();
+    }
+    if s < 60.0 {
+        format!("{s:.0}s")
+    } else if s < 3600.0 {
+        format!("{:.1}m", s / 60.0)
+    } else if s < 2.0 * 86_400.0 {
+        format!("{:.1}h", s / 3600.0)
+    } else {
+        format!("{:.1}d", s / 86_400.0)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::fixtures::{report, result};
+    use super::*;
+
+    /// The table's row for `strategy`, split on runs of two or more spaces.
+    fn cells(table: &str, strategy: &str) -> Vec<String> {
+        let line = table
+            .lines()
+            .find(|l| l.split("  ").next() == Some(strategy))
+            .unwrap_or_else(|| panic!("no row for {strategy} in\n{table}"));
+        line.split("  ")
+            .map(str::trim)
+            .filter(|c| !c.is_empty())
+            .map(str::to_string)
+            .collect()
+    }
+
+    #[test]
+    fn table_shows_cost_ratio_to_on_demand_and_to_the_lower_bound() {
+        let t = table(&report());
+        // quartermaster 35 against on-demand 100 and a bound of 25.
+        let qm = cells(&t, "quartermaster");
+        assert_eq!(qm[1], "$35.00");
+        assert_eq!(qm[2], "$3.50", "35 USD over 10 GPU-hours");
+        assert_eq!(qm[3], "0.35");
+        assert_eq!(qm[4], "1.40");
+        assert_eq!(cells(&t, "on-demand")[3], "1.00");
+        assert_eq!(cells(&t, "static")[3], "1.20");
+    }
+
+    #[test]
+    fn table_shows_utilisation_pending_times_losses_and_jobs_in_human_units() {
+        let qm = cells(&table(&report()), "quartermaster");
+        assert_eq!(
+            qm[5..],
+            ["50.0%", "1.5m", "2.0h", "3", "7", "1.0 (10.0%)", "4/5"]
+        );
+    }
+
+    #[test]
+    fn table_lists_strategies_in_fixed_order_and_ends_with_the_lower_bound() {
+        let t = table(&report());
+        let pos = |s: &str| t.find(&format!("\n{s} ")).unwrap();
+        assert!(pos("quartermaster") < pos("greedy"));
+        assert!(pos("greedy") < pos("on-demand"));
+        assert!(pos("on-demand") < pos("static"));
+        assert!(t.contains("lower bound: $25.00"), "{t}");
+    }
+
+    #[test]
+    fn table_shows_five_unfinished_examples_and_the_count() {
+        let t = table(&report());
+        assert!(t.contains("greedy: 7 unfinished jobs"), "{t}");
+        assert!(t.contains("  train-4: still running at the end"), "{t}");
+        assert!(!t.contains("train-5"), "{t}");
+        assert!(t.contains("... and 2 more"), "{t}");
+        assert!(!t.contains("quartermaster: "), "{t}");
+    }
+
+    #[test]
+    fn table_shows_prewarm_readiness_only_for_strategies_with_windows() {
+        let t = table(&report());
+        let section = t.split("pre-warm windows ready at start:").nth(1).unwrap();
+        assert_eq!(section.trim(), "quartermaster  3/4");
+    }
+
+    #[test]
+    fn table_marks_ratios_as_undefined_without_on_demand_or_bound() {
+        let mut r = report();
+        r.strategies.remove("on-demand");
+        r.lower_bound_cost = 0.0;
+        r.strategies.insert("idle".into(), {
+            let mut idle = result(0.0);
+            idle.gpu_hours = 0.0;
+            idle.provisioned_gpu_hours = 0.0;
+            idle
+        });
+        let t = table(&r);
+        assert_eq!(cells(&t, "quartermaster")[3..5], ["-", "-"]);
+        let idle = cells(&t, "idle");
+        assert_eq!(idle[2], "-", "no GPU-hours, no cost per GPU-hour");
+        assert_eq!(idle[5], "-", "nothing provisioned, no utilisation");
+        assert_eq!(idle[10], "1.0");
+    }
+
+    #[test]
+    fn usd_groups_thousands_and_durations_pick_readable_units() {
+        assert_eq!(usd(1_234_567.891), "$1,234,567.89");
+        assert_eq!(usd(999.999), "$1,000.00");
+        assert_eq!(usd(-12.5), "-$12.50");
+        assert_eq!(usd(0.0), "$0.00");
+        assert_eq!(duration(0.0), "0s");
+        assert_eq!(duration(59.4), "59s");
+        assert_eq!(duration(90.0), "1.5m");
+        assert_eq!(duration(5400.0), "1.5h");
+        assert_eq!(duration(7.0 * 86_400.0), "7.0d");
+    }
+}
