@@ -55,3 +55,23 @@ fn the_smoke_scenario_runs_every_strategy_on_the_same_jobs_reproducibly() {
     let b = run("simulations/smoke.yaml");
     assert_eq!(a, b, "same seed, same report");
 }
+
+#[test]
+fn every_scenario_in_simulations_parses_and_its_workload_loads() {
+    let catalog = Arc::new(Catalog::embedded().unwrap());
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("simulations");
+    let mut seen = 0;
+    for entry in std::fs::read_dir(&dir).unwrap() {
+        let path = entry.unwrap().path();
+        if path.extension().and_then(|e| e.to_str()) != Some("yaml") {
+            continue;
+        }
+        let text = std::fs::read_to_string(&path).unwrap();
+        let scenario =
+            Scenario::parse(&text, &catalog).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+        let jobs = sim::load_jobs(&scenario, &dir, None).unwrap();
+        assert!(!jobs.is_empty(), "{} has no jobs", path.display());
+        seen += 1;
+    }
+    assert!(seen >= 5, "only {seen} scenarios");
+}

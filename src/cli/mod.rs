@@ -4,6 +4,7 @@ mod bench;
 mod catalog;
 mod crds;
 mod plan;
+mod simulate;
 mod validate;
 
 use clap::{Parser, Subcommand};
@@ -29,6 +30,8 @@ enum Command {
     Plan(plan::Args),
     /// Benchmarks run from the command line.
     Bench(bench::Args),
+    /// Replay a scenario through every strategy on a simulated cloud.
+    Simulate(simulate::Args),
 }
 
 /// Runs one subcommand; the exit code is the subcommand's verdict.
@@ -39,5 +42,6 @@ pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Validate(args) => validate::run(args),
         Command::Plan(args) => plan::run(args),
         Command::Bench(args) => bench::run(args),
+        Command::Simulate(args) => simulate::run(args),
     }
 }
