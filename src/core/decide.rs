@@ -116,7 +116,7 @@ impl Core {
         let leads: BTreeMap<&str, std::time::Duration> = world
             .pools
             .iter()
-            .map(|p| (name(p), self.latency.lead_for_pool(p, world.catalog)))
+            .map(|p| (name(p), self.lead(p, world)))
             .collect();
         let protected = |n: &ManagedNode| {
             world
@@ -141,8 +141,9 @@ impl Core {
     /// pre-warm window warming up or ending.
     pub fn next_deadline(&self, world: &World, now: Time) -> Option<Time> {
         let windows = world.pools.iter().filter_map(|p| {
-            let lead = self.latency.lead_for_pool(p, world.catalog);
-            prewarm::next_deadline(p, now, lead).ok().flatten()
+            prewarm::next_deadline(p, now, self.lead(p, world))
+                .ok()
+                .flatten()
         });
         [
             self.batcher.next_deadline(),
@@ -160,8 +161,7 @@ impl Core {
         let mut demand: Vec<Pod> = world.pending.to_vec();
         demand.extend(self.interruptions.pods_needing_replacement(world));
         for pool in world.pools {
-            let lead = self.latency.lead_for_pool(pool, world.catalog);
-            if let Ok(pods) = prewarm::demand(pool, now, lead) {
+            if let Ok(pods) = prewarm::demand(pool, now, self.lead(pool, world)) {
                 demand.extend(shortfall(pool, pods, world.nodes));
             }
         }
@@ -228,6 +228,17 @@ impl Core {
 }
 
 impl Core {
+    /// How long before a pre-warm window opens its capacity is launched:
+    /// 1.25 x the pool's p90 launch-to-ready time, plus the longest batch,
+    /// so that a launch that takes a little longer than usual is still Ready
+    /// at the window's start.
+    fn lead(&self, pool: &NodePool, world: &World) -> std::time::Duration {
+        self.latency
+            .lead_for_pool(pool, world.catalog)
+            .mul_f64(1.25)
+            + self.config.batch_max
+    }
+
     /// Learned rates of the spot pools with evidence (empty when learning is
     /// off): the planner's and consolidation's override of advisor rates.
     fn learned_rates(&self, world: &World) -> BTreeMap<OfferingKey, f64> {

@@ -718,13 +718,7 @@ pub fn lower_bound(jobs: &[SimJob], catalog: &Catalog, region: &str) -> f64 {
     }
     jobs.iter()
         .map(|j| {
-            let gpus: f64 = j
-                .pod
-                .requests
-                .iter()
-                .filter(|(k, _)| *k == l::RESOURCE_GPU || k.starts_with(l::RESOURCE_MIG_PREFIX))
-                .map(|(_, v)| v as f64)
-                .sum();
+            let gpus = super::jobs::gpus_of(&j.pod.requests);
             gpus * j.work_s / 3600.0 * per_gpu
         })
         .sum()

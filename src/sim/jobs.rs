@@ -68,6 +68,29 @@ pub struct JobRun {
     pub started: bool,
 }
 
+/// GPUs in a resource list: whole GPUs (or time-sliced replicas) count one
+/// each, a MIG instance `Ng.*` counts N/7 of a GPU.
+pub fn gpus_of(requests: &crate::cluster::Resources) -> f64 {
+    use crate::api::labels as l;
+    requests
+        .iter()
+        .map(|(k, v)| {
+            if k == l::RESOURCE_GPU {
+                v as f64
+            } else if let Some(profile) = k.strip_prefix(l::RESOURCE_MIG_PREFIX) {
+                let slices: f64 = profile
+                    .split('g')
+                    .next()
+                    .and_then(|n| n.parse().ok())
+                    .unwrap_or(1.0);
+                v as f64 * slices / 7.0
+            } else {
+                0.0
+            }
+        })
+        .sum()
+}
+
 fn secs(a: Time, b: Time) -> f64 {
     (b - a).num_milliseconds() as f64 / 1000.0
 }
@@ -88,18 +111,10 @@ impl JobRun {
         }
     }
 
-    /// GPUs (whole, time-sliced or MIG instances) the job's pod holds.
+    /// GPUs the job's pod holds: whole GPUs (or time-sliced replicas) count
+    /// one each, a MIG instance its share of a GPU (`1g.10gb` is 1/7).
     pub fn gpus(&self) -> f64 {
-        self.job
-            .pod
-            .requests
-            .iter()
-            .filter(|(k, _)| {
-                *k == crate::api::labels::RESOURCE_GPU
-                    || k.starts_with(crate::api::labels::RESOURCE_MIG_PREFIX)
-            })
-            .map(|(_, v)| v as f64)
-            .sum()
+        gpus_of(&self.job.pod.requests)
     }
 
     /// The job appears.
@@ -277,6 +292,11 @@ mod tests {
         j.finish(t(3700));
         assert_eq!(j.lost_s, 0.0);
         assert_eq!(j.gpus(), 8.0);
+        let mig = crate::cluster::Resources::new().with("nvidia.com/mig-1g.10gb", 7);
+        assert!(
+            (gpus_of(&mig) - 1.0).abs() < 1e-9,
+            "seven 1g slices are one GPU"
+        );
     }
 
     #[test]
