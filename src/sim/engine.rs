@@ -436,11 +436,18 @@ impl<'a> Engine<'a> {
             .iter()
             .map(|c| self.nodes[c].node.state.clone())
             .collect();
-        let pods: Vec<Pod> = self.jobs.iter().map(|j| j.job.pod.clone()).collect();
-        let which: Vec<usize> = self.waiting.iter().copied().collect();
+        // Only the waiting pods: cloning every job's pod on each step made a
+        // long run quadratic in its number of jobs.
+        let waiting: Vec<usize> = self.waiting.iter().copied().collect();
+        let pods: Vec<Pod> = waiting
+            .iter()
+            .map(|&i| self.jobs[i].job.pod.clone())
+            .collect();
+        let which: Vec<usize> = (0..pods.len()).collect();
         let (placed, _) = pack::place_on_existing(&pods, &which, &states);
         let now = self.now;
-        for (i, n) in placed {
+        for (k, n) in placed {
+            let i = waiting[k];
             let claim = &claims[n];
             let node = self.nodes.get_mut(claim).expect("bound to a known node");
             node.jobs.insert(i);
