@@ -75,3 +75,99 @@ fn every_scenario_in_simulations_parses_and_its_workload_loads() {
     }
     assert!(seen >= 5, "only {seen} scenarios");
 }
+
+/// A spot-only pool in a heavy storm: quartermaster must ride it out.
+const STORM: &str = r#"
+name: storm-test
+start: 2026-01-05T00:00:00Z
+duration: 10h
+seed: 9
+strategies: [quartermaster]
+nodePools:
+- apiVersion: quartermaster.dev/v1alpha1
+  kind: NodePool
+  metadata: {name: spot}
+  spec:
+    capacityTypes: [spot]
+    template:
+      spec:
+        taints: [{key: nvidia.com/gpu, effect: NoSchedule}]
+        requirements: [{key: quartermaster.dev/instance-family, operator: In, values: [g5, g6]}]
+    disruption: {consolidationPolicy: WhenEmpty, consolidateAfter: 5m}
+workloads:
+- training: {name: ckpt, jobs: 16, perHour: 8, gpus: [1], runTime: {median: 2h, p90: 4h}, checkpointInterval: 30m}
+- training: {name: plain, jobs: 8, perHour: 4, gpus: [1], runTime: {median: 1h, p90: 2h}}
+cloud:
+  storms: [{after: 1h, duration: 4h, multiplier: 20000}]
+"#;
+
+#[test]
+fn in_a_storm_opted_in_pods_are_signalled_before_eviction_and_no_node_outlives_its_deadline() {
+    use quartermaster::core::{Action, Notice};
+    use quartermaster::sim::result::LogEvent;
+    use std::collections::BTreeMap;
+
+    let catalog = Arc::new(Catalog::embedded().unwrap());
+    let scenario = Scenario::parse(STORM, &catalog).unwrap();
+    let jobs = sim::load_jobs(&scenario, Path::new("."), None).unwrap();
+    let opted_in: std::collections::BTreeSet<String> = jobs
+        .iter()
+        .filter(|j| j.pod.checkpoints)
+        .map(|j| j.pod.name.clone())
+        .collect();
+    let report = sim::simulate(
+        &scenario,
+        &catalog,
+        &jobs,
+        &scenario.strategies,
+        &mut |_, _| {},
+    )
+    .unwrap();
+    let r = &report.strategies["quartermaster"];
+    assert!(
+        r.spot_notices >= 3,
+        "the storm interrupts: {} notices",
+        r.spot_notices
+    );
+
+    let mut deadlines: BTreeMap<String, quartermaster::core::Time> = BTreeMap::new();
+    let mut signalled: std::collections::BTreeSet<(String, String)> = Default::default();
+    let mut evicted_after_notice = 0;
+    for (at, event) in &r.log {
+        match event {
+            LogEvent::Notice(Notice::SpotInterruption { claim, deadline }) => {
+                deadlines.insert(claim.clone(), *deadline);
+            }
+            LogEvent::Action(Action::RequestCheckpoint { pod, claim, .. }) => {
+                signalled.insert((pod.clone(), claim.clone()));
+            }
+            LogEvent::Action(Action::Evict { pod, claim }) if deadlines.contains_key(claim) => {
+                evicted_after_notice += 1;
+                if opted_in.contains(pod) {
+                    assert!(
+                        signalled.contains(&(pod.clone(), claim.clone())),
+                        "{pod} evicted from interrupted {claim} at {at} without a checkpoint request"
+                    );
+                }
+            }
+            LogEvent::NodeGone(claim) => {
+                if let Some(deadline) = deadlines.get(claim) {
+                    assert!(
+                        at <= deadline,
+                        "{claim} outlived its deadline {deadline}: gone at {at}"
+                    );
+                }
+            }
+            _ => {}
+        }
+    }
+    assert!(
+        evicted_after_notice > 0,
+        "some pods were evicted from interrupted nodes"
+    );
+    assert!(
+        signalled.iter().all(|(p, _)| opted_in.contains(p)),
+        "only opted-in pods are signalled"
+    );
+    assert_eq!(r.jobs_completed as usize + r.unfinished.len(), jobs.len());
+}

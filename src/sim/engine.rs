@@ -6,7 +6,7 @@
 //! actions to the simulated cloud and the jobs. No decision is made here.
 
 use super::jobs::{JobRun, Phase};
-use super::result::{Sample, StrategyResult, Unfinished};
+use super::result::{LogEvent, Sample, StrategyResult, Unfinished};
 use super::scenario::{Scenario, StrategyName};
 use super::workload::SimJob;
 use crate::api::labels as l;
@@ -297,6 +297,7 @@ impl<'a> Engine<'a> {
                 }
             }
             CloudEvent::Notice { notice, at } => {
+                self.result.log.push((at, LogEvent::Notice(notice.clone())));
                 if matches!(notice, Notice::SpotInterruption { .. }) {
                     self.result.spot_notices += 1;
                 }
@@ -313,6 +314,9 @@ impl<'a> Engine<'a> {
 
     fn remove_node(&mut self, claim: &str, at: Time) {
         if let Some(n) = self.nodes.remove(claim) {
+            self.result
+                .log
+                .push((at, LogEvent::NodeGone(claim.to_string())));
             for i in n.jobs {
                 self.stop_job(i, at);
             }
@@ -346,6 +350,9 @@ impl<'a> Engine<'a> {
 
     fn apply(&mut self, action: Action) {
         let now = self.now;
+        self.result
+            .log
+            .push((now, LogEvent::Action(action.clone())));
         match action {
             Action::Launch(req) => self.launch(req),
             Action::Cordon { claim, .. } => {

@@ -298,6 +298,7 @@ pub(crate) mod fixtures {
             spot_notices: 2,
             prewarm_ready: (0, 0),
             unfinished: Vec::new(),
+            log: Vec::new(),
             timeseries: Vec::new(),
         }
     }

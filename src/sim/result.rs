@@ -73,6 +73,21 @@ pub struct StrategyResult {
     /// The time series.
     #[serde(skip)]
     pub timeseries: Vec<Sample>,
+    /// What happened, in order: the core's actions, the cloud's notices and
+    /// nodes leaving (for checking invariants; not reported).
+    #[serde(skip)]
+    pub log: Vec<(crate::core::Time, LogEvent)>,
+}
+
+/// One entry of a run's log.
+#[derive(Debug, Clone, PartialEq)]
+pub enum LogEvent {
+    /// The core decided this.
+    Action(crate::core::Action),
+    /// The cloud sent this.
+    Notice(crate::core::Notice),
+    /// The node is gone (terminated by us or reclaimed).
+    NodeGone(String),
 }
 
 impl StrategyResult {
