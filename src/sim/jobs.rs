@@ -122,22 +122,21 @@ impl JobRun {
         self.phase = Phase::Waiting { since: now };
     }
 
+    /// Seconds the current run spends restarting before useful work: the
+    /// restart overhead after an interruption, nothing on the first start.
+    fn overhead(&self) -> f64 {
+        match self.phase {
+            Phase::Running { restart: true, .. } => self.job.restart_overhead_s,
+            _ => 0.0,
+        }
+    }
+
     /// Useful progress at `now` (saved progress before the run plus useful
     /// time in this run).
     pub fn progress(&self, now: Time) -> f64 {
         match &self.phase {
-            Phase::Running {
-                since,
-                base_s,
-                restart,
-                ..
-            } => {
-                let overhead = if *restart {
-                    self.job.restart_overhead_s
-                } else {
-                    0.0
-                };
-                (base_s + (secs(*since, now) - overhead).max(0.0)).min(self.job.work_s)
+            Phase::Running { since, base_s, .. } => {
+                (base_s + (secs(*since, now) - self.overhead()).max(0.0)).min(self.job.work_s)
             }
             Phase::Done { .. } => self.job.work_s,
             _ => self.saved_s,
@@ -177,18 +176,8 @@ impl JobRun {
     /// When the job will finish if nothing interrupts it.
     pub fn finish_time(&self) -> Option<Time> {
         match &self.phase {
-            Phase::Running {
-                since,
-                base_s,
-                restart,
-                ..
-            } => {
-                let overhead = if *restart {
-                    self.job.restart_overhead_s
-                } else {
-                    0.0
-                };
-                let left = (self.job.work_s - base_s).max(0.0) + overhead;
+            Phase::Running { since, base_s, .. } => {
+                let left = (self.job.work_s - base_s).max(0.0) + self.overhead();
                 Some(*since + chrono::Duration::milliseconds((left * 1000.0).ceil() as i64))
             }
             _ => None,
@@ -243,14 +232,8 @@ impl JobRun {
         self.count_periodic_checkpoints(now);
         let saved = self.saved(now);
         let (restart_overhead_paid, useful) = match &self.phase {
-            Phase::Running { since, restart, .. } => {
-                let ran = secs(*since, now);
-                let overhead = if *restart {
-                    self.job.restart_overhead_s.min(ran)
-                } else {
-                    0.0
-                };
-                (overhead, self.progress(now))
+            Phase::Running { since, .. } => {
+                (self.overhead().min(secs(*since, now)), self.progress(now))
             }
             _ => (0.0, 0.0),
         };
