@@ -11,10 +11,12 @@ use super::estimator::InterruptionEstimator;
 use super::interruption::{self, offering_key, Interruptions};
 use super::prewarm::{self, LaunchLatency};
 use super::{Action, ClaimRequest, ManagedNode, Notice, OfferingKey, Time, World};
-use crate::api::NodePool;
+use crate::api::{NodePool, NodePoolSpec};
+use crate::catalog::InterruptionBucket;
 use crate::catalog::Offering;
 use crate::cluster::{NodeState, Pod, Pool, Resources};
 use crate::plan::{self, Strategy};
+use std::cell::RefCell;
 use std::collections::BTreeMap;
 
 /// Knobs of the whole core.
@@ -61,6 +63,12 @@ pub struct Core {
     latency: LaunchLatency,
     next_claim: u64,
     last_decide: Option<Time>,
+    /// Instance families each pool selects, for its pre-warm lead, kept
+    /// with the spec they were computed from (recomputing them builds the
+    /// labels of every instance type, on every step).
+    families: RefCell<BTreeMap<String, (NodePoolSpec, Vec<String>)>>,
+    /// Advisor buckets of the spot pools the estimator has evidence for.
+    priors: RefCell<BTreeMap<OfferingKey, Option<InterruptionBucket>>>,
 }
 
 impl Core {
@@ -74,6 +82,8 @@ impl Core {
             latency: LaunchLatency::new(),
             next_claim: 0,
             last_decide: None,
+            families: RefCell::new(BTreeMap::new()),
+            priors: RefCell::new(BTreeMap::new()),
             config,
         }
     }
@@ -233,10 +243,19 @@ impl Core {
     /// so that a launch that takes a little longer than usual is still Ready
     /// at the window's start.
     fn lead(&self, pool: &NodePool, world: &World) -> std::time::Duration {
-        self.latency
-            .lead_for_pool(pool, world.catalog)
-            .mul_f64(1.25)
-            + self.config.batch_max
+        let mut cache = self.families.borrow_mut();
+        let fresh = cache
+            .get(name(pool))
+            .is_some_and(|(spec, _)| *spec == pool.spec);
+        if !fresh {
+            let families = crate::api::validate::selected_instance_types(&pool.spec, world.catalog)
+                .into_iter()
+                .map(|it| it.family.clone())
+                .collect();
+            cache.insert(name(pool).to_string(), (pool.spec.clone(), families));
+        }
+        let families = &cache[name(pool)].1;
+        self.latency.lead(families).mul_f64(1.25) + self.config.batch_max
     }
 
     /// Learned rates of the spot pools with evidence (empty when learning is
@@ -245,9 +264,15 @@ impl Core {
         if !self.config.learn_rates {
             return BTreeMap::new();
         }
+        let mut priors = self.priors.borrow_mut();
         self.estimator
-            .rates(world.catalog, world.region)
-            .map(|(k, r)| (k.clone(), r))
+            .pools()
+            .map(|k| {
+                let prior = *priors.entry(k.clone()).or_insert_with(|| {
+                    super::estimator::prior_bucket(world.catalog, world.region, k)
+                });
+                (k.clone(), self.estimator.rate(k, prior))
+            })
             .collect()
     }
 }

@@ -200,6 +200,11 @@ impl InterruptionEstimator {
         self.posterior(key, prior).upper_bound()
     }
 
+    /// The pools with evidence.
+    pub fn pools(&self) -> impl Iterator<Item = &OfferingKey> {
+        self.evidence.keys()
+    }
+
     /// Learned rates of the pools with evidence, priors from the catalog's
     /// offerings in `region` ([`prior_bucket`]). This is the override map the
     /// planner reads in place of the advisor-derived rates; pools absent from
