@@ -125,6 +125,44 @@ pub struct InstanceType {
     pub local_storage_gb: Option<u64>,
 }
 
+#[cfg(test)]
+impl InstanceType {
+    /// A bare x86_64 instance type for tests: the family is the part of the
+    /// name before the dot; no accelerator, no EFA, 4 network interfaces.
+    pub(crate) fn bare(name: &str, vcpu: u32, memory_mib: u64) -> InstanceType {
+        InstanceType {
+            name: name.into(),
+            family: name.split('.').next().unwrap_or_default().into(),
+            vcpu,
+            memory_mib,
+            architecture: Architecture::X86_64,
+            accelerator: None,
+            efa_supported: false,
+            max_efa_interfaces: 0,
+            max_network_interfaces: 4,
+            gpu_interconnect: None,
+            network_baseline_mbps: None,
+            local_storage_gb: None,
+        }
+    }
+
+    /// The same type with `count` NVIDIA `model` GPUs of
+    /// `memory_mib_per_device` each.
+    pub(crate) fn with_gpus(self, model: &str, count: u32, memory_mib_per_device: u64) -> Self {
+        InstanceType {
+            accelerator: Some(Accelerator {
+                kind: AcceleratorKind::Gpu,
+                manufacturer: "NVIDIA".into(),
+                model: model.into(),
+                count,
+                memory_mib_per_device,
+                neuron_cores_per_device: None,
+            }),
+            ..self
+        }
+    }
+}
+
 /// Where an offering's price comes from, so that derived figures are never
 /// mistaken for observed ones.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]

@@ -148,29 +148,14 @@ pub fn node_labels(it: &InstanceType, offering: &Offering, nodepool: &str) -> La
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::catalog::{Accelerator, Architecture, CapacityType, PriceSource};
+    use crate::catalog::{CapacityType, PriceSource};
 
     pub(crate) fn p4d() -> InstanceType {
         InstanceType {
-            name: "p4d.24xlarge".into(),
-            family: "p4d".into(),
-            vcpu: 96,
-            memory_mib: 1_179_648,
-            architecture: Architecture::X86_64,
-            accelerator: Some(Accelerator {
-                kind: AcceleratorKind::Gpu,
-                manufacturer: "NVIDIA".into(),
-                model: "A100".into(),
-                count: 8,
-                memory_mib_per_device: 40960,
-                neuron_cores_per_device: None,
-            }),
             efa_supported: true,
             max_efa_interfaces: 4,
             max_network_interfaces: 60,
-            gpu_interconnect: None,
-            network_baseline_mbps: None,
-            local_storage_gb: None,
+            ..InstanceType::bare("p4d.24xlarge", 96, 1_179_648).with_gpus("A100", 8, 40960)
         }
     }
 

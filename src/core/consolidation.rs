@@ -727,9 +727,7 @@ mod tests {
     use super::super::interruption::fixtures::*;
     use super::*;
     use crate::api::Budget;
-    use crate::catalog::{
-        Accelerator, AcceleratorKind, Architecture, Catalog, InstanceType, PriceSource,
-    };
+    use crate::catalog::{Catalog, InstanceType, PriceSource};
 
     fn step(c: &mut Consolidation, f: &Fixture, at: i64) -> Vec<Action> {
         c.decide_in(&f.world(), t(at), &Context::new(&Interruptions::default()))
@@ -764,27 +762,7 @@ mod tests {
     }
 
     fn gpu_type(name: &str, vcpu: u32, model: &str) -> InstanceType {
-        InstanceType {
-            name: name.into(),
-            family: name.split('.').next().unwrap_or_default().into(),
-            vcpu,
-            memory_mib: u64::from(vcpu) * 4096,
-            architecture: Architecture::X86_64,
-            accelerator: Some(Accelerator {
-                kind: AcceleratorKind::Gpu,
-                manufacturer: "NVIDIA".into(),
-                model: model.into(),
-                count: 1,
-                memory_mib_per_device: 23028,
-                neuron_cores_per_device: None,
-            }),
-            efa_supported: false,
-            max_efa_interfaces: 0,
-            max_network_interfaces: 4,
-            gpu_interconnect: None,
-            network_baseline_mbps: None,
-            local_storage_gb: None,
-        }
+        InstanceType::bare(name, vcpu, u64::from(vcpu) * 4096).with_gpus(model, 1, 23028)
     }
 
     /// `(instance type, zone, capacity type, USD/h, advisor bucket)`.

@@ -387,21 +387,7 @@ mod tests {
 
     #[test]
     fn rates_lists_pools_with_evidence_using_the_catalog_bucket() {
-        use crate::catalog::{Architecture, InstanceType};
-        let it = InstanceType {
-            name: "g5.xlarge".into(),
-            family: "g5".into(),
-            vcpu: 4,
-            memory_mib: 16_384,
-            architecture: Architecture::X86_64,
-            accelerator: None,
-            efa_supported: false,
-            max_efa_interfaces: 0,
-            max_network_interfaces: 4,
-            gpu_interconnect: None,
-            network_baseline_mbps: None,
-            local_storage_gb: None,
-        };
+        let it = crate::catalog::InstanceType::bare("g5.xlarge", 4, 16_384);
         let offering = Offering {
             instance_type: "g5.xlarge".into(),
             region: "us-east-1".into(),

@@ -798,21 +798,8 @@ mod tests {
     #[test]
     fn the_pool_lead_is_the_slowest_selected_family_and_nodes_count_once_ready() {
         use crate::api::{Operator as Op, Requirement as Req};
-        use crate::catalog::{Architecture, CapacityType, InstanceType};
-        let it = |name: &str| InstanceType {
-            name: name.into(),
-            family: family_of(name).into(),
-            vcpu: 8,
-            memory_mib: 32_768,
-            architecture: Architecture::X86_64,
-            accelerator: None,
-            efa_supported: false,
-            max_efa_interfaces: 0,
-            max_network_interfaces: 4,
-            gpu_interconnect: None,
-            network_baseline_mbps: None,
-            local_storage_gb: None,
-        };
+        use crate::catalog::{CapacityType, InstanceType};
+        let it = |name: &str| InstanceType::bare(name, 8, 32_768);
         let catalog = Catalog::from_parts([it("g5.2xlarge"), it("p4d.24xlarge")], []);
         let mut l = LaunchLatency::new();
         let mut p = office_hours();

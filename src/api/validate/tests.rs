@@ -1,36 +1,17 @@
 use super::syntax::distance;
 use super::*;
-use crate::catalog::{Accelerator, Architecture};
+use crate::catalog::Accelerator;
 
 fn instance(name: &str, accelerator: Option<Accelerator>) -> InstanceType {
     InstanceType {
-        name: name.into(),
-        family: name.split('.').next().unwrap().into(),
-        vcpu: 96,
-        memory_mib: 1_000_000,
-        architecture: Architecture::X86_64,
         accelerator,
-        efa_supported: false,
-        max_efa_interfaces: 0,
         max_network_interfaces: 8,
-        gpu_interconnect: None,
-        network_baseline_mbps: None,
-        local_storage_gb: None,
+        ..InstanceType::bare(name, 96, 1_000_000)
     }
 }
 
 fn gpu(name: &str, model: &str, count: u32, mib: u64) -> InstanceType {
-    instance(
-        name,
-        Some(Accelerator {
-            kind: AcceleratorKind::Gpu,
-            manufacturer: "NVIDIA".into(),
-            model: model.into(),
-            count,
-            memory_mib_per_device: mib,
-            neuron_cores_per_device: None,
-        }),
-    )
+    instance(name, None).with_gpus(model, count, mib)
 }
 
 fn neuron(name: &str, model: &str, count: u32) -> InstanceType {

@@ -1,8 +1,5 @@
 use super::*;
-use crate::catalog::{
-    Accelerator, AcceleratorKind, Architecture, InstanceType, InterruptionBucket, Offering,
-    PriceSource,
-};
+use crate::catalog::{InstanceType, InterruptionBucket, Offering, PriceSource};
 use chrono::TimeZone;
 
 const REGION: &str = "us-east-1";
@@ -17,26 +14,11 @@ fn secs(s: i64) -> TimeDelta {
 }
 
 fn instance_type(name: &str, gpus: u32) -> InstanceType {
-    InstanceType {
-        name: name.into(),
-        family: name.split('.').next().unwrap().into(),
-        vcpu: 8,
-        memory_mib: 32768,
-        architecture: Architecture::X86_64,
-        accelerator: (gpus > 0).then(|| Accelerator {
-            kind: AcceleratorKind::Gpu,
-            manufacturer: "NVIDIA".into(),
-            model: "A10G".into(),
-            count: gpus,
-            memory_mib_per_device: 24576,
-            neuron_cores_per_device: None,
-        }),
-        efa_supported: false,
-        max_efa_interfaces: 0,
-        max_network_interfaces: 4,
-        gpu_interconnect: None,
-        network_baseline_mbps: None,
-        local_storage_gb: None,
+    let it = InstanceType::bare(name, 8, 32768);
+    if gpus > 0 {
+        it.with_gpus("A10G", gpus, 24576)
+    } else {
+        it
     }
 }
 
