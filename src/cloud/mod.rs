@@ -1,9 +1,15 @@
 //! The seam between deciding and launching: the [`CloudProvider`] trait, the
 //! [`Instance`] it reports and the [`Error`] it classifies failures into.
-//! Implemented by [`simulated`] (virtual time, seeded randomness) and, later,
-//! by `aws` (aws-sdk-ec2), where all EC2 error-code mapping will live. What to
+//! Implemented by [`simulated`] (virtual time, seeded randomness) and by
+//! [`aws`] (aws-sdk-ec2), where all EC2 error-code mapping lives. What to
 //! launch and when is decided in `core`; nothing here decides.
+//!
+//! Notices about instances that a cloud delivers on its own (spot
+//! interruptions, rebalance recommendations, state changes) arrive as
+//! [`InstanceNotice`]s keyed by instance ID; the driver maps the instance to
+//! its NodeClaim and hands the core a [`Notice`].
 
+pub mod aws;
 pub mod simulated;
 
 use crate::core::{ClaimRequest, Notice, OfferingKey, Time};
@@ -129,6 +135,138 @@ impl Error {
     }
 }
 
+/// How a launched node must present itself when it registers: what the
+/// instance's bootstrap (user data) sets on the kubelet. Built from the
+/// NodeClaim's spec, so the claim and the instance agree.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct NodeTemplate {
+    /// Node labels (pool, offering and well-known labels).
+    pub labels: std::collections::BTreeMap<String, String>,
+    /// Taints the node keeps.
+    pub taints: Vec<crate::api::Taint>,
+    /// Taints the node carries until the controller initializes it
+    /// (`quartermaster.dev/unregistered` among them).
+    pub startup_taints: Vec<crate::api::Taint>,
+}
+
+impl From<&crate::api::NodeClaimSpec> for NodeTemplate {
+    fn from(spec: &crate::api::NodeClaimSpec) -> NodeTemplate {
+        NodeTemplate {
+            labels: spec.labels.clone(),
+            taints: spec.taints.clone(),
+            startup_taints: spec.startup_taints.clone(),
+        }
+    }
+}
+
+/// What a cloud said about one of its instances, before the driver knows
+/// which NodeClaim the instance belongs to.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct InstanceNotice {
+    /// Provider instance ID (`i-0123456789abcdef0` on EC2).
+    pub instance_id: String,
+    /// What happened.
+    pub kind: NoticeKind,
+    /// When the cloud says it happened (the event's time).
+    pub time: Time,
+    /// A provider-side identifier of the message, so that a message
+    /// delivered twice is acted on once (the EventBridge event ID on AWS).
+    pub id: String,
+}
+
+/// The kinds of [`InstanceNotice`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum NoticeKind {
+    /// The spot instance will be reclaimed at `deadline`.
+    SpotInterruption {
+        /// When the instance is taken back (two minutes after the warning).
+        deadline: Time,
+    },
+    /// Elevated risk of interruption; no deadline.
+    Rebalance,
+    /// The instance changed state outside our control.
+    StateChange {
+        /// The new state.
+        state: InstanceState,
+    },
+    /// A scheduled maintenance event (instance retirement, reboot) from AWS
+    /// Health; `start` is when it begins, if the event says.
+    ScheduledChange {
+        /// When the change starts.
+        start: Option<Time>,
+    },
+}
+
+impl InstanceNotice {
+    /// The core's [`Notice`] for this event, once the driver knows the
+    /// instance's NodeClaim. A state change to stopping/terminated becomes
+    /// [`Notice::Terminated`]; pending/running say nothing new. A scheduled
+    /// change is treated as a rebalance recommendation: the pool's rebalance
+    /// action decides whether to drain ahead of it.
+    pub fn to_notice(&self, claim: &str) -> Option<Notice> {
+        let claim = claim.to_string();
+        match &self.kind {
+            NoticeKind::SpotInterruption { deadline } => Some(Notice::SpotInterruption {
+                claim,
+                deadline: *deadline,
+            }),
+            NoticeKind::Rebalance | NoticeKind::ScheduledChange { .. } => {
+                Some(Notice::Rebalance { claim })
+            }
+            NoticeKind::StateChange { state } => {
+                (!state.is_alive()).then_some(Notice::Terminated { claim })
+            }
+        }
+    }
+}
+
+/// The instances garbage collection must terminate: alive, launched more
+/// than `grace` before `now` (so a launch whose NodeClaim is still being
+/// written is spared), and belonging to no claim in `claims`. Providers list
+/// only instances carrying their ownership tag, so nothing else is ever a
+/// candidate.
+pub fn orphans<'a>(
+    instances: &'a [Instance],
+    claims: &std::collections::HashSet<String>,
+    now: Time,
+    grace: chrono::TimeDelta,
+) -> Vec<&'a Instance> {
+    instances
+        .iter()
+        .filter(|i| i.state.is_alive() && !claims.contains(&i.claim) && now - i.launched_at > grace)
+        .collect()
+}
+
+/// Terminates every [`orphans`] instance of `cloud` and returns them; one
+/// failed terminate does not stop the others (its error is returned beside).
+///
+/// # Errors
+/// Listing the instances failed.
+pub async fn collect_garbage<C: CloudProvider + ?Sized>(
+    cloud: &C,
+    claims: &std::collections::HashSet<String>,
+    now: Time,
+    grace: chrono::TimeDelta,
+) -> Result<(Vec<Instance>, Vec<Error>)> {
+    let instances = cloud.instances().await?;
+    let mut done = Vec::new();
+    let mut failed = Vec::new();
+    for orphan in orphans(&instances, claims, now, grace) {
+        match cloud.terminate(&orphan.claim, now).await {
+            Ok(i) => done.push(i),
+            Err(Error::NotFound { .. }) => {}
+            Err(e) => failed.push(e),
+        }
+    }
+    Ok((done, failed))
+}
+
+/// The instance ID at the end of a Kubernetes provider ID
+/// (`aws:///us-east-1a/i-0123` gives `i-0123`).
+pub fn instance_id_of(provider_id: &str) -> &str {
+    provider_id.rsplit('/').next().unwrap_or(provider_id)
+}
+
 /// The cloud's result type.
 pub type Result<T, E = Error> = std::result::Result<T, E>;
 
@@ -143,8 +281,9 @@ pub type Result<T, E = Error> = std::result::Result<T, E>;
 /// Every method is idempotent per claim name, so that a restarted controller
 /// converges without leaking or doubling instances.
 pub trait CloudProvider {
-    /// Launches the instance for `claim` (its offering), or returns the
-    /// instance already launched for that claim name, whatever its state.
+    /// Launches the instance for `claim` (its offering), bootstrapped to
+    /// register with `template`'s labels and taints, or returns the instance
+    /// already launched for that claim name, whatever its state.
     ///
     /// # Errors
     /// [`Error::InsufficientCapacity`] when the offering has no capacity;
@@ -154,6 +293,7 @@ pub trait CloudProvider {
     fn launch(
         &self,
         claim: &ClaimRequest,
+        template: &NodeTemplate,
         now: Time,
     ) -> impl Future<Output = Result<Instance>> + Send;
 
@@ -195,6 +335,78 @@ mod tests {
             zone: "use1-az1".into(),
             capacity_type: CapacityType::Spot,
         }
+    }
+
+    fn instance(claim: &str, launched_at: Time, state: InstanceState) -> Instance {
+        Instance {
+            claim: claim.into(),
+            provider_id: format!("aws:///us-east-1a/i-{claim}"),
+            offering: key(),
+            price_per_hour: 1.0,
+            launched_at,
+            state,
+        }
+    }
+
+    #[test]
+    fn orphans_are_alive_unclaimed_instances_older_than_the_grace_period() {
+        use chrono::TimeZone;
+        let t0 = chrono::Utc.with_ymd_and_hms(2026, 1, 1, 0, 0, 0).unwrap();
+        let now = t0 + chrono::TimeDelta::minutes(10);
+        let instances = vec![
+            instance("claimed", t0, InstanceState::Running),
+            instance("orphan", t0, InstanceState::Running),
+            instance(
+                "young",
+                now - chrono::TimeDelta::seconds(30),
+                InstanceState::Pending,
+            ),
+            instance("gone", t0, InstanceState::ShuttingDown),
+        ];
+        let claims = ["claimed".to_string()].into_iter().collect();
+        let found: Vec<&str> = orphans(&instances, &claims, now, chrono::TimeDelta::minutes(2))
+            .iter()
+            .map(|i| i.claim.as_str())
+            .collect();
+        assert_eq!(found, ["orphan"]);
+    }
+
+    #[test]
+    fn instance_notices_become_core_notices_once_the_claim_is_known() {
+        use chrono::TimeZone;
+        let t = chrono::Utc.with_ymd_and_hms(2026, 1, 1, 0, 0, 0).unwrap();
+        let notice = |kind| InstanceNotice {
+            instance_id: "i-1".into(),
+            kind,
+            time: t,
+            id: "e-1".into(),
+        };
+        assert_eq!(
+            notice(NoticeKind::SpotInterruption { deadline: t }).to_notice("c"),
+            Some(Notice::SpotInterruption {
+                claim: "c".into(),
+                deadline: t
+            })
+        );
+        assert_eq!(
+            notice(NoticeKind::ScheduledChange { start: None }).to_notice("c"),
+            Some(Notice::Rebalance { claim: "c".into() })
+        );
+        assert_eq!(
+            notice(NoticeKind::StateChange {
+                state: InstanceState::Running
+            })
+            .to_notice("c"),
+            None
+        );
+        assert_eq!(
+            notice(NoticeKind::StateChange {
+                state: InstanceState::Terminated
+            })
+            .to_notice("c"),
+            Some(Notice::Terminated { claim: "c".into() })
+        );
+        assert_eq!(instance_id_of("aws:///us-east-1a/i-0abc"), "i-0abc");
     }
 
     #[test]

@@ -20,7 +20,7 @@ pub use config::{
 };
 pub use events::{CloudEvent, TerminationCause};
 
-use super::{CloudProvider, Error, Instance, InstanceState, Result};
+use super::{CloudProvider, Error, Instance, InstanceState, NodeTemplate, Result};
 use crate::catalog::{CapacityType, Catalog};
 use crate::core::{ClaimRequest, Notice, OfferingKey, Time};
 use chrono::TimeDelta;
@@ -525,7 +525,12 @@ fn poisoned() -> Error {
 /// The provider face of the simulated cloud, for code written against
 /// [`CloudProvider`]: every future is ready on its first poll.
 impl CloudProvider for Mutex<SimulatedCloud> {
-    async fn launch(&self, claim: &ClaimRequest, now: Time) -> Result<Instance> {
+    async fn launch(
+        &self,
+        claim: &ClaimRequest,
+        _template: &NodeTemplate,
+        now: Time,
+    ) -> Result<Instance> {
         self.lock().map_err(|_| poisoned())?.launch(claim, now)
     }
 

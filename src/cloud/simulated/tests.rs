@@ -508,11 +508,12 @@ fn terminating_a_booting_instance_cancels_its_boot_and_terminating_twice_is_harm
 #[test]
 fn the_provider_face_launches_terminates_and_lists_through_block_on_ready() {
     async fn cycle(p: &impl CloudProvider, now: Time) -> Result<Vec<Instance>> {
+        let t = NodeTemplate::default();
         let launched = p
-            .launch(&claim("a", spot("g5.xlarge", ZONES[0])), now)
+            .launch(&claim("a", spot("g5.xlarge", ZONES[0])), &t, now)
             .await?;
         assert_eq!(p.describe("a").await?, Some(launched));
-        p.launch(&claim("b", spot("g5.xlarge", ZONES[1])), now)
+        p.launch(&claim("b", spot("g5.xlarge", ZONES[1])), &t, now)
             .await?;
         p.terminate("a", now + secs(60)).await?;
         p.instances().await

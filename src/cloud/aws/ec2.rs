@@ -1,0 +1,1 @@
+//! EC2 launches: launch templates, CreateFleet, describe, terminate, garbage collection.

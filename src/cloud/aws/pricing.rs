@@ -1,0 +1,1 @@
+//! Live prices: on-demand from the Pricing API, spot from DescribeSpotPriceHistory.
