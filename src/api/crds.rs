@@ -23,7 +23,32 @@ pub fn all() -> Vec<(&'static str, CustomResourceDefinition)> {
 ///
 /// A serialization error (not expected for a generated CRD).
 pub fn to_yaml(crd: &CustomResourceDefinition) -> Result<String, serde_norway::Error> {
-    Ok(format!("{HEADER}{}", serde_norway::to_string(crd)?))
+    Ok(format!("{HEADER}{}", canonical_yaml(crd)?))
+}
+
+/// The CRD as YAML with every mapping's keys in sorted order, whatever
+/// serde_json's `preserve_order` feature (which another crate in the build
+/// may switch on) does to object values such as schema defaults; so the
+/// text, and the drift test, do not depend on the feature set of a build.
+fn canonical_yaml(crd: &CustomResourceDefinition) -> Result<String, serde_norway::Error> {
+    fn sorted(v: serde_json::Value) -> serde_json::Value {
+        match v {
+            serde_json::Value::Object(map) => {
+                let mut entries: Vec<_> = map.into_iter().collect();
+                entries.sort_by(|a, b| a.0.cmp(&b.0));
+                serde_json::Value::Object(
+                    entries.into_iter().map(|(k, v)| (k, sorted(v))).collect(),
+                )
+            }
+            serde_json::Value::Array(items) => {
+                serde_json::Value::Array(items.into_iter().map(sorted).collect())
+            }
+            other => other,
+        }
+    }
+    let value =
+        serde_json::to_value(crd).map_err(<serde_norway::Error as serde::ser::Error>::custom)?;
+    serde_norway::to_string(&sorted(value))
 }
 
 /// Every CRD as one multi-document YAML stream (`---` before each document),
@@ -36,7 +61,7 @@ pub fn all_yaml() -> Result<String, serde_norway::Error> {
     let mut out = String::new();
     for (_, crd) in all() {
         out.push_str("---\n");
-        out.push_str(&serde_norway::to_string(&crd)?);
+        out.push_str(&canonical_yaml(&crd)?);
     }
     Ok(out)
 }
