@@ -88,5 +88,15 @@ pub const KUEUE_GROUP: &str = "kueue.x-k8s.io/pod-group-name";
 /// Kueue's pod-group size annotation.
 pub const KUEUE_GROUP_TOTAL: &str = "kueue.x-k8s.io/pod-group-total-count";
 
+/// Cloud resource tag: the cluster that owns an instance, volume, fleet or
+/// launch template (value: the cluster name). Garbage collection and the IAM
+/// policy's conditions key on it.
+pub const TAG_CLUSTER: &str = "quartermaster.dev/cluster";
+/// Cloud resource tag: the NodeClaim an instance was launched for.
+pub const TAG_NODECLAIM: &str = "quartermaster.dev/nodeclaim";
+/// Cloud resource tag: the USD per hour expected at launch, so that a
+/// restarted controller still knows what an instance costs.
+pub const TAG_PRICE: &str = "quartermaster.dev/price-per-hour";
+
 /// Finalizer on NodeClaims: the instance is terminated before the claim goes.
 pub const FINALIZER: &str = "quartermaster.dev/termination";

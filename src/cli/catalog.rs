@@ -1,18 +1,23 @@
-//! `quartermaster catalog`: list the embedded catalog, and `catalog import`:
-//! regenerate `pricing-data/` from the reference data.
+//! `quartermaster catalog`: list the embedded catalog; `catalog import`:
+//! regenerate `pricing-data/` from the reference data; `catalog refresh`:
+//! rewrite one region's prices in `pricing-data/` from the AWS APIs.
 
 use anyhow::Context;
 use quartermaster::catalog::{
     import, CapacityType, Catalog, InstanceType, Offering, PriceSource, PricingFiles,
-    ReferenceFiles,
+    ReferenceFiles, EMBEDDED,
 };
+use quartermaster::cloud::aws::load_sdk_config;
+use quartermaster::cloud::aws::pricing::apply::provenance_note;
+use quartermaster::cloud::aws::pricing::{refresh_pricing_files, PriceClient};
 use serde::Serialize;
 use std::io::Write;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
-/// Arguments of `catalog`: list the embedded catalog of one region, or
-/// `catalog import` to regenerate `pricing-data/`.
+/// Arguments of `catalog`: list the embedded catalog of one region,
+/// `catalog import` to regenerate `pricing-data/`, or `catalog refresh` to
+/// rewrite a region's prices from AWS.
 #[derive(Debug, clap::Args)]
 #[command(args_conflicts_with_subcommands = true)]
 pub struct Args {
@@ -26,6 +31,24 @@ pub struct Args {
 enum Action {
     /// Regenerate the pricing-data files from the reference data.
     Import(ImportArgs),
+    /// Rewrite one region's on-demand and spot prices in the pricing-data
+    /// files from the AWS Pricing API and spot price history (for
+    /// maintainers; uses the standard AWS credential chain).
+    Refresh(RefreshArgs),
+}
+
+#[derive(Debug, clap::Args)]
+struct RefreshArgs {
+    /// Region whose prices to fetch, e.g. `us-east-1`.
+    #[arg(long)]
+    region: String,
+    /// The pricing-data directory to rewrite (its files are read first;
+    /// where they are missing, the embedded ones are the starting point).
+    #[arg(long, value_name = "DIR")]
+    out: PathBuf,
+    /// Send every AWS request to this endpoint instead (testing).
+    #[arg(long, value_name = "URL")]
+    endpoint_url: Option<String>,
 }
 
 #[derive(Debug, clap::Args)]
@@ -67,6 +90,7 @@ enum Output {
 pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     match args.action {
         Some(Action::Import(import_args)) => run_import(&import_args),
+        Some(Action::Refresh(refresh_args)) => run_refresh(&refresh_args),
         None => run_list(&args.list),
     }
 }
@@ -85,6 +109,80 @@ fn run_import(args: &ImportArgs) -> anyhow::Result<ExitCode> {
         std::fs::write(&path, text).with_context(|| format!("cannot write {}", path.display()))?;
         println!("wrote {} ({} lines)", path.display(), text.lines().count());
     }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// Fetches the region's prices, rewrites its rows in the pricing-data files
+/// and records the refresh in the directory's `README.md`.
+fn run_refresh(args: &RefreshArgs) -> anyhow::Result<ExitCode> {
+    let missing = EMBEDDED
+        .files()
+        .into_iter()
+        .map(|(name, _)| args.out.join(name))
+        .find(|path| !path.exists());
+    let files: PricingFiles<String> = match missing {
+        None => PricingFiles::try_from_fn(|name| {
+            let path = args.out.join(name);
+            std::fs::read_to_string(&path)
+                .with_context(|| format!("cannot read {}", path.display()))
+        })?,
+        Some(path) => {
+            eprintln!(
+                "{} is missing; starting from the embedded pricing data",
+                path.display()
+            );
+            PricingFiles::try_from_fn(|name| {
+                Ok::<_, std::convert::Infallible>(
+                    EMBEDDED
+                        .files()
+                        .into_iter()
+                        .find(|(n, _)| *n == name)
+                        .map_or_else(String::new, |(_, t)| t.to_string()),
+                )
+            })?
+        }
+    };
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .context("cannot start the async runtime")?;
+    let now = chrono::Utc::now();
+    let (refreshed, counts) = runtime.block_on(async {
+        let config = load_sdk_config(Some(&args.region), args.endpoint_url.as_deref()).await;
+        let client = PriceClient::new(&config, &args.region);
+        refresh_pricing_files(&client, &files, now).await
+    })?;
+    std::fs::create_dir_all(&args.out)
+        .with_context(|| format!("cannot create {}", args.out.display()))?;
+    for ((name, text), (_, before)) in refreshed.files().into_iter().zip(files.files()) {
+        let path = args.out.join(name);
+        if text != before {
+            std::fs::write(&path, text)
+                .with_context(|| format!("cannot write {}", path.display()))?;
+            println!("wrote {} ({} lines)", path.display(), text.lines().count());
+        } else if !path.exists() {
+            std::fs::write(&path, text)
+                .with_context(|| format!("cannot write {}", path.display()))?;
+        }
+    }
+    let readme_path = args.out.join("README.md");
+    let readme = std::fs::read_to_string(&readme_path).unwrap_or_default();
+    let note = provenance_note(
+        &readme,
+        &args.region,
+        now,
+        counts.on_demand_rows,
+        counts.spot_rows,
+    );
+    std::fs::write(&readme_path, note)
+        .with_context(|| format!("cannot write {}", readme_path.display()))?;
+    println!(
+        "{}: {} on-demand and {} spot prices; provenance recorded in {}",
+        args.region,
+        counts.on_demand_rows,
+        counts.spot_rows,
+        readme_path.display()
+    );
     Ok(ExitCode::SUCCESS)
 }
 

@@ -81,12 +81,15 @@ pub enum Error {
     /// the claim again with another offering (and count this one as
     /// exhausted, see [`Error::notice`]); retrying the same offering at once
     /// usually fails the same way.
-    #[error("insufficient capacity to launch {claim} as {offering}")]
+    #[error("insufficient capacity to launch {claim} as {offering} ({code})")]
     InsufficientCapacity {
         /// NodeClaim being launched.
         claim: String,
         /// The pool that is out of capacity.
         offering: OfferingKey,
+        /// The provider's error code (`InsufficientInstanceCapacity`,
+        /// `UnfulfillableCapacity`, ...), for NodeClaim conditions and Events.
+        code: String,
     },
     /// No instance exists for the claim (never launched, or forgotten by the
     /// provider). Not retryable: for a terminate this means done; for
@@ -147,6 +150,13 @@ pub struct NodeTemplate {
     /// Taints the node carries until the controller initializes it
     /// (`quartermaster.dev/unregistered` among them).
     pub startup_taints: Vec<crate::api::Taint>,
+    /// Offerings to try, in this order, when the claim's own has no
+    /// capacity (same instance type and capacity type in other zones, see
+    /// `core::fallback`); empty when the claim must stay where it was
+    /// planned. A provider that launches in one call (EC2 CreateFleet)
+    /// passes them as ranked overrides; the instance it reports carries the
+    /// offering actually used.
+    pub fallbacks: Vec<OfferingKey>,
 }
 
 impl From<&crate::api::NodeClaimSpec> for NodeTemplate {
@@ -155,6 +165,7 @@ impl From<&crate::api::NodeClaimSpec> for NodeTemplate {
             labels: spec.labels.clone(),
             taints: spec.taints.clone(),
             startup_taints: spec.startup_taints.clone(),
+            fallbacks: Vec::new(),
         }
     }
 }
@@ -414,6 +425,7 @@ mod tests {
         let ice = Error::InsufficientCapacity {
             claim: "c".into(),
             offering: key(),
+            code: "InsufficientInstanceCapacity".into(),
         };
         assert!(ice.is_retryable());
         assert!(Error::NotReady {
@@ -430,10 +442,11 @@ mod tests {
         let ice = Error::InsufficientCapacity {
             claim: "gpu-1".into(),
             offering: key(),
+            code: "InsufficientInstanceCapacity".into(),
         };
         assert_eq!(
             ice.to_string(),
-            "insufficient capacity to launch gpu-1 as g5.xlarge spot in use1-az1"
+            "insufficient capacity to launch gpu-1 as g5.xlarge spot in use1-az1 (InsufficientInstanceCapacity)"
         );
         assert_eq!(
             ice.notice(),

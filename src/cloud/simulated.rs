@@ -221,6 +221,7 @@ impl SimulatedCloud {
             return Err(Error::InsufficientCapacity {
                 claim: claim.claim.clone(),
                 offering: key.clone(),
+                code: "InsufficientInstanceCapacity".into(),
             });
         }
         let idx = self.instances.len();

@@ -1,1 +1,548 @@
-//! EC2 launches: launch templates, CreateFleet, describe, terminate, garbage collection.
+//! EC2 launches: [`AwsCloud`] implements [`CloudProvider`] with launch
+//! templates ([`template`]), `CreateFleet` ([`fleet`]), `DescribeInstances`
+//! by ownership tag and `TerminateInstances`; garbage collection is the
+//! generic [`crate::cloud::collect_garbage`] over [`AwsCloud`]'s
+//! `instances()`, which lists only instances tagged with our cluster.
+//! Error codes are mapped in [`super::errors`]. Design note: `docs/aws.md`.
+
+pub mod fleet;
+pub mod settings;
+pub mod template;
+
+use super::errors::Step;
+use crate::api::labels as l;
+use crate::catalog::CapacityType;
+use crate::cloud::{CloudProvider, Error, Instance, InstanceState, NodeTemplate, Result};
+use crate::core::{ClaimRequest, OfferingKey, Time};
+use aws_sdk_ec2::types::{
+    Filter, InstanceLifecycleType, InstanceStateName, ResourceType, Tag, TagSpecification,
+};
+use fleet::{Choice, Subnet};
+pub use settings::{NodeClass, Settings};
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::sync::Mutex;
+use template::LaunchTemplate;
+
+/// Zone IDs of the region by zone name (zone IDs are the catalog's;
+/// instances report names, which differ per account).
+#[derive(Debug, Default)]
+struct Zones {
+    id_of: HashMap<String, String>,
+}
+
+/// The EC2 [`CloudProvider`]: one per cluster and region. Cheap to share
+/// behind an `Arc`; every method takes `&self`.
+#[derive(Debug)]
+pub struct AwsCloud {
+    ec2: aws_sdk_ec2::Client,
+    settings: Settings,
+    zones: tokio::sync::OnceCell<Zones>,
+    /// Launch templates known to exist (created or found by this process).
+    templates: Mutex<HashSet<String>>,
+}
+
+impl AwsCloud {
+    /// A provider over `ec2` (its retry configuration is the SDK config's:
+    /// the standard mode retries throttling with backoff) with `settings`.
+    ///
+    /// # Errors
+    /// `settings` are invalid ([`settings::Error::Invalid`]).
+    pub fn new(ec2: aws_sdk_ec2::Client, settings: Settings) -> Result<AwsCloud, settings::Error> {
+        settings.validate()?;
+        Ok(AwsCloud {
+            ec2,
+            settings,
+            zones: tokio::sync::OnceCell::new(),
+            templates: Mutex::new(HashSet::new()),
+        })
+    }
+
+    /// A provider with an EC2 client built from `sdk` (as
+    /// [`super::load_sdk_config`] loads it: standard credentials, region and
+    /// retry configuration).
+    ///
+    /// # Errors
+    /// As [`AwsCloud::new`].
+    pub fn from_sdk_config(
+        sdk: &aws_config::SdkConfig,
+        settings: Settings,
+    ) -> Result<AwsCloud, settings::Error> {
+        AwsCloud::new(aws_sdk_ec2::Client::new(sdk), settings)
+    }
+
+    /// The settings in use.
+    pub fn settings(&self) -> &Settings {
+        &self.settings
+    }
+
+    fn cluster_filter(&self) -> Filter {
+        tag_filter(l::TAG_CLUSTER, &self.settings.cluster_name)
+    }
+
+    async fn zones(&self, claim: &str) -> Result<&Zones> {
+        self.zones
+            .get_or_try_init(|| async {
+                let out = self
+                    .ec2
+                    .describe_availability_zones()
+                    .send()
+                    .await
+                    .map_err(|e| step("DescribeAvailabilityZones", claim).sdk_error(&e))?;
+                let mut zones = Zones::default();
+                for z in out.availability_zones() {
+                    if let (Some(name), Some(id)) = (z.zone_name(), z.zone_id()) {
+                        zones.id_of.insert(name.to_string(), id.to_string());
+                    }
+                }
+                Ok(zones)
+            })
+            .await
+    }
+
+    /// Every instance tagged with our cluster (and `filters`), in any state.
+    async fn find(&self, claim: &str, filters: Vec<Filter>) -> Result<Vec<Instance>> {
+        let pages: Vec<_> = self
+            .ec2
+            .describe_instances()
+            .set_filters(Some(
+                std::iter::once(self.cluster_filter())
+                    .chain(filters)
+                    .collect(),
+            ))
+            .into_paginator()
+            .send()
+            .collect()
+            .await;
+        let zones = self.zones(claim).await?;
+        let mut found = Vec::new();
+        for page in pages {
+            let page = page.map_err(|e| step("DescribeInstances", claim).sdk_error(&e))?;
+            for r in page.reservations() {
+                for i in r.instances() {
+                    match instance_of(i, zones) {
+                        Some(instance) => found.push(instance),
+                        None => tracing::warn!(
+                            instance = i.instance_id(),
+                            "instance has our cluster tag but no claim tag, type, zone or launch time; ignored"
+                        ),
+                    }
+                }
+            }
+        }
+        Ok(found)
+    }
+
+    /// The instances of `claim`, best first: alive before gone, newest first.
+    async fn of_claim(&self, claim: &str) -> Result<Vec<Instance>> {
+        let mut found = self
+            .find(claim, vec![tag_filter(l::TAG_NODECLAIM, claim)])
+            .await?;
+        found.sort_by(|a, b| {
+            b.state
+                .is_alive()
+                .cmp(&a.state.is_alive())
+                .then(b.launched_at.cmp(&a.launched_at))
+        });
+        Ok(found)
+    }
+
+    /// Subnets matching `selector`, best per zone ID (most free addresses).
+    async fn subnets(
+        &self,
+        claim: &str,
+        selector: &BTreeMap<String, String>,
+    ) -> Result<HashMap<String, Subnet>> {
+        let pages: Vec<_> = self
+            .ec2
+            .describe_subnets()
+            .set_filters(Some(selector_filters(selector)))
+            .into_paginator()
+            .send()
+            .collect()
+            .await;
+        let zones = self.zones(claim).await?;
+        let mut best: HashMap<String, Subnet> = HashMap::new();
+        for page in pages {
+            let page = page.map_err(|e| step("DescribeSubnets", claim).sdk_error(&e))?;
+            for s in page.subnets() {
+                let (Some(id), Some(zone_name)) = (s.subnet_id(), s.availability_zone()) else {
+                    continue;
+                };
+                let Some(zone_id) = s
+                    .availability_zone_id()
+                    .map(str::to_string)
+                    .or_else(|| zones.id_of.get(zone_name).cloned())
+                else {
+                    continue;
+                };
+                let subnet = Subnet {
+                    id: id.to_string(),
+                    zone_id: zone_id.clone(),
+                    zone_name: zone_name.to_string(),
+                    free_addresses: s.available_ip_address_count().unwrap_or(0),
+                };
+                let better = best.get(&zone_id).is_none_or(|b| {
+                    (subnet.free_addresses, std::cmp::Reverse(&subnet.id))
+                        > (b.free_addresses, std::cmp::Reverse(&b.id))
+                });
+                if better {
+                    best.insert(zone_id, subnet);
+                }
+            }
+        }
+        Ok(best)
+    }
+
+    async fn security_groups(
+        &self,
+        claim: &str,
+        selector: &BTreeMap<String, String>,
+    ) -> Result<Vec<String>> {
+        let pages: Vec<_> = self
+            .ec2
+            .describe_security_groups()
+            .set_filters(Some(selector_filters(selector)))
+            .into_paginator()
+            .send()
+            .collect()
+            .await;
+        let mut ids = Vec::new();
+        for page in pages {
+            let page = page.map_err(|e| step("DescribeSecurityGroups", claim).sdk_error(&e))?;
+            ids.extend(
+                page.security_groups()
+                    .iter()
+                    .filter_map(|g| g.group_id().map(str::to_string)),
+            );
+        }
+        ids.sort();
+        ids.dedup();
+        if ids.is_empty() {
+            return Err(Error::Other(format!(
+                "cannot launch {claim}: no security group matches {selector:?}"
+            )));
+        }
+        Ok(ids)
+    }
+
+    /// Creates `lt` under `name` unless this process already knows it
+    /// exists; a template created meanwhile by another replica is fine.
+    async fn ensure_template(
+        &self,
+        claim: &ClaimRequest,
+        name: &str,
+        lt: &LaunchTemplate,
+    ) -> Result<()> {
+        if self
+            .templates
+            .lock()
+            .map_err(|_| poisoned())?
+            .contains(name)
+        {
+            return Ok(());
+        }
+        let tags: Vec<Tag> = lt
+            .tags
+            .iter()
+            .map(|(k, v)| Tag::builder().key(k).value(v).build())
+            .collect();
+        let created = self
+            .ec2
+            .create_launch_template()
+            .launch_template_name(name)
+            .launch_template_data(lt.data())
+            .tag_specifications(
+                TagSpecification::builder()
+                    .resource_type(ResourceType::LaunchTemplate)
+                    .set_tags(Some(tags))
+                    .build(),
+            )
+            .send()
+            .await;
+        match created {
+            Ok(_) => tracing::info!(
+                claim = claim.claim,
+                template = name,
+                "created launch template"
+            ),
+            Err(e)
+                if aws_sdk_ec2::error::ProvideErrorMetadata::code(&e)
+                    == Some("InvalidLaunchTemplateName.AlreadyExistsException") => {}
+            Err(e) => return Err(step("CreateLaunchTemplate", &claim.claim).sdk_error(&e)),
+        }
+        self.templates
+            .lock()
+            .map_err(|_| poisoned())?
+            .insert(name.to_string());
+        Ok(())
+    }
+
+    /// The tags of everything a launch creates: ownership (cluster,
+    /// NodePool, NodeClaim), the EKS cluster tag, the name, the expected
+    /// price and the node class's extras.
+    fn launch_tags(&self, claim: &ClaimRequest, class: &NodeClass) -> Vec<(String, String)> {
+        let cluster = &self.settings.cluster_name;
+        let mut tags: Vec<(String, String)> = vec![
+            (l::TAG_CLUSTER.into(), cluster.clone()),
+            (format!("kubernetes.io/cluster/{cluster}"), "owned".into()),
+            (l::NODEPOOL.into(), claim.nodepool.clone()),
+            (l::TAG_NODECLAIM.into(), claim.claim.clone()),
+            ("Name".into(), claim.claim.clone()),
+            (l::TAG_PRICE.into(), format!("{:.6}", claim.price_per_hour)),
+        ];
+        tags.extend(class.tags.iter().map(|(k, v)| (k.clone(), v.clone())));
+        tags
+    }
+
+    /// The launch template for `claim` in its node class.
+    async fn launch_template(
+        &self,
+        claim: &ClaimRequest,
+        template: &NodeTemplate,
+        class: &NodeClass,
+    ) -> Result<LaunchTemplate> {
+        let image_id = class
+            .image_id(self.settings.kubernetes_version.as_deref())
+            .ok_or_else(|| {
+                Error::Other(format!("cannot launch {}: no AMI configured", claim.claim))
+            })?;
+        let user_data = template::user_data(&self.settings, template)
+            .map_err(|why| Error::Other(format!("cannot launch {}: {why}", claim.claim)))?;
+        let mut tags = class.tags.clone();
+        tags.insert(l::TAG_CLUSTER.into(), self.settings.cluster_name.clone());
+        tags.insert(l::NODEPOOL.into(), claim.nodepool.clone());
+        Ok(LaunchTemplate {
+            image_id,
+            instance_profile: class.instance_profile.clone(),
+            security_group_ids: self
+                .security_groups(&claim.claim, &class.security_group_selector)
+                .await?,
+            root_volume_gib: class.root_volume_gib_for(&claim.offering.instance_type),
+            user_data,
+            tags,
+        })
+    }
+}
+
+/// A [`Step`] without an offering.
+fn step<'a>(action: &'static str, claim: &'a str) -> Step<'a> {
+    Step {
+        action,
+        claim,
+        offering: None,
+    }
+}
+
+fn poisoned() -> Error {
+    Error::Other("EC2 provider state lock poisoned".into())
+}
+
+fn tag_filter(key: &str, value: &str) -> Filter {
+    Filter::builder()
+        .name(format!("tag:{key}"))
+        .values(value)
+        .build()
+}
+
+/// `DescribeSubnets`/`DescribeSecurityGroups` filters for a tag selector:
+/// every tag must match; `*` matches any value.
+fn selector_filters(selector: &BTreeMap<String, String>) -> Vec<Filter> {
+    selector
+        .iter()
+        .map(|(k, v)| {
+            if v == "*" {
+                Filter::builder().name("tag-key").values(k).build()
+            } else {
+                tag_filter(k, v)
+            }
+        })
+        .collect()
+}
+
+fn tag<'a>(i: &'a aws_sdk_ec2::types::Instance, key: &str) -> Option<&'a str> {
+    i.tags()
+        .iter()
+        .find(|t| t.key() == Some(key))
+        .and_then(|t| t.value())
+}
+
+/// Our [`Instance`] for an EC2 instance carrying our claim tag; `None` for
+/// one without it or without type, zone or ID.
+fn instance_of(i: &aws_sdk_ec2::types::Instance, zones: &Zones) -> Option<Instance> {
+    let claim = tag(i, l::TAG_NODECLAIM)?;
+    let id = i.instance_id()?;
+    let placement = i.placement()?;
+    let zone_name = placement.availability_zone()?;
+    let zone_id = placement
+        .availability_zone_id()
+        .or_else(|| zones.id_of.get(zone_name).map(String::as_str))?;
+    let state = match i.state().and_then(|s| s.name()) {
+        Some(InstanceStateName::Pending) => InstanceState::Pending,
+        Some(InstanceStateName::Running) => InstanceState::Running,
+        Some(InstanceStateName::Terminated) => InstanceState::Terminated,
+        // Stopped or stopping nodes are not usable; we never stop
+        // instances, so treat them as on their way out.
+        _ => InstanceState::ShuttingDown,
+    };
+    let launched_at = i
+        .launch_time()
+        .and_then(|t| chrono::DateTime::from_timestamp(t.secs(), t.subsec_nanos()))?;
+    Some(Instance {
+        claim: claim.to_string(),
+        provider_id: format!("aws:///{zone_name}/{id}"),
+        offering: OfferingKey {
+            instance_type: i.instance_type()?.as_str().to_string(),
+            zone: zone_id.to_string(),
+            capacity_type: if i.instance_lifecycle() == Some(&InstanceLifecycleType::Spot) {
+                CapacityType::Spot
+            } else {
+                CapacityType::OnDemand
+            },
+        },
+        price_per_hour: tag(i, l::TAG_PRICE)
+            .and_then(|p| p.parse().ok())
+            .unwrap_or(0.0),
+        launched_at,
+        state,
+    })
+}
+
+impl CloudProvider for AwsCloud {
+    /// Returns the claim's instance if one exists (a launch retried after a
+    /// crash); otherwise resolves subnets and security groups, ensures the
+    /// launch template, and launches through `CreateFleet` over the claim's
+    /// offering and the template's fallbacks of the same capacity type that
+    /// have a subnet.
+    async fn launch(
+        &self,
+        claim: &ClaimRequest,
+        template: &NodeTemplate,
+        now: Time,
+    ) -> Result<Instance> {
+        let offerings: Vec<&OfferingKey> = std::iter::once(&claim.offering)
+            .chain(template.fallbacks.iter().filter(|f| {
+                f.capacity_type == claim.offering.capacity_type && **f != claim.offering
+            }))
+            .collect();
+        if let Some(existing) = self.of_claim(&claim.claim).await?.into_iter().next() {
+            if !offerings.contains(&&existing.offering) {
+                return Err(Error::Other(format!(
+                    "cannot launch {} as {}: already launched as {}",
+                    claim.claim, claim.offering, existing.offering
+                )));
+            }
+            return Ok(existing);
+        }
+        let class = self.settings.node_class(&claim.nodepool);
+        let subnets = self.subnets(&claim.claim, &class.subnet_selector).await?;
+        let choices: Vec<Choice> = offerings
+            .iter()
+            .filter_map(|o| {
+                subnets.get(&o.zone).map(|s| Choice {
+                    offering: (*o).clone(),
+                    subnet: s.clone(),
+                })
+            })
+            .collect();
+        if choices.is_empty() {
+            let zones: Vec<&str> = offerings.iter().map(|o| o.zone.as_str()).collect();
+            return Err(Error::Other(format!(
+                "cannot launch {} as {}: no subnet matching {:?} in zone(s) {}",
+                claim.claim,
+                claim.offering,
+                class.subnet_selector,
+                zones.join(", ")
+            )));
+        }
+        let lt = self.launch_template(claim, template, class).await?;
+        let name = lt.name(&self.settings.cluster_name);
+        self.ensure_template(claim, &name, &lt).await?;
+        let token = fleet::client_token(&self.settings.cluster_name, &claim.claim, &choices);
+        let tags = self.launch_tags(claim, class);
+        let launched = match fleet::request(self.ec2.create_fleet(), &name, &choices, &tags, token)
+            .send()
+            .await
+        {
+            Ok(out) => fleet::outcome(&out, &claim.claim, &choices),
+            Err(e) => Err(Step {
+                action: "CreateFleet",
+                claim: &claim.claim,
+                offering: Some(&claim.offering),
+            }
+            .sdk_error(&e)),
+        };
+        if launched.is_err() {
+            // The template may have been deleted behind our back: make the
+            // next launch ensure it again (one more CreateLaunchTemplate).
+            self.templates.lock().map_err(|_| poisoned())?.remove(&name);
+        }
+        let (id, rank) = launched?;
+        let choice = &choices[rank];
+        tracing::info!(claim = claim.claim, instance = id, offering = %choice.offering, "launched");
+        Ok(Instance {
+            claim: claim.claim.clone(),
+            provider_id: format!("aws:///{}/{id}", choice.subnet.zone_name),
+            offering: choice.offering.clone(),
+            price_per_hour: claim.price_per_hour,
+            launched_at: now,
+            state: InstanceState::Pending,
+        })
+    }
+
+    /// Terminates every live instance tagged with the claim (normally one)
+    /// and returns the best of them, now shutting down.
+    async fn terminate(&self, claim: &str, _now: Time) -> Result<Instance> {
+        let found = self.of_claim(claim).await?;
+        let Some(first) = found.first() else {
+            return Err(Error::NotFound {
+                claim: claim.to_string(),
+            });
+        };
+        let live: Vec<String> = found
+            .iter()
+            .filter(|i| i.state != InstanceState::Terminated)
+            .map(|i| crate::cloud::instance_id_of(&i.provider_id).to_string())
+            .collect();
+        if live.is_empty() {
+            return Ok(first.clone());
+        }
+        let out = self
+            .ec2
+            .terminate_instances()
+            .set_instance_ids(Some(live))
+            .send()
+            .await
+            .map_err(|e| step("TerminateInstances", claim).sdk_error(&e))?;
+        let mut instance = first.clone();
+        let id = crate::cloud::instance_id_of(&instance.provider_id).to_string();
+        let now_state = out
+            .terminating_instances()
+            .iter()
+            .find(|c| c.instance_id() == Some(id.as_str()))
+            .and_then(|c| c.current_state())
+            .and_then(|s| s.name());
+        instance.state = match now_state {
+            Some(InstanceStateName::Terminated) => InstanceState::Terminated,
+            _ => InstanceState::ShuttingDown,
+        };
+        tracing::info!(claim, instance = id, "terminating");
+        Ok(instance)
+    }
+
+    async fn describe(&self, claim: &str) -> Result<Option<Instance>> {
+        Ok(self.of_claim(claim).await?.into_iter().next())
+    }
+
+    /// Every instance with our cluster tag that is not terminated.
+    async fn instances(&self) -> Result<Vec<Instance>> {
+        let states = Filter::builder()
+            .name("instance-state-name")
+            .set_values(Some(
+                ["pending", "running", "shutting-down", "stopping", "stopped"]
+                    .map(String::from)
+                    .to_vec(),
+            ))
+            .build();
+        self.find("garbage collection", vec![states]).await
+    }
+}

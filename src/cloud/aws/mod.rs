@@ -4,6 +4,7 @@
 //! All EC2 error-code mapping to [`crate::cloud::Error`] lives here.
 
 pub mod ec2;
+pub mod errors;
 pub mod notices;
 pub mod pricing;
 

@@ -1,1 +1,334 @@
-//! Interruption notices: an SQS consumer for the EventBridge events EC2 and AWS Health send.
+//! Interruption notices: an SQS consumer for the EventBridge events EC2 and
+//! AWS Health send (spot interruption warnings, rebalance recommendations,
+//! state changes, scheduled changes), turned into [`InstanceNotice`]s for the
+//! controller. The queue and its rules are `deploy/aws/interruption-queue.yaml`;
+//! parsing is the pure [`parse`] module. Mapping instance IDs to NodeClaims is
+//! the controller's job, not this module's.
+//!
+//! Each received message is parsed, its notices are handed to an
+//! `mpsc::Sender`, and only then is it deleted, so a crash between the two
+//! redelivers it rather than losing it. Malformed and unknown messages are
+//! logged, counted (`notice_messages{outcome}`) and deleted: they would never
+//! parse on a second try. A message whose event ID was handled recently is
+//! deleted without acting again (see [`RecentIds`]).
+
+pub mod parse;
+
+use crate::cloud::InstanceNotice;
+use crate::controller::metrics::{MessageLabels, Metrics};
+use aws_sdk_sqs::error::DisplayErrorContext;
+use aws_sdk_sqs::types::Message;
+use parse::{parse_message, Parsed};
+use std::collections::{HashSet, VecDeque};
+use std::time::Duration;
+use tokio::sync::mpsc;
+use tokio_util::sync::CancellationToken;
+
+/// What can go wrong while consuming the queue.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// `ReceiveMessage` failed (network, permissions, no such queue).
+    /// Retryable: [`run_consumer`] waits and receives again.
+    #[error("cannot receive from {queue}: {message}")]
+    Receive {
+        /// The queue URL.
+        queue: String,
+        /// The SDK's error, with its context.
+        message: String,
+    },
+    /// The receiver of the notices is gone; the consumer stops. Not
+    /// retryable. The message in hand is not deleted, so it is redelivered.
+    #[error("the notice channel is closed")]
+    ChannelClosed,
+}
+
+/// The module's result type.
+pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+/// How the consumer polls.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ConsumerConfig {
+    /// The queue URL (the template's `QueueURL` output).
+    pub queue_url: String,
+    /// Long-poll wait of one receive, 0..=20 s (SQS's limit; longer is
+    /// clamped). Short in tests.
+    pub wait_time: Duration,
+    /// Messages per receive, 1..=10 (clamped).
+    pub max_messages: i32,
+    /// How many recent event IDs are remembered for de-duplication.
+    pub remembered_ids: usize,
+    /// Pause after a failed receive before the next one.
+    pub error_backoff: Duration,
+}
+
+impl ConsumerConfig {
+    /// Defaults for production: 20 s long polls of up to 10 messages,
+    /// 10 000 remembered IDs, 5 s back-off after an error.
+    pub fn new(queue_url: impl Into<String>) -> ConsumerConfig {
+        ConsumerConfig {
+            queue_url: queue_url.into(),
+            wait_time: Duration::from_secs(20),
+            max_messages: 10,
+            remembered_ids: 10_000,
+            error_backoff: Duration::from_secs(5),
+        }
+    }
+}
+
+/// A bounded memory of recently handled event IDs: the oldest is forgotten
+/// when a new one would exceed the capacity. SQS redelivers within the
+/// visibility timeout and the queue keeps messages 5 minutes, so a few
+/// thousand IDs cover every realistic duplicate.
+#[derive(Debug, Clone)]
+pub struct RecentIds {
+    capacity: usize,
+    order: VecDeque<String>,
+    set: HashSet<String>,
+}
+
+impl RecentIds {
+    /// An empty memory of at most `capacity` IDs (at least one).
+    pub fn new(capacity: usize) -> RecentIds {
+        RecentIds {
+            capacity: capacity.max(1),
+            order: VecDeque::new(),
+            set: HashSet::new(),
+        }
+    }
+
+    /// Whether `id` was remembered.
+    pub fn contains(&self, id: &str) -> bool {
+        self.set.contains(id)
+    }
+
+    /// Remembers `id`, forgetting the oldest ID when full.
+    pub fn insert(&mut self, id: &str) {
+        if !self.set.insert(id.to_string()) {
+            return;
+        }
+        self.order.push_back(id.to_string());
+        while self.order.len() > self.capacity {
+            if let Some(old) = self.order.pop_front() {
+                self.set.remove(&old);
+            }
+        }
+    }
+
+    /// How many IDs are remembered.
+    pub fn len(&self) -> usize {
+        self.order.len()
+    }
+
+    /// Whether none is.
+    pub fn is_empty(&self) -> bool {
+        self.order.is_empty()
+    }
+}
+
+/// What one poll did, message by message outcome (the same outcomes as the
+/// `notice_messages` metric).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct PollSummary {
+    /// Messages acted on (their notices were sent).
+    pub accepted: usize,
+    /// Messages whose event was handled before.
+    pub duplicate: usize,
+    /// Messages that are not a well-formed event we know.
+    pub malformed: usize,
+    /// Well-formed events of a kind we do not act on.
+    pub unknown: usize,
+    /// Notices sent.
+    pub notices: usize,
+}
+
+impl PollSummary {
+    /// Messages received in the poll.
+    pub fn messages(&self) -> usize {
+        self.accepted + self.duplicate + self.malformed + self.unknown
+    }
+}
+
+/// The consumer of one queue: the SQS client, its settings and the memory
+/// of handled event IDs.
+#[derive(Debug)]
+pub struct NoticeConsumer {
+    sqs: aws_sdk_sqs::Client,
+    config: ConsumerConfig,
+    seen: RecentIds,
+}
+
+impl NoticeConsumer {
+    /// A consumer of `config.queue_url` through `sqs`.
+    pub fn new(sqs: aws_sdk_sqs::Client, config: ConsumerConfig) -> NoticeConsumer {
+        let seen = RecentIds::new(config.remembered_ids);
+        NoticeConsumer { sqs, config, seen }
+    }
+
+    /// The settings.
+    pub fn config(&self) -> &ConsumerConfig {
+        &self.config
+    }
+
+    /// One long-poll receive, then every message handled: notices sent on
+    /// `notices`, the message deleted, the outcome counted in `metrics`.
+    ///
+    /// # Errors
+    /// [`Error::Receive`] when the receive fails (nothing was handled);
+    /// [`Error::ChannelClosed`] when `notices` is closed (the message in hand
+    /// is left on the queue).
+    pub async fn poll_once(
+        &mut self,
+        notices: &mpsc::Sender<InstanceNotice>,
+        metrics: &Metrics,
+    ) -> Result<PollSummary> {
+        let messages = self.receive().await?;
+        self.handle(messages, notices, metrics).await
+    }
+
+    /// Receives up to `max_messages`, waiting up to `wait_time`.
+    async fn receive(&self) -> Result<Vec<Message>> {
+        let wait = self.config.wait_time.as_secs().min(20) as i32;
+        let out = self
+            .sqs
+            .receive_message()
+            .queue_url(&self.config.queue_url)
+            .max_number_of_messages(self.config.max_messages.clamp(1, 10))
+            .wait_time_seconds(wait)
+            .send()
+            .await
+            .map_err(|e| Error::Receive {
+                queue: self.config.queue_url.clone(),
+                message: DisplayErrorContext(&e).to_string(),
+            })?;
+        Ok(out.messages.unwrap_or_default())
+    }
+
+    /// Handles received messages one by one (see the module doc).
+    async fn handle(
+        &mut self,
+        messages: Vec<Message>,
+        notices: &mpsc::Sender<InstanceNotice>,
+        metrics: &Metrics,
+    ) -> Result<PollSummary> {
+        let mut summary = PollSummary::default();
+        for message in messages {
+            let outcome = match message.body.as_deref().map(parse_message) {
+                None => {
+                    tracing::warn!(message_id = ?message.message_id, "notice message without a body; deleting it");
+                    summary.malformed += 1;
+                    "malformed"
+                }
+                Some(Err(e)) => {
+                    tracing::warn!(message_id = ?message.message_id, error = %e, "malformed notice message; deleting it");
+                    summary.malformed += 1;
+                    "malformed"
+                }
+                Some(Ok(Parsed::Unknown { event_id, what })) => {
+                    tracing::warn!(%event_id, %what, "notice of a kind we do not act on; deleting it");
+                    summary.unknown += 1;
+                    "unknown"
+                }
+                Some(Ok(Parsed::Notices { event_id, .. })) if self.seen.contains(&event_id) => {
+                    tracing::debug!(%event_id, "duplicate notice; deleting it");
+                    summary.duplicate += 1;
+                    "duplicate"
+                }
+                Some(Ok(Parsed::Notices {
+                    event_id,
+                    notices: parsed,
+                })) => {
+                    for notice in parsed {
+                        tracing::info!(%event_id, instance_id = %notice.instance_id, kind = ?notice.kind, "instance notice");
+                        notices
+                            .send(notice)
+                            .await
+                            .map_err(|_| Error::ChannelClosed)?;
+                        summary.notices += 1;
+                    }
+                    self.seen.insert(&event_id);
+                    summary.accepted += 1;
+                    "accepted"
+                }
+            };
+            metrics
+                .notice_messages
+                .get_or_create(&MessageLabels {
+                    outcome: outcome.to_string(),
+                })
+                .inc();
+            self.delete(&message).await;
+        }
+        Ok(summary)
+    }
+
+    /// Deletes a handled message. A failed delete is logged, not returned:
+    /// the message comes back after its visibility timeout and is then a
+    /// duplicate (or malformed again) and deleted.
+    async fn delete(&self, message: &Message) {
+        let Some(handle) = message.receipt_handle.as_deref() else {
+            tracing::warn!(message_id = ?message.message_id, "message without a receipt handle cannot be deleted");
+            return;
+        };
+        if let Err(e) = self
+            .sqs
+            .delete_message()
+            .queue_url(&self.config.queue_url)
+            .receipt_handle(handle)
+            .send()
+            .await
+        {
+            tracing::warn!(message_id = ?message.message_id, error = %DisplayErrorContext(&e), "cannot delete a handled notice message; it will be redelivered");
+        }
+    }
+}
+
+/// Polls until `cancel` fires: receives (cancellable while waiting), handles
+/// what arrived (not cancelled half-way, so a handled message is deleted),
+/// and after a failed receive waits [`ConsumerConfig::error_backoff`].
+///
+/// # Errors
+/// [`Error::ChannelClosed`] when the notice receiver is gone; receive
+/// failures are logged and retried, never returned.
+pub async fn run_consumer(
+    mut consumer: NoticeConsumer,
+    notices: mpsc::Sender<InstanceNotice>,
+    metrics: &Metrics,
+    cancel: CancellationToken,
+) -> Result<()> {
+    loop {
+        let received = tokio::select! {
+            () = cancel.cancelled() => return Ok(()),
+            r = consumer.receive() => r,
+        };
+        match received {
+            Ok(messages) => {
+                consumer.handle(messages, &notices, metrics).await?;
+            }
+            Err(e) => {
+                tracing::warn!(error = %e, "notice queue receive failed; retrying");
+                tokio::select! {
+                    () = cancel.cancelled() => return Ok(()),
+                    () = tokio::time::sleep(consumer.config.error_backoff) => {}
+                }
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn recent_ids_forget_the_oldest_beyond_capacity() {
+        let mut ids = RecentIds::new(2);
+        ids.insert("a");
+        ids.insert("b");
+        ids.insert("a");
+        assert_eq!(ids.len(), 2);
+        ids.insert("c");
+        assert!(!ids.contains("a"));
+        assert!(ids.contains("b") && ids.contains("c"));
+        assert_eq!(ids.len(), 2);
+    }
+}

@@ -211,7 +211,8 @@ fn an_exhausted_pool_fails_with_insufficient_capacity_and_other_pools_still_laun
             err,
             Error::InsufficientCapacity {
                 claim: "a".into(),
-                offering: dry.clone()
+                offering: dry.clone(),
+                code: "InsufficientInstanceCapacity".into(),
             }
         );
         assert!(err.is_retryable());

@@ -1,0 +1,366 @@
+//! Launch template content: the EKS AL2023 nodeadm user data that makes a
+//! node register with its NodeClaim's labels and taints, and the rest of
+//! what a [`LaunchTemplate`] holds (image, instance profile, security
+//! groups, root volume, IMDSv2). A template's name carries a hash of its
+//! content, so equal content shares one template and changed content gets a
+//! new one. Building the EC2 request is here; calling EC2 is in `ec2.rs`.
+
+use super::settings::Settings;
+use crate::api::labels as l;
+use crate::cloud::NodeTemplate;
+use aws_sdk_ec2::types::{
+    LaunchTemplateBlockDeviceMappingRequest, LaunchTemplateEbsBlockDeviceRequest,
+    LaunchTemplateHttpTokensState, LaunchTemplateIamInstanceProfileSpecificationRequest,
+    LaunchTemplateInstanceMetadataEndpointState, LaunchTemplateInstanceMetadataOptionsRequest,
+    LaunchTemplateTagSpecificationRequest, RequestLaunchTemplateData, ResourceType, Tag,
+    VolumeType,
+};
+use serde::Serialize;
+use sha2::{Digest, Sha256};
+use std::collections::BTreeMap;
+
+/// MIME boundary of the user data.
+const BOUNDARY: &str = "==QUARTERMASTER==";
+/// Root device of the EKS AL2023 AMIs.
+const ROOT_DEVICE: &str = "/dev/xvda";
+
+/// Everything a launch template holds; serialized to hash its name.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct LaunchTemplate {
+    /// `ImageId`: an AMI ID or `resolve:ssm:<parameter>`.
+    pub image_id: String,
+    /// IAM instance profile name.
+    pub instance_profile: String,
+    /// Security group IDs, sorted.
+    pub security_group_ids: Vec<String>,
+    /// Root volume size (gp3, encrypted, deleted with the instance).
+    pub root_volume_gib: i32,
+    /// User data, plain text (EC2 wants it base64; see [`LaunchTemplate::data`]).
+    pub user_data: String,
+    /// Tags of the template itself (ownership and the node class's extras).
+    pub tags: BTreeMap<String, String>,
+}
+
+impl LaunchTemplate {
+    /// The template's name: `quartermaster/<cluster>/<hash of content>`,
+    /// or `quartermaster/<hash>` when that would pass EC2's 128 characters.
+    pub fn name(&self, cluster: &str) -> String {
+        let json = serde_json::to_string(self).unwrap_or_default();
+        let hash = hex(&Sha256::digest(format!("{cluster}\n{json}").as_bytes()));
+        let long = format!("quartermaster/{cluster}/{}", &hash[..16]);
+        if long.len() <= 128 {
+            long
+        } else {
+            format!("quartermaster/{}", &hash[..24])
+        }
+    }
+
+    /// The EC2 `LaunchTemplateData`: IMDSv2 required with a hop limit of 2
+    /// (pods reach IMDS through one more hop), the instance profile, the
+    /// security groups, the root volume, the user data in base64, and the
+    /// template's tags on the network interface (which `CreateFleet` cannot
+    /// tag itself; the IAM policy only lets us create tagged resources).
+    pub fn data(&self) -> RequestLaunchTemplateData {
+        RequestLaunchTemplateData::builder()
+            .image_id(&self.image_id)
+            .iam_instance_profile(
+                LaunchTemplateIamInstanceProfileSpecificationRequest::builder()
+                    .name(&self.instance_profile)
+                    .build(),
+            )
+            .set_security_group_ids(Some(self.security_group_ids.clone()))
+            .block_device_mappings(
+                LaunchTemplateBlockDeviceMappingRequest::builder()
+                    .device_name(ROOT_DEVICE)
+                    .ebs(
+                        LaunchTemplateEbsBlockDeviceRequest::builder()
+                            .volume_size(self.root_volume_gib)
+                            .volume_type(VolumeType::Gp3)
+                            .encrypted(true)
+                            .delete_on_termination(true)
+                            .build(),
+                    )
+                    .build(),
+            )
+            .metadata_options(
+                LaunchTemplateInstanceMetadataOptionsRequest::builder()
+                    .http_endpoint(LaunchTemplateInstanceMetadataEndpointState::Enabled)
+                    .http_tokens(LaunchTemplateHttpTokensState::Required)
+                    .http_put_response_hop_limit(2)
+                    .build(),
+            )
+            .user_data(aws_smithy_types::base64::encode(&self.user_data))
+            .tag_specifications(
+                LaunchTemplateTagSpecificationRequest::builder()
+                    .resource_type(ResourceType::NetworkInterface)
+                    .set_tags(Some(
+                        self.tags
+                            .iter()
+                            .map(|(k, v)| Tag::builder().key(k).value(v).build())
+                            .collect(),
+                    ))
+                    .build(),
+            )
+            .build()
+    }
+}
+
+/// Lowercase hex of `bytes`.
+pub fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+/// Labels whose value depends on the instance type or zone, which a
+/// fallback override may change after the user data is written: the
+/// controller applies them once the node registers.
+const OFFERING_LABELS: &[&str] = &[
+    l::INSTANCE_TYPE,
+    l::ZONE,
+    l::ZONE_ID,
+    l::INSTANCE_FAMILY,
+    l::GPU_NAME,
+    l::GPU_MEMORY_GIB,
+    l::GPU_COUNT,
+    l::NEURON_NAME,
+    l::NEURON_COUNT,
+    l::GFD_PRODUCT,
+    l::GFD_COUNT,
+    l::GFD_MEMORY,
+    l::ARCH,
+    "beta.kubernetes.io/instance-type",
+    "beta.kubernetes.io/arch",
+    "failure-domain.beta.kubernetes.io/zone",
+];
+
+/// The labels the kubelet registers the node with: `labels` without the
+/// offering-dependent ones and without those the kubelet refuses to set
+/// itself (`kubernetes.io` / `k8s.io` keys other than region, OS and the
+/// `node.kubernetes.io/` and `kubelet.kubernetes.io/` namespaces; a kubelet
+/// given one does not start).
+pub fn kubelet_labels(labels: &BTreeMap<String, String>) -> BTreeMap<String, String> {
+    labels
+        .iter()
+        .filter(|(k, _)| !OFFERING_LABELS.contains(&k.as_str()) && kubelet_may_set(k))
+        .map(|(k, v)| (k.clone(), v.clone()))
+        .collect()
+}
+
+fn kubelet_may_set(key: &str) -> bool {
+    let Some((domain, _)) = key.split_once('/') else {
+        return true;
+    };
+    let restricted = ["kubernetes.io", "k8s.io"]
+        .iter()
+        .any(|d| domain == *d || domain.ends_with(&format!(".{d}")));
+    !restricted
+        || key == l::REGION
+        || key == l::OS
+        || domain == "node.kubernetes.io"
+        || domain == "kubelet.kubernetes.io"
+}
+
+/// The kubelet flags: `--node-labels` and `--register-with-taints` (the
+/// template's taints and startup taints), each left out when empty.
+///
+/// # Errors
+/// A label or taint that cannot be written as a flag (a `,` or `=` where
+/// the flag syntax forbids it; Kubernetes validation never lets one through).
+pub fn kubelet_flags(template: &NodeTemplate) -> Result<Vec<String>, String> {
+    let mut flags = Vec::new();
+    let labels = kubelet_labels(&template.labels);
+    let mut parts = Vec::new();
+    for (k, v) in &labels {
+        if k.contains([',', '=']) || v.contains([',', '=']) {
+            return Err(format!("label {k}={v} cannot be passed to the kubelet"));
+        }
+        parts.push(format!("{k}={v}"));
+    }
+    if !parts.is_empty() {
+        flags.push(format!("--node-labels={}", parts.join(",")));
+    }
+    let mut taints = Vec::new();
+    for t in template.taints.iter().chain(&template.startup_taints) {
+        let value = t.value.as_deref().unwrap_or_default();
+        if t.key.contains([',', '=', ':']) || value.contains([',', '=', ':']) {
+            return Err(format!("taint {} cannot be passed to the kubelet", t.key));
+        }
+        let taint = if value.is_empty() {
+            format!("{}:{}", t.key, t.effect.as_str())
+        } else {
+            format!("{}={value}:{}", t.key, t.effect.as_str())
+        };
+        if !taints.contains(&taint) {
+            taints.push(taint);
+        }
+    }
+    if !taints.is_empty() {
+        flags.push(format!("--register-with-taints={}", taints.join(",")));
+    }
+    Ok(flags)
+}
+
+#[derive(Serialize)]
+#[serde(rename_all = "camelCase")]
+struct NodeConfig<'a> {
+    api_version: &'static str,
+    kind: &'static str,
+    spec: NodeConfigSpec<'a>,
+}
+
+#[derive(Serialize)]
+struct NodeConfigSpec<'a> {
+    cluster: ClusterDetails<'a>,
+    kubelet: Kubelet,
+}
+
+#[derive(Serialize)]
+#[serde(rename_all = "camelCase")]
+struct ClusterDetails<'a> {
+    name: &'a str,
+    api_server_endpoint: &'a str,
+    certificate_authority: &'a str,
+    cidr: &'a str,
+}
+
+#[derive(Serialize)]
+struct Kubelet {
+    flags: Vec<String>,
+}
+
+/// The user data: a MIME multi-part document with one nodeadm `NodeConfig`
+/// (`node.eks.aws/v1alpha1`) naming the cluster and setting the kubelet
+/// flags of [`kubelet_flags`].
+///
+/// # Errors
+/// As [`kubelet_flags`].
+pub fn user_data(settings: &Settings, template: &NodeTemplate) -> Result<String, String> {
+    let config = NodeConfig {
+        api_version: "node.eks.aws/v1alpha1",
+        kind: "NodeConfig",
+        spec: NodeConfigSpec {
+            cluster: ClusterDetails {
+                name: &settings.cluster_name,
+                api_server_endpoint: &settings.cluster_endpoint,
+                certificate_authority: settings.certificate_authority.trim(),
+                cidr: &settings.service_cidr,
+            },
+            kubelet: Kubelet {
+                flags: kubelet_flags(template)?,
+            },
+        },
+    };
+    let yaml = serde_norway::to_string(&config).map_err(|e| e.to_string())?;
+    Ok(format!(
+        "MIME-Version: 1.0\r\nContent-Type: multipart/mixed; boundary=\"{BOUNDARY}\"\r\n\r\n\
+         --{BOUNDARY}\r\nContent-Type: application/node.eks.aws\r\n\r\n---\n{yaml}\r\n--{BOUNDARY}--\r\n"
+    ))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::api::{Taint, TaintEffect};
+
+    fn settings() -> Settings {
+        Settings::from_yaml(
+            r#"
+clusterName: prod
+kubernetesVersion: "1.33"
+clusterEndpoint: https://ABCD.eks.example
+certificateAuthority: Q0E=
+serviceCidr: 10.100.0.0/16
+defaultNodeClass:
+  subnetSelector: { a: b }
+  securityGroupSelector: { a: b }
+  instanceProfile: nodes
+"#,
+        )
+        .unwrap()
+    }
+
+    fn template() -> NodeTemplate {
+        NodeTemplate {
+            labels: [
+                (l::NODEPOOL, "train"),
+                (l::CAPACITY_TYPE, "spot"),
+                (l::INSTANCE_TYPE, "g5.xlarge"),
+                (l::ZONE, "use1-az4"),
+                (l::GPU_NAME, "a10g"),
+                (l::REGION, "us-east-1"),
+                ("node-role.kubernetes.io/gpu", ""),
+                ("team", "ml"),
+            ]
+            .into_iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect(),
+            taints: vec![Taint::new(l::TAINT_GPU, "present", TaintEffect::NoSchedule)],
+            startup_taints: vec![Taint::new(
+                l::TAINT_UNREGISTERED,
+                "",
+                TaintEffect::NoExecute,
+            )],
+            ..NodeTemplate::default()
+        }
+    }
+
+    #[test]
+    fn kubelet_gets_offering_independent_labels_and_every_taint() {
+        let flags = kubelet_flags(&template()).unwrap();
+        assert_eq!(
+            flags,
+            [
+                "--node-labels=quartermaster.dev/capacity-type=spot,quartermaster.dev/nodepool=train,team=ml,topology.kubernetes.io/region=us-east-1",
+                "--register-with-taints=nvidia.com/gpu=present:NoSchedule,quartermaster.dev/unregistered:NoExecute",
+            ]
+        );
+    }
+
+    #[test]
+    fn user_data_is_a_mime_nodeconfig_for_the_cluster() {
+        let data = user_data(&settings(), &template()).unwrap();
+        assert!(data.starts_with("MIME-Version: 1.0\r\nContent-Type: multipart/mixed;"));
+        assert!(data.contains("Content-Type: application/node.eks.aws"));
+        let yaml = data
+            .split("application/node.eks.aws\r\n\r\n")
+            .nth(1)
+            .and_then(|rest| rest.split("\r\n--").next())
+            .unwrap();
+        let doc: serde_json::Value = serde_norway::from_str(yaml).unwrap();
+        assert_eq!(doc["kind"], "NodeConfig");
+        assert_eq!(doc["spec"]["cluster"]["name"], "prod");
+        assert_eq!(doc["spec"]["cluster"]["cidr"], "10.100.0.0/16");
+        assert_eq!(doc["spec"]["kubelet"]["flags"].as_array().unwrap().len(), 2);
+    }
+
+    #[test]
+    fn equal_content_shares_a_name_and_changed_content_does_not() {
+        let lt = LaunchTemplate {
+            image_id: "ami-1".into(),
+            instance_profile: "nodes".into(),
+            security_group_ids: vec!["sg-1".into()],
+            root_volume_gib: 200,
+            user_data: user_data(&settings(), &template()).unwrap(),
+            tags: BTreeMap::new(),
+        };
+        let name = lt.name("prod");
+        assert!(
+            name.starts_with("quartermaster/prod/") && name.len() == 35,
+            "{name}"
+        );
+        assert_eq!(lt.clone().name("prod"), name);
+        let bigger = LaunchTemplate {
+            root_volume_gib: 500,
+            ..lt.clone()
+        };
+        assert_ne!(bigger.name("prod"), name);
+        assert_ne!(lt.name("staging"), name);
+        assert!(lt.name(&"c".repeat(100)).len() <= 128);
+    }
+
+    #[test]
+    fn a_label_that_breaks_the_flag_syntax_is_refused() {
+        let mut t = template();
+        t.labels.insert("bad".into(), "a,b".into());
+        assert!(kubelet_flags(&t).unwrap_err().contains("bad=a,b"));
+    }
+}

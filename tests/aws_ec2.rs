@@ -1,0 +1,885 @@
+//! The EC2 provider against moto server (launch, retry after a crash,
+//! terminate, garbage collection), and against replayed EC2 answers for
+//! what moto cannot fake (insufficient capacity, throttling).
+//!
+//! What moto 5.2.5 does differently from EC2, and how the tests adapt (the
+//! provider's code is written for EC2):
+//! - `CreateFleet` ignores `ClientToken`: the crash-retry test relies on the
+//!   provider's describe-before-launch, which is what a crash after EC2
+//!   made the instance visible exercises anyway.
+//! - `CreateFleet` tags instances but not volumes (`ResourceType=volume` is
+//!   dropped), so volume tags are not checked here.
+//! - `resolve:ssm:` image IDs are not resolved; moto keeps the string as the
+//!   image ID (AMI validation is off by default), which the tests check.
+//! - The launch template's security groups, instance profile and block
+//!   devices are not applied to fleet instances; the tests check them in the
+//!   launch template moto stores instead.
+
+mod support;
+
+use aws_sdk_ec2::types::{
+    Filter, InstanceAttributeName, InstanceLifecycleType, ResourceType, Tag, TagSpecification,
+};
+use quartermaster::api::labels as l;
+use quartermaster::api::{Taint, TaintEffect};
+use quartermaster::catalog::CapacityType;
+use quartermaster::cloud::aws::ec2::{AwsCloud, Settings};
+use quartermaster::cloud::{self, CloudProvider, Error, InstanceState, NodeTemplate};
+use quartermaster::core::{ClaimRequest, OfferingKey};
+use std::collections::HashSet;
+use support::moto::{unique, Moto};
+
+/// moto's us-east-1: `us-east-1a` is `use1-az6`, `us-east-1d` is `use1-az4`
+/// (`shared/reference-data/moto-az-name-to-id.json`).
+const ZONES: [(&str, &str); 2] = [("us-east-1a", "use1-az6"), ("us-east-1d", "use1-az4")];
+
+/// One test's world on the shared server: its cluster name and a VPC with
+/// one tagged subnet per zone of [`ZONES`] and a tagged security group.
+struct World {
+    ec2: aws_sdk_ec2::Client,
+    cluster: String,
+    subnets: Vec<String>,
+    security_group: String,
+    _moto: Moto,
+}
+
+fn tag(k: &str, v: &str) -> Tag {
+    Tag::builder().key(k).value(v).build()
+}
+
+fn tagged(resource: ResourceType, k: &str, v: &str) -> TagSpecification {
+    TagSpecification::builder()
+        .resource_type(resource)
+        .tags(tag(k, v))
+        .build()
+}
+
+impl World {
+    async fn new() -> World {
+        let moto = Moto::start();
+        let ec2 = aws_sdk_ec2::Client::new(&moto.sdk_config());
+        let cluster = unique("qm");
+        let vpc = ec2
+            .create_vpc()
+            .cidr_block("10.0.0.0/16")
+            .send()
+            .await
+            .unwrap();
+        let vpc = vpc.vpc().unwrap().vpc_id().unwrap().to_string();
+        let mut subnets = Vec::new();
+        for (i, (zone, _)) in ZONES.iter().enumerate() {
+            let s = ec2
+                .create_subnet()
+                .vpc_id(&vpc)
+                .cidr_block(format!("10.0.{i}.0/24"))
+                .availability_zone(*zone)
+                .tag_specifications(tagged(ResourceType::Subnet, "test/discovery", &cluster))
+                .send()
+                .await
+                .unwrap();
+            subnets.push(s.subnet().unwrap().subnet_id().unwrap().to_string());
+        }
+        let sg = ec2
+            .create_security_group()
+            .group_name(format!("{cluster}-nodes"))
+            .description("nodes")
+            .vpc_id(&vpc)
+            .tag_specifications(tagged(
+                ResourceType::SecurityGroup,
+                "test/discovery",
+                &cluster,
+            ))
+            .send()
+            .await
+            .unwrap();
+        World {
+            ec2,
+            cluster,
+            subnets,
+            security_group: sg.group_id().unwrap().to_string(),
+            _moto: moto,
+        }
+    }
+
+    fn settings(&self, cluster: &str) -> Settings {
+        Settings::from_yaml(&format!(
+            r#"
+clusterName: {cluster}
+kubernetesVersion: "1.33"
+clusterEndpoint: https://example.eks.amazonaws.com
+certificateAuthority: Q0EgYnVuZGxl
+serviceCidr: 10.100.0.0/16
+defaultNodeClass:
+  subnetSelector: {{ test/discovery: {own} }}
+  securityGroupSelector: {{ test/discovery: {own} }}
+  instanceProfile: nodes
+  tags: {{ team: ml }}
+"#,
+            own = self.cluster
+        ))
+        .unwrap()
+    }
+
+    /// A provider for this world's cluster, as a freshly started controller
+    /// would build it.
+    fn cloud(&self) -> AwsCloud {
+        AwsCloud::new(self.ec2.clone(), self.settings(&self.cluster)).unwrap()
+    }
+
+    /// Every instance moto holds carrying this world's cluster tag and the
+    /// claim tag `claim`.
+    async fn instances_of(&self, claim: &str) -> Vec<aws_sdk_ec2::types::Instance> {
+        let out = self
+            .ec2
+            .describe_instances()
+            .filters(
+                Filter::builder()
+                    .name(format!("tag:{}", l::TAG_CLUSTER))
+                    .values(&self.cluster)
+                    .build(),
+            )
+            .filters(
+                Filter::builder()
+                    .name(format!("tag:{}", l::TAG_NODECLAIM))
+                    .values(claim)
+                    .build(),
+            )
+            .send()
+            .await
+            .unwrap();
+        out.reservations()
+            .iter()
+            .flat_map(|r| r.instances().iter().cloned())
+            .collect()
+    }
+
+    /// The launch templates tagged with this world's cluster.
+    async fn launch_templates(&self) -> Vec<aws_sdk_ec2::types::LaunchTemplate> {
+        let out = self
+            .ec2
+            .describe_launch_templates()
+            .filters(
+                Filter::builder()
+                    .name(format!("tag:{}", l::TAG_CLUSTER))
+                    .values(&self.cluster)
+                    .build(),
+            )
+            .send()
+            .await
+            .unwrap();
+        out.launch_templates().to_vec()
+    }
+
+    async fn state_of(&self, id: &str) -> String {
+        let out = self
+            .ec2
+            .describe_instances()
+            .instance_ids(id)
+            .send()
+            .await
+            .unwrap();
+        out.reservations()[0].instances()[0]
+            .state()
+            .and_then(|s| s.name())
+            .map(|n| n.as_str().to_string())
+            .unwrap()
+    }
+}
+
+fn claim(name: &str, instance_type: &str, zone: &str, capacity_type: CapacityType) -> ClaimRequest {
+    ClaimRequest {
+        claim: name.into(),
+        nodepool: "train".into(),
+        offering: OfferingKey {
+            instance_type: instance_type.into(),
+            zone: zone.into(),
+            capacity_type,
+        },
+        price_per_hour: 0.42,
+        pods: vec![],
+        prewarm_window: None,
+    }
+}
+
+fn template() -> NodeTemplate {
+    NodeTemplate {
+        labels: [
+            (l::NODEPOOL, "train"),
+            (l::CAPACITY_TYPE, "spot"),
+            (l::INSTANCE_TYPE, "g5.xlarge"),
+            ("team", "ml"),
+        ]
+        .into_iter()
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect(),
+        taints: vec![Taint::new(l::TAINT_GPU, "present", TaintEffect::NoSchedule)],
+        startup_taints: vec![Taint::new(
+            l::TAINT_UNREGISTERED,
+            "",
+            TaintEffect::NoExecute,
+        )],
+        ..NodeTemplate::default()
+    }
+}
+
+fn tag_of<'a>(i: &'a aws_sdk_ec2::types::Instance, key: &str) -> Option<&'a str> {
+    i.tags()
+        .iter()
+        .find(|t| t.key() == Some(key))
+        .and_then(|t| t.value())
+}
+
+fn id_of(provider_id: &str) -> String {
+    cloud::instance_id_of(provider_id).to_string()
+}
+
+#[tokio::test]
+async fn a_spot_launch_creates_one_tagged_instance_with_the_nodes_bootstrap() {
+    let w = World::new().await;
+    let aws = w.cloud();
+    let c = claim("gpu-a", "g5.xlarge", "use1-az4", CapacityType::Spot);
+    let launched = aws
+        .launch(&c, &template(), chrono::Utc::now())
+        .await
+        .unwrap();
+
+    assert_eq!(launched.claim, "gpu-a");
+    assert_eq!(launched.offering, c.offering);
+    assert!(
+        launched.provider_id.starts_with("aws:///us-east-1d/i-"),
+        "{}",
+        launched.provider_id
+    );
+    let found = w.instances_of("gpu-a").await;
+    assert_eq!(found.len(), 1);
+    let i = &found[0];
+    assert_eq!(i.instance_id(), Some(id_of(&launched.provider_id).as_str()));
+    assert_eq!(i.instance_type().map(|t| t.as_str()), Some("g5.xlarge"));
+    assert_eq!(
+        i.placement().and_then(|p| p.availability_zone()),
+        Some("us-east-1d")
+    );
+    assert_eq!(i.subnet_id(), Some(w.subnets[1].as_str()));
+    assert_eq!(i.instance_lifecycle(), Some(&InstanceLifecycleType::Spot));
+    assert_eq!(tag_of(i, l::TAG_CLUSTER), Some(w.cluster.as_str()));
+    assert_eq!(tag_of(i, l::NODEPOOL), Some("train"));
+    assert_eq!(tag_of(i, l::TAG_NODECLAIM), Some("gpu-a"));
+    assert_eq!(tag_of(i, "team"), Some("ml"));
+    assert!(i
+        .image_id()
+        .is_some_and(|a| a.starts_with("resolve:ssm:/aws/service/eks/optimized-ami/1.33/")));
+
+    let attr = w
+        .ec2
+        .describe_instance_attribute()
+        .instance_id(i.instance_id().unwrap())
+        .attribute(InstanceAttributeName::UserData)
+        .send()
+        .await
+        .unwrap();
+    let encoded = attr.user_data().and_then(|u| u.value()).unwrap();
+    let user_data = String::from_utf8(aws_smithy_types::base64::decode(encoded).unwrap()).unwrap();
+    assert!(
+        user_data.contains("--node-labels=quartermaster.dev/capacity-type=spot,quartermaster.dev/nodepool=train,team=ml"),
+        "{user_data}"
+    );
+    assert!(
+        user_data.contains("--register-with-taints=nvidia.com/gpu=present:NoSchedule,quartermaster.dev/unregistered:NoExecute"),
+        "{user_data}"
+    );
+    assert!(
+        !user_data.contains(l::INSTANCE_TYPE),
+        "a fallback may change the type: {user_data}"
+    );
+    assert!(user_data.contains(&format!("name: {}", w.cluster)));
+
+    // The launch template holds what moto does not apply to fleet instances.
+    let templates = w.launch_templates().await;
+    assert_eq!(templates.len(), 1);
+    let name = templates[0].launch_template_name().unwrap();
+    assert!(
+        name.starts_with(&format!("quartermaster/{}/", w.cluster)),
+        "{name}"
+    );
+    let versions = w
+        .ec2
+        .describe_launch_template_versions()
+        .launch_template_name(name)
+        .versions("$Latest")
+        .send()
+        .await
+        .unwrap();
+    let data = versions.launch_template_versions()[0]
+        .launch_template_data()
+        .unwrap();
+    let imds = data.metadata_options().unwrap();
+    assert_eq!(imds.http_tokens().map(|t| t.as_str()), Some("required"));
+    assert_eq!(imds.http_put_response_hop_limit(), Some(2));
+    assert_eq!(
+        data.iam_instance_profile().and_then(|p| p.name()),
+        Some("nodes")
+    );
+    assert_eq!(data.security_group_ids(), [w.security_group.as_str()]);
+    let root = &data.block_device_mappings()[0];
+    assert_eq!(root.ebs().and_then(|e| e.volume_size()), Some(200));
+
+    // What describe reports matches, with EC2's launch time.
+    let described = aws.describe("gpu-a").await.unwrap().unwrap();
+    assert_eq!(described.provider_id, launched.provider_id);
+    assert_eq!(described.offering, c.offering);
+    assert_eq!(described.price_per_hour, 0.42);
+    assert!(described.state.is_alive());
+    assert!(
+        (chrono::Utc::now() - described.launched_at)
+            .num_minutes()
+            .abs()
+            < 5
+    );
+}
+
+#[tokio::test]
+async fn an_on_demand_launch_is_not_spot_and_lands_in_the_planned_zone() {
+    let w = World::new().await;
+    let aws = w.cloud();
+    let c = claim("od-a", "m5.large", "use1-az6", CapacityType::OnDemand);
+    let launched = aws
+        .launch(&c, &template(), chrono::Utc::now())
+        .await
+        .unwrap();
+    assert!(launched.provider_id.starts_with("aws:///us-east-1a/"));
+    let found = w.instances_of("od-a").await;
+    assert_eq!(found.len(), 1);
+    assert_eq!(found[0].instance_lifecycle(), None);
+    assert_eq!(found[0].subnet_id(), Some(w.subnets[0].as_str()));
+    assert_eq!(
+        aws.describe("od-a").await.unwrap().unwrap().offering,
+        c.offering
+    );
+}
+
+#[tokio::test]
+async fn a_launch_retried_after_a_crash_returns_the_same_instance() {
+    let w = World::new().await;
+    let c = claim("gpu-retry", "g5.xlarge", "use1-az4", CapacityType::Spot);
+    let first = w
+        .cloud()
+        .launch(&c, &template(), chrono::Utc::now())
+        .await
+        .unwrap();
+    // A new provider value, as after a controller restart.
+    let again = w
+        .cloud()
+        .launch(&c, &template(), chrono::Utc::now())
+        .await
+        .unwrap();
+    assert_eq!(again.provider_id, first.provider_id);
+    assert_eq!(w.instances_of("gpu-retry").await.len(), 1);
+
+    // The same claim name with an offering it was not launched as is refused.
+    let moved = claim("gpu-retry", "g5.xlarge", "use1-az6", CapacityType::Spot);
+    let err = w
+        .cloud()
+        .launch(&moved, &template(), chrono::Utc::now())
+        .await
+        .unwrap_err();
+    assert!(matches!(err, Error::Other(_)), "{err:?}");
+    assert_eq!(w.instances_of("gpu-retry").await.len(), 1);
+}
+
+#[tokio::test]
+async fn a_zone_without_a_selected_subnet_is_not_launched_in() {
+    let w = World::new().await;
+    let c = claim("nowhere", "g5.xlarge", "use1-az2", CapacityType::Spot);
+    let err = w
+        .cloud()
+        .launch(&c, &template(), chrono::Utc::now())
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(&err, Error::Other(m) if m.contains("no subnet") && m.contains("use1-az2")),
+        "{err:?}"
+    );
+    assert!(w.instances_of("nowhere").await.is_empty());
+}
+
+#[tokio::test]
+async fn a_planned_zone_without_a_subnet_launches_in_the_first_fallback_that_has_one() {
+    let w = World::new().await;
+    let c = claim("gpu-fb", "g5.xlarge", "use1-az2", CapacityType::Spot);
+    let fallback = |zone: &str, capacity_type| OfferingKey {
+        instance_type: "g5.xlarge".into(),
+        zone: zone.into(),
+        capacity_type,
+    };
+    let template = NodeTemplate {
+        fallbacks: vec![
+            // Another market is never mixed into a fleet.
+            fallback("use1-az6", CapacityType::OnDemand),
+            fallback("use1-az3", CapacityType::Spot),
+            fallback("use1-az4", CapacityType::Spot),
+        ],
+        ..template()
+    };
+    let launched = w
+        .cloud()
+        .launch(&c, &template, chrono::Utc::now())
+        .await
+        .unwrap();
+    assert_eq!(launched.offering, fallback("use1-az4", CapacityType::Spot));
+    assert!(launched.provider_id.starts_with("aws:///us-east-1d/"));
+    let found = w.instances_of("gpu-fb").await;
+    assert_eq!(found.len(), 1);
+    assert_eq!(
+        found[0].instance_lifecycle(),
+        Some(&InstanceLifecycleType::Spot)
+    );
+    // Retried with the same fallbacks, the instance is found, not relaunched.
+    let again = w
+        .cloud()
+        .launch(&c, &template, chrono::Utc::now())
+        .await
+        .unwrap();
+    assert_eq!(again.provider_id, launched.provider_id);
+}
+
+#[tokio::test]
+async fn terminate_acts_on_the_claims_instance_only_and_twice_is_fine() {
+    let w = World::new().await;
+    let aws = w.cloud();
+    let now = chrono::Utc::now();
+    let a = aws
+        .launch(
+            &claim("t-a", "g5.xlarge", "use1-az4", CapacityType::Spot),
+            &template(),
+            now,
+        )
+        .await
+        .unwrap();
+    let b = aws
+        .launch(
+            &claim("t-b", "g5.xlarge", "use1-az6", CapacityType::OnDemand),
+            &template(),
+            now,
+        )
+        .await
+        .unwrap();
+
+    // Same node class and content: one launch template, also for a
+    // provider that did not create it (another replica, or after a restart).
+    w.cloud()
+        .launch(
+            &claim("t-c", "g5.xlarge", "use1-az4", CapacityType::Spot),
+            &template(),
+            now,
+        )
+        .await
+        .unwrap();
+    assert_eq!(w.launch_templates().await.len(), 1);
+
+    let gone = aws.terminate("t-a", now).await.unwrap();
+    assert_eq!(gone.provider_id, a.provider_id);
+    assert!(!gone.state.is_alive(), "{:?}", gone.state);
+    assert!(["shutting-down", "terminated"]
+        .contains(&w.state_of(&id_of(&a.provider_id)).await.as_str()));
+    assert_eq!(w.state_of(&id_of(&b.provider_id)).await, "running");
+
+    let again = aws.terminate("t-a", now).await.unwrap();
+    assert_eq!(again.provider_id, a.provider_id);
+    assert!(!again.state.is_alive());
+    assert_eq!(
+        aws.terminate("never-launched", now).await.unwrap_err(),
+        Error::NotFound {
+            claim: "never-launched".into()
+        }
+    );
+    let mut listed: Vec<String> = aws
+        .instances()
+        .await
+        .unwrap()
+        .into_iter()
+        .filter(|i| i.state.is_alive())
+        .map(|i| i.claim)
+        .collect();
+    listed.sort();
+    assert_eq!(listed, ["t-b", "t-c"]);
+}
+
+#[tokio::test]
+async fn garbage_collection_terminates_only_our_old_unclaimed_instances() {
+    let w = World::new().await;
+    let aws = w.cloud();
+    let now = chrono::Utc::now();
+    let spot = |name: &str| claim(name, "g5.xlarge", "use1-az4", CapacityType::Spot);
+    let orphan = aws.launch(&spot("orphan"), &template(), now).await.unwrap();
+    let kept = aws.launch(&spot("kept"), &template(), now).await.unwrap();
+    // Another cluster's instance on the same subnets, with its own tags.
+    let other_cluster =
+        AwsCloud::new(w.ec2.clone(), w.settings(&format!("{}-other", w.cluster))).unwrap();
+    let foreign = other_cluster
+        .launch(&spot("foreign"), &template(), now)
+        .await
+        .unwrap();
+    // An instance someone launched by hand, without our tags.
+    let manual = w
+        .ec2
+        .run_instances()
+        .image_id("ami-12c6146b")
+        .instance_type(aws_sdk_ec2::types::InstanceType::M5Large)
+        .min_count(1)
+        .max_count(1)
+        .subnet_id(&w.subnets[1])
+        .send()
+        .await
+        .unwrap();
+    let manual = manual.instances()[0].instance_id().unwrap().to_string();
+
+    let claims: HashSet<String> = ["kept".to_string()].into_iter().collect();
+    let grace = chrono::TimeDelta::minutes(2);
+    // Inside the grace period nothing goes: the claim may be being written.
+    let (done, failed) = cloud::collect_garbage(&aws, &claims, chrono::Utc::now(), grace)
+        .await
+        .unwrap();
+    assert!(done.is_empty() && failed.is_empty(), "{done:?} {failed:?}");
+
+    let later = chrono::Utc::now() + chrono::TimeDelta::minutes(10);
+    let (done, failed) = cloud::collect_garbage(&aws, &claims, later, grace)
+        .await
+        .unwrap();
+    assert!(failed.is_empty(), "{failed:?}");
+    let collected: Vec<&str> = done.iter().map(|i| i.provider_id.as_str()).collect();
+    assert_eq!(collected, [orphan.provider_id.as_str()]);
+    assert_eq!(done[0].state, InstanceState::ShuttingDown);
+
+    assert!(["shutting-down", "terminated"]
+        .contains(&w.state_of(&id_of(&orphan.provider_id)).await.as_str()));
+    assert_eq!(w.state_of(&id_of(&kept.provider_id)).await, "running");
+    assert_eq!(w.state_of(&id_of(&foreign.provider_id)).await, "running");
+    assert_eq!(w.state_of(&manual).await, "running");
+}
+
+mod replay {
+    //! Recorded-shape EC2 answers replayed through the real SDK: the paths
+    //! moto cannot fake. A launch makes six calls: DescribeInstances (the
+    //! claim's existing instance), DescribeAvailabilityZones,
+    //! DescribeSubnets, DescribeSecurityGroups, CreateLaunchTemplate,
+    //! CreateFleet.
+
+    use super::*;
+    use aws_sdk_ec2::config::retry::RetryConfig;
+    use aws_sdk_ec2::config::{BehaviorVersion, Credentials, Region};
+    use aws_smithy_http_client::test_util::{ReplayEvent, StaticReplayClient};
+    use aws_smithy_types::body::SdkBody;
+    use std::time::Duration;
+
+    const NS: &str = "http://ec2.amazonaws.com/doc/2016-11-15/";
+
+    fn ok(body: String) -> http::Response<SdkBody> {
+        http::Response::builder()
+            .status(200)
+            .header("content-type", "text/xml;charset=UTF-8")
+            .body(SdkBody::from(body))
+            .unwrap()
+    }
+
+    fn event(response: http::Response<SdkBody>) -> ReplayEvent {
+        let request = http::Request::builder()
+            .uri("http://127.0.0.1:1/")
+            .body(SdkBody::empty())
+            .unwrap();
+        ReplayEvent::new(request, response)
+    }
+
+    fn no_instances() -> ReplayEvent {
+        event(ok(format!(
+            r#"<?xml version="1.0" encoding="UTF-8"?>
+<DescribeInstancesResponse xmlns="{NS}">
+    <requestId>8f7724cf-496f-496e-8fe3-ef2f0a7e1d11</requestId>
+    <reservationSet/>
+</DescribeInstancesResponse>"#
+        )))
+    }
+
+    fn zones() -> ReplayEvent {
+        event(ok(format!(
+            r#"<?xml version="1.0" encoding="UTF-8"?>
+<DescribeAvailabilityZonesResponse xmlns="{NS}">
+    <requestId>e23c5a54-a29c-43ee-8b55-0c13c6d8c5e0</requestId>
+    <availabilityZoneInfo>
+        <item>
+            <optInStatus>opt-in-not-required</optInStatus>
+            <zoneName>us-east-1d</zoneName>
+            <zoneId>use1-az4</zoneId>
+            <zoneState>available</zoneState>
+            <regionName>us-east-1</regionName>
+            <zoneType>availability-zone</zoneType>
+            <networkBorderGroup>us-east-1</networkBorderGroup>
+            <groupName>us-east-1-zg-1</groupName>
+        </item>
+    </availabilityZoneInfo>
+</DescribeAvailabilityZonesResponse>"#
+        )))
+    }
+
+    fn subnets() -> ReplayEvent {
+        event(ok(format!(
+            r#"<?xml version="1.0" encoding="UTF-8"?>
+<DescribeSubnetsResponse xmlns="{NS}">
+    <requestId>a5266c3e-2b7a-4434-971e-317b6EXAMPLE</requestId>
+    <subnetSet>
+        <item>
+            <subnetId>subnet-0bb1c79de3EXAMPLE</subnetId>
+            <subnetArn>arn:aws:ec2:us-east-1:111122223333:subnet/subnet-0bb1c79de3EXAMPLE</subnetArn>
+            <state>available</state>
+            <ownerId>111122223333</ownerId>
+            <vpcId>vpc-0ee975135dEXAMPLE</vpcId>
+            <cidrBlock>10.0.2.0/24</cidrBlock>
+            <availableIpAddressCount>251</availableIpAddressCount>
+            <availabilityZone>us-east-1d</availabilityZone>
+            <availabilityZoneId>use1-az4</availabilityZoneId>
+            <defaultForAz>false</defaultForAz>
+            <mapPublicIpOnLaunch>false</mapPublicIpOnLaunch>
+            <tagSet>
+                <item><key>test/discovery</key><value>replay</value></item>
+            </tagSet>
+        </item>
+    </subnetSet>
+</DescribeSubnetsResponse>"#
+        )))
+    }
+
+    fn security_groups() -> ReplayEvent {
+        event(ok(format!(
+            r#"<?xml version="1.0" encoding="UTF-8"?>
+<DescribeSecurityGroupsResponse xmlns="{NS}">
+    <requestId>edb7c570-be05-4192-bd1b-EXAMPLE</requestId>
+    <securityGroupInfo>
+        <item>
+            <ownerId>111122223333</ownerId>
+            <groupId>sg-0c5e4d2f1aEXAMPLE</groupId>
+            <groupName>nodes</groupName>
+            <groupDescription>nodes</groupDescription>
+            <vpcId>vpc-0ee975135dEXAMPLE</vpcId>
+            <ipPermissions/>
+            <ipPermissionsEgress/>
+        </item>
+    </securityGroupInfo>
+</DescribeSecurityGroupsResponse>"#
+        )))
+    }
+
+    fn template_created() -> ReplayEvent {
+        event(ok(format!(
+            r#"<?xml version="1.0" encoding="UTF-8"?>
+<CreateLaunchTemplateResponse xmlns="{NS}">
+    <requestId>39f9d1b5-4f84-4f11-8c0c-EXAMPLE</requestId>
+    <launchTemplate>
+        <createTime>2026-01-01T00:00:00.000Z</createTime>
+        <createdBy>arn:aws:sts::111122223333:assumed-role/quartermaster/controller</createdBy>
+        <defaultVersionNumber>1</defaultVersionNumber>
+        <latestVersionNumber>1</latestVersionNumber>
+        <launchTemplateId>lt-0a20c965061fEXAMPLE</launchTemplateId>
+        <launchTemplateName>quartermaster/replay/0123456789abcdef</launchTemplateName>
+    </launchTemplate>
+</CreateLaunchTemplateResponse>"#
+        )))
+    }
+
+    const OVERRIDES: &str = r#"<launchTemplateAndOverrides>
+                <launchTemplateSpecification>
+                    <launchTemplateId>lt-0a20c965061fEXAMPLE</launchTemplateId>
+                    <version>1</version>
+                </launchTemplateSpecification>
+                <overrides>
+                    <instanceType>g5.xlarge</instanceType>
+                    <subnetId>subnet-0bb1c79de3EXAMPLE</subnetId>
+                    <priority>0.0</priority>
+                </overrides>
+            </launchTemplateAndOverrides>"#;
+
+    fn fleet_without_capacity() -> ReplayEvent {
+        event(ok(format!(
+            r#"<?xml version="1.0" encoding="UTF-8"?>
+<CreateFleetResponse xmlns="{NS}">
+    <requestId>b0c1b9e4-3f9e-4d2b-8d5a-EXAMPLE</requestId>
+    <fleetId>fleet-12a34b55-67cd-8ef9-ba9b-9208dEXAMPLE</fleetId>
+    <errorSet>
+        <item>
+            {OVERRIDES}
+            <lifecycle>spot</lifecycle>
+            <errorCode>InsufficientInstanceCapacity</errorCode>
+            <errorMessage>We currently do not have sufficient g5.xlarge capacity in the Availability Zone you requested (us-east-1d). Our system will be working on provisioning additional capacity. You can currently get g5.xlarge capacity by not specifying an Availability Zone in your request or choosing us-east-1a, us-east-1b, us-east-1c.</errorMessage>
+        </item>
+    </errorSet>
+    <fleetInstanceSet/>
+</CreateFleetResponse>"#
+        )))
+    }
+
+    fn fleet_launched() -> ReplayEvent {
+        event(ok(format!(
+            r#"<?xml version="1.0" encoding="UTF-8"?>
+<CreateFleetResponse xmlns="{NS}">
+    <requestId>7c1f8e5a-2d6b-4b1e-9a1e-EXAMPLE</requestId>
+    <fleetId>fleet-34b56c77-89ef-0ab1-cd2e-3f4a5EXAMPLE</fleetId>
+    <errorSet/>
+    <fleetInstanceSet>
+        <item>
+            {OVERRIDES}
+            <lifecycle>spot</lifecycle>
+            <instanceIds>
+                <item>i-0123456789abcdef0</item>
+            </instanceIds>
+            <instanceType>g5.xlarge</instanceType>
+        </item>
+    </fleetInstanceSet>
+</CreateFleetResponse>"#
+        )))
+    }
+
+    fn throttled() -> ReplayEvent {
+        event(
+            http::Response::builder()
+                .status(503)
+                .body(SdkBody::from(
+                    r#"<?xml version="1.0" encoding="UTF-8"?>
+<Response><Errors><Error><Code>RequestLimitExceeded</Code><Message>Request limit exceeded.</Message></Error></Errors><RequestID>d1b2c3e4-5f6a-7b8c-9d0e-EXAMPLE</RequestID></Response>"#,
+                ))
+                .unwrap(),
+        )
+    }
+
+    /// Events before the `CreateFleet` of a first launch.
+    fn before_fleet() -> Vec<ReplayEvent> {
+        vec![
+            no_instances(),
+            zones(),
+            subnets(),
+            security_groups(),
+            template_created(),
+        ]
+    }
+
+    /// A provider on `events`, with three attempts and millisecond backoff
+    /// so that retries do not slow the test down.
+    fn cloud(events: Vec<ReplayEvent>) -> (AwsCloud, StaticReplayClient) {
+        let http = StaticReplayClient::new(events);
+        let config = aws_sdk_ec2::Config::builder()
+            .behavior_version(BehaviorVersion::latest())
+            .region(Region::new("us-east-1"))
+            .endpoint_url("http://127.0.0.1:1")
+            .credentials_provider(Credentials::new("test", "test", None, None, "replay"))
+            .http_client(http.clone())
+            .retry_config(
+                RetryConfig::standard()
+                    .with_max_attempts(3)
+                    .with_initial_backoff(Duration::from_millis(1))
+                    .with_max_backoff(Duration::from_millis(5)),
+            )
+            .build();
+        let settings = Settings::from_yaml(
+            r#"
+clusterName: replay
+clusterEndpoint: https://example.eks.amazonaws.com
+certificateAuthority: Q0EgYnVuZGxl
+serviceCidr: 10.100.0.0/16
+defaultNodeClass:
+  ami: ami-0123456789abcdef0
+  subnetSelector: { test/discovery: replay }
+  securityGroupSelector: { test/discovery: replay }
+  instanceProfile: nodes
+"#,
+        )
+        .unwrap();
+        let aws = AwsCloud::new(aws_sdk_ec2::Client::from_conf(config), settings).unwrap();
+        (aws, http)
+    }
+
+    fn spot_claim() -> ClaimRequest {
+        claim("gpu-r", "g5.xlarge", "use1-az4", CapacityType::Spot)
+    }
+
+    fn bodies_of(http: &StaticReplayClient, action: &str) -> Vec<String> {
+        http.actual_requests()
+            .filter_map(|r| r.body().bytes())
+            .map(|b| String::from_utf8_lossy(b).to_string())
+            .filter(|b| b.contains(&format!("Action={action}&")))
+            .collect()
+    }
+
+    #[tokio::test]
+    async fn a_fleet_error_of_insufficient_capacity_names_the_offering() {
+        let mut events = before_fleet();
+        events.push(fleet_without_capacity());
+        let (aws, http) = cloud(events);
+        let err = aws
+            .launch(&spot_claim(), &template(), chrono::Utc::now())
+            .await
+            .unwrap_err();
+        assert_eq!(
+            err,
+            Error::InsufficientCapacity {
+                claim: "gpu-r".into(),
+                offering: spot_claim().offering,
+                code: "InsufficientInstanceCapacity".into(),
+            }
+        );
+        assert_eq!(
+            err.notice(),
+            Some(quartermaster::core::Notice::InsufficientCapacity {
+                offering: spot_claim().offering
+            })
+        );
+        // One fleet request, not retried: capacity errors are the core's.
+        assert_eq!(bodies_of(&http, "CreateFleet").len(), 1);
+    }
+
+    #[tokio::test]
+    async fn a_throttled_fleet_request_is_retried_once_with_the_same_client_token() {
+        let mut events = before_fleet();
+        events.push(throttled());
+        events.push(fleet_launched());
+        let (aws, http) = cloud(events);
+        let launched = aws
+            .launch(&spot_claim(), &template(), chrono::Utc::now())
+            .await
+            .unwrap();
+        assert_eq!(
+            launched.provider_id,
+            "aws:///us-east-1d/i-0123456789abcdef0"
+        );
+        assert_eq!(launched.offering, spot_claim().offering);
+        assert_eq!(http.actual_requests().count(), 7);
+        let fleets = bodies_of(&http, "CreateFleet");
+        assert_eq!(fleets.len(), 2);
+        let token = |b: &str| {
+            b.split('&')
+                .find(|p| p.starts_with("ClientToken="))
+                .map(str::to_string)
+        };
+        assert!(token(&fleets[0]).is_some_and(|t| t.len() == "ClientToken=".len() + 64));
+        assert_eq!(token(&fleets[0]), token(&fleets[1]));
+        assert!(fleets[0].contains("Type=instant"), "{}", fleets[0]);
+        assert!(
+            fleets[0].contains("SpotOptions.AllocationStrategy=capacity-optimized-prioritized"),
+            "{}",
+            fleets[0]
+        );
+    }
+
+    #[tokio::test]
+    async fn throttling_past_the_retry_budget_is_not_ready_with_the_code() {
+        let mut events = before_fleet();
+        events.extend([throttled(), throttled(), throttled()]);
+        let (aws, http) = cloud(events);
+        let err = aws
+            .launch(&spot_claim(), &template(), chrono::Utc::now())
+            .await
+            .unwrap_err();
+        assert!(
+            matches!(&err, Error::NotReady { reason, .. } if reason.contains("RequestLimitExceeded")),
+            "{err:?}"
+        );
+        assert!(err.is_retryable());
+        assert_eq!(bodies_of(&http, "CreateFleet").len(), 3);
+    }
+}

@@ -1,0 +1,462 @@
+//! The interruption-notice consumer against moto: EventBridge rules built
+//! from `deploy/aws/interruption-queue.yaml` route real-shaped EC2 and AWS
+//! Health events to an SQS queue; the consumer turns them into
+//! `InstanceNotice`s, deletes what it handled, counts and deletes what it
+//! cannot use, and acts once on a message delivered twice. Also: the
+//! template passes `cfn-lint` (installed with moto[server]).
+
+mod support;
+
+use aws_sdk_sqs::types::QueueAttributeName;
+use quartermaster::cloud::aws::notices::{
+    run_consumer, ConsumerConfig, Error, NoticeConsumer, PollSummary,
+};
+use quartermaster::cloud::{InstanceNotice, NoticeKind};
+use quartermaster::controller::metrics::{MessageLabels, Metrics};
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+use support::moto::{unique, Moto};
+use tokio::sync::mpsc;
+use tokio_util::sync::CancellationToken;
+
+fn template_path() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("deploy/aws/interruption-queue.yaml")
+}
+
+/// `(logical id, event pattern as JSON)` of every EventBridge rule in the
+/// CloudFormation template.
+fn template_rules() -> Vec<(String, String)> {
+    let text = std::fs::read_to_string(template_path()).expect("the template is readable");
+    let doc: serde_json::Value = serde_norway::from_str(&text).expect("the template is YAML");
+    let resources = doc["Resources"].as_object().expect("Resources is a map");
+    resources
+        .iter()
+        .filter(|(_, r)| r["Type"] == "AWS::Events::Rule")
+        .map(|(id, r)| (id.clone(), r["Properties"]["EventPattern"].to_string()))
+        .collect()
+}
+
+/// A queue of its own on the shared server, and its URL and ARN.
+async fn queue(sqs: &aws_sdk_sqs::Client) -> (String, String) {
+    let url = sqs
+        .create_queue()
+        .queue_name(unique("qm-notices"))
+        .send()
+        .await
+        .expect("create_queue")
+        .queue_url
+        .expect("a queue URL");
+    let arn = sqs
+        .get_queue_attributes()
+        .queue_url(&url)
+        .attribute_names(QueueAttributeName::QueueArn)
+        .send()
+        .await
+        .expect("get_queue_attributes")
+        .attributes
+        .and_then(|a| a.get(&QueueAttributeName::QueueArn).cloned())
+        .expect("a queue ARN");
+    (url, arn)
+}
+
+/// Messages left in the queue, visible or in flight.
+async fn messages_left(sqs: &aws_sdk_sqs::Client, url: &str) -> u64 {
+    let attrs = sqs
+        .get_queue_attributes()
+        .queue_url(url)
+        .attribute_names(QueueAttributeName::ApproximateNumberOfMessages)
+        .attribute_names(QueueAttributeName::ApproximateNumberOfMessagesNotVisible)
+        .send()
+        .await
+        .expect("get_queue_attributes")
+        .attributes
+        .unwrap_or_default();
+    [
+        QueueAttributeName::ApproximateNumberOfMessages,
+        QueueAttributeName::ApproximateNumberOfMessagesNotVisible,
+    ]
+    .iter()
+    .map(|k| {
+        attrs
+            .get(k)
+            .and_then(|v| v.parse::<u64>().ok())
+            .unwrap_or(0)
+    })
+    .sum()
+}
+
+fn consumer(moto: &Moto, url: &str) -> NoticeConsumer {
+    let config = ConsumerConfig {
+        wait_time: Duration::from_secs(1),
+        error_backoff: Duration::from_millis(100),
+        ..ConsumerConfig::new(url)
+    };
+    NoticeConsumer::new(aws_sdk_sqs::Client::new(&moto.sdk_config()), config)
+}
+
+/// Polls until `messages` messages were handled (or 30 s pass), summing
+/// the polls.
+async fn poll_until(
+    consumer: &mut NoticeConsumer,
+    tx: &mpsc::Sender<InstanceNotice>,
+    metrics: &Metrics,
+    messages: usize,
+) -> PollSummary {
+    let until = Instant::now() + Duration::from_secs(30);
+    let mut total = PollSummary::default();
+    while total.messages() < messages && Instant::now() < until {
+        let s = consumer.poll_once(tx, metrics).await.expect("poll_once");
+        total.accepted += s.accepted;
+        total.duplicate += s.duplicate;
+        total.malformed += s.malformed;
+        total.unknown += s.unknown;
+        total.notices += s.notices;
+    }
+    total
+}
+
+fn drain(rx: &mut mpsc::Receiver<InstanceNotice>) -> Vec<InstanceNotice> {
+    let mut out = Vec::new();
+    while let Ok(n) = rx.try_recv() {
+        out.push(n);
+    }
+    out
+}
+
+fn count(metrics: &Metrics, outcome: &str) -> u64 {
+    metrics
+        .notice_messages
+        .get_or_create(&MessageLabels {
+            outcome: outcome.into(),
+        })
+        .get()
+}
+
+/// A spot interruption warning as EventBridge delivers it to SQS (the EC2
+/// user guide's example, with our own event and instance IDs).
+fn spot_event_body(event_id: &str, instance_id: &str) -> String {
+    serde_json::json!({
+        "version": "0",
+        "id": event_id,
+        "detail-type": "EC2 Spot Instance Interruption Warning",
+        "source": "aws.ec2",
+        "account": "123456789012",
+        "time": "2021-02-18T17:26:21Z",
+        "region": "us-east-1",
+        "resources": [format!("arn:aws:ec2:us-east-1a:instance/{instance_id}")],
+        "detail": {"instance-id": instance_id, "instance-action": "terminate"}
+    })
+    .to_string()
+}
+
+#[tokio::test]
+async fn events_routed_by_the_templates_rules_become_notices_and_are_deleted() {
+    let moto = Moto::start();
+    let config = moto.sdk_config();
+    let sqs = aws_sdk_sqs::Client::new(&config);
+    let events = aws_sdk_eventbridge::Client::new(&config);
+    let (url, arn) = queue(&sqs).await;
+
+    // Test setup adapted to the shared moto server: the rules live on an
+    // event bus of this test's own (AWS sends to the default bus), so that
+    // other tests' events and rules cannot reach this queue. moto 5.2.5
+    // accepts `aws.*` sources in put_events (AWS itself refuses them from
+    // callers), which is what lets a test play EC2 and AWS Health here.
+    let bus = unique("qm-bus");
+    events
+        .create_event_bus()
+        .name(&bus)
+        .send()
+        .await
+        .expect("create_event_bus");
+    let rules = template_rules();
+    assert_eq!(rules.len(), 4, "{rules:?}");
+    for (id, pattern) in &rules {
+        let name = unique(&format!("qm-{id}"));
+        events
+            .put_rule()
+            .name(&name)
+            .event_bus_name(&bus)
+            .event_pattern(pattern)
+            .send()
+            .await
+            .unwrap_or_else(|e| panic!("put_rule {id}: {e:?}"));
+        events
+            .put_targets()
+            .rule(&name)
+            .event_bus_name(&bus)
+            .targets(
+                aws_sdk_eventbridge::types::Target::builder()
+                    .id("queue")
+                    .arn(&arn)
+                    .build()
+                    .unwrap(),
+            )
+            .send()
+            .await
+            .unwrap_or_else(|e| panic!("put_targets {id}: {e:?}"));
+    }
+
+    let (spot_id, rebalance_id, retired_id) =
+        (unique("i-spot"), unique("i-rebal"), unique("i-ret"));
+    let entry = |source: &str, detail_type: &str, resource: &str, detail: serde_json::Value| {
+        aws_sdk_eventbridge::types::PutEventsRequestEntry::builder()
+            .event_bus_name(&bus)
+            .source(source)
+            .detail_type(detail_type)
+            .resources(resource)
+            .detail(detail.to_string())
+            .build()
+    };
+    let put = events
+        .put_events()
+        .entries(entry(
+            "aws.ec2",
+            "EC2 Spot Instance Interruption Warning",
+            &format!("arn:aws:ec2:us-east-1a:instance/{spot_id}"),
+            serde_json::json!({"instance-id": spot_id, "instance-action": "terminate"}),
+        ))
+        .entries(entry(
+            "aws.ec2",
+            "EC2 Instance Rebalance Recommendation",
+            &format!("arn:aws:ec2:us-east-1:123456789012:instance/{rebalance_id}"),
+            serde_json::json!({"instance-id": rebalance_id}),
+        ))
+        .entries(entry(
+            "aws.health",
+            "AWS Health Event",
+            &retired_id,
+            serde_json::json!({
+                "eventArn": "arn:aws:health:us-east-1::event/EC2/AWS_EC2_INSTANCE_RETIREMENT_SCHEDULED/x",
+                "service": "EC2",
+                "eventTypeCode": "AWS_EC2_INSTANCE_RETIREMENT_SCHEDULED",
+                "eventTypeCategory": "scheduledChange",
+                "startTime": "Fri, 27 Jan 2023 06:00:00 GMT",
+                "affectedEntities": [{"entityValue": retired_id}]
+            }),
+        ))
+        // No rule matches a Health issue: it must not reach the queue.
+        .entries(entry(
+            "aws.health",
+            "AWS Health Event",
+            &retired_id,
+            serde_json::json!({"service": "EC2", "eventTypeCategory": "issue"}),
+        ))
+        .send()
+        .await
+        .expect("put_events");
+    assert_eq!(put.failed_entry_count, 0, "{put:?}");
+
+    let metrics = Metrics::unregistered();
+    let (tx, mut rx) = mpsc::channel(16);
+    let mut consumer = consumer(&moto, &url);
+    let summary = poll_until(&mut consumer, &tx, &metrics, 3).await;
+    assert_eq!(
+        summary,
+        PollSummary {
+            accepted: 3,
+            notices: 3,
+            ..PollSummary::default()
+        }
+    );
+    let notices = drain(&mut rx);
+    let find = |id: &str| {
+        notices
+            .iter()
+            .find(|n| n.instance_id == id)
+            .unwrap_or_else(|| panic!("no notice for {id} in {notices:?}"))
+    };
+    let spot = find(&spot_id);
+    assert_eq!(
+        spot.kind,
+        NoticeKind::SpotInterruption {
+            deadline: spot.time + chrono::TimeDelta::minutes(2)
+        }
+    );
+    assert_eq!(find(&rebalance_id).kind, NoticeKind::Rebalance);
+    use chrono::TimeZone;
+    assert_eq!(
+        find(&retired_id).kind,
+        NoticeKind::ScheduledChange {
+            start: Some(chrono::Utc.with_ymd_and_hms(2023, 1, 27, 6, 0, 0).unwrap())
+        }
+    );
+    assert_eq!(count(&metrics, "accepted"), 3);
+    // Nothing else arrived (the Health issue matched no rule), and every
+    // handled message is gone from the queue.
+    let again = consumer.poll_once(&tx, &metrics).await.expect("poll_once");
+    assert_eq!(again.messages(), 0, "{again:?}");
+    assert_eq!(messages_left(&sqs, &url).await, 0);
+}
+
+#[tokio::test]
+async fn malformed_and_unknown_messages_are_counted_and_deleted() {
+    let moto = Moto::start();
+    let sqs = aws_sdk_sqs::Client::new(&moto.sdk_config());
+    let (url, _) = queue(&sqs).await;
+    let unknown = serde_json::json!({
+        "version": "0", "id": unique("e-unknown"), "detail-type": "EC2 AMI State Change",
+        "source": "aws.ec2", "account": "123456789012", "time": "2024-01-01T00:00:00Z",
+        "region": "us-east-1", "resources": [], "detail": {"State": "available"}
+    });
+    for body in [
+        "this is not an event".to_string(),
+        r#"{"detail-type": "EC2 Spot Instance Interruption Warning"}"#.to_string(),
+        unknown.to_string(),
+    ] {
+        sqs.send_message()
+            .queue_url(&url)
+            .message_body(body)
+            .send()
+            .await
+            .expect("send_message");
+    }
+    let metrics = Metrics::unregistered();
+    let (tx, mut rx) = mpsc::channel(16);
+    let mut consumer = consumer(&moto, &url);
+    let summary = poll_until(&mut consumer, &tx, &metrics, 3).await;
+    assert_eq!(
+        summary,
+        PollSummary {
+            malformed: 2,
+            unknown: 1,
+            ..PollSummary::default()
+        }
+    );
+    assert!(drain(&mut rx).is_empty());
+    assert_eq!(count(&metrics, "malformed"), 2);
+    assert_eq!(count(&metrics, "unknown"), 1);
+    assert_eq!(messages_left(&sqs, &url).await, 0);
+}
+
+#[tokio::test]
+async fn a_message_delivered_twice_acts_once() {
+    let moto = Moto::start();
+    let sqs = aws_sdk_sqs::Client::new(&moto.sdk_config());
+    let (url, _) = queue(&sqs).await;
+    let instance_id = unique("i-twice");
+    let body = spot_event_body(&unique("e-twice"), &instance_id);
+    for _ in 0..2 {
+        sqs.send_message()
+            .queue_url(&url)
+            .message_body(&body)
+            .send()
+            .await
+            .expect("send_message");
+    }
+    let metrics = Metrics::unregistered();
+    let (tx, mut rx) = mpsc::channel(16);
+    let mut consumer = consumer(&moto, &url);
+    let summary = poll_until(&mut consumer, &tx, &metrics, 2).await;
+    assert_eq!((summary.accepted, summary.duplicate), (1, 1), "{summary:?}");
+    let notices = drain(&mut rx);
+    assert_eq!(notices.len(), 1, "{notices:?}");
+    assert_eq!(notices[0].instance_id, instance_id);
+    assert_eq!(count(&metrics, "duplicate"), 1);
+    assert_eq!(messages_left(&sqs, &url).await, 0);
+}
+
+#[tokio::test]
+async fn a_closed_channel_stops_the_consumer_and_leaves_the_message_queued() {
+    let moto = Moto::start();
+    let sqs = aws_sdk_sqs::Client::new(&moto.sdk_config());
+    let (url, _) = queue(&sqs).await;
+    let body = spot_event_body(&unique("e-closed"), &unique("i-closed"));
+    sqs.send_message()
+        .queue_url(&url)
+        .message_body(body)
+        .send()
+        .await
+        .expect("send_message");
+    let metrics = Metrics::unregistered();
+    let (tx, rx) = mpsc::channel(1);
+    drop(rx);
+    let mut consumer = consumer(&moto, &url);
+    let until = Instant::now() + Duration::from_secs(30);
+    let result = loop {
+        match consumer.poll_once(&tx, &metrics).await {
+            Ok(s) if s.messages() == 0 && Instant::now() < until => continue,
+            other => break other,
+        }
+    };
+    assert!(matches!(result, Err(Error::ChannelClosed)), "{result:?}");
+    assert_eq!(messages_left(&sqs, &url).await, 1);
+}
+
+#[tokio::test]
+async fn run_consumer_delivers_notices_and_stops_when_cancelled() {
+    let moto = Moto::start();
+    let sqs = aws_sdk_sqs::Client::new(&moto.sdk_config());
+    let (url, _) = queue(&sqs).await;
+    let instance_id = unique("i-run");
+    sqs.send_message()
+        .queue_url(&url)
+        .message_body(spot_event_body(&unique("e-run"), &instance_id))
+        .send()
+        .await
+        .expect("send_message");
+    let metrics = std::sync::Arc::new(Metrics::unregistered());
+    let (tx, mut rx) = mpsc::channel(4);
+    let cancel = CancellationToken::new();
+    let task = tokio::spawn({
+        let (consumer, metrics, cancel) = (consumer(&moto, &url), metrics.clone(), cancel.clone());
+        async move { run_consumer(consumer, tx, &metrics, cancel).await }
+    });
+    let notice = tokio::time::timeout(Duration::from_secs(30), rx.recv())
+        .await
+        .expect("a notice within 30 s")
+        .expect("the consumer is running");
+    assert_eq!(notice.instance_id, instance_id);
+    cancel.cancel();
+    let stopped = tokio::time::timeout(Duration::from_secs(10), task)
+        .await
+        .expect("the consumer stops within 10 s of the cancel")
+        .expect("the task does not panic");
+    assert!(stopped.is_ok(), "{stopped:?}");
+}
+
+/// The `cfn-lint` that moto[server] installs beside `moto_server`.
+fn cfn_lint() -> PathBuf {
+    let script = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("scripts/moto-server");
+    let out = std::process::Command::new(script)
+        .arg("bin")
+        .output()
+        .expect("scripts/moto-server runs");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let moto_server = PathBuf::from(String::from_utf8_lossy(&out.stdout).trim().to_string());
+    moto_server.with_file_name("cfn-lint")
+}
+
+#[test]
+fn the_cloudformation_template_passes_cfn_lint_and_a_broken_copy_does_not() {
+    let lint = cfn_lint();
+    let run = |path: &std::path::Path| {
+        std::process::Command::new(&lint)
+            .arg(path)
+            .output()
+            .unwrap_or_else(|e| panic!("cannot run {}: {e}", lint.display()))
+    };
+    let ok = run(&template_path());
+    assert!(
+        ok.status.success(),
+        "cfn-lint: {}{}",
+        String::from_utf8_lossy(&ok.stdout),
+        String::from_utf8_lossy(&ok.stderr)
+    );
+    // The check can fail: SQS keeps messages at least 60 s.
+    let text = std::fs::read_to_string(template_path()).unwrap();
+    assert!(text.contains("MessageRetentionPeriod: 300"));
+    let broken = std::env::temp_dir().join(format!("{}.yaml", unique("qm-broken-template")));
+    std::fs::write(
+        &broken,
+        text.replace("MessageRetentionPeriod: 300", "MessageRetentionPeriod: 30"),
+    )
+    .unwrap();
+    let bad = run(&broken);
+    let _ = std::fs::remove_file(&broken);
+    assert!(!bad.status.success(), "cfn-lint accepted a 30 s retention");
+}
