@@ -2,6 +2,7 @@
 
 mod bench;
 mod catalog;
+mod controller;
 mod crds;
 mod plan;
 mod simulate;
@@ -32,6 +33,8 @@ enum Command {
     Bench(bench::Args),
     /// Replay a scenario through every strategy on a simulated cloud.
     Simulate(simulate::Args),
+    /// Run the live controller in a cluster.
+    Controller(Box<controller::Args>),
 }
 
 /// Runs one subcommand; the exit code is the subcommand's verdict.
@@ -43,5 +46,6 @@ pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Plan(args) => plan::run(args),
         Command::Bench(args) => bench::run(args),
         Command::Simulate(args) => simulate::run(args),
+        Command::Controller(args) => controller::run(*args),
     }
 }

@@ -7,10 +7,17 @@
 //! errors (the controller converges after a restart); patches are JSON merge
 //! patches unless a method says otherwise.
 
-use crate::api::{NodeClaim, NodeClaimStatus, NodePoolStatus};
-use k8s_openapi::api::core::v1::{Node, Taint};
+use crate::api::labels::FINALIZER;
+use crate::api::{NodeClaim, NodeClaimStatus, NodePool, NodePoolStatus};
+use k8s_openapi::api::core::v1::{Node, Pod, Taint};
+use k8s_openapi::api::policy::v1::Eviction as EvictionBody;
+use kube::api::{Api, DeleteParams, ObjectMeta, Patch, PatchParams, PostParams};
 use kube::Client;
+use serde_json::json;
 use std::collections::BTreeMap;
+
+/// The field manager of every write we make.
+pub const FIELD_MANAGER: &str = "quartermaster";
 
 /// What an eviction request came to.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -44,11 +51,23 @@ impl KubeApi {
     /// Creates the NodeClaim (with our finalizer already in its metadata);
     /// if one of that name exists, returns the existing one.
     ///
+    /// Our finalizer is added if the caller left it out, so that no claim
+    /// can lose track of its instance.
+    ///
     /// # Errors
     /// Any API error other than AlreadyExists.
     pub async fn create_node_claim(&self, claim: &NodeClaim) -> kube::Result<NodeClaim> {
-        let _ = (&self.client, claim);
-        todo!()
+        let api: Api<NodeClaim> = Api::all(self.client.clone());
+        let name = object_name(&claim.metadata, "NodeClaim")?;
+        let mut claim = claim.clone();
+        let finalizers = claim.metadata.finalizers.get_or_insert_with(Vec::new);
+        if !finalizers.iter().any(|f| f == FINALIZER) {
+            finalizers.push(FINALIZER.to_string());
+        }
+        match api.create(&post_params(), &claim).await {
+            Err(e) if is_status(&e, 409) => api.get(name).await,
+            other => other,
+        }
     }
 
     /// Replaces the NodeClaim's status (merge patch on the status subresource).
@@ -60,8 +79,14 @@ impl KubeApi {
         name: &str,
         status: &NodeClaimStatus,
     ) -> kube::Result<()> {
-        let _ = (name, status);
-        todo!()
+        let api: Api<NodeClaim> = Api::all(self.client.clone());
+        api.patch_status(
+            name,
+            &patch_params(),
+            &Patch::Merge(json!({ "status": status })),
+        )
+        .await
+        .map(drop)
     }
 
     /// Requests deletion of the NodeClaim (our finalizer holds it until the
@@ -70,18 +95,47 @@ impl KubeApi {
     /// # Errors
     /// Any API error other than NotFound.
     pub async fn delete_node_claim(&self, name: &str) -> kube::Result<()> {
-        let _ = name;
-        todo!()
+        let api: Api<NodeClaim> = Api::all(self.client.clone());
+        ignore_status(
+            api.delete(name, &DeleteParams::default()).await.map(drop),
+            404,
+        )
     }
 
     /// Removes our finalizer from the NodeClaim, keeping any others. Gone
     /// already is fine.
     ///
+    /// A JSON patch that first `test`s the finalizer list against the one in
+    /// `claim`, then replaces it: if someone changed the list meanwhile the
+    /// API server rejects the patch (422) rather than dropping their change,
+    /// and the caller retries from a fresh copy. A claim without our
+    /// finalizer needs no request.
+    ///
     /// # Errors
-    /// Any API error other than NotFound.
+    /// Any API error other than NotFound (a failed `test` included).
     pub async fn remove_finalizer(&self, claim: &NodeClaim) -> kube::Result<()> {
-        let _ = claim;
-        todo!()
+        let name = object_name(&claim.metadata, "NodeClaim")?;
+        let current = claim.metadata.finalizers.clone().unwrap_or_default();
+        if !current.iter().any(|f| f == FINALIZER) {
+            return Ok(());
+        }
+        let kept: Vec<String> = current
+            .iter()
+            .filter(|f| *f != FINALIZER)
+            .cloned()
+            .collect();
+        let patch: json_patch::Patch = serde_json::from_value(json!([
+            { "op": "test", "path": "/metadata/finalizers", "value": current },
+            { "op": "replace", "path": "/metadata/finalizers", "value": kept },
+        ]))
+        .map_err(kube::Error::SerdeError)?;
+        let api: Api<NodeClaim> = Api::all(self.client.clone());
+        ignore_status(
+            api.patch(name, &patch_params(), &Patch::Json::<()>(patch))
+                .await
+                .map(drop),
+            404,
+        )
     }
 
     /// Sets labels (merged into the node's) and the full taint list, and the
@@ -96,8 +150,18 @@ impl KubeApi {
         taints: &[Taint],
         unschedulable: Option<bool>,
     ) -> kube::Result<()> {
-        let _ = (name, labels, taints, unschedulable);
-        todo!()
+        let mut spec = json!({ "taints": taints });
+        if let Some(u) = unschedulable {
+            spec["unschedulable"] = json!(u);
+        }
+        let mut patch = json!({ "spec": spec });
+        if !labels.is_empty() {
+            patch["metadata"] = json!({ "labels": labels });
+        }
+        let api: Api<Node> = Api::all(self.client.clone());
+        api.patch(name, &patch_params(), &Patch::Merge(patch))
+            .await
+            .map(drop)
     }
 
     /// Creates a Node object (the simulated cloud registers its nodes this
@@ -106,8 +170,8 @@ impl KubeApi {
     /// # Errors
     /// Any API error other than AlreadyExists.
     pub async fn create_node(&self, node: &Node) -> kube::Result<()> {
-        let _ = node;
-        todo!()
+        let api: Api<Node> = Api::all(self.client.clone());
+        ignore_status(api.create(&post_params(), node).await.map(drop), 409)
     }
 
     /// Patches a node's status (the simulated cloud marks its nodes Ready
@@ -120,8 +184,14 @@ impl KubeApi {
         name: &str,
         status: &serde_json::Value,
     ) -> kube::Result<()> {
-        let _ = (name, status);
-        todo!()
+        let api: Api<Node> = Api::all(self.client.clone());
+        api.patch_status(
+            name,
+            &patch_params(),
+            &Patch::Merge(json!({ "status": status })),
+        )
+        .await
+        .map(drop)
     }
 
     /// Deletes the Node object. Gone already is fine.
@@ -129,18 +199,33 @@ impl KubeApi {
     /// # Errors
     /// Any API error other than NotFound.
     pub async fn delete_node(&self, name: &str) -> kube::Result<()> {
-        let _ = name;
-        todo!()
+        let api: Api<Node> = Api::all(self.client.clone());
+        ignore_status(
+            api.delete(name, &DeleteParams::default()).await.map(drop),
+            404,
+        )
     }
 
     /// Evicts a pod through the Eviction API (policy/v1), so that PDBs and
     /// the pod's grace period apply.
     ///
+    /// The body is a complete `policy/v1` `Eviction` (apiVersion, kind,
+    /// name and namespace), POSTed to the pod's `eviction` subresource.
+    ///
     /// # Errors
     /// Any API error other than 429 and 404, which are outcomes.
     pub async fn evict(&self, namespace: &str, name: &str) -> kube::Result<Eviction> {
-        let _ = (namespace, name);
-        todo!()
+        let api: Api<Pod> = Api::namespaced(self.client.clone(), namespace);
+        let body = eviction_body(namespace, name);
+        let sent: kube::Result<serde_json::Value> = api
+            .create_subresource("eviction", name, &post_params(), &body)
+            .await;
+        match sent {
+            Ok(_) => Ok(Eviction::Evicted),
+            Err(e) if is_status(&e, 429) => Ok(Eviction::Blocked),
+            Err(e) if is_status(&e, 404) => Ok(Eviction::Gone),
+            Err(e) => Err(e),
+        }
     }
 
     /// Sets one annotation on a pod (merge patch).
@@ -154,8 +239,29 @@ impl KubeApi {
         key: &str,
         value: &str,
     ) -> kube::Result<()> {
-        let _ = (namespace, name, key, value);
-        todo!()
+        let api: Api<Pod> = Api::namespaced(self.client.clone(), namespace);
+        let patch = json!({ "metadata": { "annotations": { key: value } } });
+        api.patch(name, &patch_params(), &Patch::Merge(patch))
+            .await
+            .map(drop)
+    }
+
+    /// Sets (`Some`) and removes (`None`) pod annotations in one merge
+    /// patch, so that they change together.
+    ///
+    /// # Errors
+    /// Any API error.
+    pub async fn patch_pod_annotations(
+        &self,
+        namespace: &str,
+        name: &str,
+        annotations: &BTreeMap<String, Option<String>>,
+    ) -> kube::Result<()> {
+        let api: Api<Pod> = Api::namespaced(self.client.clone(), namespace);
+        let patch = json!({ "metadata": { "annotations": annotations } });
+        api.patch(name, &patch_params(), &Patch::Merge(patch))
+            .await
+            .map(drop)
     }
 
     /// Replaces a NodePool's status (merge patch on the status subresource).
@@ -167,7 +273,65 @@ impl KubeApi {
         name: &str,
         status: &NodePoolStatus,
     ) -> kube::Result<()> {
-        let _ = (name, status);
-        todo!()
+        let api: Api<NodePool> = Api::all(self.client.clone());
+        api.patch_status(
+            name,
+            &patch_params(),
+            &Patch::Merge(json!({ "status": status })),
+        )
+        .await
+        .map(drop)
+    }
+}
+
+/// The `policy/v1` Eviction of one pod.
+fn eviction_body(namespace: &str, name: &str) -> EvictionBody {
+    EvictionBody {
+        metadata: ObjectMeta {
+            name: Some(name.to_string()),
+            namespace: Some(namespace.to_string()),
+            ..ObjectMeta::default()
+        },
+        delete_options: None,
+    }
+}
+
+fn post_params() -> PostParams {
+    PostParams {
+        dry_run: false,
+        field_manager: Some(FIELD_MANAGER.to_string()),
+    }
+}
+
+fn patch_params() -> PatchParams {
+    PatchParams {
+        field_manager: Some(FIELD_MANAGER.to_string()),
+        ..PatchParams::default()
+    }
+}
+
+/// The object's name, or a request error naming the kind.
+fn object_name<'a>(meta: &'a ObjectMeta, kind: &str) -> kube::Result<&'a str> {
+    meta.name
+        .as_deref()
+        .filter(|n| !n.is_empty())
+        .ok_or_else(|| {
+            kube::Error::BuildRequest(kube::core::request::Error::Validation(format!(
+                "{kind} has no metadata.name"
+            )))
+        })
+}
+
+/// Whether the error is an API error with that HTTP status code.
+pub fn is_status(error: &kube::Error, code: u16) -> bool {
+    matches!(error, kube::Error::Api(status) if status.code == code)
+}
+
+/// `Ok(())` when the result is that API status code (an outcome, not a
+/// failure), the result otherwise.
+fn ignore_status(result: kube::Result<()>, code: u16) -> kube::Result<()> {
+    match result {
+        Err(e) if is_status(&e, code) => Ok(()),
+        other => other,
     }
 }

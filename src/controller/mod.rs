@@ -4,6 +4,16 @@
 //! health endpoints and Events. Nothing here decides what to launch or
 //! drain: that is `core`.
 
+pub mod checkpoint;
+pub mod events;
+pub mod executor;
+pub mod health;
 pub mod kube_api;
+pub mod leader;
+pub mod lifecycle;
+pub mod logging;
 pub mod metrics;
 pub mod run;
+pub mod simulated_nodes;
+pub mod snapshot;
+pub mod status;

@@ -3,11 +3,22 @@
 //! while this replica leads) and hands the actions to the executor; also
 //! drives the NodeClaim lifecycle and garbage collection.
 
+use super::checkpoint::{HookClient, Outstanding};
+use super::events::Events;
+use super::executor::{self, Executor, HookAcks, Outcome, Targets};
 use super::kube_api::KubeApi;
-use super::metrics::Metrics;
+use super::lifecycle::{Lifecycle, Step};
+use super::metrics::{InterruptionLabels, Metrics, NodeLabels, PoolLabels};
+use super::simulated_nodes;
+use super::snapshot::{self, ClaimView, Store, WorldParts};
+use super::status;
+use crate::api::NodeClaim;
 use crate::catalog::Catalog;
-use crate::cloud::{CloudProvider, InstanceNotice};
-use std::sync::atomic::AtomicBool;
+use crate::cloud::{self, instance_id_of, CloudProvider, InstanceNotice, NoticeKind};
+use crate::core::{Action, Core, ManagedNode, Time, World};
+use kube::ResourceExt;
+use std::collections::{HashMap, HashSet, VecDeque};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::sync::{mpsc, watch};
@@ -56,8 +67,32 @@ pub struct Context<C> {
     pub simulated_nodes: bool,
 }
 
+/// How often garbage collection compares the cloud's instances with the
+/// NodeClaims.
+pub const GC_EVERY: Duration = Duration::from_secs(300);
+
+/// After a watch reports a change, how long to wait for more before a round
+/// (a burst of pod events makes one round, not hundreds).
+pub const DEBOUNCE: Duration = Duration::from_millis(200);
+
+/// How long a draining claim waits before its evictions are retried.
+pub const DRAIN_RETRY: Duration = Duration::from_secs(5);
+
+/// Notice IDs remembered to act on a message delivered twice only once.
+const SEEN_NOTICES: usize = 4096;
+
+/// How long a claim this process created counts in the world before the
+/// watch delivers it.
+const UNSEEN_CLAIM_TTL: Duration = Duration::from_secs(60);
+
 /// Runs until `shutdown` is cancelled, then finishes the round in flight
 /// and returns.
+///
+/// The order of one round: read the snapshot; hand new cloud notices to the
+/// core; if leader, run the core and execute its actions, reconcile every
+/// NodeClaim's lifecycle, keep simulated nodes in step, collect garbage
+/// every [`GC_EVERY`]; update metrics; sleep until the core's next deadline,
+/// `tick`, a watch change, a notice or a leadership change.
 ///
 /// # Errors
 /// A watch that cannot start (missing CRDs, no permission).
@@ -66,6 +101,517 @@ pub async fn run<C: CloudProvider + Send + Sync + 'static>(
     settings: Settings,
     shutdown: CancellationToken,
 ) -> anyhow::Result<()> {
-    let _ = (ctx, settings, shutdown);
-    todo!()
+    let client = ctx.api.client().clone();
+    snapshot::check_access(&client).await?;
+    let store = Arc::new(Store::new());
+    let watches = snapshot::spawn_watches(&client, &store);
+    let stop_watches = || watches.iter().for_each(|w| w.abort());
+    tracing::info!("waiting for the watches to sync");
+    while !store.is_synced() {
+        tokio::select! {
+            _ = shutdown.cancelled() => {
+                stop_watches();
+                return Ok(());
+            }
+            _ = store.changed.notified() => {}
+            _ = tokio::time::sleep(Duration::from_secs(1)) => {}
+        }
+    }
+    ctx.ready.store(true, Ordering::Release);
+    tracing::info!("watches synced; deciding");
+    let mut driver = Driver::new(ctx, settings, store.clone(), chrono::Utc::now());
+    driver.events = Some(Events::new(client.clone(), std::env::var("POD_NAME").ok()));
+    driver.run(&shutdown).await;
+    stop_watches();
+    Ok(())
+}
+
+/// The loop's state between rounds.
+pub struct Driver<C> {
+    ctx: Context<C>,
+    settings: Settings,
+    store: Arc<Store>,
+    core: Core,
+    boot: String,
+    last_gc: Option<Time>,
+    next_deadline: Option<Time>,
+    seen: VecDeque<String>,
+    seen_set: HashSet<String>,
+    inbox: Vec<InstanceNotice>,
+    /// Claims created by this process that the watch may not have
+    /// delivered yet, so that the next round does not plan their pods again.
+    created: Vec<(NodeClaim, Time)>,
+    /// Claims being drained, with when their evictions are retried.
+    drain_backoff: HashMap<String, Time>,
+    /// Kubernetes Events (left out in tests).
+    pub events: Option<Events>,
+    hooks: HookClient,
+    hook_acks: HookAcks,
+    outstanding: Outstanding,
+    /// Pods with an outstanding checkpoint request (to look them up).
+    requested: std::collections::BTreeSet<String>,
+    leader_open: bool,
+    notices_open: bool,
+}
+
+impl<C: CloudProvider + Send + Sync + 'static> Driver<C> {
+    /// A driver over a synced store; `now` tags this process' claim names.
+    pub fn new(ctx: Context<C>, settings: Settings, store: Arc<Store>, now: Time) -> Driver<C> {
+        Driver {
+            core: Core::new(settings.core.clone()),
+            ctx,
+            settings,
+            store,
+            boot: executor::boot_tag(now),
+            last_gc: None,
+            next_deadline: None,
+            seen: VecDeque::new(),
+            seen_set: HashSet::new(),
+            inbox: Vec::new(),
+            created: Vec::new(),
+            drain_backoff: HashMap::new(),
+            events: None,
+            hooks: HookClient::new(),
+            hook_acks: HookAcks::default(),
+            outstanding: Outstanding::default(),
+            requested: Default::default(),
+            leader_open: true,
+            notices_open: true,
+        }
+    }
+
+    async fn run(&mut self, shutdown: &CancellationToken) {
+        loop {
+            let now = chrono::Utc::now();
+            self.round(now).await;
+            if shutdown.is_cancelled() {
+                return;
+            }
+            let wait = sleep_for(self.next_deadline, chrono::Utc::now(), self.settings.tick);
+            let (leader_open, notices_open) = (self.leader_open, self.notices_open);
+            tokio::select! {
+                _ = shutdown.cancelled() => return,
+                _ = tokio::time::sleep(wait) => {}
+                _ = self.store.changed.notified() => {
+                    tokio::time::sleep(DEBOUNCE).await;
+                }
+                n = self.ctx.notices.recv(), if notices_open => match n {
+                    Some(n) => self.inbox.push(n),
+                    None => self.notices_open = false,
+                },
+                r = self.ctx.leader.changed(), if leader_open => {
+                    if r.is_err() {
+                        self.leader_open = false;
+                    }
+                }
+            }
+        }
+    }
+
+    fn is_leader(&self) -> bool {
+        *self.ctx.leader.borrow()
+    }
+
+    /// One round at `now` (see [`run`]).
+    pub async fn round(&mut self, now: Time) {
+        let started = std::time::Instant::now();
+        let catalog = self.ctx.catalog.borrow().clone();
+        let region = self.settings.region.clone();
+        let created = std::mem::take(&mut self.created);
+        let (parts, views, nodes_by_claim, by_instance) = self.store.read(|s| {
+            let mut parts = snapshot::world_parts(s, &catalog, &region, now);
+            for (claim, at) in created {
+                let name = claim.name_any();
+                let fresh = (now - at).to_std().is_ok_and(|d| d < UNSEEN_CLAIM_TTL);
+                if s.claims.contains_key(&name) || !fresh {
+                    continue;
+                }
+                let shape = WorldParts {
+                    pools: parts.pools.clone(),
+                    ..WorldParts::default()
+                };
+                let node = ManagedNode::launched(
+                    &snapshot::request_of(&claim),
+                    &shape.world(&catalog, &region),
+                    at,
+                );
+                parts.nodes.extend(node);
+                self.created.push((claim, at));
+            }
+            let views: Vec<ClaimView> = s.claims.values().map(|c| s.claim_view(c)).collect();
+            let mut nodes = HashMap::new();
+            let mut by_instance = HashMap::new();
+            for c in s.claims.values() {
+                let name = c.name_any();
+                if let Some(n) = s.node_of(c) {
+                    nodes.insert(name.clone(), n.clone());
+                }
+                if let Some(p) = c.status.as_ref().and_then(|st| st.provider_id.as_deref()) {
+                    by_instance.insert(
+                        instance_id_of(p).to_string(),
+                        (name, c.spec.node_pool.clone()),
+                    );
+                }
+            }
+            (parts, views, nodes, by_instance)
+        });
+        let mut parts = parts;
+        self.checkpoint_bookkeeping(&mut parts, now);
+        let world = parts.world(&catalog, &region);
+        self.take_notices(&world, &by_instance, now);
+        self.ctx
+            .metrics
+            .pending_pods
+            .set(parts.pending.len() as i64);
+
+        if self.is_leader() {
+            let actions = self.core.decide(&world, now);
+            self.ctx
+                .metrics
+                .decision_duration_seconds
+                .observe(started.elapsed().as_secs_f64());
+            let pods = self.store.read(|s| {
+                actions
+                    .iter()
+                    .filter_map(|a| match a {
+                        Action::RequestCheckpoint { pod, .. } => {
+                            s.pods.get(pod).map(|p| (pod.clone(), p.clone()))
+                        }
+                        _ => None,
+                    })
+                    .collect()
+            });
+            let targets = Targets {
+                nodes: nodes_by_claim,
+                pods,
+            };
+            let executor = Executor {
+                api: &self.ctx.api,
+                metrics: &self.ctx.metrics,
+                leader: &self.ctx.leader,
+                boot: &self.boot,
+                events: self.events.as_ref(),
+                hooks: &self.hooks,
+                hook_acks: &self.hook_acks,
+            };
+            let outcomes = executor.execute(&actions, &world, &targets, now).await;
+            for (action, o) in actions.iter().zip(outcomes) {
+                match (action, o) {
+                    (_, Ok(Outcome::Created(claim))) => self.created.push((*claim, now)),
+                    (Action::RequestCheckpoint { pod, deadline, .. }, Ok(Outcome::Done)) => {
+                        self.outstanding.requested(pod, now, *deadline);
+                        self.requested.insert(pod.clone());
+                    }
+                    _ => {}
+                }
+            }
+            self.reconcile_claims(&views, &world, now).await;
+            if self.is_leader() {
+                self.update_pool_statuses(&catalog, now).await;
+            }
+            if self.ctx.simulated_nodes && self.is_leader() {
+                self.simulated_nodes(now).await;
+            }
+            if self.is_leader()
+                && self
+                    .last_gc
+                    .is_none_or(|t| (now - t).to_std().is_ok_and(|d| d >= GC_EVERY))
+            {
+                self.collect_garbage(&views, now).await;
+            }
+        }
+        update_metrics(&self.ctx.metrics, &catalog, &parts, &views);
+        self.next_deadline = self.core.next_deadline(&world, now);
+    }
+
+    /// Folds hook acknowledgements into the world's pods, and resolves
+    /// outstanding checkpoint requests (acknowledged or timed out) for the
+    /// metrics.
+    fn checkpoint_bookkeeping(&mut self, parts: &mut WorldParts, now: Time) {
+        let acks: HashMap<String, Time> = match self.hook_acks.lock() {
+            Ok(mut a) => {
+                // Forget acknowledgements of pods that are gone.
+                let present: HashSet<&str> = parts
+                    .nodes
+                    .iter()
+                    .flat_map(|n| n.pods.iter().map(|b| b.pod.name.as_str()))
+                    .collect();
+                a.retain(|pod, _| present.contains(pod.as_str()));
+                a.clone()
+            }
+            Err(_) => HashMap::new(),
+        };
+        for b in parts.nodes.iter_mut().flat_map(|n| n.pods.iter_mut()) {
+            if let Some(at) = acks.get(&b.pod.name) {
+                self.outstanding.hook_acknowledged(&b.pod.name);
+                b.checkpoint_completed = Some(b.checkpoint_completed.map_or(*at, |c| c.max(*at)));
+            }
+        }
+        if self.outstanding.is_empty() {
+            return;
+        }
+        let metrics = self.ctx.metrics.clone();
+        let outstanding = &mut self.outstanding;
+        self.requested.retain(|p| outstanding.is_waiting(p));
+        let requested = &self.requested;
+        self.store.read(|s| {
+            for name in requested {
+                if let Some(p) = s.pods.get(name) {
+                    if let Some(r) = outstanding.observe(name, &p.checkpoint_annotations, now) {
+                        r.count(&metrics);
+                    }
+                }
+            }
+        });
+        for _ in self.outstanding.expire(now) {
+            metrics.checkpoints_timed_out.inc();
+        }
+    }
+
+    fn take_notices(
+        &mut self,
+        world: &World<'_>,
+        by_instance: &HashMap<String, (String, String)>,
+        now: Time,
+    ) {
+        while let Ok(n) = self.ctx.notices.try_recv() {
+            self.inbox.push(n);
+        }
+        for n in std::mem::take(&mut self.inbox) {
+            // One AWS Health event can name several instances: the message
+            // ID alone would act on the first of them only.
+            let key = format!("{}/{}", n.id, n.instance_id);
+            if !self.seen_set.insert(key.clone()) {
+                continue;
+            }
+            self.seen.push_back(key);
+            if self.seen.len() > SEEN_NOTICES {
+                if let Some(old) = self.seen.pop_front() {
+                    self.seen_set.remove(&old);
+                }
+            }
+            let Some((claim, pool)) = by_instance.get(&n.instance_id) else {
+                tracing::debug!(instance = %n.instance_id, "notice about an instance without a claim");
+                continue;
+            };
+            let kind = match &n.kind {
+                NoticeKind::SpotInterruption { .. } => "spot-interruption",
+                NoticeKind::Rebalance => "rebalance",
+                NoticeKind::StateChange { .. } => "state-change",
+                NoticeKind::ScheduledChange { .. } => "scheduled-change",
+            };
+            self.ctx
+                .metrics
+                .interruptions
+                .get_or_create(&InterruptionLabels {
+                    nodepool: pool.clone(),
+                    kind: kind.into(),
+                })
+                .inc();
+            if let Some(notice) = n.to_notice(claim) {
+                tracing::info!(%claim, ?notice, "cloud notice");
+                self.core.handle_notice(&notice, world, now);
+            }
+        }
+    }
+
+    async fn reconcile_claims(&mut self, views: &[ClaimView], world: &World<'_>, now: Time) {
+        let lifecycle = Lifecycle {
+            api: &self.ctx.api,
+            cloud: &*self.ctx.cloud,
+            metrics: &self.ctx.metrics,
+            launch_timeout: self.settings.launch_timeout,
+            registration_timeout: self.settings.registration_timeout,
+        };
+        let mut to_core = Vec::new();
+        let present: HashSet<String> = views.iter().map(|v| v.claim.name_any()).collect();
+        self.drain_backoff.retain(|c, _| present.contains(c));
+        for view in views {
+            if !*self.ctx.leader.borrow() {
+                return;
+            }
+            let name = view.claim.name_any();
+            if self.drain_backoff.get(&name).is_some_and(|t| *t > now) {
+                continue;
+            }
+            match lifecycle.reconcile(view, now).await {
+                Ok(Step::Draining { .. }) => {
+                    // Pods are leaving or a PDB said not yet: evictions are
+                    // retried after a pause, not on every watch event.
+                    let pause = chrono::TimeDelta::from_std(DRAIN_RETRY).unwrap_or_default();
+                    self.drain_backoff.insert(name, now + pause);
+                }
+                Ok(Step::Initialized { .. }) => to_core.push(Err(name)),
+                Ok(Step::LaunchFailed { reason, notice }) => {
+                    if let Some(ev) = &self.events {
+                        let pool = super::events::node_pool_ref(&view.claim.spec.node_pool, None);
+                        ev.launch_failed(
+                            &pool,
+                            &view.claim.name_any(),
+                            &reason,
+                            "the claim is re-planned",
+                        )
+                        .await;
+                    }
+                    to_core.extend(notice.map(Ok));
+                }
+                Ok(_) => {}
+                Err(e) => tracing::warn!(error = %e, "lifecycle step failed; retrying next round"),
+            }
+        }
+        for item in to_core {
+            match item {
+                Ok(notice) => self.core.handle_notice(&notice, world, now),
+                Err(claim) => {
+                    if let Some(mut node) = world.nodes.iter().find(|n| n.claim == claim).cloned() {
+                        node.ready_at = Some(now);
+                        node.state.in_flight = false;
+                        self.core.observe_ready(&node);
+                    }
+                }
+            }
+        }
+    }
+
+    /// Patches each NodePool's status (conditions from validation, nodes,
+    /// resources, cost) when it changed.
+    async fn update_pool_statuses(&mut self, catalog: &Catalog, now: Time) {
+        let updates: Vec<(String, crate::api::NodePoolStatus)> = self.store.read(|s| {
+            let claims: Vec<NodeClaim> = s.claims.values().cloned().collect();
+            s.pools
+                .values()
+                .filter_map(|pool| {
+                    let problems = crate::api::validate::validate_node_pool(pool, catalog);
+                    let problem = problems.first().map(|e| e.to_string());
+                    let new = status::node_pool_status(
+                        pool,
+                        &claims,
+                        catalog,
+                        problem.as_deref(),
+                        pool.status.as_ref(),
+                        now,
+                    );
+                    status::status_changed(pool.status.as_ref(), &new)
+                        .then(|| (pool.name_any(), new))
+                })
+                .collect()
+        });
+        for (name, new) in updates {
+            if let Err(e) = self.ctx.api.patch_node_pool_status(&name, &new).await {
+                tracing::warn!(pool = %name, error = %e, "NodePool status update failed");
+            }
+        }
+    }
+
+    async fn simulated_nodes(&mut self, now: Time) {
+        let instances = match self.ctx.cloud.instances().await {
+            Ok(i) => i,
+            Err(e) => {
+                tracing::warn!(error = %e, "listing simulated instances failed");
+                return;
+            }
+        };
+        let ops = self.store.read(|s| {
+            simulated_nodes::plan(
+                &instances,
+                &s.claims,
+                &s.nodes,
+                simulated_nodes::Timing::default(),
+                now,
+            )
+        });
+        simulated_nodes::apply(&self.ctx.api, ops, now).await;
+    }
+
+    async fn collect_garbage(&mut self, views: &[ClaimView], now: Time) {
+        self.last_gc = Some(now);
+        let claims: HashSet<String> = views.iter().map(|v| v.claim.name_any()).collect();
+        let grace =
+            chrono::TimeDelta::from_std(self.settings.gc_grace).unwrap_or(chrono::TimeDelta::MAX);
+        match cloud::collect_garbage(&*self.ctx.cloud, &claims, now, grace).await {
+            Ok((done, failed)) => {
+                for i in &done {
+                    tracing::warn!(claim = %i.claim, provider_id = %i.provider_id, "terminated an instance without a NodeClaim");
+                }
+                self.ctx.metrics.garbage_collected.inc_by(done.len() as u64);
+                for e in failed {
+                    tracing::warn!(error = %e, "garbage collection could not terminate an instance");
+                }
+            }
+            Err(e) => tracing::warn!(error = %e, "garbage collection could not list instances"),
+        }
+    }
+}
+
+/// How long the loop sleeps: until the core's deadline (a few
+/// milliseconds at least, when it is due already), never longer than `tick`.
+pub fn sleep_for(deadline: Option<Time>, now: Time, tick: Duration) -> Duration {
+    const MIN: Duration = Duration::from_millis(10);
+    match deadline {
+        Some(d) => (d - now).to_std().unwrap_or(MIN).max(MIN).min(tick),
+        None => tick,
+    }
+}
+
+/// Sets the per-pool gauges from the round's world: nodes and accelerators
+/// by pool, instance type and capacity type; cost per hour by pool; nodes
+/// held for pre-warm windows by pool.
+pub fn update_metrics(
+    metrics: &Metrics,
+    catalog: &Catalog,
+    parts: &WorldParts,
+    views: &[ClaimView],
+) {
+    metrics.nodes.clear();
+    metrics.gpus.clear();
+    metrics.cost_per_hour.clear();
+    metrics.prewarm_nodes.clear();
+    let mut cost: HashMap<String, f64> = HashMap::new();
+    for n in &parts.nodes {
+        let labels = NodeLabels {
+            nodepool: n.nodepool.clone(),
+            instance_type: n.offering.instance_type.clone(),
+            capacity_type: n.offering.capacity_type.as_str().into(),
+        };
+        metrics.nodes.get_or_create(&labels).inc();
+        let accelerators = catalog
+            .instance_type(&n.offering.instance_type)
+            .and_then(|t| t.accelerator.as_ref())
+            .map_or(0, |a| a.count as i64);
+        metrics.gpus.get_or_create(&labels).inc_by(accelerators);
+        *cost.entry(n.nodepool.clone()).or_default() += n.price_per_hour;
+    }
+    for (pool, c) in cost {
+        metrics
+            .cost_per_hour
+            .get_or_create(&PoolLabels { nodepool: pool })
+            .set(c);
+    }
+    for v in views {
+        if v.claim.labels().contains_key(executor::PREWARM_LABEL) {
+            metrics
+                .prewarm_nodes
+                .get_or_create(&PoolLabels {
+                    nodepool: v.claim.spec.node_pool.clone(),
+                })
+                .inc();
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use chrono::TimeZone;
+
+    #[test]
+    fn the_loop_sleeps_until_the_deadline_but_never_past_the_tick() {
+        let now = chrono::Utc.with_ymd_and_hms(2026, 1, 1, 0, 0, 0).unwrap();
+        let tick = Duration::from_secs(10);
+        let at = |s: i64| Some(now + chrono::TimeDelta::seconds(s));
+        assert_eq!(sleep_for(None, now, tick), tick);
+        assert_eq!(sleep_for(at(3), now, tick), Duration::from_secs(3));
+        assert_eq!(sleep_for(at(60), now, tick), tick);
+        assert_eq!(sleep_for(at(-1), now, tick), Duration::from_millis(10));
+    }
 }

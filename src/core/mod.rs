@@ -13,6 +13,7 @@ pub mod budgets;
 pub mod consolidation;
 mod decide;
 pub mod estimator;
+pub mod fallback;
 pub mod interruption;
 pub mod prewarm;
 

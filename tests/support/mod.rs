@@ -1,1 +1,2 @@
+pub mod api_server;
 pub mod moto;

@@ -1,0 +1,493 @@
+//! `quartermaster controller`: the live controller. Thin wiring: logging,
+//! the metrics registry and HTTP endpoints, the Kubernetes client, leader
+//! election, the cloud and its channels, then
+//! [`quartermaster::controller::run::run`] until a signal. The first
+//! SIGTERM/SIGINT asks the loop to finish its round (bounded by
+//! `--shutdown-timeout`); a second one aborts at once.
+
+use anyhow::{bail, Context as _};
+use chrono::Utc;
+use prometheus_client::registry::Registry;
+use quartermaster::catalog::Catalog;
+use quartermaster::cloud::aws::{self, ec2::AwsCloud, notices, pricing};
+use quartermaster::cloud::simulated::{SimulatedCloud, SimulatedCloudConfig};
+use quartermaster::cloud::{CloudProvider, InstanceNotice};
+use quartermaster::controller::health::Endpoints;
+use quartermaster::controller::kube_api::KubeApi;
+use quartermaster::controller::leader::{while_leading, Leadership, LeaseSettings};
+use quartermaster::controller::logging::{self, LogFormat};
+use quartermaster::controller::metrics::Metrics;
+use quartermaster::controller::run::{self, Context, Settings};
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::sync::atomic::AtomicBool;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+use tokio::sync::{mpsc, watch};
+use tokio_util::sync::CancellationToken;
+
+/// Which cloud launches the instances.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum CloudKind {
+    /// EC2 through the AWS APIs (credentials from the standard chain: IRSA,
+    /// Pod Identity, environment, profile).
+    Aws,
+    /// A simulated cloud: the controller creates the Node objects itself
+    /// (like Karpenter's kwok provider), so it runs on any cluster without
+    /// AWS. Nodes are fake; pods bound to them never start.
+    Simulated,
+}
+
+/// Arguments of `controller`.
+#[derive(Debug, clap::Args)]
+pub struct Args {
+    /// The cloud that launches instances.
+    #[arg(long, value_enum, default_value = "aws", env = "QM_CLOUD")]
+    cloud: CloudKind,
+    /// AWS region of the cluster; the catalog's offerings are per region.
+    #[arg(long, env = "QM_REGION", default_value = "us-east-1")]
+    region: String,
+    /// Cluster name, written into ownership tags and Events.
+    #[arg(long, env = "QM_CLUSTER_NAME")]
+    cluster_name: String,
+    /// Address of the Prometheus endpoint (`/metrics`, OpenMetrics text).
+    #[arg(long, env = "QM_METRICS_ADDR", default_value = "0.0.0.0:8080")]
+    metrics_addr: SocketAddr,
+    /// Address of the probes (`/healthz`, `/readyz`); may equal
+    /// `--metrics-addr`, then one listener serves all three.
+    #[arg(long, env = "QM_HEALTH_ADDR", default_value = "0.0.0.0:8081")]
+    health_addr: SocketAddr,
+    /// Elect a leader on a Lease so that only one replica acts; without it
+    /// this replica always acts (run a single replica then).
+    #[arg(long, env = "QM_LEADER_ELECT")]
+    leader_elect: bool,
+    /// Name of the leader election Lease.
+    #[arg(long, env = "QM_LEASE_NAME", default_value = "quartermaster")]
+    lease_name: String,
+    /// Namespace of the leader election Lease (the controller's own; the
+    /// chart passes the release namespace).
+    #[arg(long, env = "QM_LEASE_NAMESPACE", default_value = "kube-system")]
+    lease_namespace: String,
+    /// This replica's identity in the Lease (the chart passes the pod name
+    /// through the downward API); defaults to the host name.
+    #[arg(long, env = "POD_NAME")]
+    lease_identity: Option<String>,
+    /// How long the Lease stays valid after its last renewal.
+    #[arg(long, value_parser = parse_duration, default_value = "15s")]
+    lease_duration: Duration,
+    /// How long the leader retries a failed renewal before it stops acting;
+    /// it renews every third of this. Shorter than `--lease-duration`.
+    #[arg(long, value_parser = parse_duration, default_value = "10s")]
+    lease_renew_deadline: Duration,
+    /// How often a standby tries to acquire the Lease, and how often the
+    /// leader retries a failed renewal.
+    #[arg(long, value_parser = parse_duration, default_value = "2s")]
+    lease_retry_period: Duration,
+    /// YAML file of the EC2 provider's settings (cluster endpoint and CA,
+    /// subnets, security groups, AMI, instance profile per NodePool);
+    /// required with `--cloud aws`. The chart mounts it from a ConfigMap.
+    #[arg(long, env = "QM_AWS_CONFIG")]
+    aws_config: Option<PathBuf>,
+    /// URL of the SQS queue that EventBridge fills with spot interruption,
+    /// rebalance, state-change and AWS Health events (`--cloud aws`; see
+    /// deploy/aws). Without it no interruption notice is received. Only the
+    /// leader consumes it.
+    #[arg(long, env = "QM_INTERRUPTION_QUEUE")]
+    interruption_queue: Option<String>,
+    /// How often live prices are fetched from the AWS Pricing API and the
+    /// spot price history (`--cloud aws`); the embedded prices are used
+    /// until the first refresh and whenever the APIs fail.
+    #[arg(long, value_parser = parse_duration, default_value = "6h")]
+    price_refresh_interval: Duration,
+    /// Log format.
+    #[arg(long, value_enum, default_value = "text", env = "QM_LOG_FORMAT")]
+    log_format: LogFormat,
+    /// Log filter (`info`, `debug`, or directives such as
+    /// `quartermaster=debug,kube=warn`); `RUST_LOG` wins when set.
+    #[arg(long, default_value = "info", env = "QM_LOG_LEVEL")]
+    log_level: String,
+    /// Provisioning batch: quiet time after the last new pending pod that
+    /// closes a batch.
+    #[arg(long, value_parser = parse_duration, default_value = "1s")]
+    batch_idle: Duration,
+    /// Provisioning batch: longest a batch stays open.
+    #[arg(long, value_parser = parse_duration, default_value = "10s")]
+    batch_max: Duration,
+    /// Longest sleep between decision rounds when nothing happens.
+    #[arg(long, value_parser = parse_duration, default_value = "30s")]
+    tick: Duration,
+    /// A NodeClaim without an instance this long after creation is deleted
+    /// and re-planned.
+    #[arg(long, value_parser = parse_duration, default_value = "5m")]
+    launch_timeout: Duration,
+    /// A launched NodeClaim whose Node has not registered this long after
+    /// the launch is deleted and re-planned.
+    #[arg(long, value_parser = parse_duration, default_value = "15m")]
+    registration_timeout: Duration,
+    /// Instances with our cluster tag and no NodeClaim older than this are
+    /// terminated by the garbage collector.
+    #[arg(long, value_parser = parse_duration, default_value = "10m")]
+    gc_grace: Duration,
+    /// After the first SIGTERM/SIGINT, how long the loop may take to finish
+    /// its round before the controller exits anyway.
+    #[arg(long, value_parser = parse_duration, default_value = "20s")]
+    shutdown_timeout: Duration,
+    /// Seed of the simulated cloud's random draws (boot times,
+    /// interruptions); `--cloud simulated` only.
+    #[arg(long, default_value_t = 1)]
+    simulated_seed: u64,
+}
+
+/// Parses a duration such as `500ms`, `30s`, `5m` or `2h` (a whole number
+/// and a unit).
+fn parse_duration(text: &str) -> Result<Duration, String> {
+    let text = text.trim();
+    let split = text
+        .find(|c: char| !c.is_ascii_digit())
+        .ok_or_else(|| format!("{text:?} has no unit: write e.g. 30s, 5m, 500ms or 2h"))?;
+    let (number, unit) = text.split_at(split);
+    let n: u64 = number
+        .parse()
+        .map_err(|_| format!("{text:?} does not start with a whole number"))?;
+    let too_long = || format!("{text:?} is too long");
+    match unit {
+        "ms" => Ok(Duration::from_millis(n)),
+        "s" => Ok(Duration::from_secs(n)),
+        "m" => n
+            .checked_mul(60)
+            .map(Duration::from_secs)
+            .ok_or_else(too_long),
+        "h" => n
+            .checked_mul(3600)
+            .map(Duration::from_secs)
+            .ok_or_else(too_long),
+        _ => Err(format!(
+            "{text:?}: unknown unit {unit:?} (use ms, s, m or h)"
+        )),
+    }
+}
+
+impl Args {
+    /// The leader election settings, checked.
+    fn lease(&self) -> anyhow::Result<LeaseSettings> {
+        let identity = self
+            .lease_identity
+            .clone()
+            .filter(|i| !i.is_empty())
+            .or_else(|| std::env::var("HOSTNAME").ok().filter(|h| !h.is_empty()))
+            .unwrap_or_else(|| format!("quartermaster-{}", std::process::id()));
+        let settings = LeaseSettings {
+            name: self.lease_name.clone(),
+            namespace: self.lease_namespace.clone(),
+            identity,
+            lease_duration: self.lease_duration,
+            renew_deadline: self.lease_renew_deadline,
+            retry_period: self.lease_retry_period,
+        };
+        settings.validate()?;
+        Ok(settings)
+    }
+
+    /// The EC2 provider's settings file, read and checked.
+    fn aws_settings(&self) -> anyhow::Result<aws::ec2::Settings> {
+        let Some(path) = &self.aws_config else {
+            bail!("--cloud aws needs --aws-config FILE (the EC2 provider's settings)");
+        };
+        let settings = aws::ec2::Settings::load(path)
+            .with_context(|| format!("in --aws-config {}", path.display()))?;
+        if settings.cluster_name != self.cluster_name {
+            bail!(
+                "--aws-config {} names cluster {:?} but --cluster-name is {:?}",
+                path.display(),
+                settings.cluster_name,
+                self.cluster_name
+            );
+        }
+        if self.price_refresh_interval.is_zero() {
+            bail!("--price-refresh-interval must be positive");
+        }
+        Ok(settings)
+    }
+
+    /// The loop's settings, checked.
+    fn settings(&self) -> anyhow::Result<Settings> {
+        if self.cluster_name.trim().is_empty() {
+            bail!("--cluster-name must not be empty");
+        }
+        if self.batch_idle > self.batch_max {
+            bail!(
+                "--batch-idle ({:?}) must not exceed --batch-max ({:?})",
+                self.batch_idle,
+                self.batch_max
+            );
+        }
+        if self.tick.is_zero() {
+            bail!("--tick must be positive");
+        }
+        let core = quartermaster::core::Config {
+            batch_idle: self.batch_idle,
+            batch_max: self.batch_max,
+            ..quartermaster::core::Config::default()
+        };
+        Ok(Settings {
+            region: self.region.clone(),
+            cluster_name: self.cluster_name.clone(),
+            core,
+            tick: self.tick,
+            launch_timeout: self.launch_timeout,
+            registration_timeout: self.registration_timeout,
+            gc_grace: self.gc_grace,
+        })
+    }
+}
+
+/// Runs `controller` until a signal.
+pub fn run(args: Args) -> anyhow::Result<ExitCode> {
+    logging::init(args.log_format, &args.log_level)?;
+    // Check everything that needs no cluster before connecting to one.
+    let settings = args.settings()?;
+    let lease = args.lease()?;
+    let catalog = Arc::new(Catalog::embedded().context("loading the embedded catalog")?);
+    if !catalog.regions().contains(&args.region.as_str()) {
+        bail!(
+            "--region {}: the catalog has no offerings there (regions: {})",
+            args.region,
+            catalog.regions().join(", ")
+        );
+    }
+    let aws_settings = match args.cloud {
+        CloudKind::Aws => Some(args.aws_settings()?),
+        CloudKind::Simulated => None,
+    };
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .context("starting the async runtime")?;
+    runtime.block_on(controller(args, settings, lease, catalog, aws_settings))?;
+    Ok(ExitCode::SUCCESS)
+}
+
+async fn controller(
+    args: Args,
+    settings: Settings,
+    lease: LeaseSettings,
+    catalog: Arc<Catalog>,
+    aws_settings: Option<aws::ec2::Settings>,
+) -> anyhow::Result<()> {
+    let mut registry = Registry::default();
+    let metrics = Arc::new(Metrics::new(&mut registry));
+    let ready = Arc::new(AtomicBool::new(false));
+    let servers_stop = CancellationToken::new();
+    let endpoints = Endpoints::start(
+        args.metrics_addr,
+        args.health_addr,
+        Arc::new(registry),
+        ready.clone(),
+        servers_stop.clone(),
+    )
+    .await?;
+
+    let client = kube::Client::try_default()
+        .await
+        .context("connecting to the Kubernetes API (in-cluster config or KUBECONFIG)")?;
+    let leadership = if args.leader_elect {
+        Leadership::elect(client.clone(), lease, metrics.clone())?
+    } else {
+        Leadership::always(metrics.clone())
+    };
+
+    let shutdown = CancellationToken::new();
+    tokio::spawn(signals(shutdown.clone()));
+
+    let (catalog_tx, catalog_rx) = watch::channel(catalog.clone());
+    let (notice_tx, notice_rx) = mpsc::channel::<InstanceNotice>(1024);
+    let parts = Parts {
+        api: KubeApi::new(client),
+        metrics: metrics.clone(),
+        catalog: catalog_rx,
+        leader: leadership.receiver(),
+        ready,
+        notices: notice_rx,
+    };
+    let result = match args.cloud {
+        CloudKind::Simulated => {
+            let config = SimulatedCloudConfig::new(args.simulated_seed, &args.region, Utc::now());
+            let cloud = SimulatedCloud::new(catalog, config)
+                .map_err(|e| anyhow::anyhow!("configuring the simulated cloud: {e}"))?;
+            let ctx = parts.context(Arc::new(Mutex::new(cloud)), true);
+            // Prices never change and notices come from the loop itself;
+            // the senders live as long as the loop so its channels stay open.
+            let _senders = (catalog_tx, notice_tx);
+            run_until_stopped(ctx, settings, shutdown, args.shutdown_timeout).await
+        }
+        CloudKind::Aws => {
+            let aws_settings = aws_settings.context("the EC2 settings were loaded")?;
+            let sdk = aws::load_sdk_config(Some(&args.region), None).await;
+            let cloud = AwsCloud::from_sdk_config(&sdk, aws_settings)
+                .context("configuring the EC2 provider")?;
+            // Live prices for every replica (each decides on its own
+            // catalog once it leads).
+            let refresher = pricing::Refresher::new(
+                pricing::PriceClient::new(&sdk, &args.region),
+                catalog.clone(),
+            );
+            let (m, stop, every) = (
+                metrics.clone(),
+                shutdown.clone(),
+                args.price_refresh_interval,
+            );
+            tokio::spawn(async move { refresher.run(catalog_tx, &m, every, stop).await });
+            match &args.interruption_queue {
+                Some(url) => {
+                    let consumer = NoticeFeed {
+                        sqs: aws_sdk_sqs::Client::new(&sdk),
+                        config: notices::ConsumerConfig::new(url.clone()),
+                        notices: notice_tx,
+                        metrics: metrics.clone(),
+                    };
+                    tokio::spawn(consumer.run_while_leading(leadership.receiver(), shutdown.clone()));
+                }
+                None => tracing::warn!(
+                    "no --interruption-queue: spot interruption and rebalance notices will not be received"
+                ),
+            }
+            let ctx = parts.context(Arc::new(cloud), false);
+            run_until_stopped(ctx, settings, shutdown, args.shutdown_timeout).await
+        }
+    };
+
+    // Stop acting (and hand the lease over) only once the loop has stopped
+    // writing, then stop serving.
+    if tokio::time::timeout(Duration::from_secs(5), leadership.finish())
+        .await
+        .is_err()
+    {
+        tracing::warn!("releasing the lease timed out; it will expire");
+    }
+    servers_stop.cancel();
+    endpoints.join().await?;
+    result
+}
+
+/// What every cloud's [`Context`] shares.
+struct Parts {
+    api: KubeApi,
+    metrics: Arc<Metrics>,
+    catalog: watch::Receiver<Arc<Catalog>>,
+    leader: watch::Receiver<bool>,
+    ready: Arc<AtomicBool>,
+    notices: mpsc::Receiver<InstanceNotice>,
+}
+
+impl Parts {
+    fn context<C>(self, cloud: Arc<C>, simulated_nodes: bool) -> Context<C> {
+        Context {
+            api: self.api,
+            cloud,
+            metrics: self.metrics,
+            catalog: self.catalog,
+            leader: self.leader,
+            ready: self.ready,
+            notices: self.notices,
+            simulated_nodes,
+        }
+    }
+}
+
+/// The SQS consumer, run only while this replica leads: a standby must not
+/// take (and delete) notices that only the leader acts on.
+struct NoticeFeed {
+    sqs: aws_sdk_sqs::Client,
+    config: notices::ConsumerConfig,
+    notices: mpsc::Sender<InstanceNotice>,
+    metrics: Arc<Metrics>,
+}
+
+impl NoticeFeed {
+    async fn run_while_leading(self, leader: watch::Receiver<bool>, shutdown: CancellationToken) {
+        let NoticeFeed {
+            sqs,
+            config,
+            notices: sender,
+            metrics,
+        } = self;
+        while_leading(leader, shutdown, move |stop| {
+            let consumer = notices::NoticeConsumer::new(sqs.clone(), config.clone());
+            let (sender, metrics) = (sender.clone(), metrics.clone());
+            async move {
+                if let Err(e) = notices::run_consumer(consumer, sender, &metrics, stop).await {
+                    tracing::error!(error = %e, "the notice consumer stopped");
+                }
+            }
+        })
+        .await;
+    }
+}
+
+/// Runs the loop; after `shutdown` it gets `timeout` to finish its round.
+async fn run_until_stopped<C: CloudProvider + Send + Sync + 'static>(
+    ctx: Context<C>,
+    settings: Settings,
+    shutdown: CancellationToken,
+    timeout: Duration,
+) -> anyhow::Result<()> {
+    let mut main = std::pin::pin!(run::run(ctx, settings, shutdown.clone()));
+    tokio::select! {
+        result = &mut main => return result,
+        _ = shutdown.cancelled() => {}
+    }
+    match tokio::time::timeout(timeout, main).await {
+        Ok(result) => result,
+        Err(_) => {
+            bail!("the loop did not finish its round within {timeout:?} of the shutdown signal")
+        }
+    }
+}
+
+/// The first SIGTERM or SIGINT cancels `shutdown`; a second one exits at
+/// once with status 130.
+async fn signals(shutdown: CancellationToken) {
+    use tokio::signal::unix::{signal, SignalKind};
+    let (Ok(mut term), Ok(mut int)) = (
+        signal(SignalKind::terminate()),
+        signal(SignalKind::interrupt()),
+    ) else {
+        tracing::error!("cannot install signal handlers; stop the controller with SIGKILL");
+        return;
+    };
+    tokio::select! {
+        _ = term.recv() => {}
+        _ = int.recv() => {}
+    }
+    tracing::info!("shutting down: finishing the round in flight (signal again to abort)");
+    shutdown.cancel();
+    tokio::select! {
+        _ = term.recv() => {}
+        _ = int.recv() => {}
+    }
+    tracing::error!("second signal: aborting");
+    std::process::exit(130);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::parse_duration;
+    use std::time::Duration;
+
+    #[test]
+    fn durations_take_a_whole_number_and_a_unit() {
+        assert_eq!(parse_duration("500ms"), Ok(Duration::from_millis(500)));
+        assert_eq!(parse_duration("30s"), Ok(Duration::from_secs(30)));
+        assert_eq!(parse_duration("5m"), Ok(Duration::from_secs(300)));
+        assert_eq!(parse_duration("2h"), Ok(Duration::from_secs(7200)));
+    }
+
+    #[test]
+    fn durations_without_a_known_unit_are_refused() {
+        assert!(parse_duration("30").unwrap_err().contains("no unit"));
+        assert!(parse_duration("3d").unwrap_err().contains("unknown unit"));
+        assert!(parse_duration("s").unwrap_err().contains("whole number"));
+        assert!(parse_duration("1.5s").is_err());
+    }
+}

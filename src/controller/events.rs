@@ -1,0 +1,294 @@
+//! Kubernetes Events (events.k8s.io/v1) that tell users what Quartermaster
+//! did and why, where `kubectl describe` shows them: on pods (why they
+//! cannot be placed, what was launched for them, checkpoint requests,
+//! evictions) and on NodePools (failed launches, failed validation, limits
+//! reached). Written through kube-runtime's [`Recorder`], which folds
+//! repeats into one Event's series.
+//!
+//! Events are best-effort: the reporting methods log a failure and carry
+//! on; nothing the controller does depends on them.
+
+use crate::api::labels::GROUP;
+use crate::core::Time;
+use k8s_openapi::api::core::v1::ObjectReference;
+use kube::runtime::events::{Event, EventType, Recorder, Reporter};
+use kube::Client;
+
+/// `reportingController` of our Events.
+pub const CONTROLLER: &str = "quartermaster.dev/controller";
+
+/// Reasons of our Events (short, PascalCase; what `kubectl get events`
+/// shows in its REASON column).
+pub mod reasons {
+    /// A pod could not be placed on any node the pools may launch.
+    pub const NOT_PLACEABLE: &str = "NotPlaceable";
+    /// A node (NodeClaim) was launched for the pod.
+    pub const NOMINATED: &str = "Nominated";
+    /// The pod was asked to checkpoint.
+    pub const CHECKPOINT_REQUESTED: &str = "CheckpointRequested";
+    /// The pod was evicted from a node being disrupted.
+    pub const EVICTED: &str = "Evicted";
+    /// A launch for the pool failed.
+    pub const LAUNCH_FAILED: &str = "LaunchFailed";
+    /// The pool failed validation.
+    pub const VALIDATION_FAILED: &str = "ValidationFailed";
+    /// The pool reached one of its limits.
+    pub const LIMIT_REACHED: &str = "LimitReached";
+}
+
+/// Longest Event note the API accepts (1 kB).
+const MAX_NOTE: usize = 1024;
+
+/// Publishes our Events.
+#[derive(Clone)]
+pub struct Events {
+    recorder: Recorder,
+}
+
+/// A reference to the pod `namespace/name` (a bare name means `default`),
+/// with its UID when known (Events then follow that pod, not a namesake).
+pub fn pod_ref(pod: &str, uid: Option<&str>) -> ObjectReference {
+    let (namespace, name) = pod.split_once('/').unwrap_or(("default", pod));
+    ObjectReference {
+        api_version: Some("v1".into()),
+        kind: Some("Pod".into()),
+        namespace: Some(namespace.into()),
+        name: Some(name.into()),
+        uid: uid.map(str::to_string),
+        ..ObjectReference::default()
+    }
+}
+
+/// A reference to a NodePool.
+pub fn node_pool_ref(name: &str, uid: Option<&str>) -> ObjectReference {
+    cluster_ref("NodePool", name, uid)
+}
+
+/// A reference to a NodeClaim.
+pub fn node_claim_ref(name: &str, uid: Option<&str>) -> ObjectReference {
+    cluster_ref("NodeClaim", name, uid)
+}
+
+fn cluster_ref(kind: &str, name: &str, uid: Option<&str>) -> ObjectReference {
+    ObjectReference {
+        api_version: Some(format!("{GROUP}/v1alpha1")),
+        kind: Some(kind.into()),
+        name: Some(name.into()),
+        uid: uid.map(str::to_string),
+        ..ObjectReference::default()
+    }
+}
+
+/// `note` cut to the API's 1 kB, on a character boundary.
+fn bounded(note: String) -> String {
+    if note.len() <= MAX_NOTE {
+        return note;
+    }
+    let mut end = MAX_NOTE - '…'.len_utf8();
+    while !note.is_char_boundary(end) {
+        end -= 1;
+    }
+    format!("{}…", &note[..end])
+}
+
+impl Events {
+    /// Events reported by `instance` (the pod name of this replica, when
+    /// known) of [`CONTROLLER`], over `client`.
+    pub fn new(client: Client, instance: Option<String>) -> Events {
+        let reporter = Reporter {
+            controller: CONTROLLER.into(),
+            instance,
+        };
+        Events {
+            recorder: Recorder::new(client, reporter),
+        }
+    }
+
+    /// Publishes one Event about `regarding`.
+    ///
+    /// # Errors
+    /// The API error when the Event is rejected.
+    pub async fn publish(
+        &self,
+        regarding: &ObjectReference,
+        type_: EventType,
+        reason: &str,
+        action: &str,
+        note: String,
+        related: Option<ObjectReference>,
+    ) -> kube::Result<()> {
+        let event = Event {
+            type_,
+            reason: reason.into(),
+            note: Some(bounded(note)),
+            action: action.into(),
+            secondary: related,
+        };
+        self.recorder.publish(&event, regarding).await
+    }
+
+    /// [`Events::publish`], logging a failure instead of returning it.
+    async fn report(
+        &self,
+        regarding: &ObjectReference,
+        type_: EventType,
+        reason: &str,
+        action: &str,
+        note: String,
+        related: Option<ObjectReference>,
+    ) {
+        if let Err(error) = self
+            .publish(regarding, type_, reason, action, note, related)
+            .await
+        {
+            tracing::warn!(
+                kind = regarding.kind.as_deref().unwrap_or_default(),
+                name = regarding.name.as_deref().unwrap_or_default(),
+                reason,
+                %error,
+                "failed to publish Event"
+            );
+        }
+    }
+
+    /// On a pod: it cannot be placed, and why (the planner's explanation).
+    pub async fn not_placeable(&self, pod: &ObjectReference, explanation: &str) {
+        self.report(
+            pod,
+            EventType::Warning,
+            reasons::NOT_PLACEABLE,
+            "Plan",
+            format!("Quartermaster cannot place the pod: {explanation}"),
+            None,
+        )
+        .await
+    }
+
+    /// On a pod: the claim (and what it launches) that will hold it.
+    pub async fn nominated(&self, pod: &ObjectReference, claim: &str, offering: &str) {
+        self.report(
+            pod,
+            EventType::Normal,
+            reasons::NOMINATED,
+            "Launch",
+            format!("launched NodeClaim {claim} ({offering}) for the pod"),
+            Some(node_claim_ref(claim, None)),
+        )
+        .await
+    }
+
+    /// On a pod: it was asked to checkpoint by `deadline`.
+    pub async fn checkpoint_requested(
+        &self,
+        pod: &ObjectReference,
+        claim: &str,
+        deadline: Time,
+        why: &str,
+    ) {
+        self.report(
+            pod,
+            EventType::Normal,
+            reasons::CHECKPOINT_REQUESTED,
+            "RequestCheckpoint",
+            format!(
+                "checkpoint requested by {} ({why})",
+                super::checkpoint::rfc3339(deadline)
+            ),
+            Some(node_claim_ref(claim, None)),
+        )
+        .await
+    }
+
+    /// On a pod: it was evicted from the claim's node.
+    pub async fn evicted(&self, pod: &ObjectReference, claim: &str, why: &str) {
+        self.report(
+            pod,
+            EventType::Normal,
+            reasons::EVICTED,
+            "Evict",
+            format!("evicted from NodeClaim {claim} ({why})"),
+            Some(node_claim_ref(claim, None)),
+        )
+        .await
+    }
+
+    /// On a NodePool: launching `claim` failed with the provider's error
+    /// code (`InsufficientInstanceCapacity`, ...).
+    pub async fn launch_failed(
+        &self,
+        pool: &ObjectReference,
+        claim: &str,
+        code: &str,
+        message: &str,
+    ) {
+        self.report(
+            pool,
+            EventType::Warning,
+            reasons::LAUNCH_FAILED,
+            "Launch",
+            format!("launching NodeClaim {claim} failed: {code}: {message}"),
+            Some(node_claim_ref(claim, None)),
+        )
+        .await
+    }
+
+    /// On a NodePool: it failed validation (the first problem).
+    pub async fn validation_failed(&self, pool: &ObjectReference, problem: &str) {
+        self.report(
+            pool,
+            EventType::Warning,
+            reasons::VALIDATION_FAILED,
+            "Validate",
+            format!("the NodePool is invalid and launches nothing: {problem}"),
+            None,
+        )
+        .await
+    }
+
+    /// On a NodePool: a limit held back launches (`detail` names the
+    /// resource, e.g. `nvidia.com/gpu: 64 of 64 in use`).
+    pub async fn limit_reached(&self, pool: &ObjectReference, detail: &str) {
+        self.report(
+            pool,
+            EventType::Warning,
+            reasons::LIMIT_REACHED,
+            "Launch",
+            format!("limit reached, launches held back: {detail}"),
+            None,
+        )
+        .await
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn pod_references_split_namespace_and_name() {
+        let r = pod_ref("ml/trainer-0", Some("uid-1"));
+        assert_eq!(r.namespace.as_deref(), Some("ml"));
+        assert_eq!(r.name.as_deref(), Some("trainer-0"));
+        assert_eq!(r.uid.as_deref(), Some("uid-1"));
+        assert_eq!(
+            pod_ref("lonely", None).namespace.as_deref(),
+            Some("default")
+        );
+        let pool = node_pool_ref("train", None);
+        assert_eq!(
+            pool.api_version.as_deref(),
+            Some("quartermaster.dev/v1alpha1")
+        );
+        assert_eq!(pool.namespace, None);
+    }
+
+    #[test]
+    fn long_notes_are_cut_to_the_api_limit_on_a_character_boundary() {
+        let short = "fits".to_string();
+        assert_eq!(bounded(short.clone()), short);
+        let long = "é".repeat(MAX_NOTE);
+        let cut = bounded(long);
+        assert!(cut.len() <= MAX_NOTE, "{}", cut.len());
+        assert!(cut.ends_with('…'));
+    }
+}

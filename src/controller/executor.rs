@@ -1,0 +1,511 @@
+//! Applies the core's [`Action`]s through the Kubernetes API: a launch
+//! becomes a NodeClaim (created before any instance exists; the lifecycle
+//! reconciler launches it), a cordon a taint and `unschedulable`, a
+//! checkpoint request a pod annotation, an eviction an Eviction, a delete
+//! the NodeClaim's deletion (its finalizer does the rest). Every action is
+//! logged with its `Display`. Nothing here decides; a lost lease stops the
+//! batch before its next write.
+
+use super::checkpoint::{self, CheckpointRequest, HookClient};
+use super::events::{self, Events};
+use super::kube_api::{Eviction, KubeApi};
+use super::lifecycle::{format_fallbacks, FALLBACKS_ANNOTATION};
+use super::metrics::Metrics;
+use super::snapshot::{NodeInfo, PodInfo};
+use crate::api::labels as l;
+use crate::api::{NodeClaim, NodeClaimSpec, Taint, TaintEffect};
+use crate::cluster::Pod;
+use crate::core::{fallback, Action, ClaimRequest, ManagedNode, Time, World};
+use k8s_openapi::api::core::v1::Taint as KubeTaint;
+use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
+use std::collections::{BTreeMap, HashMap};
+use std::sync::{Arc, Mutex};
+use tokio::sync::watch;
+
+/// Errors applying one action; the core decides again next round, so none
+/// is retried here.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// The claim cannot be built: its pool or instance type is unknown.
+    #[error("cannot build NodeClaim {0}: unknown pool or instance type")]
+    Build(String),
+    /// The checkpoint annotation could not be written.
+    #[error("checkpoint request: {0}")]
+    Checkpoint(String),
+    /// A write failed.
+    #[error("{action}: {source}")]
+    Kube {
+        /// The action, as displayed.
+        action: String,
+        /// The API error.
+        source: kube::Error,
+    },
+}
+
+/// The module's result type.
+pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+/// Claim label naming the pre-warm window a claim holds capacity for
+/// (metrics count such nodes per pool).
+pub const PREWARM_LABEL: &str = "quartermaster.dev/prewarm-window";
+
+/// Appends a suffix unique to this controller process to a claim name the
+/// core chose, so that a restarted controller (whose core counts from zero
+/// again) never reuses a name: providers key idempotent launches on it.
+pub fn unique_claim_name(core_name: &str, boot: &str) -> String {
+    if boot.is_empty() {
+        core_name.to_string()
+    } else {
+        format!("{core_name}-{boot}")
+    }
+}
+
+/// A short lowercase tag for this process (base 36 of the start time in
+/// seconds), for [`unique_claim_name`].
+pub fn boot_tag(now: Time) -> String {
+    let mut n = now.timestamp().max(0) as u64;
+    let mut out = Vec::new();
+    while n > 0 {
+        out.push(b"0123456789abcdefghijklmnopqrstuvwxyz"[(n % 36) as usize]);
+        n /= 36;
+    }
+    out.reverse();
+    String::from_utf8(out).unwrap_or_default()
+}
+
+/// The NodeClaim for a launch: our finalizer, the pool label, the node's
+/// labels and taints as [`ManagedNode::launched`] gives them, the pool's
+/// startup taints plus `quartermaster.dev/unregistered`, the expected
+/// allocatable as `resources`, and the fallback offerings as an annotation.
+/// `pods` are the claim's pods as the world has them (for fallbacks).
+///
+/// # Errors
+/// [`Error::Build`] when the pool or instance type is unknown.
+pub fn build_claim(
+    req: &ClaimRequest,
+    name: &str,
+    world: &World,
+    pods: &[&Pod],
+    now: Time,
+) -> Result<NodeClaim> {
+    let node = ManagedNode::launched(req, world, now).ok_or_else(|| Error::Build(name.into()))?;
+    let pool = world
+        .pools
+        .iter()
+        .find(|p| p.metadata.name.as_deref() == Some(req.nodepool.as_str()))
+        .ok_or_else(|| Error::Build(name.into()))?;
+    let template = &pool.spec.template.spec;
+    let mut startup_taints = template.startup_taints.clone();
+    startup_taints.push(Taint::new(
+        l::TAINT_UNREGISTERED,
+        "",
+        TaintEffect::NoSchedule,
+    ));
+    let resources: BTreeMap<String, Quantity> = node
+        .state
+        .allocatable
+        .iter()
+        .filter(|(_, v)| *v > 0)
+        .map(|(k, v)| {
+            let q = if k == crate::cluster::resources::CPU {
+                format!("{v}m")
+            } else {
+                v.to_string()
+            };
+            (k.to_string(), Quantity(q))
+        })
+        .collect();
+    let mut claim = NodeClaim::new(
+        name,
+        NodeClaimSpec {
+            node_pool: req.nodepool.clone(),
+            instance_type: req.offering.instance_type.clone(),
+            zone: req.offering.zone.clone(),
+            capacity_type: req.offering.capacity_type,
+            price_per_hour: req.price_per_hour,
+            resources,
+            labels: node.state.labels.clone(),
+            taints: template.taints.clone(),
+            startup_taints,
+        },
+    );
+    claim.metadata.finalizers = Some(vec![l::FINALIZER.to_string()]);
+    let mut labels = BTreeMap::from([(l::NODEPOOL.to_string(), req.nodepool.clone())]);
+    if let Some(w) = &req.prewarm_window {
+        labels.insert(PREWARM_LABEL.to_string(), w.clone());
+    }
+    claim.metadata.labels = Some(labels);
+    let fallbacks = fallback::fallbacks(req, world, pods);
+    if !fallbacks.is_empty() {
+        claim.metadata.annotations = Some(BTreeMap::from([(
+            FALLBACKS_ANNOTATION.to_string(),
+            format_fallbacks(&fallbacks),
+        )]));
+    }
+    Ok(claim)
+}
+
+/// The taints of a node being disrupted: its own plus
+/// `quartermaster.dev/disrupted:NoSchedule`.
+pub fn disrupted_taints(node: &NodeInfo) -> Vec<KubeTaint> {
+    let mut taints = node.taints.clone();
+    if !node.has_taint(l::TAINT_DISRUPTED) {
+        taints.push(KubeTaint {
+            key: l::TAINT_DISRUPTED.into(),
+            value: None,
+            effect: "NoSchedule".into(),
+            time_added: None,
+        });
+    }
+    taints
+}
+
+/// What an action came to.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Outcome {
+    /// Written.
+    Done,
+    /// This NodeClaim was created (as the API server returned it).
+    Created(Box<NodeClaim>),
+    /// Nothing to write (a cordon of a node not registered yet).
+    Skipped(&'static str),
+    /// A PDB refused the eviction; the core retries.
+    Blocked,
+    /// Not written: this replica lost the lease.
+    NotLeader,
+}
+
+/// Checkpoint acknowledgements that came from a pod's HTTP hook (a 2xx),
+/// by pod, with when; the loop folds them into the world as the pods'
+/// `checkpoint_completed`.
+pub type HookAcks = Arc<Mutex<HashMap<String, Time>>>;
+
+/// What the executor reads about the objects the actions name, copied out
+/// of the snapshot for the round.
+#[derive(Debug, Default)]
+pub struct Targets {
+    /// The registered node of each claim.
+    pub nodes: HashMap<String, NodeInfo>,
+    /// Pods by `namespace/name`.
+    pub pods: HashMap<String, PodInfo>,
+}
+
+/// Applies actions; borrowed for one round.
+pub struct Executor<'a> {
+    /// Kubernetes writes.
+    pub api: &'a KubeApi,
+    /// Metrics (checkpoints requested and hook acknowledgements).
+    pub metrics: &'a Arc<Metrics>,
+    /// Leadership; checked before every write.
+    pub leader: &'a watch::Receiver<bool>,
+    /// This process' tag for claim names ([`unique_claim_name`]).
+    pub boot: &'a str,
+    /// Kubernetes Events, when published (tests leave them out).
+    pub events: Option<&'a Events>,
+    /// HTTP client of checkpoint hooks.
+    pub hooks: &'a HookClient,
+    /// Where hook acknowledgements are recorded.
+    pub hook_acks: &'a HookAcks,
+}
+
+impl Executor<'_> {
+    /// Annotates the pod (through `checkpoint`), and when the pod or its
+    /// pool names a hook, POSTs it in a spawned task so that a slow hook
+    /// does not hold the round; a 2xx lands in [`HookAcks`].
+    async fn request_checkpoint(
+        &self,
+        pod: &str,
+        claim: &str,
+        deadline: Time,
+        world: &World<'_>,
+        targets: &Targets,
+    ) -> Result<Outcome> {
+        let (ns, name) = split_pod(pod);
+        let info = targets.pods.get(pod);
+        let node = targets
+            .nodes
+            .get(claim)
+            .map_or_else(|| claim.to_string(), |n| n.name.clone());
+        let request = CheckpointRequest {
+            namespace: ns.into(),
+            name: name.into(),
+            node,
+            deadline,
+            reason: "node disruption".into(),
+        };
+        let policy = world
+            .nodes
+            .iter()
+            .find(|n| n.claim == claim)
+            .and_then(|n| {
+                world
+                    .pools
+                    .iter()
+                    .find(|p| p.metadata.name.as_deref() == Some(n.nodepool.as_str()))
+            })
+            .map(|p| &p.spec.interruption);
+        let hook = match info {
+            Some(i) => checkpoint::hook_target(
+                pod,
+                &i.checkpoint_annotations,
+                i.pod_ip.as_deref(),
+                policy,
+            )
+            .unwrap_or_else(|e| {
+                tracing::warn!(%pod, error = %e, "checkpoint hook unusable; annotation only");
+                None
+            }),
+            None => None,
+        };
+        checkpoint::request_checkpoint(self.api, self.hooks, &request, None, self.metrics)
+            .await
+            .map_err(|e| Error::Checkpoint(e.to_string()))?;
+        if let Some(ev) = self.events {
+            ev.checkpoint_requested(
+                &events::pod_ref(pod, None),
+                claim,
+                deadline,
+                "node disruption",
+            )
+            .await;
+        }
+        if let Some(target) = hook {
+            let (hooks, acks, metrics, pod) = (
+                self.hooks.clone(),
+                self.hook_acks.clone(),
+                self.metrics.clone(),
+                pod.to_string(),
+            );
+            let body = request.hook_body();
+            tokio::spawn(async move {
+                let outcome = hooks.post(&target, &body).await;
+                tracing::info!(%pod, url = %target.url, ?outcome, "checkpoint hook called");
+                if outcome.is_acknowledged() {
+                    metrics.checkpoints_acknowledged.inc();
+                    if let Ok(mut a) = acks.lock() {
+                        a.insert(pod, chrono::Utc::now());
+                    }
+                }
+            });
+        }
+        Ok(Outcome::Done)
+    }
+}
+
+fn split_pod(pod: &str) -> (&str, &str) {
+    pod.split_once('/').unwrap_or(("default", pod))
+}
+
+impl Executor<'_> {
+    /// Applies the actions in order and returns each one's outcome. Stops
+    /// writing (every later outcome is [`Outcome::NotLeader`]) as soon as
+    /// the lease is lost. `nodes` gives the registered node of each claim
+    /// the actions name.
+    pub async fn execute(
+        &self,
+        actions: &[Action],
+        world: &World<'_>,
+        targets: &Targets,
+        now: Time,
+    ) -> Vec<Result<Outcome>> {
+        let mut out = Vec::with_capacity(actions.len());
+        for action in actions {
+            if !*self.leader.borrow() {
+                tracing::warn!(%action, "not leader: action dropped");
+                out.push(Ok(Outcome::NotLeader));
+                continue;
+            }
+            tracing::info!(%action, "executing");
+            let result = self.apply(action, world, targets, now).await;
+            if let Err(e) = &result {
+                tracing::warn!(%action, error = %e, "action failed");
+            }
+            out.push(result);
+        }
+        out
+    }
+
+    async fn apply(
+        &self,
+        action: &Action,
+        world: &World<'_>,
+        targets: &Targets,
+        now: Time,
+    ) -> Result<Outcome> {
+        let kube = |source| Error::Kube {
+            action: action.to_string(),
+            source,
+        };
+        match action {
+            Action::Launch(req) => {
+                let name = unique_claim_name(&req.claim, self.boot);
+                let pods: Vec<&Pod> = req
+                    .pods
+                    .iter()
+                    .filter_map(|n| {
+                        world.pending.iter().find(|p| &p.name == n).or_else(|| {
+                            world
+                                .nodes
+                                .iter()
+                                .flat_map(|m| m.pods.iter())
+                                .map(|b| &b.pod)
+                                .find(|p| &p.name == n)
+                        })
+                    })
+                    .collect();
+                let claim = build_claim(req, &name, world, &pods, now)?;
+                let created = self.api.create_node_claim(&claim).await.map_err(kube)?;
+                if let Some(ev) = self.events {
+                    let offering = req.offering.to_string();
+                    for p in &req.pods {
+                        ev.nominated(&events::pod_ref(p, None), &name, &offering)
+                            .await;
+                    }
+                }
+                Ok(Outcome::Created(Box::new(created)))
+            }
+            Action::Cordon { claim, .. } => {
+                let Some(node) = targets.nodes.get(claim) else {
+                    return Ok(Outcome::Skipped("node not registered"));
+                };
+                self.api
+                    .patch_node(
+                        &node.name,
+                        &BTreeMap::new(),
+                        &disrupted_taints(node),
+                        Some(true),
+                    )
+                    .await
+                    .map_err(kube)?;
+                Ok(Outcome::Done)
+            }
+            Action::RequestCheckpoint {
+                pod,
+                claim,
+                deadline,
+            } => {
+                self.request_checkpoint(pod, claim, *deadline, world, targets)
+                    .await
+            }
+            Action::Evict { pod, claim } => {
+                let (ns, name) = split_pod(pod);
+                match self.api.evict(ns, name).await.map_err(kube)? {
+                    Eviction::Blocked => Ok(Outcome::Blocked),
+                    Eviction::Evicted => {
+                        if let Some(ev) = self.events {
+                            ev.evicted(&events::pod_ref(pod, None), claim, "node disrupted")
+                                .await;
+                        }
+                        Ok(Outcome::Done)
+                    }
+                    Eviction::Gone => Ok(Outcome::Done),
+                }
+            }
+            Action::Delete { claim, .. } => {
+                self.api.delete_node_claim(claim).await.map_err(kube)?;
+                Ok(Outcome::Done)
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::api::{NodePool, NodePoolSpec};
+    use crate::catalog::{CapacityType, Catalog};
+    use crate::core::OfferingKey;
+    use chrono::TimeZone;
+    use kube::ResourceExt;
+    use std::sync::OnceLock;
+
+    fn catalog() -> &'static Catalog {
+        static C: OnceLock<Catalog> = OnceLock::new();
+        C.get_or_init(|| Catalog::embedded().unwrap())
+    }
+
+    #[test]
+    fn a_launch_becomes_a_claim_with_finalizer_labels_taints_and_the_unregistered_startup_taint() {
+        let mut spec = NodePoolSpec {
+            capacity_types: vec![CapacityType::Spot],
+            ..Default::default()
+        };
+        spec.template.spec.taints = vec![Taint::new(l::TAINT_GPU, "", TaintEffect::NoSchedule)];
+        let pools = [NodePool::new("gpu", spec)];
+        let world = World {
+            catalog: catalog(),
+            region: "us-east-1",
+            pools: &pools,
+            pending: &[],
+            nodes: &[],
+            pdbs: &[],
+        };
+        let zone = catalog()
+            .offerings_of("us-east-1", "g5.xlarge")
+            .find(|o| o.capacity_type == CapacityType::Spot)
+            .unwrap()
+            .zone_id
+            .clone();
+        let req = ClaimRequest {
+            claim: "gpu-000001".into(),
+            nodepool: "gpu".into(),
+            offering: OfferingKey {
+                instance_type: "g5.xlarge".into(),
+                zone: zone.clone(),
+                capacity_type: CapacityType::Spot,
+            },
+            price_per_hour: 0.4,
+            pods: vec![],
+            prewarm_window: None,
+        };
+        let now = chrono::Utc.with_ymd_and_hms(2026, 1, 1, 0, 0, 0).unwrap();
+        let claim = build_claim(&req, "gpu-000001-x", &world, &[], now).unwrap();
+        assert_eq!(claim.metadata.name.as_deref(), Some("gpu-000001-x"));
+        assert_eq!(
+            claim.metadata.finalizers.as_deref(),
+            Some(&[l::FINALIZER.to_string()][..])
+        );
+        assert_eq!(claim.spec.labels[l::NODEPOOL], "gpu");
+        assert_eq!(claim.spec.labels[l::INSTANCE_TYPE], "g5.xlarge");
+        assert_eq!(claim.spec.labels[l::ZONE_ID], zone);
+        assert_eq!(claim.spec.taints[0].key, l::TAINT_GPU);
+        assert!(claim
+            .spec
+            .startup_taints
+            .iter()
+            .any(|t| t.key == l::TAINT_UNREGISTERED));
+        assert_eq!(claim.spec.resources[l::RESOURCE_GPU].0, "1");
+        // No pod pins it: fallbacks in other zones are recorded.
+        let fallbacks = claim.annotations()[FALLBACKS_ANNOTATION].clone();
+        assert!(fallbacks.starts_with("g5.xlarge/"), "{fallbacks}");
+        assert!(!fallbacks.contains(&format!("/{zone}/")), "{fallbacks}");
+        // The lifecycle hands the same fallbacks to the provider.
+        assert_eq!(
+            super::super::lifecycle::template_of(&claim).fallbacks,
+            fallback::fallbacks(&req, &world, &[])
+        );
+        // An unknown pool cannot be built.
+        let mut bad = req.clone();
+        bad.nodepool = "nope".into();
+        assert!(matches!(
+            build_claim(&bad, "x", &world, &[], now),
+            Err(Error::Build(_))
+        ));
+    }
+
+    #[test]
+    fn claim_names_get_a_per_process_suffix() {
+        let t = chrono::Utc.with_ymd_and_hms(2026, 1, 1, 0, 0, 0).unwrap();
+        let a = boot_tag(t);
+        let b = boot_tag(t + chrono::TimeDelta::seconds(1));
+        assert_ne!(a, b);
+        assert!(a
+            .chars()
+            .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit()));
+        assert_eq!(
+            unique_claim_name("gpu-000001", &a),
+            format!("gpu-000001-{a}")
+        );
+        assert_eq!(unique_claim_name("gpu-000001", ""), "gpu-000001");
+    }
+}

@@ -1,0 +1,738 @@
+//! The NodeClaim lifecycle reconciler: one step per status condition, each
+//! idempotent, so that a controller restarted at any point converges
+//! without leaking or doubling an instance (launches are idempotent per
+//! claim name at the [`CloudProvider`] seam, and the claim exists before any
+//! launch).
+//!
+//! ```text
+//! created ──launch──► Launched ──node with the provider ID──► Registered
+//!    │  (error: Launched=False,        (labels, taints, startup taint off)
+//!    │   claim deleted, re-planned)              │
+//!    │                                           ▼  node Ready + accelerators published
+//!    │                                      Initialized + Ready
+//!    ▼
+//! deleting (deletionTimestamp + our finalizer): taint + cordon, evict
+//! (PDB-aware, waits for pods to go), terminate, delete the Node, remove
+//! the finalizer.
+//! ```
+//!
+//! It decides nothing about what to launch or drain (that is `core`); it
+//! reports what it did as a [`Step`] for the loop to hand on to the core.
+
+use super::kube_api::{Eviction, KubeApi};
+use super::metrics::{LaunchFailureLabels, Metrics};
+use super::snapshot::{is_accelerator, request_of, to_k8s_time, ClaimView, NodeInfo};
+use crate::api::labels as l;
+use crate::api::nodeclaim::conditions;
+use crate::api::{NodeClaim, NodeClaimStatus};
+use crate::catalog::CapacityType;
+use crate::cloud::{self, CloudProvider, Instance, NodeTemplate};
+use crate::core::{Notice, OfferingKey, Time};
+use k8s_openapi::api::core::v1::Taint as KubeTaint;
+use kube::ResourceExt;
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+/// Claim annotation the executor writes: the fallback offerings for the
+/// launch (`type/zone/capacity-type`, comma-separated, best first).
+pub const FALLBACKS_ANNOTATION: &str = "quartermaster.dev/fallback-offerings";
+
+/// Errors of one reconcile step. All are retryable: the next round runs the
+/// same step again.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// A write to the Kubernetes API failed.
+    #[error("{step} for {claim}: {source}")]
+    Kube {
+        /// NodeClaim.
+        claim: String,
+        /// What was being written.
+        step: &'static str,
+        /// The API error.
+        source: kube::Error,
+    },
+    /// The cloud failed to describe or terminate the claim's instance.
+    #[error("{step} for {claim}: {source}")]
+    Cloud {
+        /// NodeClaim.
+        claim: String,
+        /// What was being done.
+        step: &'static str,
+        /// The cloud's error.
+        source: cloud::Error,
+    },
+}
+
+/// The module's result type.
+pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+/// What one reconcile of a claim did.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Step {
+    /// Nothing to do (Ready, or not ours to finalize).
+    Idle,
+    /// Waiting for the world (registration, device plugin, a launch that
+    /// cannot start yet).
+    Waiting(&'static str),
+    /// The instance was launched (or found launched) and recorded.
+    Launched(Instance),
+    /// The launch failed; the claim was deleted so that its pods are planned
+    /// again. `notice` is what the core should hear (a capacity error).
+    LaunchFailed {
+        /// The provider's error code, or a short reason.
+        reason: String,
+        /// For the core.
+        notice: Option<Notice>,
+    },
+    /// The node registered: labels and taints applied, startup taint off.
+    Registered {
+        /// Node name.
+        node: String,
+    },
+    /// The node is Ready with its accelerators advertised.
+    Initialized {
+        /// Node name.
+        node: String,
+    },
+    /// A launch or registration timeout (or a node that vanished): the
+    /// claim was deleted.
+    TimedOut(&'static str),
+    /// Deleting: pods are still leaving.
+    Draining {
+        /// Evictions accepted this round.
+        evicted: usize,
+        /// Evictions a PDB refused this round (retried later).
+        blocked: usize,
+        /// Pods still on the node.
+        remaining: usize,
+    },
+    /// Instance terminated, node deleted, finalizer removed.
+    Finalized,
+}
+
+/// The reconciler's handles and settings.
+pub struct Lifecycle<'a, C> {
+    /// Kubernetes writes.
+    pub api: &'a KubeApi,
+    /// The cloud.
+    pub cloud: &'a C,
+    /// Metrics (`launch_failures`).
+    pub metrics: &'a Metrics,
+    /// A claim not launched this long after creation is deleted.
+    pub launch_timeout: Duration,
+    /// A launched claim whose node has not registered this long after the
+    /// launch is deleted.
+    pub registration_timeout: Duration,
+}
+
+fn kube_err<'a>(claim: &'a str, step: &'static str) -> impl FnOnce(kube::Error) -> Error + 'a {
+    move |source| Error::Kube {
+        claim: claim.to_string(),
+        step,
+        source,
+    }
+}
+
+fn cloud_err<'a>(claim: &'a str, step: &'static str) -> impl FnOnce(cloud::Error) -> Error + 'a {
+    move |source| Error::Cloud {
+        claim: claim.to_string(),
+        step,
+        source,
+    }
+}
+
+/// Sets a condition, moving its transition time only when its status
+/// changes.
+pub fn set_condition(
+    status: &mut NodeClaimStatus,
+    type_: &str,
+    ok: bool,
+    reason: &str,
+    message: &str,
+    now: Time,
+) {
+    let value = if ok { "True" } else { "False" };
+    match status.conditions.iter_mut().find(|c| c.type_ == type_) {
+        Some(c) => {
+            if c.status != value {
+                c.last_transition_time = to_k8s_time(now);
+            }
+            c.status = value.to_string();
+            c.reason = reason.to_string();
+            c.message = message.to_string();
+        }
+        None => status
+            .conditions
+            .push(k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition {
+                type_: type_.to_string(),
+                status: value.to_string(),
+                reason: reason.to_string(),
+                message: message.to_string(),
+                last_transition_time: to_k8s_time(now),
+                observed_generation: None,
+            }),
+    }
+}
+
+/// The error code of a launch failure for metrics and conditions: the EC2
+/// code the AWS provider writes into its messages (`... failed with CODE:
+/// ...`), else the class of the error.
+pub fn error_code(e: &cloud::Error) -> String {
+    if let cloud::Error::InsufficientCapacity { code, .. } = e {
+        return code.clone();
+    }
+    let msg = e.to_string();
+    let code = msg
+        .split_once("failed with ")
+        .and_then(|(_, rest)| rest.split([':', ' ']).next())
+        .filter(|c| !c.is_empty());
+    match (code, e) {
+        (Some(c), _) => c.to_string(),
+        (None, cloud::Error::NotReady { .. }) => "NotReady".into(),
+        (None, cloud::Error::NotFound { .. }) => "NotFound".into(),
+        (None, _) => "LaunchFailed".into(),
+    }
+}
+
+/// Renders fallback offerings for [`FALLBACKS_ANNOTATION`].
+pub fn format_fallbacks(fallbacks: &[OfferingKey]) -> String {
+    fallbacks
+        .iter()
+        .map(|k| {
+            format!(
+                "{}/{}/{}",
+                k.instance_type,
+                k.zone,
+                k.capacity_type.as_str()
+            )
+        })
+        .collect::<Vec<_>>()
+        .join(",")
+}
+
+/// Reads [`FALLBACKS_ANNOTATION`]; malformed entries are skipped.
+pub fn parse_fallbacks(text: &str) -> Vec<OfferingKey> {
+    text.split(',')
+        .filter_map(|entry| {
+            let mut parts = entry.trim().split('/');
+            let (t, z, c) = (parts.next()?, parts.next()?, parts.next()?);
+            let capacity_type: CapacityType = c.parse().ok()?;
+            (!t.is_empty() && !z.is_empty()).then(|| OfferingKey {
+                instance_type: t.to_string(),
+                zone: z.to_string(),
+                capacity_type,
+            })
+        })
+        .collect()
+}
+
+/// What the claim's instance is bootstrapped with: its spec's labels and
+/// taints, and the fallbacks the executor recorded.
+pub fn template_of(claim: &NodeClaim) -> NodeTemplate {
+    let mut t = NodeTemplate::from(&claim.spec);
+    if let Some(f) = claim.annotations().get(FALLBACKS_ANNOTATION) {
+        t.fallbacks = parse_fallbacks(f);
+    }
+    t
+}
+
+/// The node's labels as the claim wants them, corrected to the offering the
+/// instance actually runs as (a fallback zone or capacity type).
+pub fn node_labels(claim: &NodeClaim, actual: Option<&OfferingKey>) -> BTreeMap<String, String> {
+    let mut labels = claim.spec.labels.clone();
+    if let Some(a) = actual {
+        labels.insert(l::INSTANCE_TYPE.into(), a.instance_type.clone());
+        labels.insert(l::ZONE_ID.into(), a.zone.clone());
+        labels.insert(l::ZONE.into(), a.zone.clone());
+        labels.insert(l::CAPACITY_TYPE.into(), a.capacity_type.as_str().into());
+    }
+    labels
+}
+
+fn kube_taint(t: &crate::api::Taint) -> KubeTaint {
+    KubeTaint {
+        key: t.key.clone(),
+        value: t.value.clone(),
+        effect: t.effect.as_str().to_string(),
+        time_added: None,
+    }
+}
+
+/// The node's taints once registered: what it has without our startup
+/// taint, plus the claim's taints it lacks.
+pub fn registered_taints(node: &NodeInfo, claim: &NodeClaim) -> Vec<KubeTaint> {
+    let mut taints: Vec<KubeTaint> = node
+        .taints
+        .iter()
+        .filter(|t| t.key != l::TAINT_UNREGISTERED)
+        .cloned()
+        .collect();
+    for t in &claim.spec.taints {
+        if !taints
+            .iter()
+            .any(|k| k.key == t.key && k.effect == t.effect.as_str())
+        {
+            taints.push(kube_taint(t));
+        }
+    }
+    taints
+}
+
+/// Whether the node is initialized for the claim: Ready, every startup
+/// taint gone, and every accelerator resource the claim expects advertised
+/// in allocatable (the device plugin is up).
+pub fn is_initialized(node: &NodeInfo, claim: &NodeClaim) -> bool {
+    let startup_gone = claim
+        .spec
+        .startup_taints
+        .iter()
+        .all(|t| !node.has_taint(&t.key))
+        && !node.has_taint(l::TAINT_UNREGISTERED);
+    let published = claim
+        .spec
+        .resources
+        .iter()
+        .filter(|(k, _)| is_accelerator(k))
+        .filter(|(k, q)| crate::cluster::resources::canonical(k, &q.0).unwrap_or(0) > 0)
+        .all(|(k, _)| node.allocatable.get(k) > 0);
+    node.ready && startup_gone && published
+}
+
+fn condition_time(status: &NodeClaimStatus, type_: &str) -> Option<Time> {
+    status.condition(type_).and_then(|c| {
+        chrono::DateTime::from_timestamp(
+            c.last_transition_time.0.as_second(),
+            c.last_transition_time.0.subsec_nanosecond().max(0) as u32,
+        )
+    })
+}
+
+fn created(claim: &NodeClaim, now: Time) -> Time {
+    claim
+        .metadata
+        .creation_timestamp
+        .as_ref()
+        .and_then(|t| chrono::DateTime::from_timestamp(t.0.as_second(), 0))
+        .unwrap_or(now)
+}
+
+fn older_than(since: Time, now: Time, limit: Duration) -> bool {
+    (now - since).to_std().is_ok_and(|age| age > limit)
+}
+
+impl<C: CloudProvider + Send + Sync> Lifecycle<'_, C> {
+    /// Takes the claim one step further. Idempotent: running it twice on
+    /// the same view does the same writes (or none).
+    ///
+    /// # Errors
+    /// A failed API write or cloud call; the step is retried next round.
+    pub async fn reconcile(&self, view: &ClaimView, now: Time) -> Result<Step> {
+        let claim = &view.claim;
+        if claim.metadata.deletion_timestamp.is_some() {
+            return self.finalize(view, now).await;
+        }
+        let status = claim.status.clone().unwrap_or_default();
+        if status.provider_id.is_none() {
+            return self.launch(claim, status, now).await;
+        }
+        if !status.is_true(conditions::REGISTERED) {
+            return self.register(view, status, now).await;
+        }
+        if !status.is_true(conditions::INITIALIZED) {
+            return self.initialize(view, status, now).await;
+        }
+        Ok(Step::Idle)
+    }
+
+    async fn patch_status(&self, claim: &str, status: &NodeClaimStatus) -> Result<()> {
+        self.api
+            .patch_node_claim_status(claim, status)
+            .await
+            .map_err(kube_err(claim, "recording the status"))
+    }
+
+    fn count_failure(&self, claim: &NodeClaim, reason: &str) {
+        self.metrics
+            .launch_failures
+            .get_or_create(&LaunchFailureLabels {
+                nodepool: claim.spec.node_pool.clone(),
+                reason: reason.to_string(),
+            })
+            .inc();
+    }
+
+    async fn launch(
+        &self,
+        claim: &NodeClaim,
+        mut status: NodeClaimStatus,
+        now: Time,
+    ) -> Result<Step> {
+        let name = claim.name_any();
+        let req = request_of(claim);
+        let template = template_of(claim);
+        match self.cloud.launch(&req, &template, now).await {
+            Ok(instance) => {
+                let message = if instance.offering == req.offering {
+                    format!("launched {} as {}", instance.provider_id, instance.offering)
+                } else {
+                    format!(
+                        "launched {} as {} (fallback from {})",
+                        instance.provider_id, instance.offering, req.offering
+                    )
+                };
+                status.provider_id = Some(instance.provider_id.clone());
+                set_condition(
+                    &mut status,
+                    conditions::LAUNCHED,
+                    true,
+                    "Launched",
+                    &message,
+                    now,
+                );
+                self.patch_status(&name, &status).await?;
+                tracing::info!(claim = %name, "{message}");
+                Ok(Step::Launched(instance))
+            }
+            Err(e) => {
+                let timed_out = older_than(created(claim, now), now, self.launch_timeout);
+                let reason = if matches!(e, cloud::Error::NotReady { .. }) && timed_out {
+                    "launch-timeout".to_string()
+                } else {
+                    error_code(&e)
+                };
+                set_condition(
+                    &mut status,
+                    conditions::LAUNCHED,
+                    false,
+                    &reason,
+                    &e.to_string(),
+                    now,
+                );
+                if matches!(e, cloud::Error::NotReady { .. }) && !timed_out {
+                    tracing::info!(claim = %name, error = %e, "launch not possible yet");
+                    self.patch_status(&name, &status).await?;
+                    return Ok(Step::Waiting("launch"));
+                }
+                tracing::warn!(claim = %name, error = %e, %reason, "launch failed; the claim is deleted and its pods re-planned");
+                self.count_failure(claim, &reason);
+                self.patch_status(&name, &status).await?;
+                self.api
+                    .delete_node_claim(&name)
+                    .await
+                    .map_err(kube_err(&name, "deleting the failed claim"))?;
+                Ok(Step::LaunchFailed {
+                    reason,
+                    notice: e.notice(),
+                })
+            }
+        }
+    }
+
+    async fn register(
+        &self,
+        view: &ClaimView,
+        mut status: NodeClaimStatus,
+        now: Time,
+    ) -> Result<Step> {
+        let claim = &view.claim;
+        let name = claim.name_any();
+        let Some(node) = &view.node else {
+            let since = condition_time(&status, conditions::LAUNCHED)
+                .unwrap_or_else(|| created(claim, now));
+            if older_than(since, now, self.registration_timeout) {
+                tracing::warn!(claim = %name, "node did not register in time; the claim is deleted");
+                self.count_failure(claim, "registration-timeout");
+                self.api
+                    .delete_node_claim(&name)
+                    .await
+                    .map_err(kube_err(&name, "deleting the unregistered claim"))?;
+                return Ok(Step::TimedOut("registration-timeout"));
+            }
+            return Ok(Step::Waiting("registration"));
+        };
+        // Label by the offering actually bought (a fallback may have been
+        // used).
+        let actual = self
+            .cloud
+            .describe(&name)
+            .await
+            .map_err(cloud_err(&name, "describing the instance"))?
+            .map(|i| i.offering)
+            .filter(|o| o.zone != claim.spec.zone || o.capacity_type != claim.spec.capacity_type);
+        let labels = node_labels(claim, actual.as_ref());
+        let taints = registered_taints(node, claim);
+        self.api
+            .patch_node(&node.name, &labels, &taints, None)
+            .await
+            .map_err(kube_err(&name, "labelling and tainting the node"))?;
+        status.node_name = Some(node.name.clone());
+        set_condition(
+            &mut status,
+            conditions::REGISTERED,
+            true,
+            "Registered",
+            &format!("node {} registered", node.name),
+            now,
+        );
+        self.patch_status(&name, &status).await?;
+        tracing::info!(claim = %name, node = %node.name, "registered");
+        Ok(Step::Registered {
+            node: node.name.clone(),
+        })
+    }
+
+    async fn initialize(
+        &self,
+        view: &ClaimView,
+        mut status: NodeClaimStatus,
+        now: Time,
+    ) -> Result<Step> {
+        let claim = &view.claim;
+        let name = claim.name_any();
+        let Some(node) = &view.node else {
+            tracing::warn!(claim = %name, "the claim's node is gone; the claim is deleted");
+            self.api
+                .delete_node_claim(&name)
+                .await
+                .map_err(kube_err(&name, "deleting the claim of a vanished node"))?;
+            return Ok(Step::TimedOut("node-gone"));
+        };
+        if !is_initialized(node, claim) {
+            let since = condition_time(&status, conditions::REGISTERED)
+                .unwrap_or_else(|| created(claim, now));
+            if older_than(since, now, self.registration_timeout) {
+                tracing::warn!(claim = %name, node = %node.name, "node not initialized in time; the claim is deleted");
+                self.count_failure(claim, "initialization-timeout");
+                self.api
+                    .delete_node_claim(&name)
+                    .await
+                    .map_err(kube_err(&name, "deleting the uninitialized claim"))?;
+                return Ok(Step::TimedOut("initialization-timeout"));
+            }
+            return Ok(Step::Waiting("initialization"));
+        }
+        let message = format!("node {} is ready with its accelerators", node.name);
+        set_condition(
+            &mut status,
+            conditions::INITIALIZED,
+            true,
+            "Initialized",
+            &message,
+            now,
+        );
+        set_condition(&mut status, conditions::READY, true, "Ready", &message, now);
+        status.allocatable = node
+            .allocatable
+            .iter()
+            .map(|(k, v)| {
+                let q = if k == crate::cluster::resources::CPU {
+                    format!("{v}m")
+                } else {
+                    v.to_string()
+                };
+                (
+                    k.to_string(),
+                    k8s_openapi::apimachinery::pkg::api::resource::Quantity(q),
+                )
+            })
+            .collect();
+        self.patch_status(&name, &status).await?;
+        tracing::info!(claim = %name, node = %node.name, "initialized");
+        Ok(Step::Initialized {
+            node: node.name.clone(),
+        })
+    }
+
+    async fn finalize(&self, view: &ClaimView, now: Time) -> Result<Step> {
+        let claim = &view.claim;
+        let name = claim.name_any();
+        if !claim.finalizers().iter().any(|f| f == l::FINALIZER) {
+            return Ok(Step::Idle);
+        }
+        let alive = self
+            .cloud
+            .describe(&name)
+            .await
+            .map_err(cloud_err(&name, "describing the instance"))?
+            .is_some_and(|i| i.state.is_alive());
+        if let (Some(node), true) = (&view.node, alive) {
+            if !node.unschedulable || !node.has_taint(l::TAINT_DISRUPTED) {
+                let mut taints = node.taints.clone();
+                if !node.has_taint(l::TAINT_DISRUPTED) {
+                    taints.push(KubeTaint {
+                        key: l::TAINT_DISRUPTED.into(),
+                        value: None,
+                        effect: "NoSchedule".into(),
+                        time_added: None,
+                    });
+                }
+                self.api
+                    .patch_node(&node.name, &BTreeMap::new(), &taints, Some(true))
+                    .await
+                    .map_err(kube_err(&name, "cordoning the node"))?;
+            }
+            let (mut evicted, mut blocked, mut remaining) = (0, 0, 0);
+            for p in view.pods.iter().filter(|p| !p.daemon) {
+                if p.terminating {
+                    // Evicted already: its grace period runs; wait for it.
+                    remaining += 1;
+                    continue;
+                }
+                match self
+                    .api
+                    .evict(&p.namespace, &p.name)
+                    .await
+                    .map_err(kube_err(&name, "evicting a pod"))?
+                {
+                    Eviction::Evicted => {
+                        evicted += 1;
+                        remaining += 1;
+                    }
+                    Eviction::Blocked => {
+                        blocked += 1;
+                        remaining += 1;
+                    }
+                    Eviction::Gone => {}
+                }
+            }
+            if remaining > 0 {
+                return Ok(Step::Draining {
+                    evicted,
+                    blocked,
+                    remaining,
+                });
+            }
+        }
+        match self.cloud.terminate(&name, now).await {
+            Ok(_) | Err(cloud::Error::NotFound { .. }) => {}
+            Err(e) => return Err(cloud_err(&name, "terminating the instance")(e)),
+        }
+        if let Some(node) = &view.node {
+            self.api
+                .delete_node(&node.name)
+                .await
+                .map_err(kube_err(&name, "deleting the node"))?;
+        }
+        self.api
+            .remove_finalizer(claim)
+            .await
+            .map_err(kube_err(&name, "removing the finalizer"))?;
+        tracing::info!(claim = %name, "terminated and finalized");
+        Ok(Step::Finalized)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn error_codes_come_from_the_message_or_the_class() {
+        let ice = cloud::Error::InsufficientCapacity {
+            claim: "c".into(),
+            offering: OfferingKey {
+                instance_type: "g5.xlarge".into(),
+                zone: "use1-az1".into(),
+                capacity_type: CapacityType::Spot,
+            },
+            code: "UnfulfillableCapacity".into(),
+        };
+        assert_eq!(error_code(&ice), "UnfulfillableCapacity");
+        assert_eq!(
+            error_code(&cloud::Error::Other(
+                "CreateFleet for gpu-1: CreateFleet failed with InvalidParameterValue: bad AMI"
+                    .into()
+            )),
+            "InvalidParameterValue"
+        );
+        assert_eq!(
+            error_code(&cloud::Error::Other("cannot launch x: not offered".into())),
+            "LaunchFailed"
+        );
+        assert_eq!(
+            error_code(&cloud::Error::NotReady {
+                claim: "c".into(),
+                reason: "throttled".into()
+            }),
+            "NotReady"
+        );
+    }
+
+    #[test]
+    fn fallbacks_round_trip_through_the_annotation_and_bad_entries_are_skipped() {
+        let keys = vec![
+            OfferingKey {
+                instance_type: "g5.xlarge".into(),
+                zone: "use1-az2".into(),
+                capacity_type: CapacityType::Spot,
+            },
+            OfferingKey {
+                instance_type: "g5.xlarge".into(),
+                zone: "use1-az4".into(),
+                capacity_type: CapacityType::OnDemand,
+            },
+        ];
+        let text = format_fallbacks(&keys);
+        assert_eq!(parse_fallbacks(&text), keys);
+        assert_eq!(
+            parse_fallbacks("g5.xlarge/use1-az2/spot,garbage,a/b/notatype"),
+            keys[..1]
+        );
+    }
+
+    #[test]
+    fn a_fallback_launch_is_labelled_by_the_offering_actually_bought() {
+        let mut claim = NodeClaim::new(
+            "gpu-1",
+            crate::api::NodeClaimSpec {
+                node_pool: "gpu".into(),
+                instance_type: "g5.xlarge".into(),
+                zone: "use1-az1".into(),
+                capacity_type: CapacityType::Spot,
+                price_per_hour: 0.4,
+                resources: BTreeMap::new(),
+                labels: [
+                    (l::ZONE_ID.to_string(), "use1-az1".to_string()),
+                    (l::CAPACITY_TYPE.to_string(), "spot".to_string()),
+                    (l::NODEPOOL.to_string(), "gpu".to_string()),
+                ]
+                .into(),
+                taints: vec![],
+                startup_taints: vec![],
+            },
+        );
+        claim.metadata.annotations = Some(
+            [(
+                FALLBACKS_ANNOTATION.to_string(),
+                "g5.xlarge/use1-az2/spot".to_string(),
+            )]
+            .into(),
+        );
+        assert_eq!(node_labels(&claim, None), claim.spec.labels);
+        let actual = OfferingKey {
+            instance_type: "g5.xlarge".into(),
+            zone: "use1-az2".into(),
+            capacity_type: CapacityType::Spot,
+        };
+        let labels = node_labels(&claim, Some(&actual));
+        assert_eq!(labels[l::ZONE_ID], "use1-az2");
+        assert_eq!(labels[l::ZONE], "use1-az2");
+        assert_eq!(labels[l::NODEPOOL], "gpu");
+        assert_eq!(template_of(&claim).fallbacks, [actual]);
+    }
+
+    #[test]
+    fn a_condition_keeps_its_transition_time_while_its_status_holds() {
+        use chrono::TimeZone;
+        let t0 = chrono::Utc.with_ymd_and_hms(2026, 1, 1, 0, 0, 0).unwrap();
+        let t1 = t0 + chrono::TimeDelta::seconds(60);
+        let mut s = NodeClaimStatus::default();
+        set_condition(&mut s, conditions::LAUNCHED, false, "NotReady", "a", t0);
+        set_condition(&mut s, conditions::LAUNCHED, false, "NotReady", "b", t1);
+        assert_eq!(condition_time(&s, conditions::LAUNCHED), Some(t0));
+        set_condition(&mut s, conditions::LAUNCHED, true, "Launched", "c", t1);
+        assert_eq!(condition_time(&s, conditions::LAUNCHED), Some(t1));
+        assert!(s.is_true(conditions::LAUNCHED));
+        assert_eq!(s.conditions.len(), 1);
+    }
+}

@@ -1,0 +1,1013 @@
+//! The controller's view of the cluster: one watch per kind (Pods, Nodes,
+//! NodePools, NodeClaims, PodDisruptionBudgets) feeds an index of distilled
+//! structs (only the fields decisions and the lifecycle read; no
+//! `managedFields`, no specs of containers), and [`world_parts`] turns the
+//! index into the core's [`World`] inputs. The index is fed by synchronous
+//! `apply` / `delete` / `reset` calls from one generic watch loop
+//! ([`watch`]), as kubert's indexes are; what it holds at 100,000 pods is a
+//! planner [`Pod`] and a few flags per pod.
+//!
+//! Nothing here writes to the API or decides anything.
+
+use crate::api::labels as l;
+use crate::api::nodeclaim::conditions;
+use crate::api::{NodeClaim, NodePool};
+use crate::catalog::Catalog;
+use crate::cluster::{Pod, Resources};
+use crate::core::{BoundPod, ClaimRequest, ManagedNode, OfferingKey, Pdb, Time, World};
+use futures::StreamExt;
+use k8s_openapi::api::core::v1 as core;
+use k8s_openapi::api::policy::v1::PodDisruptionBudget;
+use kube::core::{Selector, SelectorExt};
+use kube::runtime::watcher::{self, watcher, Event};
+use kube::runtime::WatchStreamExt;
+use kube::{Api, Resource, ResourceExt};
+use serde::de::DeserializeOwned;
+use std::collections::{BTreeMap, HashMap};
+use std::fmt::Debug;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, RwLock};
+use tokio::sync::Notify;
+
+/// A pod, reduced to what decisions and draining read.
+#[derive(Debug, Clone, PartialEq)]
+pub struct PodInfo {
+    /// The planner's view (`namespace/name`, requests, constraints, labels).
+    pub pod: Pod,
+    /// Namespace.
+    pub namespace: String,
+    /// Name within the namespace.
+    pub name: String,
+    /// The node it is bound to.
+    pub node_name: Option<String>,
+    /// The scheduler said it does not fit anywhere (`PodScheduled=False`,
+    /// reason `Unschedulable`).
+    pub unschedulable: bool,
+    /// It requests GPUs, MIG devices or Neuron devices.
+    pub accelerator: bool,
+    /// `quartermaster.dev/do-not-disrupt` is set.
+    pub do_not_disrupt: bool,
+    /// When the workload acknowledged a checkpoint request
+    /// (`quartermaster.dev/checkpoint-completed`: its RFC 3339 value, or when
+    /// the annotation was first seen if the value is not a time).
+    pub checkpoint_completed: Option<Time>,
+    /// It is terminating (deletion requested, grace period running).
+    pub terminating: bool,
+    /// A DaemonSet pod or a static (mirror) pod: never evicted, never a
+    /// reason to keep a node.
+    pub daemon: bool,
+    /// `status.podIP` (where a checkpoint hook is called).
+    pub pod_ip: Option<String>,
+    /// The pod's checkpoint annotations only (requested, completed, opt-in,
+    /// hook), for the checkpoint signalling.
+    pub checkpoint_annotations: BTreeMap<String, String>,
+}
+
+/// A node, reduced to what the lifecycle and decisions read.
+#[derive(Debug, Clone, PartialEq)]
+pub struct NodeInfo {
+    /// Node name.
+    pub name: String,
+    /// `spec.providerID`.
+    pub provider_id: Option<String>,
+    /// Labels.
+    pub labels: BTreeMap<String, String>,
+    /// Taints, as the API has them.
+    pub taints: Vec<core::Taint>,
+    /// Cordoned.
+    pub unschedulable: bool,
+    /// `Ready=True`.
+    pub ready: bool,
+    /// Allocatable resources (canonical units).
+    pub allocatable: Resources,
+    /// The node carries `quartermaster.dev/do-not-disrupt`.
+    pub do_not_disrupt: bool,
+}
+
+/// A PodDisruptionBudget, reduced to what eviction decisions read.
+#[derive(Debug, Clone)]
+pub struct PdbInfo {
+    /// `namespace/name`.
+    pub name: String,
+    /// Namespace.
+    pub namespace: String,
+    /// Its pod selector (`None` selects nothing).
+    pub selector: Option<Selector>,
+    /// `status.disruptionsAllowed`.
+    pub disruptions_allowed: u32,
+}
+
+/// Whether a resource name is an accelerator (whole GPUs, MIG slices,
+/// Neuron devices or cores).
+pub fn is_accelerator(resource: &str) -> bool {
+    resource == l::RESOURCE_GPU
+        || resource.starts_with(l::RESOURCE_MIG_PREFIX)
+        || resource == l::RESOURCE_NEURON
+        || resource == l::RESOURCE_NEURONCORE
+}
+
+fn to_chrono(t: &k8s_openapi::apimachinery::pkg::apis::meta::v1::Time) -> Option<Time> {
+    chrono::DateTime::from_timestamp(t.0.as_second(), t.0.subsec_nanosecond().max(0) as u32)
+}
+
+/// A chrono time as the API's time type.
+pub fn to_k8s_time(t: Time) -> k8s_openapi::apimachinery::pkg::apis::meta::v1::Time {
+    k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(
+        k8s_openapi::jiff::Timestamp::new(t.timestamp(), t.timestamp_subsec_nanos() as i32)
+            .unwrap_or(k8s_openapi::jiff::Timestamp::UNIX_EPOCH),
+    )
+}
+
+impl PodInfo {
+    /// Distills a pod; `None` for a pod that has finished (Succeeded or
+    /// Failed: it holds nothing) or that cannot be read (logged).
+    /// `seen` is when the annotation of an acknowledgement without a time
+    /// value counts as made.
+    pub fn from_k8s(pod: &core::Pod, seen: Time) -> Option<PodInfo> {
+        let status = pod.status.as_ref();
+        if matches!(
+            status.and_then(|s| s.phase.as_deref()),
+            Some("Succeeded" | "Failed")
+        ) {
+            return None;
+        }
+        let planner = match Pod::from_k8s(pod, &BTreeMap::new()) {
+            Ok(p) => p,
+            Err(e) => {
+                tracing::warn!(error = %e, "ignoring a pod the planner cannot read");
+                return None;
+            }
+        };
+        let annotations = pod.annotations();
+        let unschedulable = status
+            .and_then(|s| s.conditions.as_ref())
+            .into_iter()
+            .flatten()
+            .any(|c| {
+                c.type_ == "PodScheduled"
+                    && c.status == "False"
+                    && c.reason.as_deref() == Some("Unschedulable")
+            });
+        let daemon = pod.owner_references().iter().any(|o| o.kind == "DaemonSet")
+            || annotations.contains_key("kubernetes.io/config.mirror");
+        let checkpoint_completed = annotations.get(l::CHECKPOINT_COMPLETED).map(|v| {
+            chrono::DateTime::parse_from_rfc3339(v)
+                .map(|t| t.with_timezone(&chrono::Utc))
+                .unwrap_or(seen)
+        });
+        let accelerator = planner
+            .requests
+            .iter()
+            .any(|(k, v)| v > 0 && is_accelerator(k));
+        let checkpoint_annotations = annotations
+            .iter()
+            .filter(|(k, _)| {
+                [
+                    l::CHECKPOINT_REQUESTED,
+                    l::CHECKPOINT_COMPLETED,
+                    l::CHECKPOINT_ENABLED,
+                    l::CHECKPOINT_HOOK,
+                ]
+                .contains(&k.as_str())
+            })
+            .map(|(k, v)| (k.clone(), v.clone()))
+            .collect();
+        Some(PodInfo {
+            accelerator,
+            pod_ip: status.and_then(|s| s.pod_ip.clone()),
+            checkpoint_annotations,
+            namespace: pod.namespace().unwrap_or_else(|| "default".into()),
+            name: pod.name_any(),
+            node_name: pod.spec.as_ref().and_then(|s| s.node_name.clone()),
+            unschedulable,
+            do_not_disrupt: annotations.get(l::DO_NOT_DISRUPT).map(String::as_str) == Some("true"),
+            checkpoint_completed,
+            terminating: pod.metadata.deletion_timestamp.is_some(),
+            daemon,
+            pod: planner,
+        })
+    }
+
+    /// Waiting for capacity Quartermaster can add: unbound, unschedulable,
+    /// requesting accelerators, not terminating.
+    pub fn is_pending_accelerator(&self) -> bool {
+        self.node_name.is_none() && self.unschedulable && self.accelerator && !self.terminating
+    }
+}
+
+impl NodeInfo {
+    /// Distills a node (unreadable quantities count as zero, logged).
+    pub fn from_k8s(node: &core::Node) -> NodeInfo {
+        let spec = node.spec.clone().unwrap_or_default();
+        let status = node.status.as_ref();
+        let ready = status
+            .and_then(|s| s.conditions.as_ref())
+            .into_iter()
+            .flatten()
+            .any(|c| c.type_ == "Ready" && c.status == "True");
+        let allocatable = status
+            .and_then(|s| s.allocatable.as_ref())
+            .map(|a| {
+                let mut r = Resources::new();
+                for (k, q) in a {
+                    match crate::cluster::resources::canonical(k, &q.0) {
+                        Ok(v) => r.set(k, v),
+                        Err(e) => tracing::warn!(node = %node.name_any(), resource = %k, error = %e.0, "unreadable allocatable quantity"),
+                    }
+                }
+                r
+            })
+            .unwrap_or_default();
+        NodeInfo {
+            name: node.name_any(),
+            provider_id: spec.provider_id,
+            labels: node.labels().clone(),
+            taints: spec.taints.unwrap_or_default(),
+            unschedulable: spec.unschedulable.unwrap_or(false),
+            ready,
+            allocatable,
+            do_not_disrupt: node
+                .annotations()
+                .get(l::DO_NOT_DISRUPT)
+                .map(String::as_str)
+                == Some("true"),
+        }
+    }
+
+    /// Whether the node carries a taint with that key.
+    pub fn has_taint(&self, key: &str) -> bool {
+        self.taints.iter().any(|t| t.key == key)
+    }
+}
+
+impl PdbInfo {
+    /// Distills a PodDisruptionBudget (a selector that does not parse
+    /// selects nothing, logged).
+    pub fn from_k8s(pdb: &PodDisruptionBudget) -> PdbInfo {
+        let namespace = pdb.namespace().unwrap_or_else(|| "default".into());
+        let selector = pdb
+            .spec
+            .as_ref()
+            .and_then(|s| s.selector.clone())
+            .and_then(|s| match Selector::try_from(s) {
+                Ok(s) => Some(s),
+                Err(e) => {
+                    tracing::warn!(pdb = %pdb.name_any(), error = %e, "unreadable PDB selector");
+                    None
+                }
+            });
+        PdbInfo {
+            name: format!("{namespace}/{}", pdb.name_any()),
+            namespace,
+            selector,
+            disruptions_allowed: pdb
+                .status
+                .as_ref()
+                .map_or(0, |s| s.disruptions_allowed.unwrap_or(0).max(0) as u32),
+        }
+    }
+
+    /// Whether the budget covers the pod.
+    pub fn covers(&self, pod: &PodInfo) -> bool {
+        pod.namespace == self.namespace
+            && self
+                .selector
+                .as_ref()
+                .is_some_and(|s| s.matches(&pod.pod.labels))
+    }
+}
+
+fn strip<K: Resource>(mut k: K) -> K {
+    k.meta_mut().managed_fields = None;
+    k.annotations_mut()
+        .remove("kubectl.kubernetes.io/last-applied-configuration");
+    k
+}
+
+/// Everything the watches have seen, distilled, keyed by name
+/// (`namespace/name` for namespaced kinds).
+#[derive(Debug, Default, Clone)]
+pub struct Snapshot {
+    /// Pods (finished ones are dropped).
+    pub pods: BTreeMap<String, PodInfo>,
+    /// Nodes.
+    pub nodes: BTreeMap<String, NodeInfo>,
+    /// NodePools (few and small: kept whole, without managed fields).
+    pub pools: BTreeMap<String, NodePool>,
+    /// NodeClaims (kept whole, without managed fields).
+    pub claims: BTreeMap<String, NodeClaim>,
+    /// PodDisruptionBudgets.
+    pub pdbs: BTreeMap<String, PdbInfo>,
+}
+
+/// What the lifecycle reconciler reads about one claim, copied out of the
+/// snapshot so that no lock is held across API calls.
+#[derive(Debug, Clone)]
+pub struct ClaimView {
+    /// The claim.
+    pub claim: NodeClaim,
+    /// Its node (by the status' node name, else by provider ID).
+    pub node: Option<NodeInfo>,
+    /// Pods bound to that node (only filled for a claim being deleted).
+    pub pods: Vec<PodInfo>,
+}
+
+impl Snapshot {
+    /// The node with that provider ID.
+    pub fn node_by_provider_id(&self, provider_id: &str) -> Option<&NodeInfo> {
+        self.nodes
+            .values()
+            .find(|n| n.provider_id.as_deref() == Some(provider_id))
+    }
+
+    /// The node of a claim: by the name its status recorded, else by its
+    /// provider ID.
+    pub fn node_of(&self, claim: &NodeClaim) -> Option<&NodeInfo> {
+        let status = claim.status.as_ref()?;
+        status
+            .node_name
+            .as_ref()
+            .and_then(|n| self.nodes.get(n))
+            .or_else(|| {
+                status
+                    .provider_id
+                    .as_deref()
+                    .and_then(|p| self.node_by_provider_id(p))
+            })
+    }
+
+    /// Pods bound to the node.
+    pub fn pods_on<'a>(&'a self, node: &'a str) -> impl Iterator<Item = &'a PodInfo> + 'a {
+        self.pods
+            .values()
+            .filter(move |p| p.node_name.as_deref() == Some(node))
+    }
+
+    /// The lifecycle's view of a claim.
+    pub fn claim_view(&self, claim: &NodeClaim) -> ClaimView {
+        let node = self.node_of(claim).cloned();
+        let pods = match (&node, claim.metadata.deletion_timestamp.is_some()) {
+            (Some(n), true) => self.pods_on(&n.name).cloned().collect(),
+            _ => Vec::new(),
+        };
+        ClaimView {
+            claim: claim.clone(),
+            node,
+            pods,
+        }
+    }
+}
+
+/// The core's inputs, owned; [`WorldParts::world`] lends them as a [`World`].
+#[derive(Debug, Clone, Default)]
+pub struct WorldParts {
+    /// NodePools.
+    pub pools: Vec<NodePool>,
+    /// Pending accelerator pods.
+    pub pending: Vec<Pod>,
+    /// Our nodes and in-flight claims.
+    pub nodes: Vec<ManagedNode>,
+    /// Disruption budgets.
+    pub pdbs: Vec<Pdb>,
+}
+
+impl WorldParts {
+    /// The core's world over these parts.
+    pub fn world<'a>(&'a self, catalog: &'a Catalog, region: &'a str) -> World<'a> {
+        World {
+            catalog,
+            region,
+            pools: &self.pools,
+            pending: &self.pending,
+            nodes: &self.nodes,
+            pdbs: &self.pdbs,
+        }
+    }
+}
+
+/// The launch request a claim records (pods unknown: the claim does not
+/// list them).
+pub fn request_of(claim: &NodeClaim) -> ClaimRequest {
+    ClaimRequest {
+        claim: claim.name_any(),
+        nodepool: claim.spec.node_pool.clone(),
+        offering: OfferingKey {
+            instance_type: claim.spec.instance_type.clone(),
+            zone: claim.spec.zone.clone(),
+            capacity_type: claim.spec.capacity_type,
+        },
+        price_per_hour: claim.spec.price_per_hour,
+        pods: Vec::new(),
+        prewarm_window: None,
+    }
+}
+
+/// Builds the core's inputs from the snapshot: pending accelerator pods,
+/// managed nodes from the NodeClaims joined with their Nodes and bound pods
+/// (claims being deleted count as cordoned), PDBs with their allowed
+/// disruptions, do-not-disrupt and checkpoint acknowledgements. A claim
+/// whose pool or instance type is unknown is left out (logged): the core
+/// cannot reason about it, and its lifecycle still runs. `now` stands in
+/// for a claim's creation time when the API has not set one.
+pub fn world_parts(s: &Snapshot, catalog: &Catalog, region: &str, now: Time) -> WorldParts {
+    let pools: Vec<NodePool> = s.pools.values().cloned().collect();
+    let pdb_list: Vec<&PdbInfo> = s.pdbs.values().collect();
+    let pdbs: Vec<Pdb> = pdb_list
+        .iter()
+        .map(|p| Pdb {
+            name: p.name.clone(),
+            disruptions_allowed: p.disruptions_allowed,
+        })
+        .collect();
+    let mut by_node: HashMap<&str, Vec<&PodInfo>> = HashMap::new();
+    let mut pending = Vec::new();
+    for p in s.pods.values() {
+        match &p.node_name {
+            Some(n) => by_node.entry(n.as_str()).or_default().push(p),
+            None if p.is_pending_accelerator() => pending.push(p.pod.clone()),
+            None => {}
+        }
+    }
+    let shape_world = World {
+        catalog,
+        region,
+        pools: &pools,
+        pending: &[],
+        nodes: &[],
+        pdbs: &[],
+    };
+    let mut nodes = Vec::new();
+    for claim in s.claims.values() {
+        let req = request_of(claim);
+        let created = claim
+            .metadata
+            .creation_timestamp
+            .as_ref()
+            .and_then(to_chrono)
+            .unwrap_or(now);
+        let Some(mut m) = ManagedNode::launched(&req, &shape_world, created) else {
+            tracing::debug!(claim = %req.claim, "claim of an unknown pool or instance type left out of the world");
+            continue;
+        };
+        let status = claim.status.clone().unwrap_or_default();
+        m.ready_at = status
+            .condition(conditions::READY)
+            .filter(|c| c.status == "True")
+            .and_then(|c| to_chrono(&c.last_transition_time));
+        m.state.in_flight = m.ready_at.is_none();
+        let deleting = claim.metadata.deletion_timestamp.is_some();
+        m.state.unschedulable = deleting;
+        if let Some(node) = s.node_of(claim) {
+            m.state.name = node.name.clone();
+            // A fallback launch runs elsewhere than the claim says; the
+            // node's labels (set from the instance) are the truth.
+            if let Some(zone) = node.labels.get(l::ZONE_ID) {
+                m.offering.zone = zone.clone();
+                m.state.zone = zone.clone();
+            }
+            if let Some(ct) = node
+                .labels
+                .get(l::CAPACITY_TYPE)
+                .and_then(|c| c.parse().ok())
+            {
+                m.offering.capacity_type = ct;
+                m.state.capacity_type = Some(ct);
+            }
+            m.state.unschedulable |= node.unschedulable || node.has_taint(l::TAINT_DISRUPTED);
+            m.do_not_disrupt = node.do_not_disrupt;
+            if m.ready_at.is_some() && !node.allocatable.is_empty() {
+                m.state.allocatable = node.allocatable.clone();
+            }
+            for p in by_node.get(node.name.as_str()).into_iter().flatten() {
+                m.state.used.add(&p.pod.requests);
+                if p.daemon {
+                    continue;
+                }
+                m.pods.push(BoundPod {
+                    pod: p.pod.clone(),
+                    do_not_disrupt: p.do_not_disrupt,
+                    checkpoint_completed: p.checkpoint_completed,
+                    pdb: pdb_list.iter().position(|b| b.covers(p)),
+                    placeholder: false,
+                });
+            }
+        }
+        nodes.push(m);
+    }
+    WorldParts {
+        pools,
+        pending,
+        nodes,
+        pdbs,
+    }
+}
+
+/// The kinds watched; the store is ready once every one has listed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Kind {
+    /// Pods.
+    Pods = 0,
+    /// Nodes.
+    Nodes = 1,
+    /// NodePools.
+    NodePools = 2,
+    /// NodeClaims.
+    NodeClaims = 3,
+    /// PodDisruptionBudgets.
+    Pdbs = 4,
+}
+
+/// The shared index: the snapshot behind a lock, which kinds have synced,
+/// and a wake-up for the main loop on every change.
+#[derive(Debug, Default)]
+pub struct Store {
+    snapshot: RwLock<Snapshot>,
+    synced: [AtomicBool; 5],
+    /// Notified on every change (one stored permit: changes coalesce).
+    pub changed: Notify,
+}
+
+impl Store {
+    /// An empty, unsynced store.
+    pub fn new() -> Store {
+        Store::default()
+    }
+
+    /// Runs `f` on the current snapshot (a read lock held for its length;
+    /// never across an `.await`).
+    pub fn read<T>(&self, f: impl FnOnce(&Snapshot) -> T) -> T {
+        let guard = self.snapshot.read().unwrap_or_else(|e| e.into_inner());
+        f(&guard)
+    }
+
+    fn write(&self, f: impl FnOnce(&mut Snapshot)) {
+        {
+            let mut guard = self.snapshot.write().unwrap_or_else(|e| e.into_inner());
+            f(&mut guard);
+        }
+        self.changed.notify_one();
+    }
+
+    /// Whether every kind has completed its first list.
+    pub fn is_synced(&self) -> bool {
+        self.synced.iter().all(|s| s.load(Ordering::Acquire))
+    }
+
+    fn mark_synced(&self, kind: Kind) {
+        self.synced[kind as usize].store(true, Ordering::Release);
+    }
+
+    /// Adds or replaces one object.
+    pub fn apply<K: Indexed>(&self, obj: K) {
+        let key = K::key(&obj);
+        let item = obj.distill();
+        self.write(|s| match item {
+            Some(item) => {
+                K::slot(s).insert(key, item);
+            }
+            None => {
+                K::slot(s).remove(&key);
+            }
+        });
+    }
+
+    /// Removes one object.
+    pub fn delete<K: Indexed>(&self, obj: &K) {
+        let key = K::key(obj);
+        self.write(|s| {
+            K::slot(s).remove(&key);
+        });
+    }
+
+    /// Replaces every object of the kind (after a full list) and marks the
+    /// kind synced.
+    pub fn reset<K: Indexed>(&self, objs: Vec<K>) {
+        let items: BTreeMap<String, K::Item> = objs
+            .into_iter()
+            .filter_map(|o| {
+                let key = K::key(&o);
+                o.distill().map(|i| (key, i))
+            })
+            .collect();
+        self.write(|s| *K::slot(s) = items);
+        self.mark_synced(K::KIND);
+    }
+}
+
+/// A kind the store indexes: how it is keyed, distilled and where it goes.
+pub trait Indexed: Resource + Clone + DeserializeOwned + Debug + Send + Sync + 'static {
+    /// What the store keeps.
+    type Item;
+    /// Which kind it is.
+    const KIND: Kind;
+    /// `name`, or `namespace/name`.
+    fn key(&self) -> String {
+        match self.meta().namespace.as_deref() {
+            Some(ns) => format!("{ns}/{}", self.meta().name.as_deref().unwrap_or("")),
+            None => self.meta().name.clone().unwrap_or_default(),
+        }
+    }
+    /// The item to keep, or `None` to keep nothing (a finished pod).
+    fn distill(self) -> Option<Self::Item>;
+    /// The snapshot's map for the kind.
+    fn slot(s: &mut Snapshot) -> &mut BTreeMap<String, Self::Item>;
+}
+
+impl Indexed for core::Pod {
+    type Item = PodInfo;
+    const KIND: Kind = Kind::Pods;
+    fn distill(self) -> Option<PodInfo> {
+        PodInfo::from_k8s(&self, chrono::Utc::now())
+    }
+    fn slot(s: &mut Snapshot) -> &mut BTreeMap<String, PodInfo> {
+        &mut s.pods
+    }
+}
+
+impl Indexed for core::Node {
+    type Item = NodeInfo;
+    const KIND: Kind = Kind::Nodes;
+    fn distill(self) -> Option<NodeInfo> {
+        Some(NodeInfo::from_k8s(&self))
+    }
+    fn slot(s: &mut Snapshot) -> &mut BTreeMap<String, NodeInfo> {
+        &mut s.nodes
+    }
+}
+
+impl Indexed for NodePool {
+    type Item = NodePool;
+    const KIND: Kind = Kind::NodePools;
+    fn distill(self) -> Option<NodePool> {
+        Some(strip(self))
+    }
+    fn slot(s: &mut Snapshot) -> &mut BTreeMap<String, NodePool> {
+        &mut s.pools
+    }
+}
+
+impl Indexed for NodeClaim {
+    type Item = NodeClaim;
+    const KIND: Kind = Kind::NodeClaims;
+    fn distill(self) -> Option<NodeClaim> {
+        Some(strip(self))
+    }
+    fn slot(s: &mut Snapshot) -> &mut BTreeMap<String, NodeClaim> {
+        &mut s.claims
+    }
+}
+
+impl Indexed for PodDisruptionBudget {
+    type Item = PdbInfo;
+    const KIND: Kind = Kind::Pdbs;
+    fn distill(self) -> Option<PdbInfo> {
+        Some(PdbInfo::from_k8s(&self))
+    }
+    fn slot(s: &mut Snapshot) -> &mut BTreeMap<String, PdbInfo> {
+        &mut s.pdbs
+    }
+}
+
+/// Feeds one kind into the store until the stream ends (it does not: the
+/// watcher retries with backoff; errors are logged). A relist is buffered
+/// and swapped in whole at its end, so a half-listed kind is never seen.
+pub async fn watch<K: Indexed>(api: Api<K>, config: watcher::Config, store: Arc<Store>) {
+    let mut stream = watcher(api, config).default_backoff().boxed();
+    let mut buffer: Vec<K> = Vec::new();
+    while let Some(event) = stream.next().await {
+        match event {
+            Ok(Event::Init) => buffer.clear(),
+            Ok(Event::InitApply(k)) => buffer.push(k),
+            Ok(Event::InitDone) => store.reset(std::mem::take(&mut buffer)),
+            Ok(Event::Apply(k)) => store.apply(k),
+            Ok(Event::Delete(k)) => store.delete(&k),
+            Err(e) => tracing::warn!(kind = ?K::KIND, error = %e, "watch error, retrying"),
+        }
+    }
+}
+
+/// Checks that every watched kind can be listed (CRDs installed, RBAC in
+/// place), so that a misconfigured controller fails at start rather than
+/// retrying forever.
+///
+/// # Errors
+/// The first kind that cannot be listed.
+pub async fn check_access(client: &kube::Client) -> anyhow::Result<()> {
+    use anyhow::Context as _;
+    let lp = kube::api::ListParams::default().limit(1);
+    Api::<core::Pod>::all(client.clone())
+        .list_metadata(&lp)
+        .await
+        .context("listing pods")?;
+    Api::<core::Node>::all(client.clone())
+        .list_metadata(&lp)
+        .await
+        .context("listing nodes")?;
+    Api::<NodePool>::all(client.clone())
+        .list_metadata(&lp)
+        .await
+        .context("listing NodePools (are the CRDs installed?)")?;
+    Api::<NodeClaim>::all(client.clone())
+        .list_metadata(&lp)
+        .await
+        .context("listing NodeClaims (are the CRDs installed?)")?;
+    Api::<PodDisruptionBudget>::all(client.clone())
+        .list_metadata(&lp)
+        .await
+        .context("listing PodDisruptionBudgets")?;
+    Ok(())
+}
+
+/// Starts the five watches on `store`; they run until the returned handles
+/// are aborted.
+pub fn spawn_watches(
+    client: &kube::Client,
+    store: &Arc<Store>,
+) -> Vec<tokio::task::JoinHandle<()>> {
+    let config = || watcher::Config::default().any_semantic().page_size(500);
+    vec![
+        tokio::spawn(watch(
+            Api::<core::Pod>::all(client.clone()),
+            config(),
+            store.clone(),
+        )),
+        tokio::spawn(watch(
+            Api::<core::Node>::all(client.clone()),
+            config(),
+            store.clone(),
+        )),
+        tokio::spawn(watch(
+            Api::<NodePool>::all(client.clone()),
+            config(),
+            store.clone(),
+        )),
+        tokio::spawn(watch(
+            Api::<NodeClaim>::all(client.clone()),
+            config(),
+            store.clone(),
+        )),
+        tokio::spawn(watch(
+            Api::<PodDisruptionBudget>::all(client.clone()),
+            config(),
+            store.clone(),
+        )),
+    ]
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use chrono::TimeZone;
+    use serde_json::json;
+    use std::sync::OnceLock;
+
+    fn catalog() -> &'static Catalog {
+        static C: OnceLock<Catalog> = OnceLock::new();
+        C.get_or_init(|| Catalog::embedded().unwrap())
+    }
+
+    fn t(s: i64) -> Time {
+        chrono::Utc.timestamp_opt(1_767_571_200 + s, 0).unwrap()
+    }
+
+    fn zone() -> String {
+        catalog()
+            .offerings_of("us-east-1", "g5.xlarge")
+            .find(|o| o.capacity_type == crate::catalog::CapacityType::Spot)
+            .unwrap()
+            .zone_id
+            .clone()
+    }
+
+    fn pod(name: &str, gpus: u32, node: Option<&str>, extra: serde_json::Value) -> core::Pod {
+        let mut resources = json!({"cpu": "1", "memory": "1Gi"});
+        if gpus > 0 {
+            resources["nvidia.com/gpu"] = json!(gpus.to_string());
+        }
+        let mut v = json!({
+            "metadata": {"name": name, "namespace": "ml", "labels": {"app": name}},
+            "spec": {"containers": [{"name": "c", "resources": {"requests": resources}}]},
+            "status": {"phase": "Pending", "conditions": [
+                {"type": "PodScheduled", "status": "False", "reason": "Unschedulable"}
+            ]}
+        });
+        if let Some(n) = node {
+            v["spec"]["nodeName"] = json!(n);
+            v["status"] = json!({"phase": "Running"});
+        }
+        merge(&mut v, extra);
+        serde_json::from_value(v).unwrap()
+    }
+
+    fn merge(a: &mut serde_json::Value, b: serde_json::Value) {
+        match (a, b) {
+            (serde_json::Value::Object(a), serde_json::Value::Object(b)) => {
+                for (k, v) in b {
+                    merge(a.entry(k).or_insert(serde_json::Value::Null), v);
+                }
+            }
+            (a, b) => *a = b,
+        }
+    }
+
+    fn claim(name: &str, extra: serde_json::Value) -> NodeClaim {
+        let mut v = json!({
+            "apiVersion": "quartermaster.dev/v1alpha1",
+            "kind": "NodeClaim",
+            "metadata": {"name": name, "creationTimestamp": "2026-01-05T00:00:00Z",
+                         "finalizers": [l::FINALIZER]},
+            "spec": {"nodePool": "gpu", "instanceType": "g5.xlarge", "zone": zone(),
+                     "capacityType": "spot", "pricePerHour": 0.5},
+        });
+        merge(&mut v, extra);
+        serde_json::from_value(v).unwrap()
+    }
+
+    fn node(name: &str, provider_id: &str, extra: serde_json::Value) -> core::Node {
+        let mut v = json!({
+            "metadata": {"name": name},
+            "spec": {"providerID": provider_id},
+            "status": {"conditions": [{"type": "Ready", "status": "True"}],
+                       "allocatable": {"cpu": "3920m", "memory": "15Gi", "nvidia.com/gpu": "1", "pods": "58"}}
+        });
+        merge(&mut v, extra);
+        serde_json::from_value(v).unwrap()
+    }
+
+    fn pdb(name: &str, app: &str, allowed: i32) -> PodDisruptionBudget {
+        serde_json::from_value(json!({
+            "metadata": {"name": name, "namespace": "ml"},
+            "spec": {"selector": {"matchLabels": {"app": app}}},
+            "status": {"disruptionsAllowed": allowed, "currentHealthy": 1, "desiredHealthy": 1,
+                       "expectedPods": 1}
+        }))
+        .unwrap()
+    }
+
+    fn pool() -> NodePool {
+        NodePool::new(
+            "gpu",
+            crate::api::NodePoolSpec {
+                capacity_types: vec![crate::catalog::CapacityType::Spot],
+                ..Default::default()
+            },
+        )
+    }
+
+    fn snapshot(
+        pods: Vec<core::Pod>,
+        nodes: Vec<core::Node>,
+        claims: Vec<NodeClaim>,
+        pdbs: Vec<PodDisruptionBudget>,
+    ) -> Snapshot {
+        let store = Store::new();
+        store.reset(pods);
+        store.reset(nodes);
+        store.reset(claims);
+        store.reset(pdbs);
+        assert!(!store.is_synced(), "pools have not listed yet");
+        store.reset(vec![pool()]);
+        assert!(store.is_synced());
+        store.read(Snapshot::clone)
+    }
+
+    #[test]
+    fn only_unschedulable_accelerator_pods_are_pending_and_finished_pods_are_dropped() {
+        let finished = pod("done", 1, None, json!({"status": {"phase": "Succeeded"}}));
+        let s = snapshot(
+            vec![
+                pod("gpu", 1, None, json!({})),
+                pod("cpu", 0, None, json!({})),
+                pod(
+                    "mig",
+                    0,
+                    None,
+                    json!({"spec": {"containers": [{"name": "c", "resources": {"requests": {"nvidia.com/mig-1g.10gb": "1"}}}]}}),
+                ),
+                pod("bound", 1, Some("n1"), json!({})),
+                pod(
+                    "leaving",
+                    1,
+                    None,
+                    json!({"metadata": {"deletionTimestamp": "2026-01-05T00:00:00Z"}}),
+                ),
+                finished,
+            ],
+            vec![],
+            vec![],
+            vec![],
+        );
+        assert!(!s.pods.contains_key("ml/done"));
+        let parts = world_parts(&s, catalog(), "us-east-1", t(0));
+        let names: Vec<&str> = parts.pending.iter().map(|p| p.name.as_str()).collect();
+        assert_eq!(names, ["ml/gpu", "ml/mig"]);
+        assert!(parts.nodes.is_empty());
+    }
+
+    #[test]
+    fn a_claim_joins_its_node_and_bound_pods_with_pdbs_annotations_and_readiness() {
+        let pid = format!("aws:///{}/i-0abc", zone());
+        let ready_claim = claim(
+            "gpu-1",
+            json!({"status": {"providerID": pid, "conditions": [
+                {"type": "Ready", "status": "True", "reason": "Ready", "message": "",
+                 "lastTransitionTime": "2026-01-05T00:05:00Z"}]}}),
+        );
+        let in_flight = claim("gpu-2", json!({}));
+        let leaving = claim(
+            "gpu-3",
+            json!({"metadata": {"deletionTimestamp": "2026-01-05T00:00:00Z"}}),
+        );
+        let s = snapshot(
+            vec![
+                pod(
+                    "train",
+                    1,
+                    Some("ip-1"),
+                    json!({"metadata": {"annotations": {
+                        l::CHECKPOINT_COMPLETED: "2026-01-05T00:10:00Z",
+                        l::DO_NOT_DISRUPT: "true"}}}),
+                ),
+                pod("other", 0, Some("ip-1"), json!({})),
+                pod(
+                    "logs",
+                    0,
+                    Some("ip-1"),
+                    json!({"metadata": {"ownerReferences": [{"apiVersion": "apps/v1", "kind": "DaemonSet", "name": "logs", "uid": "u"}]}}),
+                ),
+                pod("elsewhere", 1, Some("ip-9"), json!({})),
+            ],
+            vec![node(
+                "ip-1",
+                &pid,
+                json!({"metadata": {"annotations": {l::DO_NOT_DISRUPT: "true"}}}),
+            )],
+            vec![ready_claim, in_flight, leaving],
+            vec![pdb("a", "nothing", 3), pdb("b", "other", 0)],
+        );
+        let parts = world_parts(&s, catalog(), "us-east-1", t(0));
+        assert_eq!(parts.nodes.len(), 3);
+        let n = &parts.nodes[0];
+        assert_eq!(n.claim, "gpu-1");
+        assert_eq!(n.state.name, "ip-1");
+        assert_eq!(n.ready_at, Some(t(300)));
+        assert!(!n.state.in_flight && !n.state.unschedulable && n.do_not_disrupt);
+        let pods: Vec<&str> = n.pods.iter().map(|b| b.pod.name.as_str()).collect();
+        assert_eq!(
+            pods,
+            ["ml/other", "ml/train"],
+            "the daemonset pod is not a bound pod"
+        );
+        let train = &n.pods[1];
+        assert!(train.do_not_disrupt);
+        assert_eq!(train.checkpoint_completed, Some(t(600)));
+        assert_eq!(train.pdb, None);
+        assert_eq!(n.pods[0].pdb, Some(1));
+        assert_eq!(parts.pdbs[1].name, "ml/b");
+        assert_eq!(parts.pdbs[1].disruptions_allowed, 0);
+        // Used counts every pod on the node, the daemonset's included.
+        assert_eq!(n.state.used.get("cpu"), 3000);
+        assert_eq!(n.state.used.get(l::RESOURCE_GPU), 1);
+        let flight = &parts.nodes[1];
+        assert!(flight.state.in_flight && flight.ready_at.is_none() && flight.pods.is_empty());
+        assert_eq!(flight.launched_at, t(0));
+        assert!(
+            parts.nodes[2].state.unschedulable,
+            "a deleting claim takes no pods"
+        );
+        // The lifecycle's view of the deleting claim has no node, so no pods.
+        let view = s.claim_view(&s.claims["gpu-3"]);
+        assert!(view.node.is_none() && view.pods.is_empty());
+    }
+
+    #[test]
+    fn a_relist_replaces_the_kind_and_deletes_apply_one_by_one() {
+        let store = Store::new();
+        store.reset(vec![
+            pod("a", 1, None, json!({})),
+            pod("b", 1, None, json!({})),
+        ]);
+        store.apply(pod("c", 1, None, json!({})));
+        store.delete(&pod("a", 1, None, json!({})));
+        // A pod that finishes leaves the index on its update.
+        store.apply(pod("b", 1, None, json!({"status": {"phase": "Failed"}})));
+        assert_eq!(
+            store.read(|s| s.pods.keys().cloned().collect::<Vec<_>>()),
+            ["ml/c"]
+        );
+        store.reset(vec![pod("d", 1, None, json!({}))]);
+        assert_eq!(
+            store.read(|s| s.pods.keys().cloned().collect::<Vec<_>>()),
+            ["ml/d"]
+        );
+    }
+
+    #[test]
+    fn stored_claims_carry_no_managed_fields() {
+        let mut c = claim("gpu-1", json!({}));
+        c.metadata.managed_fields = Some(vec![Default::default()]);
+        let store = Store::new();
+        store.apply(c);
+        assert!(store.read(|s| s.claims["gpu-1"].metadata.managed_fields.is_none()));
+    }
+}

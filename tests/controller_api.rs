@@ -1,0 +1,680 @@
+//! The controller's writes to the Kubernetes API, against a scripted mock
+//! API server: method, path, query and body of every request, and what each
+//! answer turns into.
+
+mod support;
+
+use http::Method;
+use k8s_openapi::api::core::v1::Taint as K8sTaint;
+use pretty_assertions::assert_eq;
+use quartermaster::api::labels::{CHECKPOINT_COMPLETED, CHECKPOINT_REQUESTED, FINALIZER};
+use quartermaster::api::{
+    Condition, NodeClaim, NodeClaimSpec, NodeClaimStatus, NodePoolStatus, Taint, TaintEffect,
+};
+use quartermaster::catalog::CapacityType;
+use quartermaster::controller::checkpoint::{
+    request_checkpoint, CheckpointRequest, HookClient, HookOutcome, HookTarget,
+};
+use quartermaster::controller::events::{node_pool_ref, pod_ref, Events};
+use quartermaster::controller::kube_api::{Eviction, KubeApi};
+use quartermaster::controller::metrics::Metrics;
+use serde_json::{json, Value};
+use std::collections::BTreeMap;
+use support::api_server::{already_exists, echo, not_found, status_body, Scenario};
+
+const CLAIMS: &str = "/apis/quartermaster.dev/v1alpha1/nodeclaims";
+const POOLS: &str = "/apis/quartermaster.dev/v1alpha1/nodepools";
+const MERGE: &str = "application/merge-patch+json";
+
+fn claim(name: &str) -> NodeClaim {
+    let mut claim = NodeClaim::new(
+        name,
+        NodeClaimSpec {
+            node_pool: "train".into(),
+            instance_type: "p5.48xlarge".into(),
+            zone: "use1-az4".into(),
+            capacity_type: CapacityType::Spot,
+            price_per_hour: 31.5,
+            resources: BTreeMap::new(),
+            labels: BTreeMap::from([("team".to_string(), "ml".to_string())]),
+            taints: vec![Taint::new("nvidia.com/gpu", "", TaintEffect::NoSchedule)],
+            startup_taints: Vec::new(),
+        },
+    );
+    claim.metadata.finalizers = Some(vec![FINALIZER.to_string()]);
+    claim
+}
+
+fn claim_json(name: &str) -> Value {
+    serde_json::to_value(claim(name)).unwrap()
+}
+
+fn pod_json(namespace: &str, name: &str) -> Value {
+    json!({ "apiVersion": "v1", "kind": "Pod", "metadata": { "name": name, "namespace": namespace } })
+}
+
+fn node_json(name: &str) -> Value {
+    json!({ "apiVersion": "v1", "kind": "Node", "metadata": { "name": name } })
+}
+
+#[tokio::test]
+async fn creating_a_claim_posts_its_spec_with_our_finalizer() {
+    let mut without_finalizer = claim("train-abc12");
+    without_finalizer.metadata.finalizers = None;
+    let (client, verifier) = Scenario::new()
+        .expect(
+            Method::POST,
+            &format!("{CLAIMS}?fieldManager=quartermaster"),
+            |body| {
+                assert_eq!(body["metadata"]["name"], "train-abc12");
+                assert_eq!(body["metadata"]["finalizers"], json!([FINALIZER]));
+                assert_eq!(body["spec"], claim_json("train-abc12")["spec"]);
+            },
+        )
+        .respond_with(echo)
+        .run();
+    let created = KubeApi::new(client)
+        .create_node_claim(&without_finalizer)
+        .await
+        .unwrap();
+    verifier.finish().await;
+    assert_eq!(created.spec, claim("train-abc12").spec);
+    assert_eq!(created.metadata.resource_version.as_deref(), Some("1"));
+}
+
+#[tokio::test]
+async fn creating_a_claim_that_exists_returns_the_existing_one() {
+    let mut existing = claim_json("train-abc12");
+    existing["metadata"]["resourceVersion"] = json!("42");
+    existing["status"] = json!({ "providerID": "aws:///use1-az4/i-0abc" });
+    let (client, verifier) = Scenario::new()
+        .expect(Method::POST, CLAIMS, |_| {})
+        .respond(409, already_exists("nodeclaims", "train-abc12"))
+        .expect(Method::GET, &format!("{CLAIMS}/train-abc12"), |body| {
+            assert_eq!(body, &Value::Null)
+        })
+        .respond(200, existing)
+        .run();
+    let got = KubeApi::new(client)
+        .create_node_claim(&claim("train-abc12"))
+        .await
+        .unwrap();
+    verifier.finish().await;
+    assert_eq!(got.metadata.resource_version.as_deref(), Some("42"));
+    assert_eq!(
+        got.status.and_then(|s| s.provider_id).as_deref(),
+        Some("aws:///use1-az4/i-0abc")
+    );
+}
+
+#[tokio::test]
+async fn creating_a_claim_surfaces_other_errors() {
+    let (client, verifier) = Scenario::new()
+        .expect(Method::POST, CLAIMS, |_| {})
+        .respond(403, status_body(403, "Forbidden", "no"))
+        .run();
+    let err = KubeApi::new(client)
+        .create_node_claim(&claim("train-abc12"))
+        .await
+        .unwrap_err();
+    verifier.finish().await;
+    assert!(
+        matches!(&err, kube::Error::Api(s) if s.code == 403),
+        "{err}"
+    );
+}
+
+#[tokio::test]
+async fn claim_status_is_merge_patched_on_the_status_subresource() {
+    let status = NodeClaimStatus {
+        provider_id: Some("aws:///use1-az4/i-0abc".into()),
+        conditions: vec![Condition {
+            type_: "Launched".into(),
+            status: "True".into(),
+            reason: "Launched".into(),
+            message: String::new(),
+            last_transition_time: k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(
+                "2026-11-22T00:00:00Z".parse().unwrap(),
+            ),
+            observed_generation: None,
+        }],
+        ..NodeClaimStatus::default()
+    };
+    let (client, verifier) = Scenario::new()
+        .expect(
+            Method::PATCH,
+            &format!("{CLAIMS}/train-abc12/status?fieldManager=quartermaster"),
+            |body| {
+                assert_eq!(body["status"]["providerID"], "aws:///use1-az4/i-0abc");
+                assert_eq!(body["status"]["conditions"][0]["type"], "Launched");
+                assert_eq!(
+                    body["status"]["conditions"][0]["lastTransitionTime"],
+                    "2026-11-22T00:00:00Z"
+                );
+            },
+        )
+        .content_type(MERGE)
+        .respond(200, claim_json("train-abc12"))
+        .run();
+    KubeApi::new(client)
+        .patch_node_claim_status("train-abc12", &status)
+        .await
+        .unwrap();
+    verifier.finish().await;
+}
+
+#[tokio::test]
+async fn deleting_a_claim_that_is_gone_is_fine() {
+    let (client, verifier) = Scenario::new()
+        .expect(Method::DELETE, &format!("{CLAIMS}/train-abc12"), |_| {})
+        .respond(404, not_found("nodeclaims", "train-abc12"))
+        .run();
+    KubeApi::new(client)
+        .delete_node_claim("train-abc12")
+        .await
+        .unwrap();
+    verifier.finish().await;
+}
+
+#[tokio::test]
+async fn removing_the_finalizer_tests_the_list_and_keeps_other_finalizers() {
+    let mut held = claim("train-abc12");
+    held.metadata.finalizers = Some(vec!["example.com/audit".to_string(), FINALIZER.to_string()]);
+    let (client, verifier) = Scenario::new()
+        .expect(
+            Method::PATCH,
+            &format!("{CLAIMS}/train-abc12?fieldManager=quartermaster"),
+            |body| {
+                assert_eq!(
+                    body,
+                    &json!([
+                        { "op": "test", "path": "/metadata/finalizers",
+                          "value": ["example.com/audit", FINALIZER] },
+                        { "op": "replace", "path": "/metadata/finalizers",
+                          "value": ["example.com/audit"] },
+                    ])
+                );
+            },
+        )
+        .content_type("application/json-patch+json")
+        .respond(200, claim_json("train-abc12"))
+        .run();
+    KubeApi::new(client).remove_finalizer(&held).await.unwrap();
+    verifier.finish().await;
+}
+
+#[tokio::test]
+async fn removing_the_finalizer_from_a_claim_without_it_sends_nothing() {
+    let mut released = claim("train-abc12");
+    released.metadata.finalizers = Some(vec!["example.com/audit".to_string()]);
+    let (client, verifier) = Scenario::new().run();
+    KubeApi::new(client)
+        .remove_finalizer(&released)
+        .await
+        .unwrap();
+    verifier.finish().await;
+}
+
+#[tokio::test]
+async fn a_concurrent_finalizer_change_fails_the_removal() {
+    let (client, verifier) = Scenario::new()
+        .expect(Method::PATCH, &format!("{CLAIMS}/train-abc12"), |_| {})
+        .respond(
+            422,
+            status_body(422, "Invalid", "testing value /metadata/finalizers failed"),
+        )
+        .run();
+    let err = KubeApi::new(client)
+        .remove_finalizer(&claim("train-abc12"))
+        .await
+        .unwrap_err();
+    verifier.finish().await;
+    assert!(
+        matches!(&err, kube::Error::Api(s) if s.code == 422),
+        "{err}"
+    );
+}
+
+#[tokio::test]
+async fn node_labels_and_the_full_taint_list_are_merge_patched() {
+    let labels = BTreeMap::from([
+        (
+            "quartermaster.dev/nodepool".to_string(),
+            "train".to_string(),
+        ),
+        ("quartermaster.dev/gpu-name".to_string(), "h100".to_string()),
+    ]);
+    let taints = vec![K8sTaint {
+        key: "nvidia.com/gpu".into(),
+        effect: "NoSchedule".into(),
+        ..K8sTaint::default()
+    }];
+    let (client, verifier) = Scenario::new()
+        .expect(
+            Method::PATCH,
+            "/api/v1/nodes/ip-10-0-0-1?fieldManager=quartermaster",
+            |body| {
+                assert_eq!(
+                    body,
+                    &json!({
+                        "metadata": { "labels": {
+                            "quartermaster.dev/nodepool": "train",
+                            "quartermaster.dev/gpu-name": "h100",
+                        } },
+                        "spec": { "taints": [ { "key": "nvidia.com/gpu", "effect": "NoSchedule" } ] },
+                    })
+                );
+            },
+        )
+        .content_type(MERGE)
+        .respond(200, node_json("ip-10-0-0-1"))
+        .run();
+    KubeApi::new(client)
+        .patch_node("ip-10-0-0-1", &labels, &taints, None)
+        .await
+        .unwrap();
+    verifier.finish().await;
+}
+
+#[tokio::test]
+async fn cordoning_sets_unschedulable_and_clears_taints_when_none_are_given() {
+    let (client, verifier) = Scenario::new()
+        .expect(Method::PATCH, "/api/v1/nodes/ip-10-0-0-1", |body| {
+            assert_eq!(
+                body,
+                &json!({ "spec": { "taints": [], "unschedulable": true } })
+            );
+        })
+        .respond(200, node_json("ip-10-0-0-1"))
+        .run();
+    KubeApi::new(client)
+        .patch_node("ip-10-0-0-1", &BTreeMap::new(), &[], Some(true))
+        .await
+        .unwrap();
+    verifier.finish().await;
+}
+
+#[tokio::test]
+async fn creating_a_node_that_exists_is_fine_and_its_status_is_patched() {
+    let node: k8s_openapi::api::core::v1::Node =
+        serde_json::from_value(node_json("sim-node-1")).unwrap();
+    let (client, verifier) = Scenario::new()
+        .expect(
+            Method::POST,
+            "/api/v1/nodes?fieldManager=quartermaster",
+            |body| assert_eq!(body["metadata"]["name"], "sim-node-1"),
+        )
+        .respond(409, already_exists("nodes", "sim-node-1"))
+        .expect(Method::PATCH, "/api/v1/nodes/sim-node-1/status", |body| {
+            assert_eq!(
+                body,
+                &json!({ "status": { "capacity": { "nvidia.com/gpu": "8" } } })
+            );
+        })
+        .content_type(MERGE)
+        .respond(200, node_json("sim-node-1"))
+        .expect(Method::DELETE, "/api/v1/nodes/sim-node-1", |_| {})
+        .respond(404, not_found("nodes", "sim-node-1"))
+        .run();
+    let api = KubeApi::new(client);
+    api.create_node(&node).await.unwrap();
+    api.patch_node_status(
+        "sim-node-1",
+        &json!({ "capacity": { "nvidia.com/gpu": "8" } }),
+    )
+    .await
+    .unwrap();
+    api.delete_node("sim-node-1").await.unwrap();
+    verifier.finish().await;
+}
+
+#[tokio::test]
+async fn evicting_posts_a_policy_v1_eviction() {
+    let (client, verifier) = Scenario::new()
+        .expect(
+            Method::POST,
+            "/api/v1/namespaces/ml/pods/trainer-0/eviction",
+            |body| {
+                assert_eq!(
+                    body,
+                    &json!({
+                        "apiVersion": "policy/v1",
+                        "kind": "Eviction",
+                        "metadata": { "name": "trainer-0", "namespace": "ml" },
+                    })
+                );
+            },
+        )
+        .respond(201, status_body(201, "", ""))
+        .run();
+    let outcome = KubeApi::new(client).evict("ml", "trainer-0").await.unwrap();
+    verifier.finish().await;
+    assert_eq!(outcome, Eviction::Evicted);
+}
+
+#[tokio::test]
+async fn an_eviction_a_budget_forbids_is_blocked_and_a_gone_pod_is_gone() {
+    let (client, verifier) = Scenario::new()
+        .expect(
+            Method::POST,
+            "/api/v1/namespaces/ml/pods/trainer-0/eviction",
+            |_| {},
+        )
+        .respond(
+            429,
+            status_body(
+                429,
+                "TooManyRequests",
+                "Cannot evict pod as it would violate the pod's disruption budget.",
+            ),
+        )
+        .expect(
+            Method::POST,
+            "/api/v1/namespaces/ml/pods/trainer-1/eviction",
+            |_| {},
+        )
+        .respond(404, not_found("pods", "trainer-1"))
+        .expect(
+            Method::POST,
+            "/api/v1/namespaces/ml/pods/trainer-2/eviction",
+            |_| {},
+        )
+        .respond(500, status_body(500, "InternalError", "boom"))
+        .run();
+    let api = KubeApi::new(client);
+    assert_eq!(
+        api.evict("ml", "trainer-0").await.unwrap(),
+        Eviction::Blocked
+    );
+    assert_eq!(api.evict("ml", "trainer-1").await.unwrap(), Eviction::Gone);
+    let err = api.evict("ml", "trainer-2").await.unwrap_err();
+    verifier.finish().await;
+    assert!(
+        matches!(&err, kube::Error::Api(s) if s.code == 500),
+        "{err}"
+    );
+}
+
+#[tokio::test]
+async fn annotating_a_pod_merge_patches_one_annotation() {
+    let (client, verifier) = Scenario::new()
+        .expect(
+            Method::PATCH,
+            "/api/v1/namespaces/ml/pods/trainer-0?fieldManager=quartermaster",
+            |body| {
+                assert_eq!(
+                    body,
+                    &json!({ "metadata": { "annotations": {
+                        CHECKPOINT_REQUESTED: "2026-11-22T01:02:03Z"
+                    } } })
+                );
+            },
+        )
+        .content_type(MERGE)
+        .respond(200, pod_json("ml", "trainer-0"))
+        .run();
+    KubeApi::new(client)
+        .annotate_pod(
+            "ml",
+            "trainer-0",
+            CHECKPOINT_REQUESTED,
+            "2026-11-22T01:02:03Z",
+        )
+        .await
+        .unwrap();
+    verifier.finish().await;
+}
+
+#[tokio::test]
+async fn node_pool_status_is_merge_patched_on_the_status_subresource() {
+    let status = NodePoolStatus {
+        conditions: Vec::new(),
+        resources: BTreeMap::from([(
+            "nvidia.com/gpu".to_string(),
+            k8s_openapi::apimachinery::pkg::api::resource::Quantity("16".into()),
+        )]),
+        nodes: 2,
+        cost_per_hour: 63.0,
+    };
+    let (client, verifier) = Scenario::new()
+        .expect(
+            Method::PATCH,
+            &format!("{POOLS}/train/status?fieldManager=quartermaster"),
+            |body| {
+                assert_eq!(
+                    body,
+                    &json!({ "status": {
+                        "resources": { "nvidia.com/gpu": "16" },
+                        "nodes": 2,
+                        "costPerHour": 63.0,
+                    } })
+                );
+            },
+        )
+        .content_type(MERGE)
+        .respond(
+            200,
+            json!({
+                "apiVersion": "quartermaster.dev/v1alpha1",
+                "kind": "NodePool",
+                "metadata": { "name": "train" },
+                "spec": {},
+            }),
+        )
+        .run();
+    KubeApi::new(client)
+        .patch_node_pool_status("train", &status)
+        .await
+        .unwrap();
+    verifier.finish().await;
+}
+
+fn checkpoint_request() -> CheckpointRequest {
+    CheckpointRequest {
+        namespace: "ml".into(),
+        name: "trainer-0".into(),
+        node: "ip-10-0-0-1".into(),
+        deadline: "2026-11-22T01:02:03Z".parse().unwrap(),
+        reason: "spot-interruption".into(),
+    }
+}
+
+/// A hook on 127.0.0.1 that answers 200 and sends what it got.
+async fn hook() -> (HookTarget, tokio::sync::mpsc::UnboundedReceiver<Value>) {
+    let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
+    let app = axum::Router::new().route(
+        "/checkpoint",
+        axum::routing::post(move |axum::Json(body): axum::Json<Value>| async move {
+            let _ = tx.send(body);
+            "saved"
+        }),
+    );
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(async move { axum::serve(listener, app).await });
+    let target = HookTarget {
+        url: format!("http://{addr}/checkpoint"),
+        timeout: std::time::Duration::from_secs(5),
+    };
+    (target, rx)
+}
+
+#[tokio::test]
+async fn a_checkpoint_request_annotates_the_pod_then_calls_its_hook() {
+    let (target, mut calls) = hook().await;
+    let (client, verifier) = Scenario::new()
+        .expect(
+            Method::PATCH,
+            "/api/v1/namespaces/ml/pods/trainer-0?fieldManager=quartermaster",
+            |body| {
+                assert_eq!(
+                    body,
+                    &json!({ "metadata": { "annotations": {
+                        CHECKPOINT_REQUESTED: "2026-11-22T01:02:03Z",
+                        CHECKPOINT_COMPLETED: null,
+                    } } })
+                );
+            },
+        )
+        .content_type(MERGE)
+        .respond(200, pod_json("ml", "trainer-0"))
+        .run();
+    let metrics = Metrics::new(&mut prometheus_client::registry::Registry::default());
+    let outcome = request_checkpoint(
+        &KubeApi::new(client),
+        &HookClient::new(),
+        &checkpoint_request(),
+        Some(&target),
+        &metrics,
+    )
+    .await
+    .unwrap();
+    verifier.finish().await;
+    assert_eq!(outcome, Some(HookOutcome::Acknowledged { status: 200 }));
+    let call = calls.recv().await.unwrap();
+    assert_eq!(call["pod"], "trainer-0");
+    assert_eq!(call["deadline"], "2026-11-22T01:02:03Z");
+    assert_eq!(metrics.checkpoints_requested.get(), 1);
+    assert_eq!(metrics.checkpoints_acknowledged.get(), 1);
+}
+
+#[tokio::test]
+async fn a_checkpoint_request_that_cannot_annotate_fails_without_calling_the_hook() {
+    let (target, mut calls) = hook().await;
+    let (client, verifier) = Scenario::new()
+        .expect(
+            Method::PATCH,
+            "/api/v1/namespaces/ml/pods/trainer-0",
+            |_| {},
+        )
+        .respond(404, not_found("pods", "trainer-0"))
+        .run();
+    let metrics = Metrics::new(&mut prometheus_client::registry::Registry::default());
+    let err = request_checkpoint(
+        &KubeApi::new(client),
+        &HookClient::new(),
+        &checkpoint_request(),
+        Some(&target),
+        &metrics,
+    )
+    .await
+    .unwrap_err();
+    verifier.finish().await;
+    assert!(err.to_string().contains("ml/trainer-0"), "{err}");
+    assert!(calls.try_recv().is_err());
+    assert_eq!(metrics.checkpoints_requested.get(), 0);
+}
+
+#[tokio::test]
+async fn a_failed_launch_is_an_events_k8s_io_warning_on_the_node_pool() {
+    let (client, verifier) = Scenario::new()
+        .expect(
+            Method::POST,
+            "/apis/events.k8s.io/v1/namespaces/default/events",
+            |body| {
+                assert_eq!(body["type"], "Warning");
+                assert_eq!(body["reason"], "LaunchFailed");
+                assert_eq!(body["action"], "Launch");
+                assert_eq!(
+                    body["note"],
+                    "launching NodeClaim train-abc12 failed: InsufficientInstanceCapacity: no p5 in use1-az4"
+                );
+                assert_eq!(body["reportingController"], "quartermaster.dev/controller");
+                assert_eq!(body["reportingInstance"], "quartermaster-0");
+                assert_eq!(
+                    body["regarding"],
+                    json!({ "apiVersion": "quartermaster.dev/v1alpha1", "kind": "NodePool",
+                            "name": "train", "uid": "pool-uid" })
+                );
+                assert_eq!(body["related"]["kind"], "NodeClaim");
+                assert_eq!(body["related"]["name"], "train-abc12");
+                assert!(body["eventTime"].is_string(), "{body}");
+            },
+        )
+        .respond_with(echo)
+        .run();
+    let events = Events::new(client, Some("quartermaster-0".into()));
+    events
+        .launch_failed(
+            &node_pool_ref("train", Some("pool-uid")),
+            "train-abc12",
+            "InsufficientInstanceCapacity",
+            "no p5 in use1-az4",
+        )
+        .await;
+    verifier.finish().await;
+}
+
+#[tokio::test]
+async fn an_unplaceable_pod_gets_a_warning_in_its_namespace() {
+    let (client, verifier) = Scenario::new()
+        .expect(
+            Method::POST,
+            "/apis/events.k8s.io/v1/namespaces/ml/events",
+            |body| {
+                assert_eq!(body["type"], "Warning");
+                assert_eq!(body["reason"], "NotPlaceable");
+                assert_eq!(body["regarding"]["kind"], "Pod");
+                assert_eq!(body["regarding"]["name"], "trainer-0");
+                assert_eq!(
+                    body["note"],
+                    "Quartermaster cannot place the pod: no NodePool tolerates taint x"
+                );
+            },
+        )
+        .respond_with(echo)
+        .run();
+    Events::new(client, None)
+        .not_placeable(
+            &pod_ref("ml/trainer-0", None),
+            "no NodePool tolerates taint x",
+        )
+        .await;
+    verifier.finish().await;
+}
+
+// The mock server itself: a wrong request, a missing one and a stray one
+// each fail the test.
+
+#[tokio::test]
+#[should_panic(expected = "expected DELETE /api/v1/nodes/a, got DELETE /api/v1/nodes/b")]
+async fn the_mock_server_fails_a_test_on_a_request_it_did_not_expect() {
+    let (client, verifier) = Scenario::new()
+        .expect(Method::DELETE, "/api/v1/nodes/a", |_| {})
+        .respond(200, node_json("a"))
+        .run();
+    let err = KubeApi::new(client).delete_node("b").await.unwrap_err();
+    assert!(err.to_string().contains("expected DELETE"), "{err}");
+    verifier.finish().await;
+}
+
+#[tokio::test(start_paused = true)]
+#[should_panic(expected = "an expected request never came")]
+async fn the_mock_server_fails_a_test_when_an_expected_request_never_comes() {
+    let (_client, verifier) = Scenario::new()
+        .expect(Method::DELETE, "/api/v1/nodes/a", |_| {})
+        .respond(200, node_json("a"))
+        .run();
+    verifier.finish().await;
+}
+
+#[tokio::test]
+#[should_panic(expected = "unexpected request after the script: DELETE /api/v1/nodes/a")]
+async fn the_mock_server_fails_a_test_on_a_request_after_its_script() {
+    let (client, verifier) = Scenario::new().run();
+    assert!(KubeApi::new(client).delete_node("a").await.is_err());
+    verifier.finish().await;
+}
+
+#[tokio::test]
+#[should_panic(expected = "check failed")]
+async fn the_mock_server_fails_a_test_when_a_body_check_fails() {
+    let (client, verifier) = Scenario::new()
+        .expect(Method::PATCH, "/api/v1/namespaces/ml/pods/p", |body| {
+            assert_eq!(body["metadata"]["annotations"]["k"], "other")
+        })
+        .respond(200, pod_json("ml", "p"))
+        .run();
+    let _ = KubeApi::new(client).annotate_pod("ml", "p", "k", "v").await;
+    verifier.finish().await;
+}

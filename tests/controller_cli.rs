@@ -1,0 +1,441 @@
+//! `quartermaster controller` as a user meets it: `--help` documents every
+//! flag, and bad values are refused with a clear message before anything
+//! connects to a cluster.
+
+use std::process::{Command, Output};
+
+fn controller(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_quartermaster"))
+        .arg("controller")
+        .args(args)
+        // No QM_* variable or kubeconfig from the caller's environment.
+        .env_clear()
+        .output()
+        .expect("the binary runs")
+}
+
+fn stderr(out: &Output) -> String {
+    String::from_utf8_lossy(&out.stderr).into_owned()
+}
+
+#[test]
+fn help_documents_every_flag() {
+    let out = controller(&["--help"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let help = String::from_utf8(out.stdout).unwrap();
+
+    // The flags of the issue and the loop's timing knobs are all there.
+    for flag in [
+        "--cloud",
+        "--region",
+        "--cluster-name",
+        "--metrics-addr",
+        "--health-addr",
+        "--leader-elect",
+        "--lease-name",
+        "--lease-namespace",
+        "--aws-config",
+        "--log-format",
+        "--log-level",
+        "--lease-duration",
+        "--lease-renew-deadline",
+        "--lease-retry-period",
+        "--batch-idle",
+        "--batch-max",
+        "--tick",
+        "--launch-timeout",
+        "--registration-timeout",
+        "--gc-grace",
+        "--shutdown-timeout",
+        "--interruption-queue",
+        "--price-refresh-interval",
+    ] {
+        assert!(
+            help.lines().any(|l| l.trim_start().starts_with(flag)),
+            "{flag} missing from:\n{help}"
+        );
+    }
+
+    // Every option line is followed by its description (long help puts it
+    // on the next, indented line).
+    let lines: Vec<&str> = help.lines().collect();
+    let mut options = 0;
+    for (i, line) in lines.iter().enumerate() {
+        let t = line.trim_start();
+        if !(t.starts_with("--") || t.starts_with("-h") || t.starts_with("-V")) {
+            continue;
+        }
+        options += 1;
+        let next = lines.get(i + 1).map(|l| l.trim()).unwrap_or("");
+        assert!(
+            !next.is_empty() && !next.starts_with('-'),
+            "{t:?} has no description:\n{help}"
+        );
+    }
+    assert!(options >= 23, "{options} options in:\n{help}");
+
+    // Choices, defaults and environment fallbacks are shown.
+    for choice in ["- aws:", "- simulated:", "- text:", "- json:"] {
+        assert!(help.contains(choice), "{choice} undocumented:\n{help}");
+    }
+    assert!(help.contains("[env: QM_REGION="), "{help}");
+    assert!(help.contains("[default: 15s]"), "{help}");
+}
+
+#[test]
+fn an_unknown_cloud_is_refused_with_the_choices() {
+    let out = controller(&["--cloud", "gcp", "--cluster-name", "c"]);
+    assert_eq!(out.status.code(), Some(2));
+    let err = stderr(&out);
+    assert!(err.contains("invalid value 'gcp' for '--cloud"), "{err}");
+    assert!(err.contains("aws") && err.contains("simulated"), "{err}");
+}
+
+#[test]
+fn a_duration_without_unit_and_a_bad_address_are_refused() {
+    let out = controller(&["--cluster-name", "c", "--lease-duration", "15"]);
+    assert_eq!(out.status.code(), Some(2));
+    let err = stderr(&out);
+    assert!(
+        err.contains("--lease-duration") && err.contains("no unit"),
+        "{err}"
+    );
+
+    let out = controller(&["--cluster-name", "c", "--metrics-addr", "localhost"]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(stderr(&out).contains("--metrics-addr"), "{}", stderr(&out));
+}
+
+#[test]
+fn the_cluster_name_is_required() {
+    let out = controller(&["--cloud", "simulated"]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(stderr(&out).contains("--cluster-name"), "{}", stderr(&out));
+}
+
+#[test]
+fn inconsistent_lease_timings_fail_before_connecting_to_a_cluster() {
+    let out = controller(&[
+        "--cloud",
+        "simulated",
+        "--cluster-name",
+        "c",
+        "--leader-elect",
+        "--lease-duration",
+        "10s",
+        "--lease-renew-deadline",
+        "10s",
+    ]);
+    assert_eq!(out.status.code(), Some(2));
+    let err = stderr(&out);
+    assert!(err.contains("renew deadline"), "{err}");
+    assert!(!err.contains("Kubernetes API"), "{err}");
+}
+
+#[test]
+fn a_region_without_offerings_is_refused_with_the_known_regions() {
+    let out = controller(&["--cluster-name", "c", "--region", "mars-north-1"]);
+    assert_eq!(out.status.code(), Some(2));
+    let err = stderr(&out);
+    assert!(
+        err.contains("mars-north-1") && err.contains("us-east-1"),
+        "{err}"
+    );
+}
+
+#[test]
+fn the_aws_cloud_needs_its_settings_file() {
+    let out = controller(&["--cloud", "aws", "--cluster-name", "c"]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(
+        stderr(&out).contains("--aws-config FILE"),
+        "{}",
+        stderr(&out)
+    );
+
+    let out = controller(&[
+        "--cloud",
+        "aws",
+        "--cluster-name",
+        "c",
+        "--aws-config",
+        "/nonexistent/aws.yaml",
+    ]);
+    assert_eq!(out.status.code(), Some(2));
+    let err = stderr(&out);
+    assert!(err.contains("/nonexistent/aws.yaml"), "{err}");
+}
+
+/// The chart's example AWS settings as the ConfigMap renders them (the
+/// chart fills in `clusterName`), written to a file.
+fn chart_aws_settings(dir: &std::path::Path) -> std::path::PathBuf {
+    let values = std::fs::read_to_string(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/deploy/helm/quartermaster/ci/aws-values.yaml"
+    ))
+    .unwrap();
+    let values: serde_json::Value = serde_norway::from_str(&values).unwrap();
+    let mut settings = values["awsSettings"].clone();
+    settings["clusterName"] = values["clusterName"].clone();
+    let path = dir.join("aws.yaml");
+    std::fs::write(&path, serde_norway::to_string(&settings).unwrap()).unwrap();
+    path
+}
+
+#[test]
+fn the_charts_aws_settings_are_accepted_and_must_name_the_same_cluster() {
+    let dir = std::env::temp_dir().join(format!("qm-controller-cli-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let file = chart_aws_settings(&dir);
+    let file = file.to_str().unwrap();
+    let run = |cluster: &str| {
+        Command::new(env!("CARGO_BIN_EXE_quartermaster"))
+            .args(["controller", "--cloud", "aws", "--aws-config", file])
+            .args(["--cluster-name", cluster])
+            .args([
+                "--metrics-addr",
+                "127.0.0.1:0",
+                "--health-addr",
+                "127.0.0.1:0",
+            ])
+            .env_clear()
+            .env("KUBECONFIG", dir.join("no-kubeconfig"))
+            .output()
+            .unwrap()
+    };
+
+    // Accepted: the controller gets as far as looking for a cluster.
+    let out = run("prod");
+    assert_eq!(out.status.code(), Some(2));
+    let err = stderr(&out);
+    assert!(err.contains("Kubernetes API"), "{err}");
+    assert!(!err.contains("EC2 settings"), "{err}");
+
+    let out = run("staging");
+    assert_eq!(out.status.code(), Some(2));
+    let err = stderr(&out);
+    assert!(err.contains(r#"names cluster "prod""#), "{err}");
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+/// A stand-in API server for the whole-binary test: empty lists, watches
+/// that stay open with nothing to say, a Lease kept in memory; every
+/// request is recorded.
+mod fake_api {
+    use axum::body::{Body, Bytes};
+    use axum::http::{Method, StatusCode, Uri};
+    use axum::response::Response;
+    use serde_json::{json, Value};
+    use std::sync::{Arc, Mutex};
+
+    /// One recorded request: method, path and query, JSON body.
+    pub type Seen = (Method, String, Value);
+
+    #[derive(Clone, Default)]
+    pub struct State {
+        pub requests: Arc<Mutex<Vec<Seen>>>,
+        lease: Arc<Mutex<Option<Value>>>,
+    }
+
+    fn respond(code: StatusCode, body: &Value) -> Response {
+        Response::builder()
+            .status(code)
+            .header("content-type", "application/json")
+            .body(Body::from(body.to_string()))
+            .unwrap()
+    }
+
+    pub async fn handle(
+        axum::extract::State(state): axum::extract::State<State>,
+        method: Method,
+        uri: Uri,
+        body: Bytes,
+    ) -> Response {
+        let body: Value = serde_json::from_slice(&body).unwrap_or(Value::Null);
+        let target = uri.to_string();
+        state
+            .requests
+            .lock()
+            .unwrap()
+            .push((method.clone(), target.clone(), body.clone()));
+        let path = uri.path();
+        let query = uri.query().unwrap_or("");
+        if path.contains("/leases") {
+            let mut lease = state.lease.lock().unwrap();
+            return match (method, &*lease) {
+                (Method::GET, None) => respond(
+                    StatusCode::NOT_FOUND,
+                    &json!({"kind": "Status", "apiVersion": "v1", "status": "Failure",
+                            "reason": "NotFound", "code": 404, "message": "not found"}),
+                ),
+                (Method::GET, Some(l)) => respond(StatusCode::OK, l),
+                (Method::POST | Method::PUT, current) => {
+                    let rv = current
+                        .as_ref()
+                        .and_then(|l| l["metadata"]["resourceVersion"].as_str())
+                        .and_then(|rv| rv.parse::<u64>().ok())
+                        .unwrap_or(0);
+                    let mut stored = body;
+                    stored["metadata"]["resourceVersion"] = json!((rv + 1).to_string());
+                    *lease = Some(stored.clone());
+                    respond(StatusCode::OK, &stored)
+                }
+                _ => respond(StatusCode::METHOD_NOT_ALLOWED, &Value::Null),
+            };
+        }
+        if method == Method::GET && query.contains("watch=true") {
+            // Nothing changes: the watch stays open.
+            return Response::builder()
+                .status(StatusCode::OK)
+                .header("content-type", "application/json")
+                .body(Body::from_stream(futures::stream::pending::<
+                    Result<Bytes, std::io::Error>,
+                >()))
+                .unwrap();
+        }
+        if method == Method::GET {
+            return respond(
+                StatusCode::OK,
+                &json!({"apiVersion": "v1", "kind": "List",
+                        "metadata": {"resourceVersion": "1"}, "items": []}),
+            );
+        }
+        // Writes (Events and the like) are accepted as they are.
+        respond(StatusCode::CREATED, &body)
+    }
+}
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+/// The status code of a GET, or None when nothing listens.
+async fn http_status(port: u16, path: &str) -> Option<(u16, String)> {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut s = tokio::net::TcpStream::connect(("127.0.0.1", port))
+        .await
+        .ok()?;
+    let req = format!("GET {path} HTTP/1.1\r\nHost: t\r\nConnection: close\r\n\r\n");
+    s.write_all(req.as_bytes()).await.ok()?;
+    let mut raw = String::new();
+    s.read_to_string(&mut raw).await.ok()?;
+    let code = raw.split(' ').nth(1)?.parse().ok()?;
+    Some((code, raw))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_binary_syncs_leads_serves_and_hands_the_lease_back_on_sigterm() {
+    let state = fake_api::State::default();
+    let app = axum::Router::new()
+        .fallback(fake_api::handle)
+        .with_state(state.clone());
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let api = listener.local_addr().unwrap();
+    let server = tokio::spawn(async move { axum::serve(listener, app).await });
+
+    let dir = std::env::temp_dir().join(format!("qm-controller-e2e-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let kubeconfig = dir.join("kubeconfig");
+    std::fs::write(
+        &kubeconfig,
+        format!(
+            "apiVersion: v1\nkind: Config\ncurrent-context: fake\n\
+             clusters: [{{name: fake, cluster: {{server: 'http://{api}'}}}}]\n\
+             users: [{{name: fake, user: {{token: test}}}}]\n\
+             contexts: [{{name: fake, context: {{cluster: fake, user: fake}}}}]\n"
+        ),
+    )
+    .unwrap();
+    let (metrics_port, health_port) = (free_port(), free_port());
+    let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_quartermaster"))
+        .args([
+            "controller",
+            "--cloud",
+            "simulated",
+            "--cluster-name",
+            "e2e",
+        ])
+        .args([
+            "--leader-elect",
+            "--lease-namespace",
+            "qm",
+            "--lease-identity",
+            "qm-e2e",
+        ])
+        .args(["--metrics-addr", &format!("127.0.0.1:{metrics_port}")])
+        .args(["--health-addr", &format!("127.0.0.1:{health_port}")])
+        .args(["--log-format", "json"])
+        .env_clear()
+        .env("KUBECONFIG", &kubeconfig)
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+
+    // Ready once the watches synced; leading once the lease is taken.
+    let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(60);
+    let mut ready = false;
+    let mut leading = false;
+    while tokio::time::Instant::now() < deadline && !(ready && leading) {
+        tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+        ready = http_status(health_port, "/readyz").await.map(|r| r.0) == Some(200);
+        leading = http_status(metrics_port, "/metrics")
+            .await
+            .is_some_and(|(_, body)| body.contains("quartermaster_leader 1"));
+        assert!(
+            child.try_wait().unwrap().is_none(),
+            "the controller exited early"
+        );
+    }
+    assert!(ready && leading, "ready: {ready}, leading: {leading}");
+    assert_eq!(
+        http_status(health_port, "/healthz").await.map(|r| r.0),
+        Some(200)
+    );
+
+    // SIGTERM: the loop finishes, the lease is released, exit 0.
+    let pid = child.id().to_string();
+    assert!(std::process::Command::new("kill")
+        .args(["-TERM", &pid])
+        .status()
+        .unwrap()
+        .success());
+    let start = std::time::Instant::now();
+    let status = loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            break status;
+        }
+        assert!(
+            start.elapsed() < std::time::Duration::from_secs(30),
+            "no exit after SIGTERM"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    };
+    let mut logs = String::new();
+    std::io::Read::read_to_string(&mut child.stderr.take().unwrap(), &mut logs).unwrap();
+    assert!(status.success(), "{status}: {logs}");
+    assert!(logs.contains("released the lease"), "{logs}");
+
+    let requests = state.requests.lock().unwrap().clone();
+    let last_lease_write = requests
+        .iter()
+        .rfind(|(m, p, _)| p.contains("/leases") && *m != axum::http::Method::GET)
+        .expect("lease writes");
+    assert_eq!(last_lease_write.0, axum::http::Method::PUT);
+    assert!(last_lease_write
+        .1
+        .starts_with("/apis/coordination.k8s.io/v1/namespaces/qm/leases/quartermaster"));
+    assert!(
+        last_lease_write.2["spec"]["holderIdentity"].is_null(),
+        "{:?}",
+        last_lease_write.2
+    );
+    assert!(requests
+        .iter()
+        .any(|(_, p, _)| p.starts_with("/apis/quartermaster.dev/v1alpha1/nodepools")));
+    server.abort();
+    std::fs::remove_dir_all(&dir).unwrap();
+}

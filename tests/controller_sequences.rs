@@ -1,0 +1,1269 @@
+//! Controller-level sequences, driven through the snapshot, the core, the
+//! executor and the lifecycle reconciler, with the Kubernetes API scripted
+//! (every request checked: method, path, body) and the simulated cloud
+//! behind the `CloudProvider` seam:
+//! - a pending GPU pod leads to a NodeClaim, then to a launch;
+//! - the registered node gets the claim's labels and taints, and becomes
+//!   Initialized only once its GPU is advertised;
+//! - a spot interruption leads to a checkpoint request, evictions only after
+//!   the acknowledgement, then the claim's deletion, and the finalizer
+//!   drains, terminates and lets the claim go;
+//! - a restart in the middle of a launch neither doubles nor leaks the
+//!   instance.
+
+mod support;
+
+use chrono::TimeZone;
+use http::Method;
+use k8s_openapi::api::core::v1 as core;
+use kube::ResourceExt;
+use quartermaster::api::labels as l;
+use quartermaster::api::nodeclaim::conditions;
+use quartermaster::api::{NodeClaim, NodePool};
+use quartermaster::catalog::Catalog;
+use quartermaster::cloud::simulated::{SimulatedCloud, SimulatedCloudConfig};
+use quartermaster::cloud::{collect_garbage, CloudProvider, InstanceState, NodeTemplate};
+use quartermaster::controller::checkpoint::HookClient;
+use quartermaster::controller::executor::{self, Executor, HookAcks, Outcome, Targets};
+use quartermaster::controller::kube_api::KubeApi;
+use quartermaster::controller::lifecycle::{Lifecycle, Step};
+use quartermaster::controller::metrics::{LaunchFailureLabels, Metrics};
+use quartermaster::controller::snapshot::{request_of, world_parts, Snapshot, Store};
+use quartermaster::core::{Action, ClaimRequest, Config, Core, Notice, Time};
+use serde_json::{json, Value};
+use std::collections::HashSet;
+use std::sync::{Arc, Mutex, OnceLock};
+use std::time::Duration;
+use support::api_server::{echo, status_body, Scenario};
+use tokio::sync::watch;
+
+const CLAIMS: &str = "/apis/quartermaster.dev/v1alpha1/nodeclaims";
+const REGION: &str = "us-east-1";
+
+fn catalog() -> Arc<Catalog> {
+    static C: OnceLock<Arc<Catalog>> = OnceLock::new();
+    C.get_or_init(|| Arc::new(Catalog::embedded().unwrap()))
+        .clone()
+}
+
+fn t(s: i64) -> Time {
+    chrono::Utc.timestamp_opt(1_767_571_200 + s, 0).unwrap()
+}
+
+fn cloud() -> Mutex<SimulatedCloud> {
+    Mutex::new(SimulatedCloud::new(catalog(), SimulatedCloudConfig::new(7, REGION, t(0))).unwrap())
+}
+
+fn pool() -> NodePool {
+    serde_json::from_value(json!({
+        "apiVersion": "quartermaster.dev/v1alpha1",
+        "kind": "NodePool",
+        "metadata": {"name": "gpu"},
+        "spec": {
+            "capacityTypes": ["spot", "on-demand"],
+            "template": {"spec": {
+                "requirements": [{"key": l::INSTANCE_FAMILY, "operator": "In", "values": ["g5"]}],
+                "taints": [{"key": l::TAINT_GPU, "effect": "NoSchedule"}]
+            }}
+        }
+    }))
+    .unwrap()
+}
+
+fn gpu_pod(name: &str, node: Option<&str>, annotations: Value) -> core::Pod {
+    let mut v = json!({
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": name, "namespace": "ml", "annotations": annotations},
+        "spec": {
+            "containers": [{"name": "c", "resources": {"requests":
+                {"cpu": "2", "memory": "8Gi", l::RESOURCE_GPU: "1"}}}],
+            "tolerations": [{"key": l::TAINT_GPU, "operator": "Exists"}]
+        },
+        "status": {"phase": "Pending", "conditions": [
+            {"type": "PodScheduled", "status": "False", "reason": "Unschedulable"}]}
+    });
+    if let Some(n) = node {
+        v["spec"]["nodeName"] = json!(n);
+        v["status"] = json!({"phase": "Running", "podIP": "10.0.0.7"});
+    }
+    serde_json::from_value(v).unwrap()
+}
+
+fn node(
+    name: &str,
+    provider_id: &str,
+    taints: Value,
+    ready: bool,
+    gpus: Option<&str>,
+) -> core::Node {
+    let mut allocatable = json!({"cpu": "3920m", "memory": "15Gi", "pods": "58"});
+    if let Some(g) = gpus {
+        allocatable[l::RESOURCE_GPU] = json!(g);
+    }
+    serde_json::from_value(json!({
+        "apiVersion": "v1",
+        "kind": "Node",
+        "metadata": {"name": name},
+        "spec": {"providerID": provider_id, "taints": taints},
+        "status": {
+            "conditions": [{"type": "Ready", "status": if ready { "True" } else { "False" }}],
+            "allocatable": allocatable
+        }
+    }))
+    .unwrap()
+}
+
+/// A store holding these objects, synced.
+fn store(pods: Vec<core::Pod>, nodes: Vec<core::Node>, claims: Vec<NodeClaim>) -> Store {
+    let s = Store::new();
+    s.reset(vec![pool()]);
+    s.reset(pods);
+    s.reset(nodes);
+    s.reset(claims);
+    s.reset(Vec::<k8s_openapi::api::policy::v1::PodDisruptionBudget>::new());
+    assert!(s.is_synced());
+    s
+}
+
+fn snapshot(s: &Store) -> Snapshot {
+    s.read(Snapshot::clone)
+}
+
+fn lifecycle<'a>(
+    api: &'a KubeApi,
+    cloud: &'a Mutex<SimulatedCloud>,
+    metrics: &'a Metrics,
+) -> Lifecycle<'a, Mutex<SimulatedCloud>> {
+    Lifecycle {
+        api,
+        cloud,
+        metrics,
+        launch_timeout: Duration::from_secs(300),
+        registration_timeout: Duration::from_secs(600),
+    }
+}
+
+/// Runs the executor over `actions` against `api`.
+async fn execute(api: &KubeApi, actions: &[Action], snap: &Snapshot, now: Time) -> Vec<Outcome> {
+    let catalog = catalog();
+    let parts = world_parts(snap, &catalog, REGION, now);
+    let world = parts.world(&catalog, REGION);
+    let metrics = Arc::new(Metrics::unregistered());
+    let (_tx, leader) = watch::channel(true);
+    let hooks = HookClient::new();
+    let acks = HookAcks::default();
+    let targets = Targets {
+        nodes: snap
+            .claims
+            .values()
+            .filter_map(|c| snap.node_of(c).map(|n| (c.name_any(), n.clone())))
+            .collect(),
+        pods: snap.pods.clone().into_iter().collect(),
+    };
+    let ex = Executor {
+        api,
+        metrics: &metrics,
+        leader: &leader,
+        boot: "",
+        events: None,
+        hooks: &hooks,
+        hook_acks: &acks,
+    };
+    ex.execute(actions, &world, &targets, now)
+        .await
+        .into_iter()
+        .map(|r| r.unwrap())
+        .collect()
+}
+
+/// The claim the executor builds for a launch (as the API server stores it).
+fn claim_for(req: &ClaimRequest, at: Time) -> NodeClaim {
+    let catalog = catalog();
+    let pools = [pool()];
+    let world = quartermaster::core::World {
+        catalog: &catalog,
+        region: REGION,
+        pools: &pools,
+        pending: &[],
+        nodes: &[],
+        pdbs: &[],
+    };
+    let mut c = executor::build_claim(req, &req.claim, &world, &[], at).unwrap();
+    c.metadata.creation_timestamp = Some(quartermaster::controller::snapshot::to_k8s_time(at));
+    c
+}
+
+fn launches(actions: &[Action]) -> Vec<&ClaimRequest> {
+    actions
+        .iter()
+        .filter_map(|a| match a {
+            Action::Launch(r) => Some(r),
+            _ => None,
+        })
+        .collect()
+}
+
+/// A claim launched and registered on `node`, Ready (its instance launched
+/// in `cloud`).
+async fn ready_claim(cloud: &Mutex<SimulatedCloud>, node: &str) -> (NodeClaim, String) {
+    let req = ClaimRequest {
+        claim: "gpu-000001".into(),
+        nodepool: "gpu".into(),
+        offering: quartermaster::core::OfferingKey {
+            instance_type: "g5.xlarge".into(),
+            zone: catalog()
+                .offerings_of(REGION, "g5.xlarge")
+                .find(|o| o.capacity_type == quartermaster::catalog::CapacityType::Spot)
+                .unwrap()
+                .zone_id
+                .clone(),
+            capacity_type: quartermaster::catalog::CapacityType::Spot,
+        },
+        price_per_hour: 0.5,
+        pods: vec![],
+        prewarm_window: None,
+    };
+    let mut claim = claim_for(&req, t(0));
+    let instance = cloud
+        .launch(&req, &NodeTemplate::from(&claim.spec), t(0))
+        .await
+        .unwrap();
+    let mut status = quartermaster::api::NodeClaimStatus {
+        provider_id: Some(instance.provider_id.clone()),
+        node_name: Some(node.into()),
+        ..Default::default()
+    };
+    for c in [
+        conditions::LAUNCHED,
+        conditions::REGISTERED,
+        conditions::INITIALIZED,
+        conditions::READY,
+    ] {
+        quartermaster::controller::lifecycle::set_condition(&mut status, c, true, c, "", t(60));
+    }
+    claim.status = Some(status);
+    (claim, instance.provider_id)
+}
+
+fn claim_json(c: &NodeClaim) -> Value {
+    serde_json::to_value(c).unwrap()
+}
+
+#[tokio::test]
+async fn a_pending_gpu_pod_leads_to_a_node_claim_and_then_a_launch() {
+    let s = store(vec![gpu_pod("train-0", None, json!({}))], vec![], vec![]);
+    let catalog = catalog();
+    let mut core = Core::new(Config::default());
+    let snap = snapshot(&s);
+    let parts = world_parts(&snap, &catalog, REGION, t(0));
+    assert_eq!(parts.pending.len(), 1);
+    assert!(launches(&core.decide(&parts.world(&catalog, REGION), t(0))).is_empty());
+    let actions = core.decide(&parts.world(&catalog, REGION), t(2));
+    let reqs = launches(&actions);
+    assert_eq!(reqs.len(), 1, "{actions:?}");
+    assert_eq!(reqs[0].pods, ["ml/train-0"]);
+    let want_type = reqs[0].offering.instance_type.clone();
+    assert!(want_type.starts_with("g5."), "{want_type}");
+
+    // The claim is created, with our finalizer, before anything launches.
+    let name = reqs[0].claim.clone();
+    let expected_name = name.clone();
+    let (client, verifier) = Scenario::new()
+        .expect(Method::POST, CLAIMS, move |body| {
+            assert_eq!(body["metadata"]["name"], json!(expected_name));
+            assert_eq!(body["metadata"]["finalizers"], json!([l::FINALIZER]));
+            assert_eq!(body["spec"]["instanceType"], json!(want_type));
+            assert_eq!(body["spec"]["nodePool"], "gpu");
+            assert_eq!(body["spec"]["labels"][l::NODEPOOL], "gpu");
+            assert_eq!(body["spec"]["taints"][0]["key"], l::TAINT_GPU);
+            let startup: Vec<&str> = body["spec"]["startupTaints"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|t| t["key"].as_str().unwrap())
+                .collect();
+            assert!(startup.contains(&l::TAINT_UNREGISTERED), "{startup:?}");
+            assert_eq!(body["spec"]["resources"][l::RESOURCE_GPU], "1");
+        })
+        .respond_with(echo)
+        .run();
+    let api = KubeApi::new(client);
+    let cloud = cloud();
+    let outcomes = execute(&api, &actions, &snap, t(2)).await;
+    verifier.finish().await;
+    let [Outcome::Created(created)] = &outcomes[..] else {
+        panic!("{outcomes:?}")
+    };
+    assert!(
+        cloud.instances().await.unwrap().is_empty(),
+        "no launch before the claim is seen"
+    );
+
+    // The lifecycle launches it and records the provider ID.
+    let mut claim = (**created).clone();
+    claim.metadata.creation_timestamp =
+        Some(quartermaster::controller::snapshot::to_k8s_time(t(2)));
+    s.apply(claim.clone());
+    let reply = claim_json(&claim);
+    let (client, verifier) = Scenario::new()
+        .expect(Method::PATCH, &format!("{CLAIMS}/{name}/status"), |body| {
+            let status = &body["status"];
+            assert!(status["providerID"]
+                .as_str()
+                .unwrap()
+                .starts_with("aws:///"));
+            assert_eq!(status["conditions"][0]["type"], conditions::LAUNCHED);
+            assert_eq!(status["conditions"][0]["status"], "True");
+        })
+        .respond(200, reply)
+        .run();
+    let api = KubeApi::new(client);
+    let metrics = Metrics::unregistered();
+    let view = s.read(|s| s.claim_view(&s.claims[&name]));
+    let step = lifecycle(&api, &cloud, &metrics)
+        .reconcile(&view, t(3))
+        .await
+        .unwrap();
+    verifier.finish().await;
+    let Step::Launched(instance) = step else {
+        panic!("{step:?}")
+    };
+    assert_eq!(instance.claim, name);
+    assert_eq!(instance.offering, reqs[0].offering);
+    assert_eq!(cloud.instances().await.unwrap().len(), 1);
+
+    // Launched, no node yet: waiting, and no request.
+    let mut launched = claim.clone();
+    let mut status = quartermaster::api::NodeClaimStatus {
+        provider_id: Some(instance.provider_id.clone()),
+        ..Default::default()
+    };
+    quartermaster::controller::lifecycle::set_condition(
+        &mut status,
+        conditions::LAUNCHED,
+        true,
+        "Launched",
+        "",
+        t(3),
+    );
+    launched.status = Some(status);
+    s.apply(launched.clone());
+    let (client, verifier) = Scenario::new().run();
+    let api = KubeApi::new(client);
+    let view = s.read(|s| s.claim_view(&s.claims[&name]));
+    let step = lifecycle(&api, &cloud, &metrics)
+        .reconcile(&view, t(30))
+        .await
+        .unwrap();
+    assert_eq!(step, Step::Waiting("registration"));
+    verifier.finish().await;
+
+    // In the world, the claim is capacity in flight: the pod launches
+    // nothing more.
+    let parts = world_parts(&snapshot(&s), &catalog, REGION, t(31));
+    assert!(parts.nodes[0].state.in_flight);
+    for k in 31..40 {
+        assert!(launches(&core.decide(&parts.world(&catalog, REGION), t(k))).is_empty());
+    }
+}
+
+#[tokio::test]
+async fn a_registered_node_gets_labels_and_taints_and_is_initialized_only_once_its_gpu_appears() {
+    let cloud = cloud();
+    let (ready, provider_id) = ready_claim(&cloud, "ip-10-0-0-1").await;
+    let name = ready.name_any();
+    // The same claim, launched but not registered yet.
+    let mut claim = ready.clone();
+    let status = claim.status.as_mut().unwrap();
+    status.node_name = None;
+    status
+        .conditions
+        .retain(|c| c.type_ == conditions::LAUNCHED);
+    let booting = node(
+        "ip-10-0-0-1",
+        &provider_id,
+        json!([{"key": l::TAINT_GPU, "effect": "NoSchedule"},
+               {"key": l::TAINT_UNREGISTERED, "effect": "NoSchedule"}]),
+        false,
+        None,
+    );
+    let s = store(vec![], vec![booting], vec![claim.clone()]);
+    let metrics = Metrics::unregistered();
+    let want_labels = claim.spec.labels.clone();
+    let node_reply =
+        serde_json::to_value(node("ip-10-0-0-1", &provider_id, json!([]), false, None)).unwrap();
+    let (client, verifier) = Scenario::new()
+        .expect(Method::PATCH, "/api/v1/nodes/ip-10-0-0-1", move |body| {
+            for (k, v) in &want_labels {
+                assert_eq!(body["metadata"]["labels"][k], json!(v), "label {k}");
+            }
+            assert_eq!(
+                body["spec"]["taints"],
+                json!([{"key": l::TAINT_GPU, "effect": "NoSchedule"}]),
+                "the startup taint is lifted, the GPU taint stays"
+            );
+        })
+        .respond(200, node_reply)
+        .expect(Method::PATCH, &format!("{CLAIMS}/{name}/status"), |body| {
+            assert_eq!(body["status"]["nodeName"], "ip-10-0-0-1");
+            let conds = body["status"]["conditions"].as_array().unwrap();
+            assert!(conds
+                .iter()
+                .any(|c| c["type"] == conditions::REGISTERED && c["status"] == "True"));
+            assert!(!conds.iter().any(|c| c["type"] == conditions::INITIALIZED));
+        })
+        .respond(200, claim_json(&claim))
+        .run();
+    let api = KubeApi::new(client);
+    let view = s.read(|s| s.claim_view(&s.claims[&name]));
+    let step = lifecycle(&api, &cloud, &metrics)
+        .reconcile(&view, t(60))
+        .await
+        .unwrap();
+    verifier.finish().await;
+    assert_eq!(
+        step,
+        Step::Registered {
+            node: "ip-10-0-0-1".into()
+        }
+    );
+
+    // Registered; the node is Ready and untainted but its GPU is not
+    // advertised yet: no Initialized, no request.
+    let mut registered = claim.clone();
+    let st = registered.status.as_mut().unwrap();
+    st.node_name = Some("ip-10-0-0-1".into());
+    quartermaster::controller::lifecycle::set_condition(
+        st,
+        conditions::REGISTERED,
+        true,
+        "Registered",
+        "",
+        t(60),
+    );
+    s.apply(registered.clone());
+    let gpu_taint = json!([{"key": l::TAINT_GPU, "effect": "NoSchedule"}]);
+    s.apply(node(
+        "ip-10-0-0-1",
+        &provider_id,
+        gpu_taint.clone(),
+        true,
+        None,
+    ));
+    let (client, verifier) = Scenario::new().run();
+    let api = KubeApi::new(client);
+    let view = s.read(|s| s.claim_view(&s.claims[&name]));
+    let step = lifecycle(&api, &cloud, &metrics)
+        .reconcile(&view, t(90))
+        .await
+        .unwrap();
+    verifier.finish().await;
+    assert_eq!(step, Step::Waiting("initialization"));
+    // A zero count is not advertised either.
+    s.apply(node(
+        "ip-10-0-0-1",
+        &provider_id,
+        gpu_taint.clone(),
+        true,
+        Some("0"),
+    ));
+    let (client, verifier) = Scenario::new().run();
+    let api = KubeApi::new(client);
+    let view = s.read(|s| s.claim_view(&s.claims[&name]));
+    let step = lifecycle(&api, &cloud, &metrics)
+        .reconcile(&view, t(95))
+        .await
+        .unwrap();
+    verifier.finish().await;
+    assert_eq!(step, Step::Waiting("initialization"));
+
+    // The device plugin publishes the GPU: Initialized and Ready.
+    s.apply(node(
+        "ip-10-0-0-1",
+        &provider_id,
+        gpu_taint,
+        true,
+        Some("1"),
+    ));
+    let (client, verifier) = Scenario::new()
+        .expect(Method::PATCH, &format!("{CLAIMS}/{name}/status"), |body| {
+            let conds = body["status"]["conditions"].as_array().unwrap();
+            for c in [conditions::INITIALIZED, conditions::READY] {
+                assert!(
+                    conds
+                        .iter()
+                        .any(|x| x["type"] == c && x["status"] == "True"),
+                    "{c}"
+                );
+            }
+            assert_eq!(body["status"]["allocatable"][l::RESOURCE_GPU], "1");
+        })
+        .respond(200, claim_json(&registered))
+        .run();
+    let api = KubeApi::new(client);
+    let view = s.read(|s| s.claim_view(&s.claims[&name]));
+    let step = lifecycle(&api, &cloud, &metrics)
+        .reconcile(&view, t(120))
+        .await
+        .unwrap();
+    verifier.finish().await;
+    assert_eq!(
+        step,
+        Step::Initialized {
+            node: "ip-10-0-0-1".into()
+        }
+    );
+}
+
+/// Scripts the API for `actions` in order, checking each request's body
+/// against its action.
+fn script_for(actions: &[Action], node: &str) -> Scenario {
+    let mut sc = Scenario::new();
+    for a in actions {
+        sc = match a.clone() {
+            Action::Launch(_) => sc.expect(Method::POST, CLAIMS, |_| {}).respond_with(echo),
+            Action::Cordon { .. } => sc
+                .expect(Method::PATCH, &format!("/api/v1/nodes/{node}"), |body| {
+                    assert_eq!(body["spec"]["unschedulable"], true);
+                    let keys: Vec<&str> = body["spec"]["taints"]
+                        .as_array()
+                        .unwrap()
+                        .iter()
+                        .map(|t| t["key"].as_str().unwrap())
+                        .collect();
+                    assert!(keys.contains(&l::TAINT_DISRUPTED), "{keys:?}");
+                })
+                .respond(
+                    200,
+                    json!({"apiVersion": "v1", "kind": "Node", "metadata": {"name": node}}),
+                ),
+            Action::RequestCheckpoint { pod, deadline, .. } => {
+                let (ns, name) = pod.split_once('/').unwrap();
+                let want = quartermaster::controller::checkpoint::rfc3339(deadline);
+                sc.expect(Method::PATCH, &format!("/api/v1/namespaces/{ns}/pods/{name}"), move |body| {
+                    assert_eq!(body["metadata"]["annotations"][l::CHECKPOINT_REQUESTED], json!(want));
+                })
+                .respond(200, json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name, "namespace": ns}}))
+            }
+            Action::Evict { pod, .. } => {
+                let (ns, name) = pod.split_once('/').unwrap();
+                let (ns2, name2) = (ns.to_string(), name.to_string());
+                sc.expect(
+                    Method::POST,
+                    &format!("/api/v1/namespaces/{ns}/pods/{name}/eviction"),
+                    move |body| {
+                        assert_eq!(body["kind"], "Eviction");
+                        assert_eq!(body["metadata"]["name"], json!(name2));
+                        assert_eq!(body["metadata"]["namespace"], json!(ns2));
+                    },
+                )
+                .respond(201, status_body(201, "", "evicted"))
+            }
+            Action::Delete { claim, .. } => sc
+                .expect(Method::DELETE, &format!("{CLAIMS}/{claim}"), |_| {})
+                .respond(200, status_body(200, "", "deleting")),
+        };
+    }
+    sc
+}
+
+#[tokio::test]
+async fn an_interruption_leads_to_a_checkpoint_request_then_evictions_after_the_ack_then_deletion()
+{
+    let cloud = cloud();
+    let (claim, provider_id) = ready_claim(&cloud, "ip-10-0-0-1").await;
+    let name = claim.name_any();
+    let gpu_taint = json!([{"key": l::TAINT_GPU, "effect": "NoSchedule"}]);
+    let opted_in = json!({l::CHECKPOINT_ENABLED: "true"});
+    let s = store(
+        vec![gpu_pod("train-0", Some("ip-10-0-0-1"), opted_in.clone())],
+        vec![node(
+            "ip-10-0-0-1",
+            &provider_id,
+            gpu_taint.clone(),
+            true,
+            Some("1"),
+        )],
+        vec![claim.clone()],
+    );
+    let catalog = catalog();
+    let mut core = Core::new(Config::default());
+    let notice_at = t(1000);
+    let deadline = notice_at + chrono::TimeDelta::seconds(120);
+    let snap = snapshot(&s);
+    let parts = world_parts(&snap, &catalog, REGION, notice_at);
+    core.handle_notice(
+        &Notice::SpotInterruption {
+            claim: name.clone(),
+            deadline,
+        },
+        &parts.world(&catalog, REGION),
+        notice_at,
+    );
+    let first = core.decide(&parts.world(&catalog, REGION), notice_at);
+    assert!(
+        first
+            .iter()
+            .any(|a| matches!(a, Action::Cordon { claim, .. } if *claim == name)),
+        "{first:?}"
+    );
+    assert!(
+        first
+            .iter()
+            .any(|a| matches!(a, Action::RequestCheckpoint { pod, .. } if pod == "ml/train-0")),
+        "{first:?}"
+    );
+    assert!(
+        !first.iter().any(|a| matches!(a, Action::Evict { .. })),
+        "no eviction before the ack: {first:?}"
+    );
+    let (client, verifier) = script_for(&first, "ip-10-0-0-1").run();
+    execute(&KubeApi::new(client), &first, &snap, notice_at).await;
+    verifier.finish().await;
+
+    // The cordon and the request are in the cluster now.
+    let mut cordoned = node(
+        "ip-10-0-0-1",
+        &provider_id,
+        json!([{"key": l::TAINT_GPU, "effect": "NoSchedule"}, {"key": l::TAINT_DISRUPTED, "effect": "NoSchedule"}]),
+        true,
+        Some("1"),
+    );
+    cordoned.spec.as_mut().unwrap().unschedulable = Some(true);
+    s.apply(cordoned);
+    let requested = json!({l::CHECKPOINT_ENABLED: "true",
+        l::CHECKPOINT_REQUESTED: quartermaster::controller::checkpoint::rfc3339(deadline)});
+    s.apply(gpu_pod("train-0", Some("ip-10-0-0-1"), requested));
+    // While the workload has not answered, the pod stays.
+    for k in 1..5 {
+        let now = notice_at + chrono::TimeDelta::seconds(k);
+        let parts = world_parts(&snapshot(&s), &catalog, REGION, now);
+        let acts = core.decide(&parts.world(&catalog, REGION), now);
+        assert!(
+            !acts
+                .iter()
+                .any(|a| matches!(a, Action::Evict { .. } | Action::Delete { .. })),
+            "{acts:?}"
+        );
+        let (client, verifier) = script_for(&acts, "ip-10-0-0-1").run();
+        execute(&KubeApi::new(client), &acts, &snapshot(&s), now).await;
+        verifier.finish().await;
+    }
+
+    // The workload acknowledges: the pod is evicted.
+    let ack_at = notice_at + chrono::TimeDelta::seconds(10);
+    s.apply(gpu_pod(
+        "train-0",
+        Some("ip-10-0-0-1"),
+        json!({l::CHECKPOINT_ENABLED: "true", l::CHECKPOINT_COMPLETED: quartermaster::controller::checkpoint::rfc3339(ack_at)}),
+    ));
+    let now = ack_at + chrono::TimeDelta::seconds(1);
+    let parts = world_parts(&snapshot(&s), &catalog, REGION, now);
+    let acts = core.decide(&parts.world(&catalog, REGION), now);
+    assert!(
+        acts.iter()
+            .any(|a| matches!(a, Action::Evict { pod, .. } if pod == "ml/train-0")),
+        "{acts:?}"
+    );
+    assert!(
+        !acts.iter().any(|a| matches!(a, Action::Delete { .. })),
+        "not before the pod left: {acts:?}"
+    );
+    let (client, verifier) = script_for(&acts, "ip-10-0-0-1").run();
+    execute(&KubeApi::new(client), &acts, &snapshot(&s), now).await;
+    verifier.finish().await;
+
+    // The pod is gone: the claim is deleted.
+    s.delete(&gpu_pod("train-0", Some("ip-10-0-0-1"), json!({})));
+    let mut deleted = false;
+    for k in 2..30 {
+        let now = ack_at + chrono::TimeDelta::seconds(k);
+        let parts = world_parts(&snapshot(&s), &catalog, REGION, now);
+        let acts = core.decide(&parts.world(&catalog, REGION), now);
+        assert!(
+            !acts.iter().any(|a| matches!(a, Action::Evict { .. })),
+            "{acts:?}"
+        );
+        let (client, verifier) = script_for(&acts, "ip-10-0-0-1").run();
+        execute(&KubeApi::new(client), &acts, &snapshot(&s), now).await;
+        verifier.finish().await;
+        if acts
+            .iter()
+            .any(|a| matches!(a, Action::Delete { claim, .. } if *claim == name))
+        {
+            deleted = true;
+            break;
+        }
+    }
+    assert!(deleted, "the claim is deleted once its pod left");
+
+    // The finalizer path: the node is cordoned already and empty, so the
+    // instance is terminated, the node deleted, the finalizer removed.
+    let mut deleting = claim.clone();
+    deleting.metadata.deletion_timestamp =
+        Some(quartermaster::controller::snapshot::to_k8s_time(now));
+    s.apply(deleting.clone());
+    let reply = claim_json(&deleting);
+    let (client, verifier) = Scenario::new()
+        .expect(Method::DELETE, "/api/v1/nodes/ip-10-0-0-1", |_| {})
+        .respond(200, status_body(200, "", "deleted"))
+        .expect(Method::PATCH, &format!("{CLAIMS}/{name}"), |body| {
+            assert_eq!(body[1]["op"], "replace");
+            assert_eq!(body[1]["path"], "/metadata/finalizers");
+            assert_eq!(body[1]["value"], json!([]));
+        })
+        .content_type("application/json-patch+json")
+        .respond(200, reply)
+        .run();
+    let api = KubeApi::new(client);
+    let metrics = Metrics::unregistered();
+    let view = s.read(|s| s.claim_view(&s.claims[&name]));
+    let step = lifecycle(&api, &cloud, &metrics)
+        .reconcile(&view, now)
+        .await
+        .unwrap();
+    verifier.finish().await;
+    assert_eq!(step, Step::Finalized);
+    let instance = cloud.describe(&name).await.unwrap().unwrap();
+    assert_eq!(instance.state, InstanceState::ShuttingDown);
+}
+
+#[tokio::test]
+async fn deleting_a_claim_drains_within_pdbs_and_waits_for_pods_to_go_before_terminating() {
+    let cloud = cloud();
+    let (claim, provider_id) = ready_claim(&cloud, "ip-10-0-0-1").await;
+    let name = claim.name_any();
+    let mut deleting = claim.clone();
+    deleting.metadata.deletion_timestamp =
+        Some(quartermaster::controller::snapshot::to_k8s_time(t(100)));
+    let s = store(
+        vec![
+            gpu_pod("a", Some("ip-10-0-0-1"), json!({})),
+            gpu_pod("b", Some("ip-10-0-0-1"), json!({})),
+        ],
+        vec![node(
+            "ip-10-0-0-1",
+            &provider_id,
+            json!([]),
+            true,
+            Some("1"),
+        )],
+        vec![deleting],
+    );
+    let metrics = Metrics::unregistered();
+    let (client, verifier) = Scenario::new()
+        .expect(Method::PATCH, "/api/v1/nodes/ip-10-0-0-1", |body| {
+            assert_eq!(body["spec"]["unschedulable"], true);
+            assert_eq!(body["spec"]["taints"][0]["key"], l::TAINT_DISRUPTED);
+        })
+        .respond(
+            200,
+            json!({"apiVersion": "v1", "kind": "Node", "metadata": {"name": "ip-10-0-0-1"}}),
+        )
+        .expect(
+            Method::POST,
+            "/api/v1/namespaces/ml/pods/a/eviction",
+            |_| {},
+        )
+        .respond(201, status_body(201, "", "evicted"))
+        .expect(
+            Method::POST,
+            "/api/v1/namespaces/ml/pods/b/eviction",
+            |_| {},
+        )
+        .respond(
+            429,
+            status_body(
+                429,
+                "TooManyRequests",
+                "Cannot evict pod as it would violate the pod's disruption budget.",
+            ),
+        )
+        .run();
+    let api = KubeApi::new(client);
+    let view = s.read(|s| s.claim_view(&s.claims[&name]));
+    let step = lifecycle(&api, &cloud, &metrics)
+        .reconcile(&view, t(100))
+        .await
+        .unwrap();
+    verifier.finish().await;
+    assert_eq!(
+        step,
+        Step::Draining {
+            evicted: 1,
+            blocked: 1,
+            remaining: 2
+        }
+    );
+    assert!(
+        cloud
+            .describe(&name)
+            .await
+            .unwrap()
+            .unwrap()
+            .state
+            .is_alive(),
+        "not terminated while draining"
+    );
+
+    // `a` is terminating (its grace period runs): it is waited for, not
+    // evicted again; `b` is retried.
+    let node_now = node(
+        "ip-10-0-0-1",
+        &provider_id,
+        json!([{"key": l::TAINT_DISRUPTED, "effect": "NoSchedule"}]),
+        true,
+        Some("1"),
+    );
+    let mut node_now = node_now;
+    node_now.spec.as_mut().unwrap().unschedulable = Some(true);
+    s.apply(node_now);
+    let mut a = gpu_pod("a", Some("ip-10-0-0-1"), json!({}));
+    a.metadata.deletion_timestamp = Some(quartermaster::controller::snapshot::to_k8s_time(t(101)));
+    s.apply(a);
+    let (client, verifier) = Scenario::new()
+        .expect(
+            Method::POST,
+            "/api/v1/namespaces/ml/pods/b/eviction",
+            |_| {},
+        )
+        .respond(201, status_body(201, "", "evicted"))
+        .run();
+    let api = KubeApi::new(client);
+    let view = s.read(|s| s.claim_view(&s.claims[&name]));
+    let step = lifecycle(&api, &cloud, &metrics)
+        .reconcile(&view, t(110))
+        .await
+        .unwrap();
+    verifier.finish().await;
+    assert_eq!(
+        step,
+        Step::Draining {
+            evicted: 1,
+            blocked: 0,
+            remaining: 2
+        }
+    );
+
+    // Both gone: terminate, delete the node, release the claim.
+    s.delete(&gpu_pod("a", Some("ip-10-0-0-1"), json!({})));
+    s.delete(&gpu_pod("b", Some("ip-10-0-0-1"), json!({})));
+    let (client, verifier) = Scenario::new()
+        .expect(Method::DELETE, "/api/v1/nodes/ip-10-0-0-1", |_| {})
+        .respond(404, status_body(404, "NotFound", "gone"))
+        .expect(Method::PATCH, &format!("{CLAIMS}/{name}"), |_| {})
+        .respond(200, claim_json(&claim))
+        .run();
+    let api = KubeApi::new(client);
+    let view = s.read(|s| s.claim_view(&s.claims[&name]));
+    let step = lifecycle(&api, &cloud, &metrics)
+        .reconcile(&view, t(140))
+        .await
+        .unwrap();
+    verifier.finish().await;
+    assert_eq!(step, Step::Finalized);
+    assert!(!cloud
+        .describe(&name)
+        .await
+        .unwrap()
+        .unwrap()
+        .state
+        .is_alive());
+}
+
+#[tokio::test]
+async fn a_restart_in_the_middle_of_a_launch_neither_doubles_nor_leaks_the_instance() {
+    let cloud = cloud();
+    let zone = catalog()
+        .offerings_of(REGION, "g5.xlarge")
+        .find(|o| o.capacity_type == quartermaster::catalog::CapacityType::OnDemand)
+        .unwrap()
+        .zone_id
+        .clone();
+    let req = ClaimRequest {
+        claim: "gpu-000001-abc".into(),
+        nodepool: "gpu".into(),
+        offering: quartermaster::core::OfferingKey {
+            instance_type: "g5.xlarge".into(),
+            zone,
+            capacity_type: quartermaster::catalog::CapacityType::OnDemand,
+        },
+        price_per_hour: 1.0,
+        pods: vec![],
+        prewarm_window: None,
+    };
+    let claim = claim_for(&req, t(0));
+    // The previous process created the claim and launched the instance, then
+    // died before recording the provider ID.
+    let first = cloud
+        .launch(&request_of(&claim), &NodeTemplate::from(&claim.spec), t(1))
+        .await
+        .unwrap();
+    let s = store(vec![], vec![], vec![claim.clone()]);
+    let want = first.provider_id.clone();
+    let (client, verifier) = Scenario::new()
+        .expect(
+            Method::PATCH,
+            &format!("{CLAIMS}/gpu-000001-abc/status"),
+            move |body| {
+                assert_eq!(body["status"]["providerID"], json!(want));
+            },
+        )
+        .respond(200, claim_json(&claim))
+        .run();
+    let api = KubeApi::new(client);
+    let metrics = Metrics::unregistered();
+    let view = s.read(|s| s.claim_view(&s.claims["gpu-000001-abc"]));
+    let step = lifecycle(&api, &cloud, &metrics)
+        .reconcile(&view, t(20))
+        .await
+        .unwrap();
+    verifier.finish().await;
+    let Step::Launched(again) = step else {
+        panic!("{step:?}")
+    };
+    assert_eq!(
+        again.provider_id, first.provider_id,
+        "the same instance, not a second one"
+    );
+    assert_eq!(cloud.instances().await.unwrap().len(), 1);
+
+    // Garbage collection spares it (it has a claim) and takes an instance
+    // whose claim never made it, once past the grace period.
+    let orphan = ClaimRequest {
+        claim: "gpu-000002-abc".into(),
+        ..req.clone()
+    };
+    cloud
+        .launch(&orphan, &NodeTemplate::default(), t(2))
+        .await
+        .unwrap();
+    let claims: HashSet<String> = s.read(|s| s.claims.keys().cloned().collect());
+    let grace = chrono::TimeDelta::minutes(5);
+    let (done, failed) = collect_garbage(&cloud, &claims, t(60), grace)
+        .await
+        .unwrap();
+    assert!(
+        done.is_empty() && failed.is_empty(),
+        "nothing within the grace period"
+    );
+    let (done, _) = collect_garbage(&cloud, &claims, t(3600), grace)
+        .await
+        .unwrap();
+    let gone: Vec<&str> = done.iter().map(|i| i.claim.as_str()).collect();
+    assert_eq!(gone, ["gpu-000002-abc"]);
+    let alive: Vec<String> = cloud
+        .instances()
+        .await
+        .unwrap()
+        .into_iter()
+        .filter(|i| i.state.is_alive())
+        .map(|i| i.claim)
+        .collect();
+    assert_eq!(alive, ["gpu-000001-abc"]);
+}
+
+#[tokio::test]
+async fn a_capacity_error_records_the_code_deletes_the_claim_and_tells_the_core() {
+    let catalog = catalog();
+    let zone = catalog
+        .offerings_of(REGION, "g5.xlarge")
+        .find(|o| o.capacity_type == quartermaster::catalog::CapacityType::Spot)
+        .unwrap()
+        .zone_id
+        .clone();
+    let req = ClaimRequest {
+        claim: "gpu-000003".into(),
+        nodepool: "gpu".into(),
+        offering: quartermaster::core::OfferingKey {
+            instance_type: "g5.xlarge".into(),
+            zone,
+            capacity_type: quartermaster::catalog::CapacityType::Spot,
+        },
+        price_per_hour: 0.5,
+        pods: vec![],
+        prewarm_window: None,
+    };
+    let mut config = SimulatedCloudConfig::new(7, REGION, t(0));
+    config.capacity.exhausted.insert(req.offering.clone());
+    let cloud = Mutex::new(SimulatedCloud::new(catalog.clone(), config).unwrap());
+    let claim = claim_for(&req, t(0));
+    let s = store(vec![], vec![], vec![claim.clone()]);
+    let (client, verifier) = Scenario::new()
+        .expect(
+            Method::PATCH,
+            &format!("{CLAIMS}/gpu-000003/status"),
+            |body| {
+                let c = &body["status"]["conditions"][0];
+                assert_eq!(c["type"], conditions::LAUNCHED);
+                assert_eq!(c["status"], "False");
+                assert_eq!(c["reason"], "InsufficientInstanceCapacity");
+            },
+        )
+        .respond(200, claim_json(&claim))
+        .expect(Method::DELETE, &format!("{CLAIMS}/gpu-000003"), |_| {})
+        .respond(200, status_body(200, "", "deleting"))
+        .run();
+    let api = KubeApi::new(client);
+    let metrics = Metrics::unregistered();
+    let view = s.read(|s| s.claim_view(&s.claims["gpu-000003"]));
+    let step = lifecycle(&api, &cloud, &metrics)
+        .reconcile(&view, t(1))
+        .await
+        .unwrap();
+    verifier.finish().await;
+    assert_eq!(
+        step,
+        Step::LaunchFailed {
+            reason: "InsufficientInstanceCapacity".into(),
+            notice: Some(Notice::InsufficientCapacity {
+                offering: req.offering.clone()
+            }),
+        }
+    );
+    assert_eq!(
+        metrics
+            .launch_failures
+            .get_or_create(&LaunchFailureLabels {
+                nodepool: "gpu".into(),
+                reason: "InsufficientInstanceCapacity".into()
+            })
+            .get(),
+        1
+    );
+    assert!(cloud.instances().await.unwrap().is_empty());
+}
+
+#[tokio::test]
+async fn only_the_leader_writes_and_notices_reach_the_core_by_instance_id_once() {
+    use quartermaster::cloud::{InstanceNotice, NoticeKind};
+    use quartermaster::controller::metrics::InterruptionLabels;
+    use quartermaster::controller::run::{Context, Driver, Settings};
+    use std::sync::atomic::AtomicBool;
+    use tokio::sync::mpsc;
+
+    let s = Arc::new(store(
+        vec![gpu_pod("train-0", None, json!({}))],
+        vec![],
+        vec![],
+    ));
+    // While leader, each round keeps the pool's status current (the watch
+    // would bring the patched status back; here the store keeps the old
+    // one, so every round patches), and the batch closing at t(6) creates
+    // the one claim. A follower writing anything would break the order.
+    let pool_status = |body: &Value| {
+        let conds = body["status"]["conditions"].as_array().unwrap();
+        assert!(conds
+            .iter()
+            .any(|c| c["type"] == "Ready" && c["status"] == "True"));
+    };
+    let pool_reply = serde_json::to_value(pool()).unwrap();
+    let status_path = "/apis/quartermaster.dev/v1alpha1/nodepools/gpu/status";
+    let (client, verifier) = Scenario::new()
+        .expect(Method::PATCH, status_path, pool_status)
+        .respond(200, pool_reply.clone())
+        .expect(Method::POST, CLAIMS, |body| {
+            assert_eq!(body["spec"]["nodePool"], "gpu");
+        })
+        .respond_with(echo)
+        .expect(Method::PATCH, status_path, pool_status)
+        .respond(200, pool_reply.clone())
+        .expect(Method::PATCH, status_path, pool_status)
+        .respond(200, pool_reply)
+        .run();
+    let (leader_tx, leader) = watch::channel(false);
+    let (_catalog_tx, catalog_rx) = watch::channel(catalog());
+    let (notices_tx, notices) = mpsc::channel(8);
+    let metrics = Arc::new(Metrics::unregistered());
+    let ctx = Context {
+        api: KubeApi::new(client),
+        cloud: Arc::new(cloud()),
+        metrics: metrics.clone(),
+        catalog: catalog_rx,
+        leader,
+        ready: Arc::new(AtomicBool::new(true)),
+        notices,
+        simulated_nodes: false,
+    };
+    let settings = Settings {
+        region: REGION.into(),
+        cluster_name: "test".into(),
+        core: Config::default(),
+        tick: Duration::from_secs(10),
+        launch_timeout: Duration::from_secs(300),
+        registration_timeout: Duration::from_secs(600),
+        gc_grace: Duration::from_secs(300),
+    };
+    let mut driver = Driver::new(ctx, settings, s.clone(), t(0));
+    for k in 0..5 {
+        driver.round(t(k)).await;
+    }
+    assert_eq!(metrics.pending_pods.get(), 1);
+    leader_tx.send(true).unwrap();
+    for k in 5..8 {
+        driver.round(t(k)).await;
+    }
+    verifier.finish().await;
+    let cost = metrics
+        .cost_per_hour
+        .get_or_create(&quartermaster::controller::metrics::PoolLabels {
+            nodepool: "gpu".into(),
+        })
+        .get();
+    assert!(
+        cost > 0.0,
+        "the created claim counts in the pool's cost: {cost}"
+    );
+
+    // Lease lost; a notice about the claim's instance still reaches the
+    // core (no write), and the same message twice counts once.
+    leader_tx.send(false).unwrap();
+    let mut claim = claim_for(
+        &ClaimRequest {
+            claim: "gpu-000009".into(),
+            nodepool: "gpu".into(),
+            offering: quartermaster::core::OfferingKey {
+                instance_type: "g5.xlarge".into(),
+                zone: catalog()
+                    .offerings_of(REGION, "g5.xlarge")
+                    .next()
+                    .unwrap()
+                    .zone_id
+                    .clone(),
+                capacity_type: catalog()
+                    .offerings_of(REGION, "g5.xlarge")
+                    .next()
+                    .unwrap()
+                    .capacity_type,
+            },
+            price_per_hour: 0.5,
+            pods: vec![],
+            prewarm_window: None,
+        },
+        t(0),
+    );
+    claim.status = Some(quartermaster::api::NodeClaimStatus {
+        provider_id: Some("aws:///use1-az1/i-0feed".into()),
+        ..Default::default()
+    });
+    s.apply(claim);
+    let notice = InstanceNotice {
+        instance_id: "i-0feed".into(),
+        kind: NoticeKind::SpotInterruption { deadline: t(140) },
+        time: t(20),
+        id: "event-1".into(),
+    };
+    notices_tx.send(notice.clone()).await.unwrap();
+    notices_tx.send(notice).await.unwrap();
+    driver.round(t(20)).await;
+    let counted = metrics
+        .interruptions
+        .get_or_create(&InterruptionLabels {
+            nodepool: "gpu".into(),
+            kind: "spot-interruption".into(),
+        })
+        .get();
+    assert_eq!(counted, 1);
+}
+
+/// An API server with nothing in it: every list is empty, every watch stays
+/// open and silent; it counts the requests other than lists and watches
+/// (writes), which must not happen in an empty cluster.
+fn empty_api_server() -> (kube::Client, Arc<std::sync::atomic::AtomicUsize>) {
+    use http::{Request, Response};
+    use kube::client::Body;
+    let (service, mut handle) = tower_test::mock::pair::<Request<Body>, Response<Body>>();
+    let writes = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let counted = writes.clone();
+    tokio::spawn(async move {
+        let mut open_watches = Vec::new();
+        while let Some((request, send)) = handle.next_request().await {
+            let query = request.uri().query().unwrap_or("").to_string();
+            if request.method() != Method::GET {
+                counted.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+                send.send_response(
+                    Response::builder()
+                        .status(500)
+                        .body(Body::from(
+                            serde_json::to_vec(&status_body(
+                                500,
+                                "InternalError",
+                                "no writes expected",
+                            ))
+                            .unwrap(),
+                        ))
+                        .unwrap(),
+                );
+            } else if query.contains("watch=true") {
+                open_watches.push(send);
+            } else {
+                let list = json!({"apiVersion": "v1", "kind": "List",
+                                  "metadata": {"resourceVersion": "1"}, "items": []});
+                send.send_response(
+                    Response::builder()
+                        .status(200)
+                        .header(http::header::CONTENT_TYPE, "application/json")
+                        .body(Body::from(serde_json::to_vec(&list).unwrap()))
+                        .unwrap(),
+                );
+            }
+        }
+    });
+    (kube::Client::new(service, "default"), writes)
+}
+
+#[tokio::test]
+async fn the_loop_turns_ready_once_every_watch_has_listed_and_stops_on_shutdown() {
+    use quartermaster::controller::run::{run, Context, Settings};
+    use std::sync::atomic::{AtomicBool, Ordering};
+    use tokio::sync::mpsc;
+    use tokio_util::sync::CancellationToken;
+
+    tokio::time::pause();
+    let (client, writes) = empty_api_server();
+    let (_leader_tx, leader) = watch::channel(true);
+    let (_catalog_tx, catalog_rx) = watch::channel(catalog());
+    let (_notices_tx, notices) = mpsc::channel(8);
+    let ready = Arc::new(AtomicBool::new(false));
+    let ctx = Context {
+        api: KubeApi::new(client),
+        cloud: Arc::new(cloud()),
+        metrics: Arc::new(Metrics::unregistered()),
+        catalog: catalog_rx,
+        leader,
+        ready: ready.clone(),
+        notices,
+        simulated_nodes: true,
+    };
+    let settings = Settings {
+        region: REGION.into(),
+        cluster_name: "test".into(),
+        core: Config::default(),
+        tick: Duration::from_secs(10),
+        launch_timeout: Duration::from_secs(300),
+        registration_timeout: Duration::from_secs(600),
+        gc_grace: Duration::from_secs(300),
+    };
+    let shutdown = CancellationToken::new();
+    let task = tokio::spawn(run(ctx, settings, shutdown.clone()));
+    for _ in 0..100 {
+        if ready.load(Ordering::Acquire) {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert!(
+        ready.load(Ordering::Acquire),
+        "ready after every kind listed"
+    );
+    // A few ticks of an empty cluster: no writes.
+    tokio::time::sleep(Duration::from_secs(35)).await;
+    assert_eq!(writes.load(Ordering::SeqCst), 0);
+    shutdown.cancel();
+    let result = tokio::time::timeout(Duration::from_secs(5), task)
+        .await
+        .expect("the loop stops on shutdown")
+        .unwrap();
+    assert!(result.is_ok(), "{result:?}");
+}
