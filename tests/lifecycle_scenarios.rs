@@ -235,7 +235,7 @@ fn an_interrupted_checkpointing_job_loses_at_most_one_interval_per_interruption(
     let mut s = scenario(
         "{consolidationPolicy: WhenEmpty, consolidateAfter: 5m}",
         "",
-        "{storms: [{after: 1h, duration: 4h, multiplier: 5000}]}",
+        "{storms: [{after: 1h, duration: 4h, multiplier: 3000}]}",
         "spot",
     );
     s.strategies = vec![
@@ -301,7 +301,7 @@ fn a_scenario_rebalance_lead_sends_a_recommendation_before_each_notice() {
     let s = scenario(
         "{consolidationPolicy: WhenEmpty, consolidateAfter: 5m}",
         "    interruption: {onRebalanceRecommendation: Checkpoint}",
-        "{storms: [{after: 1h, duration: 4h, multiplier: 2000}], rebalanceLead: 10m}",
+        "{storms: [{after: 1h, duration: 4h, multiplier: 3000}], rebalanceLead: 10m}",
         "spot",
     );
     let jobs: Vec<SimJob> = (0..4)
@@ -346,7 +346,7 @@ fn a_scenario_rebalance_lead_sends_a_recommendation_before_each_notice() {
     let quiet = scenario(
         "{consolidationPolicy: WhenEmpty, consolidateAfter: 5m}",
         "    interruption: {onRebalanceRecommendation: Checkpoint}",
-        "{storms: [{after: 1h, duration: 4h, multiplier: 2000}]}",
+        "{storms: [{after: 1h, duration: 4h, multiplier: 3000}]}",
         "spot",
     );
     let r = run(&quiet, &jobs);

@@ -157,7 +157,8 @@ impl Consolidation {
     pub fn observe(&mut self, world: &World, now: Time) {
         let alive: std::collections::HashSet<&str> =
             world.nodes.iter().map(|n| n.claim.as_str()).collect();
-        self.observed.retain(|claim, _| alive.contains(claim.as_str()));
+        self.observed
+            .retain(|claim, _| alive.contains(claim.as_str()));
         for n in world.nodes {
             if n.ready_at.is_none() {
                 self.observed.remove(&n.claim);
