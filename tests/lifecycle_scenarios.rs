@@ -143,9 +143,10 @@ fn a_node_empty_longer_than_consolidate_after_is_removed_and_not_before() {
         "deleted {after:.1} min after launch"
     );
 
-    // Empty for less than consolidateAfter (8 h) by the end: still there.
+    // Empty from about 01:04 to the end at 12:00, less than
+    // consolidateAfter (12 h): still there.
     let s = scenario(
-        "{consolidationPolicy: WhenEmpty, consolidateAfter: 8h}",
+        "{consolidationPolicy: WhenEmpty, consolidateAfter: 12h}",
         "",
         "{}",
         "on-demand",
