@@ -397,3 +397,51 @@ fn the_mip_is_never_dearer_than_greedy_and_reports_a_bound() {
         "bound {lb}"
     );
 }
+
+#[test]
+fn the_spot_pool_share_spreads_single_pods_but_never_splits_a_gang() {
+    let mut pool = gpu_pool("gpu");
+    pool.max_spot_pool_share = Some(0.5);
+    let pool_of = |n: &plan::PlannedNode| (n.instance_type.clone(), n.zone.clone());
+    let most_in_one_pool = |plan: &Plan| {
+        let mut count: BTreeMap<(String, String), usize> = BTreeMap::new();
+        for n in plan
+            .nodes
+            .iter()
+            .filter(|n| n.capacity_type == CapacityType::Spot)
+        {
+            *count.entry(pool_of(n)).or_default() += 1;
+        }
+        count.into_values().max().unwrap_or(0)
+    };
+    // Four whole-node pods on their own: at most 0.5 x 4 + 1 = 3 in one pool.
+    let single: Vec<Pod> = (0..4).map(|i| gpu_pod(&format!("s{i}"), 8)).collect();
+    let plan = run(&single, &[pool.clone()], &[], Strategy::Mip);
+    assert_eq!(placed(&plan), 4, "{:?}", plan.unschedulable);
+    assert_eq!(plan.nodes.len(), 4);
+    assert!(most_in_one_pool(&plan) <= 3, "{:?}", plan.nodes);
+    // The same four as one gang: all in the cheapest pool, as without a share.
+    let gang: Vec<Pod> = single
+        .iter()
+        .map(|p| {
+            let mut p = p.clone();
+            p.group = Some(GroupRef {
+                name: "ml/big".into(),
+                min_member: 4,
+            });
+            p
+        })
+        .collect();
+    let plan = run(&gang, &[pool.clone()], &[], Strategy::Mip);
+    let mut unshared = pool;
+    unshared.max_spot_pool_share = None;
+    let free = run(&gang, &[unshared], &[], Strategy::Mip);
+    assert_eq!(placed(&plan), 4, "{:?}", plan.unschedulable);
+    assert_eq!(most_in_one_pool(&plan), 4, "gang split: {:?}", plan.nodes);
+    assert!(
+        (plan.cost_per_hour - free.cost_per_hour).abs() < 1e-9,
+        "{} vs {}",
+        plan.cost_per_hour,
+        free.cost_per_hour
+    );
+}

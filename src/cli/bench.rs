@@ -1,5 +1,8 @@
 //! `quartermaster bench plan`: the MIP and the greedy baseline on the same
 //! reproducible workload, in the same process, side by side.
+//! `quartermaster bench simulate`: a generated many-job scenario, timed
+//! against a tenth of it in the same process, so the ratio tells whether the
+//! engine scales linearly whatever else the machine is doing.
 
 use anyhow::{bail, Context};
 use quartermaster::catalog::Catalog;
@@ -32,16 +35,114 @@ enum What {
         #[arg(long, value_enum, default_value = "table")]
         output: super::plan::Output,
     },
+    /// Simulate a generated training workload with the quartermaster
+    /// strategy, and a tenth of it (a tenth of the jobs over a tenth of the
+    /// days) as the baseline.
+    Simulate {
+        /// Jobs to generate.
+        #[arg(long, default_value_t = 100_000)]
+        jobs: u32,
+        /// Simulated days.
+        #[arg(long, default_value_t = 30)]
+        days: u32,
+        /// Seed of the workload and the simulated cloud.
+        #[arg(long, default_value_t = 1)]
+        seed: u64,
+    },
+}
+
+/// A scenario of `jobs` training jobs spread evenly over `days`.
+fn bench_scenario(jobs: u32, days: u32, seed: u64) -> String {
+    let per_hour = f64::from(jobs) / (f64::from(days.max(1)) * 24.0);
+    format!(
+        r#"
+name: bench-{jobs}-jobs-{days}d
+start: 2026-01-05T00:00:00Z
+duration: {hours}h
+seed: {seed}
+strategies: [quartermaster]
+nodePools:
+- apiVersion: quartermaster.dev/v1alpha1
+  kind: NodePool
+  metadata: {{name: training}}
+  spec:
+    capacityTypes: [spot, on-demand]
+    template:
+      spec:
+        taints: [{{key: nvidia.com/gpu, effect: NoSchedule}}]
+        requirements:
+        - {{key: quartermaster.dev/instance-family, operator: In, values: [g6e, p4d, p5]}}
+    disruption: {{consolidationPolicy: WhenEmpty, consolidateAfter: 10m}}
+workloads:
+- training:
+    name: bench
+    jobs: {jobs}
+    perHour: {per_hour}
+    gpus: [1, 2, 4, 8]
+    runTime: {{median: 1h, p90: 4h}}
+    checkpointInterval: 30m
+    gangFraction: 0.1
+    gangSize: 2
+"#,
+        hours = u64::from(days) * 24
+    )
+}
+
+/// Seconds to simulate the generated scenario, and its report.
+fn time_simulation(
+    catalog: &std::sync::Arc<Catalog>,
+    jobs: u32,
+    days: u32,
+    seed: u64,
+) -> anyhow::Result<(f64, quartermaster::sim::result::SimReport)> {
+    use quartermaster::sim::{self, scenario::Scenario};
+    let scenario = Scenario::parse(&bench_scenario(jobs, days, seed), catalog)?;
+    let generated = sim::load_jobs(&scenario, std::path::Path::new("."), None)?;
+    let start = Instant::now();
+    let report = sim::simulate(
+        &scenario,
+        catalog,
+        &generated,
+        &scenario.strategies,
+        &mut |_, _| {},
+    )?;
+    Ok((start.elapsed().as_secs_f64(), report))
+}
+
+fn run_simulate(jobs: u32, days: u32, seed: u64) -> anyhow::Result<ExitCode> {
+    if jobs < 10 || days < 1 {
+        bail!("--jobs must be at least 10 and --days at least 1");
+    }
+    let catalog = std::sync::Arc::new(Catalog::embedded().context("loading the embedded catalog")?);
+    let small_days = (days / 10).max(1);
+    let small_jobs = (u64::from(jobs) * u64::from(small_days) / u64::from(days)).max(1) as u32;
+    let (small_s, _) = time_simulation(&catalog, small_jobs, small_days, seed)?;
+    let (full_s, report) = time_simulation(&catalog, jobs, days, seed)?;
+    let r = &report.strategies["quartermaster"];
+    println!("baseline: {small_jobs} jobs over {small_days} days in {small_s:.2} s");
+    println!(
+        "full:     {jobs} jobs over {days} days in {full_s:.2} s ({} finished, ${:.0})",
+        r.jobs_completed, r.total_cost
+    );
+    let linear = f64::from(jobs) / f64::from(small_jobs);
+    println!(
+        "ratio full / baseline {:.1} (linear scaling: {linear:.1})",
+        full_s / small_s.max(1e-9)
+    );
+    Ok(ExitCode::SUCCESS)
 }
 
 /// Runs `bench`.
 pub fn run(args: Args) -> anyhow::Result<ExitCode> {
-    let What::Plan {
-        pods,
-        seed,
-        region,
-        output,
-    } = args.what;
+    let (pods, seed, region, output) = match args.what {
+        What::Plan {
+            pods,
+            seed,
+            region,
+            output,
+        } => (pods, seed, region, output),
+        What::Simulate { jobs, days, seed } => return run_simulate(jobs, days, seed),
+    };
     let catalog = Catalog::embedded().context("loading the embedded catalog")?;
     if !catalog.regions().contains(&region.as_str()) {
         bail!("no offerings in region {region:?}");

@@ -133,7 +133,18 @@ pub fn allocatable(it: &InstanceType, sharing: &GpuSharing) -> Resources {
 /// (see [`catalog::instance_type_labels`]) plus region, zone, capacity type and
 /// NodePool; the pool's template labels are added by the caller.
 pub fn node_labels(it: &InstanceType, offering: &Offering, nodepool: &str) -> Labels {
-    let mut m = catalog::instance_type_labels(it);
+    node_labels_from(catalog::instance_type_labels(it), offering, nodepool)
+}
+
+/// [`node_labels`] from the instance type's labels computed already
+/// (`catalog::instance_type_labels`), for callers that label many offerings
+/// of the same types.
+pub fn node_labels_from(
+    instance_type_labels: Labels,
+    offering: &Offering,
+    nodepool: &str,
+) -> Labels {
+    let mut m = instance_type_labels;
     let mut put = |k: &str, v: &str| {
         m.insert(k.to_string(), v.to_string());
     };

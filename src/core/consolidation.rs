@@ -155,8 +155,10 @@ impl Consolidation {
     /// change (a node counts as empty or stable from the first time it is
     /// seen so). [`Consolidation::decide`] calls it too.
     pub fn observe(&mut self, world: &World, now: Time) {
+        let alive: std::collections::HashSet<&str> =
+            world.nodes.iter().map(|n| n.claim.as_str()).collect();
         self.observed
-            .retain(|claim, _| world.nodes.iter().any(|n| &n.claim == claim));
+            .retain(|claim, _| alive.contains(claim.as_str()));
         for n in world.nodes {
             if n.ready_at.is_none() {
                 self.observed.remove(&n.claim);

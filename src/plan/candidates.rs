@@ -50,6 +50,9 @@ pub fn candidates(input: &Input) -> Vec<Candidate> {
     let (catalog, region, pools) = (input.catalog, input.region, input.pools);
     let unavailable = input.unavailable;
     let mut out = Vec::new();
+    // Each instance type's labels once per call, not once per offering and
+    // pool: building them dominated planning in long simulations.
+    let mut type_labels: std::collections::HashMap<&str, Labels> = Default::default();
     for (pi, pool) in pools.iter().enumerate() {
         for o in catalog.offerings_in(region) {
             if !pool.capacity_types.contains(&o.capacity_type) || unavailable(o) {
@@ -74,7 +77,11 @@ pub fn candidates(input: &Input) -> Vec<Candidate> {
                     continue;
                 }
             }
-            let mut labels = shape::node_labels(it, o, &pool.name);
+            let base = type_labels
+                .entry(it.name.as_str())
+                .or_insert_with(|| crate::catalog::instance_type_labels(it))
+                .clone();
+            let mut labels = shape::node_labels_from(base, o, &pool.name);
             for (k, v) in &pool.labels {
                 labels.insert(k.clone(), v.clone());
             }

@@ -486,9 +486,14 @@ fn build(tier: Tier, relaxed: bool) -> Model {
                 })
                 .collect();
             let total: Expression = spot.iter().map(|(_, v)| *v).sum();
-            // One node of slack so that a single small launch stays possible.
-            for (_, v) in &spot {
-                cons.push(constraint!(*v <= total.clone() * share + 1.0));
+            // Slack of one node, so that a single small launch stays
+            // possible, or of a whole gang's nodes in that pool: a gang stops
+            // when any member's node is reclaimed, so spreading one gang over
+            // several spot pools adds up their rates instead of spreading
+            // the risk.
+            for (o, v) in &spot {
+                let slack = gang_nodes(work, classes, *o).max(1.0);
+                cons.push(constraint!(*v <= total.clone() * share + slack));
             }
         }
     }
@@ -514,6 +519,22 @@ fn build(tier: Tier, relaxed: bool) -> Model {
         penalty,
         integers,
     }
+}
+
+/// Nodes of offering `o` the largest gang of the tier needs to sit whole on
+/// it (0 when no gang can use it).
+fn gang_nodes(work: &[ClassOptions], classes: &[Class], o: usize) -> f64 {
+    let mut per_gang: BTreeMap<&str, f64> = BTreeMap::new();
+    for w in work {
+        let Some(g) = &classes[w.class].pod.group else {
+            continue;
+        };
+        if let Some(&(_, k)) = w.options.iter().find(|(c, _)| *c == o) {
+            *per_gang.entry(g.name.as_str()).or_default() +=
+                (w.pods.len() as f64 / f64::from(k)).ceil();
+        }
+    }
+    per_gang.into_values().fold(0.0, f64::max)
 }
 
 /// Solves a tier: the LP relaxation for the bound, then branch and bound or

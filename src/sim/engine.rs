@@ -12,7 +12,9 @@ use super::workload::SimJob;
 use crate::api::labels as l;
 use crate::api::NodePool;
 use crate::catalog::{CapacityType, Catalog};
-use crate::cloud::simulated::{CloudEvent, SimulatedCloud, SimulatedCloudConfig, Storm};
+use crate::cloud::simulated::{
+    CloudEvent, PriceChange, PriceTarget, SimulatedCloud, SimulatedCloudConfig, Storm,
+};
 use crate::cluster::{Pod, Resources};
 use crate::core::prewarm;
 use crate::core::{
@@ -35,10 +37,54 @@ pub enum Error {
     Cloud(String),
 }
 
-struct SimNode {
-    node: ManagedNode,
+/// What the engine keeps beside each node: the jobs on it and its GPUs.
+#[derive(Debug, Clone, Default)]
+struct NodeExtra {
     jobs: BTreeSet<usize>,
     gpus: f64,
+}
+
+/// The nodes alive, sorted by claim, as one slice the core's [`World`]
+/// borrows (cloning every node and its pods twice a step made long runs
+/// slow), with the engine's own bookkeeping in a parallel vector.
+#[derive(Debug, Default)]
+struct Nodes {
+    managed: Vec<ManagedNode>,
+    extra: Vec<NodeExtra>,
+}
+
+impl Nodes {
+    fn find(&self, claim: &str) -> Result<usize, usize> {
+        self.managed
+            .binary_search_by(|n| n.claim.as_str().cmp(claim))
+    }
+
+    fn get_mut(&mut self, claim: &str) -> Option<(&mut ManagedNode, &mut NodeExtra)> {
+        let i = self.find(claim).ok()?;
+        Some((&mut self.managed[i], &mut self.extra[i]))
+    }
+
+    fn insert(&mut self, node: ManagedNode, extra: NodeExtra) {
+        match self.find(&node.claim) {
+            Ok(i) => {
+                self.managed[i] = node;
+                self.extra[i] = extra;
+            }
+            Err(i) => {
+                self.managed.insert(i, node);
+                self.extra.insert(i, extra);
+            }
+        }
+    }
+
+    fn remove(&mut self, claim: &str) -> Option<(ManagedNode, NodeExtra)> {
+        let i = self.find(claim).ok()?;
+        Some((self.managed.remove(i), self.extra.remove(i)))
+    }
+
+    fn iter(&self) -> impl Iterator<Item = (&ManagedNode, &NodeExtra)> {
+        self.managed.iter().zip(&self.extra)
+    }
 }
 
 /// One strategy's run.
@@ -55,7 +101,10 @@ pub struct Engine<'a> {
     finishes: BinaryHeap<Reverse<(Time, usize)>>,
     acks: BinaryHeap<Reverse<(Time, usize)>>,
     waiting: BTreeSet<usize>,
-    nodes: BTreeMap<String, SimNode>,
+    /// The waiting jobs' pods in `waiting`'s order, rebuilt when it changes.
+    pending: Vec<Pod>,
+    pending_stale: bool,
+    nodes: Nodes,
     now: Time,
     start: Time,
     end: Time,
@@ -112,6 +161,31 @@ impl<'a> Engine<'a> {
                 s.multiplier,
             ));
         }
+        for c in &scenario.cloud.price_changes {
+            let after = crate::api::parse_duration(&c.after).unwrap_or_default();
+            let Ok(capacity_type) = c.capacity_type.parse() else {
+                continue;
+            };
+            let target = match &c.zone {
+                Some(zone) => PriceTarget::Offering(OfferingKey {
+                    instance_type: c.instance_type.clone(),
+                    zone: zone.clone(),
+                    capacity_type,
+                }),
+                None => PriceTarget::InstanceType {
+                    instance_type: c.instance_type.clone(),
+                    capacity_type,
+                },
+            };
+            cloud_config.price_changes.push(PriceChange {
+                at: start + Span::from_std(after).unwrap_or_default(),
+                target,
+                price_per_hour: c.price_per_hour,
+            });
+        }
+        if let Some(lead) = &scenario.cloud.rebalance_lead {
+            cloud_config.interruptions.rebalance_lead = crate::api::parse_duration(lead).ok();
+        }
         for key in &scenario.cloud.insufficient_capacity {
             let parts: Vec<&str> = key.split('/').collect();
             if let [t, z, c] = parts[..] {
@@ -148,7 +222,9 @@ impl<'a> Engine<'a> {
             finishes: BinaryHeap::new(),
             acks: BinaryHeap::new(),
             waiting: BTreeSet::new(),
-            nodes: BTreeMap::new(),
+            pending: Vec::new(),
+            pending_stale: false,
+            nodes: Nodes::default(),
             now: start,
             start,
             end,
@@ -180,7 +256,7 @@ impl<'a> Engine<'a> {
         self.finish()
     }
 
-    fn next_time(&self) -> Time {
+    fn next_time(&mut self) -> Time {
         let mut t = self.next_sample;
         if let Some(j) = self.jobs.get(self.arrivals) {
             t = t.min(j.job.submit);
@@ -195,8 +271,8 @@ impl<'a> Engine<'a> {
             t = t.min(c);
         }
         if !self.static_mode {
-            let (pending, nodes) = self.world_parts();
-            let world = self.world(&pending, &nodes);
+            self.refresh_pending();
+            let world = self.world();
             if let Some(d) = self.core.next_deadline(&world, self.now) {
                 t = t.min(d);
             }
@@ -216,6 +292,7 @@ impl<'a> Engine<'a> {
             let at = self.jobs[i].job.submit;
             self.jobs[i].submit(at);
             self.waiting.insert(i);
+            self.pending_stale = true;
             self.arrivals += 1;
         }
         // Finishes (entries of jobs that stopped since are stale).
@@ -238,8 +315,8 @@ impl<'a> Engine<'a> {
             self.acks.pop();
             if let Phase::Running { node, .. } = &self.jobs[i].phase {
                 let name = self.jobs[i].job.pod.name.clone();
-                if let Some(n) = self.nodes.get_mut(node) {
-                    for b in n.node.pods.iter_mut().filter(|b| b.pod.name == name) {
+                if let Some((n, _)) = self.nodes.get_mut(node) {
+                    for b in n.pods.iter_mut().filter(|b| b.pod.name == name) {
                         b.checkpoint_completed = Some(t);
                     }
                 }
@@ -251,8 +328,14 @@ impl<'a> Engine<'a> {
         }
         self.bind();
         if !self.static_mode {
-            let (pending, nodes) = self.world_parts();
-            let w = world(self.catalog, self.region, &self.pools, &pending, &nodes);
+            self.refresh_pending();
+            let w = world(
+                self.catalog,
+                self.region,
+                &self.pools,
+                &self.pending,
+                &self.nodes.managed,
+            );
             let actions = self.core.decide(&w, now);
             for a in actions {
                 self.apply(a);
@@ -265,35 +348,49 @@ impl<'a> Engine<'a> {
         }
     }
 
-    fn world_parts(&self) -> (Vec<Pod>, Vec<ManagedNode>) {
-        let pending = self
-            .waiting
-            .iter()
-            .map(|&i| self.jobs[i].job.pod.clone())
-            .collect();
-        let nodes = self.nodes.values().map(|n| n.node.clone()).collect();
-        (pending, nodes)
+    /// Rebuilds the waiting pods' list if `waiting` changed since.
+    fn refresh_pending(&mut self) {
+        if self.pending_stale {
+            self.pending = self
+                .waiting
+                .iter()
+                .map(|&i| self.jobs[i].job.pod.clone())
+                .collect();
+            self.pending_stale = false;
+        }
     }
 
-    fn world<'w>(&'w self, pending: &'w [Pod], nodes: &'w [ManagedNode]) -> World<'w> {
-        world(self.catalog, self.region, &self.pools, pending, nodes)
+    /// The world as the core sees it (call [`Engine::refresh_pending`] first).
+    fn world(&self) -> World<'_> {
+        world(
+            self.catalog,
+            self.region,
+            &self.pools,
+            &self.pending,
+            &self.nodes.managed,
+        )
     }
 
     /// Hands a notice to the core with the current world.
     fn notify(&mut self, notice: &Notice, at: Time) {
-        let (pending, nodes) = self.world_parts();
-        let w = world(self.catalog, self.region, &self.pools, &pending, &nodes);
+        self.refresh_pending();
+        let w = world(
+            self.catalog,
+            self.region,
+            &self.pools,
+            &self.pending,
+            &self.nodes.managed,
+        );
         self.core.handle_notice(notice, &w, at);
     }
 
     fn on_cloud_event(&mut self, event: CloudEvent) {
         match event {
             CloudEvent::Ready { claim, at } => {
-                if let Some(n) = self.nodes.get_mut(&claim) {
-                    n.node.ready_at = Some(at);
-                    n.node.state.in_flight = false;
-                    let node = n.node.clone();
-                    self.core.observe_ready(&node);
+                if let Some((n, _)) = self.nodes.get_mut(&claim) {
+                    n.ready_at = Some(at);
+                    n.state.in_flight = false;
+                    self.core.observe_ready(n);
                 }
             }
             CloudEvent::Notice { notice, at } => {
@@ -313,15 +410,15 @@ impl<'a> Engine<'a> {
     }
 
     fn remove_node(&mut self, claim: &str, at: Time) {
-        if let Some(n) = self.nodes.remove(claim) {
+        if let Some((node, extra)) = self.nodes.remove(claim) {
             self.result
                 .log
                 .push((at, LogEvent::NodeGone(claim.to_string())));
-            for i in n.jobs {
+            for i in extra.jobs {
                 self.stop_job(i, at);
             }
-            let alive = (at - n.node.launched_at).num_seconds().max(0) as f64 / 3600.0;
-            self.result.provisioned_gpu_hours += alive * n.gpus;
+            let alive = (at - node.launched_at).num_seconds().max(0) as f64 / 3600.0;
+            self.result.provisioned_gpu_hours += alive * extra.gpus;
         }
     }
 
@@ -331,6 +428,7 @@ impl<'a> Engine<'a> {
                 (at - since).num_seconds().max(0) as f64 / 3600.0 * self.jobs[i].gpus();
             self.jobs[i].stop(at);
             self.waiting.insert(i);
+            self.pending_stale = true;
         }
     }
 
@@ -339,11 +437,11 @@ impl<'a> Engine<'a> {
         if let Phase::Running { node, since, .. } = &self.jobs[i].phase {
             self.result.gpu_hours +=
                 (at - *since).num_seconds().max(0) as f64 / 3600.0 * self.jobs[i].gpus();
-            if let Some(n) = self.nodes.get_mut(node) {
+            if let Some((n, extra)) = self.nodes.get_mut(node) {
                 let name = &self.jobs[i].job.pod.name;
-                n.jobs.remove(&i);
-                n.node.pods.retain(|b| &b.pod.name != name);
-                n.node.state.used.sub(&self.jobs[i].job.pod.requests);
+                extra.jobs.remove(&i);
+                n.pods.retain(|b| &b.pod.name != name);
+                n.state.used.sub(&self.jobs[i].job.pod.requests);
             }
         }
     }
@@ -356,8 +454,8 @@ impl<'a> Engine<'a> {
         match action {
             Action::Launch(req) => self.launch(req),
             Action::Cordon { claim, .. } => {
-                if let Some(n) = self.nodes.get_mut(&claim) {
-                    n.node.state.unschedulable = true;
+                if let Some((n, _)) = self.nodes.get_mut(&claim) {
+                    n.state.unschedulable = true;
                 }
             }
             Action::RequestCheckpoint { pod, .. } => {
@@ -371,10 +469,10 @@ impl<'a> Engine<'a> {
                 if let Some(&i) = self.by_name.get(&pod) {
                     if matches!(&self.jobs[i].phase, Phase::Running { node, .. } if *node == claim)
                     {
-                        if let Some(n) = self.nodes.get_mut(&claim) {
-                            n.jobs.remove(&i);
-                            n.node.pods.retain(|b| b.pod.name != pod);
-                            n.node.state.used.sub(&self.jobs[i].job.pod.requests);
+                        if let Some((n, extra)) = self.nodes.get_mut(&claim) {
+                            extra.jobs.remove(&i);
+                            n.pods.retain(|b| b.pod.name != pod);
+                            n.state.used.sub(&self.jobs[i].job.pod.requests);
                         }
                         self.stop_job(i, now);
                     }
@@ -392,7 +490,7 @@ impl<'a> Engine<'a> {
         match self.cloud.launch(&req, now) {
             Ok(_) => {
                 let node = {
-                    let world = self.world(&[], &[]);
+                    let world = world(self.catalog, self.region, &self.pools, &[], &[]);
                     ManagedNode::launched(&req, &world, now)
                 };
                 if let Some(node) = node {
@@ -403,9 +501,8 @@ impl<'a> Engine<'a> {
                         .map_or(0.0, |a| a.count as f64);
                     self.result.nodes_launched += 1;
                     self.nodes.insert(
-                        req.claim.clone(),
-                        SimNode {
-                            node,
+                        node,
+                        NodeExtra {
                             jobs: BTreeSet::new(),
                             gpus,
                         },
@@ -429,37 +526,37 @@ impl<'a> Engine<'a> {
         if self.waiting.is_empty() {
             return;
         }
-        let order: Vec<&String> = self
-            .nodes
-            .iter()
-            .filter(|(_, n)| n.node.ready_at.is_some() && !n.node.state.unschedulable)
-            .map(|(c, _)| c)
+        let ready: Vec<usize> = (0..self.nodes.managed.len())
+            .filter(|&k| {
+                let n = &self.nodes.managed[k];
+                n.ready_at.is_some() && !n.state.unschedulable
+            })
             .collect();
-        if order.is_empty() {
+        if ready.is_empty() {
             return;
         }
-        let claims: Vec<String> = order.into_iter().cloned().collect();
-        let states: Vec<crate::cluster::NodeState> = claims
+        let states: Vec<crate::cluster::NodeState> = ready
             .iter()
-            .map(|c| self.nodes[c].node.state.clone())
+            .map(|&k| self.nodes.managed[k].state.clone())
             .collect();
         // Only the waiting pods: cloning every job's pod on each step made a
         // long run quadratic in its number of jobs.
         let waiting: Vec<usize> = self.waiting.iter().copied().collect();
-        let pods: Vec<Pod> = waiting
-            .iter()
-            .map(|&i| self.jobs[i].job.pod.clone())
-            .collect();
-        let which: Vec<usize> = (0..pods.len()).collect();
-        let (placed, _) = pack::place_on_existing(&pods, &which, &states);
+        self.refresh_pending();
+        let which: Vec<usize> = (0..self.pending.len()).collect();
+        let (placed, _) = pack::place_on_existing(&self.pending, &which, &states);
         let now = self.now;
+        if !placed.is_empty() {
+            self.pending_stale = true;
+        }
         for (k, n) in placed {
             let i = waiting[k];
-            let claim = &claims[n];
-            let node = self.nodes.get_mut(claim).expect("bound to a known node");
-            node.jobs.insert(i);
-            node.node.state.used.add(&self.jobs[i].job.pod.requests);
-            node.node.pods.push(BoundPod {
+            let slot = ready[n];
+            let (node, extra) = (&mut self.nodes.managed[slot], &mut self.nodes.extra[slot]);
+            let claim = node.claim.clone();
+            extra.jobs.insert(i);
+            node.state.used.add(&self.jobs[i].job.pod.requests);
+            node.pods.push(BoundPod {
                 pod: self.jobs[i].job.pod.clone(),
                 do_not_disrupt: false,
                 checkpoint_completed: None,
@@ -467,7 +564,7 @@ impl<'a> Engine<'a> {
                 placeholder: false,
             });
             self.waiting.remove(&i);
-            self.jobs[i].start(claim, now);
+            self.jobs[i].start(&claim, now);
             if let Some(f) = self.jobs[i].finish_time() {
                 self.finishes.push(Reverse((f, i)));
             }
@@ -522,19 +619,21 @@ impl<'a> Engine<'a> {
         let mut s = Sample {
             t_s: (self.now - self.start).num_seconds() as f64,
             pending_pods: self.waiting.len() as u32,
-            cumulative_cost: self.cloud.cost_so_far(self.now),
+            // Summing every instance ever launched at each sample made long
+            // runs quadratic; the total at the end is summed exactly.
+            cumulative_cost: self.cloud.cost_so_far_running(self.now),
             ..Default::default()
         };
-        for n in self.nodes.values() {
-            s.cost_per_hour += n.node.price_per_hour;
-            match n.node.offering.capacity_type {
+        for (n, extra) in self.nodes.iter() {
+            s.cost_per_hour += n.price_per_hour;
+            match n.offering.capacity_type {
                 CapacityType::Spot => s.spot_nodes += 1,
                 CapacityType::OnDemand => s.on_demand_nodes += 1,
             }
-            let family = prewarm::family_of(&n.node.offering.instance_type).to_string();
+            let family = prewarm::family_of(&n.offering.instance_type).to_string();
             *s.nodes_by_family.entry(family).or_default() += 1;
-            s.gpus_provisioned += n.gpus;
-            s.gpus_used += n.jobs.iter().map(|&i| self.jobs[i].gpus()).sum::<f64>();
+            s.gpus_provisioned += extra.gpus;
+            s.gpus_used += extra.jobs.iter().map(|&i| self.jobs[i].gpus()).sum::<f64>();
         }
         self.result.timeseries.push(s);
         self.check_prewarm();
@@ -565,11 +664,9 @@ impl<'a> Engine<'a> {
                     .unwrap_or(0.0);
                 let ready: f64 = self
                     .nodes
-                    .values()
-                    .filter(|n| {
-                        n.node.nodepool == name && n.node.ready_at.is_some_and(|r| r <= w.start)
-                    })
-                    .map(|n| n.gpus)
+                    .iter()
+                    .filter(|(n, _)| n.nodepool == name && n.ready_at.is_some_and(|r| r <= w.start))
+                    .map(|(_, e)| e.gpus)
                     .sum();
                 self.result.prewarm_ready.1 += 1;
                 if ready >= wanted {
@@ -590,9 +687,9 @@ impl<'a> Engine<'a> {
                     (end - since).num_seconds().max(0) as f64 / 3600.0 * self.jobs[i].gpus();
             }
         }
-        for n in self.nodes.values() {
-            let alive = (end - n.node.launched_at).num_seconds().max(0) as f64 / 3600.0;
-            self.result.provisioned_gpu_hours += alive * n.gpus;
+        for (n, extra) in self.nodes.iter() {
+            let alive = (end - n.launched_at).num_seconds().max(0) as f64 / 3600.0;
+            self.result.provisioned_gpu_hours += alive * extra.gpus;
         }
         self.result.total_cost = self.cloud.cost_so_far(end);
         let mut waits: Vec<f64> = Vec::new();

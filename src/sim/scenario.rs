@@ -70,6 +70,23 @@ pub struct Storm {
     pub multiplier: f64,
 }
 
+/// A new price for some offerings from a point in the run on.
+#[derive(Debug, Clone, Deserialize, PartialEq)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct PriceChangeSpec {
+    /// Offset from the start (Go duration).
+    pub after: String,
+    /// Instance type whose price changes.
+    pub instance_type: String,
+    /// `spot` or `on-demand`.
+    pub capacity_type: String,
+    /// Zone ID; absent: every zone.
+    #[serde(default)]
+    pub zone: Option<String>,
+    /// USD per hour from then on.
+    pub price_per_hour: f64,
+}
+
 /// How the simulated cloud behaves beyond the catalog's figures.
 #[derive(Debug, Clone, Default, Deserialize, PartialEq)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
@@ -80,6 +97,13 @@ pub struct CloudSpec {
     /// Interruption storms.
     #[serde(default)]
     pub storms: Vec<Storm>,
+    /// Price changes during the run.
+    #[serde(default)]
+    pub price_changes: Vec<PriceChangeSpec>,
+    /// If set (Go duration), every spot interruption is preceded by a
+    /// rebalance recommendation this long before its notice.
+    #[serde(default)]
+    pub rebalance_lead: Option<String>,
 }
 
 /// A scenario file.
@@ -172,6 +196,47 @@ impl Scenario {
                 problems.push(format!("cloud.storms[{i}].multiplier: must be >= 0"));
             }
         }
+        for (i, c) in s.cloud.price_changes.iter().enumerate() {
+            if let Err(e) = crate::api::parse_duration(&c.after) {
+                problems.push(format!("cloud.priceChanges[{i}].after: {e}"));
+            }
+            if c.capacity_type
+                .parse::<crate::catalog::CapacityType>()
+                .is_err()
+            {
+                problems.push(format!(
+                    "cloud.priceChanges[{i}].capacityType: {:?} is not spot or on-demand",
+                    c.capacity_type
+                ));
+            }
+            if !(c.price_per_hour.is_finite() && c.price_per_hour >= 0.0) {
+                problems.push(format!(
+                    "cloud.priceChanges[{i}].pricePerHour: must be a number >= 0"
+                ));
+            }
+            let sold = catalog.offerings_in(&s.region).any(|o| {
+                o.instance_type == c.instance_type
+                    && o.capacity_type.to_string() == c.capacity_type
+                    && c.zone.as_ref().is_none_or(|z| *z == o.zone_id)
+            });
+            if !sold {
+                problems.push(format!(
+                    "cloud.priceChanges[{i}]: {} {} is not sold in {}{}",
+                    c.instance_type,
+                    c.capacity_type,
+                    s.region,
+                    c.zone
+                        .as_ref()
+                        .map(|z| format!(" zone {z}"))
+                        .unwrap_or_default()
+                ));
+            }
+        }
+        if let Some(lead) = &s.cloud.rebalance_lead {
+            if let Err(e) = crate::api::parse_duration(lead) {
+                problems.push(format!("cloud.rebalanceLead: {e}"));
+            }
+        }
         if problems.is_empty() {
             Ok(s)
         } else {
@@ -225,6 +290,46 @@ cloud:
         assert_eq!(s.workloads.len(), 2);
         assert_eq!(s.length(), chrono::Duration::hours(24));
         assert_eq!(s.region, "us-east-1");
+    }
+
+    #[test]
+    fn price_changes_and_the_rebalance_lead_are_read_and_checked() {
+        let catalog = Catalog::embedded().unwrap();
+        let with = |cloud: &str| {
+            GOOD.replace(
+                "cloud:\n  storms: [{after: 2h, duration: 1h, multiplier: 20}]",
+                &format!("cloud: {cloud}"),
+            )
+        };
+        let s = Scenario::parse(
+            &with(
+                "{priceChanges: [{after: 2h, instanceType: g5.xlarge, capacityType: spot, \
+                 pricePerHour: 0.5}], rebalanceLead: 10m}",
+            ),
+            &catalog,
+        )
+        .unwrap();
+        assert_eq!(s.cloud.price_changes[0].instance_type, "g5.xlarge");
+        assert_eq!(s.cloud.price_changes[0].zone, None);
+        assert_eq!(s.cloud.rebalance_lead.as_deref(), Some("10m"));
+        let e = Scenario::parse(
+            &with(
+                "{priceChanges: [{after: soon, instanceType: zz9.huge, capacityType: cheap, \
+                 pricePerHour: -1}], rebalanceLead: never}",
+            ),
+            &catalog,
+        )
+        .unwrap_err()
+        .to_string();
+        for field in [
+            "cloud.priceChanges[0].after",
+            "cloud.priceChanges[0].capacityType",
+            "cloud.priceChanges[0].pricePerHour",
+            "cloud.priceChanges[0]: zz9.huge",
+            "cloud.rebalanceLead",
+        ] {
+            assert!(e.contains(field), "{field} missing from: {e}");
+        }
     }
 
     #[test]

@@ -551,3 +551,29 @@ fn an_invalid_configuration_is_rejected_naming_the_field() {
         .unwrap_err();
     assert_eq!(err.field, "region");
 }
+
+#[test]
+fn the_running_cost_total_agrees_with_the_full_sum() {
+    let key = on_demand("p5.48xlarge", ZONES[0]);
+    let mut c = cloud(config(1));
+    c.launch(&claim("a", key.clone()), t0()).unwrap();
+    c.launch(&claim("b", key.clone()), t0()).unwrap();
+    let hour = t0() + TimeDelta::hours(1);
+    run(&mut c, hour);
+    c.terminate("a", hour).unwrap();
+    let later = hour + TimeDelta::hours(2);
+    run(&mut c, later);
+    c.launch(&claim("c", key), later).unwrap();
+    let end = later + TimeDelta::hours(1);
+    run(&mut c, end);
+    // a: 1 h, b: 4 h, c: 1 h, at $55/h.
+    assert!((c.cost_so_far(end) - 6.0 * 55.0).abs() < 1e-9);
+    for t in [end, later, hour, t0()] {
+        assert!(
+            (c.cost_so_far_running(t) - c.cost_so_far(t)).abs() < 1e-9,
+            "at {t}: {} vs {}",
+            c.cost_so_far_running(t),
+            c.cost_so_far(t)
+        );
+    }
+}
