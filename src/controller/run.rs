@@ -152,13 +152,26 @@ pub struct Driver<C> {
     requested: std::collections::BTreeSet<String>,
     leader_open: bool,
     notices_open: bool,
+    /// The reason last published in a not-placeable Event, per pending pod,
+    /// so an unchanged reason is not published every round.
+    unplaceable: HashMap<String, String>,
+}
+
+/// Seconds since the first call, on a monotonic clock: the planner's timer
+/// ([`Core::with_solve_clock`]).
+fn monotonic_seconds() -> f64 {
+    static START: std::sync::OnceLock<std::time::Instant> = std::sync::OnceLock::new();
+    START
+        .get_or_init(std::time::Instant::now)
+        .elapsed()
+        .as_secs_f64()
 }
 
 impl<C: CloudProvider + Send + Sync + 'static> Driver<C> {
     /// A driver over a synced store; `now` tags this process' claim names.
     pub fn new(ctx: Context<C>, settings: Settings, store: Arc<Store>, now: Time) -> Driver<C> {
         Driver {
-            core: Core::new(settings.core.clone()),
+            core: Core::new(settings.core.clone()).with_solve_clock(monotonic_seconds),
             ctx,
             settings,
             store,
@@ -177,6 +190,39 @@ impl<C: CloudProvider + Send + Sync + 'static> Driver<C> {
             requested: Default::default(),
             leader_open: true,
             notices_open: true,
+            unplaceable: HashMap::new(),
+        }
+    }
+
+    /// Reports the last plan: its solve time, and a Warning Event on each
+    /// pod it could not place whose reason is new. Pods no longer pending
+    /// are forgotten.
+    async fn report_plan(&mut self, pending: &[crate::cluster::Pod], now: Time) {
+        let Some(report) = self.core.last_plan().filter(|r| r.at == now) else {
+            return;
+        };
+        self.ctx
+            .metrics
+            .solve_duration_seconds
+            .observe(report.solve_seconds);
+        let fresh: Vec<(String, String)> = report
+            .unschedulable
+            .iter()
+            .filter(|u| !crate::core::prewarm::is_placeholder(&u.pod))
+            .filter(|u| self.unplaceable.get(&u.pod) != Some(&u.reason))
+            .map(|u| (u.pod.clone(), u.reason.clone()))
+            .collect();
+        let still: HashSet<&str> = pending.iter().map(|p| p.name.as_str()).collect();
+        self.unplaceable
+            .retain(|pod, _| still.contains(pod.as_str()));
+        for (pod, reason) in fresh {
+            tracing::info!(%pod, %reason, "cannot place pod");
+            if let Some(events) = &self.events {
+                events
+                    .not_placeable(&super::events::pod_ref(&pod, None), &reason)
+                    .await;
+            }
+            self.unplaceable.insert(pod, reason);
         }
     }
 
@@ -270,6 +316,7 @@ impl<C: CloudProvider + Send + Sync + 'static> Driver<C> {
                 .metrics
                 .decision_duration_seconds
                 .observe(started.elapsed().as_secs_f64());
+            self.report_plan(world.pending, now).await;
             let pods = self.store.read(|s| {
                 actions
                     .iter()

@@ -52,6 +52,20 @@ impl Default for Config {
     }
 }
 
+/// What the last provisioning plan could not place and how long it took to
+/// solve, kept for the drivers to report (pod Events, the solve-duration
+/// metric); no decision reads it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct PlanReport {
+    /// When the plan was made.
+    pub at: Time,
+    /// Pods the plan found no place for, each with the reason.
+    pub unschedulable: Vec<plan::Unschedulable>,
+    /// Seconds the planner took, by the clock given to
+    /// [`Core::with_solve_clock`] (0 without one).
+    pub solve_seconds: f64,
+}
+
 /// The decision core. Deterministic: the same calls give the same actions.
 #[derive(Debug)]
 pub struct Core {
@@ -69,6 +83,10 @@ pub struct Core {
     families: RefCell<BTreeMap<String, (NodePoolSpec, Vec<String>)>>,
     /// Advisor buckets of the spot pools the estimator has evidence for.
     priors: RefCell<BTreeMap<OfferingKey, Option<InterruptionBucket>>>,
+    /// Seconds on a monotonic clock, to time the planner; measuring only.
+    solve_clock: Option<fn() -> f64>,
+    /// The last provisioning plan's report.
+    last_plan: Option<PlanReport>,
 }
 
 impl Core {
@@ -84,8 +102,23 @@ impl Core {
             last_decide: None,
             families: RefCell::new(BTreeMap::new()),
             priors: RefCell::new(BTreeMap::new()),
+            solve_clock: None,
+            last_plan: None,
             config,
         }
+    }
+
+    /// Times each provisioning plan with `clock` (seconds on a monotonic
+    /// clock), reported in [`Core::last_plan`]. Only the report uses it, so
+    /// decisions stay a function of their inputs; the simulator passes none.
+    pub fn with_solve_clock(mut self, clock: fn() -> f64) -> Core {
+        self.solve_clock = Some(clock);
+        self
+    }
+
+    /// The last provisioning plan's report, if any plan was made.
+    pub fn last_plan(&self) -> Option<&PlanReport> {
+        self.last_plan.as_ref()
     }
 
     /// A notice from the cloud. An interruption is also evidence for that
@@ -205,7 +238,18 @@ impl Core {
             unavailable: &unavailable,
             learned_rate: Some(&learned),
         };
-        let result = plan::plan(&input, self.config.strategy, &self.config.planner, &|| 0.0);
+        let clock = self.solve_clock;
+        let result = plan::plan(
+            &input,
+            self.config.strategy,
+            &self.config.planner,
+            &move || clock.map_or(0.0, |c| c()),
+        );
+        self.last_plan = Some(PlanReport {
+            at: now,
+            unschedulable: result.unschedulable.clone(),
+            solve_seconds: result.solve_ms / 1000.0,
+        });
         let mut actions = Vec::new();
         for n in result.nodes {
             self.next_claim += 1;
@@ -444,6 +488,35 @@ mod tests {
         for s in 2..5 {
             assert!(launches(&core.decide(&world(&pools, &pending, &nodes), t(s))).is_empty());
         }
+    }
+
+    #[test]
+    fn the_last_plan_reports_unplaceable_pods_and_its_solve_time_by_the_given_clock() {
+        fn clock() -> f64 {
+            // Each reading 0.25 s after the last: the solve takes 0.25 s.
+            use std::sync::atomic::{AtomicU32, Ordering};
+            static TICKS: AtomicU32 = AtomicU32::new(0);
+            f64::from(TICKS.fetch_add(1, Ordering::Relaxed)) * 0.25
+        }
+        let pools = [gpu_pool(|_| {})];
+        let mut huge = gpu_pod("ml/huge");
+        huge.requests = huge.requests.clone().with(l::RESOURCE_GPU, 1000);
+        let pending = [gpu_pod("ml/a"), huge];
+        let mut core = Core::new(Config::default()).with_solve_clock(clock);
+        assert_eq!(core.last_plan(), None);
+        core.decide(&world(&pools, &pending, &[]), t(0));
+        let actions = core.decide(&world(&pools, &pending, &[]), t(1));
+        assert_eq!(launches(&actions).len(), 1);
+        let report = core.last_plan().expect("a plan was made");
+        assert_eq!(report.at, t(1));
+        let pods: Vec<&str> = report
+            .unschedulable
+            .iter()
+            .map(|u| u.pod.as_str())
+            .collect();
+        assert_eq!(pods, ["ml/huge"]);
+        assert!(!report.unschedulable[0].reason.is_empty());
+        assert_eq!(report.solve_seconds, 0.25);
     }
 
     #[test]

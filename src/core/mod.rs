@@ -17,7 +17,7 @@ pub mod fallback;
 pub mod interruption;
 pub mod prewarm;
 
-pub use decide::{Config, Core};
+pub use decide::{Config, Core, PlanReport};
 
 use crate::catalog::CapacityType;
 use crate::cluster::{NodeState, Pod};

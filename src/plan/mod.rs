@@ -126,7 +126,7 @@ pub struct ExistingPlacement {
 }
 
 /// A pod the plan cannot place, and why.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct Unschedulable {
     /// Pod.
     pub pod: String,
