@@ -64,6 +64,10 @@ impl Resources {
     pub fn set(&mut self, name: &str, value: i64) {
         if value == 0 {
             self.0.remove(name);
+        } else if let Some(v) = self.0.get_mut(name) {
+            // No new key string when the resource is already there: add and
+            // sub run in the simulator's inner loops.
+            *v = value;
         } else {
             self.0.insert(name.to_string(), value);
         }

@@ -77,6 +77,8 @@ struct Observed {
     since: Time,
     /// When it has been stable for the pool's `consolidateAfter`.
     eligible_at: Option<Time>,
+    /// The last [`Consolidation::observe`] round that saw it Ready.
+    round: u64,
 }
 
 /// A node being removed.
@@ -101,6 +103,10 @@ pub struct Consolidation {
     /// The next time a pool's scheduled budget opens or closes.
     budget_change: Option<Time>,
     last_now: Option<Time>,
+    /// Counts [`Consolidation::observe`] calls.
+    round: u64,
+    /// The pools' budgets `budget_change` was computed for, and when.
+    budget_cache: Option<(Vec<Vec<crate::api::Budget>>, Time)>,
 }
 
 /// What consolidation reads besides the world: the other decisions it must
@@ -155,39 +161,84 @@ impl Consolidation {
     /// change (a node counts as empty or stable from the first time it is
     /// seen so). [`Consolidation::decide`] calls it too.
     pub fn observe(&mut self, world: &World, now: Time) {
-        let alive: std::collections::HashSet<&str> =
-            world.nodes.iter().map(|n| n.claim.as_str()).collect();
-        self.observed
-            .retain(|claim, _| alive.contains(claim.as_str()));
-        for n in world.nodes {
-            if n.ready_at.is_none() {
-                self.observed.remove(&n.claim);
-                continue;
-            }
-            let mut pods: Vec<String> = real_pods(n).map(|p| p.name.clone()).collect();
-            pods.sort();
-            let o = self
-                .observed
-                .entry(n.claim.clone())
-                .or_insert_with(|| Observed {
-                    pods: pods.clone(),
-                    since: now,
-                    eligible_at: None,
-                });
-            if o.pods != pods {
-                o.pods = pods;
-                o.since = now;
-            }
-            o.eligible_at = pool_of(world, n)
-                .and_then(|p| p.spec.disruption.consolidate_after_duration().ok())
-                .flatten()
-                .map(|d| after(o.since, d));
-        }
-        self.budget_change = world
+        // Runs on every decision: no allocation when nothing changed, and the
+        // pools' `consolidateAfter` parsed once per round, not per node.
+        self.round = self.round.wrapping_add(1);
+        let round = self.round;
+        let consolidate_after: Vec<(&str, Option<std::time::Duration>)> = world
             .pools
             .iter()
-            .filter_map(|p| super::budgets::next_deadline(p, now).ok().flatten())
-            .min();
+            .map(|p| {
+                let after = p
+                    .spec
+                    .disruption
+                    .consolidate_after_duration()
+                    .ok()
+                    .flatten();
+                (p.metadata.name.as_deref().unwrap_or_default(), after)
+            })
+            .collect();
+        for n in world.nodes {
+            if n.ready_at.is_none() {
+                continue;
+            }
+            let same = |o: &Observed| {
+                o.pods.len() == real_pods(n).count()
+                    && real_pods(n).all(|p| o.pods.binary_search(&p.name).is_ok())
+            };
+            match self.observed.get_mut(&n.claim) {
+                Some(o) if same(o) => {}
+                Some(o) => {
+                    o.pods = sorted_names(n);
+                    o.since = now;
+                }
+                None => {
+                    self.observed.insert(
+                        n.claim.clone(),
+                        Observed {
+                            pods: sorted_names(n),
+                            since: now,
+                            eligible_at: None,
+                            round,
+                        },
+                    );
+                }
+            }
+            let Some(o) = self.observed.get_mut(&n.claim) else {
+                continue;
+            };
+            o.round = round;
+            o.eligible_at = consolidate_after
+                .iter()
+                .find(|(name, _)| *name == n.nodepool)
+                .and_then(|(_, after)| *after)
+                .map(|d| after(o.since, d));
+        }
+        // Nodes gone or not Ready (any more) are forgotten.
+        self.observed.retain(|_, o| o.round == round);
+        // The next budget change stays the same until it passes or the
+        // pools' budgets change: no cron parsing on every decision.
+        let fresh = self.budget_cache.as_ref().is_some_and(|(b, from)| {
+            b.len() == world.pools.len()
+                && b.iter()
+                    .zip(world.pools)
+                    .all(|(b, p)| *b == p.spec.disruption.budgets)
+                && *from <= now
+                && self.budget_change.is_none_or(|t| now < t)
+        });
+        if !fresh {
+            let budgets = world
+                .pools
+                .iter()
+                .map(|p| p.spec.disruption.budgets.clone())
+                .collect();
+            self.budget_change = world
+                .pools
+                .iter()
+                .filter_map(|p| super::budgets::next_deadline(p, now).ok().flatten())
+                .min();
+            self.budget_cache = Some((budgets, now));
+        }
         self.last_now = Some(now);
     }
 
@@ -479,18 +530,20 @@ impl Consolidation {
     /// protected, not already being removed, and stable for its pool's
     /// `consolidateAfter`.
     fn eligible(&self, r: &Round, n: &ManagedNode) -> bool {
+        // The cheap, most selective test first: `protected` reads cron
+        // schedules.
         n.ready_at.is_some()
+            && self
+                .observed
+                .get(&n.claim)
+                .and_then(|o| o.eligible_at)
+                .is_some_and(|at| at <= r.now)
             && !n.state.in_flight
             && !n.do_not_disrupt
             && !n.state.unschedulable
             && !r.ctx.interruptions.is_handling(&n.claim)
             && !self.disrupting.contains_key(&n.claim)
             && !(r.ctx.protected)(n)
-            && self
-                .observed
-                .get(&n.claim)
-                .and_then(|o| o.eligible_at)
-                .is_some_and(|at| at <= r.now)
     }
 
     /// How many more of the pool's nodes may be disrupted now.
@@ -679,6 +732,13 @@ fn real_pods(n: &ManagedNode) -> impl Iterator<Item = &Pod> {
     n.pods.iter().filter(|p| !p.placeholder).map(|p| &p.pod)
 }
 
+/// The names of a node's real pods, sorted (what [`Observed`] keeps).
+fn sorted_names(n: &ManagedNode) -> Vec<String> {
+    let mut pods: Vec<String> = real_pods(n).map(|p| p.name.clone()).collect();
+    pods.sort();
+    pods
+}
+
 /// What the node's daemonsets use: its usage less its bound pods' requests.
 fn daemonset_overhead(n: &ManagedNode) -> Resources {
     let mut o = n.state.used.clone();
@@ -827,6 +887,23 @@ mod tests {
         );
         assert_eq!(c.next_deadline(), Some(t(90)));
         assert_eq!(step(&mut c, &f, 76), [], "nothing twice, n2 not yet");
+    }
+
+    #[test]
+    fn a_node_that_leaves_the_world_is_forgotten_and_counted_afresh_when_back() {
+        let mut f = Fixture::new([node("n1")]);
+        f.pools = vec![pool_with("gpu", |s| {
+            s.disruption.consolidation_policy = ConsolidationPolicy::WhenEmpty;
+        })];
+        let mut c = Consolidation::default();
+        assert_eq!(step(&mut c, &f, 0), []);
+        assert_eq!(c.next_deadline(), Some(t(60)));
+        let gone = f.nodes.remove(0);
+        assert_eq!(step(&mut c, &f, 30), []);
+        assert_eq!(c.next_deadline(), None, "n1 forgotten");
+        f.nodes.insert(0, gone);
+        assert_eq!(step(&mut c, &f, 40), []);
+        assert_eq!(c.next_deadline(), Some(t(100)), "empty since 40 s");
     }
 
     #[test]

@@ -370,6 +370,9 @@ fn name(p: &NodePool) -> &str {
 /// the pool's nodes (ready or in flight, not leaving) already have counts
 /// against it, whether or not real pods use it.
 fn shortfall(pool: &NodePool, placeholders: Vec<Pod>, nodes: &[ManagedNode]) -> Vec<Pod> {
+    if placeholders.is_empty() {
+        return placeholders;
+    }
     let mut held = Resources::new();
     for n in nodes
         .iter()

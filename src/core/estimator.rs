@@ -135,7 +135,7 @@ impl InterruptionEstimator {
         if key.capacity_type != CapacityType::Spot || !hours.is_finite() || hours <= 0.0 {
             return;
         }
-        self.entry(key).exposure_hours += hours;
+        self.update(key, |e| e.exposure_hours += hours);
     }
 
     /// Counts one spot interruption in the pool. Call it once per instance
@@ -147,7 +147,7 @@ impl InterruptionEstimator {
         if key.capacity_type != CapacityType::Spot {
             return;
         }
-        self.entry(key).interruptions += 1;
+        self.update(key, |e| e.interruptions += 1);
     }
 
     /// Adds the exposure of our spot nodes over `[from, to)`: for each node,
@@ -164,8 +164,13 @@ impl InterruptionEstimator {
         }
     }
 
-    fn entry(&mut self, key: &OfferingKey) -> &mut Evidence {
-        self.evidence.entry(key.clone()).or_default()
+    /// Applies `f` to the pool's evidence, cloning the key only for a pool
+    /// seen for the first time (this runs per node per tick).
+    fn update(&mut self, key: &OfferingKey, f: impl FnOnce(&mut Evidence)) {
+        match self.evidence.get_mut(key) {
+            Some(e) => f(e),
+            None => f(self.evidence.entry(key.clone()).or_default()),
+        }
     }
 
     /// What was seen of the pool (zeros when nothing).

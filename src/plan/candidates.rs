@@ -11,6 +11,16 @@ use crate::cluster::{Labels, Pool, Resources, Taint};
 use super::classes::Class;
 use super::Input;
 
+/// The labels [`shape::node_labels_from`] sets per offering (the rest come
+/// from the instance type).
+const OFFERING_LABELS: [&str; 5] = [
+    l::REGION,
+    l::ZONE_ID,
+    l::ZONE,
+    l::CAPACITY_TYPE,
+    l::NODEPOOL,
+];
+
 /// One offering as a given pool would launch it.
 #[derive(Debug, Clone)]
 pub struct Candidate {
@@ -54,6 +64,17 @@ pub fn candidates(input: &Input) -> Vec<Candidate> {
     // pool: building them dominated planning in long simulations.
     let mut type_labels: std::collections::HashMap<&str, Labels> = Default::default();
     for (pi, pool) in pools.iter().enumerate() {
+        // Requirements on labels only the instance type sets are checked once
+        // per type, before any offering's labels are built: most offerings
+        // of a region fail a pool's family or GPU requirement.
+        let type_level: Vec<&crate::api::Requirement> = pool
+            .requirements
+            .iter()
+            .filter(|r| {
+                !OFFERING_LABELS.contains(&r.key.as_str()) && !pool.labels.contains_key(&r.key)
+            })
+            .collect();
+        let mut type_ok: std::collections::HashMap<&str, bool> = Default::default();
         for o in catalog.offerings_in(region) {
             if !pool.capacity_types.contains(&o.capacity_type) || unavailable(o) {
                 continue;
@@ -79,8 +100,14 @@ pub fn candidates(input: &Input) -> Vec<Candidate> {
             }
             let base = type_labels
                 .entry(it.name.as_str())
-                .or_insert_with(|| crate::catalog::instance_type_labels(it))
-                .clone();
+                .or_insert_with(|| crate::catalog::instance_type_labels(it));
+            let ok = *type_ok
+                .entry(it.name.as_str())
+                .or_insert_with(|| type_level.iter().all(|r| r.matches(base)));
+            if !ok {
+                continue;
+            }
+            let base = base.clone();
             let mut labels = shape::node_labels_from(base, o, &pool.name);
             for (k, v) in &pool.labels {
                 labels.insert(k.clone(), v.clone());

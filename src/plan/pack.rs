@@ -55,6 +55,15 @@ impl Bin {
             self.anti.insert(k);
         }
     }
+
+    /// Takes back the last pod placed, `pod` (a gang that did not fit whole).
+    fn take_last(&mut self, pod: &Pod) {
+        self.free.add(&pod.requests);
+        self.pods.pop();
+        if let Some(k) = anti_affinity_key(pod) {
+            self.anti.remove(&k);
+        }
+    }
 }
 
 /// Whether `pod` may run on a node with these labels and taints.
@@ -80,16 +89,27 @@ pub fn sort_largest_first(pods: &[Pod], idx: &mut [usize]) {
 /// Places as many of `which` as fit onto `nodes` (ready nodes before in-flight
 /// claims, first fit, largest pods first). A gang is placed whole or not at
 /// all. Returns `(pod index, node index)` placements and the pods left over.
-pub fn place_on_existing(
+///
+/// `nodes` may be owned or borrowed states, so that a driver holding nodes
+/// inside larger records need not clone them (the simulator binds pods on
+/// most steps).
+pub fn place_on_existing<N: std::borrow::Borrow<NodeState>>(
     pods: &[Pod],
     which: &[usize],
-    nodes: &[NodeState],
+    nodes: &[N],
 ) -> (Vec<(usize, usize)>, Vec<usize>) {
+    let node = |n: usize| -> &NodeState { nodes[n].borrow() };
     let mut order: Vec<usize> = (0..nodes.len())
-        .filter(|&n| !nodes[n].unschedulable)
+        .filter(|&n| !node(n).unschedulable)
         .collect();
-    order.sort_by_key(|&n| nodes[n].in_flight);
-    let mut bins: Vec<Bin> = nodes.iter().map(|n| Bin::new(n.free())).collect();
+    order.sort_by_key(|&n| node(n).in_flight);
+    // A node's bin is opened when the first pod lands on it; until then its
+    // room is read from the node itself.
+    let mut bins: Vec<Option<Bin>> = vec![None; nodes.len()];
+    let fits = |bins: &[Option<Bin>], n: usize, pod: &Pod| match &bins[n] {
+        Some(b) => b.fits(pod),
+        None => fits_free(pod, node(n)),
+    };
     let mut idx = which.to_vec();
     sort_largest_first(pods, &mut idx);
 
@@ -111,16 +131,17 @@ pub fn place_on_existing(
             }
             None => vec![i],
         };
-        let saved = bins.clone();
         let mut tentative = Vec::new();
         let mut ok = true;
         for &m in &members {
             let spot = order.iter().copied().find(|&n| {
-                compatible(&pods[m], &nodes[n].labels, &nodes[n].taints) && bins[n].fits(&pods[m])
+                compatible(&pods[m], &node(n).labels, &node(n).taints) && fits(&bins, n, &pods[m])
             });
             match spot {
                 Some(n) => {
-                    bins[n].put(m, &pods[m]);
+                    bins[n]
+                        .get_or_insert_with(|| Bin::new(node(n).free()))
+                        .put(m, &pods[m]);
                     tentative.push((m, n));
                 }
                 None => {
@@ -132,11 +153,24 @@ pub fn place_on_existing(
         if ok {
             placed.extend(tentative);
         } else {
-            bins = saved;
+            // Undo the members placed so far, last first.
+            for &(m, n) in tentative.iter().rev() {
+                if let Some(b) = bins[n].as_mut() {
+                    b.take_last(&pods[m]);
+                }
+            }
             left.extend(members);
         }
     }
     (placed, left)
+}
+
+/// Whether `pod` fits in the free room of `node` ([`NodeState::free`]),
+/// without building it.
+fn fits_free(pod: &Pod, node: &NodeState) -> bool {
+    pod.requests
+        .iter()
+        .all(|(k, v)| v <= (node.allocatable.get(k) - node.used.get(k)).max(0))
 }
 
 /// Packs `which` into nodes that each offer `allocatable`, first fit
@@ -176,4 +210,80 @@ pub fn pack_new(
             .collect(),
         misfits,
     )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::cluster::pod::GroupRef;
+
+    fn node(name: &str, gpus: i64, used: i64) -> NodeState {
+        NodeState {
+            name: name.into(),
+            nodepool: None,
+            instance_type: None,
+            zone: "use1-az1".into(),
+            capacity_type: None,
+            labels: Labels::new(),
+            taints: Vec::new(),
+            allocatable: Resources::new()
+                .with(CPU, 8000)
+                .with(crate::cluster::resources::PODS, 110)
+                .with(l::RESOURCE_GPU, gpus),
+            used: Resources::new().with(l::RESOURCE_GPU, used),
+            price_per_hour: 1.0,
+            in_flight: false,
+            unschedulable: false,
+        }
+    }
+
+    fn pod(name: &str, gpus: i64, group: Option<&str>) -> Pod {
+        let mut p = Pod::new(
+            name,
+            Resources::new().with(CPU, 1000).with(l::RESOURCE_GPU, gpus),
+        );
+        p.group = group.map(|g| GroupRef {
+            name: g.into(),
+            min_member: 3,
+        });
+        p
+    }
+
+    #[test]
+    fn a_gang_that_does_not_fit_whole_gives_its_room_back() {
+        // Two free GPUs; a gang of three one-GPU pods cannot fit, so both
+        // GPUs must go to the two single pods that come after it.
+        let nodes = vec![node("a", 1, 0), node("b", 4, 3)];
+        let pods = vec![
+            pod("g0", 1, Some("job")),
+            pod("g1", 1, Some("job")),
+            pod("g2", 1, Some("job")),
+            pod("s0", 1, None),
+            pod("s1", 1, None),
+        ];
+        let all: Vec<usize> = (0..pods.len()).collect();
+        let (placed, left) = place_on_existing(&pods, &all, &nodes);
+        let mut left = left;
+        left.sort();
+        assert_eq!(left, vec![0, 1, 2]);
+        let mut on: Vec<usize> = placed.iter().map(|&(_, n)| n).collect();
+        on.sort();
+        assert_eq!(on, vec![0, 1], "{placed:?}");
+    }
+
+    #[test]
+    fn borrowed_and_owned_nodes_place_alike_and_overcommitted_nodes_take_nothing() {
+        // Node "c" uses more GPUs than it has (negative free room): nothing
+        // goes there, as `NodeState::free` clamps at zero.
+        let nodes = vec![node("c", 1, 2), node("d", 2, 0), node("e", 1, 0)];
+        let pods = vec![pod("p0", 1, None), pod("p1", 2, None), pod("p2", 1, None)];
+        let all: Vec<usize> = (0..pods.len()).collect();
+        let owned = place_on_existing(&pods, &all, &nodes);
+        let refs: Vec<&NodeState> = nodes.iter().collect();
+        let borrowed = place_on_existing(&pods, &all, &refs);
+        assert_eq!(owned, borrowed);
+        // Largest first: p1 fills "d", p0 takes "e", p2 is left.
+        assert_eq!(owned.0, vec![(1, 1), (0, 2)]);
+        assert_eq!(owned.1, vec![2]);
+    }
 }

@@ -104,6 +104,9 @@ pub struct Engine<'a> {
     /// The waiting jobs' pods in `waiting`'s order, rebuilt when it changes.
     pending: Vec<Pod>,
     pending_stale: bool,
+    /// Whether a bind could place anything new: a pod started waiting, a
+    /// node became Ready or room was freed since the last bind.
+    bind_dirty: bool,
     nodes: Nodes,
     now: Time,
     start: Time,
@@ -224,6 +227,7 @@ impl<'a> Engine<'a> {
             waiting: BTreeSet::new(),
             pending: Vec::new(),
             pending_stale: false,
+            bind_dirty: true,
             nodes: Nodes::default(),
             now: start,
             start,
@@ -293,6 +297,7 @@ impl<'a> Engine<'a> {
             self.jobs[i].submit(at);
             self.waiting.insert(i);
             self.pending_stale = true;
+            self.bind_dirty = true;
             self.arrivals += 1;
         }
         // Finishes (entries of jobs that stopped since are stale).
@@ -390,6 +395,7 @@ impl<'a> Engine<'a> {
                 if let Some((n, _)) = self.nodes.get_mut(&claim) {
                     n.ready_at = Some(at);
                     n.state.in_flight = false;
+                    self.bind_dirty = true;
                     self.core.observe_ready(n);
                 }
             }
@@ -429,6 +435,7 @@ impl<'a> Engine<'a> {
             self.jobs[i].stop(at);
             self.waiting.insert(i);
             self.pending_stale = true;
+            self.bind_dirty = true;
         }
     }
 
@@ -442,6 +449,7 @@ impl<'a> Engine<'a> {
                 extra.jobs.remove(&i);
                 n.pods.retain(|b| &b.pod.name != name);
                 n.state.used.sub(&self.jobs[i].job.pod.requests);
+                self.bind_dirty = true;
             }
         }
     }
@@ -473,6 +481,7 @@ impl<'a> Engine<'a> {
                             extra.jobs.remove(&i);
                             n.pods.retain(|b| b.pod.name != pod);
                             n.state.used.sub(&self.jobs[i].job.pod.requests);
+                            self.bind_dirty = true;
                         }
                         self.stop_job(i, now);
                     }
@@ -523,9 +532,12 @@ impl<'a> Engine<'a> {
     /// Plays the kube-scheduler: waiting pods, largest first, go to the first
     /// Ready, schedulable node with room; a gang binds whole or not at all.
     fn bind(&mut self) {
-        if self.waiting.is_empty() {
+        // Nothing changed since the last bind: it would place nothing.
+        if self.waiting.is_empty() || !self.bind_dirty {
             return;
         }
+        self.bind_dirty = false;
+        self.refresh_pending();
         let ready: Vec<usize> = (0..self.nodes.managed.len())
             .filter(|&k| {
                 let n = &self.nodes.managed[k];
@@ -535,14 +547,13 @@ impl<'a> Engine<'a> {
         if ready.is_empty() {
             return;
         }
-        let states: Vec<crate::cluster::NodeState> = ready
+        let states: Vec<&crate::cluster::NodeState> = ready
             .iter()
-            .map(|&k| self.nodes.managed[k].state.clone())
+            .map(|&k| &self.nodes.managed[k].state)
             .collect();
         // Only the waiting pods: cloning every job's pod on each step made a
         // long run quadratic in its number of jobs.
         let waiting: Vec<usize> = self.waiting.iter().copied().collect();
-        self.refresh_pending();
         let which: Vec<usize> = (0..self.pending.len()).collect();
         let (placed, _) = pack::place_on_existing(&self.pending, &which, &states);
         let now = self.now;
