@@ -34,7 +34,7 @@ use serde_json::{json, Value};
 use std::collections::HashSet;
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
-use support::api_server::{echo, status_body, Scenario};
+use support::api_server::{echo, status_body, Scenario, Verifier};
 use tokio::sync::watch;
 
 const CLAIMS: &str = "/apis/quartermaster.dev/v1alpha1/nodeclaims";
@@ -194,6 +194,28 @@ fn claim_for(req: &ClaimRequest, at: Time) -> NodeClaim {
     c
 }
 
+/// Reconciles the claim `name` from the store at `at` against the API
+/// scripted by `api` (what `Scenario::run` returns), and checks that every
+/// scripted request was made.
+async fn reconcile_scripted(
+    api: (kube::Client, Verifier),
+    s: &Store,
+    cloud: &Mutex<SimulatedCloud>,
+    metrics: &Metrics,
+    name: &str,
+    at: Time,
+) -> Step {
+    let (client, verifier) = api;
+    let api = KubeApi::new(client);
+    let view = s.read(|s| s.claim_view(&s.claims[name]));
+    let step = lifecycle(&api, cloud, metrics)
+        .reconcile(&view, at)
+        .await
+        .unwrap();
+    verifier.finish().await;
+    step
+}
+
 fn launches(actions: &[Action]) -> Vec<&ClaimRequest> {
     actions
         .iter()
@@ -306,7 +328,7 @@ async fn a_pending_gpu_pod_leads_to_a_node_claim_and_then_a_launch() {
         Some(quartermaster::controller::snapshot::to_k8s_time(t(2)));
     s.apply(claim.clone());
     let reply = claim_json(&claim);
-    let (client, verifier) = Scenario::new()
+    let api = Scenario::new()
         .expect(Method::PATCH, &format!("{CLAIMS}/{name}/status"), |body| {
             let status = &body["status"];
             assert!(status["providerID"]
@@ -318,14 +340,8 @@ async fn a_pending_gpu_pod_leads_to_a_node_claim_and_then_a_launch() {
         })
         .respond(200, reply)
         .run();
-    let api = KubeApi::new(client);
     let metrics = Metrics::unregistered();
-    let view = s.read(|s| s.claim_view(&s.claims[&name]));
-    let step = lifecycle(&api, &cloud, &metrics)
-        .reconcile(&view, t(3))
-        .await
-        .unwrap();
-    verifier.finish().await;
+    let step = reconcile_scripted(api, &s, &cloud, &metrics, &name, t(3)).await;
     let Step::Launched(instance) = step else {
         panic!("{step:?}")
     };
@@ -349,15 +365,9 @@ async fn a_pending_gpu_pod_leads_to_a_node_claim_and_then_a_launch() {
     );
     launched.status = Some(status);
     s.apply(launched.clone());
-    let (client, verifier) = Scenario::new().run();
-    let api = KubeApi::new(client);
-    let view = s.read(|s| s.claim_view(&s.claims[&name]));
-    let step = lifecycle(&api, &cloud, &metrics)
-        .reconcile(&view, t(30))
-        .await
-        .unwrap();
+    let api = Scenario::new().run();
+    let step = reconcile_scripted(api, &s, &cloud, &metrics, &name, t(30)).await;
     assert_eq!(step, Step::Waiting("registration"));
-    verifier.finish().await;
 
     // In the world, the claim is capacity in flight: the pod launches
     // nothing more.
@@ -393,7 +403,7 @@ async fn a_registered_node_gets_labels_and_taints_and_is_initialized_only_once_i
     let want_labels = claim.spec.labels.clone();
     let node_reply =
         serde_json::to_value(node("ip-10-0-0-1", &provider_id, json!([]), false, None)).unwrap();
-    let (client, verifier) = Scenario::new()
+    let api = Scenario::new()
         .expect(Method::PATCH, "/api/v1/nodes/ip-10-0-0-1", move |body| {
             for (k, v) in &want_labels {
                 assert_eq!(body["metadata"]["labels"][k], json!(v), "label {k}");
@@ -415,13 +425,7 @@ async fn a_registered_node_gets_labels_and_taints_and_is_initialized_only_once_i
         })
         .respond(200, claim_json(&claim))
         .run();
-    let api = KubeApi::new(client);
-    let view = s.read(|s| s.claim_view(&s.claims[&name]));
-    let step = lifecycle(&api, &cloud, &metrics)
-        .reconcile(&view, t(60))
-        .await
-        .unwrap();
-    verifier.finish().await;
+    let step = reconcile_scripted(api, &s, &cloud, &metrics, &name, t(60)).await;
     assert_eq!(
         step,
         Step::Registered {
@@ -451,14 +455,8 @@ async fn a_registered_node_gets_labels_and_taints_and_is_initialized_only_once_i
         true,
         None,
     ));
-    let (client, verifier) = Scenario::new().run();
-    let api = KubeApi::new(client);
-    let view = s.read(|s| s.claim_view(&s.claims[&name]));
-    let step = lifecycle(&api, &cloud, &metrics)
-        .reconcile(&view, t(90))
-        .await
-        .unwrap();
-    verifier.finish().await;
+    let api = Scenario::new().run();
+    let step = reconcile_scripted(api, &s, &cloud, &metrics, &name, t(90)).await;
     assert_eq!(step, Step::Waiting("initialization"));
     // A zero count is not advertised either.
     s.apply(node(
@@ -468,14 +466,8 @@ async fn a_registered_node_gets_labels_and_taints_and_is_initialized_only_once_i
         true,
         Some("0"),
     ));
-    let (client, verifier) = Scenario::new().run();
-    let api = KubeApi::new(client);
-    let view = s.read(|s| s.claim_view(&s.claims[&name]));
-    let step = lifecycle(&api, &cloud, &metrics)
-        .reconcile(&view, t(95))
-        .await
-        .unwrap();
-    verifier.finish().await;
+    let api = Scenario::new().run();
+    let step = reconcile_scripted(api, &s, &cloud, &metrics, &name, t(95)).await;
     assert_eq!(step, Step::Waiting("initialization"));
 
     // The device plugin publishes the GPU: Initialized and Ready.
@@ -486,7 +478,7 @@ async fn a_registered_node_gets_labels_and_taints_and_is_initialized_only_once_i
         true,
         Some("1"),
     ));
-    let (client, verifier) = Scenario::new()
+    let api = Scenario::new()
         .expect(Method::PATCH, &format!("{CLAIMS}/{name}/status"), |body| {
             let conds = body["status"]["conditions"].as_array().unwrap();
             for c in [conditions::INITIALIZED, conditions::READY] {
@@ -501,13 +493,7 @@ async fn a_registered_node_gets_labels_and_taints_and_is_initialized_only_once_i
         })
         .respond(200, claim_json(&registered))
         .run();
-    let api = KubeApi::new(client);
-    let view = s.read(|s| s.claim_view(&s.claims[&name]));
-    let step = lifecycle(&api, &cloud, &metrics)
-        .reconcile(&view, t(120))
-        .await
-        .unwrap();
-    verifier.finish().await;
+    let step = reconcile_scripted(api, &s, &cloud, &metrics, &name, t(120)).await;
     assert_eq!(
         step,
         Step::Initialized {
@@ -705,7 +691,7 @@ async fn an_interruption_leads_to_a_checkpoint_request_then_evictions_after_the_
         Some(quartermaster::controller::snapshot::to_k8s_time(now));
     s.apply(deleting.clone());
     let reply = claim_json(&deleting);
-    let (client, verifier) = Scenario::new()
+    let api = Scenario::new()
         .expect(Method::DELETE, "/api/v1/nodes/ip-10-0-0-1", |_| {})
         .respond(200, status_body(200, "", "deleted"))
         .expect(Method::PATCH, &format!("{CLAIMS}/{name}"), |body| {
@@ -716,14 +702,8 @@ async fn an_interruption_leads_to_a_checkpoint_request_then_evictions_after_the_
         .content_type("application/json-patch+json")
         .respond(200, reply)
         .run();
-    let api = KubeApi::new(client);
     let metrics = Metrics::unregistered();
-    let view = s.read(|s| s.claim_view(&s.claims[&name]));
-    let step = lifecycle(&api, &cloud, &metrics)
-        .reconcile(&view, now)
-        .await
-        .unwrap();
-    verifier.finish().await;
+    let step = reconcile_scripted(api, &s, &cloud, &metrics, &name, now).await;
     assert_eq!(step, Step::Finalized);
     let instance = cloud.describe(&name).await.unwrap().unwrap();
     assert_eq!(instance.state, InstanceState::ShuttingDown);
@@ -752,7 +732,7 @@ async fn deleting_a_claim_drains_within_pdbs_and_waits_for_pods_to_go_before_ter
         vec![deleting],
     );
     let metrics = Metrics::unregistered();
-    let (client, verifier) = Scenario::new()
+    let api = Scenario::new()
         .expect(Method::PATCH, "/api/v1/nodes/ip-10-0-0-1", |body| {
             assert_eq!(body["spec"]["unschedulable"], true);
             assert_eq!(body["spec"]["taints"][0]["key"], l::TAINT_DISRUPTED);
@@ -781,13 +761,7 @@ async fn deleting_a_claim_drains_within_pdbs_and_waits_for_pods_to_go_before_ter
             ),
         )
         .run();
-    let api = KubeApi::new(client);
-    let view = s.read(|s| s.claim_view(&s.claims[&name]));
-    let step = lifecycle(&api, &cloud, &metrics)
-        .reconcile(&view, t(100))
-        .await
-        .unwrap();
-    verifier.finish().await;
+    let step = reconcile_scripted(api, &s, &cloud, &metrics, &name, t(100)).await;
     assert_eq!(
         step,
         Step::Draining {
@@ -822,7 +796,7 @@ async fn deleting_a_claim_drains_within_pdbs_and_waits_for_pods_to_go_before_ter
     let mut a = gpu_pod("a", Some("ip-10-0-0-1"), json!({}));
     a.metadata.deletion_timestamp = Some(quartermaster::controller::snapshot::to_k8s_time(t(101)));
     s.apply(a);
-    let (client, verifier) = Scenario::new()
+    let api = Scenario::new()
         .expect(
             Method::POST,
             "/api/v1/namespaces/ml/pods/b/eviction",
@@ -830,13 +804,7 @@ async fn deleting_a_claim_drains_within_pdbs_and_waits_for_pods_to_go_before_ter
         )
         .respond(201, status_body(201, "", "evicted"))
         .run();
-    let api = KubeApi::new(client);
-    let view = s.read(|s| s.claim_view(&s.claims[&name]));
-    let step = lifecycle(&api, &cloud, &metrics)
-        .reconcile(&view, t(110))
-        .await
-        .unwrap();
-    verifier.finish().await;
+    let step = reconcile_scripted(api, &s, &cloud, &metrics, &name, t(110)).await;
     assert_eq!(
         step,
         Step::Draining {
@@ -849,19 +817,13 @@ async fn deleting_a_claim_drains_within_pdbs_and_waits_for_pods_to_go_before_ter
     // Both gone: terminate, delete the node, release the claim.
     s.delete(&gpu_pod("a", Some("ip-10-0-0-1"), json!({})));
     s.delete(&gpu_pod("b", Some("ip-10-0-0-1"), json!({})));
-    let (client, verifier) = Scenario::new()
+    let api = Scenario::new()
         .expect(Method::DELETE, "/api/v1/nodes/ip-10-0-0-1", |_| {})
         .respond(404, status_body(404, "NotFound", "gone"))
         .expect(Method::PATCH, &format!("{CLAIMS}/{name}"), |_| {})
         .respond(200, claim_json(&claim))
         .run();
-    let api = KubeApi::new(client);
-    let view = s.read(|s| s.claim_view(&s.claims[&name]));
-    let step = lifecycle(&api, &cloud, &metrics)
-        .reconcile(&view, t(140))
-        .await
-        .unwrap();
-    verifier.finish().await;
+    let step = reconcile_scripted(api, &s, &cloud, &metrics, &name, t(140)).await;
     assert_eq!(step, Step::Finalized);
     assert!(!cloud
         .describe(&name)

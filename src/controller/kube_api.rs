@@ -79,14 +79,7 @@ impl KubeApi {
         name: &str,
         status: &NodeClaimStatus,
     ) -> kube::Result<()> {
-        let api: Api<NodeClaim> = Api::all(self.client.clone());
-        api.patch_status(
-            name,
-            &patch_params(),
-            &Patch::Merge(json!({ "status": status })),
-        )
-        .await
-        .map(drop)
+        self.merge_status::<NodeClaim>(name, status).await
     }
 
     /// Requests deletion of the NodeClaim (our finalizer holds it until the
@@ -95,11 +88,7 @@ impl KubeApi {
     /// # Errors
     /// Any API error other than NotFound.
     pub async fn delete_node_claim(&self, name: &str) -> kube::Result<()> {
-        let api: Api<NodeClaim> = Api::all(self.client.clone());
-        ignore_status(
-            api.delete(name, &DeleteParams::default()).await.map(drop),
-            404,
-        )
+        self.delete_if_present::<NodeClaim>(name).await
     }
 
     /// Removes our finalizer from the NodeClaim, keeping any others. Gone
@@ -184,14 +173,7 @@ impl KubeApi {
         name: &str,
         status: &serde_json::Value,
     ) -> kube::Result<()> {
-        let api: Api<Node> = Api::all(self.client.clone());
-        api.patch_status(
-            name,
-            &patch_params(),
-            &Patch::Merge(json!({ "status": status })),
-        )
-        .await
-        .map(drop)
+        self.merge_status::<Node>(name, status).await
     }
 
     /// Deletes the Node object. Gone already is fine.
@@ -199,11 +181,7 @@ impl KubeApi {
     /// # Errors
     /// Any API error other than NotFound.
     pub async fn delete_node(&self, name: &str) -> kube::Result<()> {
-        let api: Api<Node> = Api::all(self.client.clone());
-        ignore_status(
-            api.delete(name, &DeleteParams::default()).await.map(drop),
-            404,
-        )
+        self.delete_if_present::<Node>(name).await
     }
 
     /// Evicts a pod through the Eviction API (policy/v1), so that PDBs and
@@ -273,7 +251,17 @@ impl KubeApi {
         name: &str,
         status: &NodePoolStatus,
     ) -> kube::Result<()> {
-        let api: Api<NodePool> = Api::all(self.client.clone());
+        self.merge_status::<NodePool>(name, status).await
+    }
+
+    /// A merge patch of `{"status": status}` on the status subresource of
+    /// a cluster-scoped object.
+    async fn merge_status<K: ClusterObject>(
+        &self,
+        name: &str,
+        status: &impl serde::Serialize,
+    ) -> kube::Result<()> {
+        let api: Api<K> = Api::all(self.client.clone());
         api.patch_status(
             name,
             &patch_params(),
@@ -282,6 +270,33 @@ impl KubeApi {
         .await
         .map(drop)
     }
+
+    /// Deletes a cluster-scoped object; gone already is fine.
+    async fn delete_if_present<K: ClusterObject>(&self, name: &str) -> kube::Result<()> {
+        let api: Api<K> = Api::all(self.client.clone());
+        ignore_status(
+            api.delete(name, &DeleteParams::default()).await.map(drop),
+            404,
+        )
+    }
+}
+
+/// A cluster-scoped object with a static type (NodeClaim, NodePool, Node):
+/// what the generic writes above need.
+trait ClusterObject:
+    kube::Resource<Scope = kube::core::ClusterResourceScope, DynamicType = ()>
+    + Clone
+    + serde::de::DeserializeOwned
+    + std::fmt::Debug
+{
+}
+
+impl<K> ClusterObject for K where
+    K: kube::Resource<Scope = kube::core::ClusterResourceScope, DynamicType = ()>
+        + Clone
+        + serde::de::DeserializeOwned
+        + std::fmt::Debug
+{
 }
 
 /// The `policy/v1` Eviction of one pod.
