@@ -7,11 +7,16 @@ use std::path::Path;
 use std::sync::Arc;
 
 fn run(file: &str) -> quartermaster::sim::result::SimReport {
-    let catalog = Arc::new(Catalog::embedded().unwrap());
     let path = Path::new(env!("CARGO_MANIFEST_DIR")).join(file);
     let text = std::fs::read_to_string(&path).unwrap();
-    let scenario = Scenario::parse(&text, &catalog).unwrap();
-    let jobs = sim::load_jobs(&scenario, path.parent().unwrap(), None).unwrap();
+    run_text(&text, path.parent().unwrap())
+}
+
+/// Runs a scenario given as YAML (trace paths relative to `dir`).
+fn run_text(yaml: &str, dir: &Path) -> quartermaster::sim::result::SimReport {
+    let catalog = Arc::new(Catalog::embedded().unwrap());
+    let scenario = Scenario::parse(yaml, &catalog).unwrap();
+    let jobs = sim::load_jobs(&scenario, dir, None).unwrap();
     sim::simulate(
         &scenario,
         &catalog,
@@ -170,4 +175,59 @@ fn in_a_storm_opted_in_pods_are_signalled_before_eviction_and_no_node_outlives_i
         "only opted-in pods are signalled"
     );
     assert_eq!(r.jobs_completed as usize + r.unfinished.len(), jobs.len());
+}
+
+/// Two pools whose jobs need different nodes: 1-GPU training pods that ask
+/// for 32 GiB (more than the cheapest GPU node per GPU, a g6.xlarge, has)
+/// and MIG inference slices that only the `mig` pool can serve.
+const TWO_POOLS: &str = r#"
+name: static-test
+start: 2026-01-05T00:00:00Z
+duration: 12h
+seed: 4
+strategies: [static]
+nodePools:
+- apiVersion: quartermaster.dev/v1alpha1
+  kind: NodePool
+  metadata: {name: train}
+  spec:
+    capacityTypes: [spot, on-demand]
+    template:
+      spec:
+        taints: [{key: nvidia.com/gpu, effect: NoSchedule}]
+        requirements: [{key: quartermaster.dev/instance-family, operator: In, values: [g5, g6]}]
+- apiVersion: quartermaster.dev/v1alpha1
+  kind: NodePool
+  metadata: {name: mig}
+  spec:
+    capacityTypes: [on-demand]
+    template:
+      spec:
+        taints: [{key: nvidia.com/gpu, effect: NoSchedule}]
+        requirements: [{key: quartermaster.dev/instance-family, operator: In, values: [p4de]}]
+    gpuSharing: {mode: Mig, migProfile: 1g.10gb}
+workloads:
+- training: {name: t, jobs: 6, perHour: 3, gpus: [1], runTime: {median: 1h, p90: 2h}}
+- inference: {name: embed, migProfile: 1g.10gb, minReplicas: 2, maxReplicas: 4, peakHour: 6, timeZone: UTC}
+"#;
+
+#[test]
+fn the_static_strategy_sizes_a_group_per_pool_that_holds_every_job() {
+    let report = run_text(TWO_POOLS, Path::new("."));
+    let r = &report.strategies["static"];
+    let waiting: Vec<_> = r
+        .unfinished
+        .iter()
+        .filter(|u| !u.reason.starts_with("still running"))
+        .collect();
+    assert!(
+        waiting.is_empty(),
+        "jobs the static groups cannot run: {waiting:?}"
+    );
+    assert!(r.jobs_completed > 0);
+    assert!(r.nodes_launched >= 2, "one group per pool");
+    assert!(
+        r.gpu_hours > 0.0 && r.provisioned_gpu_hours > r.gpu_hours,
+        "sized for the peak, idle the rest of the time"
+    );
 }

@@ -582,47 +582,70 @@ impl<'a> Engine<'a> {
         }
     }
 
-    /// `static`: a fixed node group sized for the peak, launched at the start
-    /// (a cluster-autoscaler node group with min = max), on-demand.
+    /// `static`: fixed node groups sized for the peak, launched at the start
+    /// (cluster-autoscaler node groups with min = max), on-demand. Each job
+    /// belongs to the first NodePool that can run it; each pool's group is
+    /// the instance type and zone that holds all of its jobs and covers the
+    /// peak of every resource (GPUs, CPU, memory) for the least per hour.
     fn launch_static(&mut self) {
-        let peak = peak_gpus(&self.jobs);
-        let biggest = self.jobs.iter().map(|j| j.gpus()).fold(0.0, f64::max);
-        let Some(pool) = self.pools.first().cloned() else {
-            return;
-        };
-        let pool_name = pool.metadata.name.clone().unwrap_or_default();
-        let selected = crate::api::validate::selected_instance_types(&pool.spec, self.catalog);
-        let best = self
-            .catalog
-            .offerings_in(self.region)
-            .filter(|o| o.capacity_type == CapacityType::OnDemand)
-            .filter_map(|o| {
-                let it = selected.iter().find(|t| t.name == o.instance_type)?;
-                let gpus = it.accelerator.as_ref().map_or(0, |a| a.count) as f64;
-                (gpus >= biggest.max(1.0)).then_some((o.price_per_hour / gpus, o, gpus))
+        let options: Vec<(String, Vec<StaticOption>)> = self
+            .pools
+            .iter()
+            .map(|p| {
+                let name = p.metadata.name.clone().unwrap_or_default();
+                let options = static_options(p, self.catalog, self.region);
+                (name, options)
             })
-            .min_by(|a, b| a.0.total_cmp(&b.0));
-        let Some((_, o, gpus)) = best else {
-            return;
+            .collect();
+        let runs = |o: &StaticOption, pod: &Pod| {
+            pod.requests.fits_in(&o.room) && pack::compatible(pod, &o.labels, &o.taints)
         };
-        let (offering, price) = (
-            OfferingKey {
-                instance_type: o.instance_type.clone(),
-                zone: o.zone_id.clone(),
-                capacity_type: CapacityType::OnDemand,
-            },
-            o.price_per_hour,
-        );
-        let count = (peak / gpus).ceil().max(1.0) as usize;
-        for k in 0..count {
-            self.launch(ClaimRequest {
-                claim: format!("static-{k:05}"),
-                nodepool: pool_name.clone(),
-                offering: offering.clone(),
-                price_per_hour: price,
-                pods: Vec::new(),
-                prewarm_window: None,
-            });
+        let mut members: Vec<Vec<usize>> = vec![Vec::new(); options.len()];
+        for (i, j) in self.jobs.iter().enumerate() {
+            if let Some(k) = options
+                .iter()
+                .position(|(_, opts)| opts.iter().any(|o| runs(o, &j.job.pod)))
+            {
+                members[k].push(i);
+            }
+        }
+        for ((pool_name, opts), mine) in options.iter().zip(members) {
+            if mine.is_empty() {
+                continue;
+            }
+            let jobs: Vec<&JobRun> = mine.iter().map(|&i| &self.jobs[i]).collect();
+            let peak = peak_requests(&jobs);
+            let best = opts
+                .iter()
+                .filter(|o| jobs.iter().all(|j| runs(o, &j.job.pod)))
+                .filter_map(|o| {
+                    // Nodes for the peak of the scarcest resource.
+                    let count = peak
+                        .iter()
+                        .filter(|(k, _)| *k != crate::cluster::resources::PODS)
+                        .map(|(k, v)| match o.room.get(k) {
+                            r if r > 0 => (v as f64 / r as f64).ceil(),
+                            _ => f64::INFINITY,
+                        })
+                        .fold(1.0, f64::max);
+                    count
+                        .is_finite()
+                        .then_some((count * o.price, o, count as usize))
+                })
+                .min_by(|a, b| a.0.total_cmp(&b.0));
+            let Some((_, o, count)) = best else {
+                continue;
+            };
+            for k in 0..count {
+                self.launch(ClaimRequest {
+                    claim: format!("static-{pool_name}-{k:05}"),
+                    nodepool: pool_name.clone(),
+                    offering: o.offering.clone(),
+                    price_per_hour: o.price,
+                    pods: Vec::new(),
+                    prewarm_window: None,
+                });
+            }
         }
     }
 
@@ -797,24 +820,73 @@ fn world<'w>(
     }
 }
 
-/// Most GPUs held at once if every job started at its submit time.
-fn peak_gpus(jobs: &[JobRun]) -> f64 {
-    let mut events: Vec<(Time, f64)> = Vec::new();
+/// An on-demand offering a `static` node group could use, as its nodes
+/// would be.
+struct StaticOption {
+    offering: OfferingKey,
+    price: f64,
+    room: Resources,
+    labels: crate::cluster::Labels,
+    taints: Vec<crate::cluster::Taint>,
+}
+
+/// The on-demand accelerator offerings `pool` may launch in `region`.
+fn static_options(pool: &NodePool, catalog: &Catalog, region: &str) -> Vec<StaticOption> {
+    let Ok(shape) = crate::cluster::Pool::from_api(pool, Resources::new()) else {
+        return Vec::new();
+    };
+    let selected = crate::api::validate::selected_instance_types(&pool.spec, catalog);
+    catalog
+        .offerings_in(region)
+        .filter(|o| o.capacity_type == CapacityType::OnDemand)
+        .filter_map(|o| {
+            let it = selected.iter().find(|t| t.name == o.instance_type)?;
+            it.accelerator.as_ref()?;
+            let mut labels = crate::cluster::shape::node_labels(it, o, &shape.name);
+            labels.extend(shape.labels.clone());
+            Some(StaticOption {
+                offering: OfferingKey {
+                    instance_type: o.instance_type.clone(),
+                    zone: o.zone_id.clone(),
+                    capacity_type: CapacityType::OnDemand,
+                },
+                price: o.price_per_hour,
+                room: crate::cluster::shape::allocatable(it, &shape.sharing),
+                labels,
+                taints: shape.taints.clone(),
+            })
+        })
+        .collect()
+}
+
+/// The most of each resource held at once if every job started at its
+/// submit time (each resource's peak on its own).
+fn peak_requests(jobs: &[&JobRun]) -> Resources {
+    let mut keys: BTreeSet<&str> = BTreeSet::new();
     for j in jobs {
-        let g = j.gpus();
-        if g > 0.0 {
-            events.push((j.job.submit, g));
-            events.push((
-                j.job.submit + Span::milliseconds((j.job.work_s * 1000.0) as i64),
-                -g,
-            ));
-        }
+        keys.extend(j.job.pod.requests.iter().map(|(k, _)| k));
     }
-    events.sort_by(|a, b| a.0.cmp(&b.0).then(a.1.total_cmp(&b.1)));
-    let (mut now, mut peak) = (0.0, 0.0f64);
-    for (_, d) in events {
-        now += d;
-        peak = peak.max(now);
+    let mut peak = Resources::new();
+    for key in keys {
+        let mut events: Vec<(Time, i64)> = Vec::new();
+        for j in jobs {
+            let v = j.job.pod.requests.get(key);
+            if v > 0 {
+                events.push((j.job.submit, v));
+                events.push((
+                    j.job.submit + Span::milliseconds((j.job.work_s * 1000.0) as i64),
+                    -v,
+                ));
+            }
+        }
+        // Ends before starts at the same instant.
+        events.sort();
+        let (mut now, mut most) = (0i64, 0i64);
+        for (_, d) in events {
+            now += d;
+            most = most.max(now);
+        }
+        peak.set(key, most);
     }
     peak
 }
