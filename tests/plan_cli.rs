@@ -1,4 +1,4 @@
-//! `quartermaster plan` and `bench plan` end to end, through the binary.
+//! `quartermaster plan`, `bench plan` and `bench simulate` end to end, through the binary.
 
 use std::process::Command;
 
@@ -109,4 +109,36 @@ fn bench_plan_compares_both_planners_on_the_same_workload() {
         assert!(v[s]["nodes"].as_u64().unwrap() > 0);
     }
     assert!(v["lower_bound_per_hour"].as_f64().unwrap() > 0.0);
+}
+
+#[test]
+fn bench_simulate_times_a_run_against_its_tenth_in_cpu_time() {
+    let out = qm(&["bench", "simulate", "--jobs", "200", "--days", "10"]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let text = String::from_utf8_lossy(&out.stdout);
+    // A tenth of the days with a tenth of the jobs is the baseline.
+    assert!(text.contains("baseline: 20 jobs over 1 days"), "{text}");
+    assert!(text.contains("full:     200 jobs over 10 days"), "{text}");
+    let ratio = text
+        .lines()
+        .find_map(|l| l.strip_prefix("ratio full / baseline "))
+        .and_then(|r| r.split_whitespace().next())
+        .and_then(|r| r.parse::<f64>().ok());
+    assert!(ratio.is_some_and(|r| r > 0.0), "{text}");
+    assert!(text.contains("(linear scaling: 10.0)"), "{text}");
+    assert!(
+        bench_simulate_rejects(&["--jobs", "5"]),
+        "fewer than 10 jobs is refused"
+    );
+}
+
+fn bench_simulate_rejects(args: &[&str]) -> bool {
+    let mut all = vec!["bench", "simulate"];
+    all.extend_from_slice(args);
+    let out = qm(&all);
+    !out.status.success() && String::from_utf8_lossy(&out.stderr).contains("--jobs must be")
 }
