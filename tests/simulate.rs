@@ -108,29 +108,34 @@ cloud:
 
 #[test]
 fn in_a_storm_opted_in_pods_are_signalled_before_eviction_and_no_node_outlives_its_deadline() {
+    check_storm(STORM, 3);
+    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("simulations/interruption-storm.yaml");
+    check_storm(&std::fs::read_to_string(path).unwrap(), 1);
+}
+
+/// Runs the scenario and checks, for `quartermaster`: at least
+/// `min_notices` spot notices; every opted-in pod evicted from an
+/// interrupted node was asked to checkpoint first, and only opted-in pods
+/// were; no interrupted node outlived its deadline; every job finished or
+/// is explained.
+fn check_storm(yaml: &str, min_notices: u32) {
     use quartermaster::core::{Action, Notice};
     use quartermaster::sim::result::LogEvent;
     use std::collections::BTreeMap;
 
     let catalog = Arc::new(Catalog::embedded().unwrap());
-    let scenario = Scenario::parse(STORM, &catalog).unwrap();
+    let scenario = Scenario::parse(yaml, &catalog).unwrap();
     let jobs = sim::load_jobs(&scenario, Path::new("."), None).unwrap();
     let opted_in: std::collections::BTreeSet<String> = jobs
         .iter()
         .filter(|j| j.pod.checkpoints)
         .map(|j| j.pod.name.clone())
         .collect();
-    let report = sim::simulate(
-        &scenario,
-        &catalog,
-        &jobs,
-        &scenario.strategies,
-        &mut |_, _| {},
-    )
-    .unwrap();
+    let quartermaster = [quartermaster::sim::scenario::StrategyName::Quartermaster];
+    let report = sim::simulate(&scenario, &catalog, &jobs, &quartermaster, &mut |_, _| {}).unwrap();
     let r = &report.strategies["quartermaster"];
     assert!(
-        r.spot_notices >= 3,
+        r.spot_notices >= min_notices,
         "the storm interrupts: {} notices",
         r.spot_notices
     );
