@@ -144,13 +144,25 @@ fn lifecycle<'a>(
     }
 }
 
-/// Runs the executor over `actions` against `api`.
+/// Runs the executor over `actions` against `api`, as the leader.
 async fn execute(api: &KubeApi, actions: &[Action], snap: &Snapshot, now: Time) -> Vec<Outcome> {
+    execute_as(api, actions, snap, now, true).await.0
+}
+
+/// Runs the executor over `actions` against `api`, leading or not, and
+/// returns the outcomes with the metrics it kept.
+async fn execute_as(
+    api: &KubeApi,
+    actions: &[Action],
+    snap: &Snapshot,
+    now: Time,
+    leading: bool,
+) -> (Vec<Outcome>, Arc<Metrics>) {
     let catalog = catalog();
     let parts = world_parts(snap, &catalog, REGION, now);
     let world = parts.world(&catalog, REGION);
     let metrics = Arc::new(Metrics::unregistered());
-    let (_tx, leader) = watch::channel(true);
+    let (_tx, leader) = watch::channel(leading);
     let hooks = HookClient::new();
     let acks = HookAcks::default();
     let targets = Targets {
@@ -170,11 +182,13 @@ async fn execute(api: &KubeApi, actions: &[Action], snap: &Snapshot, now: Time) 
         hooks: &hooks,
         hook_acks: &acks,
     };
-    ex.execute(actions, &world, &targets, now)
+    let outcomes = ex
+        .execute(actions, &world, &targets, now)
         .await
         .into_iter()
         .map(|r| r.unwrap())
-        .collect()
+        .collect();
+    (outcomes, metrics)
 }
 
 /// The claim the executor builds for a launch (as the API server stores it).
@@ -995,6 +1009,29 @@ async fn a_capacity_error_records_the_code_deletes_the_claim_and_tells_the_core(
         1
     );
     assert!(cloud.instances().await.unwrap().is_empty());
+}
+
+#[tokio::test]
+async fn a_replica_that_lost_the_lease_writes_nothing_and_counts_what_it_dropped() {
+    let s = store(vec![gpu_pod("train-0", None, json!({}))], vec![], vec![]);
+    let mut core = Core::new(Config::default());
+    let parts = world_parts(&snapshot(&s), &catalog(), REGION, t(0));
+    let catalog = catalog();
+    let mut actions = Vec::new();
+    for k in 0..12 {
+        actions.extend(core.decide(&parts.world(&catalog, REGION), t(k)));
+    }
+    assert!(!launches(&actions).is_empty(), "the core decides a launch");
+    // No request is scripted: any write fails the verifier.
+    let (client, verifier) = Scenario::new().run();
+    let api = KubeApi::new(client);
+    let (outcomes, metrics) = execute_as(&api, &actions, &snapshot(&s), t(12), false).await;
+    verifier.finish().await;
+    assert!(
+        outcomes.iter().all(|o| *o == Outcome::NotLeader),
+        "{outcomes:?}"
+    );
+    assert_eq!(metrics.actions_dropped.get(), actions.len() as u64);
 }
 
 #[tokio::test]

@@ -312,6 +312,7 @@ impl Executor<'_> {
         for action in actions {
             if !*self.leader.borrow() {
                 tracing::warn!(%action, "not leader: action dropped");
+                self.metrics.actions_dropped.inc();
                 out.push(Ok(Outcome::NotLeader));
                 continue;
             }

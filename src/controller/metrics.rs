@@ -103,6 +103,9 @@ pub struct Metrics {
     pub garbage_collected: Counter,
     /// 1 while this replica holds the leader lease.
     pub leader: Gauge,
+    /// Actions the core decided but this replica did not carry out because
+    /// it had lost the lease (the new leader decides again).
+    pub actions_dropped: Counter,
 }
 
 impl Metrics {
@@ -126,6 +129,7 @@ impl Metrics {
             pricing_fallback: Family::default(),
             garbage_collected: Counter::default(),
             leader: Gauge::default(),
+            actions_dropped: Counter::default(),
         };
         let r = registry.sub_registry_with_prefix("quartermaster");
         r.register(
@@ -197,6 +201,11 @@ impl Metrics {
             "pricing_fallback",
             "1 while prices come from the embedded catalog because the APIs are unreachable",
             metrics.pricing_fallback.clone(),
+        );
+        r.register(
+            "actions_dropped_not_leader",
+            "Actions not carried out because this replica lost the leader lease",
+            metrics.actions_dropped.clone(),
         );
         r.register(
             "garbage_collected_instances",
