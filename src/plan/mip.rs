@@ -159,8 +159,9 @@ pub fn plan(input: &Input, opts: &Options) -> Plan {
         let mut refused_gangs = BTreeSet::new();
         for (o, assigned) in result.assigned {
             let (nodes, misfits) = pack::pack_new(pods, &assigned, &cands[o].allocatable, 0);
-            let budget = &mut budgets[cands[o].pool];
             for node in nodes {
+                let o = right_size(input, &cands, opts, o, &node, &launched, &budgets);
+                let budget = &mut budgets[cands[o].pool];
                 if budget.affords(&cands[o]) {
                     budget.charge(&cands[o]);
                     launched.push((o, node));
@@ -225,6 +226,101 @@ pub fn plan(input: &Input, opts: &Options) -> Plan {
     plan.lower_bound_per_hour = Some(lower_bound);
     plan.solved_by = solved_by;
     plan
+}
+
+/// Price plus the expected interruption cost of `members` plus the idle
+/// accelerator charge of one node of `c`, USD per hour: what
+/// `greedy::finish` charges for it.
+fn node_cost(input: &Input, c: &Candidate, opts: &Options, members: &[usize]) -> f64 {
+    let aversion = input.pools[c.pool].risk_aversion;
+    let mut risk = 0.0;
+    let mut used = 0;
+    for &j in members {
+        let p = &input.pods[j];
+        let k = p.requests.copies_in(&c.allocatable).max(1);
+        risk += pod_risk_cost(classes::lost_hours(p), c, k, aversion);
+        if let Some(r) = &c.accelerator_resource {
+            used += p.requests.get(r);
+        }
+    }
+    let idle = if c.accelerator_units > 0 {
+        opts.idle_accelerator_charge * c.price() * (c.accelerator_units - used).max(0) as f64
+            / c.accelerator_units as f64
+    } else {
+        0.0
+    };
+    c.price() + risk + idle
+}
+
+/// The cheapest candidate for one packed node of candidate `o`: the LP
+/// relaxation buys fractions of big nodes (1/8 of an 8-GPU node for a
+/// one-GPU pod), and rounding turns the fraction into a whole big node; the
+/// pods on it may fit a smaller, cheaper node of the same pool and capacity
+/// type. Same zone when a pod spreads over zones; a node holding part of a
+/// gang keeps its offering (the model put the gang in one zone and one spot
+/// pool on purpose), one holding whole gangs may change;
+/// a spot pool with a share limit is only entered while this plan has no
+/// node in it yet (one node is within the share's slack); the pool's limits
+/// must still afford it. Deterministic: ties go to the lower index.
+fn right_size(
+    input: &Input,
+    cands: &[Candidate],
+    opts: &Options,
+    o: usize,
+    node: &[usize],
+    launched: &[(usize, Vec<usize>)],
+    budgets: &[Budget],
+) -> usize {
+    let pods = input.pods;
+    let mut gangs: BTreeMap<&str, usize> = BTreeMap::new();
+    for &p in node {
+        if let Some(g) = &pods[p].group {
+            *gangs.entry(g.name.as_str()).or_default() += 1;
+        }
+    }
+    let whole = gangs.iter().all(|(name, &here)| {
+        here == pods
+            .iter()
+            .filter(|p| p.group.as_ref().is_some_and(|g| g.name == *name))
+            .count()
+    });
+    if !whole {
+        return o;
+    }
+    let from = &cands[o];
+    let same_zone = node.iter().any(|&p| pods[p].zone_spread.is_some());
+    let share = input.pools[from.pool].max_spot_pool_share;
+    let total = node
+        .iter()
+        .fold(crate::cluster::Resources::new(), |t, &p| {
+            t.plus(&pods[p].requests)
+        });
+    let mut best = (node_cost(input, from, opts, node), o);
+    for (i, c) in cands.iter().enumerate() {
+        if i == o
+            || c.pool != from.pool
+            || c.offering.capacity_type != from.offering.capacity_type
+            || (same_zone && c.offering.zone_id != from.offering.zone_id)
+            || !total.fits_in(&c.allocatable)
+            || !node
+                .iter()
+                .all(|&p| pack::compatible(&pods[p], &c.labels, &c.taints))
+            || !budgets[c.pool].affords(c)
+        {
+            continue;
+        }
+        if share.is_some()
+            && c.offering.capacity_type == crate::catalog::CapacityType::Spot
+            && launched.iter().any(|(l, _)| *l == i)
+        {
+            continue;
+        }
+        let cost = node_cost(input, c, opts, node);
+        if cost < best.0 - 1e-9 {
+            best = (cost, i);
+        }
+    }
+    best.1
 }
 
 /// Keeps, per zone and capacity type, the few cheapest candidates per pod.
