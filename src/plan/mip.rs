@@ -199,6 +199,7 @@ pub fn plan(input: &Input, opts: &Options) -> Plan {
             }
         }
     }
+    let launched = merge_nodes(input, &cands, launched);
     for (ci, r) in remaining.iter().enumerate() {
         for &p in r {
             unschedulable.push(Unschedulable {
@@ -226,6 +227,78 @@ pub fn plan(input: &Input, opts: &Options) -> Plan {
     plan.lower_bound_per_hour = Some(lower_bound);
     plan.solved_by = solved_by;
     plan
+}
+
+/// Empties launched nodes into the free room of others: rounding the LP per
+/// class can split pods that fit one node over two offerings (eleven MIG
+/// pods on a p4de and eleven on a p5 where one p4de holds all 22). Dearest
+/// nodes first (ties: later first), each dropped when all its pods fit, first
+/// fit, on other nodes of the same pool and capacity type (the same zone for
+/// gang members and zone-spread pods); spot nodes of a pool with a share
+/// limit stay. Deterministic.
+fn merge_nodes(
+    input: &Input,
+    cands: &[Candidate],
+    launched: Vec<(usize, Vec<usize>)>,
+) -> Vec<(usize, Vec<usize>)> {
+    let pods = input.pods;
+    let mut bins: Vec<(usize, pack::Bin)> = launched
+        .into_iter()
+        .map(|(o, members)| {
+            let mut b = pack::Bin::new(cands[o].allocatable.clone());
+            for p in members {
+                b.put(p, &pods[p]);
+            }
+            (o, b)
+        })
+        .collect();
+    let mut order: Vec<usize> = (0..bins.len()).collect();
+    order.sort_by(|a, b| {
+        cands[bins[*b].0]
+            .price()
+            .total_cmp(&cands[bins[*a].0].price())
+            .then(b.cmp(a))
+    });
+    let mut gone = vec![false; bins.len()];
+    for x in order {
+        let from = &cands[bins[x].0];
+        let shared = from.offering.capacity_type == crate::catalog::CapacityType::Spot
+            && input.pools[from.pool].max_spot_pool_share.is_some();
+        if shared {
+            continue;
+        }
+        let mut trial = bins.clone();
+        let mut ok = true;
+        for &p in &bins[x].1.pods {
+            let pinned = pods[p].group.is_some() || pods[p].zone_spread.is_some();
+            let target = (0..trial.len()).find(|&t| {
+                let to = &cands[trial[t].0];
+                t != x
+                    && !gone[t]
+                    && to.pool == from.pool
+                    && to.offering.capacity_type == from.offering.capacity_type
+                    && (!pinned || to.offering.zone_id == from.offering.zone_id)
+                    && pack::compatible(&pods[p], &to.labels, &to.taints)
+                    && trial[t].1.fits(&pods[p])
+            });
+            match target {
+                Some(t) => trial[t].1.put(p, &pods[p]),
+                None => {
+                    ok = false;
+                    break;
+                }
+            }
+        }
+        if ok {
+            trial[x].1.pods.clear();
+            bins = trial;
+            gone[x] = true;
+        }
+    }
+    bins.into_iter()
+        .filter(|(_, b)| !b.pods.is_empty())
+        .map(|(o, b)| (o, b.pods))
+        .collect()
 }
 
 /// Price plus the expected interruption cost of `members` plus the idle
@@ -290,11 +363,9 @@ fn right_size(
     let from = &cands[o];
     let same_zone = node.iter().any(|&p| pods[p].zone_spread.is_some());
     let share = input.pools[from.pool].max_spot_pool_share;
-    let total = node
-        .iter()
-        .fold(crate::cluster::Resources::new(), |t, &p| {
-            t.plus(&pods[p].requests)
-        });
+    let total = node.iter().fold(crate::cluster::Resources::new(), |t, &p| {
+        t.plus(&pods[p].requests)
+    });
     let mut best = (node_cost(input, from, opts, node), o);
     for (i, c) in cands.iter().enumerate() {
         if i == o
