@@ -485,7 +485,7 @@ fn a_rounded_fraction_of_a_big_node_becomes_the_cheapest_node_that_holds_the_pod
         vec![CapacityType::Spot, CapacityType::OnDemand],
     );
     let pods = [gpu_pod("one", 1)];
-    let mip = rounded(&pods, &[pool.clone()], Strategy::Mip);
+    let mip = rounded(&pods, std::slice::from_ref(&pool), Strategy::Mip);
     let greedy = rounded(&pods, &[pool], Strategy::Greedy);
     assert_eq!(mip.nodes.len(), 1, "{:?}", mip.unschedulable);
     assert!(
@@ -520,7 +520,7 @@ fn pods_that_fit_one_node_are_not_split_over_two_offerings_by_rounding() {
             p
         })
         .collect();
-    let mip = rounded(&pods, &[pool.clone()], Strategy::Mip);
+    let mip = rounded(&pods, std::slice::from_ref(&pool), Strategy::Mip);
     let greedy = rounded(&pods, &[pool], Strategy::Greedy);
     assert_eq!(placed(&mip), 22, "{:?}", mip.unschedulable);
     assert_eq!(
@@ -546,7 +546,7 @@ fn a_rounded_gang_stays_in_one_zone_on_the_cheapest_node_that_holds_it() {
         vec![CapacityType::Spot, CapacityType::OnDemand],
     );
     let gang: Vec<Pod> = gang(2, 2);
-    let mip = rounded(&gang, &[pool.clone()], Strategy::Mip);
+    let mip = rounded(&gang, std::slice::from_ref(&pool), Strategy::Mip);
     let greedy = rounded(&gang, &[pool], Strategy::Greedy);
     assert_eq!(placed(&mip), 2, "{:?}", mip.unschedulable);
     let zones: BTreeSet<&str> = mip.nodes.iter().map(|n| n.zone.as_str()).collect();
