@@ -445,3 +445,118 @@ fn the_spot_pool_share_spreads_single_pods_but_never_splits_a_gang() {
         free.cost_per_hour
     );
 }
+
+/// The simulator's planner options: never branch, round the LP and pack.
+fn rounded(pods: &[Pod], pools: &[Pool], strategy: Strategy) -> Plan {
+    let input = Input {
+        catalog: catalog(),
+        region: REGION,
+        pools,
+        nodes: &[],
+        pods,
+        unavailable: &|_| false,
+        learned_rate: None,
+    };
+    let opts = Options {
+        max_branch_and_bound_integers: 0,
+        ..Options::default()
+    };
+    plan::plan(&input, strategy, &opts, &|| 0.0)
+}
+
+fn family_pool(name: &str, families: &[&str], capacity_types: Vec<CapacityType>) -> Pool {
+    let mut p = gpu_pool(name);
+    p.capacity_types = capacity_types;
+    p.requirements.push(Requirement {
+        key: l::INSTANCE_FAMILY.into(),
+        operator: Operator::In,
+        values: families.iter().map(|f| f.to_string()).collect(),
+    });
+    p
+}
+
+#[test]
+fn a_rounded_fraction_of_a_big_node_becomes_the_cheapest_node_that_holds_the_pod() {
+    // The LP takes an eighth of an 8-GPU p4d for one one-GPU pod (the
+    // cheapest GPU-hour); rounding alone bought the whole p4d.
+    let pool = family_pool(
+        "train",
+        &["g6e", "p4d", "p5"],
+        vec![CapacityType::Spot, CapacityType::OnDemand],
+    );
+    let pods = [gpu_pod("one", 1)];
+    let mip = rounded(&pods, std::slice::from_ref(&pool), Strategy::Mip);
+    let greedy = rounded(&pods, &[pool], Strategy::Greedy);
+    assert_eq!(mip.nodes.len(), 1, "{:?}", mip.unschedulable);
+    assert!(
+        gpus_of(&mip.nodes[0].instance_type) < 8,
+        "one GPU pod on {}",
+        mip.nodes[0].instance_type
+    );
+    assert!(
+        mip.risk_adjusted_cost_per_hour <= greedy.risk_adjusted_cost_per_hour + 1e-9,
+        "mip {} > greedy {}",
+        mip.risk_adjusted_cost_per_hour,
+        greedy.risk_adjusted_cost_per_hour
+    );
+}
+
+#[test]
+fn pods_that_fit_one_node_are_not_split_over_two_offerings_by_rounding() {
+    let mut pool = family_pool("mig", &["p4de", "p5"], vec![CapacityType::OnDemand]);
+    pool.sharing = quartermaster::cluster::GpuSharing::Mig {
+        profile: "1g.10gb".into(),
+    };
+    let pods: Vec<Pod> = (0..22)
+        .map(|i| {
+            let mut p = Pod::new(
+                &format!("embed{i}"),
+                Resources::new()
+                    .with(CPU, 1000)
+                    .with(MEMORY, 4 << 30)
+                    .with("nvidia.com/mig-1g.10gb", 1),
+            );
+            p.tolerations.push(Toleration::exists(l::TAINT_GPU));
+            p
+        })
+        .collect();
+    let mip = rounded(&pods, std::slice::from_ref(&pool), Strategy::Mip);
+    let greedy = rounded(&pods, &[pool], Strategy::Greedy);
+    assert_eq!(placed(&mip), 22, "{:?}", mip.unschedulable);
+    assert_eq!(
+        greedy.nodes.len(),
+        1,
+        "one node holds them: {:?}",
+        greedy.nodes
+    );
+    assert_eq!(mip.nodes.len(), 1, "{:?}", mip.nodes);
+    assert!(
+        mip.cost_per_hour <= greedy.cost_per_hour + 1e-9,
+        "mip {} > greedy {}",
+        mip.cost_per_hour,
+        greedy.cost_per_hour
+    );
+}
+
+#[test]
+fn a_rounded_gang_stays_in_one_zone_on_the_cheapest_node_that_holds_it() {
+    let pool = family_pool(
+        "train",
+        &["g5", "g6", "g6e", "p4d"],
+        vec![CapacityType::Spot, CapacityType::OnDemand],
+    );
+    let gang: Vec<Pod> = gang(2, 2);
+    let mip = rounded(&gang, std::slice::from_ref(&pool), Strategy::Mip);
+    let greedy = rounded(&gang, &[pool], Strategy::Greedy);
+    assert_eq!(placed(&mip), 2, "{:?}", mip.unschedulable);
+    let zones: BTreeSet<&str> = mip.nodes.iter().map(|n| n.zone.as_str()).collect();
+    assert_eq!(zones.len(), 1, "gang spread over {zones:?}");
+    assert!(
+        mip.risk_adjusted_cost_per_hour <= greedy.risk_adjusted_cost_per_hour + 1e-9,
+        "mip {} > greedy {}",
+        mip.risk_adjusted_cost_per_hour,
+        greedy.risk_adjusted_cost_per_hour
+    );
+    let lb = mip.lower_bound_per_hour.expect("the MIP reports a bound");
+    assert!(lb <= mip.risk_adjusted_cost_per_hour + 1e-6, "bound {lb}");
+}

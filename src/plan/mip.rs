@@ -159,8 +159,9 @@ pub fn plan(input: &Input, opts: &Options) -> Plan {
         let mut refused_gangs = BTreeSet::new();
         for (o, assigned) in result.assigned {
             let (nodes, misfits) = pack::pack_new(pods, &assigned, &cands[o].allocatable, 0);
-            let budget = &mut budgets[cands[o].pool];
             for node in nodes {
+                let o = right_size(input, &cands, opts, o, &node, &launched, &budgets);
+                let budget = &mut budgets[cands[o].pool];
                 if budget.affords(&cands[o]) {
                     budget.charge(&cands[o]);
                     launched.push((o, node));
@@ -198,6 +199,7 @@ pub fn plan(input: &Input, opts: &Options) -> Plan {
             }
         }
     }
+    let launched = merge_nodes(input, &cands, launched);
     for (ci, r) in remaining.iter().enumerate() {
         for &p in r {
             unschedulable.push(Unschedulable {
@@ -225,6 +227,171 @@ pub fn plan(input: &Input, opts: &Options) -> Plan {
     plan.lower_bound_per_hour = Some(lower_bound);
     plan.solved_by = solved_by;
     plan
+}
+
+/// Empties launched nodes into the free room of others: rounding the LP per
+/// class can split pods that fit one node over two offerings (eleven MIG
+/// pods on a p4de and eleven on a p5 where one p4de holds all 22). Dearest
+/// nodes first (ties: later first), each dropped when all its pods fit, first
+/// fit, on other nodes of the same pool and capacity type (the same zone for
+/// gang members and zone-spread pods); spot nodes of a pool with a share
+/// limit stay. Deterministic.
+fn merge_nodes(
+    input: &Input,
+    cands: &[Candidate],
+    launched: Vec<(usize, Vec<usize>)>,
+) -> Vec<(usize, Vec<usize>)> {
+    let pods = input.pods;
+    let mut bins: Vec<(usize, pack::Bin)> = launched
+        .into_iter()
+        .map(|(o, members)| {
+            let mut b = pack::Bin::new(cands[o].allocatable.clone());
+            for p in members {
+                b.put(p, &pods[p]);
+            }
+            (o, b)
+        })
+        .collect();
+    let mut order: Vec<usize> = (0..bins.len()).collect();
+    order.sort_by(|a, b| {
+        cands[bins[*b].0]
+            .price()
+            .total_cmp(&cands[bins[*a].0].price())
+            .then(b.cmp(a))
+    });
+    let mut gone = vec![false; bins.len()];
+    for x in order {
+        let from = &cands[bins[x].0];
+        let shared = from.offering.capacity_type == crate::catalog::CapacityType::Spot
+            && input.pools[from.pool].max_spot_pool_share.is_some();
+        if shared {
+            continue;
+        }
+        let mut trial = bins.clone();
+        let mut ok = true;
+        for &p in &bins[x].1.pods {
+            let pinned = pods[p].group.is_some() || pods[p].zone_spread.is_some();
+            let target = (0..trial.len()).find(|&t| {
+                let to = &cands[trial[t].0];
+                t != x
+                    && !gone[t]
+                    && to.pool == from.pool
+                    && to.offering.capacity_type == from.offering.capacity_type
+                    && (!pinned || to.offering.zone_id == from.offering.zone_id)
+                    && pack::compatible(&pods[p], &to.labels, &to.taints)
+                    && trial[t].1.fits(&pods[p])
+            });
+            match target {
+                Some(t) => trial[t].1.put(p, &pods[p]),
+                None => {
+                    ok = false;
+                    break;
+                }
+            }
+        }
+        if ok {
+            trial[x].1.pods.clear();
+            bins = trial;
+            gone[x] = true;
+        }
+    }
+    bins.into_iter()
+        .filter(|(_, b)| !b.pods.is_empty())
+        .map(|(o, b)| (o, b.pods))
+        .collect()
+}
+
+/// Price plus the expected interruption cost of `members` plus the idle
+/// accelerator charge of one node of `c`, USD per hour: what
+/// `greedy::finish` charges for it.
+fn node_cost(input: &Input, c: &Candidate, opts: &Options, members: &[usize]) -> f64 {
+    let aversion = input.pools[c.pool].risk_aversion;
+    let mut risk = 0.0;
+    let mut used = 0;
+    for &j in members {
+        let p = &input.pods[j];
+        let k = p.requests.copies_in(&c.allocatable).max(1);
+        risk += pod_risk_cost(classes::lost_hours(p), c, k, aversion);
+        if let Some(r) = &c.accelerator_resource {
+            used += p.requests.get(r);
+        }
+    }
+    let idle = if c.accelerator_units > 0 {
+        opts.idle_accelerator_charge * c.price() * (c.accelerator_units - used).max(0) as f64
+            / c.accelerator_units as f64
+    } else {
+        0.0
+    };
+    c.price() + risk + idle
+}
+
+/// The cheapest candidate for one packed node of candidate `o`: the LP
+/// relaxation buys fractions of big nodes (1/8 of an 8-GPU node for a
+/// one-GPU pod), and rounding turns the fraction into a whole big node; the
+/// pods on it may fit a smaller, cheaper node of the same pool and capacity
+/// type. Same zone when a pod spreads over zones; a node holding part of a
+/// gang keeps its offering (the model put the gang in one zone and one spot
+/// pool on purpose), one holding whole gangs may change;
+/// a spot pool with a share limit is only entered while this plan has no
+/// node in it yet (one node is within the share's slack); the pool's limits
+/// must still afford it. Deterministic: ties go to the lower index.
+fn right_size(
+    input: &Input,
+    cands: &[Candidate],
+    opts: &Options,
+    o: usize,
+    node: &[usize],
+    launched: &[(usize, Vec<usize>)],
+    budgets: &[Budget],
+) -> usize {
+    let pods = input.pods;
+    let mut gangs: BTreeMap<&str, usize> = BTreeMap::new();
+    for &p in node {
+        if let Some(g) = &pods[p].group {
+            *gangs.entry(g.name.as_str()).or_default() += 1;
+        }
+    }
+    let whole = gangs.iter().all(|(name, &here)| {
+        here == pods
+            .iter()
+            .filter(|p| p.group.as_ref().is_some_and(|g| g.name == *name))
+            .count()
+    });
+    if !whole {
+        return o;
+    }
+    let from = &cands[o];
+    let same_zone = node.iter().any(|&p| pods[p].zone_spread.is_some());
+    let share = input.pools[from.pool].max_spot_pool_share;
+    let total = node.iter().fold(crate::cluster::Resources::new(), |t, &p| {
+        t.plus(&pods[p].requests)
+    });
+    let mut best = (node_cost(input, from, opts, node), o);
+    for (i, c) in cands.iter().enumerate() {
+        if i == o
+            || c.pool != from.pool
+            || c.offering.capacity_type != from.offering.capacity_type
+            || (same_zone && c.offering.zone_id != from.offering.zone_id)
+            || !total.fits_in(&c.allocatable)
+            || !node
+                .iter()
+                .all(|&p| pack::compatible(&pods[p], &c.labels, &c.taints))
+            || !budgets[c.pool].affords(c)
+        {
+            continue;
+        }
+        if share.is_some()
+            && c.offering.capacity_type == crate::catalog::CapacityType::Spot
+            && launched.iter().any(|(l, _)| *l == i)
+        {
+            continue;
+        }
+        let cost = node_cost(input, c, opts, node);
+        if cost < best.0 - 1e-9 {
+            best = (cost, i);
+        }
+    }
+    best.1
 }
 
 /// Keeps, per zone and capacity type, the few cheapest candidates per pod.
