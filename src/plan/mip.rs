@@ -267,22 +267,28 @@ fn merge_nodes(
         if shared {
             continue;
         }
-        let mut trial = bins.clone();
+        // Moves are tried in place and undone if any pod finds no room
+        // (copying every bin per node made large plans quadratic).
+        let moving = std::mem::take(&mut bins[x].1.pods);
+        let mut moved: Vec<(usize, usize)> = Vec::new();
         let mut ok = true;
-        for &p in &bins[x].1.pods {
+        for &p in &moving {
             let pinned = pods[p].group.is_some() || pods[p].zone_spread.is_some();
-            let target = (0..trial.len()).find(|&t| {
-                let to = &cands[trial[t].0];
+            let target = (0..bins.len()).find(|&t| {
+                let to = &cands[bins[t].0];
                 t != x
                     && !gone[t]
                     && to.pool == from.pool
                     && to.offering.capacity_type == from.offering.capacity_type
                     && (!pinned || to.offering.zone_id == from.offering.zone_id)
+                    && bins[t].1.fits(&pods[p])
                     && pack::compatible(&pods[p], &to.labels, &to.taints)
-                    && trial[t].1.fits(&pods[p])
             });
             match target {
-                Some(t) => trial[t].1.put(p, &pods[p]),
+                Some(t) => {
+                    bins[t].1.put(p, &pods[p]);
+                    moved.push((p, t));
+                }
                 None => {
                     ok = false;
                     break;
@@ -290,9 +296,12 @@ fn merge_nodes(
             }
         }
         if ok {
-            trial[x].1.pods.clear();
-            bins = trial;
             gone[x] = true;
+        } else {
+            for &(p, t) in moved.iter().rev() {
+                bins[t].1.take_last(&pods[p]);
+            }
+            bins[x].1.pods = moving;
         }
     }
     bins.into_iter()

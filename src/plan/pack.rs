@@ -56,8 +56,9 @@ impl Bin {
         }
     }
 
-    /// Takes back the last pod placed, `pod` (a gang that did not fit whole).
-    fn take_last(&mut self, pod: &Pod) {
+    /// Takes back the last pod placed, `pod` (a gang that did not fit whole,
+    /// a move that did not complete).
+    pub fn take_last(&mut self, pod: &Pod) {
         self.free.add(&pod.requests);
         self.pods.pop();
         if let Some(k) = anti_affinity_key(pod) {
