@@ -261,6 +261,62 @@ fn an_interrupted_checkpointing_job_loses_at_most_one_interval_per_interruption(
 }
 
 #[test]
+fn a_gang_stops_whole_when_one_member_loses_its_node() {
+    // Two one-GPU members of a gang, one pinned to g6.xlarge and one to
+    // g5.xlarge spot nodes (two spot pools, reclaimed independently), in a
+    // storm: distributed training cannot go on without a member, so each
+    // time one member stops, the other stops at the same instant, and both
+    // lose their work (no checkpoints).
+    let mut s = scenario(
+        "{consolidationPolicy: WhenEmpty, consolidateAfter: 5m}",
+        "",
+        "{storms: [{after: 1h, duration: 4h, multiplier: 3000}]}",
+        "spot",
+    );
+    s.node_pools[0].spec.template.spec.requirements[0]
+        .values
+        .push("g5.xlarge".into());
+    let gang: Vec<SimJob> = [("m0", "g6.xlarge"), ("m1", "g5.xlarge")]
+        .iter()
+        .map(|(m, instance_type)| {
+            let mut j = job(m, 0.0, 3.0, None);
+            j.pod.group = Some(quartermaster::cluster::GroupRef {
+                name: "jobs/gang".into(),
+                min_member: 2,
+            });
+            j.pod.affinity.terms = vec![vec![quartermaster::cluster::Requirement::new(
+                "node.kubernetes.io/instance-type",
+                quartermaster::cluster::Operator::In,
+                &[instance_type],
+            )]];
+            j
+        })
+        .collect();
+    let r = run(&s, &gang);
+    let mut stops: BTreeMap<Time, Vec<(String, String)>> = BTreeMap::new();
+    for (t, e) in &r.log {
+        if let LogEvent::JobStopped { job, node } = e {
+            stops
+                .entry(*t)
+                .or_default()
+                .push((job.clone(), node.clone()));
+        }
+    }
+    assert!(!stops.is_empty(), "the storm reaches the gang");
+    for (t, stopped) in &stops {
+        let mut jobs: Vec<&str> = stopped.iter().map(|(j, _)| j.as_str()).collect();
+        jobs.sort();
+        assert_eq!(jobs, ["jobs/m0", "jobs/m1"], "at {t}: {stopped:?}");
+        assert_ne!(stopped[0].1, stopped[1].1, "one node each");
+    }
+    assert_eq!(r.interruptions, 2 * stops.len() as u32);
+    assert!(
+        r.lost_gpu_hours > 0.0,
+        "both members lose their work since the start"
+    );
+}
+
+#[test]
 fn a_scenario_price_change_is_billed_from_its_time_on() {
     // One job of 4 h on one on-demand g6.xlarge. From 2 h on the type costs
     // $10/h in every zone: the bill grows by (10 - price) x the node's hours

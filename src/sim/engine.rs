@@ -97,6 +97,8 @@ pub struct Engine<'a> {
     cloud: SimulatedCloud,
     jobs: Vec<JobRun>,
     by_name: BTreeMap<String, usize>,
+    /// The jobs of each gang (pod group), by group name.
+    gangs: BTreeMap<String, Vec<usize>>,
     arrivals: usize,
     finishes: BinaryHeap<Reverse<(Time, usize)>>,
     acks: BinaryHeap<Reverse<(Time, usize)>>,
@@ -208,6 +210,12 @@ impl<'a> Engine<'a> {
             .enumerate()
             .map(|(i, j)| (j.job.pod.name.clone(), i))
             .collect();
+        let mut gangs: BTreeMap<String, Vec<usize>> = BTreeMap::new();
+        for (i, j) in jobs.iter().enumerate() {
+            if let Some(g) = &j.job.pod.group {
+                gangs.entry(g.name.clone()).or_default().push(i);
+            }
+        }
         Ok(Engine {
             catalog,
             region: &scenario.region,
@@ -221,6 +229,7 @@ impl<'a> Engine<'a> {
             },
             jobs,
             by_name,
+            gangs,
             arrivals: 0,
             finishes: BinaryHeap::new(),
             acks: BinaryHeap::new(),
@@ -428,28 +437,56 @@ impl<'a> Engine<'a> {
         }
     }
 
+    /// Stops a running job (its node is gone, or it was evicted): it loses
+    /// the work since its last checkpoint and waits again. A gang stops
+    /// whole: distributed training cannot go on without a member, so every
+    /// other running member leaves its node and loses its work too.
     fn stop_job(&mut self, i: usize, at: Time) {
-        if let Phase::Running { since, .. } = self.jobs[i].phase {
+        let mut stopping = vec![i];
+        while let Some(k) = stopping.pop() {
+            let Phase::Running {
+                since, ref node, ..
+            } = self.jobs[k].phase
+            else {
+                continue;
+            };
+            let stopped = LogEvent::JobStopped {
+                job: self.jobs[k].job.pod.name.clone(),
+                node: node.clone(),
+            };
+            self.result.log.push((at, stopped));
+            self.detach(k);
             self.result.gpu_hours +=
-                (at - since).num_seconds().max(0) as f64 / 3600.0 * self.jobs[i].gpus();
-            self.jobs[i].stop(at);
-            self.waiting.insert(i);
+                (at - since).num_seconds().max(0) as f64 / 3600.0 * self.jobs[k].gpus();
+            self.jobs[k].stop(at);
+            self.waiting.insert(k);
             self.pending_stale = true;
             self.bind_dirty = true;
+            if let Some(g) = &self.jobs[k].job.pod.group {
+                stopping.extend(self.gangs.get(&g.name).into_iter().flatten().copied());
+            }
         }
     }
 
     /// Frees a job's room on its node (it finished or left).
     fn release(&mut self, i: usize, at: Time) {
-        if let Phase::Running { node, since, .. } = &self.jobs[i].phase {
+        if let Phase::Running { since, .. } = &self.jobs[i].phase {
             self.result.gpu_hours +=
                 (at - *since).num_seconds().max(0) as f64 / 3600.0 * self.jobs[i].gpus();
+            self.detach(i);
+        }
+    }
+
+    /// Takes a running job's pod off its node's books, if it is still there.
+    fn detach(&mut self, i: usize) {
+        if let Phase::Running { node, .. } = &self.jobs[i].phase {
             if let Some((n, extra)) = self.nodes.get_mut(node) {
-                let name = &self.jobs[i].job.pod.name;
-                extra.jobs.remove(&i);
-                n.pods.retain(|b| &b.pod.name != name);
-                n.state.used.sub(&self.jobs[i].job.pod.requests);
-                self.bind_dirty = true;
+                if extra.jobs.remove(&i) {
+                    let name = &self.jobs[i].job.pod.name;
+                    n.pods.retain(|b| &b.pod.name != name);
+                    n.state.used.sub(&self.jobs[i].job.pod.requests);
+                    self.bind_dirty = true;
+                }
             }
         }
     }
@@ -477,12 +514,6 @@ impl<'a> Engine<'a> {
                 if let Some(&i) = self.by_name.get(&pod) {
                     if matches!(&self.jobs[i].phase, Phase::Running { node, .. } if *node == claim)
                     {
-                        if let Some((n, extra)) = self.nodes.get_mut(&claim) {
-                            extra.jobs.remove(&i);
-                            n.pods.retain(|b| b.pod.name != pod);
-                            n.state.used.sub(&self.jobs[i].job.pod.requests);
-                            self.bind_dirty = true;
-                        }
                         self.stop_job(i, now);
                     }
                 }

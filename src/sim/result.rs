@@ -88,6 +88,14 @@ pub enum LogEvent {
     Notice(crate::core::Notice),
     /// The node is gone (terminated by us or reclaimed).
     NodeGone(String),
+    /// The job stopped running on the node (its node went, it was evicted,
+    /// or another member of its gang stopped) and waits again.
+    JobStopped {
+        /// The job (pod name).
+        job: String,
+        /// The claim it ran on.
+        node: String,
+    },
 }
 
 impl StrategyResult {
