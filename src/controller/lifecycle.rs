@@ -557,15 +557,7 @@ impl<C: CloudProvider + Send + Sync> Lifecycle<'_, C> {
             .is_some_and(|i| i.state.is_alive());
         if let (Some(node), true) = (&view.node, alive) {
             if !node.unschedulable || !node.has_taint(l::TAINT_DISRUPTED) {
-                let mut taints = node.taints.clone();
-                if !node.has_taint(l::TAINT_DISRUPTED) {
-                    taints.push(KubeTaint {
-                        key: l::TAINT_DISRUPTED.into(),
-                        value: None,
-                        effect: "NoSchedule".into(),
-                        time_added: None,
-                    });
-                }
+                let taints = super::executor::disrupted_taints(node);
                 self.api
                     .patch_node(&node.name, &BTreeMap::new(), &taints, Some(true))
                     .await
