@@ -1,9 +1,11 @@
 //! The interruption-notice consumer against moto: EventBridge rules built
 //! from `deploy/aws/interruption-queue.yaml` route real-shaped EC2 and AWS
 //! Health events to an SQS queue; the consumer turns them into
-//! `InstanceNotice`s, deletes what it handled, counts and deletes what it
-//! cannot use, and acts once on a message delivered twice. Also: the
-//! template passes `cfn-lint` (installed with moto[server]).
+//! `InstanceNotice`s, deletes a message only once the controller reported its
+//! notices recorded (or foreign), delivers again one the controller could not
+//! act on yet, counts and deletes what it cannot use, and acts once on a
+//! message delivered twice. Also: the template passes `cfn-lint` (installed
+//! with moto[server]).
 
 mod support;
 
@@ -11,7 +13,7 @@ use aws_sdk_sqs::types::QueueAttributeName;
 use quartermaster::cloud::aws::notices::{
     run_consumer, ConsumerConfig, Error, NoticeConsumer, PollSummary,
 };
-use quartermaster::cloud::{InstanceNotice, NoticeKind};
+use quartermaster::cloud::{InstanceNotice, NoticeAcks, NoticeKind, NoticeOutcome};
 use quartermaster::controller::metrics::{MessageLabels, Metrics};
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
@@ -38,9 +40,16 @@ fn template_rules() -> Vec<(String, String)> {
 
 /// A queue of its own on the shared server, and its URL and ARN.
 async fn queue(sqs: &aws_sdk_sqs::Client) -> (String, String) {
+    queue_with_visibility(sqs, 30).await
+}
+
+/// [`queue`] whose messages come back `seconds` after a receive that did
+/// not delete them.
+async fn queue_with_visibility(sqs: &aws_sdk_sqs::Client, seconds: u32) -> (String, String) {
     let url = sqs
         .create_queue()
         .queue_name(unique("qm-notices"))
+        .attributes(QueueAttributeName::VisibilityTimeout, seconds.to_string())
         .send()
         .await
         .expect("create_queue")
@@ -85,13 +94,18 @@ async fn messages_left(sqs: &aws_sdk_sqs::Client, url: &str) -> u64 {
     .sum()
 }
 
-fn consumer(moto: &Moto, url: &str) -> NoticeConsumer {
+fn consumer(moto: &Moto, url: &str, acks: &NoticeAcks) -> NoticeConsumer {
     let config = ConsumerConfig {
         wait_time: Duration::from_secs(1),
         error_backoff: Duration::from_millis(100),
+        retry_after: Duration::ZERO,
         ..ConsumerConfig::new(url)
     };
-    NoticeConsumer::new(aws_sdk_sqs::Client::new(&moto.sdk_config()), config)
+    NoticeConsumer::new(
+        aws_sdk_sqs::Client::new(&moto.sdk_config()),
+        config,
+        acks.clone(),
+    )
 }
 
 /// Polls until `messages` messages were handled (or 30 s pass), summing
@@ -249,7 +263,8 @@ async fn events_routed_by_the_templates_rules_become_notices_and_are_deleted() {
 
     let metrics = Metrics::unregistered();
     let (tx, mut rx) = mpsc::channel(16);
-    let mut consumer = consumer(&moto, &url);
+    let acks = NoticeAcks::default();
+    let mut consumer = consumer(&moto, &url, &acks);
     let summary = poll_until(&mut consumer, &tx, &metrics, 3).await;
     assert_eq!(
         summary,
@@ -282,11 +297,21 @@ async fn events_routed_by_the_templates_rules_become_notices_and_are_deleted() {
         }
     );
     assert_eq!(count(&metrics, "accepted"), 3);
+    // Handed over is not recorded: every message is still on the queue.
+    assert_eq!(messages_left(&sqs, &url).await, 3);
+    assert_eq!(consumer.in_flight(), 3);
+    // The controller records two and finds the third is not ours: all go.
+    acks.push(spot, NoticeOutcome::Recorded);
+    acks.push(find(&rebalance_id), NoticeOutcome::Recorded);
+    acks.push(find(&retired_id), NoticeOutcome::Foreign);
     // Nothing else arrived (the Health issue matched no rule), and every
-    // handled message is gone from the queue.
+    // settled message is gone from the queue.
     let again = consumer.poll_once(&tx, &metrics).await.expect("poll_once");
     assert_eq!(again.messages(), 0, "{again:?}");
+    assert_eq!(consumer.in_flight(), 0);
     assert_eq!(messages_left(&sqs, &url).await, 0);
+    assert_eq!(count(&metrics, "recorded"), 2);
+    assert_eq!(count(&metrics, "foreign"), 1);
 }
 
 #[tokio::test]
@@ -313,7 +338,7 @@ async fn malformed_and_unknown_messages_are_counted_and_deleted() {
     }
     let metrics = Metrics::unregistered();
     let (tx, mut rx) = mpsc::channel(16);
-    let mut consumer = consumer(&moto, &url);
+    let mut consumer = consumer(&moto, &url, &NoticeAcks::default());
     let summary = poll_until(&mut consumer, &tx, &metrics, 3).await;
     assert_eq!(
         summary,
@@ -346,13 +371,81 @@ async fn a_message_delivered_twice_acts_once() {
     }
     let metrics = Metrics::unregistered();
     let (tx, mut rx) = mpsc::channel(16);
-    let mut consumer = consumer(&moto, &url);
+    let acks = NoticeAcks::default();
+    let mut consumer = consumer(&moto, &url, &acks);
     let summary = poll_until(&mut consumer, &tx, &metrics, 2).await;
     assert_eq!((summary.accepted, summary.duplicate), (1, 1), "{summary:?}");
     let notices = drain(&mut rx);
     assert_eq!(notices.len(), 1, "{notices:?}");
     assert_eq!(notices[0].instance_id, instance_id);
     assert_eq!(count(&metrics, "duplicate"), 1);
+    // The second copy is gone; the first waits for the controller.
+    assert_eq!(messages_left(&sqs, &url).await, 1);
+    acks.push(&notices[0], NoticeOutcome::Recorded);
+    consumer.settle(&metrics).await;
+    assert_eq!(messages_left(&sqs, &url).await, 0);
+}
+
+#[tokio::test]
+async fn a_notice_the_controller_cannot_act_on_yet_is_delivered_again_not_dropped() {
+    let moto = Moto::start();
+    let sqs = aws_sdk_sqs::Client::new(&moto.sdk_config());
+    let (url, _) = queue(&sqs).await;
+    let instance_id = unique("i-later");
+    sqs.send_message()
+        .queue_url(&url)
+        .message_body(spot_event_body(&unique("e-later"), &instance_id))
+        .send()
+        .await
+        .expect("send_message");
+    let metrics = Metrics::unregistered();
+    let (tx, mut rx) = mpsc::channel(16);
+    let acks = NoticeAcks::default();
+    let mut consumer = consumer(&moto, &url, &acks);
+    poll_until(&mut consumer, &tx, &metrics, 1).await;
+    let first = drain(&mut rx);
+    assert_eq!(first.len(), 1);
+    // Its claim is not known yet: the message stays, and comes back
+    // (`retry_after` is zero here) to be sent again.
+    acks.push(&first[0], NoticeOutcome::Retry);
+    let again = poll_until(&mut consumer, &tx, &metrics, 1).await;
+    assert_eq!(again.accepted, 1, "{again:?}");
+    assert_eq!(count(&metrics, "retried"), 1);
+    let second = drain(&mut rx);
+    assert_eq!(second, first);
+    assert_eq!(messages_left(&sqs, &url).await, 1);
+    acks.push(&second[0], NoticeOutcome::Recorded);
+    consumer.settle(&metrics).await;
+    assert_eq!(messages_left(&sqs, &url).await, 0);
+}
+
+#[tokio::test]
+async fn a_consumer_that_dies_before_the_record_leaves_the_notice_to_its_successor() {
+    let moto = Moto::start();
+    let sqs = aws_sdk_sqs::Client::new(&moto.sdk_config());
+    let (url, _) = queue_with_visibility(&sqs, 1).await;
+    let instance_id = unique("i-crash");
+    sqs.send_message()
+        .queue_url(&url)
+        .message_body(spot_event_body(&unique("e-crash"), &instance_id))
+        .send()
+        .await
+        .expect("send_message");
+    let metrics = Metrics::unregistered();
+    let (tx, mut rx) = mpsc::channel(16);
+    let mut dying = consumer(&moto, &url, &NoticeAcks::default());
+    poll_until(&mut dying, &tx, &metrics, 1).await;
+    assert_eq!(drain(&mut rx).len(), 1);
+    // The process dies before the controller recorded anything.
+    drop(dying);
+    let acks = NoticeAcks::default();
+    let mut next = consumer(&moto, &url, &acks);
+    poll_until(&mut next, &tx, &metrics, 1).await;
+    let notices = drain(&mut rx);
+    assert_eq!(notices.len(), 1, "the successor gets the notice again");
+    assert_eq!(notices[0].instance_id, instance_id);
+    acks.push(&notices[0], NoticeOutcome::Recorded);
+    next.settle(&metrics).await;
     assert_eq!(messages_left(&sqs, &url).await, 0);
 }
 
@@ -371,7 +464,7 @@ async fn a_closed_channel_stops_the_consumer_and_leaves_the_message_queued() {
     let metrics = Metrics::unregistered();
     let (tx, rx) = mpsc::channel(1);
     drop(rx);
-    let mut consumer = consumer(&moto, &url);
+    let mut consumer = consumer(&moto, &url, &NoticeAcks::default());
     let until = Instant::now() + Duration::from_secs(30);
     let result = loop {
         match consumer.poll_once(&tx, &metrics).await {
@@ -399,7 +492,11 @@ async fn run_consumer_delivers_notices_and_stops_when_cancelled() {
     let (tx, mut rx) = mpsc::channel(4);
     let cancel = CancellationToken::new();
     let task = tokio::spawn({
-        let (consumer, metrics, cancel) = (consumer(&moto, &url), metrics.clone(), cancel.clone());
+        let (consumer, metrics, cancel) = (
+            consumer(&moto, &url, &NoticeAcks::default()),
+            metrics.clone(),
+            cancel.clone(),
+        );
         async move { run_consumer(consumer, tx, &metrics, cancel).await }
     });
     let notice = tokio::time::timeout(Duration::from_secs(30), rx.recv())

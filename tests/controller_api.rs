@@ -7,7 +7,9 @@ mod support;
 use http::Method;
 use k8s_openapi::api::core::v1::Taint as K8sTaint;
 use pretty_assertions::assert_eq;
-use quartermaster::api::labels::{CHECKPOINT_COMPLETED, CHECKPOINT_REQUESTED, FINALIZER};
+use quartermaster::api::labels::{
+    CHECKPOINT_COMPLETED, CHECKPOINT_REQUESTED, FINALIZER, TAINT_DISRUPTED, TAINT_UNREGISTERED,
+};
 use quartermaster::api::{
     Condition, NodeClaim, NodeClaimSpec, NodeClaimStatus, NodePoolStatus, Taint, TaintEffect,
 };
@@ -16,7 +18,10 @@ use quartermaster::controller::checkpoint::{
     request_checkpoint, CheckpointRequest, HookClient, HookOutcome, HookTarget,
 };
 use quartermaster::controller::events::{node_pool_ref, pod_ref, Events};
-use quartermaster::controller::kube_api::{Eviction, KubeApi};
+use quartermaster::controller::kube_api::{
+    is_status, Eviction, KubeApi, NodeChange, NODE_PATCH_ATTEMPTS,
+};
+use quartermaster::controller::snapshot::NodeInfo;
 use quartermaster::controller::metrics::Metrics;
 use serde_json::{json, Value};
 use std::collections::BTreeMap;
@@ -39,6 +44,7 @@ fn claim(name: &str) -> NodeClaim {
             labels: BTreeMap::from([("team".to_string(), "ml".to_string())]),
             taints: vec![Taint::new("nvidia.com/gpu", "", TaintEffect::NoSchedule)],
             startup_taints: Vec::new(),
+            termination_grace_period: None,
         },
     );
     claim.metadata.finalizers = Some(vec![FINALIZER.to_string()]);
@@ -235,62 +241,174 @@ async fn a_concurrent_finalizer_change_fails_the_removal() {
     );
 }
 
-#[tokio::test]
-async fn node_labels_and_the_full_taint_list_are_merge_patched() {
-    let labels = BTreeMap::from([
-        (
+const JSON_PATCH: &str = "application/json-patch+json";
+const NODE: &str = "/api/v1/nodes/ip-10-0-0-1";
+
+fn taint(key: &str) -> Value {
+    json!({ "key": key, "effect": "NoSchedule" })
+}
+
+/// A Node as the API server has it, at `version`, with these taints.
+fn node_at(version: &str, taints: &[&str], unschedulable: bool) -> Value {
+    json!({
+        "apiVersion": "v1", "kind": "Node",
+        "metadata": { "name": "ip-10-0-0-1", "resourceVersion": version,
+                      "labels": { "kubernetes.io/hostname": "ip-10-0-0-1" } },
+        "spec": { "taints": taints.iter().map(|k| taint(k)).collect::<Vec<_>>(),
+                  "unschedulable": unschedulable },
+    })
+}
+
+fn node_info(node: &Value) -> NodeInfo {
+    NodeInfo::from_k8s(&serde_json::from_value(node.clone()).unwrap())
+}
+
+/// Registration's change: our pool label and GPU taint, our startup taint off.
+fn registration() -> NodeChange {
+    NodeChange {
+        labels: BTreeMap::from([(
             "quartermaster.dev/nodepool".to_string(),
             "train".to_string(),
-        ),
-        ("quartermaster.dev/gpu-name".to_string(), "h100".to_string()),
-    ]);
-    let taints = vec![K8sTaint {
-        key: "nvidia.com/gpu".into(),
-        effect: "NoSchedule".into(),
-        ..K8sTaint::default()
-    }];
+        )]),
+        add_taints: vec![K8sTaint {
+            key: "nvidia.com/gpu".into(),
+            effect: "NoSchedule".into(),
+            ..K8sTaint::default()
+        }],
+        remove_taints: vec![TAINT_UNREGISTERED.to_string()],
+        unschedulable: None,
+    }
+}
+
+#[tokio::test]
+async fn node_changes_touch_only_our_taints_and_labels_guarded_by_the_resource_version() {
+    let cached = node_at("7", &["example.com/theirs", TAINT_UNREGISTERED], false);
     let (client, verifier) = Scenario::new()
         .expect(
             Method::PATCH,
-            "/api/v1/nodes/ip-10-0-0-1?fieldManager=quartermaster",
+            &format!("{NODE}?fieldManager=quartermaster"),
             |body| {
                 assert_eq!(
                     body,
-                    &json!({
-                        "metadata": { "labels": {
-                            "quartermaster.dev/nodepool": "train",
-                            "quartermaster.dev/gpu-name": "h100",
-                        } },
-                        "spec": { "taints": [ { "key": "nvidia.com/gpu", "effect": "NoSchedule" } ] },
-                    })
+                    &json!([
+                        { "op": "test", "path": "/metadata/resourceVersion", "value": "7" },
+                        { "op": "add", "path": "/spec/taints",
+                          "value": [taint("example.com/theirs"), taint("nvidia.com/gpu")] },
+                        { "op": "add", "path": "/metadata/labels/quartermaster.dev~1nodepool",
+                          "value": "train" },
+                    ])
                 );
             },
         )
-        .content_type(MERGE)
+        .content_type(JSON_PATCH)
         .respond(200, node_json("ip-10-0-0-1"))
         .run();
     KubeApi::new(client)
-        .patch_node("ip-10-0-0-1", &labels, &taints, None)
+        .patch_node(&node_info(&cached), &registration())
         .await
         .unwrap();
     verifier.finish().await;
 }
 
 #[tokio::test]
-async fn cordoning_sets_unschedulable_and_clears_taints_when_none_are_given() {
+async fn a_node_changed_meanwhile_is_read_again_and_a_removed_startup_taint_stays_removed() {
+    // The cache still has the driver's startup taint; its owner removed it
+    // and someone added theirs since.
+    let cached = node_at("7", &["nvidia.com/driver-not-ready", TAINT_UNREGISTERED], false);
+    let fresh = node_at("9", &[TAINT_UNREGISTERED, "example.com/theirs"], false);
     let (client, verifier) = Scenario::new()
-        .expect(Method::PATCH, "/api/v1/nodes/ip-10-0-0-1", |body| {
+        .expect(Method::PATCH, NODE, |body| {
+            assert_eq!(body[0]["value"], "7");
+        })
+        .respond(
+            422,
+            status_body(422, "Invalid", "the server rejected our request: test failed"),
+        )
+        .expect(Method::GET, NODE, |_| {})
+        .respond(200, fresh)
+        .expect(Method::PATCH, NODE, |body| {
+            assert_eq!(body[0]["value"], "9");
             assert_eq!(
-                body,
-                &json!({ "spec": { "taints": [], "unschedulable": true } })
+                body[1]["value"],
+                json!([taint("example.com/theirs"), taint("nvidia.com/gpu")])
             );
         })
         .respond(200, node_json("ip-10-0-0-1"))
         .run();
     KubeApi::new(client)
-        .patch_node("ip-10-0-0-1", &BTreeMap::new(), &[], Some(true))
+        .patch_node(&node_info(&cached), &registration())
         .await
         .unwrap();
+    verifier.finish().await;
+}
+
+#[tokio::test]
+async fn a_node_that_keeps_changing_is_an_error_after_a_bounded_number_of_tries() {
+    let cached = node_at("1", &[], false);
+    let mut scenario = Scenario::new();
+    for attempt in 1..=NODE_PATCH_ATTEMPTS {
+        scenario = scenario
+            .expect(Method::PATCH, NODE, |_| {})
+            .respond(409, status_body(409, "Conflict", "the object has been modified"));
+        if attempt < NODE_PATCH_ATTEMPTS {
+            scenario = scenario
+                .expect(Method::GET, NODE, |_| {})
+                .respond(200, node_at(&format!("{}", attempt + 1), &[], false));
+        }
+    }
+    let (client, verifier) = scenario.run();
+    let e = KubeApi::new(client)
+        .patch_node(&node_info(&cached), &NodeChange::cordon())
+        .await
+        .unwrap_err();
+    assert!(is_status(&e, 409), "{e}");
+    verifier.finish().await;
+}
+
+#[tokio::test]
+async fn cordoning_adds_our_taint_beside_theirs_and_a_done_cordon_is_not_sent_again() {
+    let cached = node_at("3", &["example.com/theirs"], false);
+    let (client, verifier) = Scenario::new()
+        .expect(Method::PATCH, NODE, |body| {
+            assert_eq!(
+                body,
+                &json!([
+                    { "op": "test", "path": "/metadata/resourceVersion", "value": "3" },
+                    { "op": "add", "path": "/spec/taints",
+                      "value": [taint("example.com/theirs"), taint(TAINT_DISRUPTED)] },
+                    { "op": "add", "path": "/spec/unschedulable", "value": true },
+                ])
+            );
+        })
+        .respond(200, node_json("ip-10-0-0-1"))
+        // Without a cached version the node is read first; already
+        // cordoned, nothing is written.
+        .expect(Method::GET, NODE, |_| {})
+        .respond(200, node_at("4", &["example.com/theirs", TAINT_DISRUPTED], true))
+        .run();
+    let api = KubeApi::new(client);
+    api.patch_node(&node_info(&cached), &NodeChange::cordon())
+        .await
+        .unwrap();
+    let mut unversioned = node_info(&cached);
+    unversioned.resource_version = None;
+    api.patch_node(&unversioned, &NodeChange::cordon())
+        .await
+        .unwrap();
+    verifier.finish().await;
+}
+
+#[tokio::test]
+async fn deleting_a_pod_outright_is_a_plain_delete_and_gone_is_fine() {
+    let (client, verifier) = Scenario::new()
+        .expect(Method::DELETE, "/api/v1/namespaces/ml/pods/train-0", |_| {})
+        .respond(200, pod_json("ml", "train-0"))
+        .expect(Method::DELETE, "/api/v1/namespaces/ml/pods/gone", |_| {})
+        .respond(404, not_found("pods", "gone"))
+        .run();
+    let api = KubeApi::new(client);
+    api.delete_pod("ml", "train-0").await.unwrap();
+    api.delete_pod("ml", "gone").await.unwrap();
     verifier.finish().await;
 }
 

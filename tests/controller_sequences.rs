@@ -104,7 +104,7 @@ fn node(
     serde_json::from_value(json!({
         "apiVersion": "v1",
         "kind": "Node",
-        "metadata": {"name": name},
+        "metadata": {"name": name, "resourceVersion": "1"},
         "spec": {"providerID": provider_id, "taints": taints},
         "status": {
             "conditions": [{"type": "Ready", "status": if ready { "True" } else { "False" }}],
@@ -112,6 +112,15 @@ fn node(
         }
     }))
     .unwrap()
+}
+
+/// The value a JSON patch sets at `path` (`null` when it does not).
+fn patched<'a>(body: &'a Value, path: &str) -> &'a Value {
+    body.as_array()
+        .expect("a JSON patch")
+        .iter()
+        .find(|op| op["path"] == path && op["op"] != "test")
+        .map_or(&Value::Null, |op| &op["value"])
 }
 
 /// A store holding these objects, synced.
@@ -420,11 +429,11 @@ async fn a_registered_node_gets_labels_and_taints_and_is_initialized_only_once_i
     let api = Scenario::new()
         .expect(Method::PATCH, "/api/v1/nodes/ip-10-0-0-1", move |body| {
             for (k, v) in &want_labels {
-                assert_eq!(body["metadata"]["labels"][k], json!(v), "label {k}");
+                assert_eq!(patched(body, "/metadata/labels")[k], json!(v), "label {k}");
             }
             assert_eq!(
-                body["spec"]["taints"],
-                json!([{"key": l::TAINT_GPU, "effect": "NoSchedule"}]),
+                patched(body, "/spec/taints"),
+                &json!([{"key": l::TAINT_GPU, "effect": "NoSchedule"}]),
                 "the startup taint is lifted, the GPU taint stays"
             );
         })
@@ -525,8 +534,8 @@ fn script_for(actions: &[Action], node: &str) -> Scenario {
             Action::Launch(_) => sc.expect(Method::POST, CLAIMS, |_| {}).respond_with(echo),
             Action::Cordon { .. } => sc
                 .expect(Method::PATCH, &format!("/api/v1/nodes/{node}"), |body| {
-                    assert_eq!(body["spec"]["unschedulable"], true);
-                    let keys: Vec<&str> = body["spec"]["taints"]
+                    assert_eq!(patched(body, "/spec/unschedulable"), true);
+                    let keys: Vec<&str> = patched(body, "/spec/taints")
                         .as_array()
                         .unwrap()
                         .iter()
@@ -748,8 +757,8 @@ async fn deleting_a_claim_drains_within_pdbs_and_waits_for_pods_to_go_before_ter
     let metrics = Metrics::unregistered();
     let api = Scenario::new()
         .expect(Method::PATCH, "/api/v1/nodes/ip-10-0-0-1", |body| {
-            assert_eq!(body["spec"]["unschedulable"], true);
-            assert_eq!(body["spec"]["taints"][0]["key"], l::TAINT_DISRUPTED);
+            assert_eq!(patched(body, "/spec/unschedulable"), true);
+            assert_eq!(patched(body, "/spec/taints")[0]["key"], l::TAINT_DISRUPTED);
         })
         .respond(
             200,
@@ -779,6 +788,7 @@ async fn deleting_a_claim_drains_within_pdbs_and_waits_for_pods_to_go_before_ter
     assert_eq!(
         step,
         Step::Draining {
+            failed: 0,
             evicted: 1,
             blocked: 1,
             remaining: 2
@@ -822,6 +832,7 @@ async fn deleting_a_claim_drains_within_pdbs_and_waits_for_pods_to_go_before_ter
     assert_eq!(
         step,
         Step::Draining {
+            failed: 0,
             evicted: 1,
             blocked: 0,
             remaining: 2
@@ -1035,7 +1046,7 @@ async fn a_replica_that_lost_the_lease_writes_nothing_and_counts_what_it_dropped
 }
 
 #[tokio::test]
-async fn only_the_leader_writes_and_notices_reach_the_core_by_instance_id_once() {
+async fn only_the_leader_writes_and_a_follower_leaves_spot_notices_on_the_queue() {
     use quartermaster::cloud::{InstanceNotice, NoticeKind};
     use quartermaster::controller::metrics::InterruptionLabels;
     use quartermaster::controller::run::{Context, Driver, Settings};
@@ -1075,6 +1086,7 @@ async fn only_the_leader_writes_and_notices_reach_the_core_by_instance_id_once()
     let (_catalog_tx, catalog_rx) = watch::channel(catalog());
     let (notices_tx, notices) = mpsc::channel(8);
     let metrics = Arc::new(Metrics::unregistered());
+    let acks = quartermaster::cloud::NoticeAcks::default();
     let ctx = Context {
         api: KubeApi::new(client),
         cloud: Arc::new(cloud()),
@@ -1083,6 +1095,7 @@ async fn only_the_leader_writes_and_notices_reach_the_core_by_instance_id_once()
         leader,
         ready: Arc::new(AtomicBool::new(true)),
         notices,
+        notice_acks: acks.clone(),
         simulated_nodes: false,
     };
     let settings = Settings {
@@ -1115,8 +1128,9 @@ async fn only_the_leader_writes_and_notices_reach_the_core_by_instance_id_once()
         "the created claim counts in the pool's cost: {cost}"
     );
 
-    // Lease lost; a notice about the claim's instance still reaches the
-    // core (no write), and the same message twice counts once.
+    // Lease lost; a spot notice about the claim's instance cannot be
+    // recorded by a follower: it is neither acted on nor let go, so that
+    // the leader gets it again.
     leader_tx.send(false).unwrap();
     let mut claim = claim_for(
         &ClaimRequest {
@@ -1163,7 +1177,15 @@ async fn only_the_leader_writes_and_notices_reach_the_core_by_instance_id_once()
             kind: "spot-interruption".into(),
         })
         .get();
-    assert_eq!(counted, 1);
+    assert_eq!(counted, 0);
+    let outcomes: Vec<_> = acks.take().into_iter().map(|a| a.outcome).collect();
+    assert_eq!(
+        outcomes,
+        [
+            quartermaster::cloud::NoticeOutcome::Retry,
+            quartermaster::cloud::NoticeOutcome::Retry
+        ]
+    );
 }
 
 /// An API server with nothing in it: every list is empty, every watch stays
@@ -1233,6 +1255,7 @@ async fn the_loop_turns_ready_once_every_watch_has_listed_and_stops_on_shutdown(
         leader,
         ready: ready.clone(),
         notices,
+        notice_acks: Default::default(),
         simulated_nodes: true,
     };
     let settings = Settings {

@@ -82,6 +82,42 @@ fn plan_json_places_every_example_pod_with_the_documented_keys() {
 }
 
 #[test]
+fn plan_places_a_badly_annotated_pod_and_names_the_annotation_instead_of_exiting() {
+    let dir = std::env::temp_dir().join(format!("qm-plan-annot-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let pods = dir.join("pods.yaml");
+    std::fs::write(
+        &pods,
+        "apiVersion: v1\nkind: Pod\nmetadata:\n  name: w0\n  namespace: ml\n  annotations: {quartermaster.dev/pod-group: g, quartermaster.dev/pod-group-size: four, quartermaster.dev/checkpoint-interval: soon}\nspec:\n  tolerations: [{key: nvidia.com/gpu, operator: Exists}]\n  containers: [{name: c, resources: {limits: {nvidia.com/gpu: \"1\"}}}]\n",
+    )
+    .unwrap();
+    let out = qm(&[
+        "plan",
+        "--pods",
+        pods.to_str().unwrap(),
+        "--nodepools",
+        POOLS,
+        "--output",
+        "json",
+    ]);
+    let v = json(&out);
+    let placed: Vec<&serde_json::Value> = v["nodes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .flat_map(|n| n["pods"].as_array().unwrap())
+        .collect();
+    assert_eq!(placed, [&serde_json::json!("ml/w0")]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("ml/w0")
+            && err.contains("quartermaster.dev/pod-group-size")
+            && err.contains("quartermaster.dev/checkpoint-interval"),
+        "{err}"
+    );
+}
+
+#[test]
 fn plan_refuses_an_invalid_nodepool_naming_the_field() {
     let dir = std::env::temp_dir().join(format!("qm-plan-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();

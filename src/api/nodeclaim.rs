@@ -22,6 +22,16 @@ pub mod conditions {
     pub const INITIALIZED: &str = "Initialized";
     /// All of the above: the claim's capacity is usable.
     pub const READY: &str = "Ready";
+    /// Set while the claim is being deleted: `False` names the pods whose
+    /// eviction failed (retried) or that the termination grace period had
+    /// deleted.
+    pub const DRAINED: &str = "Drained";
+    /// The instance was told it will be interrupted (a spot interruption
+    /// warning): the durable record of the notice, written before the
+    /// notice is let go, so that a restarted controller carries on with the
+    /// response. The message holds the deadline
+    /// (see `controller::interruptions`).
+    pub const INTERRUPTED: &str = "Interrupted";
 }
 
 /// The launch a NodeClaim records: pool, offering, price and the node's
@@ -109,6 +119,13 @@ pub struct NodeClaimSpec {
     /// Taints the node carries until it is initialized.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub startup_taints: Vec<Taint>,
+    /// Longest the node may take to drain once the claim is deleted (Go
+    /// duration), copied from the pool's template at creation: after it,
+    /// remaining pods are deleted rather than evicted and the instance is
+    /// terminated. Unset: no limit.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(regex(pattern = super::duration::DURATION_PATTERN), length(max = 32))]
+    pub termination_grace_period: Option<String>,
 }
 
 /// What the lifecycle reconciler observed about a claim.

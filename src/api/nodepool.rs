@@ -5,6 +5,7 @@
 //! `docs/crds.md`; offline checks in [`super::validate`].
 
 use super::common::{resource_list_schema, Condition, Requirement, ResourceList, Taint};
+use super::duration::DURATION_PATTERN;
 use super::quantity::{quantity_value, QuantityError};
 use crate::catalog::CapacityType;
 use kube::{CustomResource, KubeSchema};
@@ -316,12 +317,24 @@ pub struct NodeClaimTemplateSpec {
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     #[schemars(length(max = 100))]
     pub requirements: Vec<Requirement>,
+    /// Longest a node may take to drain once its deletion starts (Go
+    /// duration, e.g. `1h`), as Karpenter's field: after it, pods still on
+    /// the node are deleted (not evicted: PodDisruptionBudgets and
+    /// do-not-disrupt no longer hold it) and the instance is terminated.
+    /// Unset: a drain waits for its pods as long as it takes. Copied onto
+    /// each NodeClaim at creation.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(regex(pattern = DURATION_PATTERN), length(max = 32))]
+    pub termination_grace_period: Option<String>,
 }
 
 impl NodeClaimTemplateSpec {
     /// Whether nothing is set.
     pub fn is_empty(&self) -> bool {
-        self.taints.is_empty() && self.startup_taints.is_empty() && self.requirements.is_empty()
+        self.taints.is_empty()
+            && self.startup_taints.is_empty()
+            && self.requirements.is_empty()
+            && self.termination_grace_period.is_none()
     }
 }
 

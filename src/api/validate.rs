@@ -76,6 +76,9 @@ pub fn validate_node_pool(pool: &NodePool, catalog: &Catalog) -> Vec<FieldError>
     let spec = &pool.spec;
     let catalog = (catalog.instance_types().next().is_some()).then_some(catalog);
     check_template(&mut e, spec, catalog);
+    if let Some(d) = &spec.template.spec.termination_grace_period {
+        check_duration(&mut e, "spec.template.spec.terminationGracePeriod", d, "");
+    }
     check_capacity_types(&mut e, spec);
     check_limits(&mut e, &spec.limits);
     if let Some(w) = spec.weight {

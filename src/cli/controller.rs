@@ -11,7 +11,7 @@ use prometheus_client::registry::Registry;
 use quartermaster::catalog::Catalog;
 use quartermaster::cloud::aws::{self, ec2::AwsCloud, notices, pricing};
 use quartermaster::cloud::simulated::{SimulatedCloud, SimulatedCloudConfig};
-use quartermaster::cloud::{CloudProvider, InstanceNotice};
+use quartermaster::cloud::{CloudProvider, InstanceNotice, NoticeAcks};
 use quartermaster::controller::health::Endpoints;
 use quartermaster::controller::kube_api::KubeApi;
 use quartermaster::controller::leader::{while_leading, Leadership, LeaseSettings};
@@ -302,6 +302,7 @@ async fn controller(
 
     let (catalog_tx, catalog_rx) = watch::channel(catalog.clone());
     let (notice_tx, notice_rx) = mpsc::channel::<InstanceNotice>(1024);
+    let notice_acks = NoticeAcks::default();
     let parts = Parts {
         api: KubeApi::new(client),
         metrics: metrics.clone(),
@@ -309,6 +310,7 @@ async fn controller(
         leader: leadership.receiver(),
         ready,
         notices: notice_rx,
+        notice_acks: notice_acks.clone(),
     };
     let result = match args.cloud {
         CloudKind::Simulated => {
@@ -344,6 +346,7 @@ async fn controller(
                         sqs: aws_sdk_sqs::Client::new(&sdk),
                         config: notices::ConsumerConfig::new(url.clone()),
                         notices: notice_tx,
+                        acks: notice_acks,
                         metrics: metrics.clone(),
                     };
                     tokio::spawn(consumer.run_while_leading(leadership.receiver(), shutdown.clone()));
@@ -378,6 +381,7 @@ struct Parts {
     leader: watch::Receiver<bool>,
     ready: Arc<AtomicBool>,
     notices: mpsc::Receiver<InstanceNotice>,
+    notice_acks: NoticeAcks,
 }
 
 impl Parts {
@@ -390,6 +394,7 @@ impl Parts {
             leader: self.leader,
             ready: self.ready,
             notices: self.notices,
+            notice_acks: self.notice_acks,
             simulated_nodes,
         }
     }
@@ -401,6 +406,7 @@ struct NoticeFeed {
     sqs: aws_sdk_sqs::Client,
     config: notices::ConsumerConfig,
     notices: mpsc::Sender<InstanceNotice>,
+    acks: NoticeAcks,
     metrics: Arc<Metrics>,
 }
 
@@ -410,10 +416,11 @@ impl NoticeFeed {
             sqs,
             config,
             notices: sender,
+            acks,
             metrics,
         } = self;
         while_leading(leader, shutdown, move |stop| {
-            let consumer = notices::NoticeConsumer::new(sqs.clone(), config.clone());
+            let consumer = notices::NoticeConsumer::new(sqs.clone(), config.clone(), acks.clone());
             let (sender, metrics) = (sender.clone(), metrics.clone());
             async move {
                 if let Err(e) = notices::run_consumer(consumer, sender, &metrics, stop).await {

@@ -70,7 +70,12 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     }
     let overhead = manifests.daemonset_overhead.clone();
     let pools = read_pools(&args.nodepools, &catalog, overhead)?;
-    let (pods, nodes) = manifests.into_cluster()?;
+    let (pods, nodes, ignored) = manifests.into_cluster()?;
+    // A badly annotated pod is planned without the annotation, and said so
+    // (on stderr, so that JSON output stays parseable).
+    for i in &ignored {
+        eprintln!("warning: {i}");
+    }
 
     let input = Input {
         catalog: &catalog,

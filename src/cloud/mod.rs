@@ -185,6 +185,56 @@ pub struct InstanceNotice {
     pub id: String,
 }
 
+/// What the driver made of one [`InstanceNotice`], reported back to the
+/// feed that delivered it: the feed lets the message go only once every
+/// notice in it is [`NoticeOutcome::Recorded`] or [`NoticeOutcome::Foreign`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NoticeAck {
+    /// [`InstanceNotice::id`].
+    pub id: String,
+    /// [`InstanceNotice::instance_id`].
+    pub instance_id: String,
+    /// What came of it.
+    pub outcome: NoticeOutcome,
+}
+
+/// See [`NoticeAck`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum NoticeOutcome {
+    /// Acted on, and what a restarted controller needs to carry on is
+    /// written to the API (or nothing needs to be), or it was acted on
+    /// before.
+    Recorded,
+    /// About an instance no NodeClaim of ours has.
+    Foreign,
+    /// Not acted on yet (its claim is not known yet, or the record could not
+    /// be written): deliver it again later.
+    Retry,
+}
+
+/// Where the driver reports [`NoticeAck`]s and the notice feed collects
+/// them (shared: the feed restarts with each leadership term, the driver
+/// does not).
+#[derive(Debug, Clone, Default)]
+pub struct NoticeAcks(std::sync::Arc<std::sync::Mutex<Vec<NoticeAck>>>);
+
+impl NoticeAcks {
+    /// Reports what came of a notice.
+    pub fn push(&self, notice: &InstanceNotice, outcome: NoticeOutcome) {
+        let ack = NoticeAck {
+            id: notice.id.clone(),
+            instance_id: notice.instance_id.clone(),
+            outcome,
+        };
+        self.0.lock().unwrap_or_else(|e| e.into_inner()).push(ack);
+    }
+
+    /// Takes every report so far.
+    pub fn take(&self) -> Vec<NoticeAck> {
+        std::mem::take(&mut *self.0.lock().unwrap_or_else(|e| e.into_inner()))
+    }
+}
+
 /// The kinds of [`InstanceNotice`].
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum NoticeKind {

@@ -100,6 +100,29 @@ impl Pod {
     /// # Errors
     /// A malformed quantity, operator, effect or annotation, naming the pod.
     pub fn from_k8s(pod: &core::Pod, group_sizes: &BTreeMap<String, u32>) -> Result<Pod, Error> {
+        let (pod, ignored) = Pod::from_k8s_lenient(pod, group_sizes)?;
+        match ignored.into_iter().next() {
+            Some(i) => Err(Error::Invalid {
+                pod: i.pod,
+                message: i.problem,
+            }),
+            None => Ok(pod),
+        }
+    }
+
+    /// Converts a Kubernetes Pod as [`Pod::from_k8s`] does, but an optional
+    /// annotation or label that does not parse (a gang's size, a checkpoint
+    /// interval, an expected run time) is left out and returned beside the
+    /// pod instead of failing it: a pod the user annotated badly is still
+    /// counted and placed, and the driver tells the user.
+    ///
+    /// # Errors
+    /// A malformed quantity, operator or effect, naming the pod (the API
+    /// server rejects those, so a live pod never has one).
+    pub fn from_k8s_lenient(
+        pod: &core::Pod,
+        group_sizes: &BTreeMap<String, u32>,
+    ) -> Result<(Pod, Vec<Ignored>), Error> {
         let meta = &pod.metadata;
         let ns = meta.namespace.as_deref().unwrap_or("default");
         let name = format!("{ns}/{}", meta.name.as_deref().unwrap_or(""));
@@ -190,31 +213,57 @@ impl Pod {
 
         let labels: BTreeMap<String, String> = meta.labels.clone().unwrap_or_default();
         let annotations = meta.annotations.clone().unwrap_or_default();
-        let group = group_of(ns, &labels, &annotations, group_sizes).map_err(&invalid)?;
-        let seconds = |key: &str| -> Result<Option<f64>, Error> {
-            annotations
-                .get(key)
-                .map(|v| {
-                    crate::api::parse_duration(v)
-                        .map(|d| d.as_secs_f64())
-                        .map_err(|e| invalid(format!("annotation {key}: {e}")))
-                })
-                .transpose()
+        let mut ignored = Vec::new();
+        let mut ignore = |problem: String| {
+            ignored.push(Ignored {
+                pod: name.clone(),
+                problem,
+            })
         };
-        Ok(Pod {
+        let group = group_of(ns, &labels, &annotations, group_sizes).unwrap_or_else(|e| {
+            ignore(e);
+            None
+        });
+        let mut seconds = |key: &str| -> Option<f64> {
+            let v = annotations.get(key)?;
+            crate::api::parse_duration(v)
+                .map(|d| d.as_secs_f64())
+                .map_err(|e| ignore(format!("annotation {key}={v:?}: {e}")))
+                .ok()
+        };
+        let checkpoint_interval_s = seconds(l::CHECKPOINT_INTERVAL);
+        let expected_runtime_s = seconds(l::EXPECTED_RUNTIME);
+        let pod = Pod {
             requests,
             affinity: NodeAffinity { terms },
             tolerations,
             zone_spread,
             hostname_anti_affinity,
             group,
-            checkpoint_interval_s: seconds(l::CHECKPOINT_INTERVAL)?,
-            expected_runtime_s: seconds(l::EXPECTED_RUNTIME)?,
+            checkpoint_interval_s,
+            expected_runtime_s,
             checkpoints: annotations.get(l::CHECKPOINT_ENABLED).map(String::as_str) == Some("true")
                 || annotations.contains_key(l::CHECKPOINT_HOOK),
             labels,
             name,
-        })
+        };
+        Ok((pod, ignored))
+    }
+}
+
+/// An optional annotation or label of a pod that could not be read and was
+/// left out (see [`Pod::from_k8s_lenient`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Ignored {
+    /// `namespace/name`.
+    pub pod: String,
+    /// What is wrong, naming the annotation or label.
+    pub problem: String,
+}
+
+impl std::fmt::Display for Ignored {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "pod {}: {} (ignored)", self.pod, self.problem)
     }
 }
 
@@ -375,6 +424,33 @@ spec:
         let g = pod.group.unwrap();
         assert_eq!((g.name.as_str(), g.min_member), ("ml/g1", 4));
         assert_eq!(pod.checkpoint_interval_s, Some(1800.0));
+    }
+
+    #[test]
+    fn bad_optional_annotations_are_left_out_and_named_not_fatal() {
+        let p = pod_yaml(
+            r#"
+metadata:
+  name: w0
+  namespace: ml
+  labels: {kueue.x-k8s.io/pod-group-name: g1}
+  annotations: {quartermaster.dev/checkpoint-interval: soon, quartermaster.dev/expected-runtime: 2h}
+spec:
+  containers: [{name: a, resources: {requests: {cpu: "2"}}}]
+"#,
+        );
+        let (pod, ignored) = Pod::from_k8s_lenient(&p, &BTreeMap::new()).unwrap();
+        assert_eq!(pod.requests.get(CPU), 2000);
+        assert_eq!(pod.group, None, "a gang without its count is no gang");
+        assert_eq!(pod.checkpoint_interval_s, None);
+        assert_eq!(pod.expected_runtime_s, Some(7200.0));
+        let problems: Vec<String> = ignored.iter().map(ToString::to_string).collect();
+        assert_eq!(problems.len(), 2, "{problems:?}");
+        assert!(problems[0].contains("ml/w0") && problems[0].contains(l::KUEUE_GROUP_TOTAL));
+        assert!(problems[1].contains(l::CHECKPOINT_INTERVAL) && problems[1].contains("soon"));
+        // The strict conversion still refuses it, naming the first problem.
+        let e = Pod::from_k8s(&p, &BTreeMap::new()).unwrap_err().to_string();
+        assert!(e.contains(l::KUEUE_GROUP_TOTAL), "{e}");
     }
 
     #[test]

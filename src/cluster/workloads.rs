@@ -3,7 +3,7 @@
 //! pods and node states. Pure text processing; the caller reads the files.
 
 use super::node::NodeState;
-use super::pod::{self, Pod};
+use super::pod::{self, Ignored, Pod};
 use super::requirements::{Effect, Taint};
 use super::resources::{QuantityError, Resources};
 use crate::api::labels as l;
@@ -136,18 +136,21 @@ impl Manifests {
         }
     }
 
-    /// Pending pods (no `spec.nodeName`) for the planner, and node states with
-    /// the requests of pods bound to them counted as used.
+    /// Pending pods (no `spec.nodeName`) for the planner, node states with
+    /// the requests of pods bound to them counted as used, and the optional
+    /// pod annotations that did not parse and were left out (the pods are
+    /// planned without them; see [`Pod::from_k8s_lenient`]).
     ///
     /// # Errors
-    /// A malformed pod or node.
-    pub fn into_cluster(self) -> Result<(Vec<Pod>, Vec<NodeState>), Error> {
+    /// A malformed quantity, operator or effect of a pod, or a malformed node.
+    pub fn into_cluster(self) -> Result<(Vec<Pod>, Vec<NodeState>, Vec<Ignored>), Error> {
         let mut nodes = self
             .nodes
             .iter()
             .map(node_state)
             .collect::<Result<Vec<_>, _>>()?;
         let mut pending = Vec::new();
+        let mut ignored = Vec::new();
         for p in &self.pods {
             let bound = p.spec.as_ref().and_then(|s| s.node_name.clone());
             match bound {
@@ -162,10 +165,14 @@ impl Manifests {
                         n.used.add(&requests);
                     }
                 }
-                None => pending.push(Pod::from_k8s(p, &self.group_sizes)?),
+                None => {
+                    let (pod, bad) = Pod::from_k8s_lenient(p, &self.group_sizes)?;
+                    pending.push(pod);
+                    ignored.extend(bad);
+                }
             }
         }
-        Ok((pending, nodes))
+        Ok((pending, nodes, ignored))
     }
 }
 
@@ -274,7 +281,8 @@ spec: {nodeName: n1, containers: [{name: c, resources: {requests: {cpu: "3"}}}]}
         )
         .unwrap();
         assert_eq!(m.group_sizes["ml/g"], 8);
-        let (pending, nodes) = m.into_cluster().unwrap();
+        let (pending, nodes, ignored) = m.into_cluster().unwrap();
+        assert!(ignored.is_empty());
         let names: Vec<&str> = pending.iter().map(|p| p.name.as_str()).collect();
         assert_eq!(
             names,

@@ -34,6 +34,8 @@ pub mod reasons {
     pub const VALIDATION_FAILED: &str = "ValidationFailed";
     /// The pool reached one of its limits.
     pub const LIMIT_REACHED: &str = "LimitReached";
+    /// An annotation of the pod does not parse and is ignored.
+    pub const ANNOTATION_IGNORED: &str = "AnnotationIgnored";
 }
 
 /// Longest Event note the API accepts (1 kB).
@@ -159,6 +161,23 @@ impl Events {
             reasons::NOT_PLACEABLE,
             "Plan",
             format!("Quartermaster cannot place the pod: {explanation}"),
+            None,
+        )
+        .await
+    }
+
+    /// On a pod: annotations that do not parse are ignored, and its node
+    /// is kept out of consolidation until they are fixed.
+    pub async fn annotation_ignored(&self, pod: &ObjectReference, problems: &[String]) {
+        self.report(
+            pod,
+            EventType::Warning,
+            reasons::ANNOTATION_IGNORED,
+            "Read",
+            format!(
+                "ignored until fixed (the pod is planned without it, and its node is not consolidated): {}",
+                problems.join("; ")
+            ),
             None,
         )
         .await

@@ -8,7 +8,7 @@
 
 use super::checkpoint::{self, CheckpointRequest, HookClient};
 use super::events::{self, Events};
-use super::kube_api::{Eviction, KubeApi};
+use super::kube_api::{Eviction, KubeApi, NodeChange};
 use super::lifecycle::{format_fallbacks, FALLBACKS_ANNOTATION};
 use super::metrics::Metrics;
 use super::snapshot::{NodeInfo, PodInfo};
@@ -16,7 +16,6 @@ use crate::api::labels as l;
 use crate::api::{NodeClaim, NodeClaimSpec, Taint, TaintEffect};
 use crate::cluster::Pod;
 use crate::core::{fallback, Action, ClaimRequest, ManagedNode, Time, World};
-use k8s_openapi::api::core::v1::Taint as KubeTaint;
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex};
@@ -127,6 +126,7 @@ pub fn build_claim(
             labels: node.state.labels.clone(),
             taints: template.taints.clone(),
             startup_taints,
+            termination_grace_period: template.termination_grace_period.clone(),
         },
     );
     claim.metadata.finalizers = Some(vec![l::FINALIZER.to_string()]);
@@ -143,21 +143,6 @@ pub fn build_claim(
         )]));
     }
     Ok(claim)
-}
-
-/// The taints of a node being disrupted: its own plus
-/// `quartermaster.dev/disrupted:NoSchedule`.
-pub fn disrupted_taints(node: &NodeInfo) -> Vec<KubeTaint> {
-    let mut taints = node.taints.clone();
-    if !node.has_taint(l::TAINT_DISRUPTED) {
-        taints.push(KubeTaint {
-            key: l::TAINT_DISRUPTED.into(),
-            value: None,
-            effect: "NoSchedule".into(),
-            time_added: None,
-        });
-    }
-    taints
 }
 
 /// What an action came to.
@@ -370,12 +355,7 @@ impl Executor<'_> {
                     return Ok(Outcome::Skipped("node not registered"));
                 };
                 self.api
-                    .patch_node(
-                        &node.name,
-                        &BTreeMap::new(),
-                        &disrupted_taints(node),
-                        Some(true),
-                    )
+                    .patch_node(node, &NodeChange::cordon())
                     .await
                     .map_err(kube)?;
                 Ok(Outcome::Done)

@@ -8,6 +8,7 @@
 //! patches unless a method says otherwise.
 
 use crate::api::labels::FINALIZER;
+use super::snapshot::NodeInfo;
 use crate::api::{NodeClaim, NodeClaimStatus, NodePool, NodePoolStatus};
 use k8s_openapi::api::core::v1::{Node, Pod, Taint};
 use k8s_openapi::api::policy::v1::Eviction as EvictionBody;
@@ -18,6 +19,108 @@ use std::collections::BTreeMap;
 
 /// The field manager of every write we make.
 pub const FIELD_MANAGER: &str = "quartermaster";
+
+/// How often [`KubeApi::patch_node`] tries before giving up on a node that
+/// keeps changing under it.
+pub const NODE_PATCH_ATTEMPTS: usize = 4;
+
+/// What we change on a node: labels to set, our taints to add (when no
+/// taint of that key and effect is there) and taint keys of ours to remove,
+/// and the cordon. Applied against the node's current state, never as a
+/// whole list, so that other controllers' taints survive.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct NodeChange {
+    /// Labels to set (others are kept).
+    pub labels: BTreeMap<String, String>,
+    /// Taints to add when absent.
+    pub add_taints: Vec<Taint>,
+    /// Keys of taints to remove.
+    pub remove_taints: Vec<String>,
+    /// The cordon to set, if any.
+    pub unschedulable: Option<bool>,
+}
+
+/// `key` escaped for a JSON pointer (RFC 6901).
+fn pointer_escape(key: &str) -> String {
+    key.replace('~', "~0").replace('/', "~1")
+}
+
+impl NodeChange {
+    /// The cordon of a node being disrupted: `unschedulable` and
+    /// `quartermaster.dev/disrupted:NoSchedule` (the durable record that the
+    /// node is going, which a restarted controller reads back).
+    pub fn cordon() -> NodeChange {
+        NodeChange {
+            add_taints: vec![Taint {
+                key: crate::api::labels::TAINT_DISRUPTED.into(),
+                value: None,
+                effect: "NoSchedule".into(),
+                time_added: None,
+            }],
+            unschedulable: Some(true),
+            ..NodeChange::default()
+        }
+    }
+
+    /// The node's taints after the change.
+    pub fn taints(&self, node: &NodeInfo) -> Vec<Taint> {
+        let mut taints: Vec<Taint> = node
+            .taints
+            .iter()
+            .filter(|t| !self.remove_taints.contains(&t.key))
+            .cloned()
+            .collect();
+        for t in &self.add_taints {
+            if !taints.iter().any(|k| k.key == t.key && k.effect == t.effect) {
+                taints.push(t.clone());
+            }
+        }
+        taints
+    }
+
+    /// The JSON patch making the change on `node`, guarded by a `test` of
+    /// its `resourceVersion`; `None` when nothing would change.
+    pub fn json_patch(&self, node: &NodeInfo) -> Option<serde_json::Value> {
+        let mut ops = Vec::new();
+        let taints = self.taints(node);
+        if taints != node.taints {
+            // `add` on an object member replaces it, and creates it when
+            // the node has no taints yet.
+            ops.push(json!({ "op": "add", "path": "/spec/taints", "value": taints }));
+        }
+        if let Some(u) = self.unschedulable.filter(|u| *u != node.unschedulable) {
+            ops.push(json!({ "op": "add", "path": "/spec/unschedulable", "value": u }));
+        }
+        let missing: BTreeMap<&String, &String> = self
+            .labels
+            .iter()
+            .filter(|(k, v)| node.labels.get(*k) != Some(*v))
+            .collect();
+        if !missing.is_empty() {
+            if node.labels.is_empty() {
+                ops.push(json!({ "op": "add", "path": "/metadata/labels", "value": self.labels }));
+            } else {
+                for (k, v) in missing {
+                    ops.push(json!({
+                        "op": "add",
+                        "path": format!("/metadata/labels/{}", pointer_escape(k)),
+                        "value": v,
+                    }));
+                }
+            }
+        }
+        if ops.is_empty() {
+            return None;
+        }
+        if let Some(rv) = &node.resource_version {
+            ops.insert(
+                0,
+                json!({ "op": "test", "path": "/metadata/resourceVersion", "value": rv }),
+            );
+        }
+        Some(serde_json::Value::Array(ops))
+    }
+}
 
 /// What an eviction request came to.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -127,30 +230,43 @@ impl KubeApi {
         )
     }
 
-    /// Sets labels (merged into the node's) and the full taint list, and the
-    /// cordon when `unschedulable` is given.
+    /// Applies `change` to the node: only our taints are added or removed,
+    /// everyone else's (and every taint someone else removed) stay as they
+    /// are on the server.
+    ///
+    /// The change is computed against `node` (the cached copy) and sent as a
+    /// JSON patch that first `test`s the node's `resourceVersion`: if the
+    /// node changed since, the API server refuses the patch (409 or 422), the
+    /// node is read fresh and the change computed again, at most
+    /// [`NODE_PATCH_ATTEMPTS`] times. A change that is already in place is
+    /// not sent. Without a cached `resourceVersion` the node is read first.
     ///
     /// # Errors
-    /// Any API error.
-    pub async fn patch_node(
-        &self,
-        name: &str,
-        labels: &BTreeMap<String, String>,
-        taints: &[Taint],
-        unschedulable: Option<bool>,
-    ) -> kube::Result<()> {
-        let mut spec = json!({ "taints": taints });
-        if let Some(u) = unschedulable {
-            spec["unschedulable"] = json!(u);
-        }
-        let mut patch = json!({ "spec": spec });
-        if !labels.is_empty() {
-            patch["metadata"] = json!({ "labels": labels });
-        }
+    /// Any API error, a conflict on the last attempt included.
+    pub async fn patch_node(&self, node: &NodeInfo, change: &NodeChange) -> kube::Result<()> {
         let api: Api<Node> = Api::all(self.client.clone());
-        api.patch(name, &patch_params(), &Patch::Merge(patch))
-            .await
-            .map(drop)
+        let mut current = match node.resource_version {
+            Some(_) => node.clone(),
+            None => NodeInfo::from_k8s(&api.get(&node.name).await?),
+        };
+        for attempt in 1..=NODE_PATCH_ATTEMPTS {
+            let Some(ops) = change.json_patch(&current) else {
+                return Ok(());
+            };
+            let patch: json_patch::Patch =
+                serde_json::from_value(ops).map_err(kube::Error::SerdeError)?;
+            match api
+                .patch(&node.name, &patch_params(), &Patch::Json::<()>(patch))
+                .await
+            {
+                Err(e) if (is_status(&e, 409) || is_status(&e, 422)) && attempt < NODE_PATCH_ATTEMPTS => {
+                    tracing::debug!(node = %node.name, attempt, "node changed meanwhile; reading it again");
+                    current = NodeInfo::from_k8s(&api.get(&node.name).await?);
+                }
+                other => return other.map(drop),
+            }
+        }
+        unreachable!("the last attempt returns")
     }
 
     /// Creates a Node object (the simulated cloud registers its nodes this
@@ -204,6 +320,20 @@ impl KubeApi {
             Err(e) if is_status(&e, 404) => Ok(Eviction::Gone),
             Err(e) => Err(e),
         }
+    }
+
+    /// Deletes a pod outright (no Eviction: PDBs do not apply), with its
+    /// own grace period; gone already is fine. Only for a drain whose
+    /// termination grace period has passed.
+    ///
+    /// # Errors
+    /// Any API error other than NotFound.
+    pub async fn delete_pod(&self, namespace: &str, name: &str) -> kube::Result<()> {
+        let api: Api<Pod> = Api::namespaced(self.client.clone(), namespace);
+        ignore_status(
+            api.delete(name, &DeleteParams::default()).await.map(drop),
+            404,
+        )
     }
 
     /// Sets one annotation on a pod (merge patch).

@@ -19,7 +19,7 @@
 //! It decides nothing about what to launch or drain (that is `core`); it
 //! reports what it did as a [`Step`] for the loop to hand on to the core.
 
-use super::kube_api::{Eviction, KubeApi};
+use super::kube_api::{Eviction, KubeApi, NodeChange};
 use super::metrics::{LaunchFailureLabels, Metrics};
 use super::snapshot::{is_accelerator, request_of, to_k8s_time, ClaimView, NodeInfo};
 use crate::api::labels as l;
@@ -103,6 +103,9 @@ pub enum Step {
         evicted: usize,
         /// Evictions a PDB refused this round (retried later).
         blocked: usize,
+        /// Evictions that failed otherwise this round (recorded on the
+        /// claim's `Drained` condition, retried later).
+        failed: usize,
         /// Pods still on the node.
         remaining: usize,
     },
@@ -258,24 +261,17 @@ fn kube_taint(t: &crate::api::Taint) -> KubeTaint {
     }
 }
 
-/// The node's taints once registered: what it has without our startup
-/// taint, plus the claim's taints it lacks.
-pub fn registered_taints(node: &NodeInfo, claim: &NodeClaim) -> Vec<KubeTaint> {
-    let mut taints: Vec<KubeTaint> = node
-        .taints
-        .iter()
-        .filter(|t| t.key != l::TAINT_UNREGISTERED)
-        .cloned()
-        .collect();
-    for t in &claim.spec.taints {
-        if !taints
-            .iter()
-            .any(|k| k.key == t.key && k.effect == t.effect.as_str())
-        {
-            taints.push(kube_taint(t));
-        }
+/// The change registration makes to the node: the claim's labels (`labels`)
+/// and its taints where missing, and our unregistered taint off. The pool's
+/// startup taints are the bootstrap's to add and their owners' to remove:
+/// they are never written here, so one removed is never put back.
+pub fn registered_change(claim: &NodeClaim, labels: BTreeMap<String, String>) -> NodeChange {
+    NodeChange {
+        labels,
+        add_taints: claim.spec.taints.iter().map(kube_taint).collect(),
+        remove_taints: vec![l::TAINT_UNREGISTERED.to_string()],
+        unschedulable: None,
     }
-    taints
 }
 
 /// Whether the node is initialized for the claim: Ready, every startup
@@ -314,6 +310,22 @@ fn created(claim: &NodeClaim, now: Time) -> Time {
         .as_ref()
         .and_then(|t| chrono::DateTime::from_timestamp(t.0.as_second(), 0))
         .unwrap_or(now)
+}
+
+/// The claim's termination grace period, as written, once it has passed
+/// since the claim's deletion started.
+fn grace_expired(claim: &NodeClaim, now: Time) -> Option<&str> {
+    let text = claim.spec.termination_grace_period.as_deref()?;
+    let grace = match crate::api::parse_duration(text) {
+        Ok(d) => d,
+        Err(e) => {
+            tracing::warn!(claim = %claim.name_any(), error = %e, "unreadable terminationGracePeriod; the drain waits for its pods");
+            return None;
+        }
+    };
+    let deleting = claim.metadata.deletion_timestamp.as_ref()?;
+    let since = chrono::DateTime::from_timestamp(deleting.0.as_second(), 0)?;
+    older_than(since, now, grace).then_some(text)
 }
 
 fn older_than(since: Time, now: Time, limit: Duration) -> bool {
@@ -460,9 +472,8 @@ impl<C: CloudProvider + Send + Sync> Lifecycle<'_, C> {
             .map(|i| i.offering)
             .filter(|o| o.zone != claim.spec.zone || o.capacity_type != claim.spec.capacity_type);
         let labels = node_labels(claim, actual.as_ref());
-        let taints = registered_taints(node, claim);
         self.api
-            .patch_node(&node.name, &labels, &taints, None)
+            .patch_node(node, &registered_change(claim, labels))
             .await
             .map_err(kube_err(&name, "labelling and tainting the node"))?;
         status.node_name = Some(node.name.clone());
@@ -543,6 +554,104 @@ impl<C: CloudProvider + Send + Sync> Lifecycle<'_, C> {
         })
     }
 
+    /// Evicts the node's pods (PDB-aware). An eviction that fails other
+    /// than by a PDB (429) or a pod already gone (404) does not stop the
+    /// others; each failure is named on the claim's `Drained` condition and
+    /// retried next round. Once the claim's termination grace period has
+    /// passed since its deletion, pods still there are deleted instead and
+    /// the node goes. `None`: the node is empty (or the grace period is
+    /// over) and may be terminated.
+    async fn drain(&self, view: &ClaimView, node: &NodeInfo, now: Time) -> Result<Option<Step>> {
+        let claim = &view.claim;
+        let name = claim.name_any();
+        let pods: Vec<_> = view.pods.iter().filter(|p| !p.daemon).collect();
+        if let Some(grace) = grace_expired(claim, now) {
+            let mut problems = Vec::new();
+            for p in &pods {
+                if let Err(e) = self.api.delete_pod(&p.namespace, &p.name).await {
+                    problems.push(format!("{}: {e}", p.key()));
+                }
+            }
+            if !problems.is_empty() {
+                // Deleting is all that is left to try; retried next round.
+                let message = format!("deleting pods failed: {}", problems.join("; "));
+                self.record_drain(claim, "DeleteFailed", &message, now).await?;
+                return Ok(Some(Step::Draining {
+                    evicted: 0,
+                    blocked: 0,
+                    failed: problems.len(),
+                    remaining: pods.len(),
+                }));
+            }
+            if !pods.is_empty() {
+                let message = format!(
+                    "terminationGracePeriod {grace} elapsed: {} pod(s) deleted ({})",
+                    pods.len(),
+                    pods.iter().map(|p| p.key()).collect::<Vec<_>>().join(", ")
+                );
+                tracing::warn!(claim = %name, node = %node.name, "{message}");
+                self.record_drain(claim, "GracePeriodElapsed", &message, now)
+                    .await?;
+            }
+            return Ok(None);
+        }
+        let (mut evicted, mut blocked, mut remaining) = (0, 0, 0);
+        let mut failures = Vec::new();
+        for p in pods {
+            if p.terminating {
+                // Evicted already: its grace period runs; wait for it.
+                remaining += 1;
+                continue;
+            }
+            match self.api.evict(&p.namespace, &p.name).await {
+                Ok(Eviction::Evicted) => {
+                    evicted += 1;
+                    remaining += 1;
+                }
+                Ok(Eviction::Blocked) => {
+                    blocked += 1;
+                    remaining += 1;
+                }
+                Ok(Eviction::Gone) => {}
+                Err(e) => {
+                    tracing::warn!(claim = %name, pod = %p.key(), error = %e, "eviction failed; trying the other pods");
+                    failures.push(format!("evicting {}: {e}", p.key()));
+                    remaining += 1;
+                }
+            }
+        }
+        if !failures.is_empty() {
+            self.record_drain(claim, "EvictionFailed", &failures.join("; "), now)
+                .await?;
+        }
+        Ok((remaining > 0).then_some(Step::Draining {
+            evicted,
+            blocked,
+            failed: failures.len(),
+            remaining,
+        }))
+    }
+
+    /// Records a drain problem on the claim's `Drained` condition (unless it
+    /// says so already).
+    async fn record_drain(
+        &self,
+        claim: &NodeClaim,
+        reason: &str,
+        message: &str,
+        now: Time,
+    ) -> Result<()> {
+        let mut status = claim.status.clone().unwrap_or_default();
+        if status
+            .condition(conditions::DRAINED)
+            .is_some_and(|c| c.reason == reason && c.message == message)
+        {
+            return Ok(());
+        }
+        set_condition(&mut status, conditions::DRAINED, false, reason, message, now);
+        self.patch_status(&claim.name_any(), &status).await
+    }
+
     async fn finalize(&self, view: &ClaimView, now: Time) -> Result<Step> {
         let claim = &view.claim;
         let name = claim.name_any();
@@ -557,42 +666,13 @@ impl<C: CloudProvider + Send + Sync> Lifecycle<'_, C> {
             .is_some_and(|i| i.state.is_alive());
         if let (Some(node), true) = (&view.node, alive) {
             if !node.unschedulable || !node.has_taint(l::TAINT_DISRUPTED) {
-                let taints = super::executor::disrupted_taints(node);
                 self.api
-                    .patch_node(&node.name, &BTreeMap::new(), &taints, Some(true))
+                    .patch_node(node, &NodeChange::cordon())
                     .await
                     .map_err(kube_err(&name, "cordoning the node"))?;
             }
-            let (mut evicted, mut blocked, mut remaining) = (0, 0, 0);
-            for p in view.pods.iter().filter(|p| !p.daemon) {
-                if p.terminating {
-                    // Evicted already: its grace period runs; wait for it.
-                    remaining += 1;
-                    continue;
-                }
-                match self
-                    .api
-                    .evict(&p.namespace, &p.name)
-                    .await
-                    .map_err(kube_err(&name, "evicting a pod"))?
-                {
-                    Eviction::Evicted => {
-                        evicted += 1;
-                        remaining += 1;
-                    }
-                    Eviction::Blocked => {
-                        blocked += 1;
-                        remaining += 1;
-                    }
-                    Eviction::Gone => {}
-                }
-            }
-            if remaining > 0 {
-                return Ok(Step::Draining {
-                    evicted,
-                    blocked,
-                    remaining,
-                });
+            if let Some(step) = self.drain(view, node, now).await? {
+                return Ok(step);
             }
         }
         match self.cloud.terminate(&name, now).await {
@@ -691,6 +771,7 @@ mod tests {
                 .into(),
                 taints: vec![],
                 startup_taints: vec![],
+                termination_grace_period: None,
             },
         );
         claim.metadata.annotations = Some(

@@ -8,6 +8,7 @@ pub mod checkpoint;
 pub mod events;
 pub mod executor;
 pub mod health;
+pub mod interruptions;
 pub mod kube_api;
 pub mod leader;
 pub mod lifecycle;

@@ -14,10 +14,11 @@ use super::snapshot::{self, ClaimView, Store, WorldParts};
 use super::status;
 use crate::api::NodeClaim;
 use crate::catalog::Catalog;
-use crate::cloud::{self, instance_id_of, CloudProvider, InstanceNotice, NoticeKind};
+use super::interruptions::NoticeHandler;
+use crate::cloud::{self, CloudProvider, InstanceNotice, NoticeAcks};
 use crate::core::{Action, Core, ManagedNode, Time, World};
 use kube::ResourceExt;
-use std::collections::{HashMap, HashSet, VecDeque};
+use std::collections::{HashMap, HashSet};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
@@ -62,6 +63,9 @@ pub struct Context<C> {
     pub ready: Arc<AtomicBool>,
     /// Notices from the cloud (spot interruptions, rebalance, state changes).
     pub notices: mpsc::Receiver<InstanceNotice>,
+    /// Where what became of each notice is reported to the feed, which
+    /// deletes a message only once its notices are recorded.
+    pub notice_acks: NoticeAcks,
     /// The cloud is simulated: the loop creates Node objects for its
     /// instances itself (as Karpenter's kwok provider does).
     pub simulated_nodes: bool,
@@ -77,9 +81,6 @@ pub const DEBOUNCE: Duration = Duration::from_millis(200);
 
 /// How long a draining claim waits before its evictions are retried.
 pub const DRAIN_RETRY: Duration = Duration::from_secs(5);
-
-/// Notice IDs remembered to act on a message delivered twice only once.
-const SEEN_NOTICES: usize = 4096;
 
 /// How long a claim this process created counts in the world before the
 /// watch delivers it.
@@ -135,8 +136,7 @@ pub struct Driver<C> {
     boot: String,
     last_gc: Option<Time>,
     next_deadline: Option<Time>,
-    seen: VecDeque<String>,
-    seen_set: HashSet<String>,
+    notices: NoticeHandler,
     inbox: Vec<InstanceNotice>,
     /// Claims created by this process that the watch may not have
     /// delivered yet, so that the next round does not plan their pods again.
@@ -155,6 +155,8 @@ pub struct Driver<C> {
     /// The reason last published in a not-placeable Event, per pending pod,
     /// so an unchanged reason is not published every round.
     unplaceable: HashMap<String, String>,
+    /// Pods whose unreadable annotations were reported in an Event.
+    unreadable: snapshot::UnreadableReports,
 }
 
 /// Seconds since the first call, on a monotonic clock: the planner's timer
@@ -178,8 +180,7 @@ impl<C: CloudProvider + Send + Sync + 'static> Driver<C> {
             boot: executor::boot_tag(now),
             last_gc: None,
             next_deadline: None,
-            seen: VecDeque::new(),
-            seen_set: HashSet::new(),
+            notices: NoticeHandler::new(),
             inbox: Vec::new(),
             created: Vec::new(),
             drain_backoff: HashMap::new(),
@@ -191,6 +192,7 @@ impl<C: CloudProvider + Send + Sync + 'static> Driver<C> {
             leader_open: true,
             notices_open: true,
             unplaceable: HashMap::new(),
+            unreadable: Default::default(),
         }
     }
 
@@ -223,6 +225,19 @@ impl<C: CloudProvider + Send + Sync + 'static> Driver<C> {
                     .await;
             }
             self.unplaceable.insert(pod, reason);
+        }
+    }
+
+    /// A Warning Event on each pod whose unreadable annotations are new.
+    async fn report_unreadable(&mut self) {
+        let fresh = self.store.read(|s| self.unreadable.fresh(s));
+        for (pod, problems) in fresh {
+            tracing::warn!(%pod, ?problems, "pod annotations ignored");
+            if let Some(events) = &self.events {
+                events
+                    .annotation_ignored(&super::events::pod_ref(&pod, None), &problems)
+                    .await;
+            }
         }
     }
 
@@ -264,7 +279,7 @@ impl<C: CloudProvider + Send + Sync + 'static> Driver<C> {
         let catalog = self.ctx.catalog.borrow().clone();
         let region = self.settings.region.clone();
         let created = std::mem::take(&mut self.created);
-        let (parts, views, nodes_by_claim, by_instance) = self.store.read(|s| {
+        let (parts, views, nodes_by_claim) = self.store.read(|s| {
             let mut parts = snapshot::world_parts(s, &catalog, &region, now);
             for (claim, at) in created {
                 let name = claim.name_any();
@@ -286,25 +301,17 @@ impl<C: CloudProvider + Send + Sync + 'static> Driver<C> {
             }
             let views: Vec<ClaimView> = s.claims.values().map(|c| s.claim_view(c)).collect();
             let mut nodes = HashMap::new();
-            let mut by_instance = HashMap::new();
             for c in s.claims.values() {
-                let name = c.name_any();
                 if let Some(n) = s.node_of(c) {
-                    nodes.insert(name.clone(), n.clone());
-                }
-                if let Some(p) = c.status.as_ref().and_then(|st| st.provider_id.as_deref()) {
-                    by_instance.insert(
-                        instance_id_of(p).to_string(),
-                        (name, c.spec.node_pool.clone()),
-                    );
+                    nodes.insert(c.name_any(), n.clone());
                 }
             }
-            (parts, views, nodes, by_instance)
+            (parts, views, nodes)
         });
         let mut parts = parts;
         self.checkpoint_bookkeeping(&mut parts, now);
         let world = parts.world(&catalog, &region);
-        self.take_notices(&world, &by_instance, now);
+        self.take_notices(&world, &views, now).await;
         self.ctx
             .metrics
             .pending_pods
@@ -317,6 +324,7 @@ impl<C: CloudProvider + Send + Sync + 'static> Driver<C> {
                 .decision_duration_seconds
                 .observe(started.elapsed().as_secs_f64());
             self.report_plan(world.pending, now).await;
+            self.report_unreadable().await;
             let pods = self.store.read(|s| {
                 actions
                     .iter()
@@ -415,48 +423,36 @@ impl<C: CloudProvider + Send + Sync + 'static> Driver<C> {
         }
     }
 
-    fn take_notices(
-        &mut self,
-        world: &World<'_>,
-        by_instance: &HashMap<String, (String, String)>,
-        now: Time,
-    ) {
+    /// Hands the core the interruptions recorded on claims it has not
+    /// heard of (after a restart), then every new cloud notice, each
+    /// recorded first where it must be, and reports to the feed what became
+    /// of each (see [`super::interruptions`]).
+    async fn take_notices(&mut self, world: &World<'_>, views: &[ClaimView], now: Time) {
+        for notice in self.notices.resume(views) {
+            self.core.handle_notice(&notice, world, now);
+        }
         while let Ok(n) = self.ctx.notices.try_recv() {
             self.inbox.push(n);
         }
+        let leader = self.is_leader();
         for n in std::mem::take(&mut self.inbox) {
-            // One AWS Health event can name several instances: the message
-            // ID alone would act on the first of them only.
-            let key = format!("{}/{}", n.id, n.instance_id);
-            if !self.seen_set.insert(key.clone()) {
-                continue;
+            let handled = self
+                .notices
+                .handle(&n, views, &self.ctx.api, leader, now)
+                .await;
+            self.ctx.notice_acks.push(&n, handled.outcome);
+            if let Some((pool, kind)) = handled.counted {
+                self.ctx
+                    .metrics
+                    .interruptions
+                    .get_or_create(&InterruptionLabels {
+                        nodepool: pool,
+                        kind: kind.into(),
+                    })
+                    .inc();
             }
-            self.seen.push_back(key);
-            if self.seen.len() > SEEN_NOTICES {
-                if let Some(old) = self.seen.pop_front() {
-                    self.seen_set.remove(&old);
-                }
-            }
-            let Some((claim, pool)) = by_instance.get(&n.instance_id) else {
-                tracing::debug!(instance = %n.instance_id, "notice about an instance without a claim");
-                continue;
-            };
-            let kind = match &n.kind {
-                NoticeKind::SpotInterruption { .. } => "spot-interruption",
-                NoticeKind::Rebalance => "rebalance",
-                NoticeKind::StateChange { .. } => "state-change",
-                NoticeKind::ScheduledChange { .. } => "scheduled-change",
-            };
-            self.ctx
-                .metrics
-                .interruptions
-                .get_or_create(&InterruptionLabels {
-                    nodepool: pool.clone(),
-                    kind: kind.into(),
-                })
-                .inc();
-            if let Some(notice) = n.to_notice(claim) {
-                tracing::info!(%claim, ?notice, "cloud notice");
+            if let Some(notice) = handled.notice {
+                tracing::info!(instance = %n.instance_id, ?notice, "cloud notice");
                 self.core.handle_notice(&notice, world, now);
             }
         }

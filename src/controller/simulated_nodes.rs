@@ -251,6 +251,7 @@ mod tests {
                     "",
                     TaintEffect::NoSchedule,
                 )],
+                termination_grace_period: None,
             },
         );
         c.metadata.finalizers = Some(vec![l::FINALIZER.into()]);

@@ -61,6 +61,12 @@ pub struct PodInfo {
     /// The pod's checkpoint annotations only (requested, completed, opt-in,
     /// hook), for the checkpoint signalling.
     pub checkpoint_annotations: BTreeMap<String, String>,
+    /// What of the pod could not be read and was left out (an optional
+    /// annotation that does not parse), each naming the annotation. Such a
+    /// pod is kept, planned without it, reported in an Event and, while
+    /// bound, protected from consolidation as if it were do-not-disrupt
+    /// (drains still evict it): it is never dropped.
+    pub unreadable: Vec<String>,
 }
 
 /// A node, reduced to what the lifecycle and decisions read.
@@ -82,6 +88,8 @@ pub struct NodeInfo {
     pub allocatable: Resources,
     /// The node carries `quartermaster.dev/do-not-disrupt`.
     pub do_not_disrupt: bool,
+    /// `metadata.resourceVersion`: the precondition of our node patches.
+    pub resource_version: Option<String>,
 }
 
 /// A PodDisruptionBudget, reduced to what eviction decisions read.
@@ -119,10 +127,11 @@ pub fn to_k8s_time(t: Time) -> k8s_openapi::apimachinery::pkg::apis::meta::v1::T
 }
 
 impl PodInfo {
-    /// Distills a pod; `None` for a pod that has finished (Succeeded or
-    /// Failed: it holds nothing) or that cannot be read (logged).
-    /// `seen` is when the annotation of an acknowledgement without a time
-    /// value counts as made.
+    /// Distills a pod; `None` only for a pod that has finished (Succeeded or
+    /// Failed: it holds nothing). A pod the planner cannot fully read is
+    /// kept with what could be read and the problems in
+    /// [`PodInfo::unreadable`]. `seen` is when the annotation of an
+    /// acknowledgement without a time value counts as made.
     pub fn from_k8s(pod: &core::Pod, seen: Time) -> Option<PodInfo> {
         let status = pod.status.as_ref();
         if matches!(
@@ -131,13 +140,23 @@ impl PodInfo {
         ) {
             return None;
         }
-        let planner = match Pod::from_k8s(pod, &BTreeMap::new()) {
-            Ok(p) => p,
+        let (planner, unreadable) = match Pod::from_k8s_lenient(pod, &BTreeMap::new()) {
+            Ok((p, ignored)) => (p, ignored.into_iter().map(|i| i.problem).collect()),
             Err(e) => {
-                tracing::warn!(error = %e, "ignoring a pod the planner cannot read");
-                return None;
+                // Only a malformed quantity, operator or effect gets here,
+                // which the API server refuses: keep the pod (with no
+                // requests) rather than lose track of it.
+                let name = format!(
+                    "{}/{}",
+                    pod.namespace().unwrap_or_else(|| "default".into()),
+                    pod.name_any()
+                );
+                (Pod::new(&name, Resources::new()), vec![e.to_string()])
             }
         };
+        if !unreadable.is_empty() {
+            tracing::debug!(pod = %planner.name, problems = ?unreadable, "pod kept without what cannot be read");
+        }
         let annotations = pod.annotations();
         let unschedulable = status
             .and_then(|s| s.conditions.as_ref())
@@ -185,7 +204,13 @@ impl PodInfo {
             terminating: pod.metadata.deletion_timestamp.is_some(),
             daemon,
             pod: planner,
+            unreadable,
         })
+    }
+
+    /// `namespace/name`.
+    pub fn key(&self) -> String {
+        format!("{}/{}", self.namespace, self.name)
     }
 
     /// Waiting for capacity Quartermaster can add: unbound, unschedulable,
@@ -231,6 +256,7 @@ impl NodeInfo {
                 .get(l::DO_NOT_DISRUPT)
                 .map(String::as_str)
                 == Some("true"),
+            resource_version: node.metadata.resource_version.clone(),
         }
     }
 
@@ -485,7 +511,9 @@ pub fn world_parts(s: &Snapshot, catalog: &Catalog, region: &str, now: Time) -> 
                 }
                 m.pods.push(BoundPod {
                     pod: p.pod.clone(),
-                    do_not_disrupt: p.do_not_disrupt,
+                    // Until its annotations read, the pod's wishes are
+                    // unknown: keep its node out of consolidation.
+                    do_not_disrupt: p.do_not_disrupt || !p.unreadable.is_empty(),
                     checkpoint_completed: p.checkpoint_completed,
                     pdb: pdb_list.iter().position(|b| b.covers(p)),
                     placeholder: false,
@@ -499,6 +527,31 @@ pub fn world_parts(s: &Snapshot, catalog: &Catalog, region: &str, now: Time) -> 
         pending,
         nodes,
         pdbs,
+    }
+}
+
+/// Which pods' unreadable annotations were already reported, so that each
+/// problem gets one Event, not one per round.
+#[derive(Debug, Default)]
+pub struct UnreadableReports {
+    reported: HashMap<String, Vec<String>>,
+}
+
+impl UnreadableReports {
+    /// The pods (`namespace/name`) whose problems are new since the last
+    /// call, with the problems; pods that were fixed or are gone are
+    /// forgotten (a problem that comes back is reported again).
+    pub fn fresh(&mut self, s: &Snapshot) -> Vec<(String, Vec<String>)> {
+        let mut fresh = Vec::new();
+        let mut now = HashMap::new();
+        for (key, p) in s.pods.iter().filter(|(_, p)| !p.unreadable.is_empty()) {
+            if self.reported.get(key) != Some(&p.unreadable) {
+                fresh.push((key.clone(), p.unreadable.clone()));
+            }
+            now.insert(key.clone(), p.unreadable.clone());
+        }
+        self.reported = now;
+        fresh
     }
 }
 
@@ -1000,6 +1053,64 @@ mod tests {
             store.read(|s| s.pods.keys().cloned().collect::<Vec<_>>()),
             ["ml/d"]
         );
+    }
+
+    #[test]
+    fn a_pod_with_unreadable_annotations_is_kept_protected_and_reported_once() {
+        let pid = format!("aws:///{}/i-0abc", zone());
+        let ready = claim(
+            "gpu-1",
+            json!({"status": {"providerID": pid, "conditions": [
+                {"type": "Ready", "status": "True", "reason": "Ready", "message": "",
+                 "lastTransitionTime": "2026-01-05T00:05:00Z"}]}}),
+        );
+        let bad_gang = json!({"metadata": {"annotations": {
+            l::POD_GROUP: "g", l::POD_GROUP_SIZE: "four"}}});
+        let kueue_without_count =
+            json!({"metadata": {"labels": {l::KUEUE_GROUP: "g2"},
+                                "annotations": {l::CHECKPOINT_INTERVAL: "soon"}}});
+        let store = Store::new();
+        store.reset(vec![
+            pod("bound", 1, Some("ip-1"), bad_gang),
+            pod("waiting", 1, None, kueue_without_count),
+        ]);
+        store.reset(vec![node("ip-1", &pid, json!({}))]);
+        store.reset(vec![ready]);
+        store.reset(Vec::<PodDisruptionBudget>::new());
+        store.reset(vec![pool()]);
+        let s = store.read(Snapshot::clone);
+        assert!(s.pods["ml/bound"].unreadable[0].contains(l::POD_GROUP_SIZE));
+        let parts = world_parts(&s, catalog(), "us-east-1", t(0));
+        // The bound pod still holds its node, which consolidation must keep.
+        let bound = &parts.nodes[0].pods;
+        assert_eq!(bound.len(), 1);
+        assert_eq!(bound[0].pod.name, "ml/bound");
+        assert!(bound[0].do_not_disrupt && bound[0].pod.group.is_none());
+        assert_eq!(parts.nodes[0].state.used.get(l::RESOURCE_GPU), 1);
+        // The pending one is planned without what cannot be read.
+        assert_eq!(parts.pending.len(), 1);
+        assert_eq!(parts.pending[0].name, "ml/waiting");
+        assert_eq!(parts.pending[0].checkpoint_interval_s, None);
+        // Each problem is reported once, and again only when it changes.
+        let mut reports = UnreadableReports::default();
+        let first = reports.fresh(&s);
+        assert_eq!(
+            first.iter().map(|(p, _)| p.as_str()).collect::<Vec<_>>(),
+            ["ml/bound", "ml/waiting"]
+        );
+        assert_eq!(first[1].1.len(), 2, "{:?}", first[1].1);
+        assert!(reports.fresh(&s).is_empty());
+        store.apply(pod("bound", 1, Some("ip-1"), json!({})));
+        assert!(reports.fresh(&store.read(Snapshot::clone)).is_empty());
+        store.apply(pod(
+            "bound",
+            1,
+            Some("ip-1"),
+            json!({"metadata": {"annotations": {l::CHECKPOINT_INTERVAL: "soon"}}}),
+        ));
+        let again = reports.fresh(&store.read(Snapshot::clone));
+        assert_eq!(again.len(), 1);
+        assert_eq!(again[0].0, "ml/bound");
     }
 
     #[test]

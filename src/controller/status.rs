@@ -257,6 +257,7 @@ mod tests {
                 labels: BTreeMap::new(),
                 taints: Vec::new(),
                 startup_taints: Vec::new(),
+                termination_grace_period: None,
             },
         );
         if launched {

@@ -5,21 +5,31 @@
 //! parsing is the pure [`parse`] module. Mapping instance IDs to NodeClaims is
 //! the controller's job, not this module's.
 //!
-//! Each received message is parsed, its notices are handed to an
-//! `mpsc::Sender`, and only then is it deleted, so a crash between the two
-//! redelivers it rather than losing it. Malformed and unknown messages are
-//! logged, counted (`notice_messages{outcome}`) and deleted: they would never
-//! parse on a second try. A message whose event ID was handled recently is
-//! deleted without acting again (see [`RecentIds`]).
+//! A message is deleted only once the controller has made every notice in
+//! it durable (for a spot interruption: the claim's `Interrupted` condition
+//! and the node's disrupted taint are written) or found it is about an
+//! instance that is not ours: the controller reports each notice through
+//! [`NoticeAcks`], and the consumer settles its messages from those reports
+//! before and after every receive. A crash, a failover or a lost lease
+//! before that leaves the message on the queue: SQS delivers it again after
+//! its visibility timeout. A notice the controller cannot act on yet (its
+//! claim is not known yet) is made visible again after
+//! [`ConsumerConfig::retry_after`].
+//!
+//! Malformed and unknown messages are logged, counted
+//! (`notice_messages{outcome}`) and deleted at once: they would never parse
+//! on a second try. A message whose event was settled recently is deleted
+//! without acting again (see [`RecentIds`]); one delivered again while its
+//! notices are still with the controller only refreshes the receipt handle.
 
 pub mod parse;
 
-use crate::cloud::InstanceNotice;
+use crate::cloud::{InstanceNotice, NoticeAck, NoticeAcks, NoticeOutcome};
 use crate::controller::metrics::{MessageLabels, Metrics};
 use aws_sdk_sqs::error::DisplayErrorContext;
 use aws_sdk_sqs::types::Message;
 use parse::{parse_message, Parsed};
-use std::collections::{HashSet, VecDeque};
+use std::collections::{HashMap, HashSet, VecDeque};
 use std::time::Duration;
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
@@ -59,6 +69,9 @@ pub struct ConsumerConfig {
     pub remembered_ids: usize,
     /// Pause after a failed receive before the next one.
     pub error_backoff: Duration,
+    /// How soon a notice the controller could not act on yet is delivered
+    /// again (its visibility timeout is set to this).
+    pub retry_after: Duration,
 }
 
 impl ConsumerConfig {
@@ -71,6 +84,7 @@ impl ConsumerConfig {
             max_messages: 10,
             remembered_ids: 10_000,
             error_backoff: Duration::from_secs(5),
+            retry_after: Duration::from_secs(10),
         }
     }
 }
@@ -129,9 +143,10 @@ impl RecentIds {
 /// `notice_messages` metric).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct PollSummary {
-    /// Messages acted on (their notices were sent).
+    /// Messages whose notices were handed to the controller.
     pub accepted: usize,
-    /// Messages whose event was handled before.
+    /// Messages whose event was settled before (deleted), or that are with
+    /// the controller already (kept).
     pub duplicate: usize,
     /// Messages that are not a well-formed event we know.
     pub malformed: usize,
@@ -148,20 +163,55 @@ impl PollSummary {
     }
 }
 
-/// The consumer of one queue: the SQS client, its settings and the memory
-/// of handled event IDs.
+/// What settling the controller's reports did.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct SettleSummary {
+    /// Messages deleted because their notices were acted on and recorded.
+    pub recorded: usize,
+    /// Messages deleted because every notice in them was about an instance
+    /// that is not ours.
+    pub foreign: usize,
+    /// Messages left on the queue to be delivered again.
+    pub retried: usize,
+}
+
+/// A message whose notices are with the controller.
+#[derive(Debug)]
+struct InFlight {
+    /// The SQS message ID (a copy sent twice has another).
+    message_id: Option<String>,
+    /// The latest receipt handle (a redelivery gets a new one).
+    receipt: Option<String>,
+    /// Instances whose notice is not settled yet.
+    waiting: HashSet<String>,
+    /// Whether any settled notice was ours.
+    ours: bool,
+}
+
+/// The consumer of one queue: the SQS client, its settings, the messages
+/// whose notices are with the controller and the memory of settled event
+/// IDs.
 #[derive(Debug)]
 pub struct NoticeConsumer {
     sqs: aws_sdk_sqs::Client,
     config: ConsumerConfig,
     seen: RecentIds,
+    acks: NoticeAcks,
+    in_flight: HashMap<String, InFlight>,
 }
 
 impl NoticeConsumer {
-    /// A consumer of `config.queue_url` through `sqs`.
-    pub fn new(sqs: aws_sdk_sqs::Client, config: ConsumerConfig) -> NoticeConsumer {
+    /// A consumer of `config.queue_url` through `sqs`, settling its messages
+    /// from the controller's reports in `acks`.
+    pub fn new(sqs: aws_sdk_sqs::Client, config: ConsumerConfig, acks: NoticeAcks) -> NoticeConsumer {
         let seen = RecentIds::new(config.remembered_ids);
-        NoticeConsumer { sqs, config, seen }
+        NoticeConsumer {
+            sqs,
+            config,
+            seen,
+            acks,
+            in_flight: HashMap::new(),
+        }
     }
 
     /// The settings.
@@ -169,8 +219,15 @@ impl NoticeConsumer {
         &self.config
     }
 
-    /// One long-poll receive, then every message handled: notices sent on
-    /// `notices`, the message deleted, the outcome counted in `metrics`.
+    /// Messages whose notices are with the controller, not yet settled.
+    pub fn in_flight(&self) -> usize {
+        self.in_flight.len()
+    }
+
+    /// Settles what the controller reported, then one long-poll receive,
+    /// then every message handled: notices sent on `notices` (the message
+    /// kept until they are settled), malformed, unknown and duplicate
+    /// messages deleted, each outcome counted in `metrics`.
     ///
     /// # Errors
     /// [`Error::Receive`] when the receive fails (nothing was handled);
@@ -181,6 +238,7 @@ impl NoticeConsumer {
         notices: &mpsc::Sender<InstanceNotice>,
         metrics: &Metrics,
     ) -> Result<PollSummary> {
+        self.settle(metrics).await;
         let messages = self.receive().await?;
         self.handle(messages, notices, metrics).await
     }
@@ -203,6 +261,52 @@ impl NoticeConsumer {
         Ok(out.messages.unwrap_or_default())
     }
 
+    /// Applies the controller's reports: a message all of whose notices are
+    /// recorded or foreign is deleted and its event remembered; one with a
+    /// notice to retry is made visible again after `retry_after` and
+    /// forgotten, so that its next delivery is sent again.
+    pub async fn settle(&mut self, metrics: &Metrics) -> SettleSummary {
+        let mut summary = SettleSummary::default();
+        for NoticeAck {
+            id,
+            instance_id,
+            outcome,
+        } in self.acks.take()
+        {
+            let Some(flight) = self.in_flight.get_mut(&id) else {
+                continue;
+            };
+            match outcome {
+                NoticeOutcome::Retry => {
+                    let flight = self.in_flight.remove(&id).expect("present");
+                    tracing::info!(event_id = %id, %instance_id, "notice not acted on yet; it will be delivered again");
+                    self.retry(flight.receipt.as_deref()).await;
+                    summary.retried += 1;
+                    count(metrics, "retried");
+                }
+                NoticeOutcome::Recorded | NoticeOutcome::Foreign => {
+                    flight.ours |= outcome == NoticeOutcome::Recorded;
+                    flight.waiting.remove(&instance_id);
+                    if !flight.waiting.is_empty() {
+                        continue;
+                    }
+                    let flight = self.in_flight.remove(&id).expect("present");
+                    self.seen.insert(&id);
+                    self.delete(flight.receipt.as_deref(), &id).await;
+                    if flight.ours {
+                        summary.recorded += 1;
+                        count(metrics, "recorded");
+                    } else {
+                        tracing::debug!(event_id = %id, "notice about an instance that is not ours; deleted");
+                        summary.foreign += 1;
+                        count(metrics, "foreign");
+                    }
+                }
+            }
+        }
+        summary
+    }
+
     /// Handles received messages one by one (see the module doc).
     async fn handle(
         &mut self,
@@ -212,6 +316,7 @@ impl NoticeConsumer {
     ) -> Result<PollSummary> {
         let mut summary = PollSummary::default();
         for message in messages {
+            let receipt = message.receipt_handle.clone();
             let outcome = match message.body.as_deref().map(parse_message) {
                 None => {
                     tracing::warn!(message_id = ?message.message_id, "notice message without a body; deleting it");
@@ -233,10 +338,39 @@ impl NoticeConsumer {
                     summary.duplicate += 1;
                     "duplicate"
                 }
+                Some(Ok(Parsed::Notices { event_id, .. }))
+                    if self.in_flight.contains_key(&event_id) =>
+                {
+                    summary.duplicate += 1;
+                    let flight = self.in_flight.get_mut(&event_id).expect("present");
+                    if flight.message_id.is_some() && flight.message_id == message.message_id {
+                        // Delivered again while the controller still has
+                        // it: only the newest receipt handle deletes it.
+                        tracing::debug!(%event_id, "notice delivered again while being handled");
+                        flight.receipt = receipt;
+                        count(metrics, "duplicate");
+                        continue;
+                    }
+                    // Another copy of an event being handled: the first
+                    // copy stands for it.
+                    tracing::debug!(%event_id, "second copy of a notice being handled; deleting it");
+                    "duplicate"
+                }
                 Some(Ok(Parsed::Notices {
                     event_id,
                     notices: parsed,
                 })) => {
+                    let waiting: HashSet<String> =
+                        parsed.iter().map(|n| n.instance_id.clone()).collect();
+                    self.in_flight.insert(
+                        event_id.clone(),
+                        InFlight {
+                            message_id: message.message_id.clone(),
+                            receipt,
+                            waiting,
+                            ours: false,
+                        },
+                    );
                     for notice in parsed {
                         tracing::info!(%event_id, instance_id = %notice.instance_id, kind = ?notice.kind, "instance notice");
                         notices
@@ -245,28 +379,24 @@ impl NoticeConsumer {
                             .map_err(|_| Error::ChannelClosed)?;
                         summary.notices += 1;
                     }
-                    self.seen.insert(&event_id);
                     summary.accepted += 1;
-                    "accepted"
+                    count(metrics, "accepted");
+                    continue;
                 }
             };
-            metrics
-                .notice_messages
-                .get_or_create(&MessageLabels {
-                    outcome: outcome.to_string(),
-                })
-                .inc();
-            self.delete(&message).await;
+            count(metrics, outcome);
+            self.delete(receipt.as_deref(), message.message_id().unwrap_or("?"))
+                .await;
         }
         Ok(summary)
     }
 
-    /// Deletes a handled message. A failed delete is logged, not returned:
+    /// Deletes a settled message. A failed delete is logged, not returned:
     /// the message comes back after its visibility timeout and is then a
     /// duplicate (or malformed again) and deleted.
-    async fn delete(&self, message: &Message) {
-        let Some(handle) = message.receipt_handle.as_deref() else {
-            tracing::warn!(message_id = ?message.message_id, "message without a receipt handle cannot be deleted");
+    async fn delete(&self, receipt: Option<&str>, what: &str) {
+        let Some(handle) = receipt else {
+            tracing::warn!(message = %what, "message without a receipt handle cannot be deleted");
             return;
         };
         if let Err(e) = self
@@ -277,9 +407,36 @@ impl NoticeConsumer {
             .send()
             .await
         {
-            tracing::warn!(message_id = ?message.message_id, error = %DisplayErrorContext(&e), "cannot delete a handled notice message; it will be redelivered");
+            tracing::warn!(message = %what, error = %DisplayErrorContext(&e), "cannot delete a handled notice message; it will be redelivered");
         }
     }
+
+    /// Makes a message visible again after `retry_after` (best-effort: if
+    /// this fails, its visibility timeout brings it back anyway).
+    async fn retry(&self, receipt: Option<&str>) {
+        let Some(handle) = receipt else { return };
+        let after = self.config.retry_after.as_secs().min(43_200) as i32;
+        if let Err(e) = self
+            .sqs
+            .change_message_visibility()
+            .queue_url(&self.config.queue_url)
+            .receipt_handle(handle)
+            .visibility_timeout(after)
+            .send()
+            .await
+        {
+            tracing::debug!(error = %DisplayErrorContext(&e), "cannot shorten a notice's visibility timeout");
+        }
+    }
+}
+
+fn count(metrics: &Metrics, outcome: &str) {
+    metrics
+        .notice_messages
+        .get_or_create(&MessageLabels {
+            outcome: outcome.to_string(),
+        })
+        .inc();
 }
 
 /// Polls until `cancel` fires: receives (cancellable while waiting), handles
@@ -296,6 +453,7 @@ pub async fn run_consumer(
     cancel: CancellationToken,
 ) -> Result<()> {
     loop {
+        consumer.settle(metrics).await;
         let received = tokio::select! {
             () = cancel.cancelled() => return Ok(()),
             r = consumer.receive() => r,
@@ -303,6 +461,7 @@ pub async fn run_consumer(
         match received {
             Ok(messages) => {
                 consumer.handle(messages, &notices, metrics).await?;
+                consumer.settle(metrics).await;
             }
             Err(e) => {
                 tracing::warn!(error = %e, "notice queue receive failed; retrying");
