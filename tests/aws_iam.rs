@@ -44,6 +44,7 @@ const USED: &[&str] = &[
     "pricing:GetProducts",
     "sqs:ReceiveMessage",
     "sqs:DeleteMessage",
+    "sqs:ChangeMessageVisibility",
     "sqs:GetQueueUrl",
     "sqs:GetQueueAttributes",
 ];

@@ -1289,3 +1289,177 @@ async fn the_loop_turns_ready_once_every_watch_has_listed_and_stops_on_shutdown(
         .unwrap();
     assert!(result.is_ok(), "{result:?}");
 }
+
+/// The claim of `ready_claim`, being deleted since `since`, with its node
+/// cordoned already and these pods on it, in a store.
+async fn draining(
+    cloud: &Mutex<SimulatedCloud>,
+    since: Time,
+    grace: Option<&str>,
+    pods: &[&str],
+) -> (Store, NodeClaim) {
+    let (mut claim, provider_id) = ready_claim(cloud, "ip-10-0-0-1").await;
+    claim.metadata.deletion_timestamp = Some(quartermaster::controller::snapshot::to_k8s_time(since));
+    claim.spec.termination_grace_period = grace.map(str::to_string);
+    let mut cordoned = node(
+        "ip-10-0-0-1",
+        &provider_id,
+        json!([{"key": l::TAINT_DISRUPTED, "effect": "NoSchedule"}]),
+        true,
+        Some("1"),
+    );
+    cordoned.spec.as_mut().unwrap().unschedulable = Some(true);
+    let pods = pods
+        .iter()
+        .map(|p| gpu_pod(p, Some("ip-10-0-0-1"), json!({})))
+        .collect();
+    (store(pods, vec![cordoned], vec![claim.clone()]), claim)
+}
+
+/// Checks that a status patch sets `Drained=False` with this reason and a
+/// message naming `pod`.
+fn drained_false(reason: &'static str, pod: &'static str) -> impl FnOnce(&Value) + Send {
+    move |body| {
+        let conds = body["status"]["conditions"].as_array().unwrap();
+        let c = conds
+            .iter()
+            .find(|c| c["type"] == conditions::DRAINED)
+            .expect("a Drained condition");
+        assert_eq!(c["status"], "False");
+        assert_eq!(c["reason"], reason);
+        assert!(c["message"].as_str().unwrap().contains(pod), "{c}");
+    }
+}
+
+#[tokio::test]
+async fn a_failed_eviction_is_recorded_on_the_claim_and_the_drain_goes_on_with_the_others() {
+    let cloud = cloud();
+    let (s, claim) = draining(&cloud, t(100), None, &["a", "b"]).await;
+    let name = claim.name_any();
+    let metrics = Metrics::unregistered();
+    let api = Scenario::new()
+        .expect(Method::POST, "/api/v1/namespaces/ml/pods/a/eviction", |_| {})
+        .respond(
+            500,
+            status_body(500, "InternalError", "admission webhook timed out"),
+        )
+        .expect(Method::POST, "/api/v1/namespaces/ml/pods/b/eviction", |_| {})
+        .respond(201, status_body(201, "", "evicted"))
+        .expect(
+            Method::PATCH,
+            &format!("{CLAIMS}/{name}/status"),
+            drained_false("EvictionFailed", "ml/a"),
+        )
+        .respond(200, claim_json(&claim))
+        .run();
+    let step = reconcile_scripted(api, &s, &cloud, &metrics, &name, t(110)).await;
+    assert_eq!(
+        step,
+        Step::Draining {
+            evicted: 1,
+            blocked: 0,
+            failed: 1,
+            remaining: 2
+        }
+    );
+}
+
+#[tokio::test]
+async fn after_the_termination_grace_period_remaining_pods_are_deleted_and_the_node_goes() {
+    let cloud = cloud();
+    let (s, claim) = draining(&cloud, t(100), Some("1h"), &["a"]).await;
+    let name = claim.name_any();
+    let metrics = Metrics::unregistered();
+    let pdb_says_no = || {
+        status_body(
+            429,
+            "TooManyRequests",
+            "Cannot evict pod as it would violate the pod's disruption budget.",
+        )
+    };
+    // Within the grace period a PDB holds the drain.
+    let api = Scenario::new()
+        .expect(Method::POST, "/api/v1/namespaces/ml/pods/a/eviction", |_| {})
+        .respond(429, pdb_says_no())
+        .run();
+    let step = reconcile_scripted(api, &s, &cloud, &metrics, &name, t(100 + 3599)).await;
+    assert!(matches!(step, Step::Draining { blocked: 1, .. }), "{step:?}");
+    // Past it, the pod is deleted, not evicted, and the node goes.
+    let api = Scenario::new()
+        .expect(Method::DELETE, "/api/v1/namespaces/ml/pods/a", |_| {})
+        .respond(200, json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "a"}}))
+        .expect(
+            Method::PATCH,
+            &format!("{CLAIMS}/{name}/status"),
+            drained_false("GracePeriodElapsed", "ml/a"),
+        )
+        .respond(200, claim_json(&claim))
+        .expect(Method::DELETE, "/api/v1/nodes/ip-10-0-0-1", |_| {})
+        .respond(200, status_body(200, "", "deleted"))
+        .expect(Method::PATCH, &format!("{CLAIMS}/{name}"), |_| {})
+        .respond(200, claim_json(&claim))
+        .run();
+    let step = reconcile_scripted(api, &s, &cloud, &metrics, &name, t(100 + 3601)).await;
+    assert_eq!(step, Step::Finalized);
+    assert!(!cloud.describe(&name).await.unwrap().unwrap().state.is_alive());
+}
+
+#[test]
+fn a_pool_grace_period_is_copied_onto_its_claims() {
+    let mut p = pool();
+    p.spec.template.spec.termination_grace_period = Some("45m".into());
+    let catalog = catalog();
+    let pools = [p];
+    let world = quartermaster::core::World {
+        catalog: &catalog,
+        region: REGION,
+        pools: &pools,
+        pending: &[],
+        nodes: &[],
+        pdbs: &[],
+    };
+    let offering = catalog.offerings_of(REGION, "g5.xlarge").next().unwrap();
+    let req = ClaimRequest {
+        claim: "gpu-000001".into(),
+        nodepool: "gpu".into(),
+        offering: quartermaster::core::OfferingKey {
+            instance_type: "g5.xlarge".into(),
+            zone: offering.zone_id.clone(),
+            capacity_type: offering.capacity_type,
+        },
+        price_per_hour: 0.5,
+        pods: vec![],
+        prewarm_window: None,
+    };
+    let c = executor::build_claim(&req, "gpu-000001", &world, &[], t(0)).unwrap();
+    assert_eq!(c.spec.termination_grace_period.as_deref(), Some("45m"));
+}
+
+#[tokio::test]
+async fn a_ready_claim_whose_instance_is_gone_is_deleted_by_garbage_collection() {
+    let cloud = cloud();
+    let (gone, _) = ready_claim(&cloud, "ip-10-0-0-1").await;
+    let name = gone.name_any();
+    cloud.terminate(&name, t(200)).await.unwrap();
+    let s = store(vec![], vec![], vec![gone.clone()]);
+    let metrics = Metrics::unregistered();
+    let (client, verifier) = Scenario::new()
+        .expect(Method::DELETE, &format!("{CLAIMS}/{name}"), |_| {})
+        .respond(200, claim_json(&gone))
+        .run();
+    let api = KubeApi::new(client);
+    let views: Vec<_> = s.read(|s| s.claims.values().map(|c| s.claim_view(c)).collect());
+    let lc = lifecycle(&api, &cloud, &metrics);
+    // Launched at t(60): within the grace nothing is asked of the cloud.
+    let early = lc
+        .collect_lost(&views, t(100), Duration::from_secs(300))
+        .await
+        .unwrap();
+    assert!(early.is_empty());
+    let lost = lc
+        .collect_lost(&views, t(1000), Duration::from_secs(300))
+        .await
+        .unwrap();
+    verifier.finish().await;
+    assert_eq!(lost, [name]);
+}

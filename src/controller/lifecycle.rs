@@ -356,6 +356,70 @@ impl<C: CloudProvider + Send + Sync> Lifecycle<'_, C> {
         Ok(Step::Idle)
     }
 
+    /// Deletes every claim whose instance is gone (terminated, or unknown to
+    /// the cloud) although the claim is not being deleted: without this a
+    /// Ready claim whose instance was reclaimed or terminated by hand would
+    /// stay Idle forever, its capacity counted and its node gone. Claims
+    /// launched less than `grace` ago are spared (a new instance may not be
+    /// listed yet); a claim missing from the listing is confirmed with
+    /// `describe` first. Returns the claims deleted.
+    ///
+    /// # Errors
+    /// Listing the instances failed; a failed describe or delete of one
+    /// claim is logged and the others carry on.
+    pub async fn collect_lost(
+        &self,
+        views: &[ClaimView],
+        now: Time,
+        grace: Duration,
+    ) -> Result<Vec<String>> {
+        let suspects: Vec<&NodeClaim> = views
+            .iter()
+            .map(|v| &v.claim)
+            .filter(|c| c.metadata.deletion_timestamp.is_none())
+            .filter(|c| {
+                c.status.as_ref().is_some_and(|s| {
+                    s.provider_id.is_some()
+                        && condition_time(s, conditions::LAUNCHED)
+                            .is_some_and(|t| older_than(t, now, grace))
+                })
+            })
+            .collect();
+        if suspects.is_empty() {
+            return Ok(Vec::new());
+        }
+        let alive: std::collections::HashSet<String> = self
+            .cloud
+            .instances()
+            .await
+            .map_err(cloud_err("*", "listing the instances"))?
+            .into_iter()
+            .filter(|i| i.state.is_alive())
+            .map(|i| i.claim)
+            .collect();
+        let mut lost = Vec::new();
+        for claim in suspects {
+            let name = claim.name_any();
+            if alive.contains(&name) {
+                continue;
+            }
+            match self.cloud.describe(&name).await {
+                Ok(Some(i)) if i.state.is_alive() => continue,
+                Ok(_) => {}
+                Err(e) => {
+                    tracing::warn!(claim = %name, error = %e, "cannot confirm that the claim's instance is gone");
+                    continue;
+                }
+            }
+            tracing::warn!(claim = %name, "the claim's instance is gone; the claim is deleted");
+            match self.api.delete_node_claim(&name).await {
+                Ok(()) => lost.push(name),
+                Err(e) => tracing::warn!(claim = %name, error = %e, "deleting the claim of a gone instance failed"),
+            }
+        }
+        Ok(lost)
+    }
+
     async fn patch_status(&self, claim: &str, status: &NodeClaimStatus) -> Result<()> {
         self.api
             .patch_node_claim_status(claim, status)

@@ -583,6 +583,20 @@ impl<C: CloudProvider + Send + Sync + 'static> Driver<C> {
             }
             Err(e) => tracing::warn!(error = %e, "garbage collection could not list instances"),
         }
+        // And the other way round: claims whose instance is gone.
+        let lifecycle = Lifecycle {
+            api: &self.ctx.api,
+            cloud: &*self.ctx.cloud,
+            metrics: &self.ctx.metrics,
+            launch_timeout: self.settings.launch_timeout,
+            registration_timeout: self.settings.registration_timeout,
+        };
+        if let Err(e) = lifecycle
+            .collect_lost(views, now, self.settings.gc_grace)
+            .await
+        {
+            tracing::warn!(error = %e, "garbage collection could not check the claims' instances");
+        }
     }
 }
 
