@@ -21,8 +21,8 @@ use quartermaster::controller::events::{node_pool_ref, pod_ref, Events};
 use quartermaster::controller::kube_api::{
     is_status, Eviction, KubeApi, NodeChange, NODE_PATCH_ATTEMPTS,
 };
-use quartermaster::controller::snapshot::NodeInfo;
 use quartermaster::controller::metrics::Metrics;
+use quartermaster::controller::snapshot::NodeInfo;
 use serde_json::{json, Value};
 use std::collections::BTreeMap;
 use support::api_server::{already_exists, echo, not_found, status_body, Scenario};
@@ -314,7 +314,11 @@ async fn node_changes_touch_only_our_taints_and_labels_guarded_by_the_resource_v
 async fn a_node_changed_meanwhile_is_read_again_and_a_removed_startup_taint_stays_removed() {
     // The cache still has the driver's startup taint; its owner removed it
     // and someone added theirs since.
-    let cached = node_at("7", &["nvidia.com/driver-not-ready", TAINT_UNREGISTERED], false);
+    let cached = node_at(
+        "7",
+        &["nvidia.com/driver-not-ready", TAINT_UNREGISTERED],
+        false,
+    );
     let fresh = node_at("9", &[TAINT_UNREGISTERED, "example.com/theirs"], false);
     let (client, verifier) = Scenario::new()
         .expect(Method::PATCH, NODE, |body| {
@@ -322,7 +326,11 @@ async fn a_node_changed_meanwhile_is_read_again_and_a_removed_startup_taint_stay
         })
         .respond(
             422,
-            status_body(422, "Invalid", "the server rejected our request: test failed"),
+            status_body(
+                422,
+                "Invalid",
+                "the server rejected our request: test failed",
+            ),
         )
         .expect(Method::GET, NODE, |_| {})
         .respond(200, fresh)
@@ -347,9 +355,10 @@ async fn a_node_that_keeps_changing_is_an_error_after_a_bounded_number_of_tries(
     let cached = node_at("1", &[], false);
     let mut scenario = Scenario::new();
     for attempt in 1..=NODE_PATCH_ATTEMPTS {
-        scenario = scenario
-            .expect(Method::PATCH, NODE, |_| {})
-            .respond(409, status_body(409, "Conflict", "the object has been modified"));
+        scenario = scenario.expect(Method::PATCH, NODE, |_| {}).respond(
+            409,
+            status_body(409, "Conflict", "the object has been modified"),
+        );
         if attempt < NODE_PATCH_ATTEMPTS {
             scenario = scenario
                 .expect(Method::GET, NODE, |_| {})
@@ -384,7 +393,10 @@ async fn cordoning_adds_our_taint_beside_theirs_and_a_done_cordon_is_not_sent_ag
         // Without a cached version the node is read first; already
         // cordoned, nothing is written.
         .expect(Method::GET, NODE, |_| {})
-        .respond(200, node_at("4", &["example.com/theirs", TAINT_DISRUPTED], true))
+        .respond(
+            200,
+            node_at("4", &["example.com/theirs", TAINT_DISRUPTED], true),
+        )
         .run();
     let api = KubeApi::new(client);
     api.patch_node(&node_info(&cached), &NodeChange::cordon())

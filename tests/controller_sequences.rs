@@ -1299,7 +1299,8 @@ async fn draining(
     pods: &[&str],
 ) -> (Store, NodeClaim) {
     let (mut claim, provider_id) = ready_claim(cloud, "ip-10-0-0-1").await;
-    claim.metadata.deletion_timestamp = Some(quartermaster::controller::snapshot::to_k8s_time(since));
+    claim.metadata.deletion_timestamp =
+        Some(quartermaster::controller::snapshot::to_k8s_time(since));
     claim.spec.termination_grace_period = grace.map(str::to_string);
     let mut cordoned = node(
         "ip-10-0-0-1",
@@ -1338,12 +1339,20 @@ async fn a_failed_eviction_is_recorded_on_the_claim_and_the_drain_goes_on_with_t
     let name = claim.name_any();
     let metrics = Metrics::unregistered();
     let api = Scenario::new()
-        .expect(Method::POST, "/api/v1/namespaces/ml/pods/a/eviction", |_| {})
+        .expect(
+            Method::POST,
+            "/api/v1/namespaces/ml/pods/a/eviction",
+            |_| {},
+        )
         .respond(
             500,
             status_body(500, "InternalError", "admission webhook timed out"),
         )
-        .expect(Method::POST, "/api/v1/namespaces/ml/pods/b/eviction", |_| {})
+        .expect(
+            Method::POST,
+            "/api/v1/namespaces/ml/pods/b/eviction",
+            |_| {},
+        )
         .respond(201, status_body(201, "", "evicted"))
         .expect(
             Method::PATCH,
@@ -1379,15 +1388,25 @@ async fn after_the_termination_grace_period_remaining_pods_are_deleted_and_the_n
     };
     // Within the grace period a PDB holds the drain.
     let api = Scenario::new()
-        .expect(Method::POST, "/api/v1/namespaces/ml/pods/a/eviction", |_| {})
+        .expect(
+            Method::POST,
+            "/api/v1/namespaces/ml/pods/a/eviction",
+            |_| {},
+        )
         .respond(429, pdb_says_no())
         .run();
     let step = reconcile_scripted(api, &s, &cloud, &metrics, &name, t(100 + 3599)).await;
-    assert!(matches!(step, Step::Draining { blocked: 1, .. }), "{step:?}");
+    assert!(
+        matches!(step, Step::Draining { blocked: 1, .. }),
+        "{step:?}"
+    );
     // Past it, the pod is deleted, not evicted, and the node goes.
     let api = Scenario::new()
         .expect(Method::DELETE, "/api/v1/namespaces/ml/pods/a", |_| {})
-        .respond(200, json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "a"}}))
+        .respond(
+            200,
+            json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "a"}}),
+        )
         .expect(
             Method::PATCH,
             &format!("{CLAIMS}/{name}/status"),
@@ -1401,7 +1420,13 @@ async fn after_the_termination_grace_period_remaining_pods_are_deleted_and_the_n
         .run();
     let step = reconcile_scripted(api, &s, &cloud, &metrics, &name, t(100 + 3601)).await;
     assert_eq!(step, Step::Finalized);
-    assert!(!cloud.describe(&name).await.unwrap().unwrap().state.is_alive());
+    assert!(!cloud
+        .describe(&name)
+        .await
+        .unwrap()
+        .unwrap()
+        .state
+        .is_alive());
 }
 
 #[test]

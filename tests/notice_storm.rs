@@ -263,8 +263,9 @@ fn storm(run: &str) -> Vec<String> {
     for k in 0..MALFORMED {
         bodies.push(match k % 3 {
             0 => format!("not an event {k}"),
-            1 => json!({"detail-type": "EC2 Spot Instance Interruption Warning", "n": k})
-                .to_string(),
+            1 => {
+                json!({"detail-type": "EC2 Spot Instance Interruption Warning", "n": k}).to_string()
+            }
             _ => json!({"version": "0", "id": format!("{run}-bad-{k}"),
                         "detail-type": "EC2 Spot Instance Interruption Warning",
                         "source": "aws.ec2", "time": "2026-01-05T00:00:00Z",
@@ -347,7 +348,6 @@ impl Controller {
             self.hear(handled.notice);
         }
     }
-
 }
 
 /// The `notice_messages{outcome}` count.
@@ -461,7 +461,10 @@ async fn a_storm_of_notices_with_a_crash_in_the_middle_acts_on_each_of_ours_once
             assert_eq!(first_told.get(&claim), None, "{claim} was launching");
         }
     }
-    assert_eq!(count(&first_metrics, "foreign") + count(&second.metrics, "foreign"), FOREIGN as u64);
+    assert_eq!(
+        count(&first_metrics, "foreign") + count(&second.metrics, "foreign"),
+        FOREIGN as u64
+    );
     assert_eq!(
         count(&first_metrics, "malformed") + count(&second.metrics, "malformed"),
         MALFORMED as u64
@@ -471,7 +474,10 @@ async fn a_storm_of_notices_with_a_crash_in_the_middle_acts_on_each_of_ours_once
         recorded >= OURS as u64,
         "every interruption's message settled: {recorded}"
     );
-    assert!(count(&first_metrics, "retried") > 0, "launching claims were retried");
+    assert!(
+        count(&first_metrics, "retried") > 0,
+        "launching claims were retried"
+    );
     println!(
         "storm: first controller received {} messages ({} unsettled at the crash), second {}; \
          retried {}",

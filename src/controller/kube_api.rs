@@ -7,8 +7,8 @@
 //! errors (the controller converges after a restart); patches are JSON merge
 //! patches unless a method says otherwise.
 
-use crate::api::labels::FINALIZER;
 use super::snapshot::NodeInfo;
+use crate::api::labels::FINALIZER;
 use crate::api::{NodeClaim, NodeClaimStatus, NodePool, NodePoolStatus};
 use k8s_openapi::api::core::v1::{Node, Pod, Taint};
 use k8s_openapi::api::policy::v1::Eviction as EvictionBody;
@@ -71,7 +71,10 @@ impl NodeChange {
             .cloned()
             .collect();
         for t in &self.add_taints {
-            if !taints.iter().any(|k| k.key == t.key && k.effect == t.effect) {
+            if !taints
+                .iter()
+                .any(|k| k.key == t.key && k.effect == t.effect)
+            {
                 taints.push(t.clone());
             }
         }
@@ -259,7 +262,10 @@ impl KubeApi {
                 .patch(&node.name, &patch_params(), &Patch::Json::<()>(patch))
                 .await
             {
-                Err(e) if (is_status(&e, 409) || is_status(&e, 422)) && attempt < NODE_PATCH_ATTEMPTS => {
+                Err(e)
+                    if (is_status(&e, 409) || is_status(&e, 422))
+                        && attempt < NODE_PATCH_ATTEMPTS =>
+                {
                     tracing::debug!(node = %node.name, attempt, "node changed meanwhile; reading it again");
                     current = NodeInfo::from_k8s(&api.get(&node.name).await?);
                 }

@@ -414,7 +414,9 @@ impl<C: CloudProvider + Send + Sync> Lifecycle<'_, C> {
             tracing::warn!(claim = %name, "the claim's instance is gone; the claim is deleted");
             match self.api.delete_node_claim(&name).await {
                 Ok(()) => lost.push(name),
-                Err(e) => tracing::warn!(claim = %name, error = %e, "deleting the claim of a gone instance failed"),
+                Err(e) => {
+                    tracing::warn!(claim = %name, error = %e, "deleting the claim of a gone instance failed")
+                }
             }
         }
         Ok(lost)
@@ -639,7 +641,8 @@ impl<C: CloudProvider + Send + Sync> Lifecycle<'_, C> {
             if !problems.is_empty() {
                 // Deleting is all that is left to try; retried next round.
                 let message = format!("deleting pods failed: {}", problems.join("; "));
-                self.record_drain(claim, "DeleteFailed", &message, now).await?;
+                self.record_drain(claim, "DeleteFailed", &message, now)
+                    .await?;
                 return Ok(Some(Step::Draining {
                     evicted: 0,
                     blocked: 0,
@@ -712,7 +715,14 @@ impl<C: CloudProvider + Send + Sync> Lifecycle<'_, C> {
         {
             return Ok(());
         }
-        set_condition(&mut status, conditions::DRAINED, false, reason, message, now);
+        set_condition(
+            &mut status,
+            conditions::DRAINED,
+            false,
+            reason,
+            message,
+            now,
+        );
         self.patch_status(&claim.name_any(), &status).await
     }
 

@@ -6,6 +6,7 @@
 use super::checkpoint::{HookClient, Outstanding};
 use super::events::Events;
 use super::executor::{self, Executor, HookAcks, Outcome, Targets};
+use super::interruptions::NoticeHandler;
 use super::kube_api::KubeApi;
 use super::lifecycle::{Lifecycle, Step};
 use super::metrics::{InterruptionLabels, Metrics, NodeLabels, PoolLabels};
@@ -14,7 +15,6 @@ use super::snapshot::{self, ClaimView, Store, WorldParts};
 use super::status;
 use crate::api::NodeClaim;
 use crate::catalog::Catalog;
-use super::interruptions::NoticeHandler;
 use crate::cloud::{self, CloudProvider, InstanceNotice, NoticeAcks};
 use crate::core::{Action, Core, ManagedNode, Time, World};
 use kube::ResourceExt;

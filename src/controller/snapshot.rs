@@ -1066,8 +1066,7 @@ mod tests {
         );
         let bad_gang = json!({"metadata": {"annotations": {
             l::POD_GROUP: "g", l::POD_GROUP_SIZE: "four"}}});
-        let kueue_without_count =
-            json!({"metadata": {"labels": {l::KUEUE_GROUP: "g2"},
+        let kueue_without_count = json!({"metadata": {"labels": {l::KUEUE_GROUP: "g2"},
                                 "annotations": {l::CHECKPOINT_INTERVAL: "soon"}}});
         let store = Store::new();
         store.reset(vec![

@@ -203,7 +203,11 @@ pub struct NoticeConsumer {
 impl NoticeConsumer {
     /// A consumer of `config.queue_url` through `sqs`, settling its messages
     /// from the controller's reports in `acks`.
-    pub fn new(sqs: aws_sdk_sqs::Client, config: ConsumerConfig, acks: NoticeAcks) -> NoticeConsumer {
+    pub fn new(
+        sqs: aws_sdk_sqs::Client,
+        config: ConsumerConfig,
+        acks: NoticeAcks,
+    ) -> NoticeConsumer {
         let seen = RecentIds::new(config.remembered_ids);
         NoticeConsumer {
             sqs,
