@@ -136,14 +136,14 @@ impl Manifests {
         }
     }
 
-    /// Pending pods (no `spec.nodeName`) for the planner, node states with
+    /// [`Cluster`]: pending pods (no `spec.nodeName`) for the planner, node states with
     /// the requests of pods bound to them counted as used, and the optional
     /// pod annotations that did not parse and were left out (the pods are
     /// planned without them; see [`Pod::from_k8s_lenient`]).
     ///
     /// # Errors
     /// A malformed quantity, operator or effect of a pod, or a malformed node.
-    pub fn into_cluster(self) -> Result<(Vec<Pod>, Vec<NodeState>, Vec<Ignored>), Error> {
+    pub fn into_cluster(self) -> Result<Cluster, Error> {
         let mut nodes = self
             .nodes
             .iter()
@@ -175,6 +175,10 @@ impl Manifests {
         Ok((pending, nodes, ignored))
     }
 }
+
+/// What [`Manifests::into_cluster`] makes of the manifests: pending pods,
+/// nodes, and the pod annotations left out because they do not parse.
+pub type Cluster = (Vec<Pod>, Vec<NodeState>, Vec<Ignored>);
 
 fn from<T: serde::de::DeserializeOwned>(v: serde_json::Value) -> Result<T, String> {
     serde_json::from_value(v).map_err(|e| e.to_string())
