@@ -102,9 +102,25 @@ pub async fn run<C: CloudProvider + Send + Sync + 'static>(
     shutdown: CancellationToken,
 ) -> anyhow::Result<()> {
     let client = ctx.api.client().clone();
-    snapshot::check_access(&client).await?;
+    run_watching(ctx, settings, client, shutdown).await
+}
+
+/// [`run`] with the watches on `watches`, a client whose read timeout
+/// outlasts a quiet watch (the API client's is shorter: a request must not
+/// hang).
+///
+/// # Errors
+/// As [`run`].
+pub async fn run_watching<C: CloudProvider + Send + Sync + 'static>(
+    ctx: Context<C>,
+    settings: Settings,
+    watches: kube::Client,
+    shutdown: CancellationToken,
+) -> anyhow::Result<()> {
+    let client = ctx.api.client().clone();
+    snapshot::check_access(&watches).await?;
     let store = Arc::new(Store::new());
-    let watches = snapshot::spawn_watches(&client, &store);
+    let watches = snapshot::spawn_watches(&watches, &store);
     let stop_watches = || watches.iter().for_each(|w| w.abort());
     tracing::info!("waiting for the watches to sync");
     while !store.is_synced() {
