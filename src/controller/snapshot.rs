@@ -61,6 +61,9 @@ pub struct PodInfo {
     /// The pod's checkpoint annotations only (requested, completed, opt-in,
     /// hook), for the checkpoint signalling.
     pub checkpoint_annotations: BTreeMap<String, String>,
+    /// Host network and declared ports: whether its checkpoint hook may
+    /// be called.
+    pub hook_endpoint: crate::controller::checkpoint::HookEndpoint,
 }
 
 /// A node, reduced to what the lifecycle and decisions read.
@@ -176,6 +179,7 @@ impl PodInfo {
             accelerator,
             pod_ip: status.and_then(|s| s.pod_ip.clone()),
             checkpoint_annotations,
+            hook_endpoint: crate::controller::checkpoint::HookEndpoint::of(pod),
             namespace: pod.namespace().unwrap_or_else(|| "default".into()),
             name: pod.name_any(),
             node_name: pod.spec.as_ref().and_then(|s| s.node_name.clone()),
