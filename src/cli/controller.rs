@@ -13,7 +13,7 @@ use quartermaster::cloud::aws::{self, ec2::AwsCloud, notices, pricing};
 use quartermaster::cloud::simulated::{SimulatedCloud, SimulatedCloudConfig};
 use quartermaster::cloud::{CloudProvider, InstanceNotice};
 use quartermaster::controller::fence::{self, Fenced};
-use quartermaster::controller::health::Endpoints;
+use quartermaster::controller::health::{Endpoints, Liveness};
 use quartermaster::controller::kube_api::KubeApi;
 use quartermaster::controller::leader::{while_leading, Leadership, LeaseSettings};
 use quartermaster::controller::logging::{self, LogFormat};
@@ -123,6 +123,14 @@ pub struct Args {
     /// Longest connecting to the Kubernetes API may take.
     #[arg(long, value_parser = parse_duration, default_value = "10s")]
     kube_connect_timeout: Duration,
+    /// Most pending pods one plan considers, whole pod groups at a time;
+    /// the rest wait for the next batch (with an Event saying so).
+    #[arg(long, default_value_t = quartermaster::core::batch::DEFAULT_MAX_PODS)]
+    max_batch_pods: usize,
+    /// `/healthz` fails when the loop has made no progress (finished a
+    /// round or woken between rounds) for this long; longer than `--tick`.
+    #[arg(long, value_parser = parse_duration, default_value = "3m")]
+    healthz_stall_timeout: Duration,
     /// Longest sleep between decision rounds when nothing happens.
     #[arg(long, value_parser = parse_duration, default_value = "30s")]
     tick: Duration,
@@ -252,9 +260,20 @@ impl Args {
         if self.tick.is_zero() {
             bail!("--tick must be positive");
         }
+        if self.max_batch_pods == 0 {
+            bail!("--max-batch-pods must be positive");
+        }
+        if self.healthz_stall_timeout <= self.tick {
+            bail!(
+                "--healthz-stall-timeout ({:?}) must exceed --tick ({:?}): the loop may sleep a tick",
+                self.healthz_stall_timeout,
+                self.tick
+            );
+        }
         let core = quartermaster::core::Config {
             batch_idle: self.batch_idle,
             batch_max: self.batch_max,
+            max_batch_pods: self.max_batch_pods,
             ..quartermaster::core::Config::default()
         };
         Ok(Settings {
@@ -311,6 +330,10 @@ async fn controller(
         args.health_addr,
         Arc::new(registry),
         ready.clone(),
+        Liveness {
+            progress: metrics.progress.clone(),
+            stall_after: args.healthz_stall_timeout,
+        },
         servers_stop.clone(),
     )
     .await?;

@@ -124,6 +124,9 @@ pub async fn run_watching<C: CloudProvider + Send + Sync + 'static>(
     let stop_watches = || watches.iter().for_each(|w| w.abort());
     tracing::info!("waiting for the watches to sync");
     while !store.is_synced() {
+        // Waiting for the caches is progress: a slow first list is not a
+        // stall.
+        ctx.metrics.progress.beat();
         tokio::select! {
             _ = shutdown.cancelled() => {
                 stop_watches();
@@ -171,6 +174,8 @@ pub struct Driver<C> {
     /// The reason last published in a not-placeable Event, per pending pod,
     /// so an unchanged reason is not published every round.
     unplaceable: HashMap<String, String>,
+    /// The actions of this round's decision.
+    decided: Vec<Action>,
 }
 
 /// Seconds since the first call, on a monotonic clock: the planner's timer
@@ -207,13 +212,68 @@ impl<C: CloudProvider + Send + Sync + 'static> Driver<C> {
             leader_open: true,
             notices_open: true,
             unplaceable: HashMap::new(),
+            decided: Vec::new(),
+        }
+    }
+
+    /// Runs the core on a blocking thread (the planner may take seconds on
+    /// a big batch; the async workers keep serving watches, leases and
+    /// probes), leaving its actions in `self.decided`; gives `parts` back.
+    async fn decide_off_loop(
+        &mut self,
+        parts: WorldParts,
+        catalog: Arc<Catalog>,
+        now: Time,
+    ) -> Option<WorldParts> {
+        let region = self.settings.region.clone();
+        let fresh = Core::new(self.settings.core.clone()).with_solve_clock(monotonic_seconds);
+        let mut core = std::mem::replace(&mut self.core, fresh);
+        let decided = tokio::task::spawn_blocking(move || {
+            let actions = core.decide(&parts.world(&catalog, &region), now);
+            (core, actions, parts)
+        })
+        .await;
+        match decided {
+            Ok((core, actions, parts)) => {
+                self.core = core;
+                self.decided = actions;
+                Some(parts)
+            }
+            Err(e) => {
+                // The core's state went with the panic; a fresh core
+                // decides again from the world next round.
+                tracing::error!(error = %e, "the decision core failed; starting afresh");
+                self.decided = Vec::new();
+                None
+            }
+        }
+    }
+
+    /// A Warning Event on each pod the batch cap left for a later batch,
+    /// once per reason.
+    async fn report_deferred(&mut self, deferred: &[crate::core::batch::Deferred]) {
+        for d in deferred {
+            if self.unplaceable.get(&d.pod) == Some(&d.reason) {
+                continue;
+            }
+            if let Some(events) = &self.events {
+                events
+                    .batch_deferred(&super::events::pod_ref(&d.pod, None), &d.reason)
+                    .await;
+            }
+            self.unplaceable.insert(d.pod.clone(), d.reason.clone());
         }
     }
 
     /// Reports the last plan: its solve time, and a Warning Event on each
     /// pod it could not place whose reason is new. Pods no longer pending
     /// are forgotten.
-    async fn report_plan(&mut self, pending: &[crate::cluster::Pod], now: Time) {
+    async fn report_plan(
+        &mut self,
+        pending: &[crate::cluster::Pod],
+        deferred: &[crate::core::batch::Deferred],
+        now: Time,
+    ) {
         let Some(report) = self.core.last_plan().filter(|r| r.at == now) else {
             return;
         };
@@ -228,7 +288,11 @@ impl<C: CloudProvider + Send + Sync + 'static> Driver<C> {
             .filter(|u| self.unplaceable.get(&u.pod) != Some(&u.reason))
             .map(|u| (u.pod.clone(), u.reason.clone()))
             .collect();
-        let still: HashSet<&str> = pending.iter().map(|p| p.name.as_str()).collect();
+        let still: HashSet<&str> = pending
+            .iter()
+            .map(|p| p.name.as_str())
+            .chain(deferred.iter().map(|d| d.pod.as_str()))
+            .collect();
         self.unplaceable
             .retain(|pod, _| still.contains(pod.as_str()));
         for (pod, reason) in fresh {
@@ -246,6 +310,7 @@ impl<C: CloudProvider + Send + Sync + 'static> Driver<C> {
         loop {
             let now = chrono::Utc::now();
             self.round(now).await;
+            self.ctx.metrics.progress.beat();
             if shutdown.is_cancelled() {
                 return;
             }
@@ -267,6 +332,7 @@ impl<C: CloudProvider + Send + Sync + 'static> Driver<C> {
                     }
                 }
             }
+            self.ctx.metrics.progress.beat();
         }
     }
 
@@ -319,20 +385,32 @@ impl<C: CloudProvider + Send + Sync + 'static> Driver<C> {
         });
         let mut parts = parts;
         self.checkpoint_bookkeeping(&mut parts, now);
-        let world = parts.world(&catalog, &region);
-        self.take_notices(&world, &by_instance, now);
         self.ctx
             .metrics
             .pending_pods
             .set(parts.pending.len() as i64);
+        let (kept, deferred) = crate::core::batch::cap_batch(
+            std::mem::take(&mut parts.pending),
+            self.settings.core.max_batch_pods,
+        );
+        parts.pending = kept;
+        self.take_notices(&parts.world(&catalog, &region), &by_instance, now);
 
         if self.is_leader() {
-            let actions = self.core.decide(&world, now);
+            let Some(back) = self.decide_off_loop(parts, catalog.clone(), now).await else {
+                return;
+            };
+            parts = back;
             self.ctx
                 .metrics
                 .decision_duration_seconds
                 .observe(started.elapsed().as_secs_f64());
-            self.report_plan(world.pending, now).await;
+            self.report_plan(&parts.pending, &deferred, now).await;
+            self.report_deferred(&deferred).await;
+        }
+        let world = parts.world(&catalog, &region);
+        let actions = std::mem::take(&mut self.decided);
+        if self.is_leader() {
             let pods = self.store.read(|s| {
                 actions
                     .iter()
