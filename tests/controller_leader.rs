@@ -326,3 +326,59 @@ async fn elect_rejects_settings_that_cannot_work() {
         .to_string();
     assert!(err.contains("renew deadline"), "{err}");
 }
+
+#[tokio::test(start_paused = true)]
+async fn a_renewal_that_never_answers_ends_leadership_at_the_deadline_and_fences_later_writes() {
+    use quartermaster::controller::fence;
+    use quartermaster::controller::kube_api::KubeApi;
+
+    let (leadership, mut handle, metrics) = start();
+    let mut leader = leadership.receiver();
+    let (_, acquired_at) = acquire_expired(&mut handle, &mut leader).await;
+
+    // The renewal goes out and is never answered (a half-open connection):
+    // keep its responder so the request stays in flight.
+    let (method, path, _, _in_flight) = next(&mut handle).await;
+    assert_eq!((method, path.as_str()), (Method::PUT, PATH));
+    let ended = tokio::time::timeout(Duration::from_secs(60), leader.changed()).await;
+    assert!(
+        ended.is_ok(),
+        "leadership never ended while the renewal hung"
+    );
+    assert!(!*leader.borrow());
+    assert_eq!(
+        acquired_at.elapsed(),
+        Duration::from_secs(9),
+        "leadership ends at the renew deadline, not when the call returns"
+    );
+    assert_eq!(metrics.leader.get(), 0);
+
+    // A write that starts after the deadline is refused at the client and
+    // never reaches the API server.
+    let (service, mut server) = tower_test::mock::pair::<Request<Body>, Response<Body>>();
+    let client = kube::client::ClientBuilder::new(service, "qm")
+        .with_layer(&fence::layer(leadership.receiver(), metrics.clone()))
+        .build();
+    let dropped = metrics.actions_dropped.get();
+    let err = KubeApi::new(client.clone())
+        .delete_node("gpu-node-1")
+        .await
+        .expect_err("a write after leadership ended");
+    assert!(err.to_string().contains("not the leader"), "{err}");
+    assert_eq!(metrics.actions_dropped.get(), dropped + 1);
+    // Reads still pass (a standby keeps its caches warm).
+    let read = tokio::spawn(async move {
+        kube::Api::<k8s_openapi::api::core::v1::Node>::all(client)
+            .get_opt("gpu-node-1")
+            .await
+    });
+    let (request, send) = server.next_request().await.expect("the read");
+    assert_eq!(
+        request.method(),
+        Method::GET,
+        "the refused write never came"
+    );
+    reply(send, StatusCode::NOT_FOUND, &status(404, "NotFound"));
+    assert!(read.await.unwrap().unwrap().is_none());
+    drop(handle);
+}

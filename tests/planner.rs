@@ -560,3 +560,36 @@ fn a_rounded_gang_stays_in_one_zone_on_the_cheapest_node_that_holds_it() {
     let lb = mip.lower_bound_per_hour.expect("the MIP reports a bound");
     assert!(lb <= mip.risk_adjusted_cost_per_hour + 1e-6, "bound {lb}");
 }
+
+#[test]
+fn the_time_limit_bounds_the_whole_plan_not_each_mip() {
+    let pods: Vec<Pod> = (0..4).map(|i| gpu_pod(&format!("ml/p-{i}"), 1)).collect();
+    let pools = [gpu_pool("gpu")];
+    let input = Input {
+        catalog: catalog(),
+        region: REGION,
+        pools: &pools,
+        nodes: &[],
+        pods: &pods,
+        unavailable: &|_| false,
+        learned_rate: None,
+    };
+    let options = Options {
+        time_limit: std::time::Duration::from_millis(800),
+        ..Options::default()
+    };
+    // A clock that stands still: the limit is never spent, branch and bound
+    // runs.
+    let fresh = plan::plan(&input, Strategy::Mip, &options, &|| 0.0);
+    assert_eq!(fresh.solved_by, plan::SolvedBy::BranchAndBound);
+    // A clock on which every reading is a second later: the limit is spent
+    // before the first MIP starts, so the plan rounds its LP instead of
+    // branching (and still places every pod).
+    let t = std::cell::Cell::new(0.0);
+    let late = plan::plan(&input, Strategy::Mip, &options, &|| {
+        t.set(t.get() + 1.0);
+        t.get()
+    });
+    assert_eq!(late.solved_by, plan::SolvedBy::LpRounding);
+    assert_eq!(placed(&late), 4);
+}

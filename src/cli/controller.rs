@@ -12,7 +12,8 @@ use quartermaster::catalog::Catalog;
 use quartermaster::cloud::aws::{self, ec2::AwsCloud, notices, pricing};
 use quartermaster::cloud::simulated::{SimulatedCloud, SimulatedCloudConfig};
 use quartermaster::cloud::{CloudProvider, InstanceNotice, NoticeAcks};
-use quartermaster::controller::health::Endpoints;
+use quartermaster::controller::fence::{self, Fenced};
+use quartermaster::controller::health::{Endpoints, Liveness};
 use quartermaster::controller::kube_api::KubeApi;
 use quartermaster::controller::leader::{while_leading, Leadership, LeaseSettings};
 use quartermaster::controller::logging::{self, LogFormat};
@@ -114,6 +115,22 @@ pub struct Args {
     /// Provisioning batch: longest a batch stays open.
     #[arg(long, value_parser = parse_duration, default_value = "10s")]
     batch_max: Duration,
+    /// Longest a Kubernetes API request may go without a byte of answer
+    /// (read) or take to send (write); watches, which idle by design, get
+    /// a longer read timeout than the server's watch timeout instead.
+    #[arg(long, value_parser = parse_duration, default_value = "30s")]
+    kube_request_timeout: Duration,
+    /// Longest connecting to the Kubernetes API may take.
+    #[arg(long, value_parser = parse_duration, default_value = "10s")]
+    kube_connect_timeout: Duration,
+    /// Most pending pods one plan considers, whole pod groups at a time;
+    /// the rest wait for the next batch (with an Event saying so).
+    #[arg(long, default_value_t = quartermaster::core::batch::DEFAULT_MAX_PODS)]
+    max_batch_pods: usize,
+    /// `/healthz` fails when the loop has made no progress (finished a
+    /// round or woken between rounds) for this long; longer than `--tick`.
+    #[arg(long, value_parser = parse_duration, default_value = "3m")]
+    healthz_stall_timeout: Duration,
     /// Longest sleep between decision rounds when nothing happens.
     #[arg(long, value_parser = parse_duration, default_value = "30s")]
     tick: Duration,
@@ -137,6 +154,24 @@ pub struct Args {
     /// interruptions); `--cloud simulated` only.
     #[arg(long, default_value_t = 1)]
     simulated_seed: u64,
+}
+
+/// The read timeout of the watch client: longer than the API server's
+/// longest watch (kube-runtime asks for 290 s), so a quiet watch ends
+/// cleanly and is renewed, while a dead connection is still noticed.
+const WATCH_READ_TIMEOUT: Duration = Duration::from_secs(330);
+
+/// `config` with connect, read and write timeouts: kube's defaults have no
+/// read timeout, so a half-open connection would hang a request (a lease
+/// renewal, a write) for ever.
+fn with_timeouts(mut config: kube::Config, connect: Duration, read: Duration) -> kube::Config {
+    config.connect_timeout = Some(connect);
+    config.read_timeout = Some(read);
+    config.write_timeout = Some(read);
+    // Count the read timeout from the request, not from when a pooled
+    // connection went idle.
+    config.reset_reader_on_write = true;
+    config
 }
 
 /// Parses a duration such as `500ms`, `30s`, `5m` or `2h` (a whole number
@@ -225,9 +260,20 @@ impl Args {
         if self.tick.is_zero() {
             bail!("--tick must be positive");
         }
+        if self.max_batch_pods == 0 {
+            bail!("--max-batch-pods must be positive");
+        }
+        if self.healthz_stall_timeout <= self.tick {
+            bail!(
+                "--healthz-stall-timeout ({:?}) must exceed --tick ({:?}): the loop may sleep a tick",
+                self.healthz_stall_timeout,
+                self.tick
+            );
+        }
         let core = quartermaster::core::Config {
             batch_idle: self.batch_idle,
             batch_max: self.batch_max,
+            max_batch_pods: self.max_batch_pods,
             ..quartermaster::core::Config::default()
         };
         Ok(Settings {
@@ -284,18 +330,42 @@ async fn controller(
         args.health_addr,
         Arc::new(registry),
         ready.clone(),
+        Liveness {
+            progress: metrics.progress.clone(),
+            stall_after: args.healthz_stall_timeout,
+        },
         servers_stop.clone(),
     )
     .await?;
 
-    let client = kube::Client::try_default()
+    let config = kube::Config::infer()
         .await
-        .context("connecting to the Kubernetes API (in-cluster config or KUBECONFIG)")?;
+        .context("reading the Kubernetes client config (in-cluster config or KUBECONFIG)")?;
+    let requests = with_timeouts(
+        config.clone(),
+        args.kube_connect_timeout,
+        args.kube_request_timeout,
+    );
     let leadership = if args.leader_elect {
-        Leadership::elect(client.clone(), lease, metrics.clone())?
+        // The elector writes the Lease to become leader: it is not fenced.
+        let client =
+            kube::Client::try_from(requests.clone()).context("building the Kubernetes client")?;
+        Leadership::elect(client, lease, metrics.clone())?
     } else {
         Leadership::always(metrics.clone())
     };
+    // Every other write goes through the fence: none starts once this
+    // replica has stopped leading.
+    let client = kube::client::ClientBuilder::try_from(requests)
+        .context("building the Kubernetes client")?
+        .with_layer(&fence::layer(leadership.receiver(), metrics.clone()))
+        .build();
+    let watch_client = kube::Client::try_from(with_timeouts(
+        config,
+        args.kube_connect_timeout,
+        WATCH_READ_TIMEOUT,
+    ))
+    .context("building the Kubernetes watch client")?;
 
     let shutdown = CancellationToken::new();
     tokio::spawn(signals(shutdown.clone()));
@@ -311,17 +381,19 @@ async fn controller(
         ready,
         notices: notice_rx,
         notice_acks: notice_acks.clone(),
+        watch_client,
     };
     let result = match args.cloud {
         CloudKind::Simulated => {
             let config = SimulatedCloudConfig::new(args.simulated_seed, &args.region, Utc::now());
             let cloud = SimulatedCloud::new(catalog, config)
                 .map_err(|e| anyhow::anyhow!("configuring the simulated cloud: {e}"))?;
-            let ctx = parts.context(Arc::new(Mutex::new(cloud)), true);
+            let cloud = Fenced::new(Mutex::new(cloud), leadership.receiver(), metrics.clone());
+            let (ctx, watches) = parts.context(Arc::new(cloud), true);
             // Prices never change and notices come from the loop itself;
             // the senders live as long as the loop so its channels stay open.
             let _senders = (catalog_tx, notice_tx);
-            run_until_stopped(ctx, settings, shutdown, args.shutdown_timeout).await
+            run_until_stopped(ctx, settings, watches, shutdown, args.shutdown_timeout).await
         }
         CloudKind::Aws => {
             let aws_settings = aws_settings.context("the EC2 settings were loaded")?;
@@ -355,8 +427,9 @@ async fn controller(
                     "no --interruption-queue: spot interruption and rebalance notices will not be received"
                 ),
             }
-            let ctx = parts.context(Arc::new(cloud), false);
-            run_until_stopped(ctx, settings, shutdown, args.shutdown_timeout).await
+            let cloud = Fenced::new(cloud, leadership.receiver(), metrics.clone());
+            let (ctx, watches) = parts.context(Arc::new(cloud), false);
+            run_until_stopped(ctx, settings, watches, shutdown, args.shutdown_timeout).await
         }
     };
 
@@ -382,11 +455,13 @@ struct Parts {
     ready: Arc<AtomicBool>,
     notices: mpsc::Receiver<InstanceNotice>,
     notice_acks: NoticeAcks,
+    watch_client: kube::Client,
 }
 
 impl Parts {
-    fn context<C>(self, cloud: Arc<C>, simulated_nodes: bool) -> Context<C> {
-        Context {
+    /// The loop's context, and the client its watches use.
+    fn context<C>(self, cloud: Arc<C>, simulated_nodes: bool) -> (Context<C>, kube::Client) {
+        let ctx = Context {
             api: self.api,
             cloud,
             metrics: self.metrics,
@@ -396,7 +471,8 @@ impl Parts {
             notices: self.notices,
             notice_acks: self.notice_acks,
             simulated_nodes,
-        }
+        };
+        (ctx, self.watch_client)
     }
 }
 
@@ -436,10 +512,11 @@ impl NoticeFeed {
 async fn run_until_stopped<C: CloudProvider + Send + Sync + 'static>(
     ctx: Context<C>,
     settings: Settings,
+    watches: kube::Client,
     shutdown: CancellationToken,
     timeout: Duration,
 ) -> anyhow::Result<()> {
-    let mut main = std::pin::pin!(run::run(ctx, settings, shutdown.clone()));
+    let mut main = std::pin::pin!(run::run_watching(ctx, settings, watches, shutdown.clone()));
     tokio::select! {
         result = &mut main => return result,
         _ = shutdown.cancelled() => {}
@@ -479,8 +556,26 @@ async fn signals(shutdown: CancellationToken) {
 
 #[cfg(test)]
 mod tests {
-    use super::parse_duration;
+    use super::{parse_duration, with_timeouts, WATCH_READ_TIMEOUT};
     use std::time::Duration;
+
+    #[test]
+    fn kube_clients_time_out_connects_reads_and_writes() {
+        let config = kube::Config::new("https://127.0.0.1:6443".parse().unwrap());
+        assert_eq!(config.read_timeout, None, "kube's default has none");
+        let requests = with_timeouts(
+            config.clone(),
+            Duration::from_secs(10),
+            Duration::from_secs(30),
+        );
+        assert_eq!(requests.connect_timeout, Some(Duration::from_secs(10)));
+        assert_eq!(requests.read_timeout, Some(Duration::from_secs(30)));
+        assert_eq!(requests.write_timeout, Some(Duration::from_secs(30)));
+        assert!(requests.reset_reader_on_write);
+        // Watches idle up to the server's 290 s timeout: theirs is longer.
+        let watches = with_timeouts(config, Duration::from_secs(10), WATCH_READ_TIMEOUT);
+        assert!(watches.read_timeout > Some(Duration::from_secs(290)));
+    }
 
     #[test]
     fn durations_take_a_whole_number_and_a_unit() {

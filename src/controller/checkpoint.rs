@@ -24,7 +24,7 @@ use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::client::legacy::Client;
 use hyper_util::rt::TokioExecutor;
 use serde::Serialize;
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::net::IpAddr;
 use std::time::Duration;
 
@@ -59,6 +59,18 @@ pub enum Error {
         /// `namespace/name`.
         pod: String,
     },
+    /// The hook may not be called (not retryable while the pod and its
+    /// pool stay as they are): the pool did not opt in, the pod uses the
+    /// host network, its IP is loopback, link-local or unspecified, or the
+    /// port is not one its containers declare. The annotation alone still
+    /// signals the pod.
+    #[error("pod {pod}: checkpoint hook not called: {reason}")]
+    Refused {
+        /// `namespace/name`.
+        pod: String,
+        /// Why, for the pod's Event.
+        reason: String,
+    },
     /// Writing the request annotation failed (retryable).
     #[error("failed to annotate pod {pod} with the checkpoint request: {source}")]
     Annotate {
@@ -88,24 +100,86 @@ pub struct HookTarget {
     pub timeout: Duration,
 }
 
-/// The hook of a pod, if it has one: its own annotation
-/// `quartermaster.dev/checkpoint-hook: PORT[/PATH]`, else the pool's
-/// `interruption.checkpointHook` when the pod opted in
-/// (`quartermaster.dev/checkpoint: "true"`). The timeout is the pool hook's,
-/// else [`DEFAULT_HOOK_TIMEOUT`].
+/// What of a pod's spec decides whether its hook may be called: whether it
+/// shares the node's network, and the ports its containers declare.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct HookEndpoint {
+    /// `spec.hostNetwork`: the pod IP is the node's, so a hook call would
+    /// reach whatever listens on the node.
+    pub host_network: bool,
+    /// Every `containerPort` of its containers and init containers.
+    pub ports: BTreeSet<u16>,
+}
+
+impl HookEndpoint {
+    /// The endpoint facts of a Kubernetes Pod.
+    pub fn of(pod: &k8s_openapi::api::core::v1::Pod) -> HookEndpoint {
+        let Some(spec) = pod.spec.as_ref() else {
+            return HookEndpoint::default();
+        };
+        let ports = spec
+            .containers
+            .iter()
+            .chain(spec.init_containers.iter().flatten())
+            .flat_map(|c| c.ports.iter().flatten())
+            .filter_map(|p| u16::try_from(p.container_port).ok())
+            .collect();
+        HookEndpoint {
+            host_network: spec.host_network == Some(true),
+            ports,
+        }
+    }
+}
+
+/// Why the controller must not POST to `ip`, if it must not: addresses
+/// that reach the controller's own host or the node rather than a pod
+/// (loopback, link-local such as the 169.254.169.254 metadata service,
+/// unspecified).
+pub fn forbidden_address(ip: IpAddr) -> Option<&'static str> {
+    let ip = ip.to_canonical();
+    let kind = match ip {
+        IpAddr::V4(v4) if v4.is_loopback() => "loopback",
+        IpAddr::V4(v4) if v4.is_link_local() => "link-local",
+        IpAddr::V4(v4) if v4.is_unspecified() || v4.is_broadcast() => "unspecified",
+        IpAddr::V6(v6) if v6.is_loopback() => "loopback",
+        IpAddr::V6(v6) if v6.is_unicast_link_local() => "link-local",
+        IpAddr::V6(v6) if v6.is_unspecified() => "unspecified",
+        _ => return None,
+    };
+    Some(kind)
+}
+
+/// The hook of a pod, if it has one and may be called. Hooks are called
+/// only for pods of a pool that opts in by setting
+/// `interruption.checkpointHook`; the pod's own annotation
+/// `quartermaster.dev/checkpoint-hook: PORT[/PATH]` then picks the port and
+/// path, else the pool's hook applies when the pod opted in
+/// (`quartermaster.dev/checkpoint: "true"`). The timeout is the pool hook's.
 ///
 /// # Errors
 /// [`Error::BadHook`] for a malformed annotation, [`Error::BadTimeout`] for
 /// a malformed pool timeout, [`Error::NoPodIp`] when there is a hook but no
-/// valid pod IP.
+/// valid pod IP, [`Error::Refused`] when the pool did not opt in, the pod
+/// uses the host network, its IP is loopback, link-local or unspecified,
+/// or the port is not declared by its containers.
 pub fn hook_target(
     pod: &str,
     annotations: &BTreeMap<String, String>,
     pod_ip: Option<&str>,
+    endpoint: &HookEndpoint,
     policy: Option<&InterruptionPolicy>,
 ) -> Result<Option<HookTarget>> {
+    let refuse = |reason: String| Error::Refused {
+        pod: pod.to_string(),
+        reason,
+    };
     let pool_hook = policy.and_then(|p| p.checkpoint_hook.as_ref());
     let (port, path) = match annotations.get(CHECKPOINT_HOOK) {
+        Some(_) if pool_hook.is_none() => {
+            return Err(refuse(
+                "its NodePool does not opt in to checkpoint hooks (interruption.checkpointHook is not set)".into(),
+            ))
+        }
         Some(value) => parse_hook(pod, value)?,
         None => match pool_hook {
             Some(hook)
@@ -120,11 +194,24 @@ pub fn hook_target(
         Some(hook) => hook_timeout(pod, hook)?,
         None => DEFAULT_HOOK_TIMEOUT,
     };
+    if endpoint.host_network {
+        return Err(refuse(
+            "the pod uses the host network (its IP is the node's)".into(),
+        ));
+    }
     let ip: IpAddr = pod_ip
         .and_then(|ip| ip.parse().ok())
         .ok_or_else(|| Error::NoPodIp {
             pod: pod.to_string(),
         })?;
+    if let Some(kind) = forbidden_address(ip) {
+        return Err(refuse(format!("the pod IP {ip} is a {kind} address")));
+    }
+    if !endpoint.ports.contains(&port) {
+        return Err(refuse(format!(
+            "port {port} is not a containerPort of the pod"
+        )));
+    }
     let host = match ip {
         IpAddr::V4(v4) => v4.to_string(),
         IpAddr::V6(v6) => format!("[{v6}]"),
@@ -151,7 +238,7 @@ pub fn pod_hook_target(
     let empty = BTreeMap::new();
     let annotations = pod.metadata.annotations.as_ref().unwrap_or(&empty);
     let ip = pod.status.as_ref().and_then(|s| s.pod_ip.as_deref());
-    hook_target(&key, annotations, ip, policy)
+    hook_target(&key, annotations, ip, &HookEndpoint::of(pod), policy)
 }
 
 fn hook_timeout(pod: &str, hook: &CheckpointHook) -> Result<Duration> {
@@ -568,59 +655,166 @@ mod tests {
         }
     }
 
+    /// A pod network pod whose containers declare `ports`.
+    fn declaring(ports: &[u16]) -> HookEndpoint {
+        HookEndpoint {
+            host_network: false,
+            ports: ports.iter().copied().collect(),
+        }
+    }
+
     #[test]
     fn the_pods_own_hook_annotation_names_port_and_path() {
+        let policy = pool_hook(7000, "/save", "3s");
+        let ports = declaring(&[8080, 9000]);
         let a = annotations(&[(CHECKPOINT_HOOK, "8080/hooks/ckpt")]);
-        let target = hook_target("ml/p", &a, Some("10.0.0.5"), None).unwrap();
+        let target = hook_target("ml/p", &a, Some("10.0.0.5"), &ports, Some(&policy)).unwrap();
         assert_eq!(
             target,
             Some(HookTarget {
                 url: "http://10.0.0.5:8080/hooks/ckpt".into(),
-                timeout: DEFAULT_HOOK_TIMEOUT,
+                timeout: Duration::from_secs(3),
             })
         );
         let bare = annotations(&[(CHECKPOINT_HOOK, "9000")]);
-        let target = hook_target("ml/p", &bare, Some("fd00::5"), None).unwrap();
+        let target = hook_target("ml/p", &bare, Some("fd00::5"), &ports, Some(&policy)).unwrap();
         assert_eq!(target.unwrap().url, "http://[fd00::5]:9000/checkpoint");
     }
 
     #[test]
     fn the_pools_hook_applies_only_to_pods_that_opted_in_and_sets_the_timeout() {
         let policy = pool_hook(7000, "/save", "3s");
+        let ports = declaring(&[7000, 8080]);
         let opted_in = annotations(&[(CHECKPOINT_ENABLED, "true")]);
-        let target = hook_target("ml/p", &opted_in, Some("10.0.0.5"), Some(&policy))
+        let target = hook_target("ml/p", &opted_in, Some("10.0.0.5"), &ports, Some(&policy))
             .unwrap()
             .unwrap();
         assert_eq!(target.url, "http://10.0.0.5:7000/save");
         assert_eq!(target.timeout, Duration::from_secs(3));
         let silent = annotations(&[]);
         assert_eq!(
-            hook_target("ml/p", &silent, Some("10.0.0.5"), Some(&policy)).unwrap(),
+            hook_target("ml/p", &silent, Some("10.0.0.5"), &ports, Some(&policy)).unwrap(),
             None
         );
         let own = annotations(&[(CHECKPOINT_ENABLED, "true"), (CHECKPOINT_HOOK, "8080/mine")]);
-        let target = hook_target("ml/p", &own, Some("10.0.0.5"), Some(&policy))
+        let target = hook_target("ml/p", &own, Some("10.0.0.5"), &ports, Some(&policy))
             .unwrap()
             .unwrap();
         assert_eq!(target.url, "http://10.0.0.5:8080/mine");
         assert_eq!(target.timeout, Duration::from_secs(3));
     }
 
+    /// The refusal `hook_target` gives, or a panic naming what it gave.
+    fn refusal(
+        a: &BTreeMap<String, String>,
+        ip: &str,
+        endpoint: &HookEndpoint,
+        policy: Option<&InterruptionPolicy>,
+    ) -> String {
+        match hook_target("ml/p", a, Some(ip), endpoint, policy) {
+            Err(Error::Refused { pod, reason }) => {
+                assert_eq!(pod, "ml/p");
+                reason
+            }
+            other => panic!("{ip}: expected a refusal, got {other:?}"),
+        }
+    }
+
+    #[test]
+    fn a_pods_own_hook_is_refused_unless_its_pool_opts_in() {
+        let a = annotations(&[(CHECKPOINT_HOOK, "8080/ckpt")]);
+        let reason = refusal(&a, "10.0.0.5", &declaring(&[8080]), None);
+        assert!(reason.contains("does not opt in"), "{reason}");
+        let no_hook = InterruptionPolicy::default();
+        let reason = refusal(&a, "10.0.0.5", &declaring(&[8080]), Some(&no_hook));
+        assert!(reason.contains("interruption.checkpointHook"), "{reason}");
+    }
+
+    #[test]
+    fn a_host_network_pod_is_refused() {
+        let policy = pool_hook(8080, "/ckpt", "3s");
+        let a = annotations(&[(CHECKPOINT_ENABLED, "true")]);
+        let host = HookEndpoint {
+            host_network: true,
+            ..declaring(&[8080])
+        };
+        let reason = refusal(&a, "10.0.0.5", &host, Some(&policy));
+        assert!(reason.contains("host network"), "{reason}");
+    }
+
+    #[test]
+    fn loopback_link_local_and_unspecified_pod_ips_are_refused() {
+        let policy = pool_hook(8080, "/ckpt", "3s");
+        let a = annotations(&[(CHECKPOINT_HOOK, "8080")]);
+        let ports = declaring(&[8080]);
+        for (ip, kind) in [
+            ("127.0.0.1", "loopback"),
+            ("127.1.2.3", "loopback"),
+            ("::1", "loopback"),
+            ("::ffff:127.0.0.1", "loopback"),
+            ("169.254.169.254", "link-local"),
+            ("169.254.0.1", "link-local"),
+            ("fe80::1", "link-local"),
+            ("febf::1", "link-local"),
+            ("::ffff:169.254.169.254", "link-local"),
+            ("0.0.0.0", "unspecified"),
+            ("::", "unspecified"),
+        ] {
+            let reason = refusal(&a, ip, &ports, Some(&policy));
+            assert!(reason.contains(kind), "{ip}: {reason}");
+        }
+        for ok in ["10.0.0.5", "fd00::5", "100.64.0.1"] {
+            assert!(hook_target("ml/p", &a, Some(ok), &ports, Some(&policy)).is_ok());
+        }
+    }
+
+    #[test]
+    fn only_declared_container_ports_are_called() {
+        let policy = pool_hook(7000, "/save", "3s");
+        let own = annotations(&[(CHECKPOINT_HOOK, "22")]);
+        let reason = refusal(&own, "10.0.0.5", &declaring(&[8080]), Some(&policy));
+        assert!(reason.contains("port 22"), "{reason}");
+        let opted_in = annotations(&[(CHECKPOINT_ENABLED, "true")]);
+        let reason = refusal(&opted_in, "10.0.0.5", &declaring(&[]), Some(&policy));
+        assert!(reason.contains("port 7000"), "{reason}");
+    }
+
+    #[test]
+    fn the_endpoint_of_a_pod_reads_host_network_and_every_declared_port() {
+        let pod: k8s_openapi::api::core::v1::Pod = serde_json::from_value(serde_json::json!({
+            "metadata": {"name": "p", "namespace": "ml"},
+            "spec": {
+                "hostNetwork": true,
+                "containers": [
+                    {"name": "a", "ports": [{"containerPort": 8080}, {"containerPort": 9090}]},
+                    {"name": "b"},
+                ],
+                "initContainers": [{"name": "sidecar", "ports": [{"containerPort": 7000}]}],
+            }
+        }))
+        .unwrap();
+        let endpoint = HookEndpoint::of(&pod);
+        assert!(endpoint.host_network);
+        assert_eq!(endpoint.ports, BTreeSet::from([7000, 8080, 9090]));
+    }
+
     #[test]
     fn a_malformed_hook_or_a_missing_pod_ip_is_a_clear_error() {
+        let policy = pool_hook(7000, "/save", "3s");
+        let ports = declaring(&[8080]);
         for bad in ["", "http://x/y", "0/ckpt", "70000", "80/a b", "80/x?y=1"] {
             let a = annotations(&[(CHECKPOINT_HOOK, bad)]);
-            let err = hook_target("ml/p", &a, Some("10.0.0.5"), None).unwrap_err();
+            let err = hook_target("ml/p", &a, Some("10.0.0.5"), &ports, Some(&policy)).unwrap_err();
             assert!(matches!(err, Error::BadHook { .. }), "{bad:?}: {err}");
             assert!(err.to_string().contains("ml/p"), "{err}");
         }
         let a = annotations(&[(CHECKPOINT_HOOK, "8080")]);
         for ip in [None, Some(""), Some("not-an-ip")] {
-            let err = hook_target("ml/p", &a, ip, None).unwrap_err();
+            let err = hook_target("ml/p", &a, ip, &ports, Some(&policy)).unwrap_err();
             assert!(matches!(err, Error::NoPodIp { .. }), "{ip:?}: {err}");
         }
         let policy = pool_hook(7000, "/save", "soon");
-        let err = hook_target("ml/p", &a, Some("10.0.0.5"), Some(&policy)).unwrap_err();
+        let err = hook_target("ml/p", &a, Some("10.0.0.5"), &ports, Some(&policy)).unwrap_err();
         assert!(matches!(err, Error::BadTimeout { .. }), "{err}");
     }
 

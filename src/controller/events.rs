@@ -26,6 +26,11 @@ pub mod reasons {
     pub const NOMINATED: &str = "Nominated";
     /// The pod was asked to checkpoint.
     pub const CHECKPOINT_REQUESTED: &str = "CheckpointRequested";
+    /// The pod's checkpoint hook was not called (the annotation was still
+    /// written).
+    pub const CHECKPOINT_HOOK_REFUSED: &str = "CheckpointHookRefused";
+    /// The pod was left for a later batch (the batch cap).
+    pub const BATCH_DEFERRED: &str = "BatchDeferred";
     /// The pod was evicted from a node being disrupted.
     pub const EVICTED: &str = "Evicted";
     /// A launch for the pool failed.
@@ -214,6 +219,34 @@ impl Events {
                 super::checkpoint::rfc3339(deadline)
             ),
             Some(node_claim_ref(claim, None)),
+        )
+        .await
+    }
+
+    /// On a pod: its checkpoint hook was not called, and why (the pool did
+    /// not opt in, host network, a forbidden address, an undeclared port,
+    /// a malformed hook); the annotation still asks it to checkpoint.
+    pub async fn checkpoint_hook_refused(&self, pod: &ObjectReference, why: &str) {
+        self.report(
+            pod,
+            EventType::Warning,
+            reasons::CHECKPOINT_HOOK_REFUSED,
+            "RequestCheckpoint",
+            format!("{why}; the checkpoint is requested through the annotation only"),
+            None,
+        )
+        .await
+    }
+
+    /// On a pod: the batch cap left it for a later plan, and why.
+    pub async fn batch_deferred(&self, pod: &ObjectReference, why: &str) {
+        self.report(
+            pod,
+            EventType::Warning,
+            reasons::BATCH_DEFERRED,
+            "Plan",
+            why.to_string(),
+            None,
         )
         .await
     }

@@ -230,16 +230,23 @@ impl Executor<'_> {
             })
             .map(|p| &p.spec.interruption);
         let hook = match info {
-            Some(i) => checkpoint::hook_target(
+            Some(i) => match checkpoint::hook_target(
                 pod,
                 &i.checkpoint_annotations,
                 i.pod_ip.as_deref(),
+                &i.hook_endpoint,
                 policy,
-            )
-            .unwrap_or_else(|e| {
-                tracing::warn!(%pod, error = %e, "checkpoint hook unusable; annotation only");
-                None
-            }),
+            ) {
+                Ok(hook) => hook,
+                Err(e) => {
+                    tracing::warn!(%pod, error = %e, "checkpoint hook unusable; annotation only");
+                    if let Some(ev) = self.events {
+                        ev.checkpoint_hook_refused(&events::pod_ref(pod, None), &e.to_string())
+                            .await;
+                    }
+                    None
+                }
+            },
             None => None,
         };
         checkpoint::request_checkpoint(self.api, self.hooks, &request, None, self.metrics)

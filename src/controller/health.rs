@@ -1,6 +1,7 @@
 //! The controller's HTTP endpoints (axum): `/metrics` in OpenMetrics text
-//! on the metrics address, `/healthz` (the process is alive) and `/readyz`
-//! (every reflector has synced) on the health address. The two addresses
+//! on the metrics address, `/healthz` (the loop makes progress: it finished
+//! a round or woke up within the stall timeout, see [`Liveness`]) and
+//! `/readyz` (every reflector has synced) on the health address. The two addresses
 //! may be the same, in which case one listener serves all three paths.
 //! Every replica serves them, leader or not: a standby is ready to take over.
 
@@ -12,7 +13,8 @@ use axum::Router;
 use prometheus_client::registry::Registry;
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
 use tokio::net::TcpListener;
 use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
@@ -53,12 +55,79 @@ pub fn metrics_router(registry: Arc<Registry>) -> Router {
         .with_state(registry)
 }
 
+/// When the controller's loop last made progress (finished a round, or
+/// woke up between rounds), on tokio's monotonic clock. Shared by the loop
+/// (which beats it) and `/healthz` (which reads it).
+#[derive(Clone, Debug)]
+pub struct Progress(Arc<Mutex<tokio::time::Instant>>);
+
+impl Default for Progress {
+    fn default() -> Self {
+        Progress(Arc::new(Mutex::new(tokio::time::Instant::now())))
+    }
+}
+
+impl Progress {
+    /// The loop made progress now.
+    pub fn beat(&self) {
+        if let Ok(mut last) = self.0.lock() {
+            *last = tokio::time::Instant::now();
+        }
+    }
+
+    /// How long since the last progress.
+    pub fn since(&self) -> Duration {
+        self.0.lock().map(|last| last.elapsed()).unwrap_or_default()
+    }
+}
+
+/// What `/healthz` checks: the loop made progress within `stall_after`. A
+/// loop stuck in a round (a planner past its limits, a hung call) fails
+/// the liveness probe, and the kubelet restarts the controller.
+#[derive(Clone, Debug)]
+pub struct Liveness {
+    /// The loop's progress.
+    pub progress: Progress,
+    /// Longest time without progress that is still healthy; longer than
+    /// the loop's tick, which it may sleep when nothing happens.
+    pub stall_after: Duration,
+}
+
+/// What the health routes read.
+#[derive(Clone)]
+struct Probes {
+    ready: Arc<AtomicBool>,
+    liveness: Liveness,
+}
+
 /// The routes of the health address.
-pub fn health_router(ready: Arc<AtomicBool>) -> Router {
+pub fn health_router(ready: Arc<AtomicBool>, liveness: Liveness) -> Router {
     Router::new()
-        .route("/healthz", get(|| async { "ok\n" }))
+        .route("/healthz", get(healthz))
         .route("/readyz", get(readyz))
-        .with_state(ready)
+        .with_state(Probes { ready, liveness })
+}
+
+async fn healthz(State(probes): State<Probes>) -> axum::response::Response {
+    liveness_response(&probes.liveness).into_response()
+}
+
+/// `/healthz`'s answer: 200 while the loop made progress within the stall
+/// timeout, 503 saying for how long it has not.
+pub fn liveness_response(liveness: &Liveness) -> (StatusCode, String) {
+    let since = liveness.progress.since();
+    if since <= liveness.stall_after {
+        (StatusCode::OK, "ok\n".into())
+    } else {
+        (
+            StatusCode::SERVICE_UNAVAILABLE,
+            format!(
+                "the controller loop has made no progress for {}s (stall timeout {}s)\n",
+                since.as_secs(),
+                liveness.stall_after.as_secs()
+            ),
+        )
+    }
 }
 
 async fn metrics(State(registry): State<Arc<Registry>>) -> impl IntoResponse {
@@ -68,8 +137,8 @@ async fn metrics(State(registry): State<Arc<Registry>>) -> impl IntoResponse {
     )
 }
 
-async fn readyz(State(ready): State<Arc<AtomicBool>>) -> impl IntoResponse {
-    if ready.load(Ordering::Acquire) {
+async fn readyz(State(probes): State<Probes>) -> impl IntoResponse {
+    if probes.ready.load(Ordering::Acquire) {
         (StatusCode::OK, "ok\n")
     } else {
         (
@@ -98,6 +167,7 @@ impl Endpoints {
         health_addr: SocketAddr,
         registry: Arc<Registry>,
         ready: Arc<AtomicBool>,
+        liveness: Liveness,
         shutdown: CancellationToken,
     ) -> Result<Endpoints> {
         let bind = |addr: SocketAddr| async move {
@@ -107,7 +177,7 @@ impl Endpoints {
         };
         let mut tasks = JoinSet::new();
         let metrics_routes = metrics_router(registry);
-        let health_routes = health_router(ready);
+        let health_routes = health_router(ready, liveness);
         let (metrics_local, health_local) =
             if metrics_addr == health_addr && metrics_addr.port() != 0 {
                 let listener = bind(metrics_addr).await?;
@@ -185,6 +255,29 @@ mod tests {
     use crate::controller::metrics::Metrics;
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
+    fn liveness(metrics: &Metrics) -> Liveness {
+        Liveness {
+            progress: metrics.progress.clone(),
+            stall_after: Duration::from_secs(120),
+        }
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn healthz_fails_once_the_loop_made_no_progress_for_the_stall_timeout() {
+        let live = liveness(&Metrics::unregistered());
+        assert_eq!(liveness_response(&live).0, StatusCode::OK);
+        tokio::time::advance(Duration::from_secs(100)).await;
+        assert_eq!(liveness_response(&live).0, StatusCode::OK);
+        // A round that hangs: no beat for longer than the stall timeout.
+        tokio::time::advance(Duration::from_secs(21)).await;
+        let (code, body) = liveness_response(&live);
+        assert_eq!(code, StatusCode::SERVICE_UNAVAILABLE);
+        assert!(body.contains("no progress for 121s"), "{body}");
+        // The loop moves again.
+        live.progress.beat();
+        assert_eq!(liveness_response(&live).0, StatusCode::OK);
+    }
+
     /// A plain HTTP/1.1 GET: the status code, the content type and the body.
     async fn get(addr: SocketAddr, path: &str) -> (u16, String, String) {
         let mut stream = tokio::net::TcpStream::connect(addr).await.unwrap();
@@ -218,6 +311,7 @@ mod tests {
             health_addr.parse().unwrap(),
             Arc::new(registry),
             ready.clone(),
+            liveness(&metrics),
             shutdown.clone(),
         )
         .await
@@ -283,6 +377,7 @@ mod tests {
             "127.0.0.1:0".parse().unwrap(),
             Arc::new(Registry::default()),
             Arc::new(AtomicBool::new(false)),
+            liveness(&Metrics::unregistered()),
             CancellationToken::new(),
         )
         .await

@@ -18,7 +18,11 @@
 //!   anything else happens; other errors are retried every `retry_period`,
 //!   and leadership is given up once `renew_deadline` has passed since the
 //!   last renewal that was sent and succeeded (before any other replica can
-//!   consider the lease expired, as `renew_deadline < lease_duration`);
+//!   consider the lease expired, as `renew_deadline < lease_duration`). Every
+//!   request is bounded by the time left to that deadline: at the deadline a
+//!   timer turns the flag off whatever the request in flight is doing (the
+//!   kube client's own timeouts may be longer, and a half-open connection
+//!   never answers);
 //! - on [`Leadership::finish`] the channel flips to `false` first, then the
 //!   lease is released (no holder, 1 s duration) so a standby takes over at
 //!   once.
@@ -288,10 +292,21 @@ impl Elector {
                     return;
                 }
                 let sent = Instant::now();
-                match self.try_acquire().await {
-                    Ok(true) => break sent,
-                    Ok(false) => {}
-                    Err(e) => tracing::warn!(error = %e, "leader election: acquiring failed"),
+                // Bounded like a renewal: a write that answers only after
+                // the renew deadline leaves no time to lead.
+                let attempt = tokio::select! {
+                    _ = stop.cancelled() => return,
+                    r = tokio::time::timeout(s.renew_deadline, self.try_acquire()) => r,
+                };
+                match attempt {
+                    Ok(Ok(true)) if Instant::now() < sent + s.renew_deadline => break sent,
+                    Ok(Ok(true)) => {
+                        self.held = None;
+                        tracing::warn!("acquired the lease too late to lead; retrying");
+                    }
+                    Ok(Ok(false)) => {}
+                    Ok(Err(e)) => tracing::warn!(error = %e, "leader election: acquiring failed"),
+                    Err(_) => tracing::warn!("leader election: acquiring timed out"),
                 }
                 tokio::select! {
                     _ = stop.cancelled() => return,
@@ -301,38 +316,55 @@ impl Elector {
             self.set_leading(true);
             tracing::info!(lease = %s.name, identity = %s.identity, "became the leader");
 
-            // Leader: renew every third of the renew deadline.
-            let mut last_renewed = acquired_at;
+            // Leader: renew every third of the renew deadline. Leadership
+            // ends at `deadline` (the last successful renewal's send time
+            // plus the renew deadline) by a timer, whatever a renewal in
+            // flight is doing: a request that never returns (a half-open
+            // connection) is abandoned there.
+            let mut deadline = acquired_at + s.renew_deadline;
             let mut wait = s.renew_interval();
             loop {
+                let wake = (Instant::now() + wait).min(deadline);
                 tokio::select! {
                     _ = stop.cancelled() => {
                         self.set_leading(false);
                         self.release().await;
                         return;
                     }
-                    _ = tokio::time::sleep(wait) => {}
+                    _ = tokio::time::sleep_until(wake) => {}
+                }
+                if Instant::now() >= deadline {
+                    self.step_down("the renew deadline passed before a renewal");
+                    break;
                 }
                 let sent = Instant::now();
-                match self.renew().await {
-                    Renewal::Renewed => {
-                        last_renewed = sent;
+                let renewal = tokio::select! {
+                    _ = stop.cancelled() => {
+                        self.set_leading(false);
+                        self.release().await;
+                        return;
+                    }
+                    r = tokio::time::timeout_at(deadline, self.renew()) => r,
+                };
+                match renewal {
+                    Err(_) => {
+                        self.step_down("the renewal did not complete within the renew deadline");
+                        break;
+                    }
+                    Ok(Renewal::Renewed) => {
+                        deadline = sent + s.renew_deadline;
                         wait = s.renew_interval();
                     }
-                    Renewal::Lost(why) => {
+                    Ok(Renewal::Lost(why)) => {
                         self.set_leading(false);
                         self.held = None;
                         tracing::warn!(lease = %s.name, reason = %why, "lost the lease; stopped leading");
                         break;
                     }
-                    Renewal::Failed(e) => {
-                        let deadline = last_renewed + s.renew_deadline;
-                        let now = Instant::now();
-                        if now + s.retry_period >= deadline {
-                            self.set_leading(false);
-                            self.held = None;
-                            tracing::warn!(error = %e, lease = %s.name,
-                                "could not renew the lease within the renew deadline; stopped leading");
+                    Ok(Renewal::Failed(e)) => {
+                        if Instant::now() + s.retry_period >= deadline {
+                            tracing::warn!(error = %e, "renewing the lease failed");
+                            self.step_down("could not renew the lease within the renew deadline");
                             break;
                         }
                         tracing::warn!(error = %e, "renewing the lease failed; retrying");
@@ -341,6 +373,15 @@ impl Elector {
                 }
             }
         }
+    }
+
+    /// Stops leading because the renew deadline passed: the flag first,
+    /// then the held lease is forgotten (another replica may take it once
+    /// it looks expired; we must not write it again as ours).
+    fn step_down(&mut self, why: &str) {
+        self.set_leading(false);
+        self.held = None;
+        tracing::warn!(lease = %self.settings.name, reason = why, "stopped leading");
     }
 
     fn set_leading(&self, leading: bool) {

@@ -106,6 +106,9 @@ pub struct Metrics {
     /// Actions the core decided but this replica did not carry out because
     /// it had lost the lease (the new leader decides again).
     pub actions_dropped: Counter,
+    /// When the loop last made progress (not exported: `/healthz` reads
+    /// it).
+    pub progress: super::health::Progress,
 }
 
 impl Metrics {
@@ -130,6 +133,7 @@ impl Metrics {
             garbage_collected: Counter::default(),
             leader: Gauge::default(),
             actions_dropped: Counter::default(),
+            progress: Default::default(),
         };
         let r = registry.sub_registry_with_prefix("quartermaster");
         r.register(

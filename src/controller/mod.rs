@@ -7,6 +7,7 @@
 pub mod checkpoint;
 pub mod events;
 pub mod executor;
+pub mod fence;
 pub mod health;
 pub mod interruptions;
 pub mod kube_api;

@@ -103,12 +103,31 @@ pub async fn run<C: CloudProvider + Send + Sync + 'static>(
     shutdown: CancellationToken,
 ) -> anyhow::Result<()> {
     let client = ctx.api.client().clone();
-    snapshot::check_access(&client).await?;
+    run_watching(ctx, settings, client, shutdown).await
+}
+
+/// [`run`] with the watches on `watches`, a client whose read timeout
+/// outlasts a quiet watch (the API client's is shorter: a request must not
+/// hang).
+///
+/// # Errors
+/// As [`run`].
+pub async fn run_watching<C: CloudProvider + Send + Sync + 'static>(
+    ctx: Context<C>,
+    settings: Settings,
+    watches: kube::Client,
+    shutdown: CancellationToken,
+) -> anyhow::Result<()> {
+    let client = ctx.api.client().clone();
+    snapshot::check_access(&watches).await?;
     let store = Arc::new(Store::new());
-    let watches = snapshot::spawn_watches(&client, &store);
+    let watches = snapshot::spawn_watches(&watches, &store);
     let stop_watches = || watches.iter().for_each(|w| w.abort());
     tracing::info!("waiting for the watches to sync");
     while !store.is_synced() {
+        // Waiting for the caches is progress: a slow first list is not a
+        // stall.
+        ctx.metrics.progress.beat();
         tokio::select! {
             _ = shutdown.cancelled() => {
                 stop_watches();
@@ -157,6 +176,8 @@ pub struct Driver<C> {
     unplaceable: HashMap<String, String>,
     /// Pods whose unreadable annotations were reported in an Event.
     unreadable: snapshot::UnreadableReports,
+    /// The actions of this round's decision.
+    decided: Vec<Action>,
 }
 
 /// Seconds since the first call, on a monotonic clock: the planner's timer
@@ -193,13 +214,68 @@ impl<C: CloudProvider + Send + Sync + 'static> Driver<C> {
             notices_open: true,
             unplaceable: HashMap::new(),
             unreadable: Default::default(),
+            decided: Vec::new(),
+        }
+    }
+
+    /// Runs the core on a blocking thread (the planner may take seconds on
+    /// a big batch; the async workers keep serving watches, leases and
+    /// probes), leaving its actions in `self.decided`; gives `parts` back.
+    async fn decide_off_loop(
+        &mut self,
+        parts: WorldParts,
+        catalog: Arc<Catalog>,
+        now: Time,
+    ) -> Option<WorldParts> {
+        let region = self.settings.region.clone();
+        let fresh = Core::new(self.settings.core.clone()).with_solve_clock(monotonic_seconds);
+        let mut core = std::mem::replace(&mut self.core, fresh);
+        let decided = tokio::task::spawn_blocking(move || {
+            let actions = core.decide(&parts.world(&catalog, &region), now);
+            (core, actions, parts)
+        })
+        .await;
+        match decided {
+            Ok((core, actions, parts)) => {
+                self.core = core;
+                self.decided = actions;
+                Some(parts)
+            }
+            Err(e) => {
+                // The core's state went with the panic; a fresh core
+                // decides again from the world next round.
+                tracing::error!(error = %e, "the decision core failed; starting afresh");
+                self.decided = Vec::new();
+                None
+            }
+        }
+    }
+
+    /// A Warning Event on each pod the batch cap left for a later batch,
+    /// once per reason.
+    async fn report_deferred(&mut self, deferred: &[crate::core::batch::Deferred]) {
+        for d in deferred {
+            if self.unplaceable.get(&d.pod) == Some(&d.reason) {
+                continue;
+            }
+            if let Some(events) = &self.events {
+                events
+                    .batch_deferred(&super::events::pod_ref(&d.pod, None), &d.reason)
+                    .await;
+            }
+            self.unplaceable.insert(d.pod.clone(), d.reason.clone());
         }
     }
 
     /// Reports the last plan: its solve time, and a Warning Event on each
     /// pod it could not place whose reason is new. Pods no longer pending
     /// are forgotten.
-    async fn report_plan(&mut self, pending: &[crate::cluster::Pod], now: Time) {
+    async fn report_plan(
+        &mut self,
+        pending: &[crate::cluster::Pod],
+        deferred: &[crate::core::batch::Deferred],
+        now: Time,
+    ) {
         let Some(report) = self.core.last_plan().filter(|r| r.at == now) else {
             return;
         };
@@ -214,7 +290,11 @@ impl<C: CloudProvider + Send + Sync + 'static> Driver<C> {
             .filter(|u| self.unplaceable.get(&u.pod) != Some(&u.reason))
             .map(|u| (u.pod.clone(), u.reason.clone()))
             .collect();
-        let still: HashSet<&str> = pending.iter().map(|p| p.name.as_str()).collect();
+        let still: HashSet<&str> = pending
+            .iter()
+            .map(|p| p.name.as_str())
+            .chain(deferred.iter().map(|d| d.pod.as_str()))
+            .collect();
         self.unplaceable
             .retain(|pod, _| still.contains(pod.as_str()));
         for (pod, reason) in fresh {
@@ -245,6 +325,7 @@ impl<C: CloudProvider + Send + Sync + 'static> Driver<C> {
         loop {
             let now = chrono::Utc::now();
             self.round(now).await;
+            self.ctx.metrics.progress.beat();
             if shutdown.is_cancelled() {
                 return;
             }
@@ -266,6 +347,7 @@ impl<C: CloudProvider + Send + Sync + 'static> Driver<C> {
                     }
                 }
             }
+            self.ctx.metrics.progress.beat();
         }
     }
 
@@ -310,21 +392,36 @@ impl<C: CloudProvider + Send + Sync + 'static> Driver<C> {
         });
         let mut parts = parts;
         self.checkpoint_bookkeeping(&mut parts, now);
-        let world = parts.world(&catalog, &region);
-        self.take_notices(&world, &views, now).await;
         self.ctx
             .metrics
             .pending_pods
             .set(parts.pending.len() as i64);
+        let (kept, deferred) = crate::core::batch::cap_batch(
+            std::mem::take(&mut parts.pending),
+            self.settings.core.max_batch_pods,
+        );
+        parts.pending = kept;
+        {
+            let world = parts.world(&catalog, &region);
+            self.take_notices(&world, &views, now).await;
+        }
 
         if self.is_leader() {
-            let actions = self.core.decide(&world, now);
+            let Some(back) = self.decide_off_loop(parts, catalog.clone(), now).await else {
+                return;
+            };
+            parts = back;
             self.ctx
                 .metrics
                 .decision_duration_seconds
                 .observe(started.elapsed().as_secs_f64());
-            self.report_plan(world.pending, now).await;
+            self.report_plan(&parts.pending, &deferred, now).await;
+            self.report_deferred(&deferred).await;
             self.report_unreadable().await;
+        }
+        let world = parts.world(&catalog, &region);
+        let actions = std::mem::take(&mut self.decided);
+        if self.is_leader() {
             let pods = self.store.read(|s| {
                 actions
                     .iter()

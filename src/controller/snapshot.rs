@@ -67,6 +67,9 @@ pub struct PodInfo {
     /// bound, protected from consolidation as if it were do-not-disrupt
     /// (drains still evict it): it is never dropped.
     pub unreadable: Vec<String>,
+    /// Host network and declared ports: whether its checkpoint hook may
+    /// be called.
+    pub hook_endpoint: crate::controller::checkpoint::HookEndpoint,
 }
 
 /// A node, reduced to what the lifecycle and decisions read.
@@ -195,6 +198,7 @@ impl PodInfo {
             accelerator,
             pod_ip: status.and_then(|s| s.pod_ip.clone()),
             checkpoint_annotations,
+            hook_endpoint: crate::controller::checkpoint::HookEndpoint::of(pod),
             namespace: pod.namespace().unwrap_or_else(|| "default".into()),
             name: pod.name_any(),
             node_name: pod.spec.as_ref().and_then(|s| s.node_name.clone()),

@@ -148,6 +148,67 @@ fn later(t: Time, d: Duration) -> Time {
         .unwrap_or(chrono::DateTime::<chrono::Utc>::MAX_UTC)
 }
 
+/// Default most pods one plan considers ([`cap_batch`]): enough for any
+/// realistic burst, small enough that one plan stays within its time limit.
+pub const DEFAULT_MAX_PODS: usize = 2000;
+
+/// A pending pod a plan leaves for a later batch, and why.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Deferred {
+    /// `namespace/name`.
+    pub pod: String,
+    /// Why it waits (for its Event).
+    pub reason: String,
+}
+
+/// Keeps at most `max` of `pending` for this plan, whole pod groups (gangs)
+/// at a time and in the given order; the rest wait for a later batch. A
+/// group larger than `max` never fits and says so. Unbounded batches (a
+/// Job with `parallelism: 100000`) would take the planner past its limits.
+pub fn cap_batch(
+    pending: Vec<crate::cluster::Pod>,
+    max: usize,
+) -> (Vec<crate::cluster::Pod>, Vec<Deferred>) {
+    if pending.len() <= max {
+        return (pending, Vec::new());
+    }
+    // Units: a group's pods together, a lone pod alone, in order of first
+    // appearance.
+    let mut units: Vec<Vec<crate::cluster::Pod>> = Vec::new();
+    let mut unit_of_group: std::collections::HashMap<String, usize> = Default::default();
+    for pod in pending {
+        match pod.group.as_ref().map(|g| g.name.clone()) {
+            Some(group) => match unit_of_group.get(&group) {
+                Some(&i) => units[i].push(pod),
+                None => {
+                    unit_of_group.insert(group, units.len());
+                    units.push(vec![pod]);
+                }
+            },
+            None => units.push(vec![pod]),
+        }
+    }
+    let (mut kept, mut deferred) = (Vec::new(), Vec::new());
+    for unit in units {
+        let reason = if unit.len() > max {
+            format!(
+                "its group of {} pending pods is larger than the {max} pods one plan considers (--max-batch-pods)",
+                unit.len()
+            )
+        } else if kept.len() + unit.len() > max {
+            format!("waits for the next batch: this one holds {max} pods (--max-batch-pods)")
+        } else {
+            kept.extend(unit);
+            continue;
+        };
+        deferred.extend(unit.into_iter().map(|p| Deferred {
+            pod: p.name,
+            reason: reason.clone(),
+        }));
+    }
+    (kept, deferred)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -235,5 +296,44 @@ mod tests {
         b.trigger(at(4_000));
         assert_eq!(b.next_deadline(), Some(at(5_000)), "max caps idle");
         assert!(b.take(at(5_000)).unwrap().pods.is_empty());
+    }
+
+    fn pod(name: &str, group: Option<(&str, u32)>) -> crate::cluster::Pod {
+        let mut p = crate::cluster::Pod::new(name, Default::default());
+        p.group = group.map(|(g, n)| crate::cluster::GroupRef {
+            name: g.into(),
+            min_member: n,
+        });
+        p
+    }
+
+    #[test]
+    fn a_huge_gang_is_left_out_whole_and_the_rest_fill_the_batch() {
+        let mut pending: Vec<_> = (0..5).map(|i| pod(&format!("ml/a-{i}"), None)).collect();
+        pending.extend((0..100).map(|i| pod(&format!("ml/huge-{i}"), Some(("ml/huge", 100)))));
+        pending.extend((0..4).map(|i| pod(&format!("ml/g-{i}"), Some(("ml/g", 4)))));
+        pending.extend((0..3).map(|i| pod(&format!("ml/b-{i}"), None)));
+        let (kept, deferred) = cap_batch(pending, 10);
+        let names: Vec<&str> = kept.iter().map(|p| p.name.as_str()).collect();
+        assert_eq!(
+            names,
+            [
+                "ml/a-0", "ml/a-1", "ml/a-2", "ml/a-3", "ml/a-4", "ml/g-0", "ml/g-1", "ml/g-2",
+                "ml/g-3", "ml/b-0"
+            ]
+        );
+        assert_eq!(deferred.len(), 100 + 2, "every pod left out is reported");
+        let huge = deferred.iter().find(|d| d.pod == "ml/huge-7").unwrap();
+        assert!(huge.reason.contains("group of 100"), "{}", huge.reason);
+        let later = deferred.iter().find(|d| d.pod == "ml/b-2").unwrap();
+        assert!(later.reason.contains("next batch"), "{}", later.reason);
+    }
+
+    #[test]
+    fn a_batch_within_the_cap_is_kept_whole() {
+        let pending: Vec<_> = (0..3).map(|i| pod(&format!("ml/a-{i}"), None)).collect();
+        let (kept, deferred) = cap_batch(pending.clone(), 3);
+        assert_eq!(kept, pending);
+        assert!(deferred.is_empty());
     }
 }

@@ -36,6 +36,9 @@ pub struct Config {
     pub planner: plan::Options,
     /// Feed learned interruption rates to the planner.
     pub learn_rates: bool,
+    /// Most pending pods one plan considers (see [`super::batch::cap_batch`]);
+    /// the driver applies it before deciding.
+    pub max_batch_pods: usize,
 }
 
 impl Default for Config {
@@ -48,6 +51,7 @@ impl Default for Config {
             strategy: Strategy::Mip,
             planner: plan::Options::default(),
             learn_rates: true,
+            max_batch_pods: super::batch::DEFAULT_MAX_PODS,
         }
     }
 }

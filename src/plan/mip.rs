@@ -37,7 +37,11 @@ struct ClassOptions {
 }
 
 /// Plans with the MIP.
-pub fn plan(input: &Input, opts: &Options) -> Plan {
+/// `clock` gives seconds on a monotonic clock: `opts.time_limit` bounds the
+/// whole plan (every tier's branch and bound gets what is left of it; once
+/// it is spent, tiers round their LP instead), not each MIP.
+pub fn plan(input: &Input, opts: &Options, clock: &dyn Fn() -> f64) -> Plan {
+    let started = clock();
     let pods = input.pods;
     let all: Vec<usize> = (0..pods.len()).collect();
     let (on_existing, left) = pack::place_on_existing(pods, &all, input.nodes);
@@ -148,6 +152,7 @@ pub fn plan(input: &Input, opts: &Options) -> Plan {
             input,
             budgets: &budgets,
             opts,
+            time_left: opts.time_limit.as_secs_f64() - (clock() - started),
         });
         lower_bound += result.lower_bound;
         solved_by = solved_by.max(result.solved_by);
@@ -475,6 +480,8 @@ struct Tier<'a> {
     input: &'a Input<'a>,
     budgets: &'a [Budget],
     opts: &'a Options,
+    /// Seconds left of the plan's time limit.
+    time_left: f64,
 }
 
 /// The model of a tier, integral or its LP relaxation.
@@ -486,6 +493,7 @@ fn build(tier: Tier, relaxed: bool) -> Model {
         input,
         budgets,
         opts,
+        ..
     } = tier;
     let mut vars = ProblemVariables::new();
     let mut cons = Vec::new();
@@ -716,7 +724,12 @@ fn gang_nodes(work: &[ClassOptions], classes: &[Class], o: usize) -> f64 {
 /// Solves a tier: the LP relaxation for the bound, then branch and bound or
 /// rounding.
 fn solve(tier: Tier) -> Solved {
-    let Tier { work, opts, .. } = tier;
+    let Tier {
+        work,
+        opts,
+        time_left,
+        ..
+    } = tier;
     // The LP relaxation: the lower bound, and the fallback if the MIP finds
     // nothing in time.
     let lp = build(tier, true);
@@ -740,8 +753,9 @@ fn solve(tier: Tier) -> Solved {
     };
 
     let mip = build(tier, false);
-    let (ys, solved_by) = if mip.integers > opts.max_branch_and_bound_integers {
-        // Too large to branch within the time limit: round the LP.
+    let (ys, solved_by) = if mip.integers > opts.max_branch_and_bound_integers || time_left <= 0.0 {
+        // Too large to branch within the time limit, or the plan's time is
+        // spent: round the LP.
         (lp_y, SolvedBy::LpRounding)
     } else {
         let Model {
@@ -754,7 +768,7 @@ fn solve(tier: Tier) -> Solved {
         let mut problem = vars
             .minimise(objective)
             .using(microlp)
-            .with_time_limit(opts.time_limit.as_secs_f64())
+            .with_time_limit(time_left)
             .with_mip_gap(opts.mip_gap.clamp(0.0, 1.0) as f32)
             .expect("a gap in [0, 1] is accepted");
         for c in constraints {

@@ -48,7 +48,9 @@ pub enum SolvedBy {
 /// Knobs of a planning run.
 #[derive(Debug, Clone)]
 pub struct Options {
-    /// Longest the MIP may search before returning the best plan found.
+    /// Longest the whole plan may spend in branch and bound, over all its
+    /// tiers, before returning the best plan found (rounding the LP once
+    /// the time is spent).
     pub time_limit: Duration,
     /// Relative gap at which the MIP stops searching.
     pub mip_gap: f64,
@@ -178,11 +180,13 @@ pub fn pod_risk_cost(lost_hours: f64, c: &Candidate, per_node: u32, risk_aversio
     c.rate * lost_hours * c.price() / per_node as f64 * risk_aversion
 }
 
-/// Plans with the chosen strategy; `now` measures solve time for reporting.
+/// Plans with the chosen strategy; `now` (seconds on a monotonic clock)
+/// measures solve time for reporting and bounds the MIP's whole plan by
+/// `options.time_limit`.
 pub fn plan(input: &Input, strategy: Strategy, options: &Options, now: &dyn Fn() -> f64) -> Plan {
     let start = now();
     let mut p = match strategy {
-        Strategy::Mip => mip::plan(input, options),
+        Strategy::Mip => mip::plan(input, options, now),
         Strategy::Greedy => greedy::plan(input),
     };
     p.solve_ms = (now() - start) * 1000.0;

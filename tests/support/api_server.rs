@@ -30,6 +30,7 @@ use kube::Client;
 use serde_json::{json, Value};
 use std::collections::VecDeque;
 use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 use tokio::sync::oneshot;
 use tokio::task::JoinHandle;
@@ -212,6 +213,7 @@ async fn serve(
             ));
             return problems;
         };
+        record(&request);
         let (status, body) = match answer(step, request).await {
             Ok(answer) => answer,
             Err(problem) => {
@@ -225,6 +227,7 @@ async fn serve(
         tokio::select! {
             next = handle.next_request() => match next {
                 Some((request, send)) => {
+                    record(&request);
                     let problem = format!(
                         "unexpected request after the script: {} {}",
                         request.method(),
@@ -361,4 +364,143 @@ pub fn echo(body: &Value) -> (u16, Value) {
         meta.insert("uid".into(), json!("00000000-0000-0000-0000-000000000001"));
     }
     (201, object)
+}
+
+/// One request as a mock API server served it.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct Served {
+    /// HTTP method.
+    pub method: String,
+    /// Path, without the query.
+    pub path: String,
+    /// The query string (empty when none).
+    pub query: String,
+}
+
+/// What RBAC must allow for a request: API group (`""` for core),
+/// resource (`pods`, `pods/eviction`, ...) and verb.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct Access {
+    /// API group.
+    pub group: String,
+    /// Resource, with `/subresource` when there is one.
+    pub resource: String,
+    /// Kubernetes verb (`get`, `list`, `watch`, `create`, `update`,
+    /// `patch`, `delete`, `deletecollection`).
+    pub verb: String,
+}
+
+impl Served {
+    fn of<B>(request: &Request<B>) -> Served {
+        Served {
+            method: request.method().to_string(),
+            path: request.uri().path().to_string(),
+            query: request.uri().query().unwrap_or("").to_string(),
+        }
+    }
+
+    /// The access RBAC must grant for this request, as the API server
+    /// derives it; `None` for a path that is not a resource.
+    pub fn access(&self) -> Option<Access> {
+        let segments: Vec<&str> = self.path.trim_matches('/').split('/').collect();
+        let (group, rest) = match segments.as_slice() {
+            ["api", _version, rest @ ..] => ("", rest),
+            ["apis", group, _version, rest @ ..] => (*group, rest),
+            _ => return None,
+        };
+        let rest = match rest {
+            ["namespaces", _ns, tail @ ..] if !tail.is_empty() => tail,
+            other => other,
+        };
+        let (resource, name, sub) = match rest {
+            [resource] => (*resource, None, None),
+            [resource, name] => (*resource, Some(*name), None),
+            [resource, name, sub] => (*resource, Some(*name), Some(*sub)),
+            _ => return None,
+        };
+        let watch = parse_query(&self.query)
+            .iter()
+            .any(|(k, v)| k == "watch" && (v == "true" || v == "1"));
+        let verb = match (self.method.as_str(), name) {
+            ("GET", _) if watch => "watch",
+            ("GET", Some(_)) => "get",
+            ("GET", None) => "list",
+            ("POST", _) => "create",
+            ("PUT", _) => "update",
+            ("PATCH", _) => "patch",
+            ("DELETE", Some(_)) => "delete",
+            ("DELETE", None) => "deletecollection",
+            _ => return None,
+        };
+        Some(Access {
+            group: group.to_string(),
+            resource: match sub {
+                Some(sub) => format!("{resource}/{sub}"),
+                None => resource.to_string(),
+            },
+            verb: verb.to_string(),
+        })
+    }
+}
+
+/// Every request the scripted servers of this test binary have served.
+static SERVED: Mutex<Vec<Served>> = Mutex::new(Vec::new());
+
+fn record<B>(request: &Request<B>) {
+    if let Ok(mut served) = SERVED.lock() {
+        served.push(Served::of(request));
+    }
+}
+
+/// Every request any scripted [`Scenario`] of this test binary has served
+/// so far (for checks over all calls, such as RBAC).
+pub fn served() -> Vec<Served> {
+    SERVED.lock().map(|s| s.clone()).unwrap_or_default()
+}
+
+/// A permissive mock server: answers every request with what `answer`
+/// makes of it (and its JSON body) and records it.
+pub struct Recorder {
+    calls: Arc<Mutex<Vec<Served>>>,
+    task: JoinHandle<()>,
+}
+
+impl Recorder {
+    /// Starts the server; the client to give the code under test. Needs a
+    /// tokio runtime.
+    pub fn start(
+        answer: impl Fn(&Served, &Value) -> (u16, Value) + Send + 'static,
+    ) -> (Client, Recorder) {
+        let (service, mut handle) = tower_test::mock::pair::<Request<Body>, Response<Body>>();
+        let client = Client::new(service, "default");
+        let calls = Arc::new(Mutex::new(Vec::new()));
+        let seen = calls.clone();
+        let task = tokio::spawn(async move {
+            while let Some((request, send)) = handle.next_request().await {
+                record(&request);
+                let served = Served::of(&request);
+                let bytes = request
+                    .into_body()
+                    .collect_bytes()
+                    .await
+                    .unwrap_or_default();
+                let body = serde_json::from_slice(&bytes).unwrap_or(Value::Null);
+                let (status, reply) = answer(&served, &body);
+                seen.lock().unwrap().push(served);
+                send.send_response(json_response(status, &reply));
+            }
+        });
+        (client, Recorder { calls, task })
+    }
+
+    /// The requests served so far, in order.
+    pub fn calls(&self) -> Vec<Served> {
+        self.calls.lock().unwrap().clone()
+    }
+}
+
+impl Drop for Recorder {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
 }

@@ -8,9 +8,11 @@ pub mod errors;
 pub mod notices;
 pub mod pricing;
 
+use aws_config::timeout::TimeoutConfig;
 use aws_config::{BehaviorVersion, Region, SdkConfig};
 use aws_smithy_http_client::tls::{rustls_provider::CryptoMode, Provider};
 use aws_smithy_runtime_api::client::http::SharedHttpClient;
+use std::time::Duration;
 
 /// The HTTP client every AWS SDK client here uses: hyper with rustls on
 /// `ring` (no C toolchain beyond what `ring` needs), HTTPS and plain HTTP
@@ -21,12 +23,28 @@ pub fn http_client() -> SharedHttpClient {
         .build_https()
 }
 
+/// How long an AWS call may take: connecting (3 s), between bytes of a
+/// response (30 s: longer than SQS's 20 s long poll), one attempt (40 s)
+/// and the whole operation with its retries (90 s). The SDK sets no read
+/// or operation timeout by default, so a half-open connection would hang a
+/// launch (and the loop with it) for ever.
+pub fn timeouts() -> TimeoutConfig {
+    TimeoutConfig::builder()
+        .connect_timeout(Duration::from_secs(3))
+        .read_timeout(Duration::from_secs(30))
+        .operation_attempt_timeout(Duration::from_secs(40))
+        .operation_timeout(Duration::from_secs(90))
+        .build()
+}
+
 /// Loads the SDK configuration the standard way (environment, profile, web
-/// identity for IRSA/Pod Identity, IMDS), with our HTTP client, `region`
-/// when given, and `endpoint_url` when given (for testing against a local
-/// endpoint).
+/// identity for IRSA/Pod Identity, IMDS), with our HTTP client and
+/// [`timeouts`], `region` when given, and `endpoint_url` when given (for
+/// testing against a local endpoint).
 pub async fn load_sdk_config(region: Option<&str>, endpoint_url: Option<&str>) -> SdkConfig {
-    let mut loader = aws_config::defaults(BehaviorVersion::latest()).http_client(http_client());
+    let mut loader = aws_config::defaults(BehaviorVersion::latest())
+        .http_client(http_client())
+        .timeout_config(timeouts());
     if let Some(region) = region {
         loader = loader.region(Region::new(region.to_string()));
     }
@@ -34,4 +52,24 @@ pub async fn load_sdk_config(region: Option<&str>, endpoint_url: Option<&str>) -
         loader = loader.endpoint_url(url);
     }
     loader.load().await
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn sdk_clients_time_out_reads_attempts_and_operations() {
+        let sdk = load_sdk_config(Some("us-east-1"), Some("http://127.0.0.1:9")).await;
+        let t = sdk.timeout_config().expect("a timeout config");
+        assert_eq!(t.connect_timeout(), Some(Duration::from_secs(3)));
+        let read = t.read_timeout().expect("a read timeout");
+        assert!(
+            read > Duration::from_secs(20),
+            "{read:?} must outlast the SQS long poll"
+        );
+        let attempt = t.operation_attempt_timeout().expect("an attempt timeout");
+        let operation = t.operation_timeout().expect("an operation timeout");
+        assert!(read < attempt && attempt < operation, "{t:?}");
+    }
 }

@@ -1,0 +1,216 @@
+//! Write fencing: only the lease holder writes. Leadership can end while a
+//! round is in flight (the renew deadline passes by a timer in
+//! [`super::leader`]); every write that starts after that is refused here, at
+//! the two seams every effect goes through, whatever code path issued it:
+//! - [`layer`]: a [`kube::Client`] whose service refuses every
+//!   mutating request (anything but GET/HEAD/OPTIONS) while the flag is off;
+//! - [`Fenced`]: a [`CloudProvider`] that refuses `launch` and `terminate`
+//!   while the flag is off (`describe` and `instances` only read).
+//!
+//! Each refusal counts in `quartermaster_actions_dropped_not_leader`. The
+//! leader election itself uses an unfenced client (it writes the Lease to
+//! become leader).
+
+use super::metrics::Metrics;
+use crate::cloud::{self, CloudProvider, Instance, NodeTemplate};
+use crate::core::{ClaimRequest, Time};
+use http::{Method, Request};
+use kube::client::Body;
+use std::sync::Arc;
+use tokio::sync::watch;
+
+/// The error a fenced kube request fails with (`kube::Error::Service`).
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// A write was attempted while this replica does not lead. Not
+    /// retryable here: the new leader decides again.
+    #[error("not the leader: refused {method} {path}")]
+    NotLeader {
+        /// The request's method.
+        method: Method,
+        /// The request's path.
+        path: String,
+    },
+}
+
+/// Whether a request changes state on the API server.
+pub fn is_write(method: &Method) -> bool {
+    !matches!(*method, Method::GET | Method::HEAD | Method::OPTIONS)
+}
+
+/// The fence as a `tower` filter predicate: passes reads always, writes
+/// only while `leader` is `true`.
+pub fn predicate(
+    leader: watch::Receiver<bool>,
+    metrics: Arc<Metrics>,
+) -> impl FnMut(Request<Body>) -> Result<Request<Body>, Error> + Clone + Send + 'static {
+    move |request: Request<Body>| {
+        if is_write(request.method()) && !*leader.borrow() {
+            metrics.actions_dropped.inc();
+            let path = request.uri().path().to_string();
+            tracing::warn!(method = %request.method(), %path, "not leader: write refused");
+            return Err(Error::NotLeader {
+                method: request.method().clone(),
+                path,
+            });
+        }
+        Ok(request)
+    }
+}
+
+/// The fence as a layer for a kube client stack:
+/// `ClientBuilder::new(service, ns).with_layer(&fence::layer(leader, metrics)).build()`
+/// gives a client that refuses writes while `leader` is `false`.
+pub fn layer(
+    leader: watch::Receiver<bool>,
+    metrics: Arc<Metrics>,
+) -> tower::filter::FilterLayer<
+    impl FnMut(Request<Body>) -> Result<Request<Body>, Error> + Clone + Send + 'static,
+> {
+    tower::filter::FilterLayer::new(predicate(leader, metrics))
+}
+
+/// A cloud whose writes (`launch`, `terminate`) are refused with
+/// [`cloud::Error::NotReady`] while this replica does not lead.
+pub struct Fenced<C> {
+    inner: C,
+    leader: watch::Receiver<bool>,
+    metrics: Arc<Metrics>,
+}
+
+impl<C> Fenced<C> {
+    /// Fences `inner` with the leadership flag `leader`.
+    pub fn new(inner: C, leader: watch::Receiver<bool>, metrics: Arc<Metrics>) -> Fenced<C> {
+        Fenced {
+            inner,
+            leader,
+            metrics,
+        }
+    }
+
+    /// The fenced cloud (for reads and tests).
+    pub fn inner(&self) -> &C {
+        &self.inner
+    }
+
+    fn check(&self, claim: &str, what: &str) -> cloud::Result<()> {
+        if *self.leader.borrow() {
+            return Ok(());
+        }
+        self.metrics.actions_dropped.inc();
+        tracing::warn!(%claim, what, "not leader: cloud write refused");
+        Err(cloud::Error::NotReady {
+            claim: claim.to_string(),
+            reason: format!("not the leader: {what} refused"),
+        })
+    }
+}
+
+impl<C: CloudProvider + Send + Sync> CloudProvider for Fenced<C> {
+    async fn launch(
+        &self,
+        claim: &ClaimRequest,
+        template: &NodeTemplate,
+        now: Time,
+    ) -> cloud::Result<Instance> {
+        self.check(&claim.claim, "launch")?;
+        self.inner.launch(claim, template, now).await
+    }
+
+    async fn terminate(&self, claim: &str, now: Time) -> cloud::Result<Instance> {
+        self.check(claim, "terminate")?;
+        self.inner.terminate(claim, now).await
+    }
+
+    async fn describe(&self, claim: &str) -> cloud::Result<Option<Instance>> {
+        self.inner.describe(claim).await
+    }
+
+    async fn instances(&self) -> cloud::Result<Vec<Instance>> {
+        self.inner.instances().await
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::catalog::CapacityType;
+    use crate::core::OfferingKey;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+
+    /// A cloud that counts the writes reaching it.
+    #[derive(Default)]
+    struct Counting {
+        writes: AtomicUsize,
+    }
+
+    impl CloudProvider for Counting {
+        async fn launch(
+            &self,
+            claim: &ClaimRequest,
+            _: &NodeTemplate,
+            _: Time,
+        ) -> cloud::Result<Instance> {
+            self.writes.fetch_add(1, Ordering::SeqCst);
+            Err(cloud::Error::NotFound {
+                claim: claim.claim.clone(),
+            })
+        }
+        async fn terminate(&self, claim: &str, _: Time) -> cloud::Result<Instance> {
+            self.writes.fetch_add(1, Ordering::SeqCst);
+            Err(cloud::Error::NotFound {
+                claim: claim.into(),
+            })
+        }
+        async fn describe(&self, _: &str) -> cloud::Result<Option<Instance>> {
+            Ok(None)
+        }
+        async fn instances(&self) -> cloud::Result<Vec<Instance>> {
+            Ok(Vec::new())
+        }
+    }
+
+    fn request() -> ClaimRequest {
+        ClaimRequest {
+            claim: "gpu-abc".into(),
+            nodepool: "gpu".into(),
+            offering: OfferingKey {
+                instance_type: "g5.xlarge".into(),
+                zone: "use1-az1".into(),
+                capacity_type: CapacityType::Spot,
+            },
+            price_per_hour: 0.4,
+            pods: Vec::new(),
+            prewarm_window: None,
+        }
+    }
+
+    #[tokio::test]
+    async fn cloud_writes_pass_while_leading_and_are_refused_after() {
+        let (tx, rx) = watch::channel(true);
+        let metrics = Arc::new(Metrics::unregistered());
+        let cloud = Fenced::new(Counting::default(), rx, metrics.clone());
+        let now = chrono::Utc::now();
+        let template = NodeTemplate::default();
+        let _ = cloud.launch(&request(), &template, now).await;
+        assert_eq!(cloud.inner().writes.load(Ordering::SeqCst), 1);
+
+        tx.send_replace(false);
+        let launch = cloud.launch(&request(), &template, now).await;
+        let terminate = cloud.terminate("gpu-abc", now).await;
+        for refused in [launch.map(|_| ()), terminate.map(|_| ())] {
+            let err = refused.expect_err("refused");
+            assert!(err.to_string().contains("not the leader"), "{err}");
+        }
+        assert_eq!(
+            cloud.inner().writes.load(Ordering::SeqCst),
+            1,
+            "no write reached the cloud"
+        );
+        assert_eq!(metrics.actions_dropped.get(), 2);
+        assert!(
+            cloud.describe("gpu-abc").await.unwrap().is_none(),
+            "reads pass"
+        );
+    }
+}
