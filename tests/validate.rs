@@ -177,3 +177,30 @@ fn non_yaml_and_other_kinds_fail() {
     assert!(validate(&[&broken]).stdout.contains("invalid YAML"));
     assert!(validate(&[&other]).stdout.contains("kind ConfigMap"));
 }
+
+#[test]
+fn a_termination_grace_period_must_be_a_duration() {
+    let good = file(
+        "grace-ok.yaml",
+        &pool(
+            "graceful",
+            "  template:\n    spec:\n      terminationGracePeriod: 2h\n",
+        ),
+    );
+    assert_eq!(validate(&[&good]).code, 0);
+    let bad = file(
+        "grace-bad.yaml",
+        &pool(
+            "graceless",
+            "  template:\n    spec:\n      terminationGracePeriod: soon\n",
+        ),
+    );
+    let run = validate(&[&bad]);
+    assert_eq!(run.code, 1, "{}", run.stdout);
+    assert!(
+        run.stdout
+            .contains("spec.template.spec.terminationGracePeriod"),
+        "{}",
+        run.stdout
+    );
+}
