@@ -340,7 +340,7 @@ async fn controller(
 
     let config = kube::Config::infer()
         .await
-        .context("reading the Kubernetes client config (in-cluster config or KUBECONFIG)")?;
+        .context("connecting to the Kubernetes API (in-cluster config or KUBECONFIG)")?;
     let requests = with_timeouts(
         config.clone(),
         args.kube_connect_timeout,
