@@ -259,10 +259,10 @@ impl Scenario {
 /// calendar.
 pub const MAX_LENGTH: std::time::Duration = std::time::Duration::from_secs(366 * 24 * 3600);
 
-/// The largest storm multiplier: a storm 10,000 times the usual rate
-/// reclaims a bucket-4 spot pool every few minutes; more only makes the
-/// simulated cloud draw events without end.
-pub const MAX_STORM_MULTIPLIER: f64 = 10_000.0;
+/// The largest storm multiplier: a storm a million times the usual rate
+/// reclaims every spot pool within seconds; more only makes the simulated
+/// cloud draw events without end (and `1e300` overflows their sum).
+pub const MAX_STORM_MULTIPLIER: f64 = 1_000_000.0;
 
 /// A duration field of the scenario, at most [`MAX_LENGTH`].
 fn bounded_duration(s: &str) -> Result<std::time::Duration, String> {
@@ -392,7 +392,7 @@ cloud:
         for field in [
             "duration: \"3000000000h\" is longer than",
             "cloud.storms[0].after: \"9000h\" is longer than",
-            "cloud.storms[0].multiplier: 1e300 must be a number from 0 to 10000",
+            "cloud.storms[0].multiplier: 1e300 must be a number from 0 to 1000000",
             "cloud.priceChanges[0].after: \"3000000000h\" is longer than",
         ] {
             assert!(e.contains(field), "{field} missing from: {e}");
