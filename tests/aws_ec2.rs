@@ -557,6 +557,60 @@ async fn garbage_collection_terminates_only_our_old_unclaimed_instances() {
     assert_eq!(w.state_of(&manual).await, "running");
 }
 
+#[tokio::test]
+async fn launch_templates_no_live_instance_uses_are_deleted_after_the_grace_period() {
+    let w = World::new().await;
+    let aws = w.cloud();
+    let now = chrono::Utc::now();
+    let spot = |name: &str| claim(name, "g5.xlarge", "use1-az4", CapacityType::Spot);
+    let mut vision = template();
+    vision.labels.insert("team".into(), "vision".into());
+    aws.launch(&spot("kept"), &template(), now).await.unwrap();
+    aws.launch(&spot("gone"), &vision, now).await.unwrap();
+    // Another cluster's template (same content, its own tags) is not ours.
+    let other = AwsCloud::new(w.ec2.clone(), w.settings(&format!("{}-other", w.cluster))).unwrap();
+    other.launch(&spot("foreign"), &vision, now).await.unwrap();
+    aws.terminate("gone", now).await.unwrap();
+    assert_eq!(w.launch_templates().await.len(), 2);
+    let kept_template = tag_of(
+        &w.instances_of("kept").await[0],
+        "quartermaster.dev/launch-template",
+    )
+    .expect("instances carry their launch template's name")
+    .to_string();
+
+    let claims: HashSet<String> = ["kept".to_string()].into_iter().collect();
+    let grace = chrono::TimeDelta::minutes(2);
+    // Inside the grace period nothing goes: a launch may be about to use it.
+    let (_, failed) = cloud::collect_garbage(&aws, &claims, now, grace)
+        .await
+        .unwrap();
+    assert!(failed.is_empty(), "{failed:?}");
+    assert_eq!(w.launch_templates().await.len(), 2);
+
+    let later = now + chrono::TimeDelta::minutes(10);
+    let (_, failed) = cloud::collect_garbage(&aws, &claims, later, grace)
+        .await
+        .unwrap();
+    assert!(failed.is_empty(), "{failed:?}");
+    let left: Vec<String> = w
+        .launch_templates()
+        .await
+        .iter()
+        .filter_map(|t| t.launch_template_name().map(str::to_string))
+        .collect();
+    assert_eq!(left, [kept_template]);
+    let foreign = other.collect_launch_templates(now, grace).await.unwrap();
+    assert_eq!(foreign, (vec![], vec![]), "the other cluster's is young");
+    let (foreign, _) = other.collect_launch_templates(later, grace).await.unwrap();
+    assert!(foreign.is_empty(), "its instance still runs: {foreign:?}");
+
+    // A claim that needs the deleted template again gets it back.
+    let again = aws.launch(&spot("again"), &vision, later).await.unwrap();
+    assert_eq!(w.state_of(&id_of(&again.provider_id)).await, "running");
+    assert_eq!(w.launch_templates().await.len(), 2);
+}
+
 mod replay {
     //! Recorded-shape EC2 answers replayed through the real SDK: the paths
     //! moto cannot fake. A launch makes six calls: DescribeInstances (the
@@ -621,19 +675,24 @@ mod replay {
     }
 
     fn subnets() -> ReplayEvent {
+        subnets_with("subnet-0bb1c79de3EXAMPLE", 251)
+    }
+
+    /// `DescribeSubnets` answering one subnet in `use1-az4`.
+    fn subnets_with(id: &str, free: u32) -> ReplayEvent {
         event(ok(format!(
             r#"<?xml version="1.0" encoding="UTF-8"?>
 <DescribeSubnetsResponse xmlns="{NS}">
     <requestId>a5266c3e-2b7a-4434-971e-317b6EXAMPLE</requestId>
     <subnetSet>
         <item>
-            <subnetId>subnet-0bb1c79de3EXAMPLE</subnetId>
-            <subnetArn>arn:aws:ec2:us-east-1:111122223333:subnet/subnet-0bb1c79de3EXAMPLE</subnetArn>
+            <subnetId>{id}</subnetId>
+            <subnetArn>arn:aws:ec2:us-east-1:111122223333:subnet/{id}</subnetArn>
             <state>available</state>
             <ownerId>111122223333</ownerId>
             <vpcId>vpc-0ee975135dEXAMPLE</vpcId>
             <cidrBlock>10.0.2.0/24</cidrBlock>
-            <availableIpAddressCount>251</availableIpAddressCount>
+            <availableIpAddressCount>{free}</availableIpAddressCount>
             <availabilityZone>us-east-1d</availabilityZone>
             <availabilityZoneId>use1-az4</availabilityZoneId>
             <defaultForAz>false</defaultForAz>
@@ -851,19 +910,54 @@ defaultNodeClass:
         assert_eq!(http.actual_requests().count(), 7);
         let fleets = bodies_of(&http, "CreateFleet");
         assert_eq!(fleets.len(), 2);
-        let token = |b: &str| {
-            b.split('&')
-                .find(|p| p.starts_with("ClientToken="))
-                .map(str::to_string)
-        };
-        assert!(token(&fleets[0]).is_some_and(|t| t.len() == "ClientToken=".len() + 64));
-        assert_eq!(token(&fleets[0]), token(&fleets[1]));
+        assert!(client_token(&fleets[0]).is_some_and(|t| t.len() == "ClientToken=".len() + 64));
+        assert_eq!(client_token(&fleets[0]), client_token(&fleets[1]));
         assert!(fleets[0].contains("Type=instant"), "{}", fleets[0]);
         assert!(
             fleets[0].contains("SpotOptions.AllocationStrategy=capacity-optimized-prioritized"),
             "{}",
             fleets[0]
         );
+    }
+
+    fn client_token(body: &str) -> Option<String> {
+        body.split('&')
+            .find(|p| p.starts_with("ClientToken="))
+            .map(str::to_string)
+    }
+
+    #[tokio::test]
+    async fn a_launch_retried_in_another_subnet_uses_another_client_token() {
+        let mut events = before_fleet();
+        events.extend([throttled(), throttled(), throttled()]);
+        // The retry finds the zone's subnets changed: another one has the
+        // most free addresses now. The same token with another subnet
+        // would be refused by EC2 as IdempotentParameterMismatch.
+        events.extend([
+            no_instances(),
+            subnets_with("subnet-0ccc1c79de3EXAMPLE", 4000),
+            security_groups(),
+            template_created(),
+            fleet_launched(),
+        ]);
+        let (aws, http) = cloud(events);
+        let err = aws
+            .launch(&spot_claim(), &template(), chrono::Utc::now())
+            .await
+            .unwrap_err();
+        assert!(err.is_retryable(), "{err:?}");
+        aws.launch(&spot_claim(), &template(), chrono::Utc::now())
+            .await
+            .unwrap();
+        let fleets = bodies_of(&http, "CreateFleet");
+        assert_eq!(fleets.len(), 4);
+        assert!(
+            fleets[3].contains("subnet-0ccc1c79de3EXAMPLE"),
+            "{}",
+            fleets[3]
+        );
+        assert_eq!(client_token(&fleets[0]), client_token(&fleets[2]));
+        assert_ne!(client_token(&fleets[0]), client_token(&fleets[3]));
     }
 
     #[tokio::test]

@@ -35,6 +35,8 @@ const USED: &[&str] = &[
     "ec2:DescribeSecurityGroups",
     "ec2:DescribeSpotPriceHistory",
     "ec2:CreateLaunchTemplate",
+    "ec2:DescribeLaunchTemplates",
+    "ec2:DeleteLaunchTemplate",
     "ec2:CreateFleet",
     "ec2:RunInstances",
     "ec2:CreateTags",
@@ -191,5 +193,88 @@ fn an_unscoped_terminate_or_wildcard_is_caught() {
             .iter()
             .any(|p| p.contains("Everything: iam:PassRole on every role")),
         "{found:#?}"
+    );
+}
+
+const QUEUE_TEMPLATE: &str = include_str!("../deploy/aws/interruption-queue.yaml");
+
+/// Problems of the interruption queue's policy: every statement that lets a
+/// service send must be limited (`aws:SourceArn`) to exactly the template's
+/// EventBridge rules, or anyone's rule could forge interruption notices.
+fn queue_policy_problems(template: &Value) -> Vec<String> {
+    let resources = template["Resources"]
+        .as_object()
+        .cloned()
+        .unwrap_or_default();
+    let rules: std::collections::BTreeSet<String> = resources
+        .iter()
+        .filter(|(_, r)| r["Type"] == "AWS::Events::Rule")
+        .map(|(name, _)| name.clone())
+        .collect();
+    let mut out = Vec::new();
+    if rules.is_empty() {
+        out.push("no EventBridge rules".into());
+    }
+    let policies = resources
+        .values()
+        .filter(|r| r["Type"] == "AWS::SQS::QueuePolicy");
+    let statements = policies
+        .flat_map(|p| {
+            p["Properties"]["PolicyDocument"]["Statement"]
+                .as_array()
+                .cloned()
+        })
+        .flatten();
+    let mut senders = 0;
+    for s in statements {
+        let sid = s["Sid"].as_str().unwrap_or("?").to_string();
+        if !allows(&s, "sqs:SendMessage") {
+            continue;
+        }
+        senders += 1;
+        let condition = &s["Condition"];
+        let sources = ["ArnEquals", "ArnLike"]
+            .iter()
+            .find_map(|op| condition[op].get("aws:SourceArn"));
+        let Some(sources) = sources else {
+            out.push(format!(
+                "{sid}: sqs:SendMessage without an aws:SourceArn condition"
+            ));
+            continue;
+        };
+        let named: std::collections::BTreeSet<String> = sources
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter_map(|a| a["Fn::GetAtt"][0].as_str().map(str::to_string))
+            .collect();
+        let arns_only = sources
+            .as_array()
+            .is_some_and(|a| a.iter().all(|x| x["Fn::GetAtt"][1] == "Arn"));
+        if named != rules || !arns_only {
+            out.push(format!(
+                "{sid}: aws:SourceArn names {named:?}, not the ARNs of the rules {rules:?}"
+            ));
+        }
+    }
+    if senders == 0 {
+        out.push("no statement lets EventBridge send".into());
+    }
+    out
+}
+
+#[test]
+fn only_our_eventbridge_rules_may_send_to_the_interruption_queue() {
+    let template: Value = serde_norway::from_str(QUEUE_TEMPLATE).expect("the template is YAML");
+    assert_eq!(queue_policy_problems(&template), Vec::<String>::new());
+
+    let mut open = template.clone();
+    let statement = &mut open["Resources"]["InterruptionQueuePolicy"]["Properties"]
+        ["PolicyDocument"]["Statement"][0];
+    statement.as_object_mut().unwrap().remove("Condition");
+    let found = queue_policy_problems(&open);
+    assert!(
+        found.iter().any(|p| p.contains("without an aws:SourceArn")),
+        "{found:?}"
     );
 }

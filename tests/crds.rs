@@ -317,6 +317,56 @@ fn cel_keeps_the_nodepool_label_ours() {
 }
 
 #[test]
+fn cel_refuses_labels_that_would_overwrite_what_a_node_is() {
+    let labels = |k: &str| json!({ "template": { "metadata": { "labels": { k: "x" } } } });
+    for k in [
+        "kubernetes.io/hostname",
+        "topology.kubernetes.io/zone",
+        "topology.k8s.aws/zone-id",
+        "node.kubernetes.io/instance-type",
+        "nvidia.com/gpu.product",
+        "quartermaster.dev/capacity-type",
+    ] {
+        expect_cel_error(labels(k), "well-known labels");
+    }
+    for k in [
+        "node-restriction.kubernetes.io/trusted",
+        "kubernetes.io/custom",
+        "node-role.kubernetes.io/gpu",
+        "sub.k8s.io/x",
+        "quartermaster.dev/anything",
+    ] {
+        expect_cel_error(labels(k), "restricted");
+    }
+}
+
+#[test]
+fn cel_and_validate_agree_on_every_label_key() {
+    use quartermaster::api::validate::{label_restriction, WELL_KNOWN_LABELS};
+    let keys = WELL_KNOWN_LABELS.iter().copied().chain([
+        "team",
+        "example.com/team",
+        "node.kubernetes.io/role",
+        "a.node.kubernetes.io/x",
+        "kops.k8s.io/instancegroup",
+        "node-restriction.kubernetes.io/trusted",
+        "kubelet.kubernetes.io/x",
+        "notkubernetes.io/x",
+        "k8s.aws.example.com/x",
+        "x.quartermaster.dev/y",
+    ]);
+    for k in keys {
+        let cel = cel_errors(json!({ "template": { "metadata": { "labels": { k: "x" } } } }));
+        assert_eq!(
+            cel.is_empty(),
+            label_restriction(k).is_none(),
+            "{k}: CEL says {cel:?}, validate says {:?}",
+            label_restriction(k)
+        );
+    }
+}
+
+#[test]
 fn a_node_claim_spec_cannot_change() {
     let schema = schema_of(&NodeClaim::crd());
     let claim = |price: f64| {

@@ -204,3 +204,46 @@ fn a_termination_grace_period_must_be_a_duration() {
         run.stdout
     );
 }
+
+#[test]
+fn escalating_labels_overflowing_limits_and_a_cron_that_never_fires_are_named() {
+    let f = file(
+        "hostile.yaml",
+        &pool(
+            "hostile",
+            r#"  template:
+    metadata:
+      labels:
+        node-restriction.kubernetes.io/trusted: "yes"
+        topology.kubernetes.io/zone: use1-az1
+  limits: { nvidia.com/gpu: "-1e400" }
+  disruption:
+    budgets:
+      - { nodes: "0", schedule: "0 8 31 2 *", duration: 8h }
+"#,
+        ),
+    );
+    let run = validate(&[&f]);
+    assert_eq!(run.code, 1, "{}", run.stdout);
+    let at = format!("{}: document 1 (hostile): ", f.display());
+    for (path, why) in [
+        (
+            "spec.template.metadata.labels[node-restriction.kubernetes.io/trusted]",
+            "is restricted",
+        ),
+        (
+            "spec.template.metadata.labels[topology.kubernetes.io/zone]",
+            "well-known label",
+        ),
+        ("spec.limits[nvidia.com/gpu]", "out of range"),
+        ("spec.disruption.budgets[0].schedule", "never fires"),
+    ] {
+        assert!(
+            run.stdout
+                .lines()
+                .any(|l| l.starts_with(&format!("{at}{path}: ")) && l.contains(why)),
+            "{path}: {why}\n{}",
+            run.stdout
+        );
+    }
+}

@@ -174,23 +174,36 @@ pub struct LimitError {
     pub reason: String,
 }
 
+/// The largest resource limit: 2^53, beyond which a float no longer holds
+/// every whole number (and a CPU limit in millicores would pass `i64`).
+/// Leave a limit out to have none.
+pub const MAX_RESOURCE_LIMIT: f64 = 9_007_199_254_740_992.0;
+
 impl NodePoolSpec {
     /// The limit of that name as a number (`nvidia.com/gpu: 16` is 16.0,
     /// `memory: 1Ti` is bytes, `cpu: 500m` is 0.5), `None` when unset.
     ///
     /// # Errors
     ///
-    /// [`LimitError`] when the value is not a quantity.
+    /// [`LimitError`] when the value is not a quantity, is negative, or is
+    /// larger than [`MAX_RESOURCE_LIMIT`] (`-1e400` is an error, not an
+    /// unlimited budget).
     pub fn limit(&self, name: &str) -> Result<Option<f64>, LimitError> {
-        self.limits
-            .get(name)
-            .map(|q| {
-                quantity_value(q).map_err(|e: QuantityError| LimitError {
-                    name: name.to_string(),
-                    reason: e.to_string(),
-                })
-            })
-            .transpose()
+        let err = |reason: String| LimitError {
+            name: name.to_string(),
+            reason,
+        };
+        let Some(q) = self.limits.get(name) else {
+            return Ok(None);
+        };
+        match quantity_value(q).map_err(|e: QuantityError| err(e.to_string()))? {
+            v if v < 0.0 => Err(err(format!("{:?} is negative", q.0))),
+            v if v > MAX_RESOURCE_LIMIT => Err(err(format!(
+                "{:?} is larger than the largest limit, 2^53 (leave the limit out for none)",
+                q.0
+            ))),
+            v => Ok(Some(v)),
+        }
     }
 
     /// The resource limits as numbers, without `nodes` and `costPerHour`.
@@ -215,10 +228,19 @@ impl NodePoolSpec {
         let Some(q) = self.limits.get(LIMIT_NODES) else {
             return Ok(None);
         };
-        q.0.parse::<u64>().map(Some).map_err(|_| LimitError {
-            name: LIMIT_NODES.into(),
-            reason: format!("{:?} is not a whole number of nodes", q.0),
-        })
+        // i64, not u64: the planner counts nodes in i64, and a u64 above
+        // i64::MAX would wrap to a negative count.
+        match q.0.parse::<i64>() {
+            Ok(n) if n >= 0 && !q.0.starts_with(['+', '-']) => Ok(Some(n as u64)),
+            _ => Err(LimitError {
+                name: LIMIT_NODES.into(),
+                reason: format!(
+                    "{:?} is not a whole number of nodes (0 to {})",
+                    q.0,
+                    i64::MAX
+                ),
+            }),
+        }
     }
 
     /// `limits.costPerHour`: most USD per hour the pool's nodes may cost
@@ -278,11 +300,17 @@ impl NodeClaimTemplate {
 #[serde(rename_all = "camelCase")]
 pub struct TemplateMetadata {
     /// Labels put on every node (in addition to the well-known ones
-    /// Quartermaster sets).
+    /// Quartermaster sets). Well-known labels (zone, instance type,
+    /// hostname, ...) and the restricted domains `kubernetes.io`, `k8s.io`
+    /// and `quartermaster.dev` (except `node.kubernetes.io/` and
+    /// `kops.k8s.io/`) are refused: they would overwrite what the node is.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    #[schemars(extend("maxProperties" = super::validate::MAX_LABELS))]
     #[x_kube(
-        validation = Rule::new("!('quartermaster.dev/nodepool' in self)")
-            .message("the label quartermaster.dev/nodepool is set by Quartermaster")
+        validation = Rule::new(super::validate::well_known_label_rule())
+            .message(super::validate::WELL_KNOWN_LABEL_MESSAGE),
+        validation = Rule::new(super::validate::label_domain_rule())
+            .message(super::validate::LABEL_DOMAIN_MESSAGE)
     )]
     pub labels: BTreeMap<String, String>,
     /// Annotations put on every node.
@@ -431,5 +459,27 @@ mod tests {
             .is_err());
         assert!(spec_with_limits(&[("nodes", "2.5")]).node_limit().is_err());
         assert!(spec_with_limits(&[("cpu", "lots")]).limit("cpu").is_err());
+        assert!(spec_with_limits(&[("nodes", "9223372036854775808")])
+            .node_limit()
+            .is_err());
+    }
+
+    #[test]
+    fn overflowing_and_negative_limits_are_errors_not_unlimited_budgets() {
+        for (v, why) in [
+            ("-1e400", "out of range"),
+            ("1e400", "out of range"),
+            ("-4", "negative"),
+            ("1e17", "largest limit"),
+        ] {
+            let s = spec_with_limits(&[("nvidia.com/gpu", v)]);
+            let e = s.limit("nvidia.com/gpu").unwrap_err();
+            assert!(e.to_string().contains(why), "{v}: {e}");
+            assert!(s.resource_limits().is_err(), "{v}");
+        }
+        assert_eq!(
+            spec_with_limits(&[("memory", "8Pi")]).limit("memory"),
+            Ok(Some(1024f64.powi(5) * 8.0))
+        );
     }
 }

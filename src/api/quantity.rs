@@ -8,19 +8,39 @@ use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 /// exponent suffix.
 pub const QUANTITY_PATTERN: &str = r"^(\+|-)?(([0-9]+(\.[0-9]*)?)|(\.[0-9]+))(([KMGTPE]i)|[numkMGTPE]|([eE](\+|-)?(([0-9]+(\.[0-9]*)?)|(\.[0-9]+))))?$";
 
-/// A string that is not a Kubernetes quantity.
+/// A string that is not a Kubernetes quantity, or one whose value does not
+/// fit in a finite number (`1e400`, `-1e400`).
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("invalid quantity {0:?} (expected e.g. \"16\", \"500m\", \"64Gi\", \"1.5\")")]
+#[error("invalid quantity {:?}{}", .0, explain(.0))]
 pub struct QuantityError(pub String);
+
+/// The end of [`QuantityError`]'s message: out of range, or what a quantity
+/// looks like.
+fn explain(s: &str) -> &'static str {
+    if parse_unchecked(s).is_some() {
+        ": out of range (its value is not a finite number)"
+    } else {
+        " (expected e.g. \"16\", \"500m\", \"64Gi\", \"1.5\")"
+    }
+}
 
 /// Parses a Kubernetes quantity into its value: `"500m"` is 0.5, `"64Gi"` is
 /// 68719476736, `"1e3"` is 1000.
 ///
 /// # Errors
 ///
-/// [`QuantityError`] when `s` does not follow the quantity grammar.
+/// [`QuantityError`] when `s` does not follow the quantity grammar, or its
+/// value overflows (`1e400` is not infinity: an infinite or wrapped limit
+/// would be no limit at all).
 pub fn parse_quantity(s: &str) -> Result<f64, QuantityError> {
-    let err = || QuantityError(s.to_string());
+    match parse_unchecked(s) {
+        Some(v) if v.is_finite() => Ok(v),
+        _ => Err(QuantityError(s.to_string())),
+    }
+}
+
+/// The value of a syntactically valid quantity, possibly infinite.
+fn parse_unchecked(s: &str) -> Option<f64> {
     let body = s.strip_prefix(['+', '-']).unwrap_or(s);
     let negative = s.starts_with('-');
     let number_len = body
@@ -28,9 +48,9 @@ pub fn parse_quantity(s: &str) -> Result<f64, QuantityError> {
         .unwrap_or(body.len());
     let (number, suffix) = body.split_at(number_len);
     if !is_decimal(number) {
-        return Err(err());
+        return None;
     }
-    let mantissa: f64 = number.parse().map_err(|_| err())?;
+    let mantissa: f64 = number.parse().ok()?;
     let multiplier = match suffix {
         "" => 1.0,
         "n" => 1e-9,
@@ -52,14 +72,14 @@ pub fn parse_quantity(s: &str) -> Result<f64, QuantityError> {
             let e = &exp[1..];
             let digits = e.strip_prefix(['+', '-']).unwrap_or(e);
             if !is_decimal(digits) {
-                return Err(err());
+                return None;
             }
-            10f64.powf(e.parse::<f64>().map_err(|_| err())?)
+            10f64.powf(e.parse::<f64>().ok()?)
         }
-        _ => return Err(err()),
+        _ => return None,
     };
     let v = mantissa * multiplier;
-    Ok(if negative { -v } else { v })
+    Some(if negative { -v } else { v })
 }
 
 /// The value of a [`Quantity`]; see [`parse_quantity`].
@@ -96,6 +116,18 @@ mod tests {
         assert_eq!(parse_quantity("-2"), Ok(-2.0));
         assert_eq!(parse_quantity(".5"), Ok(0.5));
         assert_eq!(parse_quantity("1E"), Ok(1e18));
+    }
+
+    #[test]
+    fn values_beyond_a_finite_number_are_out_of_range_not_infinite() {
+        for big in ["1e400", "-1e400", "1e309", "+1E999"] {
+            let e = parse_quantity(big).unwrap_err();
+            assert!(e.to_string().contains("out of range"), "{e}");
+        }
+        assert_eq!(parse_quantity("1e308"), Ok(1e308));
+        assert!(QuantityError("abc".into())
+            .to_string()
+            .contains("expected e.g."));
     }
 
     #[test]

@@ -44,6 +44,11 @@ pub enum ScheduleError {
         /// What the parser said.
         message: String,
     },
+    /// A well-formed expression that names no real day, e.g. February 31.
+    #[error(
+        "invalid cron expression {0:?}: it never fires (no month has that day, e.g. February 31)"
+    )]
+    NeverFires(String),
     /// Not an IANA time zone name.
     #[error(
         "unknown time zone {0:?} (expected an IANA name such as \"UTC\" or \"Europe/Berlin\")"
@@ -59,8 +64,33 @@ pub enum ScheduleError {
 /// # Errors
 ///
 /// [`ScheduleError`] for a wrong field count, an unknown macro, a bad field,
-/// or both day fields restricted (whose meaning differs between cron dialects).
+/// both day fields restricted (whose meaning differs between cron dialects),
+/// or a schedule that never fires ([`ScheduleError::NeverFires`]).
 pub fn parse_cron(expr: &str) -> Result<cron::Schedule, ScheduleError> {
+    let schedule = parse_cron_fields(expr)?;
+    if !fires_at_all(&schedule) {
+        return Err(ScheduleError::NeverFires(expr.to_string()));
+    }
+    Ok(schedule)
+}
+
+/// Whether `schedule` ever fires, judged on a bounded horizon without a
+/// clock: a 5-field expression repeats with the Gregorian calendar, and with
+/// at most one day field restricted every day it allows (February 29
+/// included) comes round within the leap year 2000, so an occurrence in
+/// the eight years from 2000-01-01 proves it fires and none proves it never
+/// does.
+fn fires_at_all(schedule: &cron::Schedule) -> bool {
+    use chrono::TimeZone;
+    let from = chrono::Utc.with_ymd_and_hms(2000, 1, 1, 0, 0, 0).unwrap();
+    let horizon = chrono::Utc.with_ymd_and_hms(2008, 1, 1, 0, 0, 0).unwrap();
+    schedule
+        .after(&(from - chrono::TimeDelta::seconds(1)))
+        .next()
+        .is_some_and(|t| t < horizon)
+}
+
+fn parse_cron_fields(expr: &str) -> Result<cron::Schedule, ScheduleError> {
     let trimmed = expr.trim();
     let invalid = |e: cron::error::Error| ScheduleError::Invalid {
         expr: expr.to_string(),
@@ -230,6 +260,25 @@ mod tests {
             parse_cron("0 8 1 * 1"),
             Err(ScheduleError::BothDayFields(_))
         ));
+    }
+
+    #[test]
+    fn a_schedule_that_never_fires_is_refused() {
+        for never in ["0 8 31 2 *", "0 0 30 2 *", "0 0 31 4,6,9,11 *"] {
+            assert!(
+                matches!(parse_cron(never), Err(ScheduleError::NeverFires(_))),
+                "{never}: {:?}",
+                parse_cron(never).map(|s| s.to_string())
+            );
+        }
+        assert!(parse_cron("0 8 31 2 *")
+            .unwrap_err()
+            .to_string()
+            .contains("never fires"));
+        // Rare is not never: February 29 and the 31st of some months fire.
+        for rare in ["0 0 29 2 *", "0 0 31 1-3 *", "0 0 30 * *"] {
+            assert!(parse_cron(rare).is_ok(), "{rare}");
+        }
     }
 
     #[test]

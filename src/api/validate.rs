@@ -10,6 +10,7 @@ use super::duration::{matches_duration_pattern, parse_duration};
 use super::labels as l;
 use super::nodepool::{
     BudgetNodes, GpuSharingMode, NodePool, NodePoolSpec, LIMIT_COST_PER_HOUR, LIMIT_NODES,
+    MAX_RESOURCE_LIMIT,
 };
 use super::quantity::parse_quantity;
 use super::schedule::{parse_cron, parse_time_zone};
@@ -18,9 +19,14 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
 use std::time::Duration;
 
+mod restricted;
 mod syntax;
 mod unknown;
 
+pub use restricted::{
+    label_domain_rule, label_restriction, well_known_label_rule, LABEL_DOMAIN_EXCEPTIONS,
+    LABEL_DOMAIN_MESSAGE, RESTRICTED_LABEL_DOMAINS, WELL_KNOWN_LABELS, WELL_KNOWN_LABEL_MESSAGE,
+};
 use syntax::{
     check_dns_label, check_dns_subdomain, check_label_value, check_qualified_name,
     closest_time_zone, is_mig_profile_name, is_plain_number,
@@ -127,7 +133,10 @@ const INTEGER_KEYS: &[&str] = &[
     l::GFD_MEMORY,
 ];
 
-/// Labels Quartermaster sets itself; pools may not require or set them.
+/// Most labels a pool's template may set (the CRD's `maxProperties`).
+pub const MAX_LABELS: usize = 100;
+
+/// Labels Quartermaster sets itself; pools may not require them.
 const RESTRICTED_KEYS: &[&str] = &[l::NODEPOOL, l::HOSTNAME];
 
 #[derive(Default)]
@@ -149,9 +158,15 @@ fn check_template(e: &mut Errors, spec: &NodePoolSpec, catalog: Option<&Catalog>
         if let Err(m) = check_label_value(v) {
             e.push(&path, format!("invalid label value {v:?}: {m}"));
         }
-        if k == l::NODEPOOL {
-            e.push(&path, "this label is set by Quartermaster");
+        if let Some(why) = label_restriction(k) {
+            e.push(&path, why);
         }
+    }
+    if t.metadata.labels.len() > MAX_LABELS {
+        e.push(
+            "spec.template.metadata.labels",
+            format!("at most {MAX_LABELS} labels are allowed"),
+        );
     }
     for k in t.metadata.annotations.keys() {
         if let Err(m) = check_qualified_name(k) {
@@ -355,8 +370,11 @@ fn check_limits(e: &mut Errors, limits: &ResourceList) {
         let v = q.0.as_str();
         match k.as_str() {
             LIMIT_NODES => {
-                if v.parse::<u64>().is_err() {
-                    e.push(&path, format!("{v:?} is not a whole number of nodes"));
+                if !(v.bytes().all(|b| b.is_ascii_digit()) && v.parse::<i64>().is_ok()) {
+                    e.push(
+                        &path,
+                        format!("{v:?} is not a whole number of nodes (0 to {})", i64::MAX),
+                    );
                 }
             }
             LIMIT_COST_PER_HOUR => {
@@ -374,6 +392,10 @@ fn check_limits(e: &mut Errors, limits: &ResourceList) {
                 match parse_quantity(v) {
                     Err(err) => e.push(&path, err.to_string()),
                     Ok(x) if x < 0.0 => e.push(&path, format!("{v:?} is negative")),
+                    Ok(x) if x > MAX_RESOURCE_LIMIT => e.push(
+                        &path,
+                        format!("{v:?} is larger than the largest limit, 2^53 (leave the limit out for none)"),
+                    ),
                     Ok(_) => {}
                 }
             }

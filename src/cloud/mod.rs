@@ -298,8 +298,10 @@ pub fn orphans<'a>(
         .collect()
 }
 
-/// Terminates every [`orphans`] instance of `cloud` and returns them; one
-/// failed terminate does not stop the others (its error is returned beside).
+/// Terminates every [`orphans`] instance of `cloud` and returns them, then
+/// lets the provider delete what no claim uses any more
+/// ([`CloudProvider::collect_unused_resources`]); one failed terminate or
+/// delete does not stop the others (its error is returned beside).
 ///
 /// # Errors
 /// Listing the instances failed.
@@ -318,6 +320,10 @@ pub async fn collect_garbage<C: CloudProvider + ?Sized>(
             Err(Error::NotFound { .. }) => {}
             Err(e) => failed.push(e),
         }
+    }
+    match cloud.collect_unused_resources(now, grace).await {
+        Ok((_, errors)) => failed.extend(errors),
+        Err(e) => failed.push(e),
     }
     Ok((done, failed))
 }
@@ -383,6 +389,23 @@ pub trait CloudProvider {
     /// [`Error::NotReady`] / [`Error::Other`] when the provider cannot be
     /// asked.
     fn instances(&self) -> impl Future<Output = Result<Vec<Instance>>> + Send;
+
+    /// Deletes provider resources that no claim uses any more and that are
+    /// older than `grace` (EC2: launch templates); returns their names and
+    /// the errors of deletes that failed. Providers without such resources
+    /// keep this default, which deletes nothing.
+    ///
+    /// # Errors
+    /// [`Error::NotReady`] / [`Error::Other`] when the provider cannot be
+    /// asked what it holds.
+    fn collect_unused_resources(
+        &self,
+        now: Time,
+        grace: chrono::TimeDelta,
+    ) -> impl Future<Output = Result<(Vec<String>, Vec<Error>)>> + Send {
+        let _ = (now, grace);
+        async { Ok((Vec::new(), Vec::new())) }
+    }
 }
 
 #[cfg(test)]

@@ -72,8 +72,10 @@ impl Pool {
     /// cluster's daemonsets request on each of its nodes.
     ///
     /// # Errors
-    /// A limit that is not a number (validation reports these first, with
-    /// field paths; this is the planner refusing to guess).
+    /// A pool that fails validation ([`crate::api::validate_node_pool`],
+    /// the checks that need no catalog): a restricted label, a limit that is
+    /// not a number, ... Such a pool is not planned for; its status
+    /// condition names the problem (`controller::status`).
     pub fn from_api(
         pool: &crate::api::NodePool,
         daemonset_overhead: Resources,
@@ -81,6 +83,10 @@ impl Pool {
         use super::requirements::{Requirement, Taint};
         let spec = &pool.spec;
         let name = pool.metadata.name.clone().unwrap_or_default();
+        let no_catalog = crate::catalog::Catalog::default();
+        if let Some(problem) = crate::api::validate_node_pool(pool, &no_catalog).first() {
+            return Err(format!("NodePool {name} is invalid: {problem}"));
+        }
         let err = |e: crate::api::nodepool::LimitError| format!("NodePool {name}: {e}");
         let mut resources = Resources::new();
         for (k, v) in spec.resource_limits().map_err(err)? {
@@ -133,5 +139,39 @@ impl Pool {
             daemonset_overhead,
             name,
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::api::{NodePool, NodePoolSpec};
+
+    fn api_pool(spec: &str) -> NodePool {
+        NodePool::new("p", serde_norway::from_str::<NodePoolSpec>(spec).unwrap())
+    }
+
+    #[test]
+    fn a_pool_that_fails_validation_is_not_planned_for() {
+        for (spec, why) in [
+            (
+                "template: { metadata: { labels: { topology.kubernetes.io/zone: use1-az1 } } }",
+                "well-known label",
+            ),
+            (
+                "template: { metadata: { labels: { node-restriction.kubernetes.io/trusted: 'yes' } } }",
+                "restricted",
+            ),
+            ("limits: { nvidia.com/gpu: '-1e400' }", "out of range"),
+        ] {
+            let err = Pool::from_api(&api_pool(spec), Resources::new()).unwrap_err();
+            assert!(err.contains("NodePool p is invalid") && err.contains(why), "{err}");
+        }
+        let ok = Pool::from_api(
+            &api_pool("template: { metadata: { labels: { team: ml } } }"),
+            Resources::new(),
+        )
+        .unwrap();
+        assert_eq!(ok.labels["team"], "ml");
     }
 }

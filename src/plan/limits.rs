@@ -40,7 +40,10 @@ impl Budget {
     }
 }
 
-/// What each pool may still add, in the order of `input.pools`.
+/// What each pool may still add, in the order of `input.pools`. The
+/// arithmetic is checked: a limit that the subtraction would overflow (a
+/// negative limit that slipped past validation) leaves nothing, never a
+/// wrapped-around, unlimited budget.
 pub fn budgets(input: &Input) -> Vec<Budget> {
     input
         .pools
@@ -51,28 +54,90 @@ pub fn budgets(input: &Input) -> Vec<Budget> {
                 .iter()
                 .filter(|n| n.nodepool.as_deref() == Some(p.name.as_str()))
                 .collect();
+            let left = |limit: i64, used: i64| limit.checked_sub(used).unwrap_or(0).max(0) as f64;
             let mut b = Budget {
                 resources: p
                     .limits
                     .resources
                     .iter()
                     .map(|(k, v)| {
-                        let used: i64 = mine.iter().map(|n| n.allocatable.get(k)).sum();
-                        (k.to_string(), (v - used) as f64)
+                        let used = mine
+                            .iter()
+                            .fold(0i64, |sum, n| sum.saturating_add(n.allocatable.get(k)));
+                        (k.to_string(), left(v, used))
                     })
                     .collect(),
-                nodes: p.limits.nodes.map(|n| (n - mine.len() as i64) as f64),
+                nodes: p
+                    .limits
+                    .nodes
+                    .map(|n| left(n, i64::try_from(mine.len()).unwrap_or(i64::MAX))),
                 cost: p
                     .limits
                     .cost_per_hour
                     .map(|c| c - mine.iter().map(|n| n.price_per_hour).sum::<f64>()),
             };
-            for v in b.resources.values_mut() {
-                *v = v.max(0.0);
-            }
-            b.nodes = b.nodes.map(|n| n.max(0.0));
             b.cost = b.cost.map(|c| c.max(0.0));
             b
         })
         .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::catalog::Catalog;
+    use crate::cluster::resources::Resources;
+    use crate::cluster::{NodeState, Pool};
+
+    fn node(pool: &str, gpus: i64) -> NodeState {
+        NodeState {
+            name: format!("{pool}-node"),
+            nodepool: Some(pool.into()),
+            instance_type: None,
+            zone: "use1-az4".into(),
+            capacity_type: None,
+            labels: Default::default(),
+            taints: Vec::new(),
+            allocatable: Resources::new().with("nvidia.com/gpu", gpus),
+            used: Resources::new(),
+            price_per_hour: 1.0,
+            in_flight: false,
+            unschedulable: false,
+        }
+    }
+
+    fn budgets_of(pool: Pool, nodes: &[NodeState]) -> Vec<Budget> {
+        let catalog = Catalog::default();
+        budgets(&Input {
+            catalog: &catalog,
+            region: "us-east-1",
+            pools: &[pool],
+            nodes,
+            pods: &[],
+            unavailable: &|_| false,
+            learned_rate: None,
+        })
+    }
+
+    #[test]
+    fn a_limit_the_subtraction_would_overflow_leaves_no_budget() {
+        let mut pool = Pool::new("p");
+        pool.limits.resources = Resources::new().with("nvidia.com/gpu", i64::MIN);
+        pool.limits.nodes = Some(i64::MIN);
+        let b = &budgets_of(pool, &[node("p", 8)])[0];
+        assert_eq!(b.resources["nvidia.com/gpu"], 0.0);
+        assert_eq!(b.nodes, Some(0.0));
+    }
+
+    #[test]
+    fn what_is_left_is_the_limit_minus_the_pools_nodes() {
+        let mut pool = Pool::new("p");
+        pool.limits.resources = Resources::new().with("nvidia.com/gpu", 20);
+        pool.limits.nodes = Some(3);
+        pool.limits.cost_per_hour = Some(10.0);
+        let b = &budgets_of(pool, &[node("p", 8), node("other", 8)])[0];
+        assert_eq!(b.resources["nvidia.com/gpu"], 12.0);
+        assert_eq!(b.nodes, Some(2.0));
+        assert_eq!(b.cost, Some(9.0));
+    }
 }

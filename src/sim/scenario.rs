@@ -167,7 +167,7 @@ impl Scenario {
         if !catalog.regions().contains(&s.region.as_str()) {
             problems.push(format!("region: no offerings in {:?}", s.region));
         }
-        match crate::api::parse_duration(&s.duration) {
+        match bounded_duration(&s.duration) {
             Ok(d) if d.as_secs() > 0 => {}
             Ok(_) => problems.push("duration: must be positive".into()),
             Err(e) => problems.push(format!("duration: {e}")),
@@ -188,16 +188,19 @@ impl Scenario {
         }
         for (i, storm) in s.cloud.storms.iter().enumerate() {
             for (field, v) in [("after", &storm.after), ("duration", &storm.duration)] {
-                if let Err(e) = crate::api::parse_duration(v) {
+                if let Err(e) = bounded_duration(v) {
                     problems.push(format!("cloud.storms[{i}].{field}: {e}"));
                 }
             }
-            if !(storm.multiplier.is_finite() && storm.multiplier >= 0.0) {
-                problems.push(format!("cloud.storms[{i}].multiplier: must be >= 0"));
+            if !(0.0..=MAX_STORM_MULTIPLIER).contains(&storm.multiplier) {
+                problems.push(format!(
+                    "cloud.storms[{i}].multiplier: {:?} must be a number from 0 to {MAX_STORM_MULTIPLIER}",
+                    storm.multiplier
+                ));
             }
         }
         for (i, c) in s.cloud.price_changes.iter().enumerate() {
-            if let Err(e) = crate::api::parse_duration(&c.after) {
+            if let Err(e) = bounded_duration(&c.after) {
                 problems.push(format!("cloud.priceChanges[{i}].after: {e}"));
             }
             if c.capacity_type
@@ -233,7 +236,7 @@ impl Scenario {
             }
         }
         if let Some(lead) = &s.cloud.rebalance_lead {
-            if let Err(e) = crate::api::parse_duration(lead) {
+            if let Err(e) = bounded_duration(lead) {
                 problems.push(format!("cloud.rebalanceLead: {e}"));
             }
         }
@@ -248,6 +251,28 @@ impl Scenario {
     pub fn length(&self) -> chrono::Duration {
         let d = crate::api::parse_duration(&self.duration).unwrap_or_default();
         chrono::Duration::from_std(d).unwrap_or_default()
+    }
+}
+
+/// The longest simulated period (and storm, offset or lead): a leap year.
+/// Longer is not a what-if anyone plans for, and far longer overflows the
+/// calendar.
+pub const MAX_LENGTH: std::time::Duration = std::time::Duration::from_secs(366 * 24 * 3600);
+
+/// The largest storm multiplier: a storm a million times the usual rate
+/// reclaims every spot pool within seconds; more only makes the simulated
+/// cloud draw events without end (and `1e300` overflows their sum).
+pub const MAX_STORM_MULTIPLIER: f64 = 1_000_000.0;
+
+/// A duration field of the scenario, at most [`MAX_LENGTH`].
+fn bounded_duration(s: &str) -> Result<std::time::Duration, String> {
+    match crate::api::parse_duration(s) {
+        Ok(d) if d <= MAX_LENGTH => Ok(d),
+        Ok(_) => Err(format!(
+            "{s:?} is longer than the simulator's limit of {}h (a leap year)",
+            MAX_LENGTH.as_secs() / 3600
+        )),
+        Err(e) => Err(e.to_string()),
     }
 }
 
@@ -350,5 +375,27 @@ cloud:
             .unwrap_err()
             .to_string();
         assert!(e.contains("bogus") || e.contains("missing"), "{e}");
+    }
+
+    #[test]
+    fn absurd_lengths_and_storms_are_errors_not_aborts() {
+        let catalog = Catalog::embedded().unwrap();
+        let bad = GOOD
+            .replace("duration: 24h", "duration: 3000000000h")
+            .replace(
+                "cloud:\n  storms: [{after: 2h, duration: 1h, multiplier: 20}]",
+                "cloud: {storms: [{after: 9000h, duration: 1h, multiplier: 1e300}], \
+                 priceChanges: [{after: 3000000000h, instanceType: g5.xlarge, \
+                 capacityType: spot, pricePerHour: 1}]}",
+            );
+        let e = Scenario::parse(&bad, &catalog).unwrap_err().to_string();
+        for field in [
+            "duration: \"3000000000h\" is longer than",
+            "cloud.storms[0].after: \"9000h\" is longer than",
+            "cloud.storms[0].multiplier: 1e300 must be a number from 0 to 1000000",
+            "cloud.priceChanges[0].after: \"3000000000h\" is longer than",
+        ] {
+            assert!(e.contains(field), "{field} missing from: {e}");
+        }
     }
 }

@@ -1,2 +1,3 @@
 pub mod api_server;
+pub mod fake_api;
 pub mod moto;

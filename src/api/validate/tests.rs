@@ -285,6 +285,44 @@ fn limits_must_be_quantities_and_cost_a_plain_number() {
 }
 
 #[test]
+fn labels_that_would_overwrite_what_a_node_is_are_refused() {
+    let spec = r#"
+template:
+  metadata:
+    labels:
+      node-restriction.kubernetes.io/trusted: "yes"
+      kubernetes.io/hostname: other-node
+      topology.kubernetes.io/zone: use1-az1
+      quartermaster.dev/gpu-count: "8"
+      example.com/team: ml
+      node.kubernetes.io/role: gpu
+"#;
+    let base = "spec.template.metadata.labels";
+    expect_error(
+        spec,
+        &format!("{base}[node-restriction.kubernetes.io/trusted]"),
+        "restricted",
+    );
+    for k in [
+        "kubernetes.io/hostname",
+        "topology.kubernetes.io/zone",
+        "quartermaster.dev/gpu-count",
+    ] {
+        expect_error(spec, &format!("{base}[{k}]"), "well-known label");
+    }
+    assert_eq!(errors(spec).len(), 4, "{:#?}", errors(spec));
+}
+
+#[test]
+fn limits_that_overflow_are_out_of_range_not_unlimited() {
+    let spec = r#"limits: { nvidia.com/gpu: "-1e400", memory: "1e400", cpu: "1e17", nodes: "99999999999999999999" }"#;
+    expect_error(spec, "spec.limits[nvidia.com/gpu]", "out of range");
+    expect_error(spec, "spec.limits[memory]", "out of range");
+    expect_error(spec, "spec.limits[cpu]", "largest limit");
+    expect_error(spec, "spec.limits[nodes]", "whole number");
+}
+
+#[test]
 fn weight_bucket_share_and_aversion_are_range_checked() {
     let spec =
         "weight: 101\nrisk: { maxInterruptionBucket: 5, riskAversion: -1, maxSpotPoolShare: 0 }";

@@ -2,10 +2,12 @@
 //! templates ([`template`]), `CreateFleet` ([`fleet`]), `DescribeInstances`
 //! by ownership tag and `TerminateInstances`; garbage collection is the
 //! generic [`crate::cloud::collect_garbage`] over [`AwsCloud`]'s
-//! `instances()`, which lists only instances tagged with our cluster.
+//! `instances()`, which lists only instances tagged with our cluster, and
+//! unused launch templates are deleted by [`gc`].
 //! Error codes are mapped in [`super::errors`]. Design note: `docs/aws.md`.
 
 pub mod fleet;
+pub mod gc;
 pub mod settings;
 pub mod template;
 
@@ -19,9 +21,9 @@ use aws_sdk_ec2::types::{
 };
 use fleet::{Choice, Subnet};
 pub use settings::{NodeClass, Settings};
-use std::collections::{BTreeMap, HashMap, HashSet};
+use std::collections::{BTreeMap, HashMap};
 use std::sync::Mutex;
-use template::LaunchTemplate;
+use template::{LaunchTemplate, TAG_LAUNCH_TEMPLATE};
 
 /// Zone IDs of the region by zone name (zone IDs are the catalog's;
 /// instances report names, which differ per account).
@@ -37,8 +39,9 @@ pub struct AwsCloud {
     ec2: aws_sdk_ec2::Client,
     settings: Settings,
     zones: tokio::sync::OnceCell<Zones>,
-    /// Launch templates known to exist (created or found by this process).
-    templates: Mutex<HashSet<String>>,
+    /// Launch templates known to exist (created or found by this process),
+    /// with when a launch last used them ([`gc`] spares those in use).
+    templates: Mutex<HashMap<String, Time>>,
 }
 
 impl AwsCloud {
@@ -53,7 +56,7 @@ impl AwsCloud {
             ec2,
             settings,
             zones: tokio::sync::OnceCell::new(),
-            templates: Mutex::new(HashSet::new()),
+            templates: Mutex::new(HashMap::new()),
         })
     }
 
@@ -227,18 +230,16 @@ impl AwsCloud {
 
     /// Creates `lt` under `name` unless this process already knows it
     /// exists; a template created meanwhile by another replica is fine.
+    /// Records the use at `now`.
     async fn ensure_template(
         &self,
         claim: &ClaimRequest,
         name: &str,
         lt: &LaunchTemplate,
+        now: Time,
     ) -> Result<()> {
-        if self
-            .templates
-            .lock()
-            .map_err(|_| poisoned())?
-            .contains(name)
-        {
+        if let Some(used) = self.templates.lock().map_err(|_| poisoned())?.get_mut(name) {
+            *used = now;
             return Ok(());
         }
         let tags: Vec<Tag> = lt
@@ -273,14 +274,20 @@ impl AwsCloud {
         self.templates
             .lock()
             .map_err(|_| poisoned())?
-            .insert(name.to_string());
+            .insert(name.to_string(), now);
         Ok(())
     }
 
     /// The tags of everything a launch creates: ownership (cluster,
     /// NodePool, NodeClaim), the EKS cluster tag, the name, the expected
-    /// price and the node class's extras.
-    fn launch_tags(&self, claim: &ClaimRequest, class: &NodeClass) -> Vec<(String, String)> {
+    /// price, the launch template (which [`gc`] keeps while the instance
+    /// lives) and the node class's extras.
+    fn launch_tags(
+        &self,
+        claim: &ClaimRequest,
+        class: &NodeClass,
+        template_name: &str,
+    ) -> Vec<(String, String)> {
         let cluster = &self.settings.cluster_name;
         let mut tags: Vec<(String, String)> = vec![
             (l::TAG_CLUSTER.into(), cluster.clone()),
@@ -289,6 +296,7 @@ impl AwsCloud {
             (l::TAG_NODECLAIM.into(), claim.claim.clone()),
             ("Name".into(), claim.claim.clone()),
             (l::TAG_PRICE.into(), format!("{:.6}", claim.price_per_hour)),
+            (TAG_LAUNCH_TEMPLATE.into(), template_name.into()),
         ];
         tags.extend(class.tags.iter().map(|(k, v)| (k.clone(), v.clone())));
         tags
@@ -456,9 +464,15 @@ impl CloudProvider for AwsCloud {
         }
         let lt = self.launch_template(claim, template, class).await?;
         let name = lt.name(&self.settings.cluster_name);
-        self.ensure_template(claim, &name, &lt).await?;
-        let token = fleet::client_token(&self.settings.cluster_name, &claim.claim, &choices);
-        let tags = self.launch_tags(claim, class);
+        self.ensure_template(claim, &name, &lt, now).await?;
+        let tags = self.launch_tags(claim, class, &name);
+        let token = fleet::client_token(
+            &self.settings.cluster_name,
+            &claim.claim,
+            &name,
+            &choices,
+            &tags,
+        );
         let launched = match fleet::request(self.ec2.create_fleet(), &name, &choices, &tags, token)
             .send()
             .await
@@ -531,6 +545,15 @@ impl CloudProvider for AwsCloud {
 
     async fn describe(&self, claim: &str) -> Result<Option<Instance>> {
         Ok(self.of_claim(claim).await?.into_iter().next())
+    }
+
+    /// Deletes launch templates no instance or recent launch uses ([`gc`]).
+    async fn collect_unused_resources(
+        &self,
+        now: Time,
+        grace: chrono::TimeDelta,
+    ) -> Result<(Vec<String>, Vec<Error>)> {
+        self.collect_launch_templates(now, grace).await
     }
 
     /// Every instance with our cluster tag that is not terminated.

@@ -45,15 +45,30 @@ pub struct Choice {
 }
 
 /// The `CreateFleet` client token of a launch: SHA-256 (64 hex characters,
-/// EC2's limit) of the cluster, the claim and the ranked offerings. The same
-/// launch retried (by the SDK after a timeout, or by a restarted controller
-/// before the instance is visible to `DescribeInstances`) gets the first
-/// request's fleet back; the claim re-planned onto other offerings gets a
-/// new token, so it is not refused as a mismatched retry.
-pub fn client_token(cluster: &str, claim: &str, choices: &[Choice]) -> String {
-    let mut text = format!("{cluster}\n{claim}");
+/// EC2's limit) of everything [`request`] puts into the call: the cluster,
+/// the claim, the launch template, each ranked offering with its subnet,
+/// and the tags. The same launch retried (by the SDK after a timeout, or by
+/// a restarted controller before the instance is visible to
+/// `DescribeInstances`) gets the first request's fleet back. A request that
+/// differs in anything (another subnet chosen because free addresses
+/// changed, a new template, the claim re-planned onto other offerings) gets
+/// a new token: EC2 refuses a reused token with other parameters
+/// (`IdempotentParameterMismatch`), which would block the claim for good.
+pub fn client_token(
+    cluster: &str,
+    claim: &str,
+    template_name: &str,
+    choices: &[Choice],
+    tags: &[(String, String)],
+) -> String {
+    let mut text = format!("{cluster}\n{claim}\ntemplate {template_name}");
     for c in choices {
-        text.push_str(&format!("\n{}", c.offering));
+        text.push_str(&format!("\n{} in {}", c.offering, c.subnet.id));
+    }
+    let mut tags: Vec<&(String, String)> = tags.iter().collect();
+    tags.sort();
+    for (k, v) in tags {
+        text.push_str(&format!("\ntag {k:?}={v:?}"));
     }
     super::template::hex(&Sha256::digest(text.as_bytes()))
 }
@@ -312,13 +327,42 @@ mod tests {
         assert!(err.to_string().contains("fleet-9"), "{err}");
     }
 
+    fn token(cluster: &str, claim: &str, choices: &[Choice]) -> String {
+        let tags = [("quartermaster.dev/cluster".to_string(), cluster.to_string())];
+        client_token(cluster, claim, "quartermaster/prod/abc", choices, &tags)
+    }
+
     #[test]
     fn the_token_is_stable_per_claim_and_offerings_and_fits_ec2s_limit() {
-        let t = client_token("prod", "c", &choices());
+        let t = token("prod", "c", &choices());
         assert_eq!(t.len(), 64);
-        assert_eq!(t, client_token("prod", "c", &choices()));
-        assert_ne!(t, client_token("prod", "d", &choices()));
-        assert_ne!(t, client_token("prod", "c", &choices()[..1]));
-        assert_ne!(t, client_token("staging", "c", &choices()));
+        assert_eq!(t, token("prod", "c", &choices()));
+        assert_ne!(t, token("prod", "d", &choices()));
+        assert_ne!(t, token("prod", "c", &choices()[..1]));
+        assert_ne!(t, token("staging", "c", &choices()));
+    }
+
+    #[test]
+    fn the_token_changes_with_anything_else_the_request_carries() {
+        let t = token("prod", "c", &choices());
+        let mut other_subnet = choices();
+        other_subnet[0].subnet.id = "subnet-z".into();
+        assert_ne!(t, token("prod", "c", &other_subnet));
+        let tags = [("quartermaster.dev/cluster".to_string(), "prod".to_string())];
+        assert_ne!(
+            t,
+            client_token("prod", "c", "quartermaster/prod/def", &choices(), &tags)
+        );
+        let more_tags = [tags[0].clone(), ("team".to_string(), "ml".to_string())];
+        assert_ne!(
+            t,
+            client_token(
+                "prod",
+                "c",
+                "quartermaster/prod/abc",
+                &choices(),
+                &more_tags
+            )
+        );
     }
 }

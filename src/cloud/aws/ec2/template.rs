@@ -19,6 +19,11 @@ use serde::Serialize;
 use sha2::{Digest, Sha256};
 use std::collections::BTreeMap;
 
+/// Instance tag: the name of the launch template the instance was
+/// launched from; garbage collection keeps a template while an instance
+/// carrying its name lives.
+pub const TAG_LAUNCH_TEMPLATE: &str = "quartermaster.dev/launch-template";
+
 /// MIME boundary of the user data.
 const BOUNDARY: &str = "==QUARTERMASTER==";
 /// Root device of the EKS AL2023 AMIs.
