@@ -115,7 +115,10 @@ async fn kube_api_calls(
             .unwrap();
     call!(
         "patch_node",
-        api.patch_node(&snapshot::NodeInfo::from_k8s(&cached), &NodeChange::cordon())
+        api.patch_node(
+            &snapshot::NodeInfo::from_k8s(&cached),
+            &NodeChange::cordon()
+        )
     );
     let read_first = {
         let from = recorder.calls().len();

@@ -8,6 +8,10 @@
 //! - spot figures (advisor rows, snapshot prices) of a type whose
 //!   `usageClasses` lack `spot` are dropped, so no spot offering can be built
 //!   for it;
+//! - the general-purpose CPU families the reference data now also covers
+//!   ([`DEFERRED_CPU_FAMILIES`]) are left out, with every price and zone row
+//!   of their types: the catalog serves accelerator types only until the
+//!   planner places CPU-only pods on CPU nodes (issue 16);
 //! - snapshot rows without a spot price are dropped; the snapshot's own
 //!   on-demand column is kept (empty where the source had none) so that the
 //!   loader can tell which observations predate a price change.
@@ -28,6 +32,36 @@ use std::collections::{BTreeMap, BTreeSet};
 
 type RefNames = ReferenceFiles<()>;
 
+/// General-purpose CPU families of the reference data that the import leaves
+/// out for now (see the module notes).
+pub const DEFERRED_CPU_FAMILIES: &[&str] = &[
+    "m7i", "m7a", "m7g", "m6i", "c7i", "c7a", "c7g", "c6i", "r7i", "r7g", "r6i",
+];
+
+/// The instance types the import writes, and those it leaves out on purpose:
+/// a row naming neither is an error.
+struct Known<'a> {
+    imported: BTreeSet<&'a str>,
+    deferred: BTreeSet<&'a str>,
+}
+
+impl Known<'_> {
+    /// Whether the row for `name` is written (`false`: skipped, its type is
+    /// left out on purpose).
+    ///
+    /// # Errors
+    /// [`Error::Invalid`] when `name` is not in instance-types.json.
+    fn admits(&self, file: &'static str, entry: String, name: &str) -> Result<bool> {
+        if self.imported.contains(name) {
+            Ok(true)
+        } else if self.deferred.contains(name) {
+            Ok(false)
+        } else {
+            Err(unknown_type(file, entry, name))
+        }
+    }
+}
+
 /// Produces the `pricing-data/` files from the reference data.
 ///
 /// # Errors
@@ -36,8 +70,14 @@ type RefNames = ReferenceFiles<()>;
 /// value out of range (non-positive price, savings outside -100..100%, bucket above
 /// 4, an advisor bucket label that differs from ours).
 pub fn import<S: AsRef<str>>(reference: &ReferenceFiles<S>) -> Result<PricingFiles<String>> {
-    let types = instance_types(reference.instance_types.as_ref())?;
-    let known: BTreeSet<&str> = types.iter().map(|(t, _)| t.name.as_str()).collect();
+    let all = instance_types(reference.instance_types.as_ref())?;
+    let (deferred, types): (Vec<_>, Vec<_>) = all
+        .into_iter()
+        .partition(|(t, _)| DEFERRED_CPU_FAMILIES.contains(&t.family.as_str()));
+    let known = Known {
+        imported: types.iter().map(|(t, _)| t.name.as_str()).collect(),
+        deferred: deferred.iter().map(|(t, _)| t.name.as_str()).collect(),
+    };
     let spot_ok: BTreeSet<&str> = types
         .iter()
         .filter(|(_, spot)| *spot)
@@ -170,15 +210,15 @@ fn unknown_type(file: &'static str, entry: String, name: &str) -> Error {
     }
 }
 
-fn on_demand(text: &str, known: &BTreeSet<&str>) -> Result<String> {
+fn on_demand(text: &str, known: &Known) -> Result<String> {
     let file = RefNames::ON_DEMAND_PRICES;
     let prices: BTreeMap<String, BTreeMap<String, f64>> = parse_json(file, text)?;
     let mut rows = Vec::new();
     for (region, types) in &prices {
         for (name, &usd) in types {
             let entry = || format!("{region}/{name}");
-            if !known.contains(name.as_str()) {
-                return Err(unknown_type(file, entry(), name));
+            if !known.admits(file, entry(), name)? {
+                continue;
             }
             check_price(file, entry, usd)?;
             rows.push(vec![region.clone(), name.clone(), format_price(usd)]);
@@ -209,7 +249,7 @@ struct RefAdvice {
 /// on-demand) occur in the feed and are kept; 100% would make spot free.
 const SAVINGS_PCT: std::ops::Range<i16> = -100..100;
 
-fn spot_advisor(text: &str, known: &BTreeSet<&str>, spot_ok: &BTreeSet<&str>) -> Result<String> {
+fn spot_advisor(text: &str, known: &Known, spot_ok: &BTreeSet<&str>) -> Result<String> {
     let file = RefNames::SPOT_ADVISOR;
     let feed: RefSpotAdvisor = parse_json(file, text)?;
     for range in &feed.ranges {
@@ -232,8 +272,8 @@ fn spot_advisor(text: &str, known: &BTreeSet<&str>, spot_ok: &BTreeSet<&str>) ->
         };
         for (name, advice) in linux {
             let entry = || format!("spot_advisor/{region}/Linux/{name}");
-            if !known.contains(name.as_str()) {
-                return Err(unknown_type(file, entry(), name));
+            if !known.admits(file, entry(), name)? {
+                continue;
             }
             if !SAVINGS_PCT.contains(&advice.s) || advice.r > InterruptionBucket::WORST.0 {
                 return Err(Error::Invalid {
@@ -276,13 +316,13 @@ const SNAPSHOT_HEADER: &[&str] = &[
     "onDemandPriceUsdPerHourInSameSnapshot",
 ];
 
-fn spot_prices(text: &str, known: &BTreeSet<&str>, spot_ok: &BTreeSet<&str>) -> Result<String> {
+fn spot_prices(text: &str, known: &Known, spot_ok: &BTreeSet<&str>) -> Result<String> {
     let file = RefNames::SPOT_PRICES_SNAPSHOT;
     let mut rows: BTreeMap<(String, String, String), Vec<String>> = BTreeMap::new();
     for (line, r) in parse_csv::<RefSpotPrice>(file, text, SNAPSHOT_HEADER)? {
         let entry = || format!("line {line}");
-        if !known.contains(r.instance_type.as_str()) {
-            return Err(unknown_type(file, entry(), &r.instance_type));
+        if !known.admits(file, entry(), &r.instance_type)? {
+            continue;
         }
         if let Some(od) = r.on_demand_price_usd_per_hour_in_same_snapshot {
             check_price(file, entry, od)?;
@@ -319,15 +359,15 @@ fn spot_prices(text: &str, known: &BTreeSet<&str>, spot_ok: &BTreeSet<&str>) -> 
     Ok(write_csv(SPOT_PRICES_HEADER, rows.into_values()))
 }
 
-fn zones(text: &str, known: &BTreeSet<&str>) -> Result<String> {
+fn zones(text: &str, known: &Known) -> Result<String> {
     let file = RefNames::OFFERINGS;
     let offerings: BTreeMap<String, BTreeMap<String, Vec<String>>> = parse_json(file, text)?;
     let mut rows = Vec::new();
     for (region, types) in &offerings {
         for (name, zone_ids) in types {
             let entry = || format!("{region}/{name}");
-            if !known.contains(name.as_str()) {
-                return Err(unknown_type(file, entry(), name));
+            if !known.admits(file, entry(), name)? {
+                continue;
             }
             let sorted: BTreeSet<&String> = zone_ids.iter().collect();
             if sorted.len() != zone_ids.len() {
@@ -400,6 +440,28 @@ mod tests {
             "region,instance_type,savings_pct,interruption_bucket\nr1,p9.big,40,1\n"
         );
         assert!(!out.spot_prices.contains("p9.reserved"));
+    }
+
+    #[test]
+    fn leaves_out_deferred_cpu_families_with_every_row_of_their_types() {
+        let mut reference = reference("m7i.large,r1,z1,0.05,0.1\n");
+        let cpu = r#"{"instanceType":"m7i.large","family":"m7i","vcpu":2,"memoryMiB":8192,"architectures":["x86_64"],"accelerator":null,"network":{"maxNetworkInterfaces":3,"efaSupported":false},"localStorage":null,"usageClasses":["on-demand","spot"]}"#;
+        reference.instance_types = TYPES.replacen("[\n", &format!("[\n{cpu},\n"), 1);
+        reference.on_demand_prices =
+            r#"{"r1":{"p9.reserved":2.5,"p9.big":1.0,"m7i.large":0.1}}"#.into();
+        reference.offerings =
+            r#"{"r1":{"p9.big":["z2","z1"],"p9.reserved":["z1"],"m7i.large":["z1"]}}"#.into();
+        let out = import(&reference).unwrap();
+        let plain = import(&self::reference("")).unwrap();
+        for (with, without) in [
+            (&out.instance_types, &plain.instance_types),
+            (&out.on_demand, &plain.on_demand),
+            (&out.zones, &plain.zones),
+            (&out.spot_prices, &plain.spot_prices),
+        ] {
+            assert!(!with.contains("m7i"), "{with}");
+            assert_eq!(with, without);
+        }
     }
 
     #[test]
