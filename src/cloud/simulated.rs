@@ -120,6 +120,8 @@ pub struct SimulatedCloud {
     /// Launches and reclaim events so far, per pool (name the draws).
     launches: BTreeMap<OfferingKey, u64>,
     reclaim_events: BTreeMap<OfferingKey, u64>,
+    /// Launch attempts that drew obtainability, per pool.
+    attempts: BTreeMap<OfferingKey, u64>,
     /// Pools closed after a reclaim, until then.
     closed_until: BTreeMap<OfferingKey, Time>,
     /// Replayed traces, per pool.
@@ -218,6 +220,7 @@ impl SimulatedCloud {
             members: BTreeMap::new(),
             launches: BTreeMap::new(),
             reclaim_events: BTreeMap::new(),
+            attempts: BTreeMap::new(),
             closed_until: BTreeMap::new(),
             replayed,
             instances: Vec::new(),
@@ -686,7 +689,9 @@ impl SimulatedCloud {
         if market.obtainability >= 1.0 {
             return false;
         }
-        let n = self.launches.get(key).copied().unwrap_or(0).to_string();
+        let attempt = self.attempts.entry(key.clone()).or_insert(0);
+        *attempt += 1;
+        let n = attempt.to_string();
         let u: f64 = stream(
             self.config.seed,
             &["obtain", &interruptions::pool_name(key), &n],
