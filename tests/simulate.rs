@@ -81,9 +81,11 @@ fn every_scenario_in_simulations_parses_and_its_workload_loads() {
             continue;
         }
         let text = std::fs::read_to_string(&path).unwrap();
-        let scenario =
+        let mut scenario =
             Scenario::parse(&text, &catalog).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
         let jobs = sim::load_jobs(&scenario, &dir, None).unwrap();
+        sim::load_spot_traces(&mut scenario, &dir)
+            .unwrap_or_else(|e| panic!("{}: {e}", path.display()));
         assert!(!jobs.is_empty(), "{} has no jobs", path.display());
         seen += 1;
     }
