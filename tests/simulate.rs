@@ -24,8 +24,9 @@ fn run(file: &str) -> quartermaster::sim::result::SimReport {
 /// Runs a scenario given as YAML (trace paths relative to `dir`).
 fn run_text(yaml: &str, dir: &Path) -> quartermaster::sim::result::SimReport {
     let catalog = Arc::new(Catalog::embedded().unwrap());
-    let scenario = Scenario::parse(yaml, &catalog).unwrap();
+    let mut scenario = Scenario::parse(yaml, &catalog).unwrap();
     let jobs = sim::load_jobs(&scenario, dir, None).unwrap();
+    sim::load_spot_traces(&mut scenario, dir).unwrap();
     sim::simulate(
         &scenario,
         &catalog,
