@@ -24,8 +24,9 @@ fn run(file: &str) -> quartermaster::sim::result::SimReport {
 /// Runs a scenario given as YAML (trace paths relative to `dir`).
 fn run_text(yaml: &str, dir: &Path) -> quartermaster::sim::result::SimReport {
     let catalog = Arc::new(Catalog::embedded().unwrap());
-    let scenario = Scenario::parse(yaml, &catalog).unwrap();
+    let mut scenario = Scenario::parse(yaml, &catalog).unwrap();
     let jobs = sim::load_jobs(&scenario, dir, None).unwrap();
+    sim::load_spot_traces(&mut scenario, dir).unwrap();
     sim::simulate(
         &scenario,
         &catalog,
@@ -81,9 +82,11 @@ fn every_scenario_in_simulations_parses_and_its_workload_loads() {
             continue;
         }
         let text = std::fs::read_to_string(&path).unwrap();
-        let scenario =
+        let mut scenario =
             Scenario::parse(&text, &catalog).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
         let jobs = sim::load_jobs(&scenario, &dir, None).unwrap();
+        sim::load_spot_traces(&mut scenario, &dir)
+            .unwrap_or_else(|e| panic!("{}: {e}", path.display()));
         assert!(!jobs.is_empty(), "{} has no jobs", path.display());
         seen += 1;
     }

@@ -4,6 +4,7 @@ mod bench;
 mod catalog;
 mod controller;
 mod crds;
+mod market;
 mod plan;
 mod simulate;
 mod validate;
@@ -33,6 +34,8 @@ enum Command {
     Bench(bench::Args),
     /// Replay a scenario through every strategy on a simulated cloud.
     Simulate(simulate::Args),
+    /// Fit the spot market model from traces.
+    Market(market::Args),
     /// Run the live controller in a cluster.
     Controller(Box<controller::Args>),
 }
@@ -46,6 +49,7 @@ pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Plan(args) => plan::run(args),
         Command::Bench(args) => bench::run(args),
         Command::Simulate(args) => simulate::run(args),
+        Command::Market(args) => market::run(args),
         Command::Controller(args) => controller::run(*args),
     }
 }

@@ -81,26 +81,7 @@ impl PoolProcess {
         storms: &[Storm],
         epoch: Time,
     ) -> PoolProcess {
-        let storms: Vec<&Storm> = storms.iter().filter(|s| s.covers(pool)).collect();
-        let mut cuts: Vec<Time> = storms
-            .iter()
-            .flat_map(|s| [s.from, s.until])
-            .filter(|t| *t > epoch)
-            .collect();
-        cuts.push(epoch);
-        cuts.sort_unstable();
-        cuts.dedup();
-        let segments = cuts
-            .into_iter()
-            .map(|t| {
-                let m = storms
-                    .iter()
-                    .filter(|s| s.from <= t && t < s.until)
-                    .map(|s| s.multiplier)
-                    .product::<f64>();
-                (t, m)
-            })
-            .collect();
+        let segments = super::market::storm_segments(storms, pool, epoch);
         PoolProcess {
             rng: stream(seed, &["reclaim", &pool_name(pool)]),
             rate,

@@ -41,6 +41,7 @@ fn catalog() -> Arc<Catalog> {
                 price_per_hour,
                 price_source,
                 interruption_bucket: bucket,
+                market: None,
             };
             offerings.push(offering(
                 CapacityType::OnDemand,
@@ -85,8 +86,12 @@ fn claim(name: &str, offering: OfferingKey) -> ClaimRequest {
     }
 }
 
+/// The advisor market (constant rates per pool), which these tests pin;
+/// the calibrated market's tests use [`calibrated`].
 fn config(seed: u64) -> SimulatedCloudConfig {
-    SimulatedCloudConfig::new(seed, REGION, t0())
+    let mut c = SimulatedCloudConfig::new(seed, REGION, t0());
+    c.interruptions.market = Some(crate::catalog::MarketModel::Advisor);
+    c
 }
 
 fn cloud(config: SimulatedCloudConfig) -> SimulatedCloud {
@@ -576,4 +581,203 @@ fn the_running_cost_total_agrees_with_the_full_sum() {
             c.cost_so_far(t)
         );
     }
+}
+
+/// The calibrated market with the given reference pool in every spot pool
+/// (bucket 2 maps through the stated factors; a one-piece lifetime keeps
+/// the arithmetic simple).
+fn calibrated(seed: u64, market: crate::catalog::PoolMarket) -> SimulatedCloudConfig {
+    use crate::catalog::market::{Mapping, MarketParams};
+    let params = MarketParams {
+        reference_pool: "test".into(),
+        reference: market,
+        mapping: Mapping {
+            bucket_factors: [1.0; 5],
+            family_factors: Default::default(),
+            reference_spot_discount: 0.5,
+            discount_exponent: 0.0,
+        },
+        pools: Vec::new(),
+        provenance: Default::default(),
+        spread: Default::default(),
+    };
+    let mut c = SimulatedCloudConfig::new(seed, REGION, t0());
+    c.interruptions.market = Some(crate::catalog::MarketModel::Calibrated(Arc::new(params)));
+    c
+}
+
+fn market(hazards: &[f64], q: f64, close: f64, obtain: f64) -> crate::catalog::PoolMarket {
+    use crate::catalog::market::{Closure, Lifetime};
+    crate::catalog::PoolMarket {
+        lifetime: Lifetime {
+            edges_hours: (0..hazards.len()).map(|i| i as f64).collect(),
+            hazards_per_hour: hazards.to_vec(),
+        },
+        co_reclaim_probability: q,
+        closure: Closure {
+            probability: close,
+            median_hours: 1.0,
+            sigma: 0.0,
+        },
+        obtainability: obtain,
+    }
+}
+
+fn notices(events: &[CloudEvent]) -> Vec<(String, Time)> {
+    events
+        .iter()
+        .filter_map(|e| match e {
+            CloudEvent::Notice {
+                notice: Notice::SpotInterruption { claim, .. },
+                at,
+            } => Some((claim.clone(), *at)),
+            _ => None,
+        })
+        .collect()
+}
+
+#[test]
+fn calibrated_market_reclaims_young_instances_more_than_old_ones() {
+    // Hazard 2/h in the first hour, 0.02/h after.
+    let m = market(&[2.0, 0.02], 0.0, 0.0, 1.0);
+    let mut c = cloud(calibrated(3, m));
+    let n = 200;
+    for i in 0..n {
+        c.launch(&claim(&format!("c{i}"), spot("m5.large", ZONES[0])), t0())
+            .unwrap();
+    }
+    let events = run(&mut c, t0() + TimeDelta::hours(11));
+    let young = notices(&events)
+        .iter()
+        .filter(|(_, at)| *at < t0() + TimeDelta::hours(1))
+        .count();
+    let total = notices(&events).len();
+    // About 1 - e^-2 = 86% die in the first hour, about 2% of the rest
+    // each hour after.
+    assert!((150..=190).contains(&young), "{young}");
+    assert!(total - young < 20, "{total} {young}");
+}
+
+#[test]
+fn calibrated_market_is_deterministic_and_the_same_whatever_the_claim_names() {
+    let m = market(&[0.5], 0.0, 0.0, 1.0);
+    let times = |prefix: &str, seed: u64| {
+        let mut c = cloud(calibrated(seed, m.clone()));
+        for i in 0..5 {
+            c.launch(
+                &claim(&format!("{prefix}{i}"), spot("g5.xlarge", ZONES[0])),
+                t0(),
+            )
+            .unwrap();
+        }
+        let mut t: Vec<Time> = notices(&run_to_end(&mut c))
+            .into_iter()
+            .map(|n| n.1)
+            .collect();
+        t.sort();
+        t
+    };
+    assert_eq!(times("a", 1), times("a", 1));
+    // Other names: other boot jitter (seconds), the same lifetimes.
+    let close = |x: Vec<Time>, y: Vec<Time>| {
+        x.len() == y.len()
+            && x.iter()
+                .zip(&y)
+                .all(|(a, b)| (*a - *b).abs() < TimeDelta::minutes(1))
+    };
+    assert!(close(times("a", 1), times("b", 1)));
+    assert!(!close(times("a", 1), times("a", 2)));
+}
+
+#[test]
+fn correlated_reclaims_take_several_instances_of_a_pool_at_once() {
+    let m = market(&[0.5], 1.0, 0.0, 1.0);
+    let mut c = cloud(calibrated(5, m));
+    for i in 0..4 {
+        c.launch(&claim(&format!("c{i}"), spot("g5.xlarge", ZONES[0])), t0())
+            .unwrap();
+    }
+    let n = notices(&run_to_end(&mut c));
+    assert_eq!(n.len(), 4);
+    assert!(n.iter().all(|(_, at)| *at == n[0].1), "{n:?}");
+}
+
+#[test]
+fn a_reclaim_closes_the_pool_and_launches_there_fail_until_it_reopens() {
+    let m = market(&[1.0], 0.0, 1.0, 1.0);
+    let mut c = cloud(calibrated(7, m));
+    c.launch(&claim("a", spot("g5.xlarge", ZONES[0])), t0())
+        .unwrap();
+    let events = run_to_end(&mut c);
+    let (_, at) = notices(&events)[0].clone();
+    let err = c
+        .launch(
+            &claim("b", spot("g5.xlarge", ZONES[0])),
+            at + TimeDelta::minutes(30),
+        )
+        .unwrap_err();
+    assert!(matches!(err, Error::InsufficientCapacity { .. }), "{err}");
+    // The other zone is open; the closed one reopens after the closure
+    // (median 1 h, sigma 0) plus the notice.
+    c.launch(
+        &claim("c", spot("g5.xlarge", ZONES[1])),
+        at + TimeDelta::minutes(30),
+    )
+    .unwrap();
+    c.launch(
+        &claim("d", spot("g5.xlarge", ZONES[0])),
+        at + TimeDelta::minutes(63),
+    )
+    .unwrap();
+}
+
+#[test]
+fn obtainability_fails_about_that_share_of_launches() {
+    let m = market(&[0.0001], 0.0, 0.0, 0.3);
+    let mut c = cloud(calibrated(9, m));
+    let ok = (0..400)
+        .filter(|i| {
+            c.launch(&claim(&format!("c{i}"), spot("g5.xlarge", ZONES[0])), t0())
+                .is_ok()
+        })
+        .count();
+    assert!((90..=150).contains(&ok), "{ok}");
+}
+
+#[test]
+fn a_replayed_preemption_trace_reclaims_its_pool_at_the_drops_and_closes_it_at_zeros() {
+    use crate::catalog::market::trace::{SpotTrace, TraceKind};
+    let mut config = calibrated(1, market(&[0.0], 0.0, 0.0, 1.0));
+    config.interruptions.replays.push(TraceReplay {
+        trace: SpotTrace {
+            file: "p.json".into(),
+            kind: TraceKind::Preemption,
+            gap_seconds: 3600.0,
+            data: vec![1, 1, 0, 1, 1],
+        },
+        pools: vec![spot("g5.xlarge", ZONES[0])],
+        offset: Duration::ZERO,
+    });
+    let mut c = cloud(config);
+    c.launch(&claim("a", spot("g5.xlarge", ZONES[0])), t0())
+        .unwrap();
+    c.launch(&claim("b", spot("g5.xlarge", ZONES[1])), t0())
+        .unwrap();
+    let events = run(&mut c, t0() + TimeDelta::minutes(150));
+    assert_eq!(
+        notices(&events),
+        [("a".to_string(), t0() + TimeDelta::hours(2))]
+    );
+    let err = c
+        .launch(
+            &claim("c", spot("g5.xlarge", ZONES[0])),
+            t0() + TimeDelta::minutes(150),
+        )
+        .unwrap_err();
+    assert!(matches!(err, Error::InsufficientCapacity { .. }), "{err}");
+    c.launch(
+        &claim("d", spot("g5.xlarge", ZONES[0])),
+        t0() + TimeDelta::hours(3),
+    )
+    .unwrap();
 }
