@@ -52,6 +52,7 @@ fn run(pods: &[Pod], pools: &[Pool], nodes: &[NodeState], strategy: Strategy) ->
         pods,
         unavailable: &|_| false,
         learned_rate: None,
+        now: None,
     };
     let start = std::time::Instant::now();
     plan::plan(&input, strategy, &Options::default(), &|| {
@@ -456,6 +457,7 @@ fn rounded(pods: &[Pod], pools: &[Pool], strategy: Strategy) -> Plan {
         pods,
         unavailable: &|_| false,
         learned_rate: None,
+        now: None,
     };
     let opts = Options {
         max_branch_and_bound_integers: 0,

@@ -237,6 +237,7 @@ impl Core {
             pods: &demand,
             unavailable: &unavailable,
             learned_rate: Some(&learned),
+            now: Some(now),
         };
         let clock = self.solve_clock;
         let result = plan::plan(

@@ -51,6 +51,12 @@ impl Candidate {
     pub fn price(&self) -> f64 {
         self.offering.price_per_hour
     }
+
+    /// Interruptions a node of this offering expects over its first `hours`
+    /// (0 for on-demand).
+    pub fn expected_interruptions(&self, hours: f64) -> f64 {
+        self.rate * hours.max(0.0)
+    }
 }
 
 /// Every candidate of every pool in the input's region, without offerings
@@ -170,11 +176,21 @@ pub fn pods_per_node(class: &Class, c: &Candidate) -> u32 {
         return 0;
     }
     let n = class.pod.requests.copies_in(&c.allocatable);
-    if class.pod.hostname_anti_affinity {
+    let n = if class.pod.hostname_anti_affinity {
         n.min(1)
     } else {
         n
+    };
+    // A pod with a deadline stays off spot once its slack no longer covers
+    // what spot may still cost it.
+    if n > 0 && c.offering.capacity_type == crate::catalog::CapacityType::Spot {
+        if let Some(slack) = class.slack_hours {
+            if slack < super::risk::spot_delay_hours(&class.exposure, c, n) {
+                return 0;
+            }
+        }
     }
+    n
 }
 
 /// Why no candidate takes pods of `class`: the filter that removed the last
