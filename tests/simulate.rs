@@ -336,3 +336,70 @@ fn every_job_of_every_scenario_finishes_or_is_explained() {
         }
     }
 }
+
+/// Spot and on-demand, with reclaims coming often: one-GPU training jobs
+/// whose deadlines (when `DEADLINE` replaces the marker) leave a fifth of
+/// their run time plus 15 minutes of slack.
+const DEADLINES: &str = r#"
+name: deadline-test
+start: 2026-01-05T00:00:00Z
+duration: 16h
+seed: 11
+strategies: [quartermaster]
+nodePools:
+- apiVersion: quartermaster.dev/v1alpha1
+  kind: NodePool
+  metadata: {name: train}
+  spec:
+    capacityTypes: [spot, on-demand]
+    template:
+      spec:
+        taints: [{key: nvidia.com/gpu, effect: NoSchedule}]
+        requirements: [{key: quartermaster.dev/instance-family, operator: In, values: [g5, g6]}]
+    disruption: {consolidationPolicy: WhenEmpty, consolidateAfter: 5m}
+workloads:
+- training: {name: t, jobs: 24, perHour: 3, gpus: [1], runTime: {median: 2h, p90: 4h}, checkpointInterval: 30m DEADLINE}
+cloud:
+  storms: [{after: 0h, duration: 16h, multiplier: 5000}]
+"#;
+
+#[test]
+fn jobs_with_deadlines_fall_back_to_on_demand_when_spot_reclaims_eat_their_slack() {
+    use quartermaster::catalog::CapacityType;
+    use quartermaster::core::Action;
+    use quartermaster::sim::result::LogEvent;
+    let on_demand_launches = |r: &quartermaster::sim::result::StrategyResult| {
+        r.log
+            .iter()
+            .filter(|(_, e)| {
+                matches!(e, LogEvent::Action(Action::Launch(c))
+                    if c.offering.capacity_type == CapacityType::OnDemand)
+            })
+            .count()
+    };
+    let free = run_text(&DEADLINES.replace(" DEADLINE", ""), Path::new("."));
+    let due = run_text(
+        &DEADLINES.replace(" DEADLINE", ", deadline: {factor: 1.2}"),
+        Path::new("."),
+    );
+    let (free, due) = (
+        &free.strategies["quartermaster"],
+        &due.strategies["quartermaster"],
+    );
+    assert!(free.spot_notices > 0, "the storm reclaims");
+    assert_eq!(
+        on_demand_launches(free),
+        0,
+        "without deadlines spot's discount wins"
+    );
+    assert!(
+        on_demand_launches(due) > 0,
+        "jobs whose slack is gone restart on on-demand"
+    );
+    assert!(
+        due.p95_slowdown <= free.p95_slowdown,
+        "{:?} vs {:?}",
+        due.p95_slowdown,
+        free.p95_slowdown
+    );
+}
