@@ -183,6 +183,7 @@ fn offerings(
                 price_per_hour,
                 price_source,
                 interruption_bucket,
+                market: None,
             };
         offerings.push(offering(
             CapacityType::OnDemand,

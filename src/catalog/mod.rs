@@ -4,20 +4,24 @@
 //! those files into offerings); [`import`] regenerates `pricing-data/` from the
 //! reference data; the AWS refresh (in `cloud::aws`) produces the same
 //! structures. No I/O here beyond parsing text handed in or embedded.
+//! Every spot offering carries its pool's [`PoolMarket`] from the catalog's
+//! [`MarketModel`] (calibrated by default, see [`market`]).
 
 pub mod embedded;
 pub mod import;
 mod labels;
+pub mod market;
 pub mod mig;
 pub mod pricing_data;
 mod types;
 
 pub use embedded::EMBEDDED;
 pub use labels::{gfd_product, gpu_short_name, instance_type_labels, INSTANCE_TYPE_KEYS};
+pub use market::{MarketModel, MarketParams, PoolFacts, PoolMarket};
 pub use pricing_data::{PricingFiles, ReferenceFiles};
 pub use types::*;
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 
 /// What can go wrong while reading catalog data. No variant is retryable:
 /// the data is fixed text, so the same input fails the same way.
@@ -56,11 +60,14 @@ pub type Result<T, E = Error> = std::result::Result<T, E>;
 pub struct Catalog {
     instance_types: BTreeMap<String, InstanceType>,
     offerings: Vec<Offering>,
+    market: MarketModel,
 }
 
 impl Catalog {
     /// A catalog from its parts (tests and the AWS refresh build one this way).
-    /// Offerings whose instance type is unknown are dropped.
+    /// Offerings whose instance type is unknown are dropped; spot offerings
+    /// get their market from the default (calibrated) [`MarketModel`],
+    /// whatever they carried.
     pub fn from_parts(
         instance_types: impl IntoIterator<Item = InstanceType>,
         offerings: impl IntoIterator<Item = Offering>,
@@ -76,6 +83,76 @@ impl Catalog {
         Catalog {
             instance_types,
             offerings,
+            market: MarketModel::default(),
+        }
+        .with_market(MarketModel::default())
+    }
+
+    /// The same catalog priced with another market model: every spot
+    /// offering's [`Offering::market`] is recomputed from it.
+    pub fn with_market(mut self, model: MarketModel) -> Catalog {
+        let on_demand: HashMap<(String, String), f64> = self
+            .offerings
+            .iter()
+            .filter(|o| o.capacity_type == CapacityType::OnDemand)
+            .map(|o| {
+                (
+                    (o.region.clone(), o.instance_type.clone()),
+                    o.price_per_hour,
+                )
+            })
+            .collect();
+        for o in &mut self.offerings {
+            o.market = match o.capacity_type {
+                CapacityType::OnDemand => None,
+                CapacityType::Spot => {
+                    let od = on_demand.get(&(o.region.clone(), o.instance_type.clone()));
+                    let facts = PoolFacts {
+                        family: self
+                            .instance_types
+                            .get(&o.instance_type)
+                            .map_or("", |t| t.family.as_str()),
+                        bucket: o.interruption_bucket,
+                        spot_discount: od
+                            .filter(|od| **od > 0.0)
+                            .map(|od| 1.0 - o.price_per_hour / od),
+                    };
+                    Some(model.pool(&o.instance_type, &o.zone_id, &facts))
+                }
+            };
+        }
+        self.market = model;
+        self
+    }
+
+    /// The market model the catalog prices spot risk with.
+    pub fn market_model(&self) -> &MarketModel {
+        &self.market
+    }
+
+    /// The spot market of pool `(instance_type, zone)`: the spot
+    /// offering's, or, where the catalog sells no spot there, the model's
+    /// figure for a pool it knows nothing about (worst bucket, no discount).
+    pub fn market(&self, instance_type: &str, zone: &str) -> PoolMarket {
+        let spot = self.offerings.iter().find(|o| {
+            o.capacity_type == CapacityType::Spot
+                && o.instance_type == instance_type
+                && o.zone_id == zone
+        });
+        match spot.and_then(|o| o.market.clone()) {
+            Some(m) => m,
+            None => {
+                let family = self
+                    .instance_types
+                    .get(instance_type)
+                    .map_or("", |t| t.family.as_str());
+                let facts = PoolFacts {
+                    family,
+                    bucket: None,
+                    spot_discount: None,
+                };
+                self.market.pool(instance_type, zone, &facts)
+            }
         }
     }
 

@@ -253,15 +253,26 @@ pub struct Offering {
     /// Advisor bucket (spot only; `None` when the advisor has no entry).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub interruption_bucket: Option<InterruptionBucket>,
+    /// The pool's spot market (spot only), set by the catalog from its
+    /// [`MarketModel`](super::MarketModel); `None` for on-demand and for
+    /// offerings built outside a catalog.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub market: Option<super::PoolMarket>,
 }
 
 impl Offering {
-    /// Expected interruptions per hour: 0 for on-demand; the bucket's rate for
-    /// spot, or the worst bucket's rate when the advisor has no figure.
+    /// Expected interruptions per instance-hour, the one-number summary of
+    /// the pool's market ([`PoolMarket::mean_rate_per_hour`](super::PoolMarket::mean_rate_per_hour):
+    /// one over the mean lifetime of a slot kept filled). 0 for on-demand.
+    /// For spot, the calibrated market's rate in a catalog's offerings (the
+    /// default; `docs/market.md`); the advisor bucket's rate
+    /// ([`InterruptionBucket::rate_per_hour`], the worst bucket without a
+    /// figure) for an offering without a market.
     pub fn interruption_rate_per_hour(&self) -> f64 {
-        match self.capacity_type {
-            CapacityType::OnDemand => 0.0,
-            CapacityType::Spot => self
+        match (self.capacity_type, &self.market) {
+            (CapacityType::OnDemand, _) => 0.0,
+            (CapacityType::Spot, Some(m)) => m.mean_rate_per_hour(),
+            (CapacityType::Spot, None) => self
                 .interruption_bucket
                 .unwrap_or(InterruptionBucket::WORST)
                 .rate_per_hour(),
@@ -313,6 +324,7 @@ mod tests {
             price_per_hour: 1.0,
             price_source: PriceSource::SpotDerived,
             interruption_bucket: None,
+            market: None,
         };
         assert_eq!(
             spot.interruption_rate_per_hour(),

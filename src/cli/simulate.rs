@@ -33,7 +33,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     let catalog = Arc::new(Catalog::embedded().context("loading the embedded catalog")?);
     let text = std::fs::read_to_string(&args.scenario)
         .with_context(|| format!("reading {}", args.scenario.display()))?;
-    let scenario = Scenario::parse(&text, &catalog)
+    let mut scenario = Scenario::parse(&text, &catalog)
         .with_context(|| format!("in {}", args.scenario.display()))?;
     let base = args
         .scenario
@@ -41,6 +41,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         .map(PathBuf::from)
         .unwrap_or_default();
     let jobs = sim::load_jobs(&scenario, &base, args.trace.as_deref())?;
+    sim::load_spot_traces(&mut scenario, &base)?;
     let strategies = if args.strategies.is_empty() {
         scenario.strategies.clone()
     } else {

@@ -11,20 +11,23 @@
 mod config;
 mod events;
 mod interruptions;
+mod market;
 #[cfg(test)]
 mod tests;
 
 pub use config::{
-    BootProfile, CapacityModel, ConfigError, InterruptionModel, LatencyModel, PriceChange,
-    PriceTarget, SimulatedCloudConfig, Storm,
+    BootProfile, CapacityModel, ConfigError, InterruptionModel, LatencyModel, MarketTuning,
+    PriceChange, PriceTarget, SimulatedCloudConfig, Storm,
 };
 pub use events::{CloudEvent, TerminationCause};
+pub use market::TraceReplay;
 
 use super::{CloudProvider, Error, Instance, InstanceState, NodeTemplate, Result};
-use crate::catalog::{CapacityType, Catalog};
+use crate::catalog::{CapacityType, Catalog, MarketModel, PoolMarket};
 use crate::core::{ClaimRequest, Notice, OfferingKey, Time};
 use chrono::TimeDelta;
-use interruptions::{hours_between, stream, takes, PoolProcess};
+use interruptions::{hours, hours_between, stream, takes, PoolProcess};
+use market::{reclaim_time, storm_segments, Replayed};
 use rand::Rng;
 use rand_chacha::ChaCha8Rng;
 use std::collections::{BTreeMap, BTreeSet, HashMap};
@@ -34,12 +37,17 @@ use std::task::{Context, Poll, Waker};
 use std::time::Duration;
 
 /// What the cloud knows about one pool it sells.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone)]
 struct Pool {
     /// Catalog price, USD per hour.
     price: f64,
-    /// Hourly interruption rate before storms (0 for on-demand).
+    /// Hourly interruption rate before storms (0 for on-demand): the
+    /// advisor process's rate, or the calibrated market's mean rate.
     rate: f64,
+    /// The calibrated market (spot pools, unless the advisor model runs).
+    market: Option<Arc<PoolMarket>>,
+    /// Its hazard multiplier over time (storms).
+    segments: Arc<[(Time, f64)]>,
 }
 
 /// A timer: what happens when it fires.
@@ -53,6 +61,10 @@ enum Timer {
     Reclaim(usize),
     ShutDown(usize),
     Price(OfferingKey, f64),
+    /// The calibrated market's reclaim time of an instance.
+    Trigger(usize),
+    /// Reclaim event `.1` of a replayed trace in a pool.
+    Replay(OfferingKey, usize),
 }
 
 impl Timer {
@@ -64,8 +76,9 @@ impl Timer {
             | Timer::Rebalance(i)
             | Timer::Notice(i, _)
             | Timer::Reclaim(i)
+            | Timer::Trigger(i)
             | Timer::ShutDown(i) => Some(*i),
-            Timer::Price(..) => None,
+            Timer::Price(..) | Timer::Replay(..) => None,
         }
     }
 }
@@ -79,6 +92,14 @@ struct SimInstance {
     billed_until: Option<Time>,
     /// Its timers still in the queue.
     timers: Vec<TimerKey>,
+    /// When it runs (the age origin of its hazard).
+    running_at: Time,
+    /// Its launch's number in its pool (names its lifetime draws).
+    ordinal: u64,
+    /// Lifetime draws used so far.
+    draws: u32,
+    /// Whether it got its interruption notice.
+    noticed: bool,
 }
 
 /// The simulated cloud. Deterministic: the same catalog, configuration and
@@ -94,6 +115,15 @@ pub struct SimulatedCloud {
     prices: BTreeMap<OfferingKey, Vec<(Time, f64)>>,
     reclaims: BTreeMap<OfferingKey, PoolProcess>,
     capacity_draws: BTreeMap<OfferingKey, ChaCha8Rng>,
+    /// Calibrated market: running spot instances not yet noticed, per pool.
+    members: BTreeMap<OfferingKey, BTreeSet<usize>>,
+    /// Launches and reclaim events so far, per pool (name the draws).
+    launches: BTreeMap<OfferingKey, u64>,
+    reclaim_events: BTreeMap<OfferingKey, u64>,
+    /// Pools closed after a reclaim, until then.
+    closed_until: BTreeMap<OfferingKey, Time>,
+    /// Replayed traces, per pool.
+    replayed: BTreeMap<OfferingKey, Replayed>,
     instances: Vec<SimInstance>,
     /// Instances still billed (no end of billing yet).
     billed: BTreeSet<usize>,
@@ -117,7 +147,17 @@ impl SimulatedCloud {
     ) -> std::result::Result<SimulatedCloud, ConfigError> {
         config.validate(&catalog)?;
         let im = &config.interruptions;
-        let pools: BTreeMap<OfferingKey, Pool> = catalog
+        let model = im
+            .market
+            .clone()
+            .unwrap_or_else(|| catalog.market_model().clone());
+        // Offerings priced with the configured model (the catalog's own
+        // unless the configuration names another).
+        let priced = (model != *catalog.market_model())
+            .then(|| catalog.as_ref().clone().with_market(model.clone()));
+        let source = priced.as_ref().unwrap_or(&catalog);
+        let calibrated = matches!(model, MarketModel::Calibrated(_));
+        let pools: BTreeMap<OfferingKey, Pool> = source
             .offerings_in(&config.region)
             .map(|o| {
                 let key = OfferingKey {
@@ -125,26 +165,61 @@ impl SimulatedCloud {
                     zone: o.zone_id.clone(),
                     capacity_type: o.capacity_type,
                 };
-                let rate = match o.capacity_type {
-                    CapacityType::OnDemand => 0.0,
-                    CapacityType::Spot => {
+                let spot = o.capacity_type == CapacityType::Spot;
+                let market = o.market.clone().filter(|_| spot && calibrated).map(|m| {
+                    let mut factor = im.rate_multiplier;
+                    if let Some(r) = im.rate_overrides.get(&key) {
+                        let mean = m.mean_rate_per_hour();
+                        factor *= if mean > 0.0 { r / mean } else { 0.0 };
+                    }
+                    let scaled = PoolMarket {
+                        lifetime: m.lifetime.scaled(factor),
+                        ..m
+                    };
+                    Arc::new(im.tuning.apply(scaled))
+                });
+                let rate = match (&market, spot) {
+                    (_, false) => 0.0,
+                    (Some(m), true) => m.mean_rate_per_hour(),
+                    (None, true) => {
                         let base = im.rate_overrides.get(&key).copied();
                         base.unwrap_or_else(|| o.interruption_rate_per_hour()) * im.rate_multiplier
                     }
                 };
+                let segments = if market.is_some() {
+                    storm_segments(&im.storms, &key, config.epoch).into()
+                } else {
+                    Arc::from([])
+                };
                 let pool = Pool {
                     price: o.price_per_hour,
                     rate,
+                    market,
+                    segments,
                 };
                 (key, pool)
             })
             .collect();
+        let mut replayed: BTreeMap<OfferingKey, Replayed> = BTreeMap::new();
+        for r in &im.replays {
+            for key in &r.pools {
+                replayed
+                    .entry(key.clone())
+                    .or_default()
+                    .add(r, config.epoch);
+            }
+        }
         let mut cloud = SimulatedCloud {
             catalog,
             pools,
             prices: BTreeMap::new(),
             reclaims: BTreeMap::new(),
             capacity_draws: BTreeMap::new(),
+            members: BTreeMap::new(),
+            launches: BTreeMap::new(),
+            reclaim_events: BTreeMap::new(),
+            closed_until: BTreeMap::new(),
+            replayed,
             instances: Vec::new(),
             billed: BTreeSet::new(),
             settled_cost: 0.0,
@@ -154,6 +229,21 @@ impl SimulatedCloud {
             now: Time::MIN_UTC,
             config,
         };
+        let replay_events: Vec<(OfferingKey, Time, usize)> = cloud
+            .replayed
+            .iter()
+            .flat_map(|(k, r)| {
+                r.reclaims
+                    .iter()
+                    .enumerate()
+                    .map(move |(i, (at, _))| (k.clone(), *at, i))
+            })
+            .collect();
+        for (key, at, i) in replay_events {
+            if at >= cloud.config.epoch {
+                cloud.schedule(at, Timer::Replay(key, i));
+            }
+        }
         let mut changes = cloud.config.price_changes.clone();
         changes.sort_by_key(|c| c.at);
         for c in changes {
@@ -190,8 +280,9 @@ impl SimulatedCloud {
     }
 
     /// A pool's hourly interruption rate outside storms (catalog rate or
-    /// override, times the multiplier; 0 for on-demand); `None` if the
-    /// region does not sell it.
+    /// override, times the multiplier; for the calibrated market its mean
+    /// rate, [`PoolMarket::mean_rate_per_hour`]; 0 for on-demand); `None`
+    /// if the region does not sell it.
     pub fn interruption_rate(&self, offering: &OfferingKey) -> Option<f64> {
         self.pools.get(offering).map(|p| p.rate)
     }
@@ -217,13 +308,13 @@ impl SimulatedCloud {
             }
             return Ok(existing.clone());
         }
-        let Some(pool) = self.pools.get(key).copied() else {
+        let Some(pool) = self.pools.get(key).cloned() else {
             return Err(Error::Other(format!(
                 "cannot launch {} as {key}: not offered in {}",
                 claim.claim, self.config.region
             )));
         };
-        if self.capacity_fails(key) {
+        if self.capacity_fails(key) || self.market_refuses(key, &pool, now) {
             return Err(Error::InsufficientCapacity {
                 claim: claim.claim.clone(),
                 offering: key.clone(),
@@ -239,19 +330,33 @@ impl SimulatedCloud {
             launched_at: now,
             state: InstanceState::Pending,
         };
+        let (running, registered, ready) = self.boot_times(&claim.claim, &key.instance_type, now);
+        let ordinal = if key.capacity_type == CapacityType::Spot {
+            let n = self.launches.entry(key.clone()).or_insert(0);
+            *n += 1;
+            *n - 1
+        } else {
+            0
+        };
         self.instances.push(SimInstance {
             instance: instance.clone(),
             billed_until: None,
             timers: Vec::new(),
+            running_at: running,
+            ordinal,
+            draws: 0,
+            noticed: false,
         });
         self.by_claim.insert(claim.claim.clone(), idx);
         self.billed.insert(idx);
 
-        let (running, registered, ready) = self.boot_times(&claim.claim, &key.instance_type, now);
         self.schedule(running, Timer::Running(idx));
         self.schedule(registered, Timer::Registered(idx));
         self.schedule(ready, Timer::Ready(idx));
-        if pool.rate > 0.0 {
+        let replayed = self.replayed.get(key).is_some_and(|r| r.preemption);
+        if let Some(market) = pool.market.as_ref().filter(|_| !replayed) {
+            self.schedule_trigger(idx, market, &pool.segments, running);
+        } else if pool.rate > 0.0 && !replayed {
             if let Some(notice) = self.notice_time(key, pool.rate, &claim.claim, running) {
                 let im = &self.config.interruptions;
                 let deadline = notice + delta(im.notice);
@@ -281,6 +386,7 @@ impl SimulatedCloud {
             });
         };
         if self.instances[i].instance.state.is_alive() {
+            self.leave_pool(i);
             self.cancel_timers(i);
             let sim = &mut self.instances[i];
             sim.instance.state = InstanceState::ShuttingDown;
@@ -335,9 +441,22 @@ impl SimulatedCloud {
                 self.instances[i].timers.retain(|k| *k != key);
             }
             let claim = |s: &Self, i: usize| s.instances[i].instance.claim.clone();
+            match timer {
+                Timer::Trigger(i) => {
+                    self.triggered(i, at, &mut events);
+                    continue;
+                }
+                Timer::Replay(ref pool, k) => {
+                    self.replayed_reclaim(pool, k, at, &mut events);
+                    continue;
+                }
+                _ => {}
+            }
             events.push(match timer {
+                Timer::Trigger(_) | Timer::Replay(..) => unreachable!("handled above"),
                 Timer::Running(i) => {
                     self.instances[i].instance.state = InstanceState::Running;
+                    self.join_pool(i);
                     CloudEvent::Running {
                         claim: claim(self, i),
                         at,
@@ -366,6 +485,7 @@ impl SimulatedCloud {
                 },
                 Timer::Reclaim(i) => {
                     // Boot milestones still ahead never come.
+                    self.leave_pool(i);
                     self.cancel_timers(i);
                     let sim = &mut self.instances[i];
                     sim.instance.state = InstanceState::Terminated;
@@ -545,6 +665,214 @@ impl SimulatedCloud {
             }
             i += 1;
         }
+    }
+}
+
+/// The calibrated market and trace replay (see `docs/simulated-cloud.md`).
+impl SimulatedCloud {
+    /// Whether the market refuses a launch in `key` at `now`: the pool is
+    /// closed (after a reclaim, or by a replayed trace), or the launch's
+    /// obtainability draw fails.
+    fn market_refuses(&mut self, key: &OfferingKey, pool: &Pool, now: Time) -> bool {
+        if let Some(r) = self.replayed.get(key) {
+            return r.is_closed(now);
+        }
+        if self.closed_until.get(key).is_some_and(|until| now < *until) {
+            return true;
+        }
+        let Some(market) = &pool.market else {
+            return false;
+        };
+        if market.obtainability >= 1.0 {
+            return false;
+        }
+        let n = self.launches.get(key).copied().unwrap_or(0).to_string();
+        let u: f64 = stream(
+            self.config.seed,
+            &["obtain", &interruptions::pool_name(key), &n],
+        )
+        .random();
+        u >= market.obtainability
+    }
+
+    /// A unit exponential named by the instance's pool, launch number and
+    /// draw.
+    fn unit_exp(&self, i: usize, what: &str) -> f64 {
+        let sim = &self.instances[i];
+        let pool = interruptions::pool_name(&sim.instance.offering);
+        let names = [
+            what,
+            &pool,
+            &sim.ordinal.to_string(),
+            &sim.draws.to_string(),
+        ];
+        let u: f64 = stream(self.config.seed, &names).random();
+        -(1.0 - u).ln()
+    }
+
+    /// Schedules instance `i`'s next reclaim time from `from` (and the
+    /// rebalance recommendation before it).
+    fn schedule_trigger(
+        &mut self,
+        i: usize,
+        market: &PoolMarket,
+        segments: &[(Time, f64)],
+        from: Time,
+    ) {
+        let e = self.unit_exp(i, "life");
+        let running = self.instances[i].running_at;
+        if let Some(at) = reclaim_time(market, segments, running, from, e) {
+            if let Some(lead) = self.config.interruptions.rebalance_lead {
+                let rebalance = (at - delta(lead)).max(from);
+                self.schedule(rebalance, Timer::Rebalance(i));
+            }
+            self.schedule(at, Timer::Trigger(i));
+        }
+    }
+
+    fn join_pool(&mut self, i: usize) {
+        let key = &self.instances[i].instance.offering;
+        let joins = self.pools.get(key).is_some_and(|p| p.market.is_some())
+            || self.replayed.contains_key(key);
+        if joins && !self.instances[i].noticed {
+            self.members.entry(key.clone()).or_default().insert(i);
+        }
+    }
+
+    fn leave_pool(&mut self, i: usize) {
+        if let Some(m) = self.members.get_mut(&self.instances[i].instance.offering) {
+            m.remove(&i);
+        }
+    }
+
+    /// Instance `i`'s reclaim time came. With `n` running instances in the
+    /// pool and co-reclaim probability `q`, it starts a reclaim event with
+    /// probability `1 / (1 + q (n - 1))` (so that each instance's own rate
+    /// stays the fitted hazard when others' events can take it too);
+    /// otherwise it draws again from its current age.
+    fn triggered(&mut self, i: usize, at: Time, events: &mut Vec<CloudEvent>) {
+        let key = self.instances[i].instance.offering.clone();
+        let Some(pool) = self.pools.get(&key).cloned() else {
+            return;
+        };
+        let Some(market) = pool.market.as_ref() else {
+            return;
+        };
+        let q = market.co_reclaim_probability;
+        let n = self.members.get(&key).map_or(1, BTreeSet::len).max(1);
+        let accept = 1.0 / (1.0 + q * (n as f64 - 1.0));
+        let u = 1.0 - (-self.unit_exp(i, "accept")).exp();
+        self.instances[i].draws += 1;
+        if u >= accept {
+            self.schedule_trigger(i, market, &pool.segments, at);
+            return;
+        }
+        let event = self.next_reclaim_event(&key);
+        self.notify(i, at, events);
+        let others: Vec<usize> = self
+            .members
+            .get(&key)
+            .map(|m| m.iter().copied().filter(|j| *j != i).collect())
+            .unwrap_or_default();
+        for j in others {
+            if self.draw(&key, "co", event, j) < q {
+                self.notify(j, at, events);
+            }
+        }
+        let u = |s: &Self, what: &str| s.draw(&key, what, event, usize::MAX);
+        let hours_closed =
+            market
+                .closure
+                .draw_hours(u(self, "close"), u(self, "close-1"), u(self, "close-2"));
+        if hours_closed > 0.0 {
+            let until = at + delta(self.config.interruptions.notice) + hours(hours_closed);
+            let entry = self.closed_until.entry(key).or_insert(until);
+            *entry = (*entry).max(until);
+        }
+    }
+
+    /// Replayed reclaim `k` of `pool`: each running instance goes with the
+    /// share of the trace's pool that the drop took.
+    fn replayed_reclaim(
+        &mut self,
+        pool: &OfferingKey,
+        k: usize,
+        at: Time,
+        events: &mut Vec<CloudEvent>,
+    ) {
+        let Some(share) = self
+            .replayed
+            .get(pool)
+            .and_then(|r| r.reclaims.get(k))
+            .map(|r| r.1)
+        else {
+            return;
+        };
+        let members: Vec<usize> = self
+            .members
+            .get(pool)
+            .map(|m| m.iter().copied().collect())
+            .unwrap_or_default();
+        for j in members {
+            if share >= 1.0 || self.draw(pool, "replay", k as u64, j) < share {
+                self.notify(j, at, events);
+            }
+        }
+    }
+
+    fn next_reclaim_event(&mut self, key: &OfferingKey) -> u64 {
+        let n = self.reclaim_events.entry(key.clone()).or_insert(0);
+        *n += 1;
+        *n - 1
+    }
+
+    /// A uniform named by the pool, the event and the instance's claim.
+    fn draw(&self, key: &OfferingKey, what: &str, event: u64, i: usize) -> f64 {
+        let claim = self
+            .instances
+            .get(i)
+            .map_or("", |s| s.instance.claim.as_str());
+        let names = [
+            what,
+            &interruptions::pool_name(key),
+            &event.to_string(),
+            claim,
+        ];
+        stream(self.config.seed, &names).random()
+    }
+
+    /// Sends instance `i` its interruption notice at `at`; it is reclaimed
+    /// at the deadline.
+    fn notify(&mut self, i: usize, at: Time, events: &mut Vec<CloudEvent>) {
+        if self.instances[i].noticed || !self.instances[i].instance.state.is_alive() {
+            return;
+        }
+        self.instances[i].noticed = true;
+        self.leave_pool(i);
+        let pending: Vec<TimerKey> = self.instances[i]
+            .timers
+            .iter()
+            .copied()
+            .filter(|k| {
+                matches!(
+                    self.timers.get(k),
+                    Some(Timer::Trigger(_) | Timer::Rebalance(_))
+                )
+            })
+            .collect();
+        for k in pending {
+            self.timers.remove(&k);
+            self.instances[i].timers.retain(|x| *x != k);
+        }
+        let deadline = at + delta(self.config.interruptions.notice);
+        self.schedule(deadline, Timer::Reclaim(i));
+        events.push(CloudEvent::Notice {
+            notice: Notice::SpotInterruption {
+                claim: self.instances[i].instance.claim.clone(),
+                deadline,
+            },
+            at,
+        });
     }
 }
 

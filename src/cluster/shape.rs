@@ -208,6 +208,7 @@ mod tests {
             price_per_hour: 10.0,
             price_source: PriceSource::SpotObserved,
             interruption_bucket: None,
+            market: None,
         };
         let labels = node_labels(&it, &o, "train");
         assert_eq!(labels[l::GPU_NAME], "a100");

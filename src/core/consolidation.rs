@@ -847,6 +847,7 @@ mod tests {
                 price_per_hour: *price,
                 price_source: PriceSource::SpotObserved,
                 interruption_bucket: bucket.map(InterruptionBucket),
+                market: None,
             }),
         )
     }

@@ -401,6 +401,7 @@ mod tests {
             price_per_hour: 0.4,
             price_source: PriceSource::SpotObserved,
             interruption_bucket: Some(InterruptionBucket(1)),
+            market: None,
         };
         let catalog = Catalog::from_parts([it], [offering]);
         let known = spot("g5.xlarge", "use1-az1");

@@ -1142,6 +1142,7 @@ mod tests {
             price_per_hour: 0.5,
             price_source: crate::catalog::PriceSource::SpotObserved,
             interruption_bucket: None,
+            market: None,
         };
         assert!(s.blocks(&offering, t(659)));
         assert!(!s.blocks(&offering, t(660)));

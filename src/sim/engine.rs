@@ -12,9 +12,7 @@ use super::workload::SimJob;
 use crate::api::labels as l;
 use crate::api::NodePool;
 use crate::catalog::{CapacityType, Catalog};
-use crate::cloud::simulated::{
-    CloudEvent, PriceChange, PriceTarget, SimulatedCloud, SimulatedCloudConfig, Storm,
-};
+use crate::cloud::simulated::{CloudEvent, SimulatedCloud};
 use crate::cluster::{Pod, Resources};
 use crate::core::prewarm;
 use crate::core::{
@@ -159,54 +157,7 @@ impl<'a> Engine<'a> {
                 }
             }
         }
-        let mut cloud_config = SimulatedCloudConfig::new(scenario.seed, &scenario.region, start);
-        for s in &scenario.cloud.storms {
-            let after = crate::api::parse_duration(&s.after).unwrap_or_default();
-            let length = crate::api::parse_duration(&s.duration).unwrap_or_default();
-            let from = start + Span::from_std(after).unwrap_or_default();
-            cloud_config.interruptions.storms.push(Storm::everywhere(
-                from,
-                from + Span::from_std(length).unwrap_or_default(),
-                s.multiplier,
-            ));
-        }
-        for c in &scenario.cloud.price_changes {
-            let after = crate::api::parse_duration(&c.after).unwrap_or_default();
-            let Ok(capacity_type) = c.capacity_type.parse() else {
-                continue;
-            };
-            let target = match &c.zone {
-                Some(zone) => PriceTarget::Offering(OfferingKey {
-                    instance_type: c.instance_type.clone(),
-                    zone: zone.clone(),
-                    capacity_type,
-                }),
-                None => PriceTarget::InstanceType {
-                    instance_type: c.instance_type.clone(),
-                    capacity_type,
-                },
-            };
-            cloud_config.price_changes.push(PriceChange {
-                at: start + Span::from_std(after).unwrap_or_default(),
-                target,
-                price_per_hour: c.price_per_hour,
-            });
-        }
-        if let Some(lead) = &scenario.cloud.rebalance_lead {
-            cloud_config.interruptions.rebalance_lead = crate::api::parse_duration(lead).ok();
-        }
-        for key in &scenario.cloud.insufficient_capacity {
-            let parts: Vec<&str> = key.split('/').collect();
-            if let [t, z, c] = parts[..] {
-                if let Ok(capacity_type) = c.parse() {
-                    cloud_config.capacity.exhausted.insert(OfferingKey {
-                        instance_type: t.into(),
-                        zone: z.into(),
-                        capacity_type,
-                    });
-                }
-            }
-        }
+        let cloud_config = scenario.cloud_config().map_err(Error::Cloud)?;
         let cloud = SimulatedCloud::new(catalog.clone(), cloud_config)
             .map_err(|e| Error::Cloud(e.to_string()))?;
         let by_name = jobs

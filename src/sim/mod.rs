@@ -39,6 +39,10 @@ pub enum LoadError {
     /// A generator's spec is wrong.
     #[error(transparent)]
     Workload(#[from] workload::Error),
+    /// A spot trace (`cloud.spotTraces`) is malformed, empty or of the
+    /// wrong kind.
+    #[error(transparent)]
+    SpotTrace(#[from] crate::catalog::market::trace::Error),
 }
 
 /// Every job of the scenario's workload sources (trace paths relative to
@@ -89,6 +93,26 @@ pub fn load_jobs(
         jobs.extend(spec.jobs(&rows, scenario.start));
     }
     Ok(jobs)
+}
+
+/// Reads and parses the scenario's spot traces (`cloud.spotTraces`, paths
+/// relative to `base`) into the scenario.
+///
+/// # Errors
+/// A trace file that cannot be read, or whose text is not a trace of its
+/// kind (the error names the file and the problem).
+pub fn load_spot_traces(scenario: &mut Scenario, base: &Path) -> Result<(), LoadError> {
+    for spec in &mut scenario.cloud.spot_traces {
+        let path = base.join(&spec.path);
+        let shown = path.display().to_string();
+        let text = std::fs::read_to_string(&path).map_err(|source| LoadError::Read {
+            path: shown.clone(),
+            source,
+        })?;
+        let trace = crate::catalog::market::trace::SpotTrace::parse(&shown, spec.kind, &text)?;
+        spec.loaded = Some(trace);
+    }
+    Ok(())
 }
 
 /// Runs every strategy on the same jobs and the same simulated cloud seed.

@@ -4,8 +4,14 @@
 
 use super::workload::{BurstSpec, InferenceSpec, TraceSpec, TrainingSpec};
 use crate::api::{validate_node_pool, NodePool};
-use crate::catalog::Catalog;
+use crate::catalog::market::trace::{SpotTrace, TraceKind};
+use crate::catalog::{CapacityType, Catalog, MarketModel};
+use crate::cloud::simulated::{
+    MarketTuning, PriceChange, PriceTarget, SimulatedCloudConfig, Storm as CloudStorm, TraceReplay,
+};
+use crate::core::OfferingKey;
 use crate::core::Time;
+use chrono::Duration as Span;
 use serde::Deserialize;
 
 /// A scenario that cannot run, with every problem found.
@@ -104,6 +110,79 @@ pub struct CloudSpec {
     /// rebalance recommendation this long before its notice.
     #[serde(default)]
     pub rebalance_lead: Option<String>,
+    /// Which spot market draws reclaims: `calibrated` (default: fitted
+    /// from measured traces, `docs/market.md`) or `advisor` (the old
+    /// constant rate from the Spot Instance Advisor bucket).
+    #[serde(default)]
+    pub market: MarketName,
+    /// Adjustments of the calibrated market in every spot pool.
+    #[serde(default)]
+    pub market_tuning: MarketTuningSpec,
+    /// SkyPilot traces replayed onto pools.
+    #[serde(default)]
+    pub spot_traces: Vec<SpotTraceSpec>,
+}
+
+/// `market:` of a scenario.
+#[derive(Debug, Clone, Copy, Default, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "kebab-case")]
+pub enum MarketName {
+    /// Fitted from measured traces (the default).
+    #[default]
+    Calibrated,
+    /// The Spot Instance Advisor bucket as a constant rate.
+    Advisor,
+}
+
+/// `marketTuning:` of a scenario: values replacing the calibrated model's
+/// in every spot pool.
+#[derive(Debug, Clone, Default, Deserialize, PartialEq)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct MarketTuningSpec {
+    /// Factor on every pool's hazard.
+    #[serde(default)]
+    pub hazard_multiplier: Option<f64>,
+    /// Probability that a reclaim also takes each other running instance.
+    #[serde(default)]
+    pub co_reclaim_probability: Option<f64>,
+    /// Probability that a reclaim closes the pool.
+    #[serde(default)]
+    pub closure_probability: Option<f64>,
+    /// Median closure (Go duration).
+    #[serde(default)]
+    pub closure_median: Option<String>,
+    /// Probability that a launch succeeds outside closures.
+    #[serde(default)]
+    pub obtainability: Option<f64>,
+}
+
+/// One pool a replayed trace drives.
+#[derive(Debug, Clone, Deserialize, PartialEq)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct TracePool {
+    /// Instance type.
+    pub instance_type: String,
+    /// Zone ID.
+    pub zone: String,
+}
+
+/// A SkyPilot trace replayed onto pools.
+#[derive(Debug, Clone, Deserialize, PartialEq)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct SpotTraceSpec {
+    /// The trace file, relative to the scenario file.
+    pub path: String,
+    /// `preemption` (running counts: drops reclaim) or `availability`
+    /// (launch probes: zeros close the pool).
+    pub kind: TraceKind,
+    /// Spot pools it drives.
+    pub pools: Vec<TracePool>,
+    /// How much of the trace's beginning to skip (Go duration).
+    #[serde(default)]
+    pub offset: Option<String>,
+    /// The parsed trace, once [`crate::sim::load_spot_traces`] read it.
+    #[serde(skip)]
+    pub loaded: Option<SpotTrace>,
 }
 
 /// A scenario file.
@@ -148,6 +227,59 @@ fn all_strategies() -> Vec<StrategyName> {
         StrategyName::OnDemand,
         StrategyName::Static,
     ]
+}
+
+impl CloudSpec {
+    /// Every problem of the market fields.
+    fn market_problems(&self, catalog: &Catalog, region: &str) -> Vec<String> {
+        let mut problems = Vec::new();
+        let t = &self.market_tuning;
+        if let Some(m) = t
+            .hazard_multiplier
+            .filter(|m| !(m.is_finite() && *m >= 0.0))
+        {
+            problems.push(format!(
+                "cloud.marketTuning.hazardMultiplier: {m} must be >= 0"
+            ));
+        }
+        let probabilities = [
+            ("coReclaimProbability", t.co_reclaim_probability),
+            ("closureProbability", t.closure_probability),
+            ("obtainability", t.obtainability),
+        ];
+        for (field, p) in probabilities {
+            if let Some(p) = p.filter(|p| !(0.0..=1.0).contains(p)) {
+                problems.push(format!("cloud.marketTuning.{field}: {p} is not in [0, 1]"));
+            }
+        }
+        if let Some(Err(e)) = t.closure_median.as_deref().map(crate::api::parse_duration) {
+            problems.push(format!("cloud.marketTuning.closureMedian: {e}"));
+        }
+        for (i, tr) in self.spot_traces.iter().enumerate() {
+            if let Some(Err(e)) = tr.offset.as_deref().map(crate::api::parse_duration) {
+                problems.push(format!("cloud.spotTraces[{i}].offset: {e}"));
+            }
+            if tr.pools.is_empty() {
+                problems.push(format!(
+                    "cloud.spotTraces[{i}].pools: at least one pool is needed"
+                ));
+            }
+            for (j, p) in tr.pools.iter().enumerate() {
+                let sold = catalog.offerings_in(region).any(|o| {
+                    o.capacity_type == crate::catalog::CapacityType::Spot
+                        && o.instance_type == p.instance_type
+                        && o.zone_id == p.zone
+                });
+                if !sold {
+                    problems.push(format!(
+                        "cloud.spotTraces[{i}].pools[{j}]: {} spot in {} is not sold in {region}",
+                        p.instance_type, p.zone
+                    ));
+                }
+            }
+        }
+        problems
+    }
 }
 
 impl Scenario {
@@ -237,11 +369,115 @@ impl Scenario {
                 problems.push(format!("cloud.rebalanceLead: {e}"));
             }
         }
+        problems.extend(s.cloud.market_problems(catalog, &s.region));
         if problems.is_empty() {
             Ok(s)
         } else {
             Err(Error::Invalid(problems))
         }
+    }
+
+    /// The simulated cloud this scenario describes: storms, price
+    /// changes, the rebalance lead, exhausted pools, the market (model,
+    /// tuning) and the replayed traces.
+    ///
+    /// # Errors
+    /// A spot trace that was not loaded ([`crate::sim::load_spot_traces`]).
+    pub fn cloud_config(&self) -> Result<SimulatedCloudConfig, String> {
+        let start = self.start;
+        let mut cloud_config = SimulatedCloudConfig::new(self.seed, &self.region, start);
+        for s in &self.cloud.storms {
+            let after = crate::api::parse_duration(&s.after).unwrap_or_default();
+            let length = crate::api::parse_duration(&s.duration).unwrap_or_default();
+            let from = start + Span::from_std(after).unwrap_or_default();
+            cloud_config
+                .interruptions
+                .storms
+                .push(CloudStorm::everywhere(
+                    from,
+                    from + Span::from_std(length).unwrap_or_default(),
+                    s.multiplier,
+                ));
+        }
+        for c in &self.cloud.price_changes {
+            let after = crate::api::parse_duration(&c.after).unwrap_or_default();
+            let Ok(capacity_type) = c.capacity_type.parse() else {
+                continue;
+            };
+            let target = match &c.zone {
+                Some(zone) => PriceTarget::Offering(OfferingKey {
+                    instance_type: c.instance_type.clone(),
+                    zone: zone.clone(),
+                    capacity_type,
+                }),
+                None => PriceTarget::InstanceType {
+                    instance_type: c.instance_type.clone(),
+                    capacity_type,
+                },
+            };
+            cloud_config.price_changes.push(PriceChange {
+                at: start + Span::from_std(after).unwrap_or_default(),
+                target,
+                price_per_hour: c.price_per_hour,
+            });
+        }
+        if let Some(lead) = &self.cloud.rebalance_lead {
+            cloud_config.interruptions.rebalance_lead = crate::api::parse_duration(lead).ok();
+        }
+        for key in &self.cloud.insufficient_capacity {
+            let parts: Vec<&str> = key.split('/').collect();
+            if let [t, z, c] = parts[..] {
+                if let Ok(capacity_type) = c.parse() {
+                    cloud_config.capacity.exhausted.insert(OfferingKey {
+                        instance_type: t.into(),
+                        zone: z.into(),
+                        capacity_type,
+                    });
+                }
+            }
+        }
+        let im = &mut cloud_config.interruptions;
+        let t = &self.cloud.market_tuning;
+        im.market = match self.cloud.market {
+            MarketName::Calibrated => None,
+            MarketName::Advisor => Some(MarketModel::Advisor),
+        };
+        im.rate_multiplier *= t.hazard_multiplier.unwrap_or(1.0);
+        im.tuning = MarketTuning {
+            co_reclaim_probability: t.co_reclaim_probability,
+            closure_probability: t.closure_probability,
+            closure_median: t
+                .closure_median
+                .as_deref()
+                .and_then(|d| crate::api::parse_duration(d).ok()),
+            obtainability: t.obtainability,
+        };
+        for (i, tr) in self.cloud.spot_traces.iter().enumerate() {
+            let Some(trace) = tr.loaded.clone() else {
+                return Err(format!(
+                    "cloud.spotTraces[{i}]: {} was not loaded (sim::load_spot_traces)",
+                    tr.path
+                ));
+            };
+            im.replays.push(TraceReplay {
+                trace,
+                pools: tr
+                    .pools
+                    .iter()
+                    .map(|p| OfferingKey {
+                        instance_type: p.instance_type.clone(),
+                        zone: p.zone.clone(),
+                        capacity_type: CapacityType::Spot,
+                    })
+                    .collect(),
+                offset: tr
+                    .offset
+                    .as_deref()
+                    .and_then(|d| crate::api::parse_duration(d).ok())
+                    .unwrap_or_default(),
+            });
+        }
+        Ok(cloud_config)
     }
 
     /// Length of the simulated period.

@@ -3,7 +3,8 @@
 //! data with documented defaults (see `docs/simulated-cloud.md`) and one
 //! validation pass against the catalog.
 
-use crate::catalog::{CapacityType, Catalog};
+use super::market::TraceReplay;
+use crate::catalog::{CapacityType, Catalog, MarketModel, PoolMarket};
 use crate::core::{OfferingKey, Time};
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
@@ -102,6 +103,38 @@ impl SimulatedCloudConfig {
                 "interruptions.reclaim_share",
                 format!("{} is not in (0, 1]", im.reclaim_share),
             );
+        }
+        let t = &im.tuning;
+        let tuned = [
+            ("co_reclaim_probability", t.co_reclaim_probability),
+            ("closure_probability", t.closure_probability),
+            ("obtainability", t.obtainability),
+        ];
+        for (field, p) in tuned {
+            if let Some(p) = p.filter(|p| !(0.0..=1.0).contains(p)) {
+                return invalid(
+                    &format!("interruptions.tuning.{field}"),
+                    format!("{p} is not in [0, 1]"),
+                );
+            }
+        }
+        for (i, r) in im.replays.iter().enumerate() {
+            for pool in &r.pools {
+                let sold = catalog.offerings_in(&self.region).any(|o| {
+                    o.capacity_type == CapacityType::Spot
+                        && o.instance_type == pool.instance_type
+                        && o.zone_id == pool.zone
+                });
+                if !sold || pool.capacity_type != CapacityType::Spot {
+                    return invalid(
+                        "interruptions.replays",
+                        format!(
+                            "replay {i} ({}): {pool} is not a spot pool sold in {}",
+                            r.trace.file, self.region
+                        ),
+                    );
+                }
+            }
         }
         for (i, s) in im.storms.iter().enumerate() {
             if s.until <= s.from || !(s.multiplier.is_finite() && s.multiplier >= 0.0) {
@@ -272,6 +305,51 @@ pub struct InterruptionModel {
     /// If set, a rebalance recommendation this long before the interruption
     /// notice (not before the instance is running). Default none.
     pub rebalance_lead: Option<Duration>,
+    /// Which market draws the reclaims: `None` (default) the catalog's
+    /// model (calibrated unless the catalog was built otherwise);
+    /// [`MarketModel::Advisor`] the old constant-rate pool process, where
+    /// `reclaim_share` applies.
+    pub market: Option<MarketModel>,
+    /// Adjustments of the calibrated market in every spot pool.
+    pub tuning: MarketTuning,
+    /// Traces replayed onto pools (their reclaims and closures replace the
+    /// model's in those pools).
+    pub replays: Vec<TraceReplay>,
+}
+
+/// Scenario adjustments of the calibrated market, applied to every spot
+/// pool after the catalog's mapping (the hazard is also scaled by
+/// [`InterruptionModel::rate_multiplier`]). `None` keeps the model's value.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct MarketTuning {
+    /// Probability that a reclaim takes each other running instance of the
+    /// pool too.
+    pub co_reclaim_probability: Option<f64>,
+    /// Probability that a reclaim closes the pool.
+    pub closure_probability: Option<f64>,
+    /// Median closure.
+    pub closure_median: Option<Duration>,
+    /// Probability that a launch succeeds outside closures.
+    pub obtainability: Option<f64>,
+}
+
+impl MarketTuning {
+    /// `market` with these adjustments.
+    pub fn apply(&self, mut market: PoolMarket) -> PoolMarket {
+        if let Some(q) = self.co_reclaim_probability {
+            market.co_reclaim_probability = q;
+        }
+        if let Some(p) = self.closure_probability {
+            market.closure.probability = p;
+        }
+        if let Some(d) = self.closure_median {
+            market.closure.median_hours = d.as_secs_f64() / 3600.0;
+        }
+        if let Some(o) = self.obtainability {
+            market.obtainability = o;
+        }
+        market
+    }
 }
 
 impl Default for InterruptionModel {
@@ -283,6 +361,9 @@ impl Default for InterruptionModel {
             reclaim_share: 1.0,
             notice: Duration::from_secs(120),
             rebalance_lead: None,
+            market: None,
+            tuning: MarketTuning::default(),
+            replays: Vec::new(),
         }
     }
 }

@@ -41,6 +41,7 @@ fn catalog() -> Arc<Catalog> {
                 price_per_hour,
                 price_source,
                 interruption_bucket: bucket,
+                market: None,
             };
             offerings.push(offering(
                 CapacityType::OnDemand,
@@ -85,8 +86,12 @@ fn claim(name: &str, offering: OfferingKey) -> ClaimRequest {
     }
 }
 
+/// The advisor market (constant rates per pool), which these tests pin;
+/// the calibrated market's tests use [`calibrated`].
 fn config(seed: u64) -> SimulatedCloudConfig {
-    SimulatedCloudConfig::new(seed, REGION, t0())
+    let mut c = SimulatedCloudConfig::new(seed, REGION, t0());
+    c.interruptions.market = Some(crate::catalog::MarketModel::Advisor);
+    c
 }
 
 fn cloud(config: SimulatedCloudConfig) -> SimulatedCloud {

@@ -192,6 +192,7 @@ pub fn apply_prices(base: &Catalog, region: &str, live: &LivePrices) -> (Catalog
                 price_per_hour: price,
                 price_source: PriceSource::SpotObserved,
                 interruption_bucket: None,
+                market: None,
             });
             report.spot_added += 1;
         } else {
@@ -379,6 +380,7 @@ mod tests {
             capacity_type: ct,
             price_per_hour: price,
             price_source: src,
+            market: None,
             interruption_bucket: None,
         }
     }
