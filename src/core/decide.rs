@@ -12,7 +12,6 @@ use super::interruption::{self, offering_key, Interruptions};
 use super::prewarm::{self, LaunchLatency};
 use super::{Action, ClaimRequest, ManagedNode, Notice, OfferingKey, Time, World};
 use crate::api::{NodePool, NodePoolSpec};
-use crate::catalog::InterruptionBucket;
 use crate::catalog::Offering;
 use crate::cluster::{NodeState, Pod, Pool, Resources};
 use crate::plan::{self, Strategy};
@@ -81,8 +80,9 @@ pub struct Core {
     /// with the spec they were computed from (recomputing them builds the
     /// labels of every instance type, on every step).
     families: RefCell<BTreeMap<String, (NodePoolSpec, Vec<String>)>>,
-    /// Advisor buckets of the spot pools the estimator has evidence for.
-    priors: RefCell<BTreeMap<OfferingKey, Option<InterruptionBucket>>>,
+    /// Prior mean rates (the calibrated market's) of the spot pools the
+    /// estimator has evidence for.
+    priors: RefCell<BTreeMap<OfferingKey, f64>>,
     /// Seconds on a monotonic clock, to time the planner; measuring only.
     solve_clock: Option<fn() -> f64>,
     /// The last provisioning plan's report.
@@ -142,8 +142,8 @@ impl Core {
 
     /// The learned interruption rate of a spot pool (posterior mean).
     pub fn interruption_rate(&self, key: &OfferingKey, world: &World) -> f64 {
-        let prior = super::estimator::prior_bucket(world.catalog, world.region, key);
-        self.estimator.rate(key, prior)
+        let prior = super::estimator::prior_rate(world.catalog, world.region, key);
+        self.estimator.posterior_from(key, prior).mean()
     }
 
     /// Everything to do now.
@@ -314,9 +314,9 @@ impl Core {
             .pools()
             .map(|k| {
                 let prior = *priors.entry(k.clone()).or_insert_with(|| {
-                    super::estimator::prior_bucket(world.catalog, world.region, k)
+                    super::estimator::prior_rate(world.catalog, world.region, k)
                 });
-                (k.clone(), self.estimator.rate(k, prior))
+                (k.clone(), self.estimator.posterior_from(k, prior).mean())
             })
             .collect()
     }

@@ -185,7 +185,19 @@ impl Interruptions {
                 if matches!(existing, Some(Response::Interrupt | Response::Terminated)) {
                     return None;
                 }
-                self.mark_unavailable(node.offering.clone(), now);
+                // A pool that just reclaimed is often closed for a while:
+                // kept out for the market's expected closure, at least the TTL.
+                let closure = world
+                    .catalog
+                    .market(&node.offering.instance_type, &node.offering.zone)
+                    .mean_closure_hours();
+                self.mark_unavailable_for(
+                    node.offering.clone(),
+                    now,
+                    self.config.unavailable_ttl.max(Duration::from_secs_f64(
+                        (closure * 3600.0).clamp(0.0, 86_400.0),
+                    )),
+                );
                 let grace = checkpoint_grace(policy(world, node));
                 let until = before(*deadline, self.config.drain_grace).min(after(now, grace));
                 let r = Response::Interrupt;
@@ -404,7 +416,11 @@ impl Interruptions {
     }
 
     fn mark_unavailable(&mut self, key: OfferingKey, now: Time) {
-        let until = after(now, self.config.unavailable_ttl);
+        self.mark_unavailable_for(key, now, self.config.unavailable_ttl);
+    }
+
+    fn mark_unavailable_for(&mut self, key: OfferingKey, now: Time, ttl: Duration) {
+        let until = after(now, ttl);
         let e = self.unavailable.entry(key).or_insert(until);
         *e = (*e).max(until);
     }
@@ -1127,13 +1143,17 @@ mod tests {
             &f.world(),
             t(60),
         );
-        assert!(s.is_unavailable(&key, t(599)));
-        assert!(!s.is_unavailable(&key, t(600)));
+        // The interrupted pool stays out for the market's expected closure
+        // (at least the TTL); the capacity-starved one for the TTL.
+        let until = reclaim_until(&f, &key);
+        assert!(until > t(660));
+        assert!(s.is_unavailable(&key, until - chrono::Duration::seconds(1)));
+        assert!(!s.is_unavailable(&key, until));
         assert_eq!(
-            s.unavailable(t(599)).cloned().collect::<Vec<_>>(),
+            s.unavailable(t(659)).cloned().collect::<Vec<_>>(),
             [key.clone(), other.clone()]
         );
-        assert_eq!(s.unavailable(t(600)).collect::<Vec<_>>(), [&other]);
+        assert_eq!(s.unavailable(t(660)).collect::<Vec<_>>(), [&key]);
         let offering = crate::catalog::Offering {
             instance_type: other.instance_type.clone(),
             region: REGION.into(),
@@ -1282,7 +1302,23 @@ mod tests {
         f.nodes.clear();
         assert_eq!(s.decide(&f.world(), t(1)), []);
         assert!(!s.is_handling("n1"));
-        // Only the offering's TTL is left.
-        assert_eq!(s.next_deadline(), Some(t(600)));
+        // Only the offering's closure is left.
+        let key = node("n1").spot().offering;
+        assert_eq!(s.next_deadline(), Some(reclaim_until(&f, &key)));
+    }
+
+    /// When a pool interrupted at t(0) is available again: the market's
+    /// expected closure of the pool, at least the TTL.
+    fn reclaim_until(f: &Fixture, key: &OfferingKey) -> Time {
+        let h = f
+            .catalog
+            .market(&key.instance_type, &key.zone)
+            .mean_closure_hours();
+        after(
+            t(0),
+            Config::default()
+                .unavailable_ttl
+                .max(Duration::from_secs_f64((h * 3600.0).clamp(0.0, 86_400.0))),
+        )
     }
 }

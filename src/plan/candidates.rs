@@ -54,8 +54,22 @@ impl Candidate {
 
     /// Interruptions a node of this offering expects over its first `hours`
     /// (0 for on-demand).
+    /// The pool's calibrated hazard over the node's first `hours` (its
+    /// cumulative hazard: heavy-tailed lifetimes make the first hours the
+    /// riskiest), scaled by the learned rate over the market's mean rate, so
+    /// that what the core learned of the pool moves the level and the
+    /// market gives the shape. A constant `rate` without a market.
     pub fn expected_interruptions(&self, hours: f64) -> f64 {
-        self.rate * hours.max(0.0)
+        let hours = hours.max(0.0);
+        if self.offering.capacity_type != crate::catalog::CapacityType::Spot {
+            return 0.0;
+        }
+        match &self.offering.market {
+            Some(m) if m.mean_rate_per_hour() > 0.0 => {
+                m.expected_interruptions(0.0, hours) * self.rate / m.mean_rate_per_hour()
+            }
+            _ => self.rate * hours,
+        }
     }
 }
 
