@@ -54,6 +54,18 @@ fn the_smoke_scenario_runs_every_strategy_on_the_same_jobs_reproducibly() {
         assert!(r.lost_gpu_hours <= r.gpu_hours, "{name}");
     }
     let s = |n: &str| &a.strategies[n];
+    // Every job that could finish (on-demand, never interrupted, finishes
+    // it) finishes under every strategy: a storm may slow jobs down, never
+    // strand them waiting after their node is lost.
+    let could_finish = s("on-demand").jobs_completed;
+    assert_eq!(could_finish, 12, "{:?}", s("on-demand").unfinished);
+    for (name, r) in &a.strategies {
+        assert_eq!(
+            r.jobs_completed, could_finish,
+            "{name} leaves jobs unfinished: {:?}",
+            r.unfinished
+        );
+    }
     assert_eq!(s("on-demand").spot_notices, 0);
     assert_eq!(s("on-demand").lost_gpu_hours, 0.0);
     assert!(

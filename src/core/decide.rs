@@ -16,7 +16,7 @@ use crate::catalog::Offering;
 use crate::cluster::{NodeState, Pod, Pool, Resources};
 use crate::plan::{self, Strategy};
 use std::cell::RefCell;
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 
 /// Knobs of the whole core.
 #[derive(Debug, Clone)]
@@ -76,6 +76,12 @@ pub struct Core {
     latency: LaunchLatency,
     next_claim: u64,
     last_decide: Option<Time>,
+    /// Claims of the nodes the last provisioning step could place pods on.
+    /// When one of them stops being usable (reclaimed, failed, cordoned,
+    /// being interrupted) the pods that counted on it are pending under the
+    /// same names as before, so the batcher sees nothing new: the step
+    /// re-opens a batch itself, or such pods would wait forever.
+    usable: BTreeSet<String>,
     /// Instance families each pool selects, for its pre-warm lead, kept
     /// with the spec they were computed from (recomputing them builds the
     /// labels of every instance type, on every step).
@@ -100,6 +106,7 @@ impl Core {
             latency: LaunchLatency::new(),
             next_claim: 0,
             last_decide: None,
+            usable: BTreeSet::new(),
             families: RefCell::new(BTreeMap::new()),
             priors: RefCell::new(BTreeMap::new()),
             solve_clock: None,
@@ -210,6 +217,16 @@ impl Core {
         }
         self.batcher
             .observe_pending(demand.iter().map(|p| p.name.as_str()), now);
+        let usable: BTreeSet<String> = world
+            .nodes
+            .iter()
+            .filter(|n| !self.interruptions.is_handling(&n.claim) && !n.state.unschedulable)
+            .map(|n| n.claim.clone())
+            .collect();
+        if !demand.is_empty() && !self.usable.is_subset(&usable) {
+            self.batcher.trigger(now);
+        }
+        self.usable = usable;
         if demand.is_empty() || !self.batcher.ready(now) {
             return Vec::new();
         }
@@ -223,7 +240,7 @@ impl Core {
         let nodes: Vec<NodeState> = world
             .nodes
             .iter()
-            .filter(|n| !self.interruptions.is_handling(&n.claim) && !n.state.unschedulable)
+            .filter(|n| self.usable.contains(&n.claim))
             .map(|n| n.state.clone())
             .collect();
         let rates = self.learned_rates(world);
@@ -492,6 +509,60 @@ mod tests {
         for s in 2..5 {
             assert!(launches(&core.decide(&world(&pools, &pending, &nodes), t(s))).is_empty());
         }
+    }
+
+    #[test]
+    fn a_pending_pod_whose_node_is_lost_in_flight_is_launched_for_again() {
+        let pools = [gpu_pool(|_| {})];
+        let pending = [gpu_pod("ml/a")];
+        let mut core = Core::new(Config::default());
+        core.decide(&world(&pools, &pending, &[]), t(0));
+        let actions = core.decide(&world(&pools, &pending, &[]), t(1));
+        let first =
+            ManagedNode::launched(launches(&actions)[0], &world(&pools, &pending, &[]), t(1))
+                .unwrap();
+        let nodes = [first];
+        assert!(launches(&core.decide(&world(&pools, &pending, &nodes), t(2))).is_empty());
+        // The claim is reclaimed before it is Ready: the pod is still pending
+        // under the same name, and nothing else changes in the world.
+        let mut relaunched = Vec::new();
+        for s in 3..10 {
+            relaunched.extend(
+                launches(&core.decide(&world(&pools, &pending, &[]), t(s)))
+                    .into_iter()
+                    .map(|c| c.pods.clone()),
+            );
+        }
+        assert_eq!(relaunched, [["ml/a"]]);
+    }
+
+    #[test]
+    fn a_pending_pod_whose_node_gets_a_spot_notice_in_flight_is_launched_for_again() {
+        let pools = [gpu_pool(|_| {})];
+        let pending = [gpu_pod("ml/a")];
+        let mut core = Core::new(Config::default());
+        core.decide(&world(&pools, &pending, &[]), t(0));
+        let actions = core.decide(&world(&pools, &pending, &[]), t(1));
+        let first =
+            ManagedNode::launched(launches(&actions)[0], &world(&pools, &pending, &[]), t(1))
+                .unwrap();
+        let claim = first.claim.clone();
+        let nodes = [first];
+        assert!(launches(&core.decide(&world(&pools, &pending, &nodes), t(2))).is_empty());
+        let notice = Notice::SpotInterruption {
+            claim,
+            deadline: t(122),
+        };
+        core.handle_notice(&notice, &world(&pools, &pending, &nodes), t(2));
+        let mut relaunched = Vec::new();
+        for s in 3..10 {
+            relaunched.extend(
+                launches(&core.decide(&world(&pools, &pending, &nodes), t(s)))
+                    .into_iter()
+                    .map(|c| c.pods.clone()),
+            );
+        }
+        assert_eq!(relaunched, [["ml/a"]]);
     }
 
     #[test]
