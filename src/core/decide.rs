@@ -511,58 +511,56 @@ mod tests {
         }
     }
 
+    /// A core that launched a node for `pending` at t(1) and saw it in
+    /// flight at t(2), with that node.
+    fn launched_for(pools: &[NodePool], pending: &[Pod]) -> (Core, ManagedNode) {
+        let mut core = Core::new(Config::default());
+        core.decide(&world(pools, pending, &[]), t(0));
+        let actions = core.decide(&world(pools, pending, &[]), t(1));
+        let node = ManagedNode::launched(launches(&actions)[0], &world(pools, pending, &[]), t(1))
+            .unwrap();
+        let nodes = [node];
+        assert!(launches(&core.decide(&world(pools, pending, &nodes), t(2))).is_empty());
+        let [node] = nodes;
+        (core, node)
+    }
+
+    /// The pods of the launches over t(3)..t(10) with this world.
+    fn relaunched(core: &mut Core, w: &World) -> Vec<Vec<String>> {
+        (3..10)
+            .flat_map(|s| {
+                launches(&core.decide(w, t(s)))
+                    .into_iter()
+                    .map(|c| c.pods.clone())
+                    .collect::<Vec<_>>()
+            })
+            .collect()
+    }
+
     #[test]
     fn a_pending_pod_whose_node_is_lost_in_flight_is_launched_for_again() {
         let pools = [gpu_pool(|_| {})];
         let pending = [gpu_pod("ml/a")];
-        let mut core = Core::new(Config::default());
-        core.decide(&world(&pools, &pending, &[]), t(0));
-        let actions = core.decide(&world(&pools, &pending, &[]), t(1));
-        let first =
-            ManagedNode::launched(launches(&actions)[0], &world(&pools, &pending, &[]), t(1))
-                .unwrap();
-        let nodes = [first];
-        assert!(launches(&core.decide(&world(&pools, &pending, &nodes), t(2))).is_empty());
+        let (mut core, _) = launched_for(&pools, &pending);
         // The claim is reclaimed before it is Ready: the pod is still pending
         // under the same name, and nothing else changes in the world.
-        let mut relaunched = Vec::new();
-        for s in 3..10 {
-            relaunched.extend(
-                launches(&core.decide(&world(&pools, &pending, &[]), t(s)))
-                    .into_iter()
-                    .map(|c| c.pods.clone()),
-            );
-        }
-        assert_eq!(relaunched, [["ml/a"]]);
+        let again = relaunched(&mut core, &world(&pools, &pending, &[]));
+        assert_eq!(again, [["ml/a"]]);
     }
 
     #[test]
     fn a_pending_pod_whose_node_gets_a_spot_notice_in_flight_is_launched_for_again() {
         let pools = [gpu_pool(|_| {})];
         let pending = [gpu_pod("ml/a")];
-        let mut core = Core::new(Config::default());
-        core.decide(&world(&pools, &pending, &[]), t(0));
-        let actions = core.decide(&world(&pools, &pending, &[]), t(1));
-        let first =
-            ManagedNode::launched(launches(&actions)[0], &world(&pools, &pending, &[]), t(1))
-                .unwrap();
-        let claim = first.claim.clone();
-        let nodes = [first];
-        assert!(launches(&core.decide(&world(&pools, &pending, &nodes), t(2))).is_empty());
+        let (mut core, node) = launched_for(&pools, &pending);
         let notice = Notice::SpotInterruption {
-            claim,
+            claim: node.claim.clone(),
             deadline: t(122),
         };
+        let nodes = [node];
         core.handle_notice(&notice, &world(&pools, &pending, &nodes), t(2));
-        let mut relaunched = Vec::new();
-        for s in 3..10 {
-            relaunched.extend(
-                launches(&core.decide(&world(&pools, &pending, &nodes), t(s)))
-                    .into_iter()
-                    .map(|c| c.pods.clone()),
-            );
-        }
-        assert_eq!(relaunched, [["ml/a"]]);
+        let again = relaunched(&mut core, &world(&pools, &pending, &nodes));
+        assert_eq!(again, [["ml/a"]]);
     }
 
     #[test]
