@@ -22,6 +22,7 @@ fn bench(c: &mut Criterion) {
             pods: &pods,
             unavailable: &|_| false,
             learned_rate: None,
+            now: None,
         };
         for strategy in [Strategy::Mip, Strategy::Greedy] {
             group.bench_with_input(

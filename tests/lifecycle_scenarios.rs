@@ -73,6 +73,7 @@ fn job(name: &str, submit_h: f64, work_h: f64, checkpoint_every_h: Option<f64>) 
         submit: at(submit_h),
         work_s: work_h * 3600.0,
         checkpoint_interval_s: checkpoint_every_h.map(|h| h * 3600.0),
+        checkpoint_write_s: 20.0,
         restart_overhead_s: 60.0,
     }
 }

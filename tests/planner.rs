@@ -52,6 +52,7 @@ fn run(pods: &[Pod], pools: &[Pool], nodes: &[NodeState], strategy: Strategy) ->
         pods,
         unavailable: &|_| false,
         learned_rate: None,
+        now: None,
     };
     let start = std::time::Instant::now();
     plan::plan(&input, strategy, &Options::default(), &|| {
@@ -456,6 +457,7 @@ fn rounded(pods: &[Pod], pools: &[Pool], strategy: Strategy) -> Plan {
         pods,
         unavailable: &|_| false,
         learned_rate: None,
+        now: None,
     };
     let opts = Options {
         max_branch_and_bound_integers: 0,
@@ -573,6 +575,7 @@ fn the_time_limit_bounds_the_whole_plan_not_each_mip() {
         pods: &pods,
         unavailable: &|_| false,
         learned_rate: None,
+        now: None,
     };
     let options = Options {
         time_limit: std::time::Duration::from_millis(800),

@@ -117,6 +117,7 @@ fn every_pod_is_placed_once_or_explained_and_limits_hold() {
             pods: &pods,
             unavailable: &|_| false,
             learned_rate: None,
+            now: None,
         };
         for strategy in [Strategy::Mip, Strategy::Greedy] {
             let p = plan::plan(&input, strategy, &Options::default(), &|| 0.0);

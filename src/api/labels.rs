@@ -77,6 +77,13 @@ pub const CHECKPOINT_HOOK: &str = "quartermaster.dev/checkpoint-hook";
 pub const CHECKPOINT_INTERVAL: &str = "quartermaster.dev/checkpoint-interval";
 /// Pod annotation: expected run time of the pod (planner risk model).
 pub const EXPECTED_RUNTIME: &str = "quartermaster.dev/expected-runtime";
+/// Pod annotation: how long the pod takes to write one checkpoint (Go
+/// duration). A checkpoint request that cannot finish before its deadline
+/// is not made, and the planner prices the work it would not save.
+pub const CHECKPOINT_DURATION: &str = "quartermaster.dev/checkpoint-duration";
+/// Pod annotation: when the pod's work must be done (RFC 3339). Spot is not
+/// used for it once its slack no longer covers spot's expected delays.
+pub const DEADLINE: &str = "quartermaster.dev/deadline";
 /// Pod annotation: our own gang name.
 pub const POD_GROUP: &str = "quartermaster.dev/pod-group";
 /// Pod annotation: our own gang size (pods that must start together).

@@ -174,6 +174,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         pods: &pending,
         unavailable: &|_| false,
         learned_rate: None,
+        now: None,
     };
     let options = Options::default();
     let run = |s| {

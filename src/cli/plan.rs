@@ -85,6 +85,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         pods: &pods,
         unavailable: &|_| false,
         learned_rate: None,
+        now: Some(chrono::Utc::now()),
     };
     let options = Options {
         time_limit: Duration::from_millis(args.time_limit_ms),

@@ -70,6 +70,11 @@ pub struct Pod {
     pub checkpoint_interval_s: Option<f64>,
     /// Expected run time in seconds, if known.
     pub expected_runtime_s: Option<f64>,
+    /// Seconds one checkpoint takes to write, if the pod says
+    /// (`quartermaster.dev/checkpoint-duration`).
+    pub checkpoint_duration_s: Option<f64>,
+    /// When its work must be done (`quartermaster.dev/deadline`).
+    pub deadline: Option<chrono::DateTime<chrono::Utc>>,
     /// Whether the pod opted in to checkpoint signals.
     pub checkpoints: bool,
     /// Pod labels (for spread and anti-affinity selectors).
@@ -89,6 +94,8 @@ impl Pod {
             group: None,
             checkpoint_interval_s: None,
             expected_runtime_s: None,
+            checkpoint_duration_s: None,
+            deadline: None,
             checkpoints: false,
             labels: BTreeMap::new(),
         }
@@ -233,6 +240,18 @@ impl Pod {
         };
         let checkpoint_interval_s = seconds(l::CHECKPOINT_INTERVAL);
         let expected_runtime_s = seconds(l::EXPECTED_RUNTIME);
+        let checkpoint_duration_s = seconds(l::CHECKPOINT_DURATION);
+        let deadline = annotations.get(l::DEADLINE).and_then(|v| {
+            chrono::DateTime::parse_from_rfc3339(v)
+                .map(|t| t.with_timezone(&chrono::Utc))
+                .map_err(|e| {
+                    ignore(format!(
+                        "annotation {}={v:?} is not an RFC 3339 time: {e}",
+                        l::DEADLINE
+                    ))
+                })
+                .ok()
+        });
         let pod = Pod {
             requests,
             affinity: NodeAffinity { terms },
@@ -242,6 +261,8 @@ impl Pod {
             group,
             checkpoint_interval_s,
             expected_runtime_s,
+            checkpoint_duration_s,
+            deadline,
             checkpoints: annotations.get(l::CHECKPOINT_ENABLED).map(String::as_str) == Some("true")
                 || annotations.contains_key(l::CHECKPOINT_HOOK),
             labels,
@@ -464,5 +485,42 @@ spec:
         );
         let e = Pod::from_k8s(&p, &BTreeMap::new()).unwrap_err().to_string();
         assert!(e.contains("ml/bad") && e.contains("lots"), "{e}");
+    }
+
+    #[test]
+    fn checkpoint_duration_and_deadline_annotations_are_read_and_bad_ones_named() {
+        let p = pod_yaml(
+            r#"
+metadata:
+  name: t
+  namespace: ml
+  annotations: {quartermaster.dev/checkpoint-duration: 4m, quartermaster.dev/deadline: "2026-01-05T12:00:00+01:00"}
+spec:
+  containers: [{name: a}]
+"#,
+        );
+        let pod = Pod::from_k8s(&p, &BTreeMap::new()).unwrap();
+        assert_eq!(pod.checkpoint_duration_s, Some(240.0));
+        assert_eq!(
+            pod.deadline.map(|d| d.to_rfc3339()),
+            Some("2026-01-05T11:00:00+00:00".to_string())
+        );
+        let bad = pod_yaml(
+            r#"
+metadata:
+  name: late
+  namespace: ml
+  annotations: {quartermaster.dev/deadline: tomorrow}
+spec:
+  containers: [{name: a}]
+"#,
+        );
+        let e = Pod::from_k8s(&bad, &BTreeMap::new())
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("ml/late") && e.contains("quartermaster.dev/deadline"),
+            "{e}"
+        );
     }
 }

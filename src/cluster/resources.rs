@@ -153,6 +153,28 @@ impl Resources {
             .map(|(k, _)| k)
     }
 
+    /// GPUs in the list: whole GPUs (or time-sliced replicas) count one
+    /// each, a MIG instance `Ng.*` counts N/7 of a GPU.
+    pub fn gpus(&self) -> f64 {
+        use crate::api::labels as l;
+        self.iter()
+            .map(|(k, v)| {
+                if k == l::RESOURCE_GPU {
+                    v as f64
+                } else if let Some(profile) = k.strip_prefix(l::RESOURCE_MIG_PREFIX) {
+                    let slices: f64 = profile
+                        .split('g')
+                        .next()
+                        .and_then(|n| n.parse().ok())
+                        .unwrap_or(1.0);
+                    v as f64 * slices / 7.0
+                } else {
+                    0.0
+                }
+            })
+            .sum()
+    }
+
     /// How many copies of `self` fit in `capacity` (`u32::MAX` for an empty
     /// request).
     pub fn copies_in(&self, capacity: &Resources) -> u32 {

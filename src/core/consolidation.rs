@@ -647,6 +647,7 @@ impl Consolidation {
             pods,
             unavailable: &unavailable,
             learned_rate: r.ctx.learned_rate,
+            now: None,
         };
         let p = plan::plan(
             &input,
@@ -710,6 +711,7 @@ fn spot_guard<'c>(
         pods: &[],
         unavailable,
         learned_rate: ctx.learned_rate,
+        now: None,
     };
     let rates: Vec<f64> = plan::candidates::candidates(&input)
         .iter()

@@ -12,12 +12,11 @@ use super::interruption::{self, offering_key, Interruptions};
 use super::prewarm::{self, LaunchLatency};
 use super::{Action, ClaimRequest, ManagedNode, Notice, OfferingKey, Time, World};
 use crate::api::{NodePool, NodePoolSpec};
-use crate::catalog::InterruptionBucket;
 use crate::catalog::Offering;
 use crate::cluster::{NodeState, Pod, Pool, Resources};
 use crate::plan::{self, Strategy};
 use std::cell::RefCell;
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 
 /// Knobs of the whole core.
 #[derive(Debug, Clone)]
@@ -81,12 +80,19 @@ pub struct Core {
     latency: LaunchLatency,
     next_claim: u64,
     last_decide: Option<Time>,
+    /// Claims of the nodes the last provisioning step could place pods on.
+    /// When one of them stops being usable (reclaimed, failed, cordoned,
+    /// being interrupted) the pods that counted on it are pending under the
+    /// same names as before, so the batcher sees nothing new: the step
+    /// re-opens a batch itself, or such pods would wait forever.
+    usable: BTreeSet<String>,
     /// Instance families each pool selects, for its pre-warm lead, kept
     /// with the spec they were computed from (recomputing them builds the
     /// labels of every instance type, on every step).
     families: RefCell<BTreeMap<String, (NodePoolSpec, Vec<String>)>>,
-    /// Advisor buckets of the spot pools the estimator has evidence for.
-    priors: RefCell<BTreeMap<OfferingKey, Option<InterruptionBucket>>>,
+    /// Prior mean rates (the calibrated market's) of the spot pools the
+    /// estimator has evidence for.
+    priors: RefCell<BTreeMap<OfferingKey, f64>>,
     /// Seconds on a monotonic clock, to time the planner; measuring only.
     solve_clock: Option<fn() -> f64>,
     /// The last provisioning plan's report.
@@ -104,6 +110,7 @@ impl Core {
             latency: LaunchLatency::new(),
             next_claim: 0,
             last_decide: None,
+            usable: BTreeSet::new(),
             families: RefCell::new(BTreeMap::new()),
             priors: RefCell::new(BTreeMap::new()),
             solve_clock: None,
@@ -146,8 +153,8 @@ impl Core {
 
     /// The learned interruption rate of a spot pool (posterior mean).
     pub fn interruption_rate(&self, key: &OfferingKey, world: &World) -> f64 {
-        let prior = super::estimator::prior_bucket(world.catalog, world.region, key);
-        self.estimator.rate(key, prior)
+        let prior = super::estimator::prior_rate(world.catalog, world.region, key);
+        self.estimator.posterior_from(key, prior).mean()
     }
 
     /// Everything to do now.
@@ -214,6 +221,16 @@ impl Core {
         }
         self.batcher
             .observe_pending(demand.iter().map(|p| p.name.as_str()), now);
+        let usable: BTreeSet<String> = world
+            .nodes
+            .iter()
+            .filter(|n| !self.interruptions.is_handling(&n.claim) && !n.state.unschedulable)
+            .map(|n| n.claim.clone())
+            .collect();
+        if !demand.is_empty() && !self.usable.is_subset(&usable) {
+            self.batcher.trigger(now);
+        }
+        self.usable = usable;
         if demand.is_empty() || !self.batcher.ready(now) {
             return Vec::new();
         }
@@ -227,7 +244,7 @@ impl Core {
         let nodes: Vec<NodeState> = world
             .nodes
             .iter()
-            .filter(|n| !self.interruptions.is_handling(&n.claim) && !n.state.unschedulable)
+            .filter(|n| self.usable.contains(&n.claim))
             .map(|n| n.state.clone())
             .collect();
         let rates = self.learned_rates(world);
@@ -241,6 +258,7 @@ impl Core {
             pods: &demand,
             unavailable: &unavailable,
             learned_rate: Some(&learned),
+            now: Some(now),
         };
         let clock = self.solve_clock;
         let result = plan::plan(
@@ -317,9 +335,9 @@ impl Core {
             .pools()
             .map(|k| {
                 let prior = *priors.entry(k.clone()).or_insert_with(|| {
-                    super::estimator::prior_bucket(world.catalog, world.region, k)
+                    super::estimator::prior_rate(world.catalog, world.region, k)
                 });
-                (k.clone(), self.estimator.rate(k, prior))
+                (k.clone(), self.estimator.posterior_from(k, prior).mean())
             })
             .collect()
     }
@@ -495,6 +513,58 @@ mod tests {
         for s in 2..5 {
             assert!(launches(&core.decide(&world(&pools, &pending, &nodes), t(s))).is_empty());
         }
+    }
+
+    /// A core that launched a node for `pending` at t(1) and saw it in
+    /// flight at t(2), with that node.
+    fn launched_for(pools: &[NodePool], pending: &[Pod]) -> (Core, ManagedNode) {
+        let mut core = Core::new(Config::default());
+        core.decide(&world(pools, pending, &[]), t(0));
+        let actions = core.decide(&world(pools, pending, &[]), t(1));
+        let node = ManagedNode::launched(launches(&actions)[0], &world(pools, pending, &[]), t(1))
+            .unwrap();
+        let nodes = [node];
+        assert!(launches(&core.decide(&world(pools, pending, &nodes), t(2))).is_empty());
+        let [node] = nodes;
+        (core, node)
+    }
+
+    /// The pods of the launches over t(3)..t(10) with this world.
+    fn relaunched(core: &mut Core, w: &World) -> Vec<Vec<String>> {
+        (3..10)
+            .flat_map(|s| {
+                launches(&core.decide(w, t(s)))
+                    .into_iter()
+                    .map(|c| c.pods.clone())
+                    .collect::<Vec<_>>()
+            })
+            .collect()
+    }
+
+    #[test]
+    fn a_pending_pod_whose_node_is_lost_in_flight_is_launched_for_again() {
+        let pools = [gpu_pool(|_| {})];
+        let pending = [gpu_pod("ml/a")];
+        let (mut core, _) = launched_for(&pools, &pending);
+        // The claim is reclaimed before it is Ready: the pod is still pending
+        // under the same name, and nothing else changes in the world.
+        let again = relaunched(&mut core, &world(&pools, &pending, &[]));
+        assert_eq!(again, [["ml/a"]]);
+    }
+
+    #[test]
+    fn a_pending_pod_whose_node_gets_a_spot_notice_in_flight_is_launched_for_again() {
+        let pools = [gpu_pool(|_| {})];
+        let pending = [gpu_pod("ml/a")];
+        let (mut core, node) = launched_for(&pools, &pending);
+        let notice = Notice::SpotInterruption {
+            claim: node.claim.clone(),
+            deadline: t(122),
+        };
+        let nodes = [node];
+        core.handle_notice(&notice, &world(&pools, &pending, &nodes), t(2));
+        let again = relaunched(&mut core, &world(&pools, &pending, &nodes));
+        assert_eq!(again, [["ml/a"]]);
     }
 
     #[test]

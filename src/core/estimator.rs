@@ -182,11 +182,20 @@ impl InterruptionEstimator {
     /// (`None`: the advisor has no figure, the worst bucket is assumed).
     /// On-demand pools get a point mass at 0 (`alpha` 0).
     pub fn posterior(&self, key: &OfferingKey, prior: Option<InterruptionBucket>) -> RatePosterior {
+        let r0 = prior.unwrap_or(InterruptionBucket::WORST).rate_per_hour();
+        self.posterior_from(key, r0)
+    }
+
+    /// The posterior of the pool's rate from a prior mean rate `r0` per
+    /// instance-hour (the calibrated market's
+    /// [`PoolMarket::mean_rate_per_hour`](crate::catalog::PoolMarket::mean_rate_per_hour),
+    /// see [`prior_rate`]). On-demand pools get a point mass at 0.
+    pub fn posterior_from(&self, key: &OfferingKey, r0: f64) -> RatePosterior {
         let beta = self.prior_hours + self.evidence(key).exposure_hours;
         if key.capacity_type != CapacityType::Spot {
             return RatePosterior { alpha: 0.0, beta };
         }
-        let r0 = prior.unwrap_or(InterruptionBucket::WORST).rate_per_hour();
+        let r0 = if r0.is_finite() { r0.max(0.0) } else { 0.0 };
         let e = self.evidence(key);
         RatePosterior {
             alpha: r0 * self.prior_hours + e.interruptions as f64,
@@ -223,6 +232,19 @@ impl InterruptionEstimator {
             .keys()
             .map(move |k| (k, self.rate(k, prior_bucket(catalog, region, k))))
     }
+}
+
+/// The prior mean rate of a spot pool: its offering's
+/// [`Offering::interruption_rate_per_hour`](crate::catalog::Offering::interruption_rate_per_hour),
+/// the calibrated market's mean rate (or the advisor bucket's under the
+/// advisor model); the worst advisor bucket's rate when the catalog has no
+/// such offering.
+pub fn prior_rate(catalog: &Catalog, region: &str, key: &OfferingKey) -> f64 {
+    catalog
+        .offerings_of(region, &key.instance_type)
+        .find(|o| o.zone_id == key.zone && o.capacity_type == key.capacity_type)
+        .map(|o| o.interruption_rate_per_hour())
+        .unwrap_or_else(|| InterruptionBucket::WORST.rate_per_hour())
 }
 
 /// The advisor bucket of the pool's offering in the catalog, `None` when the
@@ -315,6 +337,21 @@ mod tests {
         let after = e.rate(&k, None);
         assert!(close(after, before / 10.0), "{before} -> {after}");
         assert!((after - 4.885958e-5).abs() < 1e-10);
+    }
+
+    #[test]
+    fn a_calibrated_prior_rate_is_the_mean_until_evidence_moves_it() {
+        let mut e = InterruptionEstimator::default();
+        let k = spot("p5.48xlarge", "use1-az6");
+        assert!(close(e.posterior_from(&k, 0.3).mean(), 0.3));
+        // 720 quiet instance-hours halve it: (0.3 x 720) / 1440.
+        e.observe_exposure(&k, 720.0);
+        assert!(close(e.posterior_from(&k, 0.3).mean(), 0.15));
+        let od = OfferingKey {
+            capacity_type: CapacityType::OnDemand,
+            ..k
+        };
+        assert_eq!(e.posterior_from(&od, 0.3).mean(), 0.0);
     }
 
     #[test]

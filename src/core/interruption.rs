@@ -185,7 +185,19 @@ impl Interruptions {
                 if matches!(existing, Some(Response::Interrupt | Response::Terminated)) {
                     return None;
                 }
-                self.mark_unavailable(node.offering.clone(), now);
+                // A pool that just reclaimed is often closed for a while:
+                // kept out for the market's expected closure, at least the TTL.
+                let closure = world
+                    .catalog
+                    .market(&node.offering.instance_type, &node.offering.zone)
+                    .mean_closure_hours();
+                self.mark_unavailable_for(
+                    node.offering.clone(),
+                    now,
+                    self.config.unavailable_ttl.max(Duration::from_secs_f64(
+                        (closure * 3600.0).clamp(0.0, 86_400.0),
+                    )),
+                );
                 let grace = checkpoint_grace(policy(world, node));
                 let until = before(*deadline, self.config.drain_grace).min(after(now, grace));
                 let r = Response::Interrupt;
@@ -404,7 +416,11 @@ impl Interruptions {
     }
 
     fn mark_unavailable(&mut self, key: OfferingKey, now: Time) {
-        let until = after(now, self.config.unavailable_ttl);
+        self.mark_unavailable_for(key, now, self.config.unavailable_ttl);
+    }
+
+    fn mark_unavailable_for(&mut self, key: OfferingKey, now: Time, ttl: Duration) {
+        let until = after(now, ttl);
         let e = self.unavailable.entry(key).or_insert(until);
         *e = (*e).max(until);
     }
@@ -463,8 +479,22 @@ fn budget_allows(world: &World, node: &ManagedNode, busy: &BTreeSet<String>, now
     super::budgets::allowed_disruptions(pool, total, disrupting, now).unwrap_or(0) > 0
 }
 
+/// When a checkpoint of `pod` requested at `now` would be complete: its
+/// `quartermaster.dev/checkpoint-duration` (or the planner's default for its
+/// GPUs, [`crate::plan::risk::checkpoint_write_s`]) from now.
+fn checkpoint_done(pod: &Pod, now: Time) -> Time {
+    after(
+        now,
+        Duration::from_secs_f64(crate::plan::risk::checkpoint_write_s(pod).max(0.0)),
+    )
+}
+
 /// Requests a checkpoint from each opted-in pod not asked yet under the
-/// current response.
+/// current response. Where the node is leaving, a pod whose checkpoint
+/// cannot be complete before the checkpoint wait ends is not asked (it would
+/// save nothing; it is evicted without waiting and falls back to its last
+/// complete checkpoint). Where the node stays (a rebalance `Checkpoint`),
+/// the pod gets the time its checkpoint takes.
 fn request_checkpoints(
     h: &mut Handling,
     node: &ManagedNode,
@@ -476,11 +506,20 @@ fn request_checkpoints(
         if h.requested.contains_key(&p.pod.name) || h.evicted.contains(&p.pod.name) {
             continue;
         }
+        let done = checkpoint_done(&p.pod, now);
+        let deadline = if h.leaving() {
+            if done > h.checkpoint_until {
+                continue;
+            }
+            h.checkpoint_until
+        } else {
+            h.checkpoint_until.max(done)
+        };
         h.requested.insert(p.pod.name.clone(), now);
         out.push(Action::RequestCheckpoint {
             pod: p.pod.name.clone(),
             claim: node.claim.clone(),
-            deadline: h.checkpoint_until,
+            deadline,
         });
     }
 }
@@ -523,7 +562,10 @@ fn drain(
         if h.evicted.contains(name) {
             continue;
         }
+        // Opted-in pods that were not asked (their checkpoint would not be
+        // complete in time) have nothing to wait for.
         let waited = !opted_in(p, hook)
+            || !h.requested.contains_key(name)
             || now >= h.checkpoint_until
             || h.requested
                 .get(name)
@@ -695,6 +737,9 @@ pub(crate) mod fixtures {
         fn cpu(self, milli: i64) -> Self;
         /// Requesting `n` GPUs.
         fn gpus(self, n: i64) -> Self;
+        /// Its checkpoints take `secs` to write
+        /// (`quartermaster.dev/checkpoint-duration`).
+        fn checkpoint_takes(self, secs: f64) -> Self;
     }
 
     impl PodExt for BoundPod {
@@ -724,6 +769,10 @@ pub(crate) mod fixtures {
         }
         fn gpus(mut self, n: i64) -> Self {
             self.pod.requests.set(crate::api::labels::RESOURCE_GPU, n);
+            self
+        }
+        fn checkpoint_takes(mut self, secs: f64) -> Self {
+            self.pod.checkpoint_duration_s = Some(secs);
             self
         }
     }
@@ -864,6 +913,38 @@ mod tests {
             [delete("n1", DisruptionReason::Interrupted)]
         );
         assert_eq!(s.decide(&f.world(), t(13)), []);
+    }
+
+    #[test]
+    fn a_checkpoint_that_cannot_finish_before_the_deadline_is_not_requested_and_its_pod_leaves_at_once(
+    ) {
+        // `slow` takes 4 minutes, `big` has 8 GPUs (3.6 minutes by default),
+        // `quick` 60 s: only `quick` fits the 90 s checkpoint wait.
+        let f = Fixture::new([node("n1").spot().pods([
+            pod("slow").checkpoints().checkpoint_takes(240.0),
+            pod("big").checkpoints().gpus(8),
+            pod("quick").checkpoints().checkpoint_takes(60.0),
+        ])]);
+        let mut s = Interruptions::default();
+        s.handle(&interrupt("n1", 0), &f.world(), t(0));
+        assert_eq!(
+            s.decide(&f.world(), t(0)),
+            [
+                cordon("n1", DisruptionReason::Interrupted),
+                checkpoint("quick", "n1", 90),
+                evict("slow", "n1"),
+                evict("big", "n1"),
+            ]
+        );
+        // Under a rebalance recommendation the node stays: the slow pod is
+        // asked, and given the time its checkpoint takes.
+        let mut f = Fixture::new([node("n2")
+            .spot()
+            .pods([pod("slow").checkpoints().checkpoint_takes(240.0)])]);
+        f.pools = rebalance_pool(RebalanceAction::Checkpoint);
+        let mut s = Interruptions::default();
+        s.handle(&rebalance("n2"), &f.world(), t(0));
+        assert_eq!(s.decide(&f.world(), t(0)), [checkpoint("slow", "n2", 240)]);
     }
 
     #[test]
@@ -1062,13 +1143,17 @@ mod tests {
             &f.world(),
             t(60),
         );
-        assert!(s.is_unavailable(&key, t(599)));
-        assert!(!s.is_unavailable(&key, t(600)));
+        // The interrupted pool stays out for the market's expected closure
+        // (at least the TTL); the capacity-starved one for the TTL.
+        let until = reclaim_until(&f, &key);
+        assert!(until > t(660));
+        assert!(s.is_unavailable(&key, until - chrono::Duration::seconds(1)));
+        assert!(!s.is_unavailable(&key, until));
         assert_eq!(
-            s.unavailable(t(599)).cloned().collect::<Vec<_>>(),
+            s.unavailable(t(659)).cloned().collect::<Vec<_>>(),
             [key.clone(), other.clone()]
         );
-        assert_eq!(s.unavailable(t(600)).collect::<Vec<_>>(), [&other]);
+        assert_eq!(s.unavailable(t(660)).collect::<Vec<_>>(), [&key]);
         let offering = crate::catalog::Offering {
             instance_type: other.instance_type.clone(),
             region: REGION.into(),
@@ -1217,7 +1302,23 @@ mod tests {
         f.nodes.clear();
         assert_eq!(s.decide(&f.world(), t(1)), []);
         assert!(!s.is_handling("n1"));
-        // Only the offering's TTL is left.
-        assert_eq!(s.next_deadline(), Some(t(600)));
+        // Only the offering's closure is left.
+        let key = node("n1").spot().offering;
+        assert_eq!(s.next_deadline(), Some(reclaim_until(&f, &key)));
+    }
+
+    /// When a pool interrupted at t(0) is available again: the market's
+    /// expected closure of the pool, at least the TTL.
+    fn reclaim_until(f: &Fixture, key: &OfferingKey) -> Time {
+        let h = f
+            .catalog
+            .market(&key.instance_type, &key.zone)
+            .mean_closure_hours();
+        after(
+            t(0),
+            Config::default()
+                .unavailable_ttl
+                .max(Duration::from_secs_f64((h * 3600.0).clamp(0.0, 86_400.0))),
+        )
     }
 }

@@ -51,6 +51,26 @@ impl Candidate {
     pub fn price(&self) -> f64 {
         self.offering.price_per_hour
     }
+
+    /// Interruptions a node of this offering expects over its first `hours`
+    /// (0 for on-demand).
+    /// The pool's calibrated hazard over the node's first `hours` (its
+    /// cumulative hazard: heavy-tailed lifetimes make the first hours the
+    /// riskiest), scaled by the learned rate over the market's mean rate, so
+    /// that what the core learned of the pool moves the level and the
+    /// market gives the shape. A constant `rate` without a market.
+    pub fn expected_interruptions(&self, hours: f64) -> f64 {
+        let hours = hours.max(0.0);
+        if self.offering.capacity_type != crate::catalog::CapacityType::Spot {
+            return 0.0;
+        }
+        match &self.offering.market {
+            Some(m) if m.mean_rate_per_hour() > 0.0 => {
+                m.expected_interruptions(0.0, hours) * self.rate / m.mean_rate_per_hour()
+            }
+            _ => self.rate * hours,
+        }
+    }
 }
 
 /// Every candidate of every pool in the input's region, without offerings
@@ -170,11 +190,21 @@ pub fn pods_per_node(class: &Class, c: &Candidate) -> u32 {
         return 0;
     }
     let n = class.pod.requests.copies_in(&c.allocatable);
-    if class.pod.hostname_anti_affinity {
+    let n = if class.pod.hostname_anti_affinity {
         n.min(1)
     } else {
         n
+    };
+    // A pod with a deadline stays off spot once its slack no longer covers
+    // what spot may still cost it.
+    if n > 0 && c.offering.capacity_type == crate::catalog::CapacityType::Spot {
+        if let Some(slack) = class.slack_hours {
+            if slack < super::risk::spot_delay_hours(&class.exposure, c, n) {
+                return 0;
+            }
+        }
     }
+    n
 }
 
 /// Why no candidate takes pods of `class`: the filter that removed the last

@@ -2,14 +2,10 @@
 //! planned together, so the model grows with the number of distinct shapes,
 //! not the number of pods.
 
+use super::risk::{exposure, slack_hours, Exposure};
 use crate::cluster::{GroupRef, NodeAffinity, Pod, Resources, Toleration, ZoneSpread};
+type Time = chrono::DateTime<chrono::Utc>;
 use std::collections::HashMap;
-
-/// Expected run time assumed for a pod that does not say (seconds).
-pub const DEFAULT_EXPECTED_RUNTIME_S: f64 = 2.0 * 3600.0;
-/// Time to get going again after an interruption (seconds): reschedule,
-/// pull, load the last checkpoint.
-pub const DEFAULT_RESTART_OVERHEAD_S: f64 = 300.0;
 
 /// Pods that are interchangeable for planning.
 #[derive(Debug, Clone)]
@@ -17,10 +13,12 @@ pub struct Class {
     /// The first pod of the class: its requests and scheduling constraints
     /// stand for all of them.
     pub pod: Pod,
-    /// Hours of work lost when a pod of the class is interrupted: half the
-    /// checkpoint interval if it checkpoints, otherwise its whole expected
-    /// run, plus the restart overhead.
-    pub lost_hours_per_interruption: f64,
+    /// What an interruption costs a pod of the class (see [`super::risk`]).
+    pub exposure: Exposure,
+    /// Hours of slack before its deadline at planning time, if it has a
+    /// deadline and the planner honours deadlines (the greedy baseline, like
+    /// Karpenter, does not).
+    pub slack_hours: Option<f64>,
     /// Indices of its pods in the planner's pod list.
     pub pods: Vec<usize>,
 }
@@ -30,7 +28,8 @@ impl Class {
     pub fn of(pod: &Pod, index: usize) -> Class {
         Class {
             pod: pod.clone(),
-            lost_hours_per_interruption: lost_hours(pod),
+            exposure: exposure(pod),
+            slack_hours: None,
             pods: vec![index],
         }
     }
@@ -45,26 +44,24 @@ struct Key {
     anti: bool,
     group: Option<GroupRef>,
     lost_ms: u64,
+    /// Expected run time in steps of 10% (pods within one step share the
+    /// first one's risk).
+    runtime_step: i64,
+    /// Slack in tenths of an hour.
+    slack: Option<i64>,
 }
 
-/// Hours lost per interruption for `pod` (see [`Class::lost_hours_per_interruption`]).
-pub fn lost_hours(pod: &Pod) -> f64 {
-    let lost_s = match pod.checkpoint_interval_s {
-        Some(i) => i / 2.0,
-        None => pod.expected_runtime_s.unwrap_or(DEFAULT_EXPECTED_RUNTIME_S),
-    };
-    (lost_s + DEFAULT_RESTART_OVERHEAD_S) / 3600.0
-}
-
-/// Groups `pods` (the ones listed in `which`) into classes, in first-seen order.
-pub fn classify(pods: &[Pod], which: &[usize]) -> Vec<Class> {
+/// Groups `pods` (the ones listed in `which`) into classes, in first-seen
+/// order; with `now`, pods with deadlines carry their slack.
+pub fn classify(pods: &[Pod], which: &[usize], now: Option<Time>) -> Vec<Class> {
     let mut index: HashMap<Key, usize> = HashMap::new();
     let mut classes: Vec<Class> = Vec::new();
     for &i in which {
         let p = &pods[i];
         let mut tolerations = p.tolerations.clone();
         tolerations.sort();
-        let lost = lost_hours(p);
+        let exposure = exposure(p);
+        let slack = now.and_then(|now| slack_hours(p, now));
         let key = Key {
             requests: p.requests.clone(),
             affinity: p.affinity.clone(),
@@ -72,12 +69,15 @@ pub fn classify(pods: &[Pod], which: &[usize]) -> Vec<Class> {
             zone_spread: p.zone_spread.clone(),
             anti: p.hostname_anti_affinity,
             group: p.group.clone(),
-            lost_ms: (lost * 3_600_000.0) as u64,
+            lost_ms: (exposure.lost_hours * 3_600_000.0) as u64,
+            runtime_step: ((exposure.runtime_hours * 3600.0).max(1.0).ln() * 10.0).round() as i64,
+            slack: slack.map(|h| (h * 10.0).floor() as i64),
         };
         let ci = *index.entry(key).or_insert_with(|| {
             classes.push(Class {
                 pod: p.clone(),
-                lost_hours_per_interruption: lost,
+                exposure,
+                slack_hours: slack,
                 pods: Vec::new(),
             });
             classes.len() - 1
@@ -100,9 +100,9 @@ mod tests {
         let mut d = a.clone();
         d.checkpoint_interval_s = Some(600.0);
         let pods = vec![a, b, c, d];
-        let classes = classify(&pods, &[0, 1, 2, 3]);
+        let classes = classify(&pods, &[0, 1, 2, 3], None);
         assert_eq!(classes.len(), 3);
         assert_eq!(classes[0].pods, vec![0, 1]);
-        assert!((classes[2].lost_hours_per_interruption - (300.0 + 300.0) / 3600.0).abs() < 1e-9);
+        assert_ne!(classes[2].exposure, classes[0].exposure);
     }
 }

@@ -9,9 +9,10 @@
 //! least-loaded zone; gangs are not understood (Karpenter has no gang support).
 
 use super::candidates::{self, Candidate};
-use super::classes::{lost_hours, Class};
+use super::classes::Class;
 use super::limits;
 use super::pack::{self, Bin};
+use super::risk::exposure;
 use super::{
     pod_risk_cost, ExistingPlacement, Input, Options, Plan, PlannedNode, SolvedBy, Strategy,
     Unschedulable,
@@ -210,7 +211,7 @@ pub fn finish(
         for &j in &members {
             let p = &pods[j];
             let k = p.requests.copies_in(&c.allocatable).max(1);
-            risk += pod_risk_cost(lost_hours(p), c, k, aversion);
+            risk += pod_risk_cost(&exposure(p), c, k, aversion);
             if let Some(r) = &c.accelerator_resource {
                 accel_used += p.requests.get(r);
             }

@@ -116,6 +116,7 @@ mod tests {
             pods: &[],
             unavailable: &|_| false,
             learned_rate: None,
+            now: None,
         })
     }
 

@@ -46,7 +46,7 @@ pub fn plan(input: &Input, opts: &Options, clock: &dyn Fn() -> f64) -> Plan {
     let all: Vec<usize> = (0..pods.len()).collect();
     let (on_existing, left) = pack::place_on_existing(pods, &all, input.nodes);
     let cands = candidates::candidates(input);
-    let classes = classes::classify(pods, &left);
+    let classes = classes::classify(pods, &left, input.now);
     let mut unschedulable = Vec::new();
     let mut budgets = limits::budgets(input);
     let class_of: HashMap<usize, usize> = classes
@@ -325,7 +325,7 @@ fn node_cost(input: &Input, c: &Candidate, opts: &Options, members: &[usize]) ->
     for &j in members {
         let p = &input.pods[j];
         let k = p.requests.copies_in(&c.allocatable).max(1);
-        risk += pod_risk_cost(classes::lost_hours(p), c, k, aversion);
+        risk += pod_risk_cost(&super::risk::exposure(p), c, k, aversion);
         if let Some(r) = &c.accelerator_resource {
             used += p.requests.get(r);
         }
@@ -418,7 +418,7 @@ fn prune(
     let per_pod = |&(i, k): &(usize, u32)| {
         let c = &cands[i];
         let aversion = input.pools[c.pool].risk_aversion;
-        c.price() / k as f64 + pod_risk_cost(class.lost_hours_per_interruption, c, k, aversion)
+        c.price() / k as f64 + pod_risk_cost(&class.exposure, c, k, aversion)
     };
     let mut sorted = options.to_vec();
     sorted.sort_by(|a, b| per_pod(a).total_cmp(&per_pod(b)).then(a.0.cmp(&b.0)));
@@ -532,12 +532,7 @@ fn build(tier: Tier, relaxed: bool) -> Model {
             let def = variable().min(0.0).max(d);
             let v = vars.add(if integral { def.integer() } else { def });
             let c = &cands[o];
-            let risk = pod_risk_cost(
-                class.lost_hours_per_interruption,
-                c,
-                k,
-                input.pools[c.pool].risk_aversion,
-            );
+            let risk = pod_risk_cost(&class.exposure, c, k, input.pools[c.pool].risk_aversion);
             let idle_credit = match &c.accelerator_resource {
                 Some(r) if c.accelerator_units > 0 => {
                     opts.idle_accelerator_charge * c.price() * class.pod.requests.get(r) as f64

@@ -12,7 +12,10 @@ pub mod greedy;
 pub mod limits;
 pub mod mip;
 pub mod pack;
+pub mod risk;
 pub mod workload;
+
+pub use risk::pod_risk_cost;
 
 use crate::catalog::{CapacityType, Catalog, Offering};
 use crate::cluster::{NodeState, Pod, Pool};
@@ -97,6 +100,10 @@ pub struct Input<'a> {
     /// Learned interruption rates per hour, where known; the advisor-derived
     /// rate of the catalog otherwise.
     pub learned_rate: Option<&'a RateFn<'a>>,
+    /// The time of planning: with it, pods with a deadline
+    /// (`quartermaster.dev/deadline`) leave spot once their slack no longer
+    /// covers spot's expected delays (see [`risk::spot_delay_hours`]).
+    pub now: Option<chrono::DateTime<chrono::Utc>>,
 }
 
 /// A node to launch.
@@ -170,16 +177,6 @@ impl Plan {
     }
 }
 
-/// Expected interruption cost per hour of one pod of `class` on a node of
-/// `c` that holds `per_node` such pods: the rate x hours lost x the pod's
-/// share of the node price, scaled by the pool's risk aversion.
-pub fn pod_risk_cost(lost_hours: f64, c: &Candidate, per_node: u32, risk_aversion: f64) -> f64 {
-    if per_node == 0 || c.rate == 0.0 {
-        return 0.0;
-    }
-    c.rate * lost_hours * c.price() / per_node as f64 * risk_aversion
-}
-
 /// Plans with the chosen strategy; `now` (seconds on a monotonic clock)
 /// measures solve time for reporting and bounds the MIP's whole plan by
 /// `options.time_limit`.
@@ -214,7 +211,7 @@ pub fn explain(input: &Input, plan: &Plan) -> Vec<String> {
         )) {
             continue;
         }
-        let class = classes::classify(std::slice::from_ref(*pod), &[0]).remove(0);
+        let class = classes::classify(std::slice::from_ref(*pod), &[0], input.now).remove(0);
         // What the pods on this node would cost per pod on a candidate: the
         // nodes they need there, plus their expected interruption cost.
         let m = n.pods.len().max(1) as f64;
@@ -223,7 +220,7 @@ pub fn explain(input: &Input, plan: &Plan) -> Vec<String> {
             (k > 0).then(|| {
                 let aversion = input.pools[c.pool].risk_aversion;
                 c.price() * (m / k as f64).ceil() / m
-                    + pod_risk_cost(class.lost_hours_per_interruption, c, k, aversion)
+                    + pod_risk_cost(&class.exposure, c, k, aversion)
             })
         };
         let chosen = cands.iter().find(|c| {
@@ -251,6 +248,68 @@ pub fn explain(input: &Input, plan: &Plan) -> Vec<String> {
                 n.instance_type, n.capacity_type, n.zone, pod.name
             ),
         });
+        if let Some(c) = chosen {
+            out.extend(risk_decided(input, &cands, &class, c, m));
+        }
     }
     out
+}
+
+/// When risk, not price, decided a node: a candidate cheaper per pod by
+/// price alone lost on price plus expected interruption cost, or was ruled
+/// out by the pods' deadline. One sentence naming the numbers, or none.
+fn risk_decided(
+    input: &Input,
+    cands: &[Candidate],
+    class: &classes::Class,
+    chosen: &Candidate,
+    m: f64,
+) -> Option<String> {
+    // Per pod: (price share, expected interruption cost), ignoring deadlines.
+    let free = classes::Class {
+        slack_hours: None,
+        ..class.clone()
+    };
+    let costs = |c: &Candidate| {
+        let k = candidates::pods_per_node(&free, c);
+        (k > 0).then(|| {
+            let aversion = input.pools[c.pool].risk_aversion;
+            (
+                c.price() * (m / k as f64).ceil() / m,
+                pod_risk_cost(&class.exposure, c, k, aversion),
+                k,
+            )
+        })
+    };
+    let (price, risk, _) = costs(chosen)?;
+    let (cheapest, (p, r, k)) = cands
+        .iter()
+        .filter_map(|c| costs(c).map(|v| (c, v)))
+        .filter(|(_, (p, _, _))| *p < price - 1e-9)
+        .min_by(|a, b| a.1 .0.total_cmp(&b.1 .0))?;
+    let what = format!(
+        "{} {} in {}",
+        cheapest.offering.instance_type, cheapest.offering.capacity_type, cheapest.offering.zone_id
+    );
+    let chosen_what = match chosen.offering.capacity_type {
+        CapacityType::OnDemand => "on-demand".to_string(),
+        CapacityType::Spot => format!("{} spot", chosen.offering.instance_type),
+    };
+    if let Some(slack) = class.slack_hours {
+        let delay = risk::spot_delay_hours(&class.exposure, cheapest, k);
+        if cheapest.offering.capacity_type == CapacityType::Spot && slack < delay {
+            return Some(format!(
+                "{chosen_what} chosen for pods like {}: its deadline leaves {slack:.2} h of slack, less than the {delay:.2} h of delay {what} may cost it",
+                class.pod.name
+            ));
+        }
+    }
+    (p + r > price + risk).then(|| {
+        format!(
+            "{chosen_what} chosen for pods like {}: {what}'s expected interruption cost ${:.4}/h outweighs its discount ${:.4}/h (risk, not price, decided)",
+            class.pod.name,
+            r - risk,
+            price - p
+        )
+    })
 }

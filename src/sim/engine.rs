@@ -115,6 +115,10 @@ pub struct Engine<'a> {
     next_sample: Time,
     windows_seen: BTreeSet<(String, String, Time)>,
     static_mode: bool,
+    /// Interruptions and evictions of running jobs so far (for the samples).
+    interruptions_so_far: u32,
+    /// GPU-hours lost so far (for the samples).
+    lost_gpu_hours_so_far: f64,
 }
 
 impl<'a> Engine<'a> {
@@ -195,6 +199,8 @@ impl<'a> Engine<'a> {
             next_sample: start,
             windows_seen: BTreeSet::new(),
             static_mode: strategy == StrategyName::Static,
+            interruptions_so_far: 0,
+            lost_gpu_hours_so_far: 0.0,
         })
     }
 
@@ -409,7 +415,14 @@ impl<'a> Engine<'a> {
             self.detach(k);
             self.result.gpu_hours +=
                 (at - since).num_seconds().max(0) as f64 / 3600.0 * self.jobs[k].gpus();
+            let lost_before = self.jobs[k].lost_s;
             self.jobs[k].stop(at);
+            let job = &mut self.jobs[k];
+            self.interruptions_so_far += 1;
+            self.lost_gpu_hours_so_far += (job.lost_s - lost_before) / 3600.0 * job.gpus();
+            // The workload's expected run time is what is left of it (what
+            // the planner's risk and deadline rules read).
+            job.job.pod.expected_runtime_s = Some((job.job.work_s - job.saved_s).max(0.0));
             self.waiting.insert(k);
             self.pending_stale = true;
             self.bind_dirty = true;
@@ -557,6 +570,11 @@ impl<'a> Engine<'a> {
                 placeholder: false,
             });
             self.waiting.remove(&i);
+            if !self.jobs[i].started {
+                let family = prewarm::family_of(&node.offering.instance_type);
+                let p = self.cloud.config().latency.profile(family);
+                self.jobs[i].startup_s = (p.running + p.registered + p.ready).as_secs_f64();
+            }
             self.jobs[i].start(&claim, now);
             if let Some(f) = self.jobs[i].finish_time() {
                 self.finishes.push(Reverse((f, i)));
@@ -638,6 +656,8 @@ impl<'a> Engine<'a> {
             // Summing every instance ever launched at each sample made long
             // runs quadratic; the total at the end is summed exactly.
             cumulative_cost: self.cloud.cost_so_far_running(self.now),
+            interruptions: self.interruptions_so_far,
+            lost_gpu_hours: self.lost_gpu_hours_so_far,
             ..Default::default()
         };
         for (n, extra) in self.nodes.iter() {
@@ -727,6 +747,7 @@ impl<'a> Engine<'a> {
             self.result.p95_pending_s =
                 waits[((waits.len() as f64 * 0.95).ceil() as usize).clamp(1, waits.len()) - 1];
         }
+        self.result.p95_slowdown = p95_slowdown(&self.jobs, end);
         let reasons = self.unplaceable_reasons();
         for j in &self.jobs {
             let reason = match &j.phase {
@@ -776,6 +797,7 @@ impl<'a> Engine<'a> {
             pods: &pods,
             unavailable: &|_| false,
             learned_rate: None,
+            now: None,
         };
         crate::plan::plan(&input, Strategy::Greedy, &Default::default(), &|| 0.0)
             .unschedulable
@@ -873,6 +895,41 @@ fn peak_requests(jobs: &[&JobRun]) -> Resources {
     peak
 }
 
+/// The 95th percentile over jobs of the slowdown: a job's time from arrival
+/// to finish over the time it needs on on-demand capacity that is never
+/// interrupted, its run time plus the nominal launch-to-Ready of the family
+/// it first ran on: `(finish - arrival) / (run time + on-demand startup)`.
+/// Jobs still unfinished at `end` that could have finished by then count
+/// with `end` as their finish (a lower bound on theirs); jobs that could not
+/// have finished do not count. `None` without any job that counts.
+fn p95_slowdown(jobs: &[JobRun], end: Time) -> Option<f64> {
+    let mut slowdowns: Vec<f64> = jobs
+        .iter()
+        .filter_map(|j| {
+            let ideal = j.job.work_s + j.startup_s;
+            let finish = match j.phase {
+                Phase::Done { at } => at,
+                Phase::Future => return None,
+                _ => {
+                    let could = j.job.submit + Span::milliseconds((ideal * 1000.0) as i64);
+                    if could > end {
+                        return None;
+                    }
+                    end
+                }
+            };
+            let took = (finish - j.job.submit).num_milliseconds() as f64 / 1000.0;
+            (ideal > 0.0).then(|| took / ideal)
+        })
+        .collect();
+    if slowdowns.is_empty() {
+        return None;
+    }
+    slowdowns.sort_by(f64::total_cmp);
+    let rank = ((slowdowns.len() as f64 * 0.95).ceil() as usize).clamp(1, slowdowns.len());
+    Some(slowdowns[rank - 1])
+}
+
 /// The clairvoyant lower bound: the workload's GPU-seconds at the region's
 /// cheapest spot price per GPU, with no interruptions and no idle capacity.
 pub fn lower_bound(jobs: &[SimJob], catalog: &Catalog, region: &str) -> f64 {
@@ -894,7 +951,7 @@ pub fn lower_bound(jobs: &[SimJob], catalog: &Catalog, region: &str) -> f64 {
     }
     jobs.iter()
         .map(|j| {
-            let gpus = super::jobs::gpus_of(&j.pod.requests);
+            let gpus = j.pod.requests.gpus();
             gpus * j.work_s / 3600.0 * per_gpu
         })
         .sum()

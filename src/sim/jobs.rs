@@ -7,13 +7,15 @@
 //! after an interruption first spends `restart_overhead_s` (rescheduling,
 //! loading the checkpoint) before useful work resumes. A checkpointing job
 //! saves its progress every `checkpoint_interval_s` of useful work, and also
-//! when asked (a requested checkpoint takes [`CHECKPOINT_WRITE_S`]).
+//! when asked. Every checkpoint takes the job's `checkpoint_write_s` to
+//! write, while the job keeps working (asynchronous checkpointing): the one
+//! of progress `p` is complete when progress reaches `p + write`, a
+//! requested one `write` seconds after the request. A checkpoint the job
+//! loses its node before completing saves nothing: the job falls back to
+//! its last complete one (`docs/checkpointing.md`).
 
 use super::workload::SimJob;
 use crate::core::Time;
-
-/// Seconds a requested checkpoint takes to write before it is acknowledged.
-pub const CHECKPOINT_WRITE_S: f64 = 20.0;
 
 /// Where a job is.
 #[derive(Debug, Clone, PartialEq)]
@@ -66,29 +68,9 @@ pub struct JobRun {
     pub lost_s: f64,
     /// Has it ever started.
     pub started: bool,
-}
-
-/// GPUs in a resource list: whole GPUs (or time-sliced replicas) count one
-/// each, a MIG instance `Ng.*` counts N/7 of a GPU.
-pub fn gpus_of(requests: &crate::cluster::Resources) -> f64 {
-    use crate::api::labels as l;
-    requests
-        .iter()
-        .map(|(k, v)| {
-            if k == l::RESOURCE_GPU {
-                v as f64
-            } else if let Some(profile) = k.strip_prefix(l::RESOURCE_MIG_PREFIX) {
-                let slices: f64 = profile
-                    .split('g')
-                    .next()
-                    .and_then(|n| n.parse().ok())
-                    .unwrap_or(1.0);
-                v as f64 * slices / 7.0
-            } else {
-                0.0
-            }
-        })
-        .sum()
+    /// Seconds its first node took from launch to Ready, nominally (the
+    /// startup it would have on on-demand; see `p95_slowdown`).
+    pub startup_s: f64,
 }
 
 fn secs(a: Time, b: Time) -> f64 {
@@ -108,13 +90,14 @@ impl JobRun {
             checkpoints: 0,
             lost_s: 0.0,
             started: false,
+            startup_s: 0.0,
         }
     }
 
     /// GPUs the job's pod holds: whole GPUs (or time-sliced replicas) count
     /// one each, a MIG instance its share of a GPU (`1g.10gb` is 1/7).
     pub fn gpus(&self) -> f64 {
-        gpus_of(&self.job.pod.requests)
+        self.job.pod.requests.gpus()
     }
 
     /// The job appears.
@@ -143,15 +126,32 @@ impl JobRun {
         }
     }
 
-    /// Progress saved at `now`: the last periodic checkpoint, or what a
-    /// finished requested checkpoint saved.
+    /// Periodic checkpoints of this run complete by `now`: the one of
+    /// progress `k x interval` is complete once progress passes it by the
+    /// write time.
+    fn periodic_complete(&self, now: Time) -> f64 {
+        match self.job.checkpoint_interval_s.filter(|i| *i > 0.0) {
+            Some(i) if matches!(self.phase, Phase::Running { .. }) => {
+                let written = self.progress(now) - self.job.checkpoint_write_s;
+                if written < 0.0 {
+                    0.0
+                } else {
+                    (written / i).floor()
+                }
+            }
+            _ => 0.0,
+        }
+    }
+
+    /// Progress saved at `now`: the last complete periodic checkpoint, or
+    /// what a complete requested checkpoint saved.
     pub fn saved(&self, now: Time) -> f64 {
         let mut saved = self.saved_s;
         if let Some(i) = self.job.checkpoint_interval_s.filter(|i| *i > 0.0) {
-            saved = saved.max((self.progress(now) / i).floor() * i);
+            saved = saved.max(self.periodic_complete(now) * i);
         }
-        if let Some((at, value)) = self.writing {
-            if secs(at, now) >= CHECKPOINT_WRITE_S {
+        if self.checkpoint_acknowledged(now) {
+            if let Some((_, value)) = self.writing {
                 saved = saved.max(value);
             }
         }
@@ -196,7 +196,7 @@ impl JobRun {
             &self.phase,
         ) {
             let before = (base_s / i).floor();
-            let after = (self.progress(now) / i).floor();
+            let after = self.periodic_complete(now);
             self.checkpoints += (after - before).max(0.0) as u32;
         }
     }
@@ -208,19 +208,25 @@ impl JobRun {
         {
             return None;
         }
+        // A finished write is kept; a new request starts a new one.
+        if self.checkpoint_acknowledged(now) {
+            self.saved_s = self.saved(now);
+            self.writing = None;
+        }
         if self.writing.is_none() {
             self.writing = Some((now, self.progress(now)));
             self.checkpoints += 1;
         }
-        self.writing.map(|(at, _)| {
-            at + chrono::Duration::milliseconds((CHECKPOINT_WRITE_S * 1000.0) as i64)
-        })
+        let write = self.job.checkpoint_write_s;
+        self.writing
+            .map(|(at, _)| at + chrono::Duration::milliseconds((write * 1000.0).ceil() as i64))
     }
 
-    /// Whether the last requested checkpoint is acknowledged at `now`.
+    /// Whether the last requested checkpoint is complete (acknowledged) at
+    /// `now`.
     pub fn checkpoint_acknowledged(&self, now: Time) -> bool {
         self.writing
-            .is_some_and(|(at, _)| secs(at, now) >= CHECKPOINT_WRITE_S)
+            .is_some_and(|(at, _)| secs(at, now) >= self.job.checkpoint_write_s)
     }
 
     /// The job loses its node at `now` (evicted or interrupted): it keeps
@@ -256,11 +262,16 @@ mod tests {
     }
 
     fn job(work: f64, interval: Option<f64>) -> JobRun {
+        job_writing(work, interval, 20.0)
+    }
+
+    fn job_writing(work: f64, interval: Option<f64>, write: f64) -> JobRun {
         JobRun::new(SimJob {
             pod: Pod::new("ns/j", Resources::new().with("nvidia.com/gpu", 8)),
             submit: t(0),
             work_s: work,
             checkpoint_interval_s: interval,
+            checkpoint_write_s: write,
             restart_overhead_s: 300.0,
         })
     }
@@ -277,7 +288,7 @@ mod tests {
         assert_eq!(j.gpus(), 8.0);
         let mig = crate::cluster::Resources::new().with("nvidia.com/mig-1g.10gb", 7);
         assert!(
-            (gpus_of(&mig) - 1.0).abs() < 1e-9,
+            (mig.gpus() - 1.0).abs() < 1e-9,
             "seven 1g slices are one GPU"
         );
     }
@@ -310,6 +321,29 @@ mod tests {
         j.stop(t(2530));
         assert_eq!(j.saved_s, 2500.0);
         assert_eq!(j.lost_s, 30.0);
+    }
+
+    #[test]
+    fn a_checkpoint_interrupted_before_it_is_written_saves_nothing() {
+        // Four minutes to write: a request at 2500 s is complete at 2740 s.
+        let mut j = job_writing(10_000.0, Some(1800.0), 240.0);
+        j.submit(t(0));
+        j.start("n1", t(0));
+        assert_eq!(j.request_checkpoint(t(2500)), Some(t(2740)));
+        // Reclaimed two minutes after the request: the periodic checkpoint
+        // of 1800 s (complete at 2040 s) is what is left.
+        j.stop(t(2620));
+        assert_eq!(j.saved_s, 1800.0);
+        assert_eq!(j.lost_s, 820.0);
+        // A periodic checkpoint is only complete one write time after the
+        // progress it saves: stopped at 1800 + 100 s, it falls back to 0.
+        let mut k = job_writing(10_000.0, Some(1800.0), 240.0);
+        k.submit(t(0));
+        k.start("n1", t(0));
+        k.stop(t(1900));
+        assert_eq!(k.saved_s, 0.0);
+        assert_eq!(k.checkpoints, 0);
+        assert_eq!(k.lost_s, 1900.0);
     }
 
     #[test]

@@ -159,6 +159,7 @@ fn strategy_json(report: &SimReport, r: &StrategyResult) -> Value {
         "spot_notices": r.spot_notices,
         "prewarm_ready": r.prewarm_ready.0,
         "prewarm_windows": r.prewarm_ready.1,
+        "p95_slowdown": r.p95_slowdown,
         "unfinished": unfinished,
         "unfinished_count": r.unfinished.len(),
     })
@@ -176,14 +177,15 @@ fn families(report: &SimReport) -> BTreeSet<&str> {
 
 /// The time series of every strategy in long format, one row per sample:
 /// `strategy,t_s,cost_per_hour,cumulative_cost,spot_nodes,on_demand_nodes,
-/// pending_pods,gpus_provisioned,gpus_used` then `nodes_<family>` for every
+/// pending_pods,gpus_provisioned,gpus_used,interruptions,lost_gpu_hours`
+/// (the last two cumulative) then `nodes_<family>` for every
 /// family seen anywhere (0 where a sample has none). Rows are sorted by
 /// strategy name, then time; numbers carry at most six decimals.
 pub fn timeseries_csv(report: &SimReport) -> String {
     let families = families(report);
     let mut out = String::from(
         "strategy,t_s,cost_per_hour,cumulative_cost,spot_nodes,on_demand_nodes,\
-         pending_pods,gpus_provisioned,gpus_used",
+         pending_pods,gpus_provisioned,gpus_used,interruptions,lost_gpu_hours",
     );
     for family in &families {
         out.push_str(",nodes_");
@@ -197,7 +199,7 @@ pub fn timeseries_csv(report: &SimReport) -> String {
             // Writing to a String cannot fail.
             let _ = write!(
                 out,
-                "{},{},{},{},{},{},{},{},{}",
+                "{},{},{},{},{},{},{},{},{},{},{}",
                 csv_field(name),
                 num(s.t_s),
                 num(s.cost_per_hour),
@@ -207,6 +209,8 @@ pub fn timeseries_csv(report: &SimReport) -> String {
                 s.pending_pods,
                 num(s.gpus_provisioned),
                 num(s.gpus_used),
+                s.interruptions,
+                num(s.lost_gpu_hours),
             );
             for family in &families {
                 let n = s.nodes_by_family.get(*family).copied().unwrap_or(0);
@@ -297,6 +301,7 @@ pub(crate) mod fixtures {
             nodes_launched: 6,
             spot_notices: 2,
             prewarm_ready: (0, 0),
+            p95_slowdown: Some(1.1),
             unfinished: Vec::new(),
             log: Vec::new(),
             timeseries: Vec::new(),
@@ -318,6 +323,8 @@ pub(crate) mod fixtures {
             pending_pods: (t_s / 3600.0) as u32 % 3,
             gpus_provisioned: f64::from(total) * 8.0,
             gpus_used: f64::from(total) * 6.0,
+            interruptions: (t_s / 3600.0) as u32,
+            lost_gpu_hours: t_s / 7200.0,
         }
     }
 
@@ -426,6 +433,7 @@ mod tests {
             "spot_notices",
             "prewarm_ready",
             "prewarm_windows",
+            "p95_slowdown",
             "unfinished",
             "unfinished_count",
         ] {
@@ -441,6 +449,7 @@ mod tests {
         assert_eq!(qm["prewarm_windows"], 4);
         assert_eq!(qm["jobs_completed"], 4);
         assert_eq!(qm["unfinished_count"], 0);
+        assert_eq!(qm["p95_slowdown"], 1.1);
         let greedy = &v["strategies"]["greedy"];
         assert_eq!(greedy["unfinished_count"], 7);
         assert_eq!(greedy["unfinished"][6]["job"], "train-6");
@@ -488,14 +497,18 @@ mod tests {
         assert_eq!(
             lines[0],
             "strategy,t_s,cost_per_hour,cumulative_cost,spot_nodes,on_demand_nodes,\
-             pending_pods,gpus_provisioned,gpus_used,nodes_g6e,nodes_p4d,nodes_p5"
+             pending_pods,gpus_provisioned,gpus_used,interruptions,lost_gpu_hours,\
+             nodes_g6e,nodes_p4d,nodes_p5"
         );
         // Two quartermaster samples and one greedy; the others have none.
         assert_eq!(lines.len(), 1 + 3);
         // Sorted by strategy name (greedy before quartermaster), then time.
-        assert_eq!(lines[1], "greedy,1800,12.5,10,2,1,0,24,18,0,3,0");
-        assert_eq!(lines[2], "quartermaster,0,12.5,0,0,1,0,8,6,0,0,1");
-        assert_eq!(lines[3], "quartermaster,3600,12.5,20,2,1,1,24,18,1,0,2");
+        assert_eq!(lines[1], "greedy,1800,12.5,10,2,1,0,24,18,0,0.25,0,3,0");
+        assert_eq!(lines[2], "quartermaster,0,12.5,0,0,1,0,8,6,0,0,0,0,1");
+        assert_eq!(
+            lines[3],
+            "quartermaster,3600,12.5,20,2,1,1,24,18,1,0.5,1,0,2"
+        );
     }
 
     #[test]
@@ -522,7 +535,8 @@ mod tests {
                 "timeseries.csv",
                 "cost.png",
                 "nodes.png",
-                "pending.png"
+                "pending.png",
+                "interruptions.png"
             ]
         );
         for path in &paths {

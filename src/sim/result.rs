@@ -26,6 +26,10 @@ pub struct Sample {
     pub gpus_provisioned: f64,
     /// GPUs held by running pods.
     pub gpus_used: f64,
+    /// Interruptions and evictions of running jobs so far.
+    pub interruptions: u32,
+    /// GPU-hours of work lost to interruptions and restarts so far.
+    pub lost_gpu_hours: f64,
 }
 
 /// A job that did not finish, and why.
@@ -68,6 +72,10 @@ pub struct StrategyResult {
     /// Pre-warm windows whose capacity was Ready at window start, and all
     /// windows seen.
     pub prewarm_ready: (u32, u32),
+    /// 95th percentile over jobs of (finish - arrival) / (run time +
+    /// on-demand startup): how much slower than on uninterrupted on-demand
+    /// capacity jobs finish (see `engine::p95_slowdown`).
+    pub p95_slowdown: Option<f64>,
     /// Jobs that did not finish, with reasons.
     pub unfinished: Vec<Unfinished>,
     /// The time series.

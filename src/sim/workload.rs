@@ -30,6 +30,8 @@ pub struct SimJob {
     pub work_s: f64,
     /// Seconds between its checkpoints (None: it restarts from zero).
     pub checkpoint_interval_s: Option<f64>,
+    /// Seconds one checkpoint takes to write (periodic or requested).
+    pub checkpoint_write_s: f64,
     /// Seconds lost to every restart (scheduling, loading the checkpoint).
     pub restart_overhead_s: f64,
 }
@@ -73,6 +75,90 @@ pub struct TrainingSpec {
     /// Acceptable GPU models (`quartermaster.dev/gpu-name` values); empty: any.
     #[serde(default)]
     pub gpu_models: Vec<String>,
+    /// How long a checkpoint takes to write (default: see [`CheckpointSpec`]).
+    #[serde(default)]
+    pub checkpoint: CheckpointSpec,
+    /// Each job's deadline (`quartermaster.dev/deadline`), if set.
+    #[serde(default)]
+    pub deadline: Option<DeadlineSpec>,
+}
+
+/// How long one checkpoint of a training pod takes to write: the pod's GPUs
+/// times `writeSecondsPerGpu`, or times `gbPerGpu / writeGBps`. The default
+/// (40 GB per GPU at 1.5 GB/s: 27 s per GPU, 3.6 minutes for 8 GPUs) is
+/// the planner's own assumption for pods that do not say
+/// ([`crate::plan::risk::default_checkpoint_write_s`]).
+#[derive(Debug, Clone, Deserialize, PartialEq)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct CheckpointSpec {
+    /// Seconds per GPU; overrides the size and rate.
+    #[serde(default)]
+    pub write_seconds_per_gpu: Option<f64>,
+    /// GB of checkpoint state per GPU.
+    #[serde(default = "default_gb_per_gpu")]
+    pub gb_per_gpu: f64,
+    /// GB/s one pod writes its checkpoint at.
+    #[serde(default = "default_write_gbps", rename = "writeGBps")]
+    pub write_gbps: f64,
+}
+
+impl Default for CheckpointSpec {
+    fn default() -> CheckpointSpec {
+        CheckpointSpec {
+            write_seconds_per_gpu: None,
+            gb_per_gpu: default_gb_per_gpu(),
+            write_gbps: default_write_gbps(),
+        }
+    }
+}
+
+impl CheckpointSpec {
+    /// Seconds one checkpoint of a pod with `gpus` GPUs takes.
+    pub fn write_s(&self, gpus: f64) -> f64 {
+        let per_gpu = self
+            .write_seconds_per_gpu
+            .unwrap_or(self.gb_per_gpu / self.write_gbps);
+        per_gpu * gpus
+    }
+
+    fn check(&self, name: &str) -> Result<(), Error> {
+        let ok = |x: f64| x.is_finite() && x >= 0.0;
+        if !(ok(self.gb_per_gpu)
+            && self.write_gbps.is_finite()
+            && self.write_gbps > 0.0
+            && self.write_seconds_per_gpu.is_none_or(ok))
+        {
+            return Err(Error {
+                name: name.into(),
+                message: format!(
+                    "checkpoint: gbPerGpu and writeSecondsPerGpu must be non-negative and writeGBps positive, got {self:?}"
+                ),
+            });
+        }
+        Ok(())
+    }
+}
+
+/// Each job's deadline: `factor` x its run time plus `allowance` after it is
+/// submitted.
+#[derive(Debug, Clone, Deserialize, PartialEq)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct DeadlineSpec {
+    /// Multiple of the job's run time (at least 1).
+    pub factor: f64,
+    /// Time added for scheduling and startup (Go duration).
+    #[serde(default = "default_allowance")]
+    pub allowance: String,
+}
+
+fn default_gb_per_gpu() -> f64 {
+    crate::plan::risk::DEFAULT_CHECKPOINT_GB_PER_GPU
+}
+fn default_write_gbps() -> f64 {
+    crate::plan::risk::DEFAULT_CHECKPOINT_WRITE_GBPS
+}
+fn default_allowance() -> String {
+    "15m".into()
 }
 
 /// An inference deployment whose replicas follow a daily curve.
@@ -223,6 +309,19 @@ impl TrainingSpec {
             .map(|c| duration_s(&self.name, c))
             .transpose()?;
         let restart = duration_s(&self.name, &self.restart_overhead)?;
+        self.checkpoint.check(&self.name)?;
+        let deadline = match &self.deadline {
+            Some(d) if d.factor.is_finite() && d.factor >= 1.0 => {
+                Some((d.factor, duration_s(&self.name, &d.allowance)?))
+            }
+            Some(d) => {
+                return Err(Error {
+                    name: self.name.clone(),
+                    message: format!("deadline factor {} must be at least 1", d.factor),
+                })
+            }
+            None => None,
+        };
         if self.gpus.is_empty() || self.per_hour <= 0.0 {
             return Err(Error {
                 name: self.name.clone(),
@@ -237,11 +336,17 @@ impl TrainingSpec {
             let work = log_normal(&mut rng, median, p90);
             let gang = rng.random_bool(self.gang_fraction.clamp(0.0, 1.0));
             let members = if gang { self.gang_size.max(1) } else { 1 };
+            let submit = start + Span::milliseconds((t * 1000.0) as i64);
+            let write = self.checkpoint.write_s(f64::from(gpus));
             for m in 0..members {
                 let mut pod = gpu_pod(&format!("train/{}-{j}-{m}", self.name), gpus);
                 pod.checkpoint_interval_s = interval;
                 pod.checkpoints = interval.is_some();
                 pod.expected_runtime_s = Some(work);
+                pod.checkpoint_duration_s = interval.map(|_| write);
+                pod.deadline = deadline.map(|(factor, allowance)| {
+                    submit + Span::milliseconds(((factor * work + allowance) * 1000.0) as i64)
+                });
                 if !self.gpu_models.is_empty() {
                     let models: Vec<&str> = self.gpu_models.iter().map(String::as_str).collect();
                     pod.affinity.terms = vec![vec![crate::cluster::Requirement::new(
@@ -258,9 +363,10 @@ impl TrainingSpec {
                 }
                 jobs.push(SimJob {
                     pod,
-                    submit: start + Span::milliseconds((t * 1000.0) as i64),
+                    submit,
                     work_s: work,
                     checkpoint_interval_s: interval,
+                    checkpoint_write_s: write,
                     restart_overhead_s: restart,
                 });
             }
@@ -321,6 +427,7 @@ impl InferenceSpec {
                 submit: from,
                 work_s: (to - from).num_seconds() as f64,
                 checkpoint_interval_s: None,
+                checkpoint_write_s: 0.0,
                 restart_overhead_s: 60.0,
             });
         };
@@ -383,6 +490,7 @@ impl BurstSpec {
                     submit: at + Span::milliseconds((t * 3_600_000.0) as i64),
                     work_s: work,
                     checkpoint_interval_s: None,
+                    checkpoint_write_s: 0.0,
                     restart_overhead_s: 60.0,
                 });
             }
@@ -406,6 +514,7 @@ impl TraceSpec {
                 submit: start + Span::milliseconds((r.submit_s * 1000.0) as i64),
                 work_s: r.duration_s,
                 checkpoint_interval_s: None,
+                checkpoint_write_s: 0.0,
                 restart_overhead_s: 60.0,
             })
             .collect()
@@ -435,6 +544,8 @@ mod tests {
             gang_fraction: 0.25,
             gang_size: 4,
             gpu_models: vec![],
+            checkpoint: CheckpointSpec::default(),
+            deadline: None,
         }
     }
 
@@ -457,6 +568,40 @@ mod tests {
         let last = a.iter().map(|j| j.submit).max().unwrap();
         let hours = (last - monday()).num_minutes() as f64 / 60.0;
         assert!((12.0..30.0).contains(&hours), "{hours} h");
+    }
+
+    #[test]
+    fn checkpoint_write_times_grow_with_gpus_and_deadlines_follow_the_run_time() {
+        let mut spec = training();
+        spec.deadline = Some(DeadlineSpec {
+            factor: 1.5,
+            allowance: "10m".into(),
+        });
+        let jobs = spec.generate(monday(), 1).unwrap();
+        for j in &jobs {
+            let gpus = j.pod.requests.gpus();
+            assert!((j.checkpoint_write_s - gpus * 40.0 / 1.5).abs() < 1e-9);
+            assert_eq!(j.pod.checkpoint_duration_s, Some(j.checkpoint_write_s));
+            let due = (j.pod.deadline.unwrap() - j.submit).num_milliseconds() as f64 / 1000.0;
+            assert!((due - (1.5 * j.work_s + 600.0)).abs() < 1.0, "{due}");
+        }
+        assert!(
+            jobs.iter().any(|j| j.checkpoint_write_s > 180.0),
+            "8-GPU pods take minutes"
+        );
+        spec.checkpoint.write_seconds_per_gpu = Some(10.0);
+        let fast = spec.generate(monday(), 1).unwrap();
+        assert!(fast
+            .iter()
+            .all(|j| j.checkpoint_write_s == 10.0 * j.pod.requests.gpus()));
+        spec.checkpoint.write_gbps = 0.0;
+        assert!(spec.generate(monday(), 1).is_err());
+        let mut early = training();
+        early.deadline = Some(DeadlineSpec {
+            factor: 0.5,
+            allowance: "0s".into(),
+        });
+        assert!(early.generate(monday(), 1).is_err());
     }
 
     #[test]

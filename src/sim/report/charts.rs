@@ -54,17 +54,20 @@ type BackendPoint = (i32, i32);
 type Draw = fn(&SimReport, &Area<'_>) -> DrawResult;
 
 /// The charts, by file name.
-const CHARTS: [(&str, Draw); 3] = [
+const CHARTS: [(&str, Draw); 4] = [
     ("cost.png", draw_cost),
     ("nodes.png", draw_nodes),
     ("pending.png", draw_pending),
+    ("interruptions.png", draw_interruptions),
 ];
 
 /// Draws into `dir` (created if needed; files of these names replaced):
 /// - `cost.png`: cumulative cost, one line per strategy;
 /// - `nodes.png`: one panel per strategy on shared axes, spot nodes solid and
 ///   on-demand dashed in the strategy's colour, each instance family thin;
-/// - `pending.png`: pending pods, one panel per strategy on shared axes.
+/// - `pending.png`: pending pods, one panel per strategy on shared axes;
+/// - `interruptions.png`: interruptions (left) and GPU-hours lost (right)
+///   so far, one line per strategy.
 ///
 /// Each is 1200x700 with a title, axis labels (hours on x) and a legend (a
 /// key strip under the title for the panelled charts). Returns the paths in
@@ -205,6 +208,44 @@ fn draw_pending(report: &SimReport, root: &Area<'_>) -> DrawResult {
     let key: Vec<Line> = panels.iter().flat_map(|(_, l)| l).map(key_entry).collect();
     let title = format!("Pending pods by strategy: {}", report.scenario);
     small_multiples(root, &title, &key, "pending pods", report, &panels)
+}
+
+/// Two panels side by side, one line per strategy in each: interruptions of
+/// running jobs so far, and GPU-hours of work lost so far.
+fn draw_interruptions(report: &SimReport, root: &Area<'_>) -> DrawResult {
+    let title = format!(
+        "Interruptions and lost GPU-hours by strategy: {}",
+        report.scenario
+    );
+    let body = root.titled(&title, (SANS, 24))?;
+    let halves = body.split_evenly((1, 2));
+    let x_max = x_max(report);
+    type Value = fn(&Sample) -> f64;
+    let panels: [(&str, &str, Value); 2] = [
+        ("Interruptions so far", "interruptions", |s| {
+            f64::from(s.interruptions)
+        }),
+        ("GPU-hours lost so far", "lost GPU-hours", |s| {
+            s.lost_gpu_hours
+        }),
+    ];
+    for (area, (caption, y_desc, value)) in halves.iter().zip(panels) {
+        let lines = strategy_lines(report, value);
+        plot(
+            area,
+            &Frame {
+                caption,
+                caption_size: 18,
+                y_desc,
+                unit: Unit::Count,
+                x_max,
+                y_max: y_max(&lines, Unit::Count),
+                legend: Some(SeriesLabelPosition::UpperLeft),
+            },
+            &lines,
+        )?;
+    }
+    Ok(())
 }
 
 /// One panel per strategy on shared axes: spot nodes solid, on-demand
@@ -514,7 +555,7 @@ mod tests {
     fn charts_draw_an_empty_report_without_failing() {
         let dir = temp_dir("empty-charts");
         let paths = write_charts(&SimReport::default(), &dir).unwrap();
-        assert_eq!(paths.len(), 3);
+        assert_eq!(paths.len(), CHARTS.len());
         let _ = std::fs::remove_dir_all(dir);
     }
 

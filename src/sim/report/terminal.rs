@@ -9,7 +9,7 @@ use std::fmt::Write as _;
 const UNFINISHED_EXAMPLES: usize = 5;
 
 /// Column headers; the first column is left-aligned, the rest right-aligned.
-const HEADERS: [&str; 12] = [
+const HEADERS: [&str; 13] = [
     "strategy",
     "cost",
     "$/GPU-h",
@@ -21,6 +21,7 @@ const HEADERS: [&str; 12] = [
     "interrupts",
     "checkpoints",
     "GPU-h lost",
+    "slowdown p95",
     "jobs done",
 ];
 
@@ -28,7 +29,9 @@ const HEADERS: [&str; 12] = [
 /// strategy (quartermaster, greedy, on-demand, static, then others) with
 /// cost, USD per GPU-hour, ratios to `on-demand` and to the lower bound, GPU
 /// utilisation, mean and p95 pending time, interruptions, checkpoints,
-/// GPU-hours lost (and their share of GPU-hours held) and jobs finished; then
+/// GPU-hours lost (and their share of GPU-hours held), the p95 slowdown
+/// against on-demand (`result::StrategyResult::p95_slowdown`) and jobs
+/// finished; then
 /// the lower bound, up to five unfinished jobs per strategy with a count, and
 /// pre-warm readiness where a strategy saw windows. `-` marks a value that is
 /// undefined (no on-demand run, nothing provisioned).
@@ -105,6 +108,7 @@ fn row(report: &SimReport, name: &str, r: &StrategyResult) -> Vec<String> {
         r.interruptions.to_string(),
         r.checkpoints.to_string(),
         lost,
+        opt(r.p95_slowdown, |x| format!("{x:.2}")),
         format!("{}/{}", r.jobs_completed, r.jobs_total),
     ]
 }
@@ -224,7 +228,16 @@ mod tests {
         let qm = cells(&table(&report()), "quartermaster");
         assert_eq!(
             qm[5..],
-            ["50.0%", "1.5m", "2.0h", "3", "7", "1.0 (10.0%)", "4/5"]
+            [
+                "50.0%",
+                "1.5m",
+                "2.0h",
+                "3",
+                "7",
+                "1.0 (10.0%)",
+                "1.10",
+                "4/5"
+            ]
         );
     }
 
