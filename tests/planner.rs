@@ -420,7 +420,12 @@ fn the_spot_pool_share_spreads_single_pods_but_never_splits_a_gang() {
     let plan = run(&single, &[pool.clone()], &[], Strategy::Mip);
     assert_eq!(placed(&plan), 4, "{:?}", plan.unschedulable);
     assert_eq!(plan.nodes.len(), 4);
-    assert!(most_in_one_pool(&plan) <= 3, "{:?}", plan.nodes);
+    assert!(
+        most_in_one_pool(&plan) <= 3,
+        "{:?} {:?}",
+        plan.solved_by,
+        plan.nodes
+    );
     // The same four as one gang: all in the cheapest pool, as without a share.
     let gang: Vec<Pod> = single
         .iter()

@@ -162,10 +162,18 @@ pub fn plan(input: &Input, opts: &Options, clock: &dyn Fn() -> f64) -> Plan {
         // Packing may need a node more than the model counted: a node the
         // pool can no longer afford sends its pods back, whole gangs at once.
         let mut refused_gangs = BTreeSet::new();
+        // The offerings the model chose: right-sizing must not move a node
+        // into a spot pool the model is still to fill, or the pool's share
+        // no longer holds.
+        let planned: BTreeSet<usize> = result.assigned.iter().map(|(o, _)| *o).collect();
         for (o, assigned) in result.assigned {
             let (nodes, misfits) = pack::pack_new(pods, &assigned, &cands[o].allocatable, 0);
             for node in nodes {
-                let o = right_size(input, &cands, opts, o, &node, &launched, &budgets);
+                let taken = Taken {
+                    launched: &launched,
+                    planned: &planned,
+                };
+                let o = right_size(input, &cands, opts, o, &node, taken, &budgets);
                 let budget = &mut budgets[cands[o].pool];
                 if budget.affords(&cands[o]) {
                     budget.charge(&cands[o]);
@@ -339,6 +347,15 @@ fn node_cost(input: &Input, c: &Candidate, opts: &Options, members: &[usize]) ->
     c.price() + risk + idle
 }
 
+/// The offerings a plan already holds nodes in ([`right_size`]'s view of
+/// the spot pool share): nodes launched so far, and the offerings the
+/// current model assigned pods to.
+#[derive(Clone, Copy)]
+struct Taken<'a> {
+    launched: &'a [(usize, Vec<usize>)],
+    planned: &'a BTreeSet<usize>,
+}
+
 /// The cheapest candidate for one packed node of candidate `o`: the LP
 /// relaxation buys fractions of big nodes (1/8 of an 8-GPU node for a
 /// one-GPU pod), and rounding turns the fraction into a whole big node; the
@@ -347,15 +364,16 @@ fn node_cost(input: &Input, c: &Candidate, opts: &Options, members: &[usize]) ->
 /// gang keeps its offering (the model put the gang in one zone and one spot
 /// pool on purpose), one holding whole gangs may change;
 /// a spot pool with a share limit is only entered while this plan has no
-/// node in it yet (one node is within the share's slack); the pool's limits
-/// must still afford it. Deterministic: ties go to the lower index.
+/// node in it yet and the model puts none there (one node is within the
+/// share's slack); the pool's limits must still afford it. Deterministic:
+/// ties go to the lower index.
 fn right_size(
     input: &Input,
     cands: &[Candidate],
     opts: &Options,
     o: usize,
     node: &[usize],
-    launched: &[(usize, Vec<usize>)],
+    taken: Taken,
     budgets: &[Budget],
 ) -> usize {
     let pods = input.pods;
@@ -396,7 +414,7 @@ fn right_size(
         }
         if share.is_some()
             && c.offering.capacity_type == crate::catalog::CapacityType::Spot
-            && launched.iter().any(|(l, _)| *l == i)
+            && (taken.planned.contains(&i) || taken.launched.iter().any(|(l, _)| *l == i))
         {
             continue;
         }
