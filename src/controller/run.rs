@@ -180,6 +180,19 @@ pub struct Driver<C> {
     decided: Vec<Action>,
 }
 
+/// The NodeClaim lifecycle over a driver's API, cloud and timeouts (a free
+/// function: it borrows only these, so the driver's other fields stay
+/// writable while it works).
+fn lifecycle_of<'a, C>(ctx: &'a Context<C>, settings: &Settings) -> Lifecycle<'a, C> {
+    Lifecycle {
+        api: &ctx.api,
+        cloud: &*ctx.cloud,
+        metrics: &ctx.metrics,
+        launch_timeout: settings.launch_timeout,
+        registration_timeout: settings.registration_timeout,
+    }
+}
+
 /// Seconds since the first call, on a monotonic clock: the planner's timer
 /// ([`Core::with_solve_clock`]).
 fn monotonic_seconds() -> f64 {
@@ -556,13 +569,7 @@ impl<C: CloudProvider + Send + Sync + 'static> Driver<C> {
     }
 
     async fn reconcile_claims(&mut self, views: &[ClaimView], world: &World<'_>, now: Time) {
-        let lifecycle = Lifecycle {
-            api: &self.ctx.api,
-            cloud: &*self.ctx.cloud,
-            metrics: &self.ctx.metrics,
-            launch_timeout: self.settings.launch_timeout,
-            registration_timeout: self.settings.registration_timeout,
-        };
+        let lifecycle = lifecycle_of(&self.ctx, &self.settings);
         let mut to_core = Vec::new();
         let present: HashSet<String> = views.iter().map(|v| v.claim.name_any()).collect();
         self.drain_backoff.retain(|c, _| present.contains(c));
@@ -681,13 +688,7 @@ impl<C: CloudProvider + Send + Sync + 'static> Driver<C> {
             Err(e) => tracing::warn!(error = %e, "garbage collection could not list instances"),
         }
         // And the other way round: claims whose instance is gone.
-        let lifecycle = Lifecycle {
-            api: &self.ctx.api,
-            cloud: &*self.ctx.cloud,
-            metrics: &self.ctx.metrics,
-            launch_timeout: self.settings.launch_timeout,
-            registration_timeout: self.settings.registration_timeout,
-        };
+        let lifecycle = lifecycle_of(&self.ctx, &self.settings);
         if let Err(e) = lifecycle
             .collect_lost(views, now, self.settings.gc_grace)
             .await
