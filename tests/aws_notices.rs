@@ -14,7 +14,7 @@ use quartermaster::cloud::aws::notices::{
     run_consumer, ConsumerConfig, Error, NoticeConsumer, PollSummary,
 };
 use quartermaster::cloud::{InstanceNotice, NoticeAcks, NoticeKind, NoticeOutcome};
-use quartermaster::controller::metrics::{MessageLabels, Metrics};
+use quartermaster::metrics::{MessageLabels, Metrics};
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 use support::moto::{unique, Moto};

@@ -12,7 +12,7 @@ use aws_smithy_http_client::test_util::{ReplayEvent, StaticReplayClient};
 use aws_smithy_types::body::SdkBody;
 use quartermaster::catalog::{CapacityType, Catalog, PriceSource};
 use quartermaster::cloud::aws::pricing::{refresh_catalog, PriceClient, Refresher, Source};
-use quartermaster::controller::metrics::{Metrics, PricingLabels};
+use quartermaster::metrics::{Metrics, PricingLabels};
 use std::sync::Arc;
 use std::time::Duration;
 use support::moto::Moto;

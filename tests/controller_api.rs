@@ -21,8 +21,8 @@ use quartermaster::controller::events::{node_pool_ref, pod_ref, Events};
 use quartermaster::controller::kube_api::{
     is_status, Eviction, KubeApi, NodeChange, NODE_PATCH_ATTEMPTS,
 };
-use quartermaster::controller::metrics::Metrics;
 use quartermaster::controller::snapshot::NodeInfo;
+use quartermaster::metrics::Metrics;
 use serde_json::{json, Value};
 use std::collections::BTreeMap;
 use support::api_server::{already_exists, echo, not_found, status_body, Scenario};

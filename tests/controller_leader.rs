@@ -6,7 +6,7 @@ use http::{Method, Request, Response, StatusCode};
 use kube::client::Body;
 use kube::Client;
 use quartermaster::controller::leader::{Leadership, LeaseSettings};
-use quartermaster::controller::metrics::Metrics;
+use quartermaster::metrics::Metrics;
 use serde_json::{json, Value};
 use std::sync::Arc;
 use std::time::Duration;

@@ -27,9 +27,9 @@ use quartermaster::controller::checkpoint::HookClient;
 use quartermaster::controller::executor::{self, Executor, HookAcks, Outcome, Targets};
 use quartermaster::controller::kube_api::KubeApi;
 use quartermaster::controller::lifecycle::{Lifecycle, Step};
-use quartermaster::controller::metrics::{LaunchFailureLabels, Metrics};
 use quartermaster::controller::snapshot::{request_of, world_parts, Snapshot, Store};
 use quartermaster::core::{Action, ClaimRequest, Config, Core, Notice, Time};
+use quartermaster::metrics::{LaunchFailureLabels, Metrics};
 use serde_json::{json, Value};
 use std::collections::HashSet;
 use std::sync::{Arc, Mutex, OnceLock};
@@ -1048,8 +1048,8 @@ async fn a_replica_that_lost_the_lease_writes_nothing_and_counts_what_it_dropped
 #[tokio::test]
 async fn only_the_leader_writes_and_a_follower_leaves_spot_notices_on_the_queue() {
     use quartermaster::cloud::{InstanceNotice, NoticeKind};
-    use quartermaster::controller::metrics::InterruptionLabels;
     use quartermaster::controller::run::{Context, Driver, Settings};
+    use quartermaster::metrics::InterruptionLabels;
     use std::sync::atomic::AtomicBool;
     use tokio::sync::mpsc;
 
@@ -1119,7 +1119,7 @@ async fn only_the_leader_writes_and_a_follower_leaves_spot_notices_on_the_queue(
     verifier.finish().await;
     let cost = metrics
         .cost_per_hour
-        .get_or_create(&quartermaster::controller::metrics::PoolLabels {
+        .get_or_create(&quartermaster::metrics::PoolLabels {
             nodepool: "gpu".into(),
         })
         .get();

@@ -6,12 +6,16 @@
 pub mod common;
 pub mod crds;
 pub mod duration;
-pub mod labels;
 pub mod nodeclaim;
 pub mod nodepool;
 pub mod quantity;
 pub mod schedule;
 pub mod validate;
+
+/// The well-known keys, re-exported where the CRD types use them; they live
+/// in the leaf [`crate::labels`] so that lower layers (`catalog`) need not
+/// depend on the CRD types.
+pub use crate::labels;
 
 pub use common::{Condition, Operator, Requirement, ResourceList, Taint, TaintEffect};
 pub use duration::{parse_duration, DurationError};

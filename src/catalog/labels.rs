@@ -3,7 +3,7 @@
 //! (node shapes) and NodePool validation (which types a pool selects).
 
 use super::{AcceleratorKind, InstanceType};
-use crate::api::labels as l;
+use crate::labels as l;
 use std::collections::BTreeMap;
 
 /// The short GPU name used in `quartermaster.dev/gpu-name` (`h100`, `a10g`).

@@ -17,7 +17,7 @@
 //! H200 141GB (p5e, p5en), B200 (p6-b200). T4, A10G, L4, L40S and V100 (g4dn,
 //! g5, g6, g6e, p3) do not support MIG.
 
-use crate::api::labels::RESOURCE_MIG_PREFIX;
+use crate::labels::RESOURCE_MIG_PREFIX;
 
 /// One MIG profile of a GPU: `name` (e.g. `1g.10gb`: one compute slice of
 /// seven, 10 GB) and how many instances of it one GPU holds when partitioned

@@ -11,12 +11,12 @@
 //! [`Action::RequestCheckpoint`]: crate::core::Action::RequestCheckpoint
 
 use super::kube_api::KubeApi;
-use super::metrics::Metrics;
 use crate::api::labels::{
     CHECKPOINT_COMPLETED, CHECKPOINT_ENABLED, CHECKPOINT_HOOK, CHECKPOINT_REQUESTED,
 };
 use crate::api::{CheckpointHook, InterruptionPolicy};
 use crate::core::Time;
+use crate::metrics::Metrics;
 use bytes::Bytes;
 use chrono::{DateTime, SecondsFormat, SubsecRound};
 use http_body_util::Full;

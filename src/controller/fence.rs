@@ -11,9 +11,9 @@
 //! leader election itself uses an unfenced client (it writes the Lease to
 //! become leader).
 
-use super::metrics::Metrics;
 use crate::cloud::{self, CloudProvider, Instance, NodeTemplate};
 use crate::core::{ClaimRequest, Time};
+use crate::metrics::Metrics;
 use http::{Method, Request};
 use kube::client::Body;
 use std::sync::Arc;

@@ -13,7 +13,7 @@ use axum::Router;
 use prometheus_client::registry::Registry;
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Duration;
 use tokio::net::TcpListener;
 use tokio::task::JoinSet;
@@ -55,39 +55,13 @@ pub fn metrics_router(registry: Arc<Registry>) -> Router {
         .with_state(registry)
 }
 
-/// When the controller's loop last made progress (finished a round, or
-/// woke up between rounds), on tokio's monotonic clock. Shared by the loop
-/// (which beats it) and `/healthz` (which reads it).
-#[derive(Clone, Debug)]
-pub struct Progress(Arc<Mutex<tokio::time::Instant>>);
-
-impl Default for Progress {
-    fn default() -> Self {
-        Progress(Arc::new(Mutex::new(tokio::time::Instant::now())))
-    }
-}
-
-impl Progress {
-    /// The loop made progress now.
-    pub fn beat(&self) {
-        if let Ok(mut last) = self.0.lock() {
-            *last = tokio::time::Instant::now();
-        }
-    }
-
-    /// How long since the last progress.
-    pub fn since(&self) -> Duration {
-        self.0.lock().map(|last| last.elapsed()).unwrap_or_default()
-    }
-}
-
 /// What `/healthz` checks: the loop made progress within `stall_after`. A
 /// loop stuck in a round (a planner past its limits, a hung call) fails
 /// the liveness probe, and the kubelet restarts the controller.
 #[derive(Clone, Debug)]
 pub struct Liveness {
     /// The loop's progress.
-    pub progress: Progress,
+    pub progress: crate::metrics::Progress,
     /// Longest time without progress that is still healthy; longer than
     /// the loop's tick, which it may sleep when nothing happens.
     pub stall_after: Duration,
@@ -133,7 +107,7 @@ pub fn liveness_response(liveness: &Liveness) -> (StatusCode, String) {
 async fn metrics(State(registry): State<Arc<Registry>>) -> impl IntoResponse {
     (
         [(header::CONTENT_TYPE, OPENMETRICS_CONTENT_TYPE)],
-        super::metrics::encode(&registry),
+        crate::metrics::encode(&registry),
     )
 }
 
@@ -252,7 +226,7 @@ async fn serve(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::controller::metrics::Metrics;
+    use crate::metrics::Metrics;
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
     fn liveness(metrics: &Metrics) -> Liveness {
@@ -425,7 +399,7 @@ mod tests {
 
         // The series /metrics can serve, from the families' TYPE lines.
         // Label families print nothing until they have a child: give each one.
-        use crate::controller::metrics::*;
+        use crate::metrics::*;
         let mut registry = Registry::default();
         let m = Metrics::new(&mut registry);
         let node = NodeLabels {
@@ -462,7 +436,7 @@ mod tests {
                 source: "spot".into(),
             })
             .set(1);
-        let encoded = crate::controller::metrics::encode(&registry);
+        let encoded = crate::metrics::encode(&registry);
         let mut families = Vec::new();
         let mut served = std::collections::BTreeSet::new();
         for line in encoded.lines() {

@@ -27,7 +27,7 @@
 //!   lease is released (no holder, 1 s duration) so a standby takes over at
 //!   once.
 
-use super::metrics::Metrics;
+use crate::metrics::Metrics;
 use k8s_openapi::api::coordination::v1::{Lease, LeaseSpec};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::MicroTime;
 use kube::api::{Api, ObjectMeta, PostParams};

@@ -20,7 +20,6 @@
 //! reports what it did as a [`Step`] for the loop to hand on to the core.
 
 use super::kube_api::{Eviction, KubeApi, NodeChange};
-use super::metrics::{LaunchFailureLabels, Metrics};
 use super::snapshot::{is_accelerator, request_of, to_k8s_time, ClaimView, NodeInfo};
 use crate::api::labels as l;
 use crate::api::nodeclaim::conditions;
@@ -28,6 +27,7 @@ use crate::api::{NodeClaim, NodeClaimStatus};
 use crate::catalog::CapacityType;
 use crate::cloud::{self, CloudProvider, Instance, NodeTemplate};
 use crate::core::{Notice, OfferingKey, Time};
+use crate::metrics::{LaunchFailureLabels, Metrics};
 use k8s_openapi::api::core::v1::Taint as KubeTaint;
 use kube::ResourceExt;
 use std::collections::BTreeMap;

@@ -14,7 +14,6 @@ pub mod kube_api;
 pub mod leader;
 pub mod lifecycle;
 pub mod logging;
-pub mod metrics;
 pub mod run;
 pub mod simulated_nodes;
 pub mod snapshot;

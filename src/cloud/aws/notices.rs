@@ -25,7 +25,7 @@
 pub mod parse;
 
 use crate::cloud::{InstanceNotice, NoticeAck, NoticeAcks, NoticeOutcome};
-use crate::controller::metrics::{MessageLabels, Metrics};
+use crate::metrics::{MessageLabels, Metrics};
 use aws_sdk_sqs::error::DisplayErrorContext;
 use aws_sdk_sqs::types::Message;
 use parse::{parse_message, Parsed};

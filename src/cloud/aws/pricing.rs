@@ -13,8 +13,8 @@ pub mod price_list;
 pub use apply::{apply_prices, LivePrices, OnDemandPrices, RefreshReport, Source, SpotPrices};
 
 use crate::catalog::Catalog;
-use crate::controller::metrics::{Metrics, PricingLabels};
 use crate::core::Time;
+use crate::metrics::{Metrics, PricingLabels};
 use aws_config::{Region, SdkConfig};
 use aws_sdk_pricing::types::{Filter, FilterType};
 use std::collections::{BTreeMap, HashMap};

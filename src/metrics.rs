@@ -11,6 +11,8 @@ use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::{exponential_buckets, Histogram};
 use prometheus_client::registry::Registry;
 use std::sync::atomic::AtomicU64;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
 /// Labels of per-node gauges: pool, instance type and capacity type.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -108,7 +110,7 @@ pub struct Metrics {
     pub actions_dropped: Counter,
     /// When the loop last made progress (not exported: `/healthz` reads
     /// it).
-    pub progress: super::health::Progress,
+    pub progress: Progress,
 }
 
 impl Metrics {
@@ -272,5 +274,31 @@ mod tests {
             "{text}"
         );
         assert!(text.ends_with("# EOF\n"));
+    }
+}
+
+/// When the controller's loop last made progress (finished a round, or
+/// woke up between rounds), on tokio's monotonic clock. Shared by the loop
+/// (which beats it) and `/healthz` (which reads it).
+#[derive(Clone, Debug)]
+pub struct Progress(Arc<Mutex<tokio::time::Instant>>);
+
+impl Default for Progress {
+    fn default() -> Self {
+        Progress(Arc::new(Mutex::new(tokio::time::Instant::now())))
+    }
+}
+
+impl Progress {
+    /// The loop made progress now.
+    pub fn beat(&self) {
+        if let Ok(mut last) = self.0.lock() {
+            *last = tokio::time::Instant::now();
+        }
+    }
+
+    /// How long since the last progress.
+    pub fn since(&self) -> Duration {
+        self.0.lock().map(|last| last.elapsed()).unwrap_or_default()
     }
 }
