@@ -23,9 +23,46 @@ pub struct Args {
     /// Output format.
     #[arg(long, value_enum, default_value = "table")]
     output: super::plan::Output,
-    /// Also write summary.json, timeseries.csv and PNG charts to this folder.
+    /// Also write summary.json, timeseries.csv and PNG charts to this folder
+    /// (with `--seeds`: `seeds.json`, and each seed's report in `seed-N/`).
     #[arg(long)]
     report: Option<PathBuf>,
+    /// Run the scenario once per seed instead of with its own seed, and
+    /// report each strategy's mean and range over them and how often
+    /// quartermaster beat the others (comma-separated seeds or ranges:
+    /// `1-10`, `1,7,42`). One seed's week is one draw of the workload and
+    /// of the spot market's reclaims.
+    #[arg(long, value_parser = parse_seeds)]
+    seeds: Option<Seeds>,
+}
+
+/// The seeds of `--seeds`, in the order given.
+#[derive(Debug, Clone)]
+struct Seeds(Vec<u64>);
+
+/// Parses `1-10`, `1,7,42` or a mix; ranges are inclusive.
+fn parse_seeds(text: &str) -> Result<Seeds, String> {
+    let mut seeds = Vec::new();
+    for part in text.split(',').map(str::trim) {
+        let number = |t: &str| {
+            t.trim()
+                .parse::<u64>()
+                .map_err(|_| format!("{t:?} is not a seed (a whole number)"))
+        };
+        match part.split_once('-') {
+            Some((a, b)) => {
+                let (a, b) = (number(a)?, number(b)?);
+                if b < a || b - a >= 1000 {
+                    return Err(format!(
+                        "seed range {part:?} must go upwards and hold at most 1000 seeds"
+                    ));
+                }
+                seeds.extend(a..=b);
+            }
+            None => seeds.push(number(part)?),
+        }
+    }
+    Ok(Seeds(seeds))
 }
 
 /// Runs `simulate`.
@@ -40,23 +77,22 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         .parent()
         .map(PathBuf::from)
         .unwrap_or_default();
-    let jobs = sim::load_jobs(&scenario, &base, args.trace.as_deref())?;
     sim::load_spot_traces(&mut scenario, &base)?;
     let strategies = if args.strategies.is_empty() {
         scenario.strategies.clone()
     } else {
         args.strategies.clone()
     };
-
-    let bar = indicatif::ProgressBar::new(1000 * strategies.len() as u64);
-    bar.set_style(
-        indicatif::ProgressStyle::with_template("{msg:>14} [{bar:40}] {percent:>3}% {elapsed}")
-            .expect("a valid template")
-            .progress_chars("=> "),
-    );
-    if matches!(args.output, super::plan::Output::Json) {
-        bar.set_draw_target(indicatif::ProgressDrawTarget::hidden());
+    if let Some(Seeds(seeds)) = &args.seeds {
+        return run_seeds(&args, &mut scenario, &base, &catalog, &strategies, seeds);
     }
+    let jobs = sim::load_jobs(&scenario, &base, args.trace.as_deref())?;
+
+    let bar = progress_bar(
+        &args,
+        1000 * strategies.len() as u64,
+        "{msg:>14} [{bar:40}] {percent:>3}% {elapsed}",
+    );
     let index = |s: StrategyName| strategies.iter().position(|x| *x == s).unwrap_or(0) as u64;
     let result = sim::simulate(&scenario, &catalog, &jobs, &strategies, &mut |s, f| {
         bar.set_message(format!("{s:?}").to_lowercase());
@@ -81,4 +117,94 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         }
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// A progress bar on stderr of `len` steps drawn with `template`, hidden
+/// when the output is JSON (a tool reads it).
+fn progress_bar(args: &Args, len: u64, template: &str) -> indicatif::ProgressBar {
+    let bar = indicatif::ProgressBar::new(len);
+    bar.set_style(
+        indicatif::ProgressStyle::with_template(template)
+            .expect("a valid template")
+            .progress_chars("=> "),
+    );
+    if matches!(args.output, super::plan::Output::Json) {
+        bar.set_draw_target(indicatif::ProgressDrawTarget::hidden());
+    }
+    bar
+}
+
+/// `simulate --seeds`: the scenario once per seed, then the spread.
+fn run_seeds(
+    args: &Args,
+    scenario: &mut Scenario,
+    base: &std::path::Path,
+    catalog: &Arc<Catalog>,
+    strategies: &[StrategyName],
+    seeds: &[u64],
+) -> anyhow::Result<ExitCode> {
+    let bar = progress_bar(
+        args,
+        (seeds.len() * strategies.len()) as u64,
+        "{msg:>24} [{bar:40}] {pos}/{len} {elapsed}",
+    );
+    let mut report = sim::seeds::SeedsReport::default();
+    let index = |s: StrategyName| strategies.iter().position(|x| *x == s).unwrap_or(0);
+    for (i, &seed) in seeds.iter().enumerate() {
+        scenario.seed = seed;
+        let jobs = sim::load_jobs(scenario, base, args.trace.as_deref())?;
+        let run = sim::simulate(scenario, catalog, &jobs, strategies, &mut |s, f| {
+            bar.set_message(format!("seed {seed} {s:?}").to_lowercase());
+            bar.set_position((i * strategies.len() + index(s)) as u64 + u64::from(f >= 1.0));
+        })?;
+        report.runs.push(run);
+    }
+    bar.finish_and_clear();
+    match args.output {
+        super::plan::Output::Json => println!(
+            "{}",
+            serde_json::to_string_pretty(&sim::seeds::summary_json(&report))?
+        ),
+        super::plan::Output::Table => print!("{}", sim::seeds::table(&report)),
+    }
+    if let Some(dir) = &args.report {
+        std::fs::create_dir_all(dir)
+            .with_context(|| format!("creating the report folder {}", dir.display()))?;
+        let path = dir.join("seeds.json");
+        std::fs::write(
+            &path,
+            serde_json::to_string_pretty(&sim::seeds::summary_json(&report))?,
+        )
+        .with_context(|| format!("writing {}", path.display()))?;
+        let mut written = vec![path];
+        for run in &report.runs {
+            let sub = dir.join(format!("seed-{}", run.seed));
+            written.extend(
+                report::write_report(run, &sub)
+                    .with_context(|| format!("writing the report to {}", sub.display()))?,
+            );
+        }
+        if matches!(args.output, super::plan::Output::Table) {
+            for p in written {
+                println!("wrote {}", p.display());
+            }
+        }
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::parse_seeds;
+
+    #[test]
+    fn seeds_are_lists_and_inclusive_ranges_and_nonsense_is_named() {
+        assert_eq!(parse_seeds("1-3,7, 42").unwrap().0, vec![1, 2, 3, 7, 42]);
+        assert_eq!(parse_seeds("5").unwrap().0, vec![5]);
+        let err = parse_seeds("1,x").unwrap_err();
+        assert!(err.contains("\"x\" is not a seed"), "{err}");
+        assert!(parse_seeds("9-2").unwrap_err().contains("upwards"));
+        assert!(parse_seeds("0-5000").unwrap_err().contains("at most 1000"));
+        assert!(parse_seeds("-3").is_err());
+    }
 }

@@ -7,6 +7,7 @@ pub mod jobs;
 pub mod report;
 pub mod result;
 pub mod scenario;
+pub mod seeds;
 pub mod trace;
 pub mod workload;
 

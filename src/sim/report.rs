@@ -7,6 +7,7 @@ mod charts;
 mod terminal;
 
 pub use charts::write_charts;
+pub(crate) use terminal::columns;
 pub use terminal::table;
 
 use super::result::{SimReport, StrategyResult};

@@ -42,9 +42,6 @@ pub fn table(report: &SimReport) -> String {
             .into_iter()
             .map(|(name, r)| row(report, name, r)),
     );
-    let widths: Vec<usize> = (0..HEADERS.len())
-        .map(|c| rows.iter().map(|r| r[c].chars().count()).max().unwrap_or(0))
-        .collect();
 
     let mut out = String::new();
     // Writing to a String cannot fail: the results of write! are ignored.
@@ -55,25 +52,7 @@ pub fn table(report: &SimReport) -> String {
         report.seed,
         duration(report.duration_s)
     );
-    for (i, row) in rows.iter().enumerate() {
-        let line: Vec<String> = row
-            .iter()
-            .zip(&widths)
-            .enumerate()
-            .map(|(c, (cell, &w))| {
-                if c == 0 {
-                    format!("{cell:<w$}")
-                } else {
-                    format!("{cell:>w$}")
-                }
-            })
-            .collect();
-        let _ = writeln!(out, "{}", line.join("  ").trim_end());
-        if i == 0 {
-            let rule: Vec<String> = widths.iter().map(|&w| "-".repeat(w)).collect();
-            let _ = writeln!(out, "{}", rule.join("  "));
-        }
-    }
+    out.push_str(&columns(&rows));
     let _ = writeln!(
         out,
         "\nlower bound: {} (the workload's GPU-hours at the cheapest spot price per GPU, \
@@ -190,6 +169,43 @@ fn duration(s: f64) -> String {
     } else {
         format!("{:.1}d", s / 86_400.0)
     }
+}
+
+/// Rows laid out in columns: the first left-aligned, the others
+/// right-aligned, two spaces apart, with a rule under the first row (the
+/// header).
+pub(crate) fn columns(rows: &[Vec<String>]) -> String {
+    let n = rows.iter().map(Vec::len).max().unwrap_or(0);
+    let widths: Vec<usize> = (0..n)
+        .map(|c| {
+            rows.iter()
+                .filter_map(|r| r.get(c))
+                .map(|cell| cell.chars().count())
+                .max()
+                .unwrap_or(0)
+        })
+        .collect();
+    let mut out = String::new();
+    for (i, row) in rows.iter().enumerate() {
+        let line: Vec<String> = row
+            .iter()
+            .zip(&widths)
+            .enumerate()
+            .map(|(c, (cell, &w))| {
+                if c == 0 {
+                    format!("{cell:<w$}")
+                } else {
+                    format!("{cell:>w$}")
+                }
+            })
+            .collect();
+        let _ = writeln!(out, "{}", line.join("  ").trim_end());
+        if i == 0 {
+            let rule: Vec<String> = widths.iter().map(|&w| "-".repeat(w)).collect();
+            let _ = writeln!(out, "{}", rule.join("  "));
+        }
+    }
+    out
 }
 
 #[cfg(test)]

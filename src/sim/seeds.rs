@@ -1,0 +1,372 @@
+//! One scenario over several seeds. A seed draws the workload and the spot
+//! market's reclaims, and on the calibrated market strategies trade places
+//! from one draw to the next: a single week can make any of them look best.
+//! What a comparison can claim is the spread over seeds and how often one
+//! strategy beats another, which this module computes from the per-seed
+//! [`SimReport`]s and renders as a table and JSON.
+
+use super::report::{ordered, ratio_to_on_demand};
+use super::result::{SimReport, StrategyResult};
+use serde_json::{json, Value};
+use std::fmt::Write as _;
+
+/// Mean, least and greatest of one measure over the seeds where it is
+/// defined.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Spread {
+    /// Arithmetic mean.
+    pub mean: f64,
+    /// Least value.
+    pub min: f64,
+    /// Greatest value.
+    pub max: f64,
+    /// Seeds where the measure was defined.
+    pub n: usize,
+}
+
+impl Spread {
+    /// The spread of `values`; `None` when there are none.
+    pub fn of(values: impl IntoIterator<Item = f64>) -> Option<Spread> {
+        let v: Vec<f64> = values.into_iter().filter(|x| x.is_finite()).collect();
+        if v.is_empty() {
+            return None;
+        }
+        Some(Spread {
+            mean: v.iter().sum::<f64>() / v.len() as f64,
+            min: v.iter().copied().fold(f64::INFINITY, f64::min),
+            max: v.iter().copied().fold(f64::NEG_INFINITY, f64::max),
+            n: v.len(),
+        })
+    }
+
+    fn json(this: Option<Spread>) -> Value {
+        match this {
+            Some(s) => json!({ "mean": s.mean, "min": s.min, "max": s.max, "seeds": s.n }),
+            None => Value::Null,
+        }
+    }
+}
+
+/// A measure of one strategy's run in one seed's report.
+pub type Measure = fn(&SimReport, &StrategyResult) -> Option<f64>;
+
+/// Total cost in dollars.
+pub fn cost(_: &SimReport, r: &StrategyResult) -> Option<f64> {
+    Some(r.total_cost)
+}
+
+/// Cost over the on-demand strategy's in the same seed.
+pub fn vs_on_demand(report: &SimReport, r: &StrategyResult) -> Option<f64> {
+    ratio_to_on_demand(report, r)
+}
+
+/// GPU-hours lost to interruptions and restarts.
+pub fn lost_gpu_hours(_: &SimReport, r: &StrategyResult) -> Option<f64> {
+    Some(r.lost_gpu_hours)
+}
+
+/// Lost GPU-hours as a share of the GPU-hours held by jobs.
+pub fn lost_share(_: &SimReport, r: &StrategyResult) -> Option<f64> {
+    (r.gpu_hours > 0.0).then(|| r.lost_gpu_hours / r.gpu_hours)
+}
+
+/// Interruptions (jobs stopped by a reclaim or an eviction).
+pub fn interruptions(_: &SimReport, r: &StrategyResult) -> Option<f64> {
+    Some(f64::from(r.interruptions))
+}
+
+/// The 95th percentile of the jobs' slowdown (`p95_slowdown`).
+pub fn p95_slowdown(_: &SimReport, r: &StrategyResult) -> Option<f64> {
+    r.p95_slowdown
+}
+
+/// Share of the jobs that finished.
+pub fn jobs_done(_: &SimReport, r: &StrategyResult) -> Option<f64> {
+    (r.jobs_total > 0).then(|| f64::from(r.jobs_completed) / f64::from(r.jobs_total))
+}
+
+/// The measures the table and the JSON show, by JSON key.
+pub const MEASURES: [(&str, Measure); 7] = [
+    ("total_cost", cost),
+    ("ratio_to_on_demand", vs_on_demand),
+    ("lost_gpu_hours", lost_gpu_hours),
+    ("lost_share", lost_share),
+    ("interruptions", interruptions),
+    ("p95_slowdown", p95_slowdown),
+    ("jobs_done_share", jobs_done),
+];
+
+/// The runs of one scenario, one report per seed (same strategies in each).
+#[derive(Debug, Clone, Default)]
+pub struct SeedsReport {
+    /// One report per seed, in the order the seeds were given.
+    pub runs: Vec<SimReport>,
+}
+
+impl SeedsReport {
+    /// The seeds, in order.
+    pub fn seeds(&self) -> Vec<u64> {
+        self.runs.iter().map(|r| r.seed).collect()
+    }
+
+    /// The strategies of the first run, in presentation order.
+    pub fn strategies(&self) -> Vec<String> {
+        self.runs
+            .first()
+            .map(|r| ordered(r).into_iter().map(|(n, _)| n.to_string()).collect())
+            .unwrap_or_default()
+    }
+
+    /// `measure` of `strategy` over the seeds.
+    pub fn spread(&self, strategy: &str, measure: Measure) -> Option<Spread> {
+        Spread::of(
+            self.runs
+                .iter()
+                .filter_map(|rep| rep.strategies.get(strategy).and_then(|r| measure(rep, r))),
+        )
+    }
+
+    /// In how many seeds `a`'s `measure` is at most `b`'s, out of the seeds
+    /// where both are defined.
+    pub fn at_most(&self, a: &str, b: &str, measure: Measure) -> (usize, usize) {
+        let pairs: Vec<(f64, f64)> = self
+            .runs
+            .iter()
+            .filter_map(|rep| {
+                let x = measure(rep, rep.strategies.get(a)?)?;
+                let y = measure(rep, rep.strategies.get(b)?)?;
+                Some((x, y))
+            })
+            .collect();
+        (pairs.iter().filter(|(x, y)| x <= y).count(), pairs.len())
+    }
+}
+
+/// The comparisons the table and JSON make: quartermaster against each
+/// other strategy on cost, and on lost GPU-hours against those that lost
+/// some.
+fn comparisons(report: &SeedsReport) -> Vec<(String, &'static str, (usize, usize))> {
+    let names = report.strategies();
+    let mut out = Vec::new();
+    if !names.iter().any(|n| n == "quartermaster") {
+        return out;
+    }
+    for other in names.iter().filter(|n| *n != "quartermaster") {
+        out.push((
+            other.clone(),
+            "total_cost",
+            report.at_most("quartermaster", other, cost),
+        ));
+        // Against a strategy that never loses work (on-demand, static) the
+        // count says nothing.
+        if report
+            .spread(other, lost_gpu_hours)
+            .is_some_and(|s| s.max > 0.0)
+        {
+            out.push((
+                other.clone(),
+                "lost_gpu_hours",
+                report.at_most("quartermaster", other, lost_gpu_hours),
+            ));
+        }
+    }
+    out
+}
+
+/// The terminal table: per strategy the mean and range of each measure,
+/// then in how many seeds quartermaster was no dearer and lost no more
+/// work than each other strategy.
+pub fn table(report: &SeedsReport) -> String {
+    let mut out = String::new();
+    let seeds = report.seeds();
+    let first = report.runs.first();
+    let _ = writeln!(
+        out,
+        "scenario {} over {} seeds ({}), {:.1}d simulated each: mean [min - max]",
+        first.map_or("", |r| r.scenario.as_str()),
+        seeds.len(),
+        seeds
+            .iter()
+            .map(u64::to_string)
+            .collect::<Vec<_>>()
+            .join(","),
+        first.map_or(0.0, |r| r.duration_s / 86_400.0),
+    );
+    let cell = |s: Option<Spread>, f: &dyn Fn(f64) -> String| match s {
+        Some(s) => format!("{} [{} - {}]", f(s.mean), f(s.min), f(s.max)),
+        None => "-".into(),
+    };
+    let money = |x: f64| format!("${x:.0}");
+    let ratio = |x: f64| format!("{x:.2}");
+    let pct = |x: f64| format!("{:.1}%", x * 100.0);
+    let count = |x: f64| format!("{x:.0}");
+    let header = [
+        "strategy",
+        "cost",
+        "vs on-demand",
+        "GPU-h lost",
+        "lost share",
+        "interrupts",
+        "slowdown p95",
+        "jobs done",
+    ];
+    let mut rows: Vec<Vec<String>> = vec![header.iter().map(|h| h.to_string()).collect()];
+    for name in report.strategies() {
+        let s = |m: Measure| report.spread(&name, m);
+        rows.push(vec![
+            name.clone(),
+            cell(s(cost), &money),
+            cell(s(vs_on_demand), &ratio),
+            cell(s(lost_gpu_hours), &count),
+            cell(s(lost_share), &pct),
+            cell(s(interruptions), &count),
+            cell(s(p95_slowdown), &ratio),
+            cell(s(jobs_done), &pct),
+        ]);
+    }
+    out.push_str(&super::report::columns(&rows));
+    let comparisons = comparisons(report);
+    if !comparisons.is_empty() {
+        let _ = writeln!(out);
+    }
+    for (other, key, (wins, n)) in comparisons {
+        let what = if key == "total_cost" {
+            "no dearer than"
+        } else {
+            "lost no more work than"
+        };
+        let _ = writeln!(out, "quartermaster {what} {other} in {wins} of {n} seeds");
+    }
+    out
+}
+
+/// The machine-readable form: the seeds, per strategy and measure its
+/// spread (`null` where undefined in every seed), the pairwise counts, and
+/// each seed's own summary (the keys of `simulate --output json`).
+pub fn summary_json(report: &SeedsReport) -> Value {
+    let strategies: serde_json::Map<String, Value> = report
+        .strategies()
+        .into_iter()
+        .map(|name| {
+            let measures: serde_json::Map<String, Value> = MEASURES
+                .iter()
+                .map(|(key, m)| (key.to_string(), Spread::json(report.spread(&name, *m))))
+                .collect();
+            (name, Value::Object(measures))
+        })
+        .collect();
+    let comparisons: Vec<Value> = comparisons(report)
+        .into_iter()
+        .map(|(other, key, (wins, n))| {
+            json!({ "against": other, "measure": key, "quartermaster_at_most": wins, "seeds": n })
+        })
+        .collect();
+    json!({
+        "scenario": report.runs.first().map(|r| r.scenario.clone()),
+        "seeds": report.seeds(),
+        "strategies": strategies,
+        "comparisons": comparisons,
+        "per_seed": report.runs.iter().map(super::report::summary_json).collect::<Vec<_>>(),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn run(seed: u64, costs: &[(&str, f64, f64)]) -> SimReport {
+        let mut r = SimReport {
+            scenario: "s".into(),
+            duration_s: 86_400.0,
+            seed,
+            ..Default::default()
+        };
+        for (name, cost, lost) in costs {
+            r.strategies.insert(
+                name.to_string(),
+                StrategyResult {
+                    total_cost: *cost,
+                    lost_gpu_hours: *lost,
+                    gpu_hours: 100.0,
+                    jobs_total: 4,
+                    jobs_completed: 3,
+                    ..Default::default()
+                },
+            );
+        }
+        r
+    }
+
+    fn two_seeds() -> SeedsReport {
+        SeedsReport {
+            runs: vec![
+                run(
+                    1,
+                    &[
+                        ("quartermaster", 10.0, 5.0),
+                        ("greedy", 12.0, 4.0),
+                        ("on-demand", 40.0, 0.0),
+                    ],
+                ),
+                run(
+                    2,
+                    &[
+                        ("quartermaster", 30.0, 1.0),
+                        ("greedy", 20.0, 2.0),
+                        ("on-demand", 60.0, 0.0),
+                    ],
+                ),
+            ],
+        }
+    }
+
+    #[test]
+    fn spreads_are_taken_over_the_seeds_where_a_measure_is_defined() {
+        let r = two_seeds();
+        let c = r.spread("quartermaster", cost).unwrap();
+        assert_eq!((c.mean, c.min, c.max, c.n), (20.0, 10.0, 30.0, 2));
+        let v = r.spread("quartermaster", vs_on_demand).unwrap();
+        assert!((v.mean - (0.25 + 0.5) / 2.0).abs() < 1e-12);
+        assert_eq!(r.spread("quartermaster", p95_slowdown), None);
+        assert_eq!(r.spread("static", cost), None);
+        assert_eq!(Spread::of([f64::NAN]), None);
+    }
+
+    #[test]
+    fn quartermaster_is_compared_seed_by_seed_not_on_the_means() {
+        let r = two_seeds();
+        // Cheaper than greedy in seed 1 only, though dearer on the mean.
+        assert_eq!(r.at_most("quartermaster", "greedy", cost), (1, 2));
+        assert_eq!(r.at_most("quartermaster", "greedy", lost_gpu_hours), (1, 2));
+        assert_eq!(r.at_most("quartermaster", "on-demand", cost), (2, 2));
+        let t = table(&r);
+        assert!(t.contains("over 2 seeds (1,2)"), "{t}");
+        assert!(t.contains("$20 [$10 - $30]"), "{t}");
+        assert!(
+            t.contains("quartermaster no dearer than greedy in 1 of 2 seeds"),
+            "{t}"
+        );
+        assert!(
+            t.contains("no dearer than on-demand in 2 of 2 seeds"),
+            "{t}"
+        );
+        assert!(!t.contains("lost no more work than on-demand"), "{t}");
+        let j = summary_json(&r);
+        assert_eq!(j["seeds"], json!([1, 2]));
+        assert_eq!(j["strategies"]["greedy"]["total_cost"]["mean"], json!(16.0));
+        assert_eq!(
+            j["strategies"]["quartermaster"]["p95_slowdown"],
+            Value::Null
+        );
+        assert_eq!(
+            j["strategies"]["quartermaster"]["jobs_done_share"]["min"],
+            json!(0.75)
+        );
+        assert_eq!(j["per_seed"][1]["seed"], json!(2));
+        assert!(j["comparisons"]
+            .as_array()
+            .unwrap()
+            .contains(&json!({"against": "greedy", "measure": "total_cost",
+                               "quartermaster_at_most": 1, "seeds": 2})));
+    }
+}
