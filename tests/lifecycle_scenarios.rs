@@ -75,6 +75,7 @@ fn job(name: &str, submit_h: f64, work_h: f64, checkpoint_every_h: Option<f64>) 
         checkpoint_interval_s: checkpoint_every_h.map(|h| h * 3600.0),
         checkpoint_write_s: 20.0,
         restart_overhead_s: 60.0,
+        stateless: false,
     }
 }
 

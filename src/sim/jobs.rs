@@ -144,8 +144,12 @@ impl JobRun {
     }
 
     /// Progress saved at `now`: the last complete periodic checkpoint, or
-    /// what a complete requested checkpoint saved.
+    /// what a complete requested checkpoint saved; all of it for a serving
+    /// replica, which holds no work to lose.
     pub fn saved(&self, now: Time) -> f64 {
+        if self.job.stateless {
+            return self.progress(now);
+        }
         let mut saved = self.saved_s;
         if let Some(i) = self.job.checkpoint_interval_s.filter(|i| *i > 0.0) {
             saved = saved.max(self.periodic_complete(now) * i);
@@ -165,6 +169,11 @@ impl JobRun {
         }
         let restart = self.started;
         self.started = true;
+        // A serving replica's demand went on while it waited: it serves
+        // until its demand ends, not for its full span from now.
+        if self.job.stateless {
+            self.saved_s = self.saved_s.max(secs(self.job.submit, now).clamp(0.0, self.job.work_s));
+        }
         self.phase = Phase::Running {
             node: node.to_string(),
             since: now,
@@ -273,6 +282,7 @@ mod tests {
             checkpoint_interval_s: interval,
             checkpoint_write_s: write,
             restart_overhead_s: 300.0,
+            stateless: false,
         })
     }
 
@@ -291,6 +301,32 @@ mod tests {
             (mig.gpus() - 1.0).abs() < 1e-9,
             "seven 1g slices are one GPU"
         );
+    }
+
+    #[test]
+    fn an_interrupted_serving_replica_loses_only_its_restart_and_ends_with_its_demand() {
+        let mut j = job(10_000.0, None);
+        j.job.stateless = true;
+        j.submit(t(0));
+        // Waiting 400 s for its first node shortens its span: the demand it
+        // serves ends at 10,000 s.
+        j.start("n1", t(400));
+        assert_eq!(j.finish_time(), Some(t(10_000)));
+        j.stop(t(6400));
+        assert_eq!(j.lost_s, 0.0, "no work to redo");
+        assert_eq!(j.saved_s, 6400.0);
+        // Down for 600 s, then the restart overhead: it serves on to the
+        // end of its demand plus that overhead, and pays nothing else.
+        j.start("n2", t(7000));
+        assert_eq!(j.finish_time(), Some(t(10_000 + 300)));
+        j.stop(t(7100));
+        assert_eq!(j.lost_s, 100.0, "the part of the overhead it paid");
+        // A batch job with no checkpoints loses everything instead.
+        let mut b = job(10_000.0, None);
+        b.submit(t(0));
+        b.start("n1", t(0));
+        b.stop(t(6400));
+        assert_eq!(b.lost_s, 6400.0);
     }
 
     #[test]

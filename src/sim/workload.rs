@@ -34,6 +34,11 @@ pub struct SimJob {
     pub checkpoint_write_s: f64,
     /// Seconds lost to every restart (scheduling, loading the checkpoint).
     pub restart_overhead_s: f64,
+    /// A serving replica (inference, the serving trace): it holds no work
+    /// of its own, so an interruption loses none, only the time it is down,
+    /// and it ends when its demand does (`submit + work_s`), however long
+    /// it waited.
+    pub stateless: bool,
 }
 
 /// A run-time distribution: log-normal through a median and a p90.
@@ -368,6 +373,7 @@ impl TrainingSpec {
                     checkpoint_interval_s: interval,
                     checkpoint_write_s: write,
                     restart_overhead_s: restart,
+                    stateless: false,
                 });
             }
         }
@@ -429,6 +435,7 @@ impl InferenceSpec {
                 checkpoint_interval_s: None,
                 checkpoint_write_s: 0.0,
                 restart_overhead_s: 60.0,
+                stateless: true,
             });
         };
         for h in 0..=hours {
@@ -492,6 +499,7 @@ impl BurstSpec {
                     checkpoint_interval_s: None,
                     checkpoint_write_s: 0.0,
                     restart_overhead_s: 60.0,
+                    stateless: false,
                 });
             }
         }
@@ -516,6 +524,8 @@ impl TraceSpec {
                 checkpoint_interval_s: None,
                 checkpoint_write_s: 0.0,
                 restart_overhead_s: 60.0,
+                // The trace's pods are long-running serving instances.
+                stateless: true,
             })
             .collect()
     }
