@@ -172,7 +172,9 @@ impl JobRun {
         // A serving replica's demand went on while it waited: it serves
         // until its demand ends, not for its full span from now.
         if self.job.stateless {
-            self.saved_s = self.saved_s.max(secs(self.job.submit, now).clamp(0.0, self.job.work_s));
+            self.saved_s = self
+                .saved_s
+                .max(secs(self.job.submit, now).clamp(0.0, self.job.work_s));
         }
         self.phase = Phase::Running {
             node: node.to_string(),
