@@ -35,6 +35,11 @@ fn plan_json_places_every_example_pod_with_the_documented_keys() {
             strategy,
             "--output",
             "json",
+            // Placement and keys, not speed: the debug build's MIP takes
+            // about 0.55 s of the default 0.8 s alone, and a loaded test
+            // machine pushed it past the limit.
+            "--time-limit-ms",
+            "20000",
         ]));
         assert_eq!(v["strategy"], strategy);
         let nodes = v["nodes"].as_array().unwrap();
@@ -177,4 +182,72 @@ fn bench_simulate_rejects(args: &[&str]) -> bool {
     all.extend_from_slice(args);
     let out = qm(&all);
     !out.status.success() && String::from_utf8_lossy(&out.stderr).contains("--jobs must be")
+}
+
+/// An 8-GPU pod that runs two days without checkpoints (half its run lost
+/// per interruption), on p4d in a pool of the given risk aversion.
+const LONG_UNCHECKPOINTED_POD: &str = "apiVersion: v1\nkind: Pod\nmetadata: {name: long, namespace: ml, annotations: {quartermaster.dev/expected-runtime: 48h}}\nspec:\n  nodeSelector: {quartermaster.dev/instance-family: p4d}\n  tolerations: [{key: nvidia.com/gpu, operator: Exists}]\n  containers: [{name: c, resources: {limits: {nvidia.com/gpu: \"8\"}}}]\n";
+
+/// `plan --explain --output json` of `pods` in one spot-or-on-demand pool
+/// with `riskAversion: aversion`: the capacity type of the node the pod got
+/// and the explanations.
+fn explained_plan(pods: &str, aversion: f64) -> (String, Vec<String>) {
+    let dir =
+        std::env::temp_dir().join(format!("qm-plan-explain-{}-{aversion}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let (pod_file, pool_file) = (dir.join("pods.yaml"), dir.join("pools.yaml"));
+    std::fs::write(&pod_file, pods).unwrap();
+    std::fs::write(
+        &pool_file,
+        format!("apiVersion: quartermaster.dev/v1alpha1\nkind: NodePool\nmetadata: {{name: train}}\nspec:\n  capacityTypes: [spot, on-demand]\n  template:\n    spec:\n      taints: [{{key: nvidia.com/gpu, effect: NoSchedule}}]\n  risk: {{riskAversion: {aversion}}}\n"),
+    )
+    .unwrap();
+    let v = json(&qm(&[
+        "plan",
+        "--pods",
+        pod_file.to_str().unwrap(),
+        "--nodepools",
+        pool_file.to_str().unwrap(),
+        "--explain",
+        "--output",
+        "json",
+    ]));
+    let _ = std::fs::remove_dir_all(&dir);
+    let nodes = v["nodes"].as_array().unwrap();
+    assert_eq!(nodes.len(), 1, "{v}");
+    let explanations = v["explanations"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| e.as_str().unwrap().to_string())
+        .collect();
+    (
+        nodes[0]["capacity_type"].as_str().unwrap().to_string(),
+        explanations,
+    )
+}
+
+#[test]
+fn plan_explain_says_when_risk_not_price_put_a_pod_on_on_demand() {
+    // A risk-averse pool: the spot discount does not cover the work an
+    // interruption would lose, so on-demand wins and the plan says why.
+    let (capacity, why) = explained_plan(LONG_UNCHECKPOINTED_POD, 4.0);
+    assert_eq!(capacity, "on-demand", "{why:?}");
+    let risk = why
+        .iter()
+        .find(|e| e.contains("risk, not price, decided"))
+        .unwrap_or_else(|| panic!("no risk sentence in {why:?}"));
+    assert!(
+        risk.contains("ml/long") && risk.contains("p4d.24xlarge spot"),
+        "{risk}"
+    );
+    // The same pod in a pool that weighs risk less goes to spot on price,
+    // and the plan does not claim risk decided.
+    let (capacity, why) = explained_plan(LONG_UNCHECKPOINTED_POD, 1.0);
+    assert_eq!(capacity, "spot", "{why:?}");
+    assert!(!why.is_empty());
+    assert!(
+        why.iter().all(|e| !e.contains("risk, not price")),
+        "{why:?}"
+    );
 }

@@ -4,6 +4,9 @@
 //! `quartermaster simulate`):
 //! - spot training, over five seeds: quartermaster costs at most 40% of
 //!   on-demand, and less than greedy on the mean and in most seeds;
+//! - spot trace replay: with measured reclaim history on the pools the jobs
+//!   run on, quartermaster costs no more than greedy or on-demand and loses
+//!   no more GPU-hours than greedy;
 //! - pre-warm: the requested capacity is Ready at window start in at least
 //!   95% of windows;
 //! - every job in every scenario finishes, or the report says why not;
@@ -24,10 +27,23 @@ fn run(file: &str) -> quartermaster::sim::result::SimReport {
 
 /// Runs a scenario given as YAML (trace paths relative to `dir`).
 fn run_text(yaml: &str, dir: &Path) -> quartermaster::sim::result::SimReport {
+    run_changed(yaml, dir, |_| {})
+}
+
+/// Runs a scenario given as YAML (trace paths relative to `dir`) after
+/// `change` edits it (its spot traces loaded), with its own strategies.
+fn run_changed(
+    yaml: &str,
+    dir: &Path,
+    change: impl FnOnce(&mut Scenario),
+) -> quartermaster::sim::result::SimReport {
     let catalog = Arc::new(Catalog::embedded().unwrap());
     let mut scenario = Scenario::parse(yaml, &catalog).unwrap();
     let jobs = sim::load_jobs(&scenario, dir, None).unwrap();
-    sim::load_spot_traces(&mut scenario, dir).unwrap();
+    sim::load_spot_traces(&mut scenario, dir).unwrap_or_else(|e| {
+        panic!("{e} (scenarios read measured spot traces from ../shared/traces/spot beside the checkout)")
+    });
+    change(&mut scenario);
     sim::simulate(
         &scenario,
         &catalog,
@@ -98,8 +114,12 @@ fn every_scenario_in_simulations_parses_and_its_workload_loads() {
         let mut scenario =
             Scenario::parse(&text, &catalog).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
         let jobs = sim::load_jobs(&scenario, &dir, None).unwrap();
-        sim::load_spot_traces(&mut scenario, &dir)
-            .unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+        sim::load_spot_traces(&mut scenario, &dir).unwrap_or_else(|e| {
+            panic!(
+                "{}: {e} (measured spot traces are read from ../shared/traces/spot beside the checkout)",
+                path.display()
+            )
+        });
         assert!(!jobs.is_empty(), "{} has no jobs", path.display());
         seen += 1;
     }
@@ -353,6 +373,60 @@ fn spot_training_on_the_calibrated_market_is_interrupted_yet_cheaper_than_greedy
         "mean p95 slowdown {:.2} vs greedy {:.2}",
         mean("quartermaster", seeds::p95_slowdown),
         mean("greedy", seeds::p95_slowdown)
+    );
+}
+
+/// Issue 11's targets for `spot-trace-replay.yaml`, the spot-training week
+/// with the measured reclaim history of `../shared/traces/spot` replayed
+/// onto the p4d pools the jobs run on: quartermaster costs no more than
+/// greedy and than on-demand, and loses no more GPU-hours than greedy. And
+/// the history matters: without the traces the week's numbers differ.
+/// The traces are not part of the repository; CI has `../shared` beside
+/// the checkout, and without it this test fails saying so.
+#[test]
+fn replayed_reclaim_history_leaves_quartermaster_cheaper_than_greedy_and_losing_no_more() {
+    let traces = Path::new(env!("CARGO_MANIFEST_DIR")).join("../shared/traces/spot");
+    assert!(
+        traces.is_dir(),
+        "{} is missing: spot-trace-replay.yaml replays the measured traces there \
+         (../shared beside the checkout, as in CI)",
+        traces.display()
+    );
+    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("simulations/spot-trace-replay.yaml");
+    let yaml = std::fs::read_to_string(&path).unwrap();
+    let dir = path.parent().unwrap();
+    let r = run_text(&yaml, dir);
+    let s = |n: &str| &r.strategies[n];
+    let (qm, greedy, od) = (s("quartermaster"), s("greedy"), s("on-demand"));
+    assert!(
+        qm.total_cost <= greedy.total_cost && qm.total_cost <= od.total_cost,
+        "quartermaster ${:.2}, greedy ${:.2}, on-demand ${:.2}",
+        qm.total_cost,
+        greedy.total_cost,
+        od.total_cost
+    );
+    assert!(
+        qm.lost_gpu_hours <= greedy.lost_gpu_hours,
+        "lost {:.1} GPU-hours, greedy {:.1}",
+        qm.lost_gpu_hours,
+        greedy.lost_gpu_hours
+    );
+    let model_only = run_changed(&yaml, dir, |s| {
+        s.cloud.spot_traces.clear();
+        s.strategies = vec![quartermaster::sim::scenario::StrategyName::Quartermaster];
+    });
+    let summary = |x: &quartermaster::sim::result::StrategyResult| {
+        (
+            x.interruptions,
+            x.spot_notices,
+            x.lost_gpu_hours,
+            x.total_cost,
+        )
+    };
+    assert_ne!(
+        summary(qm),
+        summary(&model_only.strategies["quartermaster"]),
+        "the replayed traces change nothing: they drive pools the jobs do not use"
     );
 }
 

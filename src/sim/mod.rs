@@ -100,9 +100,13 @@ pub fn load_jobs(
 /// relative to `base`) into the scenario.
 ///
 /// # Errors
-/// A trace file that cannot be read, or whose text is not a trace of its
-/// kind (the error names the file and the problem).
+/// A trace file that cannot be read, whose text is not a trace of its kind,
+/// or that ends before the scenario does once its `offset` is skipped (the
+/// pool would then replay nothing for the rest of the run); the error names
+/// the file and the problem.
 pub fn load_spot_traces(scenario: &mut Scenario, base: &Path) -> Result<(), LoadError> {
+    use crate::catalog::market::trace::{Error, SpotTrace};
+    let needed_hours = scenario.length().num_seconds() as f64 / 3600.0;
     for spec in &mut scenario.cloud.spot_traces {
         let path = base.join(&spec.path);
         let shown = path.display().to_string();
@@ -110,7 +114,25 @@ pub fn load_spot_traces(scenario: &mut Scenario, base: &Path) -> Result<(), Load
             path: shown.clone(),
             source,
         })?;
-        let trace = crate::catalog::market::trace::SpotTrace::parse(&shown, spec.kind, &text)?;
+        let trace = SpotTrace::parse(&shown, spec.kind, &text)?;
+        let offset = spec.offset.as_deref().unwrap_or("0s");
+        let skipped_hours = crate::api::parse_duration(offset)
+            .unwrap_or_default()
+            .as_secs_f64()
+            / 3600.0;
+        let covered_hours = trace.hours() - skipped_hours;
+        if covered_hours < needed_hours {
+            return Err(Error {
+                file: shown,
+                problem: format!(
+                    "{:.1} h long, so from its offset {offset} it covers {:.1} h of the \
+                     scenario's {needed_hours:.1} h: lower the offset or shorten the scenario",
+                    trace.hours(),
+                    covered_hours.max(0.0)
+                ),
+            }
+            .into());
+        }
         spec.loaded = Some(trace);
     }
     Ok(())

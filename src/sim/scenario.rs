@@ -264,6 +264,13 @@ impl CloudSpec {
                     "cloud.spotTraces[{i}].pools: at least one pool is needed"
                 ));
             }
+            if let Some(folder) = TraceKind::from_path(&tr.path).filter(|k| *k != tr.kind) {
+                problems.push(format!(
+                    "cloud.spotTraces[{i}].kind: {} given, but {} is in a folder named \
+                     {folder}: say `kind: {folder}` if that is what it holds",
+                    tr.kind, tr.path
+                ));
+            }
             for (j, p) in tr.pools.iter().enumerate() {
                 let sold = catalog.offerings_in(region).any(|o| {
                     o.capacity_type == crate::catalog::CapacityType::Spot
