@@ -81,6 +81,8 @@ fn plan_json_places_every_example_pod_with_the_documented_keys() {
         POOLS,
         "--output",
         "json",
+        "--time-limit-ms",
+        "20000",
     ]));
     let lb = v["lower_bound_per_hour"].as_f64().unwrap();
     assert!(lb > 0.0 && lb <= v["risk_adjusted_cost_per_hour"].as_f64().unwrap());
