@@ -1,20 +1,22 @@
 //! Interruption rates learned per spot pool (one instance type in one zone,
-//! an [`OfferingKey`]), starting from the Spot Instance Advisor's bucket and
-//! moving towards what our own instances experience. Owns the arithmetic and
-//! the evidence; it does not decide when a notice counts (the interruption
-//! handler does) nor how the planner prices risk (`docs/planner.md`).
+//! an [`OfferingKey`]), starting from the calibrated market's mean rate for
+//! the pool and moving towards what our own instances experience. Owns the
+//! arithmetic and the evidence; it does not decide when a notice counts (the
+//! interruption handler does) nor how the planner prices risk
+//! (`docs/planner.md`).
 //!
 //! # The model (`docs/lifecycle-timing.md`)
 //!
-//! Interruptions of one spot pool arrive as a Poisson process with an
-//! unknown rate `λ` per instance-hour. The prior on `λ` is a Gamma
-//! distribution with shape `α₀ = r₀ · H` and rate `β₀ = H`, where `r₀` is the
-//! advisor bucket's rate ([`InterruptionBucket::rate_per_hour`], the worst
-//! bucket when the advisor has none) and `H` is the prior's weight in
-//! pseudo instance-hours ([`DEFAULT_PRIOR_HOURS`] = 720, one instance for one
-//! month: the advisor's figure counts as much as a month of our own
-//! experience). Its mean is `r₀`. After `k` interruptions over `T`
-//! instance-hours of exposure, the posterior is Gamma(`α₀ + k`, `β₀ + T`):
+//! Interruptions of one spot pool arrive at an unknown mean rate `λ` per
+//! instance-hour. The prior on `λ` is a Gamma distribution with shape
+//! `α₀ = r₀ · H` and rate `β₀ = H`, where `r₀` is the pool's prior mean rate
+//! ([`prior_rate`]: the offering's
+//! [`Offering::interruption_rate_per_hour`](crate::catalog::Offering::interruption_rate_per_hour),
+//! the calibrated market's mean over a lifetime, or the advisor bucket's
+//! under the advisor model) and `H` is the prior's weight in pseudo
+//! instance-hours ([`DEFAULT_PRIOR_HOURS`] = 720, one instance for one
+//! month). After `k` interruptions over `T` instance-hours of exposure, the
+//! posterior is Gamma(`α₀ + k`, `β₀ + T`):
 //!
 //! ```text
 //! rate  = (α₀ + k) / (β₀ + T)          posterior mean
@@ -25,11 +27,12 @@
 //! The Gamma prior is conjugate to Poisson counts, so learning is two sums
 //! per pool, deterministic and order-independent. On-demand capacity is not
 //! interrupted: its rate is always 0 and observations of it are ignored.
-//!
-//! The planner reads learned rates as an override map
-//! ([`InterruptionEstimator::rates`]), in place of the advisor-derived
-//! [`Offering::interruption_rate_per_hour`](crate::catalog::Offering::interruption_rate_per_hour)
-//! for the pools we have evidence on.
+//! The core (`decide`) hands the posterior means to the planner, which
+//! scales the market's age-dependent hazard by the posterior mean over the
+//! market's mean rate (`plan::candidates`). Exposure counts the same at any age, so a fleet
+//! whose nodes end young (where the hazard is highest) learns a level above
+//! the prior that the age curve already carries: a known bias, noted in
+//! `docs/lifecycle-timing.md`.
 
 use super::{ManagedNode, OfferingKey, Time};
 use crate::catalog::{CapacityType, Catalog, InterruptionBucket};
@@ -178,14 +181,6 @@ impl InterruptionEstimator {
         self.evidence.get(key).copied().unwrap_or_default()
     }
 
-    /// The posterior of the pool's rate, from the advisor's `prior` bucket
-    /// (`None`: the advisor has no figure, the worst bucket is assumed).
-    /// On-demand pools get a point mass at 0 (`alpha` 0).
-    pub fn posterior(&self, key: &OfferingKey, prior: Option<InterruptionBucket>) -> RatePosterior {
-        let r0 = prior.unwrap_or(InterruptionBucket::WORST).rate_per_hour();
-        self.posterior_from(key, r0)
-    }
-
     /// The posterior of the pool's rate from a prior mean rate `r0` per
     /// instance-hour (the calibrated market's
     /// [`PoolMarket::mean_rate_per_hour`](crate::catalog::PoolMarket::mean_rate_per_hour),
@@ -203,34 +198,9 @@ impl InterruptionEstimator {
         }
     }
 
-    /// Expected interruptions per instance-hour of the pool: the posterior
-    /// mean `(α₀ + k) / (β₀ + T)`; 0 for on-demand.
-    pub fn rate(&self, key: &OfferingKey, prior: Option<InterruptionBucket>) -> f64 {
-        self.posterior(key, prior).mean()
-    }
-
-    /// The pessimistic rate `mean + 2 sd`; 0 for on-demand.
-    pub fn upper_rate(&self, key: &OfferingKey, prior: Option<InterruptionBucket>) -> f64 {
-        self.posterior(key, prior).upper_bound()
-    }
-
     /// The pools with evidence.
     pub fn pools(&self) -> impl Iterator<Item = &OfferingKey> {
         self.evidence.keys()
-    }
-
-    /// Learned rates of the pools with evidence, priors from the catalog's
-    /// offerings in `region` ([`prior_bucket`]). This is the override map the
-    /// planner reads in place of the advisor-derived rates; pools absent from
-    /// it keep their advisor rate, which equals their posterior mean.
-    pub fn rates<'a>(
-        &'a self,
-        catalog: &'a Catalog,
-        region: &'a str,
-    ) -> impl Iterator<Item = (&'a OfferingKey, f64)> + 'a {
-        self.evidence
-            .keys()
-            .map(move |k| (k, self.rate(k, prior_bucket(catalog, region, k))))
     }
 }
 
@@ -245,19 +215,6 @@ pub fn prior_rate(catalog: &Catalog, region: &str, key: &OfferingKey) -> f64 {
         .find(|o| o.zone_id == key.zone && o.capacity_type == key.capacity_type)
         .map(|o| o.interruption_rate_per_hour())
         .unwrap_or_else(|| InterruptionBucket::WORST.rate_per_hour())
-}
-
-/// The advisor bucket of the pool's offering in the catalog, `None` when the
-/// catalog has no such offering or no bucket for it.
-pub fn prior_bucket(
-    catalog: &Catalog,
-    region: &str,
-    key: &OfferingKey,
-) -> Option<InterruptionBucket> {
-    catalog
-        .offerings_of(region, &key.instance_type)
-        .find(|o| o.zone_id == key.zone && o.capacity_type == key.capacity_type)
-        .and_then(|o| o.interruption_bucket)
 }
 
 #[cfg(test)]
@@ -278,65 +235,44 @@ mod tests {
     }
 
     #[test]
-    fn without_observations_the_rate_is_the_advisor_prior() {
-        let e = InterruptionEstimator::default();
-        let k = spot("g5.xlarge", "use1-az1");
-        for b in 0..=4 {
-            let b = InterruptionBucket(b);
-            assert!(close(e.rate(&k, Some(b)), b.rate_per_hour()), "{b}");
-        }
-        assert!(close(
-            e.rate(&k, None),
-            InterruptionBucket::WORST.rate_per_hour()
-        ));
-    }
-
-    #[test]
     fn posterior_mean_sd_and_upper_bound_match_hand_computed_numbers() {
-        // Bucket 2: p = 12.5 %/month, r0 = -ln(0.875)/730 = 1.829197e-4 /h.
-        // alpha0 = 720 r0 = 0.1317022; one interruption in 280 h:
-        // alpha = 1.1317022, beta = 1000.
+        // r0 = 0.2 /h: alpha0 = 720 x 0.2 = 144; one interruption in 280 h:
+        // alpha = 145, beta = 1000.
         let mut e = InterruptionEstimator::default();
         let k = spot("p4d.24xlarge", "use1-az2");
+        assert!(close(e.posterior_from(&k, 0.2).mean(), 0.2), "the prior");
         e.observe_exposure(&k, 200.0);
         e.observe_exposure(&k, 80.0);
         e.observe_interruption(&k);
-        let p = e.posterior(&k, Some(InterruptionBucket(2)));
-        assert!((p.alpha - 1.1317022).abs() < 1e-6, "{p:?}");
+        let p = e.posterior_from(&k, 0.2);
+        assert!(close(p.alpha, 145.0), "{p:?}");
         assert_eq!(p.beta, 1000.0);
-        assert!((p.mean() - 1.1317022e-3).abs() < 1e-9);
-        assert!((p.sd() - 1.0638149e-3).abs() < 1e-9);
-        assert!((p.upper_bound() - 3.2593320e-3).abs() < 1e-9);
-        assert_eq!(
-            e.upper_rate(&k, Some(InterruptionBucket(2))),
-            p.upper_bound()
-        );
+        assert!(close(p.mean(), 0.145));
+        assert!((p.sd() - 145f64.sqrt() / 1000.0).abs() < 1e-12);
+        assert!((p.upper_bound() - (0.145 + 2.0 * 145f64.sqrt() / 1000.0)).abs() < 1e-12);
     }
 
     #[test]
     fn many_interruptions_raise_the_rate_above_the_prior() {
         let mut e = InterruptionEstimator::default();
         let k = spot("g5.12xlarge", "use1-az4");
-        let prior = Some(InterruptionBucket(0));
         e.observe_exposure(&k, 100.0);
         for _ in 0..5 {
             e.observe_interruption(&k);
         }
-        // (0.024971 + 5) / 820 = 6.12801e-3, ~177x the prior's 3.468e-5.
-        assert!((e.rate(&k, prior) - 6.12801e-3).abs() < 1e-8);
-        assert!(e.rate(&k, prior) > InterruptionBucket::WORST.rate_per_hour());
+        // (7.2 + 5) / 820.
+        assert!(close(e.posterior_from(&k, 0.01).mean(), 12.2 / 820.0));
     }
 
     #[test]
     fn long_exposure_without_interruptions_lowers_the_rate() {
         let mut e = InterruptionEstimator::default();
         let k = spot("p5.48xlarge", "use1-az6");
-        let before = e.rate(&k, None);
+        let before = e.posterior_from(&k, 0.2).mean();
         e.observe_exposure(&k, 6_480.0);
-        // alpha0 = 720 x 4.885958e-4 = 0.3517890; beta = 7200: a tenth.
-        let after = e.rate(&k, None);
+        // alpha0 = 144, beta = 7200: a tenth.
+        let after = e.posterior_from(&k, 0.2).mean();
         assert!(close(after, before / 10.0), "{before} -> {after}");
-        assert!((after - 4.885958e-5).abs() < 1e-10);
     }
 
     #[test]
@@ -347,11 +283,8 @@ mod tests {
         // 720 quiet instance-hours halve it: (0.3 x 720) / 1440.
         e.observe_exposure(&k, 720.0);
         assert!(close(e.posterior_from(&k, 0.3).mean(), 0.15));
-        let od = OfferingKey {
-            capacity_type: CapacityType::OnDemand,
-            ..k
-        };
-        assert_eq!(e.posterior_from(&od, 0.3).mean(), 0.0);
+        // A prior that is no number counts as 0, not as a poisoned rate.
+        assert_eq!(e.posterior_from(&k, f64::NAN).mean(), 0.0);
     }
 
     #[test]
@@ -363,8 +296,9 @@ mod tests {
             e.observe_exposure(&k, 72.0);
             e.observe_interruption(&k);
         }
-        let prior = Some(InterruptionBucket(1));
-        assert!(light.rate(&k, prior) > heavy.rate(&k, prior));
+        // (0.72 + 1) / 144 against (7.2 + 1) / 792.
+        assert!(close(light.posterior_from(&k, 0.01).mean(), 1.72 / 144.0));
+        assert!(close(heavy.posterior_from(&k, 0.01).mean(), 8.2 / 792.0));
         assert!(InterruptionEstimator::new(0.0).is_err());
         assert!(InterruptionEstimator::new(f64::NAN).is_err());
     }
@@ -378,8 +312,8 @@ mod tests {
         };
         e.observe_interruption(&od);
         e.observe_exposure(&od, 10.0);
-        assert_eq!(e.rate(&od, None), 0.0);
-        assert_eq!(e.upper_rate(&od, None), 0.0);
+        assert_eq!(e.posterior_from(&od, 0.3).mean(), 0.0);
+        assert_eq!(e.posterior_from(&od, 0.3).upper_bound(), 0.0);
         assert_eq!(e.evidence(&od), Evidence::default());
         let k = spot("g5.xlarge", "use1-az1");
         e.observe_exposure(&k, -3.0);
@@ -428,7 +362,7 @@ mod tests {
     }
 
     #[test]
-    fn rates_lists_pools_with_evidence_using_the_catalog_bucket() {
+    fn the_prior_is_the_offerings_rate_and_the_worst_bucket_without_one() {
         let it = crate::catalog::InstanceType::bare("g5.xlarge", 4, 16_384);
         let offering = Offering {
             instance_type: "g5.xlarge".into(),
@@ -441,20 +375,21 @@ mod tests {
             market: None,
         };
         let catalog = Catalog::from_parts([it], [offering]);
+        let expected = catalog
+            .offerings_of("us-east-1", "g5.xlarge")
+            .next()
+            .unwrap()
+            .interruption_rate_per_hour();
         let known = spot("g5.xlarge", "use1-az1");
+        assert!(close(prior_rate(&catalog, "us-east-1", &known), expected));
+        assert!(
+            !close(expected, InterruptionBucket::WORST.rate_per_hour()),
+            "the pool's own rate, not the fallback"
+        );
         let unknown = spot("g5.xlarge", "use1-az9");
-        let mut e = InterruptionEstimator::default();
-        e.observe_exposure(&known, 0.0001);
-        e.observe_interruption(&unknown);
-        let rates: Vec<(&OfferingKey, f64)> = e.rates(&catalog, "us-east-1").collect();
-        assert_eq!(rates.len(), 2);
-        assert_eq!(rates[0].0, &known);
-        // Bucket 1 prior, negligible exposure: about the bucket's rate.
-        assert!((rates[0].1 - InterruptionBucket(1).rate_per_hour()).abs() < 1e-9);
-        // No offering in the catalog: worst prior, plus one interruption.
         assert!(close(
-            rates[1].1,
-            (InterruptionBucket::WORST.rate_per_hour() * 720.0 + 1.0) / 720.0
+            prior_rate(&catalog, "us-east-1", &unknown),
+            InterruptionBucket::WORST.rate_per_hour()
         ));
     }
 }
