@@ -442,7 +442,7 @@ fn pre_warmed_capacity_is_ready_at_window_start_in_95_percent_of_windows() {
 }
 
 #[test]
-fn every_job_of_every_scenario_finishes_or_is_explained() {
+fn every_job_of_every_scenario_finishes_or_is_explained_and_costs_at_least_the_bound() {
     let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("simulations");
     let mut names: Vec<String> = std::fs::read_dir(&dir)
         .unwrap()
@@ -454,7 +454,15 @@ fn every_job_of_every_scenario_finishes_or_is_explained() {
     names.sort();
     for name in names {
         let r = run(&format!("simulations/{name}"));
+        assert!(r.lower_bound_cost > 0.0, "{name}: a bound");
         for (strategy, s) in &r.strategies {
+            // The clairvoyant bound is a bound: nobody pays less.
+            assert!(
+                s.total_cost >= r.lower_bound_cost,
+                "{name} {strategy}: ${:.2} under the bound ${:.2}",
+                s.total_cost,
+                r.lower_bound_cost
+            );
             assert_eq!(
                 s.jobs_completed as usize + s.unfinished.len(),
                 s.jobs_total as usize,

@@ -929,30 +929,3 @@ fn p95_slowdown(jobs: &[JobRun], end: Time) -> Option<f64> {
     let rank = ((slowdowns.len() as f64 * 0.95).ceil() as usize).clamp(1, slowdowns.len());
     Some(slowdowns[rank - 1])
 }
-
-/// The clairvoyant lower bound: the workload's GPU-seconds at the region's
-/// cheapest spot price per GPU, with no interruptions and no idle capacity.
-pub fn lower_bound(jobs: &[SimJob], catalog: &Catalog, region: &str) -> f64 {
-    let per_gpu = catalog
-        .offerings_in(region)
-        .filter(|o| o.capacity_type == CapacityType::Spot)
-        .filter_map(|o| {
-            let count = catalog
-                .instance_type(&o.instance_type)?
-                .accelerator
-                .as_ref()
-                .filter(|a| a.manufacturer == "NVIDIA")?
-                .count;
-            Some(o.price_per_hour / count as f64)
-        })
-        .fold(f64::INFINITY, f64::min);
-    if !per_gpu.is_finite() {
-        return 0.0;
-    }
-    jobs.iter()
-        .map(|j| {
-            let gpus = j.pod.requests.gpus();
-            gpus * j.work_s / 3600.0 * per_gpu
-        })
-        .sum()
-}

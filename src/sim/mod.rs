@@ -2,6 +2,7 @@
 //! production, on a simulated cloud in virtual time, one run per strategy on
 //! the same jobs and the same random interruptions.
 
+pub mod bound;
 pub mod engine;
 pub mod jobs;
 pub mod report;
@@ -154,9 +155,19 @@ pub fn simulate(
         scenario: scenario.name.clone(),
         duration_s: scenario.length().num_seconds() as f64,
         seed: scenario.seed,
-        lower_bound_cost: engine::lower_bound(jobs, catalog, &scenario.region),
+        lower_bound_cost: 0.0,
+        lower_bound_unplaceable: 0,
         strategies: Default::default(),
     };
+    let bound = bound::lower_bound(
+        jobs,
+        catalog,
+        &scenario.region,
+        &scenario.node_pools,
+        scenario.start + scenario.length(),
+    );
+    report.lower_bound_cost = bound.cost;
+    report.lower_bound_unplaceable = bound.unplaceable;
     for &s in strategies {
         let run = engine::Engine::new(scenario, catalog, jobs, s)?;
         let result = run.run(&mut |f| progress(s, f));

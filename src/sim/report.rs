@@ -130,6 +130,7 @@ pub fn summary_json(report: &SimReport) -> Value {
         "duration_s": report.duration_s,
         "seed": report.seed,
         "lower_bound_cost": report.lower_bound_cost,
+        "lower_bound_unplaceable_jobs": report.lower_bound_unplaceable,
         "strategies": strategies,
     })
 }
@@ -355,6 +356,7 @@ pub(crate) mod fixtures {
             duration_s: 3.0 * 3600.0,
             seed: 42,
             lower_bound_cost: 25.0,
+            lower_bound_unplaceable: 0,
             strategies: [
                 ("quartermaster", qm),
                 ("greedy", greedy),

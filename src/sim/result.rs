@@ -127,9 +127,12 @@ pub struct SimReport {
     pub duration_s: f64,
     /// Seed.
     pub seed: u64,
-    /// Clairvoyant lower bound: the workload's GPU-seconds at the cheapest
-    /// per-GPU spot price of the region, without interruptions.
+    /// Clairvoyant lower bound (`sim::bound`): each placeable job at the
+    /// cheapest share of a node its pools allow, from its submission, with
+    /// no interruptions and no idle capacity. Every strategy costs more.
     pub lower_bound_cost: f64,
+    /// Jobs no pool can place, left out of the bound.
+    pub lower_bound_unplaceable: usize,
     /// Results by strategy name.
     pub strategies: BTreeMap<String, StrategyResult>,
 }

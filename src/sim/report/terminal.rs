@@ -55,9 +55,13 @@ pub fn table(report: &SimReport) -> String {
     out.push_str(&columns(&rows));
     let _ = writeln!(
         out,
-        "\nlower bound: {} (the workload's GPU-hours at the cheapest spot price per GPU, \
-         no interruptions)",
-        usd(report.lower_bound_cost)
+        "\nlower bound: {} (each job on the cheapest share of a node its pools allow, \
+         from submission, no interruptions, no idle capacity{})",
+        usd(report.lower_bound_cost),
+        match report.lower_bound_unplaceable {
+            0 => String::new(),
+            n => format!("; {n} jobs no pool can place left out"),
+        }
     );
     unfinished(&mut out, report);
     prewarm(&mut out, report);
