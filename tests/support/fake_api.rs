@@ -85,9 +85,9 @@ pub struct State {
     pub crashed: bool,
     /// Every request answered, in order (watches when they start).
     pub requests: Vec<Logged>,
-    /// Per watched collection (as requested: `api/v1/pods`), the highest
-    /// `resourceVersion` a watch has sent and when.
-    pub watch_sent: BTreeMap<String, (u64, Instant)>,
+    /// Per watched collection (as requested: `api/v1/pods`), each time a
+    /// watch sent changes: the version it had sent up to, and when.
+    pub watch_sent: BTreeMap<String, Vec<(u64, Instant)>>,
     /// The timestamp written as `creationTimestamp` and
     /// `deletionTimestamp` (a fixed time by default, for tests on a
     /// virtual clock; the wall clock for a live controller).
@@ -451,13 +451,41 @@ pub fn split(path: &str) -> (String, Option<String>, Option<String>) {
     )
 }
 
-/// The value of `key` in a query string.
-pub fn query_value<'a>(query: &'a str, key: &str) -> Option<&'a str> {
+/// The value of `key` in a query string, percent-decoded.
+pub fn query_value(query: &str, key: &str) -> Option<String> {
     query
         .split('&')
         .filter_map(|p| p.split_once('='))
         .find(|(k, _)| *k == key)
-        .map(|(_, v)| v)
+        .map(|(_, v)| percent_decode(v))
+}
+
+/// `%XX` escapes (and `+`) of a query value decoded.
+fn percent_decode(value: &str) -> String {
+    let bytes = value.as_bytes();
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        let hex = bytes
+            .get(i + 1..i + 3)
+            .and_then(|h| std::str::from_utf8(h).ok())
+            .and_then(|h| u8::from_str_radix(h, 16).ok());
+        match (bytes[i], hex) {
+            (b'%', Some(b)) => {
+                out.push(b);
+                i += 3;
+            }
+            (b'+', _) => {
+                out.push(b' ');
+                i += 1;
+            }
+            (b, _) => {
+                out.push(b);
+                i += 1;
+            }
+        }
+    }
+    String::from_utf8_lossy(&out).into_owned()
 }
 
 /// A list object of these items.
@@ -510,8 +538,11 @@ fn handle_request(
         }
         (Method::GET, None, _) => {
             let limit = query_value(query, "limit").and_then(|l| l.parse().ok());
-            let (version, items, next) =
-                s.list_page(&collection, limit, query_value(query, "continue"));
+            let after = query_value(query, "continue").filter(|c| !c.is_empty());
+            if after.as_deref().is_some_and(|c| parse_continue(c).is_none()) {
+                return (400, status(400, "BadRequest", "continue key is not valid"));
+            }
+            let (version, items, next) = s.list_page(&collection, limit, after.as_deref());
             (200, list_object(version, items, next))
         }
         (Method::GET, Some(name), _) => match s.get(&collection, &name) {

@@ -103,7 +103,7 @@ async fn handle(
     body: Bytes,
 ) -> Response {
     let query = uri.query().unwrap_or("");
-    let watching = matches!(query_value(query, "watch"), Some("true" | "1"));
+    let watching = matches!(query_value(query, "watch").as_deref(), Some("true" | "1"));
     if method == Method::GET && watching {
         return watch(api, uri.path(), query);
     }
@@ -156,7 +156,7 @@ fn watch(api: FakeApi, path: &str, query: &str) -> Response {
     let since: Option<u64> = query_value(query, "resourceVersion")
         .and_then(|v| v.parse().ok())
         .filter(|v| *v > 0);
-    let bookmarks = query_value(query, "allowWatchBookmarks") == Some("true");
+    let bookmarks = query_value(query, "allowWatchBookmarks").as_deref() == Some("true");
     let timeout = query_value(query, "timeoutSeconds")
         .and_then(|t| t.parse().ok())
         .map_or(Duration::from_secs(1800), Duration::from_secs);
@@ -224,18 +224,21 @@ async fn stream_changes(
                 }
             }
         };
-        if !chunk.is_empty() && tx.send(Ok(Bytes::from(chunk))).await.is_err() {
+        let sent = !chunk.is_empty();
+        if sent && tx.send(Ok(Bytes::from(chunk))).await.is_err() {
             return;
         }
         if gone {
             return;
         }
-        if version > cursor {
-            cursor = version;
+        if sent {
             let mut s = api.state.lock().unwrap();
             s.watch_sent
-                .insert(collection.clone(), (version, Instant::now()));
+                .entry(collection.clone())
+                .or_default()
+                .push((version, Instant::now()));
         }
+        cursor = version;
         tokio::select! {
             changed = latest.changed() => if changed.is_err() { return },
             _ = tokio::time::sleep(BOOKMARK_EVERY), if bookmarks => {
