@@ -155,9 +155,17 @@ async fn main() {
     println!(
         "goals: peak RSS {:.0} MB (<= {RSS_GOAL_MB} MB: {}), p99 after the batch {} (<= {}: {})",
         mb(f.peak_rss),
-        if mb(f.peak_rss) <= RSS_GOAL_MB { "met" } else { "missed" },
+        if mb(f.peak_rss) <= RSS_GOAL_MB {
+            "met"
+        } else {
+            "missed"
+        },
         secs(after),
         secs(P99_GOAL),
-        if after <= P99_GOAL && f.uncovered == 0 { "met" } else { "missed" },
+        if after <= P99_GOAL && f.uncovered == 0 {
+            "met"
+        } else {
+            "missed"
+        },
     );
 }

@@ -334,9 +334,9 @@ async fn the_binary_syncs_leads_serves_and_hands_the_lease_back_on_sigterm() {
         "{:?}",
         last_lease_write.body
     );
-    assert!(requests
-        .iter()
-        .any(|r| r.path.starts_with("/apis/quartermaster.dev/v1alpha1/nodepools")));
+    assert!(requests.iter().any(|r| r
+        .path
+        .starts_with("/apis/quartermaster.dev/v1alpha1/nodepools")));
     drop(server);
     std::fs::remove_dir_all(&dir).unwrap();
 }

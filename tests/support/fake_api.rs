@@ -272,12 +272,10 @@ impl State {
             }
             let names: Box<dyn Iterator<Item = (&String, &Value)>> = match &from {
                 Some((c, _)) if collection < c => continue,
-                Some((c, n)) if collection == c => Box::new(
-                    objects.range::<String, _>((
-                        std::ops::Bound::Excluded(n.clone()),
-                        std::ops::Bound::Unbounded,
-                    )),
-                ),
+                Some((c, n)) if collection == c => Box::new(objects.range::<String, _>((
+                    std::ops::Bound::Excluded(n.clone()),
+                    std::ops::Bound::Unbounded,
+                ))),
                 _ => Box::new(objects.iter()),
             };
             for (name, obj) in names {
@@ -517,7 +515,11 @@ fn handle_request(
         },
         (Method::POST, None, _) => {
             let mut obj = body;
-            if obj["metadata"]["name"].as_str().unwrap_or_default().is_empty() {
+            if obj["metadata"]["name"]
+                .as_str()
+                .unwrap_or_default()
+                .is_empty()
+            {
                 let Some(prefix) = obj["metadata"]["generateName"].as_str() else {
                     return (422, status(422, "Invalid", "metadata.name: Required value"));
                 };
@@ -539,7 +541,10 @@ fn handle_request(
         (Method::GET, None, _) => {
             let limit = query_value(query, "limit").and_then(|l| l.parse().ok());
             let after = query_value(query, "continue").filter(|c| !c.is_empty());
-            if after.as_deref().is_some_and(|c| parse_continue(c).is_none()) {
+            if after
+                .as_deref()
+                .is_some_and(|c| parse_continue(c).is_none())
+            {
                 return (400, status(400, "BadRequest", "continue key is not valid"));
             }
             let (version, items, next) = s.list_page(&collection, limit, after.as_deref());

@@ -44,9 +44,7 @@ impl HttpApi {
     /// # Panics
     /// When no loopback port can be bound.
     pub async fn start(api: FakeApi) -> HttpApi {
-        let app = axum::Router::new()
-            .fallback(handle)
-            .with_state(api.clone());
+        let app = axum::Router::new().fallback(handle).with_state(api.clone());
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
             .await
             .expect("a loopback port");
@@ -172,7 +170,9 @@ fn watch(api: FakeApi, path: &str, query: &str) -> Response {
         });
     }
     let (tx, rx) = mpsc::channel::<Result<Bytes, std::io::Error>>(4);
-    tokio::spawn(stream_changes(api, collection, since, bookmarks, timeout, tx));
+    tokio::spawn(stream_changes(
+        api, collection, since, bookmarks, timeout, tx,
+    ));
     let stream = futures::stream::unfold(rx, |mut rx| async move {
         rx.recv().await.map(|chunk| (chunk, rx))
     });

@@ -208,7 +208,12 @@ pub fn burst(state: &mut State, count: usize) -> (Vec<String>, u64) {
     let mut names = Vec::with_capacity(count);
     for i in 0..count {
         let pod = pending_pod(i);
-        names.push(pod["metadata"]["name"].as_str().unwrap_or_default().to_string());
+        names.push(
+            pod["metadata"]["name"]
+                .as_str()
+                .unwrap_or_default()
+                .to_string(),
+        );
         state.put(&collection, pod);
     }
     (names, state.version())
@@ -303,7 +308,13 @@ impl Controller {
         let log = dir.join("controller.log");
         let (metrics_port, health_port) = (free_port(), free_port());
         let child = Command::new(binary)
-            .args(["controller", "--cloud", "simulated", "--cluster-name", "scale"])
+            .args([
+                "controller",
+                "--cloud",
+                "simulated",
+                "--cluster-name",
+                "scale",
+            ])
             .args(["--metrics-addr", &format!("127.0.0.1:{metrics_port}")])
             .args(["--health-addr", &format!("127.0.0.1:{health_port}")])
             .args(["--log-format", "text", "--log-level", "info"])
@@ -356,7 +367,9 @@ impl Controller {
     /// the peak resident set).
     pub fn memory(&self, field: &str) -> Option<u64> {
         let status = std::fs::read_to_string(format!("/proc/{}/status", self.pid())).ok()?;
-        let line = status.lines().find(|l| l.starts_with(&format!("{field}:")))?;
+        let line = status
+            .lines()
+            .find(|l| l.starts_with(&format!("{field}:")))?;
         let kb: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
         Some(kb * 1024)
     }
