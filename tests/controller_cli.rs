@@ -7,6 +7,7 @@ mod support;
 use std::process::{Command, Output};
 use support::fake_api::FakeApi;
 use support::fake_http::HttpApi;
+use support::scale::{free_port, http_get};
 
 fn controller(args: &[&str]) -> Output {
     Command::new(env!("CARGO_BIN_EXE_quartermaster"))
@@ -222,28 +223,6 @@ fn the_charts_aws_settings_are_accepted_and_must_name_the_same_cluster() {
     std::fs::remove_dir_all(&dir).unwrap();
 }
 
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
-
-/// The status code of a GET, or None when nothing listens.
-async fn http_status(port: u16, path: &str) -> Option<(u16, String)> {
-    use tokio::io::{AsyncReadExt, AsyncWriteExt};
-    let mut s = tokio::net::TcpStream::connect(("127.0.0.1", port))
-        .await
-        .ok()?;
-    let req = format!("GET {path} HTTP/1.1\r\nHost: t\r\nConnection: close\r\n\r\n");
-    s.write_all(req.as_bytes()).await.ok()?;
-    let mut raw = String::new();
-    s.read_to_string(&mut raw).await.ok()?;
-    let code = raw.split(' ').nth(1)?.parse().ok()?;
-    Some((code, raw))
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_binary_syncs_leads_serves_and_hands_the_lease_back_on_sigterm() {
     let server = HttpApi::start(FakeApi::new()).await;
@@ -282,8 +261,8 @@ async fn the_binary_syncs_leads_serves_and_hands_the_lease_back_on_sigterm() {
     let mut leading = false;
     while tokio::time::Instant::now() < deadline && !(ready && leading) {
         tokio::time::sleep(std::time::Duration::from_millis(200)).await;
-        ready = http_status(health_port, "/readyz").await.map(|r| r.0) == Some(200);
-        leading = http_status(metrics_port, "/metrics")
+        ready = http_get(health_port, "/readyz").await.map(|r| r.0) == Some(200);
+        leading = http_get(metrics_port, "/metrics")
             .await
             .is_some_and(|(_, body)| body.contains("quartermaster_leader 1"));
         assert!(
@@ -293,7 +272,7 @@ async fn the_binary_syncs_leads_serves_and_hands_the_lease_back_on_sigterm() {
     }
     assert!(ready && leading, "ready: {ready}, leading: {leading}");
     assert_eq!(
-        http_status(health_port, "/healthz").await.map(|r| r.0),
+        http_get(health_port, "/healthz").await.map(|r| r.0),
         Some(200)
     );
 

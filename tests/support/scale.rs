@@ -287,7 +287,8 @@ pub struct Controller {
     pub health_port: u16,
 }
 
-fn free_port() -> u16 {
+/// A free loopback port.
+pub fn free_port() -> u16 {
     std::net::TcpListener::bind("127.0.0.1:0")
         .and_then(|l| l.local_addr())
         .map(|a| a.port())
@@ -352,7 +353,7 @@ impl Controller {
         let start = Instant::now();
         while start.elapsed() < timeout {
             self.check();
-            if http_code(self.health_port, "/readyz").await == Some(200) {
+            if http_get(self.health_port, "/readyz").await.map(|r| r.0) == Some(200) {
                 return;
             }
             tokio::time::sleep(Duration::from_millis(50)).await;
@@ -399,9 +400,9 @@ impl Drop for Controller {
     }
 }
 
-/// The status code of a GET on a loopback port, `None` when nothing
-/// answers.
-async fn http_code(port: u16, path: &str) -> Option<u16> {
+/// The status code and whole response of a GET on a loopback port,
+/// `None` when nothing answers.
+pub async fn http_get(port: u16, path: &str) -> Option<(u16, String)> {
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
     let mut s = tokio::net::TcpStream::connect(("127.0.0.1", port))
         .await
@@ -410,7 +411,8 @@ async fn http_code(port: u16, path: &str) -> Option<u16> {
     s.write_all(req.as_bytes()).await.ok()?;
     let mut raw = String::new();
     s.read_to_string(&mut raw).await.ok()?;
-    raw.split(' ').nth(1)?.parse().ok()
+    let code = raw.split(' ').nth(1)?.parse().ok()?;
+    Some((code, raw))
 }
 
 /// What one run measured.
