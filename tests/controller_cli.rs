@@ -2,7 +2,12 @@
 //! flag, and bad values are refused with a clear message before anything
 //! connects to a cluster.
 
+mod support;
+
 use std::process::{Command, Output};
+use support::fake_api::FakeApi;
+use support::fake_http::HttpApi;
+use support::scale::{free_port, http_get};
 
 fn controller(args: &[&str]) -> Output {
     Command::new(env!("CARGO_BIN_EXE_quartermaster"))
@@ -218,138 +223,13 @@ fn the_charts_aws_settings_are_accepted_and_must_name_the_same_cluster() {
     std::fs::remove_dir_all(&dir).unwrap();
 }
 
-/// A stand-in API server for the whole-binary test: empty lists, watches
-/// that stay open with nothing to say, a Lease kept in memory; every
-/// request is recorded.
-mod fake_api {
-    use axum::body::{Body, Bytes};
-    use axum::http::{Method, StatusCode, Uri};
-    use axum::response::Response;
-    use serde_json::{json, Value};
-    use std::sync::{Arc, Mutex};
-
-    /// One recorded request: method, path and query, JSON body.
-    pub type Seen = (Method, String, Value);
-
-    #[derive(Clone, Default)]
-    pub struct State {
-        pub requests: Arc<Mutex<Vec<Seen>>>,
-        lease: Arc<Mutex<Option<Value>>>,
-    }
-
-    fn respond(code: StatusCode, body: &Value) -> Response {
-        Response::builder()
-            .status(code)
-            .header("content-type", "application/json")
-            .body(Body::from(body.to_string()))
-            .unwrap()
-    }
-
-    pub async fn handle(
-        axum::extract::State(state): axum::extract::State<State>,
-        method: Method,
-        uri: Uri,
-        body: Bytes,
-    ) -> Response {
-        let body: Value = serde_json::from_slice(&body).unwrap_or(Value::Null);
-        let target = uri.to_string();
-        state
-            .requests
-            .lock()
-            .unwrap()
-            .push((method.clone(), target.clone(), body.clone()));
-        let path = uri.path();
-        let query = uri.query().unwrap_or("");
-        if path.contains("/leases") {
-            let mut lease = state.lease.lock().unwrap();
-            return match (method, &*lease) {
-                (Method::GET, None) => respond(
-                    StatusCode::NOT_FOUND,
-                    &json!({"kind": "Status", "apiVersion": "v1", "status": "Failure",
-                            "reason": "NotFound", "code": 404, "message": "not found"}),
-                ),
-                (Method::GET, Some(l)) => respond(StatusCode::OK, l),
-                (Method::POST | Method::PUT, current) => {
-                    let rv = current
-                        .as_ref()
-                        .and_then(|l| l["metadata"]["resourceVersion"].as_str())
-                        .and_then(|rv| rv.parse::<u64>().ok())
-                        .unwrap_or(0);
-                    let mut stored = body;
-                    stored["metadata"]["resourceVersion"] = json!((rv + 1).to_string());
-                    *lease = Some(stored.clone());
-                    respond(StatusCode::OK, &stored)
-                }
-                _ => respond(StatusCode::METHOD_NOT_ALLOWED, &Value::Null),
-            };
-        }
-        if method == Method::GET && query.contains("watch=true") {
-            // Nothing changes: the watch stays open.
-            return Response::builder()
-                .status(StatusCode::OK)
-                .header("content-type", "application/json")
-                .body(Body::from_stream(futures::stream::pending::<
-                    Result<Bytes, std::io::Error>,
-                >()))
-                .unwrap();
-        }
-        if method == Method::GET {
-            return respond(
-                StatusCode::OK,
-                &json!({"apiVersion": "v1", "kind": "List",
-                        "metadata": {"resourceVersion": "1"}, "items": []}),
-            );
-        }
-        // Writes (Events and the like) are accepted as they are.
-        respond(StatusCode::CREATED, &body)
-    }
-}
-
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
-
-/// The status code of a GET, or None when nothing listens.
-async fn http_status(port: u16, path: &str) -> Option<(u16, String)> {
-    use tokio::io::{AsyncReadExt, AsyncWriteExt};
-    let mut s = tokio::net::TcpStream::connect(("127.0.0.1", port))
-        .await
-        .ok()?;
-    let req = format!("GET {path} HTTP/1.1\r\nHost: t\r\nConnection: close\r\n\r\n");
-    s.write_all(req.as_bytes()).await.ok()?;
-    let mut raw = String::new();
-    s.read_to_string(&mut raw).await.ok()?;
-    let code = raw.split(' ').nth(1)?.parse().ok()?;
-    Some((code, raw))
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_binary_syncs_leads_serves_and_hands_the_lease_back_on_sigterm() {
-    let state = fake_api::State::default();
-    let app = axum::Router::new()
-        .fallback(fake_api::handle)
-        .with_state(state.clone());
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let api = listener.local_addr().unwrap();
-    let server = tokio::spawn(async move { axum::serve(listener, app).await });
-
+    let server = HttpApi::start(FakeApi::new()).await;
     let dir = std::env::temp_dir().join(format!("qm-controller-e2e-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     let kubeconfig = dir.join("kubeconfig");
-    std::fs::write(
-        &kubeconfig,
-        format!(
-            "apiVersion: v1\nkind: Config\ncurrent-context: fake\n\
-             clusters: [{{name: fake, cluster: {{server: 'http://{api}'}}}}]\n\
-             users: [{{name: fake, user: {{token: test}}}}]\n\
-             contexts: [{{name: fake, context: {{cluster: fake, user: fake}}}}]\n"
-        ),
-    )
-    .unwrap();
+    server.write_kubeconfig(&kubeconfig);
     let (metrics_port, health_port) = (free_port(), free_port());
     let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_quartermaster"))
         .args([
@@ -381,8 +261,8 @@ async fn the_binary_syncs_leads_serves_and_hands_the_lease_back_on_sigterm() {
     let mut leading = false;
     while tokio::time::Instant::now() < deadline && !(ready && leading) {
         tokio::time::sleep(std::time::Duration::from_millis(200)).await;
-        ready = http_status(health_port, "/readyz").await.map(|r| r.0) == Some(200);
-        leading = http_status(metrics_port, "/metrics")
+        ready = http_get(health_port, "/readyz").await.map(|r| r.0) == Some(200);
+        leading = http_get(metrics_port, "/metrics")
             .await
             .is_some_and(|(_, body)| body.contains("quartermaster_leader 1"));
         assert!(
@@ -392,7 +272,7 @@ async fn the_binary_syncs_leads_serves_and_hands_the_lease_back_on_sigterm() {
     }
     assert!(ready && leading, "ready: {ready}, leading: {leading}");
     assert_eq!(
-        http_status(health_port, "/healthz").await.map(|r| r.0),
+        http_get(health_port, "/healthz").await.map(|r| r.0),
         Some(200)
     );
 
@@ -419,23 +299,23 @@ async fn the_binary_syncs_leads_serves_and_hands_the_lease_back_on_sigterm() {
     assert!(status.success(), "{status}: {logs}");
     assert!(logs.contains("released the lease"), "{logs}");
 
-    let requests = state.requests.lock().unwrap().clone();
+    let requests = server.api.state.lock().unwrap().requests.clone();
     let last_lease_write = requests
         .iter()
-        .rfind(|(m, p, _)| p.contains("/leases") && *m != axum::http::Method::GET)
+        .rfind(|r| r.path.contains("/leases") && r.method != http::Method::GET)
         .expect("lease writes");
-    assert_eq!(last_lease_write.0, axum::http::Method::PUT);
+    assert_eq!(last_lease_write.method, http::Method::PUT);
     assert!(last_lease_write
-        .1
+        .path
         .starts_with("/apis/coordination.k8s.io/v1/namespaces/qm/leases/quartermaster"));
     assert!(
-        last_lease_write.2["spec"]["holderIdentity"].is_null(),
+        last_lease_write.body["spec"]["holderIdentity"].is_null(),
         "{:?}",
-        last_lease_write.2
+        last_lease_write.body
     );
-    assert!(requests
-        .iter()
-        .any(|(_, p, _)| p.starts_with("/apis/quartermaster.dev/v1alpha1/nodepools")));
-    server.abort();
+    assert!(requests.iter().any(|r| r
+        .path
+        .starts_with("/apis/quartermaster.dev/v1alpha1/nodepools")));
+    drop(server);
     std::fs::remove_dir_all(&dir).unwrap();
 }

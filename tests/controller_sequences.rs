@@ -1048,7 +1048,7 @@ async fn a_replica_that_lost_the_lease_writes_nothing_and_counts_what_it_dropped
 #[tokio::test]
 async fn only_the_leader_writes_and_a_follower_leaves_spot_notices_on_the_queue() {
     use quartermaster::cloud::{InstanceNotice, NoticeKind};
-    use quartermaster::controller::run::{Context, Driver, Settings};
+    use quartermaster::controller::run::{Context, Driver};
     use quartermaster::metrics::InterruptionLabels;
     use std::sync::atomic::AtomicBool;
     use tokio::sync::mpsc;
@@ -1098,15 +1098,7 @@ async fn only_the_leader_writes_and_a_follower_leaves_spot_notices_on_the_queue(
         notice_acks: acks.clone(),
         simulated_nodes: false,
     };
-    let settings = Settings {
-        region: REGION.into(),
-        cluster_name: "test".into(),
-        core: Config::default(),
-        tick: Duration::from_secs(10),
-        launch_timeout: Duration::from_secs(300),
-        registration_timeout: Duration::from_secs(600),
-        gc_grace: Duration::from_secs(300),
-    };
+    let settings = loop_settings(Config::default());
     let mut driver = Driver::new(ctx, settings, s.clone(), t(0));
     for k in 0..5 {
         driver.round(t(k)).await;
@@ -1188,6 +1180,100 @@ async fn only_the_leader_writes_and_a_follower_leaves_spot_notices_on_the_queue(
     );
 }
 
+/// The loop's settings in these tests, with this core configuration.
+fn loop_settings(core: Config) -> quartermaster::controller::run::Settings {
+    quartermaster::controller::run::Settings {
+        region: REGION.into(),
+        cluster_name: "test".into(),
+        core,
+        tick: Duration::from_secs(10),
+        launch_timeout: Duration::from_secs(300),
+        registration_timeout: Duration::from_secs(600),
+        gc_grace: Duration::from_secs(300),
+    }
+}
+
+#[tokio::test]
+async fn pods_past_the_batch_cap_wait_for_the_next_batch_with_a_batch_deferred_event() {
+    use quartermaster::controller::events::{reasons, Events};
+    use quartermaster::controller::run::{Context, Driver};
+    use std::sync::atomic::AtomicBool;
+    use support::api_server::Recorder;
+    use tokio::sync::mpsc;
+
+    // Three pending pods, a cap of two per plan: the last (in the store's
+    // order) waits.
+    let s = Arc::new(store(
+        (0..3)
+            .map(|i| gpu_pod(&format!("train-{i}"), None, json!({})))
+            .collect(),
+        vec![],
+        vec![],
+    ));
+    // Every write is accepted (objects echoed back) and kept with its body.
+    let writes: Arc<Mutex<Vec<(String, String, Value)>>> = Arc::default();
+    let seen = writes.clone();
+    let (client, _server) = Recorder::start(move |served, body| {
+        seen.lock()
+            .unwrap()
+            .push((served.method.clone(), served.path.clone(), body.clone()));
+        echo(body)
+    });
+    let (_leader_tx, leader) = watch::channel(true);
+    let (_catalog_tx, catalog_rx) = watch::channel(catalog());
+    let (_notices_tx, notices) = mpsc::channel(8);
+    let ctx = Context {
+        api: KubeApi::new(client.clone()),
+        cloud: Arc::new(cloud()),
+        metrics: Arc::new(Metrics::unregistered()),
+        catalog: catalog_rx,
+        leader,
+        ready: Arc::new(AtomicBool::new(true)),
+        notices,
+        notice_acks: Default::default(),
+        simulated_nodes: false,
+    };
+    let settings = loop_settings(Config {
+        max_batch_pods: 2,
+        ..Config::default()
+    });
+    let mut driver = Driver::new(ctx, settings, s.clone(), t(0));
+    driver.events = Some(Events::new(client, None));
+    for k in 0..8 {
+        driver.round(t(k)).await;
+    }
+
+    let writes = writes.lock().unwrap().clone();
+    let events = |reason: &str| -> Vec<&Value> {
+        writes
+            .iter()
+            .filter(|(method, path, body)| {
+                method == "POST"
+                    && path == "/apis/events.k8s.io/v1/namespaces/ml/events"
+                    && body["reason"] == reason
+            })
+            .map(|(_, _, body)| body)
+            .collect()
+    };
+    // One Event for the one deferred pod, not one per round.
+    let deferred = events(reasons::BATCH_DEFERRED);
+    assert_eq!(deferred.len(), 1, "{writes:#?}");
+    let event = deferred[0];
+    assert_eq!(event["regarding"]["kind"], "Pod");
+    assert_eq!(event["regarding"]["namespace"], "ml");
+    assert_eq!(event["regarding"]["name"], "train-2");
+    assert_eq!(event["type"], "Warning");
+    let note = event["note"].as_str().unwrap_or_default();
+    assert!(note.contains("--max-batch-pods"), "{note}");
+    // The plan launched for the two pods it kept, and only for them.
+    let mut nominated: Vec<&str> = events(reasons::NOMINATED)
+        .iter()
+        .filter_map(|e| e["regarding"]["name"].as_str())
+        .collect();
+    nominated.sort();
+    assert_eq!(nominated, ["train-0", "train-1"], "{writes:#?}");
+}
+
 /// An API server with nothing in it: every list is empty, every watch stays
 /// open and silent; it counts the requests other than lists and watches
 /// (writes), which must not happen in an empty cluster.
@@ -1236,7 +1322,7 @@ fn empty_api_server() -> (kube::Client, Arc<std::sync::atomic::AtomicUsize>) {
 
 #[tokio::test]
 async fn the_loop_turns_ready_once_every_watch_has_listed_and_stops_on_shutdown() {
-    use quartermaster::controller::run::{run, Context, Settings};
+    use quartermaster::controller::run::{run, Context};
     use std::sync::atomic::{AtomicBool, Ordering};
     use tokio::sync::mpsc;
     use tokio_util::sync::CancellationToken;
@@ -1258,15 +1344,7 @@ async fn the_loop_turns_ready_once_every_watch_has_listed_and_stops_on_shutdown(
         notice_acks: Default::default(),
         simulated_nodes: true,
     };
-    let settings = Settings {
-        region: REGION.into(),
-        cluster_name: "test".into(),
-        core: Config::default(),
-        tick: Duration::from_secs(10),
-        launch_timeout: Duration::from_secs(300),
-        registration_timeout: Duration::from_secs(600),
-        gc_grace: Duration::from_secs(300),
-    };
+    let settings = loop_settings(Config::default());
     let shutdown = CancellationToken::new();
     let task = tokio::spawn(run(ctx, settings, shutdown.clone()));
     for _ in 0..100 {

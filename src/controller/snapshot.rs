@@ -639,15 +639,40 @@ impl Store {
     /// Replaces every object of the kind (after a full list) and marks the
     /// kind synced.
     pub fn reset<K: Indexed>(&self, objs: Vec<K>) {
-        let items: BTreeMap<String, K::Item> = objs
-            .into_iter()
-            .filter_map(|o| {
-                let key = K::key(&o);
-                o.distill().map(|i| (key, i))
-            })
-            .collect();
-        self.write(|s| *K::slot(s) = items);
+        let mut items = Relist::<K>::default();
+        objs.into_iter().for_each(|o| items.push(o));
+        self.reset_distilled(items);
+    }
+
+    /// [`Store::reset`] with objects distilled as they were listed.
+    pub fn reset_distilled<K: Indexed>(&self, items: Relist<K>) {
+        self.write(|s| *K::slot(s) = items.items);
         self.mark_synced(K::KIND);
+    }
+}
+
+/// A full list of one kind being received: each object distilled as it
+/// comes (a relist of 100,000 pods holds 100,000 [`PodInfo`]s, never
+/// 100,000 API objects), swapped into the store whole at its end.
+pub struct Relist<K: Indexed> {
+    items: BTreeMap<String, K::Item>,
+}
+
+impl<K: Indexed> Default for Relist<K> {
+    fn default() -> Self {
+        Relist {
+            items: BTreeMap::new(),
+        }
+    }
+}
+
+impl<K: Indexed> Relist<K> {
+    /// Distills and keeps one listed object (a finished pod is left out).
+    pub fn push(&mut self, obj: K) {
+        let key = K::key(&obj);
+        if let Some(item) = obj.distill() {
+            self.items.insert(key, item);
+        }
     }
 }
 
@@ -726,16 +751,17 @@ impl Indexed for PodDisruptionBudget {
 }
 
 /// Feeds one kind into the store until the stream ends (it does not: the
-/// watcher retries with backoff; errors are logged). A relist is buffered
-/// and swapped in whole at its end, so a half-listed kind is never seen.
+/// watcher retries with backoff; errors are logged). A relist is distilled
+/// as it comes ([`Relist`]) and swapped in whole at its end, so a
+/// half-listed kind is never seen.
 pub async fn watch<K: Indexed>(api: Api<K>, config: watcher::Config, store: Arc<Store>) {
     let mut stream = watcher(api, config).default_backoff().boxed();
-    let mut buffer: Vec<K> = Vec::new();
+    let mut relist = Relist::<K>::default();
     while let Some(event) = stream.next().await {
         match event {
-            Ok(Event::Init) => buffer.clear(),
-            Ok(Event::InitApply(k)) => buffer.push(k),
-            Ok(Event::InitDone) => store.reset(std::mem::take(&mut buffer)),
+            Ok(Event::Init) => relist = Relist::default(),
+            Ok(Event::InitApply(k)) => relist.push(k),
+            Ok(Event::InitDone) => store.reset_distilled(std::mem::take(&mut relist)),
             Ok(Event::Apply(k)) => store.apply(k),
             Ok(Event::Delete(k)) => store.delete(&k),
             Err(e) => tracing::warn!(kind = ?K::KIND, error = %e, "watch error, retrying"),
