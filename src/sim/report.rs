@@ -22,7 +22,8 @@ pub const ON_DEMAND: &str = "on-demand";
 /// Strategies in the order reports show them; others follow alphabetically.
 const ORDER: [&str; 4] = ["quartermaster", "greedy", ON_DEMAND, "static"];
 
-/// How many unfinished jobs the JSON summary lists per strategy.
+/// How many unfinished jobs the JSON summary lists per strategy; the report
+/// folder's `unfinished.csv` lists them all.
 const UNFINISHED_IN_JSON: usize = 100;
 
 /// What went wrong while writing a report. Every variant names the file or
@@ -167,6 +168,20 @@ fn strategy_json(report: &SimReport, r: &StrategyResult) -> Value {
     })
 }
 
+/// Every unfinished job of every strategy, one row each:
+/// `strategy,job,reason` (CSV-quoted where needed), sorted by strategy then
+/// as the run listed them.
+pub fn unfinished_csv(report: &SimReport) -> String {
+    let mut w = csv::Writer::from_writer(Vec::new());
+    let _ = w.write_record(["strategy", "job", "reason"]);
+    for (name, r) in &report.strategies {
+        for u in &r.unfinished {
+            let _ = w.write_record([name.as_str(), u.job.as_str(), u.reason.as_str()]);
+        }
+    }
+    String::from_utf8(w.into_inner().unwrap_or_default()).unwrap_or_default()
+}
+
 /// Every instance family seen in any sample of any strategy, sorted.
 fn families(report: &SimReport) -> BTreeSet<&str> {
     report
@@ -245,8 +260,8 @@ fn csv_field(s: &str) -> String {
 }
 
 /// Creates `dir` (and its parents) and writes `summary.json`,
-/// `timeseries.csv`, `cost.png`, `nodes.png` and `pending.png` into it,
-/// replacing files of those names. Returns the paths written, in that order.
+/// `timeseries.csv`, `unfinished.csv`, `cost.png`, `nodes.png` and
+/// `pending.png` into it, replacing files of those names. Returns the paths written, in that order.
 ///
 /// # Errors
 /// [`Error::CreateDir`] if `dir` cannot be created; otherwise the error of
@@ -266,7 +281,9 @@ pub fn write_report(report: &SimReport, dir: &Path) -> Result<Vec<PathBuf>> {
     write_file(&summary, json.as_bytes())?;
     let csv = dir.join("timeseries.csv");
     write_file(&csv, timeseries_csv(report).as_bytes())?;
-    let mut paths = vec![summary, csv];
+    let unfinished = dir.join("unfinished.csv");
+    write_file(&unfinished, unfinished_csv(report).as_bytes())?;
+    let mut paths = vec![summary, csv, unfinished];
     paths.extend(write_charts(report, dir)?);
     Ok(paths)
 }
@@ -388,6 +405,7 @@ pub(crate) mod fixtures {
 mod tests {
     use super::fixtures::{report, result, temp_dir};
     use super::*;
+    use crate::sim::result::Unfinished;
 
     const PNG_SIGNATURE: [u8; 8] = [0x89, b'P', b'N', b'G', b'\r', b'\n', 0x1a, b'\n'];
 
@@ -536,6 +554,7 @@ mod tests {
             [
                 "summary.json",
                 "timeseries.csv",
+                "unfinished.csv",
                 "cost.png",
                 "nodes.png",
                 "pending.png",
@@ -551,7 +570,42 @@ mod tests {
         }
         let summary: Value = serde_json::from_slice(&std::fs::read(&paths[0]).unwrap()).unwrap();
         assert_eq!(summary, summary_json(&report()));
+        // Every unfinished job, past the JSON's hundred too.
+        let unfinished = std::fs::read_to_string(&paths[2]).unwrap();
+        let rows: usize = report()
+            .strategies
+            .values()
+            .map(|r| r.unfinished.len())
+            .sum();
+        assert!(rows > 0);
+        assert_eq!(unfinished.lines().count(), rows + 1, "{unfinished}");
+        assert!(unfinished.starts_with("strategy,job,reason\n"));
         let _ = std::fs::remove_dir_all(dir.parent().unwrap());
+    }
+
+    #[test]
+    fn unfinished_csv_lists_every_job_beyond_the_jsons_hundred_and_quotes_commas() {
+        let mut r = report();
+        let many = r.strategies.get_mut("greedy").unwrap();
+        many.unfinished = (0..150)
+            .map(|i| Unfinished {
+                job: format!("train/j-{i}"),
+                reason: "waiting for capacity, 3 pools closed".into(),
+            })
+            .collect();
+        let csv = unfinished_csv(&r);
+        assert_eq!(
+            csv.lines().filter(|l| l.starts_with("greedy,")).count(),
+            150
+        );
+        assert!(csv.contains("greedy,train/j-149,\"waiting for capacity, 3 pools closed\""));
+        assert_eq!(
+            summary_json(&r)["strategies"]["greedy"]["unfinished"]
+                .as_array()
+                .unwrap()
+                .len(),
+            100
+        );
     }
 
     #[test]
