@@ -63,9 +63,9 @@ const CHARTS: [(&str, Draw); 4] = [
 
 /// Draws into `dir` (created if needed; files of these names replaced):
 /// - `cost.png`: cumulative cost, one line per strategy;
-/// - `nodes.png`: one panel per strategy on shared axes, spot nodes solid and
+/// - `nodes.png`: one panel per strategy (own y scale), spot nodes solid and
 ///   on-demand dashed in the strategy's colour, each instance family thin;
-/// - `pending.png`: pending pods, one panel per strategy on shared axes;
+/// - `pending.png`: pending pods, one panel per strategy (own y scale);
 /// - `interruptions.png`: interruptions (left) and GPU-hours lost (right)
 ///   so far, one line per strategy.
 ///
@@ -197,7 +197,7 @@ fn draw_cost(report: &SimReport, root: &Area<'_>) -> DrawResult {
     )
 }
 
-/// One panel per strategy on shared axes: pending counts are spiky and
+/// One panel per strategy, each on its own scale: pending counts are spiky and
 /// overlap when drawn together.
 fn draw_pending(report: &SimReport, root: &Area<'_>) -> DrawResult {
     let panels: Vec<(&str, Vec<Line>)> = ordered(report)
@@ -248,7 +248,7 @@ fn draw_interruptions(report: &SimReport, root: &Area<'_>) -> DrawResult {
     Ok(())
 }
 
-/// One panel per strategy on shared axes: spot nodes solid, on-demand
+/// One panel per strategy, each on its own scale: spot nodes solid, on-demand
 /// dashed (both in the strategy's colour), each instance family thin.
 fn draw_nodes(report: &SimReport, root: &Area<'_>) -> DrawResult {
     let families = super::families(report);
@@ -296,7 +296,9 @@ fn draw_nodes(report: &SimReport, root: &Area<'_>) -> DrawResult {
 }
 
 /// A title, a key strip explaining the line styles, then one panel per
-/// entry of `panels` (captioned with its name) on shared axes.
+/// entry of `panels` (captioned with its name), on a shared time axis and
+/// each on its own y scale: one strategy's peak must not flatten another's
+/// curve (read the values off each panel's axis).
 fn small_multiples(
     root: &Area<'_>,
     title: &str,
@@ -309,23 +311,22 @@ fn small_multiples(
     let (strip, body) = body.split_vertically(30);
     draw_key(&strip, key)?;
     let x_max = x_max(report);
-    let y_max = y_max(panels.iter().flat_map(|(_, lines)| lines), Unit::Count);
-    let frame = |caption| Frame {
+    let frame = |caption, lines: &[Line]| Frame {
         caption,
         caption_size: 18,
         y_desc,
         unit: Unit::Count,
         x_max,
-        y_max,
+        y_max: y_max(lines.iter(), Unit::Count),
         legend: None,
     };
     if panels.is_empty() {
-        return plot(&body, &frame("no strategies"), &[]);
+        return plot(&body, &frame("no strategies", &[]), &[]);
     }
     let cols = (panels.len() as f64).sqrt().ceil() as usize;
     let rows = panels.len().div_ceil(cols);
     for (area, (name, lines)) in body.split_evenly((rows, cols)).iter().zip(panels) {
-        plot(area, &frame(name), lines)?;
+        plot(area, &frame(name, lines), lines)?;
     }
     Ok(())
 }
