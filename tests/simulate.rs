@@ -312,23 +312,26 @@ fn the_static_strategy_sizes_a_group_per_pool_that_holds_every_job() {
 /// p95 slowdown <= 1.25.
 #[test]
 fn spot_training_on_the_calibrated_market_is_interrupted_yet_cheaper_than_greedy_and_fast() {
-    use quartermaster::sim::seeds::{self, SeedsReport};
+    use quartermaster::sim::seeds;
     let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("simulations/spot-training.yaml");
     let text = std::fs::read_to_string(&path).unwrap();
     let catalog = Arc::new(Catalog::embedded().unwrap());
-    let mut scenario = Scenario::parse(&text, &catalog).unwrap();
+    let scenario = Scenario::parse(&text, &catalog).unwrap();
     let strategies = [
         StrategyName::Quartermaster,
         StrategyName::Greedy,
         StrategyName::OnDemand,
     ];
-    let mut report = SeedsReport::default();
-    for seed in 1..=5 {
-        scenario.seed = seed;
-        let jobs = sim::load_jobs(&scenario, path.parent().unwrap(), None).unwrap();
-        let run = sim::simulate(&scenario, &catalog, &jobs, &strategies, &mut |_, _| {}).unwrap();
-        report.runs.push(run);
-    }
+    let report = sim::simulate_seeds(
+        &scenario,
+        &catalog,
+        path.parent().unwrap(),
+        None,
+        &strategies,
+        &[1, 2, 3, 4, 5],
+        &mut |_, _, _| {},
+    )
+    .unwrap();
     for run in &report.runs {
         let s = |n: &str| &run.strategies[n];
         let (qm, od) = (s("quartermaster"), s("on-demand"));

@@ -84,7 +84,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         args.strategies.clone()
     };
     if let Some(Seeds(seeds)) = &args.seeds {
-        return run_seeds(&args, &mut scenario, &base, &catalog, &strategies, seeds);
+        return run_seeds(&args, &scenario, &base, &catalog, &strategies, seeds);
     }
     let jobs = sim::load_jobs(&scenario, &base, args.trace.as_deref())?;
 
@@ -137,7 +137,7 @@ fn progress_bar(args: &Args, len: u64, template: &str) -> indicatif::ProgressBar
 /// `simulate --seeds`: the scenario once per seed, then the spread.
 fn run_seeds(
     args: &Args,
-    scenario: &mut Scenario,
+    scenario: &Scenario,
     base: &std::path::Path,
     catalog: &Arc<Catalog>,
     strategies: &[StrategyName],
@@ -148,34 +148,30 @@ fn run_seeds(
         (seeds.len() * strategies.len()) as u64,
         "{msg:>24} [{bar:40}] {pos}/{len} {elapsed}",
     );
-    let mut report = sim::seeds::SeedsReport::default();
     let index = |s: StrategyName| strategies.iter().position(|x| *x == s).unwrap_or(0);
-    for (i, &seed) in seeds.iter().enumerate() {
-        scenario.seed = seed;
-        let jobs = sim::load_jobs(scenario, base, args.trace.as_deref())?;
-        let run = sim::simulate(scenario, catalog, &jobs, strategies, &mut |s, f| {
-            bar.set_message(format!("seed {seed} {s:?}").to_lowercase());
+    let report = sim::simulate_seeds(
+        scenario,
+        catalog,
+        base,
+        args.trace.as_deref(),
+        strategies,
+        seeds,
+        &mut |i, s, f| {
+            bar.set_message(format!("seed {} {s:?}", seeds[i]).to_lowercase());
             bar.set_position((i * strategies.len() + index(s)) as u64 + u64::from(f >= 1.0));
-        })?;
-        report.runs.push(run);
-    }
+        },
+    )?;
     bar.finish_and_clear();
+    let summary = serde_json::to_string_pretty(&sim::seeds::summary_json(&report))?;
     match args.output {
-        super::plan::Output::Json => println!(
-            "{}",
-            serde_json::to_string_pretty(&sim::seeds::summary_json(&report))?
-        ),
+        super::plan::Output::Json => println!("{summary}"),
         super::plan::Output::Table => print!("{}", sim::seeds::table(&report)),
     }
     if let Some(dir) = &args.report {
         std::fs::create_dir_all(dir)
             .with_context(|| format!("creating the report folder {}", dir.display()))?;
         let path = dir.join("seeds.json");
-        std::fs::write(
-            &path,
-            serde_json::to_string_pretty(&sim::seeds::summary_json(&report))?,
-        )
-        .with_context(|| format!("writing {}", path.display()))?;
+        std::fs::write(&path, summary).with_context(|| format!("writing {}", path.display()))?;
         let mut written = vec![path];
         for run in &report.runs {
             let sub = dir.join(format!("seed-{}", run.seed));

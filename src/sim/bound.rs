@@ -16,7 +16,7 @@ use super::workload::SimJob;
 use crate::api::NodePool;
 use crate::catalog::Catalog;
 use crate::cluster::resources::CPU;
-use crate::cluster::{Pod, Resources};
+use crate::cluster::{NodeAffinity, Pod, Resources, Toleration};
 use crate::plan::candidates::{candidates, pods_per_node, Candidate};
 use crate::plan::classes::Class;
 use crate::plan::Input;
@@ -80,15 +80,18 @@ pub fn lower_bound(
     let cands = candidates(&input);
     // Pods of one shape and the same constraints cost the same per hour:
     // long runs have many jobs and few shapes.
-    let mut per_hour: HashMap<String, Option<f64>> = HashMap::new();
+    type Shape<'p> = (&'p Resources, &'p [Toleration], &'p NodeAffinity, bool);
+    let mut per_hour: HashMap<Shape, Option<f64>> = HashMap::new();
     let mut bound = Bound::default();
     for job in jobs {
         let pod = &job.pod;
-        let key = format!(
-            "{:?}|{:?}|{:?}|{}",
-            pod.requests, pod.tolerations, pod.affinity, pod.hostname_anti_affinity
+        let shape = (
+            &pod.requests,
+            pod.tolerations.as_slice(),
+            &pod.affinity,
+            pod.hostname_anti_affinity,
         );
-        let charge = *per_hour.entry(key).or_insert_with(|| {
+        let charge = *per_hour.entry(shape).or_insert_with(|| {
             let class = Class::of(pod, 0);
             cands
                 .iter()

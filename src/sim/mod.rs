@@ -47,6 +47,22 @@ pub enum LoadError {
     SpotTrace(#[from] crate::catalog::market::trace::Error),
 }
 
+/// A run over several seeds stopped.
+#[derive(Debug, thiserror::Error)]
+pub enum SeedsError {
+    /// A seed's workload could not be made.
+    #[error("seed {seed}: {source}")]
+    Load {
+        /// The seed.
+        seed: u64,
+        /// Why.
+        source: LoadError,
+    },
+    /// The simulated cloud refused the scenario's settings.
+    #[error(transparent)]
+    Engine(#[from] engine::Error),
+}
+
 /// Every job of the scenario's workload sources (trace paths relative to
 /// `base`), plus `extra_trace` if given; seeded by the scenario's seed.
 ///
@@ -176,6 +192,37 @@ pub fn simulate(
             .and_then(|v| v.as_str().map(str::to_string))
             .unwrap_or_default();
         report.strategies.insert(name, result);
+    }
+    Ok(report)
+}
+
+/// Runs every strategy once per seed (the scenario's own seed replaced by
+/// each in turn; the workload is drawn anew for each), for
+/// `simulate --seeds`. `progress` gets the seed's index, the strategy and
+/// the share of its run done.
+///
+/// # Errors
+/// A seed's workload that cannot be loaded (naming the seed), or cloud
+/// settings the simulated cloud refuses.
+pub fn simulate_seeds(
+    scenario: &Scenario,
+    catalog: &Arc<Catalog>,
+    base: &Path,
+    extra_trace: Option<&Path>,
+    strategies: &[StrategyName],
+    seeds: &[u64],
+    progress: &mut dyn FnMut(usize, StrategyName, f64),
+) -> Result<seeds::SeedsReport, SeedsError> {
+    let mut scenario = scenario.clone();
+    let mut report = seeds::SeedsReport::default();
+    for (i, &seed) in seeds.iter().enumerate() {
+        scenario.seed = seed;
+        let jobs = load_jobs(&scenario, base, extra_trace)
+            .map_err(|source| SeedsError::Load { seed, source })?;
+        let run = simulate(&scenario, catalog, &jobs, strategies, &mut |s, f| {
+            progress(i, s, f)
+        })?;
+        report.runs.push(run);
     }
     Ok(report)
 }

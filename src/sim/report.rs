@@ -172,14 +172,14 @@ fn strategy_json(report: &SimReport, r: &StrategyResult) -> Value {
 /// `strategy,job,reason` (CSV-quoted where needed), sorted by strategy then
 /// as the run listed them.
 pub fn unfinished_csv(report: &SimReport) -> String {
-    let mut w = csv::Writer::from_writer(Vec::new());
-    let _ = w.write_record(["strategy", "job", "reason"]);
+    let mut out = String::from("strategy,job,reason\n");
     for (name, r) in &report.strategies {
         for u in &r.unfinished {
-            let _ = w.write_record([name.as_str(), u.job.as_str(), u.reason.as_str()]);
+            let row = [name.as_str(), u.job.as_str(), u.reason.as_str()].map(csv_field);
+            let _ = writeln!(out, "{}", row.join(","));
         }
     }
-    String::from_utf8(w.into_inner().unwrap_or_default()).unwrap_or_default()
+    out
 }
 
 /// Every instance family seen in any sample of any strategy, sorted.
@@ -261,7 +261,8 @@ fn csv_field(s: &str) -> String {
 
 /// Creates `dir` (and its parents) and writes `summary.json`,
 /// `timeseries.csv`, `unfinished.csv`, `cost.png`, `nodes.png` and
-/// `pending.png` into it, replacing files of those names. Returns the paths written, in that order.
+/// `pending.png` into it, replacing files of those names. Returns the
+/// paths written, in that order.
 ///
 /// # Errors
 /// [`Error::CreateDir`] if `dir` cannot be created; otherwise the error of
