@@ -1,6 +1,10 @@
 //! Properties that must hold for every plan, checked over many seeded
 //! workloads with random NodePool limits: every pending pod is placed exactly
-//! once or explained, and no pool ends up over its limits.
+//! once or explained, and no pool ends up over its limits; and, on small
+//! instances, the planner's plan is the optimum an exhaustive search finds
+//! (`oracle`).
+
+mod oracle;
 
 use quartermaster::api::labels as l;
 use quartermaster::catalog::Catalog;
@@ -124,4 +128,104 @@ fn every_pod_is_placed_once_or_explained_and_limits_hold() {
             check(&p, &input, &format!("seed {seed} {strategy:?}"));
         }
     }
+}
+
+/// Instances the optimality oracle checks.
+const ORACLE_INSTANCES: u64 = 2000;
+
+/// How `seed`'s instance fares: `Err` says how a plan broke a rule or
+/// missed the optimum.
+fn oracle_check(source: &oracle::Source, seed: u64) -> Result<(), String> {
+    let opts = Options {
+        mip_gap: std::env::var("QM_GAP")
+            .ok()
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(0.01),
+        ..Options::default()
+    };
+    let inst = oracle::instance(source, seed);
+    let input = inst.input();
+    let rules = oracle::Rules::new(&input, &opts);
+    let t0 = std::time::Instant::now();
+    let best = rules.optimum();
+    let t1 = t0.elapsed().as_secs_f64();
+    let mip = plan::plan(&input, Strategy::Mip, &opts, &|| 0.0);
+    let t2 = t0.elapsed().as_secs_f64() - t1;
+    if std::env::var("QM_ORACLE_TRACE").is_ok() {
+        eprintln!(
+            "seed {seed}: oracle {t1:.3}s mip {t2:.3}s {:?} pods {} cands",
+            inst.pods.len(),
+            rules_cands(&rules)
+        );
+    }
+    let v = rules
+        .value_of(&mip)
+        .map_err(|e| format!("seed {seed}: the MIP plan breaks a rule: {e}"))?;
+    if v.worse_than(&best, opts.mip_gap) {
+        return Err(format!(
+            "seed {seed}: the MIP plan {v:?} misses the optimum {best:?}: {:#?}\n{inst:#?}",
+            mip.nodes
+        ));
+    }
+    if best.worse_than(&v, 1e-9) {
+        return Err(format!(
+            "seed {seed}: the MIP plan {v:?} beats the oracle's optimum {best:?}"
+        ));
+    }
+    // The bound over the pods the plan placed never exceeds what it costs,
+    // nor the optimum when that places every pod too.
+    let lb = plan::bound::lower_bound(&input, &plan::launched_pods(&input, &mip), &opts);
+    if lb > v.cost * (1.0 + 1e-9) + 1e-6
+        || (best.unplaced == 0 && lb > best.cost * (1.0 + 1e-9) + 1e-6)
+    {
+        return Err(format!(
+            "seed {seed}: the lower bound {lb} exceeds the plan {v:?} or the optimum {best:?}"
+        ));
+    }
+    let greedy = plan::plan(&input, Strategy::Greedy, &opts, &|| 0.0);
+    // Greedy ignores gangs; where its plan keeps every rule, it cannot do
+    // better than the optimum.
+    if let Ok(g) = rules.value_of(&greedy) {
+        if best.worse_than(&g, 1e-9) {
+            return Err(format!(
+                "seed {seed}: greedy {g:?} beats the oracle's optimum {best:?}"
+            ));
+        }
+    }
+    Ok(())
+}
+
+#[test]
+fn on_small_instances_the_plan_is_the_exhaustive_optimum_and_greedy_never_beats_it() {
+    let source = oracle::Source::new(&Catalog::embedded().unwrap());
+    let n: u64 = std::env::var("QM_ORACLE_N")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(ORACLE_INSTANCES);
+    let from: u64 = std::env::var("QM_ORACLE_FROM")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(0);
+    let failures: Vec<String> = (from..from + n)
+        .filter_map(|seed| oracle_check(&source, seed).err())
+        .collect();
+    assert!(
+        failures.is_empty(),
+        "{} of {ORACLE_INSTANCES} instances failed; the first:\n{}",
+        failures.len(),
+        failures
+            .iter()
+            .take(if std::env::var("QM_ORACLE_TRACE").is_ok() {
+                20
+            } else {
+                3
+            })
+            .cloned()
+            .collect::<Vec<_>>()
+            .join("\n")
+    );
+}
+
+fn rules_cands(r: &oracle::Rules) -> usize {
+    r.cands_len()
 }
