@@ -217,6 +217,30 @@ pub fn plan(input: &Input, opts: &Options, clock: &dyn Fn() -> f64) -> Plan {
             }
         }
     }
+    // Whatever left a gang partly unplaced (rounding, packing, a limit
+    // met by a later tier), its members cannot start apart: none launches.
+    let partial: BTreeSet<&str> = remaining
+        .iter()
+        .flatten()
+        .filter_map(|&p| pods[p].group.as_ref())
+        .map(|g| g.name.as_str())
+        .collect();
+    let mut launched = launched;
+    if !partial.is_empty() {
+        for (_, node) in launched.iter_mut() {
+            node.retain(|&p| {
+                let keep = pods[p]
+                    .group
+                    .as_ref()
+                    .is_none_or(|g| !partial.contains(g.name.as_str()));
+                if !keep {
+                    remaining[class_of[&p]].push(p);
+                }
+                keep
+            });
+        }
+        launched.retain(|(_, node)| !node.is_empty());
+    }
     let launched = merge_nodes(input, &cands, launched);
     for (ci, r) in remaining.iter().enumerate() {
         for &p in r {
@@ -852,6 +876,31 @@ fn solve(tier: Tier) -> Solved {
         if next < w.pods.len() {
             unplaced.insert(w.class, w.pods[next..].to_vec());
         }
+    }
+    // A gang the rounding left partly unplaced (the LP may place a
+    // fraction of it) is unplaced whole: its members cannot start apart.
+    let partial: BTreeSet<&str> = work
+        .iter()
+        .filter(|w| unplaced.contains_key(&w.class))
+        .filter_map(|w| tier.classes[w.class].pod.group.as_ref())
+        .map(|g| g.name.as_str())
+        .collect();
+    if !partial.is_empty() {
+        for w in work {
+            let in_partial = tier.classes[w.class]
+                .pod
+                .group
+                .as_ref()
+                .is_some_and(|g| partial.contains(g.name.as_str()));
+            if in_partial {
+                let members: BTreeSet<usize> = w.pods.iter().copied().collect();
+                for pods in assigned.values_mut() {
+                    pods.retain(|p| !members.contains(p));
+                }
+                unplaced.insert(w.class, w.pods.clone());
+            }
+        }
+        assigned.retain(|_, pods| !pods.is_empty());
     }
     Solved {
         assigned: assigned.into_iter().collect(),

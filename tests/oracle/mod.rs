@@ -354,11 +354,6 @@ pub struct Rules<'a> {
 }
 
 impl<'a> Rules<'a> {
-    /// Candidates.
-    pub fn cands_len(&self) -> usize {
-        self.cands.len()
-    }
-
     /// The rules of `input` under `opts`.
     pub fn new(input: &'a Input<'a>, opts: &'a Options) -> Rules<'a> {
         let all: Vec<usize> = (0..input.pods.len()).collect();
@@ -573,7 +568,6 @@ impl<'a> Rules<'a> {
             rules: self,
             options: HashMap::new(),
             best: f64::INFINITY,
-            best_nodes: Vec::new(),
         };
         let mut level = None;
         for u in unplaced {
@@ -586,9 +580,6 @@ impl<'a> Rules<'a> {
             if search.best.is_finite() {
                 level.get_or_insert(n);
             }
-        }
-        if std::env::var("QM_ORACLE_TRACE").is_ok() {
-            eprintln!("optimum: {:?}", search.best_nodes);
         }
         Value {
             unplaced: level.unwrap_or(self.input.pods.len()),
@@ -624,7 +615,6 @@ struct Search<'r, 'a> {
     /// Feasible candidates of a node holding a count vector, cheapest first.
     options: HashMap<Vec<usize>, Vec<(f64, usize)>>,
     best: f64,
-    best_nodes: Vec<String>,
 }
 
 impl Search<'_, '_> {
@@ -691,19 +681,6 @@ impl Search<'_, '_> {
                 .collect();
             if self.rules.global(&nodes).is_ok() {
                 self.best = so_far;
-                self.best_nodes = nodes
-                    .iter()
-                    .map(|(o, counts)| {
-                        let c = &self.rules.cands[*o];
-                        format!(
-                            "{} {} {} {} {counts:?}",
-                            self.rules.input.pools[c.pool].name,
-                            c.offering.instance_type,
-                            c.offering.zone_id,
-                            c.offering.capacity_type
-                        )
-                    })
-                    .collect();
             }
             return;
         }
