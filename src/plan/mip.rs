@@ -225,7 +225,6 @@ pub fn plan(input: &Input, opts: &Options, clock: &dyn Fn() -> f64) -> Plan {
         .filter_map(|&p| pods[p].group.as_ref())
         .map(|g| g.name.as_str())
         .collect();
-    let mut launched = launched;
     if !partial.is_empty() {
         for (_, node) in launched.iter_mut() {
             node.retain(|&p| {
@@ -909,6 +908,9 @@ fn solve(tier: Tier) -> Solved {
     }
 }
 
+/// Pods of each class of a tier per candidate, as the solver left them.
+type Placements = Vec<Vec<(usize, f64)>>;
+
 /// Branch and bound on `model`: the placements, how they were found, and
 /// the penalty of the pods left unplaced. With `penalty_cap`, the model
 /// minimises cost alone, leaving no more unplaced than that penalty.
@@ -917,7 +919,7 @@ fn branch_and_bound(
     penalty_cap: Option<f64>,
     opts: &Options,
     time_left: f64,
-) -> Option<(Vec<Vec<(usize, f64)>>, SolvedBy, f64)> {
+) -> Option<(Placements, SolvedBy, f64)> {
     let Model {
         vars,
         objective,

@@ -111,7 +111,7 @@ fn pool_of(kind: Kind, name: &str) -> Pool {
 }
 
 /// Instance types a pool of `kind` can launch.
-fn types_for<'a>(catalog: &'a Catalog, kind: Kind) -> Vec<&'a InstanceType> {
+fn types_for(catalog: &Catalog, kind: Kind) -> Vec<&InstanceType> {
     catalog
         .instance_types_in(REGION)
         .into_iter()
