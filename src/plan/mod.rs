@@ -315,7 +315,7 @@ pub fn explain(input: &Input, plan: &Plan) -> Vec<String> {
                 what(c)
             ),
             Some((v, c)) => {
-                let why = binding(input, plan, n, pod, c, &budgets);
+                let why = binding(input, &cands, plan, n, pod, c, &budgets);
                 format!(
                     "{me} at ${chosen_cost:.4}/h per pod for pods like {}, although {} costs ${v:.4}/h per pod: {why}",
                     pod.name,
@@ -334,6 +334,7 @@ pub fn explain(input: &Input, plan: &Plan) -> Vec<String> {
 /// `cheaper`: the first constraint that rules `cheaper` out.
 fn binding(
     input: &Input,
+    cands: &[Candidate],
     plan: &Plan,
     n: &PlannedNode,
     pod: &Pod,
@@ -352,10 +353,22 @@ fn binding(
         );
     }
     if pod.zone_spread.is_some() && other_zone {
-        return format!(
-            "zone spread needs pods in zone {}, where {} is not offered to it",
-            n.zone, cheaper.offering.instance_type
-        );
+        let offered_here = cands.iter().any(|c| {
+            c.offering.instance_type == cheaper.offering.instance_type
+                && c.offering.zone_id == n.zone
+                && pack::compatible(pod, &c.labels, &c.taints)
+        });
+        return if offered_here {
+            format!(
+                "zone spread needs pods in zone {}, and {} is dearer there",
+                n.zone, cheaper.offering.instance_type
+            )
+        } else {
+            format!(
+                "zone spread needs pods in zone {}, where {} is not offered to it",
+                n.zone, cheaper.offering.instance_type
+            )
+        };
     }
     if cheaper.offering.capacity_type == CapacityType::Spot
         && pool.max_spot_pool_share.is_some()
