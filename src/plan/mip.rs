@@ -32,6 +32,11 @@ const KEEP_FREE: usize = 6;
 /// class cannot see that a node it would drop is the best one to share
 /// with other classes, and small models stay small anyway.
 const KEEP_ALL: usize = 16;
+/// Integer variables up to which every class places whole pods (exact):
+/// beyond a few dozen, branching on every placement took microlp past the
+/// time limit on `deploy/examples/plan` (12 nodes), where real placements
+/// rounded afterwards finish in time.
+const ALL_INTEGRAL_MAX: usize = 64;
 /// Pod counts up to which [`prune`] keeps the cheapest whole nodes for every
 /// count, not only for the demand and its remainders.
 const EXACT_COUNTS: usize = 8;
@@ -836,7 +841,8 @@ fn solve(tier: Tier) -> Solved {
 
     // Small models place whole pods (exact); larger ones place real
     // amounts of pods of classes whose zone does not matter, rounded after.
-    let all_integral = build(tier, false, true).integers <= opts.max_branch_and_bound_integers;
+    let all_integral = build(tier, false, true).integers
+        <= opts.max_branch_and_bound_integers.min(ALL_INTEGRAL_MAX);
     let mip = build(tier, false, all_integral);
     let (ys, solved_by) = if mip.integers > opts.max_branch_and_bound_integers || time_left <= 0.0 {
         // Too large to branch within the time limit, or the plan's time is
