@@ -28,10 +28,12 @@ const KEEP_PER_ZONE_AND_TYPE: usize = 1;
 /// Candidates kept for a class whose zone does not matter: the cheapest per
 /// pod overall, and always the cheapest of each capacity type.
 const KEEP_FREE: usize = 6;
-/// Compatible candidates up to which a class keeps them all: pruning per
-/// class cannot see that a node it would drop is the best one to share
-/// with other classes, and small models stay small anyway.
-const KEEP_ALL: usize = 16;
+/// Compatible candidates of all classes of a tier up to which the tier
+/// keeps them all: pruning per class cannot see that a node it would drop
+/// is the best one to share with other classes, and such models stay
+/// small. Per class instead, it made large rounded models dearer (`bench
+/// plan --pods 20000`, seed 1: $7,992/h against $7,874/h).
+const KEEP_ALL: usize = 64;
 /// Integer variables up to which every class places whole pods (exact):
 /// beyond a few dozen, branching on every placement took microlp past the
 /// time limit on `deploy/examples/plan` (12 nodes), where real placements
@@ -149,14 +151,25 @@ pub fn plan(input: &Input, opts: &Options, clock: &dyn Fn() -> f64) -> Plan {
     let mut solved_by = SolvedBy::BranchAndBound;
     let max_tiers = tiers.iter().map(Vec::len).max().unwrap_or(0);
     for t in 0..max_tiers {
+        let active = |ci: &usize| !remaining[*ci].is_empty() && tiers[*ci].len() > t;
+        // A small tier keeps every candidate (see `KEEP_ALL`).
+        let small = (0..classes.len())
+            .filter(active)
+            .map(|ci| tiers[ci][t].len())
+            .sum::<usize>()
+            <= KEEP_ALL;
         let work: Vec<ClassOptions> = classes
             .iter()
             .enumerate()
-            .filter(|(ci, _)| !remaining[*ci].is_empty() && tiers[*ci].len() > t)
+            .filter(|(ci, _)| active(ci))
             .map(|(ci, c)| ClassOptions {
                 class: ci,
                 pods: remaining[ci].clone(),
-                options: prune(c, &tiers[ci][t], &cands, input, remaining[ci].len()),
+                options: if small {
+                    tiers[ci][t].clone()
+                } else {
+                    prune(c, &tiers[ci][t], &cands, input, remaining[ci].len())
+                },
             })
             .collect();
         if work.is_empty() {
@@ -473,9 +486,6 @@ fn prune(
     input: &Input,
     demand: usize,
 ) -> Vec<(usize, u32)> {
-    if options.len() <= KEEP_ALL {
-        return options.to_vec();
-    }
     let risk = |i: usize, k: u32| {
         let c = &cands[i];
         let aversion = input.pools[c.pool].risk_aversion;
