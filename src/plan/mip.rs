@@ -629,6 +629,10 @@ fn build(tier: Tier, relaxed: bool, all_integral: bool) -> Model {
     let mut load: BTreeMap<(usize, String), Expression> = BTreeMap::new();
     let mut y: Vec<Vec<(usize, Variable)>> = Vec::new();
     let mut gang_zone: BTreeMap<String, BTreeMap<String, Variable>> = BTreeMap::new();
+    // The zones each class of a gang can use: a zone some class cannot use
+    // is no zone for the gang (else choosing it would place the other
+    // classes and leave that one out for free).
+    let mut gang_class_zones: BTreeMap<String, Vec<BTreeSet<String>>> = BTreeMap::new();
     for w in work {
         let class = &classes[w.class];
         let d = w.pods.len() as f64;
@@ -680,6 +684,10 @@ fn build(tier: Tier, relaxed: bool, all_integral: bool) -> Model {
                     .iter()
                     .map(|(o, _)| cands[*o].offering.zone_id.as_str())
                     .collect();
+                gang_class_zones
+                    .entry(g.name.clone())
+                    .or_default()
+                    .push(zones.iter().map(|z| z.to_string()).collect());
                 let entry = gang_zone.entry(g.name.clone()).or_default();
                 for zone in zones {
                     let z = *entry.entry(zone.to_string()).or_insert_with(|| {
@@ -714,6 +722,15 @@ fn build(tier: Tier, relaxed: bool, all_integral: bool) -> Model {
             }
         }
         y.push(ys);
+    }
+    for (name, zones) in &gang_zone {
+        for usable in &gang_class_zones[name] {
+            for (zone, z) in zones {
+                if !usable.contains(zone) {
+                    cons.push(constraint!(*z == 0.0));
+                }
+            }
+        }
     }
     // A gang picks at most one zone; not picking one costs every member's
     // penalty.
