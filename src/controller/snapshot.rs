@@ -32,14 +32,18 @@ use std::sync::{Arc, Mutex, RwLock};
 use tokio::sync::Notify;
 
 /// A pod, reduced to what decisions and draining read. What the planner
-/// reads is one shared [`PodShape`] per workload, and the namespace and
-/// node name are shared strings ([`Interners`]): a pod costs the index its
-/// key, its name, its IP and a few flags.
+/// reads is one shared [`PodShape`] per workload, and the namespace, node
+/// name and label names and values are shared strings ([`Interners`]): a
+/// pod costs the index its key, its name, its IP, a list of label pairs
+/// and a few flags.
 #[derive(Debug, Clone, PartialEq)]
 pub struct PodInfo {
-    /// The planner's view less the name, and the hook endpoint (shared by
-    /// the pods of one workload); [`PodInfo::planner_pod`] names it.
+    /// The planner's view less the name and labels, and the hook endpoint
+    /// (shared by the pods of one workload); [`PodInfo::planner_pod`]
+    /// names and labels it.
     pub shape: Arc<PodShape>,
+    /// Pod labels, by name.
+    pub labels: Box<[(Arc<str>, Arc<str>)]>,
     /// Namespace.
     pub namespace: Arc<str>,
     /// Name within the namespace.
@@ -75,12 +79,13 @@ pub struct PodInfo {
     pub unreadable: Vec<String>,
 }
 
-/// What the planner reads of a pod, less its name, with the facts of its
-/// spec a checkpoint hook call depends on: the same for every pod of a
-/// workload, so the index keeps one per workload ([`Interners`]).
+/// What the planner reads of a pod, less its name and labels (a
+/// StatefulSet's or indexed Job's pods differ in a label), with the facts
+/// of its spec a checkpoint hook call depends on: the same for every pod
+/// of a workload, so the index keeps one per workload ([`Interners`]).
 #[derive(Debug, Clone)]
 pub struct PodShape {
-    /// The planner's view, with an empty name.
+    /// The planner's view, with an empty name and no labels.
     pub pod: Pod,
     /// Host network and declared ports: whether its checkpoint hook may
     /// be called.
@@ -245,8 +250,18 @@ impl PodInfo {
         if !unreadable.is_empty() {
             tracing::debug!(pod = %planner.name, problems = ?unreadable, "pod kept without what cannot be read");
         }
-        // The index's key names the pod: the shared shape does not.
+        // The index's key names the pod and its labels are its own: the
+        // shared shape has neither.
         planner.name = String::new();
+        let labels = std::mem::take(&mut planner.labels)
+            .iter()
+            .map(|(k, v)| {
+                (
+                    interners.names.intern(k.as_str()),
+                    interners.names.intern(v.as_str()),
+                )
+            })
+            .collect();
         let annotations = pod.annotations();
         let unschedulable = status
             .and_then(|s| s.conditions.as_ref())
@@ -295,6 +310,7 @@ impl PodInfo {
             .map(|n| interners.names.intern(n));
         Some(PodInfo {
             shape,
+            labels,
             accelerator,
             pod_ip: status.and_then(|s| s.pod_ip.as_deref()).map(Box::from),
             checkpoint_annotations,
@@ -310,10 +326,16 @@ impl PodInfo {
         })
     }
 
-    /// The planner's view of the pod (its shape, named `namespace/name`).
+    /// The planner's view of the pod (its shape, named `namespace/name`,
+    /// with its labels).
     pub fn planner_pod(&self) -> Pod {
         Pod {
             name: self.key(),
+            labels: self
+                .labels
+                .iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect(),
             ..self.shape.pod.clone()
         }
     }
@@ -403,13 +425,9 @@ impl PdbInfo {
         }
     }
 
-    /// Whether the budget covers the pod.
-    pub fn covers(&self, pod: &PodInfo) -> bool {
-        *pod.namespace == *self.namespace
-            && self
-                .selector
-                .as_ref()
-                .is_some_and(|s| s.matches(&pod.shape.pod.labels))
+    /// Whether the budget covers a pod in `namespace` with these labels.
+    pub fn covers(&self, namespace: &str, labels: &BTreeMap<String, String>) -> bool {
+        namespace == self.namespace && self.selector.as_ref().is_some_and(|s| s.matches(labels))
     }
 }
 
@@ -619,13 +637,17 @@ pub fn world_parts(s: &Snapshot, catalog: &Catalog, region: &str, now: Time) -> 
                 if p.daemon {
                     continue;
                 }
+                let pod = p.planner_pod();
+                let pdb = pdb_list
+                    .iter()
+                    .position(|b| b.covers(&p.namespace, &pod.labels));
                 m.pods.push(BoundPod {
-                    pod: p.planner_pod(),
+                    pod,
                     // Until its annotations read, the pod's wishes are
                     // unknown: keep its node out of consolidation.
                     do_not_disrupt: p.do_not_disrupt || !p.unreadable.is_empty(),
                     checkpoint_completed: p.checkpoint_completed,
-                    pdb: pdb_list.iter().position(|b| b.covers(p)),
+                    pdb,
                     placeholder: false,
                 });
             }
@@ -1268,23 +1290,32 @@ mod tests {
             v
         };
         let a = pod("a", 1, Some("n1"), labelled(json!({})));
-        let b = pod("b", 1, Some("n1"), labelled(json!({})));
+        // A StatefulSet's pods differ in a label, not in their shape.
+        let own = json!({"metadata": {"labels": {"statefulset.kubernetes.io/pod-name": "b"}}});
+        let b = pod("b", 1, Some("n1"), labelled(own));
         let bigger = pod("c", 2, None, labelled(json!({})));
         let every = json!({"metadata": {"annotations": {l::CHECKPOINT_INTERVAL: "30m"}}});
         let checkpointed = pod("d", 1, Some("n2"), labelled(every));
         let store = Store::new();
-        store.reset(vec![a.clone(), b, bigger.clone(), checkpointed.clone()]);
+        store.reset(vec![
+            a.clone(),
+            b.clone(),
+            bigger.clone(),
+            checkpointed.clone(),
+        ]);
         let s = store.read(Snapshot::clone);
         let [pa, pb, pc, pd] = ["a", "b", "c", "d"].map(|n| &s.pods[&format!("ml/{n}")]);
         assert!(Arc::ptr_eq(&pa.shape, &pb.shape));
         assert!(!Arc::ptr_eq(&pa.shape, &pc.shape), "other requests");
         assert!(!Arc::ptr_eq(&pa.shape, &pd.shape), "other annotations");
         assert!(Arc::ptr_eq(&pa.namespace, &pc.namespace));
+        assert_eq!((pa.labels.len(), pb.labels.len()), (1, 2));
+        assert!(Arc::ptr_eq(&pa.labels[0].1, &pb.labels[0].1), "app=x, once");
         let node = |p: &PodInfo| p.node_name.clone().unwrap();
         assert!(Arc::ptr_eq(&node(pa), &node(pb)));
         assert_eq!(&*node(pd), "n2");
         // The planner reads each pod as the direct conversion does.
-        for (info, k8s) in [(pa, &a), (pc, &bigger), (pd, &checkpointed)] {
+        for (info, k8s) in [(pa, &a), (pb, &b), (pc, &bigger), (pd, &checkpointed)] {
             assert_eq!(
                 info.planner_pod(),
                 Pod::from_k8s(k8s, &BTreeMap::new()).unwrap()
