@@ -4,8 +4,9 @@
 //! `managedFields`, no specs of containers), and [`world_parts`] turns the
 //! index into the core's [`World`] inputs. The index is fed by synchronous
 //! `apply` / `delete` / `reset` calls from one generic watch loop
-//! ([`watch`]), as kubert's indexes are; what it holds at 100,000 pods is a
-//! planner [`Pod`] and a few flags per pod.
+//! ([`watch`]), as kubert's indexes are; what it holds at 100,000 pods is,
+//! per pod, a shared [`PodShape`] (one per workload), its name, labels and
+//! a few flags (about 0.6 KB a pod).
 //!
 //! Nothing here writes to the API or decides anything.
 
@@ -140,8 +141,8 @@ impl Hash for PodShape {
     }
 }
 
-/// The values pods share in the index: namespaces and node names, and
-/// pod shapes. Each distilled pod takes its copies from here.
+/// The values pods share in the index: namespaces, node names, label
+/// names and values, and pod shapes. Each distilled pod takes its copies from here.
 #[derive(Debug, Default)]
 pub struct Interners {
     names: Interner<str>,
