@@ -242,6 +242,16 @@ fn check_storm(yaml: &str, min_notices: u32, window_s: f64) {
     assert_eq!(r.jobs_completed as usize + r.unfinished.len(), jobs.len());
 }
 
+/// Every job of `r` finished or was running at the end.
+fn assert_every_job_ran(r: &quartermaster::sim::result::StrategyResult) {
+    let waiting: Vec<_> = r
+        .unfinished
+        .iter()
+        .filter(|u| !u.reason.starts_with("still running"))
+        .collect();
+    assert!(waiting.is_empty(), "jobs that never ran: {waiting:?}");
+}
+
 /// Two pools whose jobs need different nodes: 1-GPU training pods that ask
 /// for 32 GiB (more than the cheapest GPU node per GPU, a g6.xlarge, has)
 /// and MIG inference slices that only the `mig` pool can serve.
@@ -280,20 +290,54 @@ workloads:
 fn the_static_strategy_sizes_a_group_per_pool_that_holds_every_job() {
     let report = run_text(TWO_POOLS, Path::new("."));
     let r = &report.strategies["static"];
-    let waiting: Vec<_> = r
-        .unfinished
-        .iter()
-        .filter(|u| !u.reason.starts_with("still running"))
-        .collect();
-    assert!(
-        waiting.is_empty(),
-        "jobs the static groups cannot run: {waiting:?}"
-    );
+    assert_every_job_ran(r);
     assert!(r.jobs_completed > 0);
     assert!(r.nodes_launched >= 2, "one group per pool");
     assert!(
         r.gpu_hours > 0.0 && r.provisioned_gpu_hours > r.gpu_hours,
         "sized for the peak, idle the rest of the time"
+    );
+}
+
+/// One pool whose jobs no single instance type holds: 1-GPU jobs that want
+/// an A10G (g5) and 8-GPU jobs that want A100s (p4d).
+const TWO_SHAPES: &str = r#"
+name: static-shapes
+start: 2026-01-05T00:00:00Z
+duration: 12h
+seed: 5
+strategies: [static]
+nodePools:
+- apiVersion: quartermaster.dev/v1alpha1
+  kind: NodePool
+  metadata: {name: gpu}
+  spec:
+    capacityTypes: [on-demand]
+    template:
+      spec:
+        taints: [{key: nvidia.com/gpu, effect: NoSchedule}]
+        requirements: [{key: quartermaster.dev/instance-family, operator: In, values: [g5, p4d]}]
+workloads:
+- training: {name: small, jobs: 6, perHour: 3, gpus: [1], gpuModels: [a10g], runTime: {median: 1h, p90: 2h}}
+- training: {name: large, jobs: 3, perHour: 1, gpus: [8], gpuModels: [a100], runTime: {median: 1h, p90: 2h}}
+"#;
+
+#[test]
+fn the_static_strategy_sizes_a_group_per_shape_class_when_no_type_holds_a_pools_jobs() {
+    let report = run_text(TWO_SHAPES, Path::new("."));
+    let r = &report.strategies["static"];
+    assert_every_job_ran(r);
+    assert!(r.total_cost > 0.0 && r.total_cost >= report.lower_bound_cost);
+    assert!(r.jobs_completed > 0, "{r:?}");
+    let families: std::collections::BTreeSet<&String> = r
+        .timeseries
+        .iter()
+        .flat_map(|s| s.nodes_by_family.keys())
+        .collect();
+    assert_eq!(
+        families.into_iter().collect::<Vec<_>>(),
+        ["g5", "p4d"],
+        "one group per shape class"
     );
 }
 

@@ -9,6 +9,7 @@ pub mod report;
 pub mod result;
 pub mod scenario;
 pub mod seeds;
+pub mod static_groups;
 pub mod trace;
 pub mod workload;
 
