@@ -39,7 +39,7 @@ fn run_changed(
 ) -> quartermaster::sim::result::SimReport {
     let catalog = Arc::new(Catalog::embedded().unwrap());
     let mut scenario = Scenario::parse(yaml, &catalog).unwrap();
-    let jobs = sim::load_jobs(&scenario, dir, None).unwrap();
+    let jobs = sim::load_jobs(&scenario, &catalog, dir, None).unwrap();
     sim::load_spot_traces(&mut scenario, dir).unwrap_or_else(|e| {
         panic!("{e} (scenarios read measured spot traces from ../shared/traces/spot beside the checkout)")
     });
@@ -113,7 +113,9 @@ fn every_scenario_in_simulations_parses_and_its_workload_loads() {
         let text = std::fs::read_to_string(&path).unwrap();
         let mut scenario =
             Scenario::parse(&text, &catalog).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
-        let jobs = sim::load_jobs(&scenario, &dir, None).unwrap();
+        let jobs = sim::load_jobs(&scenario, &catalog, &dir, None)
+            .unwrap()
+            .jobs;
         sim::load_spot_traces(&mut scenario, &dir).unwrap_or_else(|e| {
             panic!(
                 "{}: {e} (measured spot traces are read from ../shared/traces/spot beside the checkout)",
@@ -172,7 +174,8 @@ fn check_storm(yaml: &str, min_notices: u32, window_s: f64) {
 
     let catalog = Arc::new(Catalog::embedded().unwrap());
     let scenario = Scenario::parse(yaml, &catalog).unwrap();
-    let jobs = sim::load_jobs(&scenario, Path::new("."), None).unwrap();
+    let workload = sim::load_jobs(&scenario, &catalog, Path::new("."), None).unwrap();
+    let jobs = &workload.jobs;
     let opted_in: std::collections::BTreeSet<String> = jobs
         .iter()
         .filter(|j| j.pod.checkpoints)
@@ -184,7 +187,14 @@ fn check_storm(yaml: &str, min_notices: u32, window_s: f64) {
         .map(|j| j.pod.name.clone())
         .collect();
     let quartermaster = [StrategyName::Quartermaster];
-    let report = sim::simulate(&scenario, &catalog, &jobs, &quartermaster, &mut |_, _| {}).unwrap();
+    let report = sim::simulate(
+        &scenario,
+        &catalog,
+        &workload,
+        &quartermaster,
+        &mut |_, _| {},
+    )
+    .unwrap();
     let r = &report.strategies["quartermaster"];
     assert!(
         r.spot_notices >= min_notices,
@@ -647,4 +657,93 @@ fn simulate_over_several_seeds_reports_the_spread_and_each_seed() {
         .unwrap();
     assert!(!bad.status.success());
     assert!(String::from_utf8_lossy(&bad.stderr).contains("must go upwards"));
+}
+
+/// The scenario replaying a fleet with foreign GPU names.
+fn foreign_fleet() -> (String, std::path::PathBuf) {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("simulations");
+    let text = std::fs::read_to_string(dir.join("foreign-fleet.yaml")).unwrap();
+    (text, dir)
+}
+
+#[test]
+fn foreign_gpu_hints_are_mapped_and_those_no_pool_serves_are_reported_at_start() {
+    let (text, dir) = foreign_fleet();
+    let catalog = Arc::new(Catalog::embedded().unwrap());
+    let load = |yaml: &str| {
+        let scenario = Scenario::parse(yaml, &catalog).unwrap();
+        sim::load_jobs(&scenario, &catalog, &dir, None)
+    };
+    // The default drops the hints no pool serves, with one warning each.
+    let w = load(&text).unwrap();
+    let warned = |fragment: &str| w.warnings.iter().any(|m| m.contains(fragment));
+    assert!(
+        warned("\"g3\" (1 pods) maps to no GPU we know: dropped"),
+        "{:?}",
+        w.warnings
+    );
+    assert!(
+        warned("\"p100\" (1 pods) maps to v100, which no pool launches"),
+        "{:?}",
+        w.warnings
+    );
+    assert!(warned("\"v100m16\" (1 pods)") && warned("\"v100m32\" (1 pods)"));
+    assert!(warned(
+        "nodePools[0] (gpu): family p3 has no offerings in us-east-1"
+    ));
+    assert!(!warned("\"g2\"") && !warned("\"a10\""), "{:?}", w.warnings);
+    let hint = |id: &str| {
+        let pod = &w
+            .jobs
+            .iter()
+            .find(|j| j.pod.name.ends_with(id))
+            .unwrap()
+            .pod;
+        format!("{:?}", pod.affinity.terms)
+    };
+    assert!(hint("/win-a10").contains("a10g") && hint("/win-g2").contains("t4"));
+    assert_eq!(hint("/win-g3"), "[]");
+    // Fail names the hints; wait keeps them, and their pods never run.
+    let e = load(&text.replace(
+        "gpuNames: {G2: t4}",
+        "gpuNames: {G2: t4}, onUnknownGpu: fail",
+    ))
+    .unwrap_err()
+    .to_string();
+    assert!(
+        e.contains("\"g3\" (1 pods)") && e.contains("\"p100\""),
+        "{e}"
+    );
+    let waiting = text
+        .replace(
+            "gpuNames: {G2: t4}",
+            "gpuNames: {G2: t4}, onUnknownGpu: wait",
+        )
+        .replace(
+            "duration: 48h",
+            "duration: 48h\nstrategies: [quartermaster]",
+        );
+    let report = run_text(&waiting, &dir);
+    let never: Vec<&str> = report.strategies["quartermaster"]
+        .unfinished
+        .iter()
+        .filter(|u| u.reason.starts_with("never placed"))
+        .map(|u| u.job.as_str())
+        .collect();
+    assert_eq!(never, ["trace/win-v100", "trace/win-p100", "trace/win-g3"]);
+    assert!(report.warnings.iter().any(|m| m.contains("they wait")));
+}
+
+#[test]
+fn a_foreign_fleet_replay_runs_every_pod_when_hints_are_dropped() {
+    let (text, dir) = foreign_fleet();
+    let report = run_text(&text, &dir);
+    assert!(!report.warnings.is_empty());
+    for (name, r) in &report.strategies {
+        assert_every_job_ran(r);
+        assert!(
+            r.total_cost >= report.lower_bound_cost && r.total_cost > 0.0,
+            "{name}"
+        );
+    }
 }

@@ -133,6 +133,9 @@ pub struct SimReport {
     pub lower_bound_cost: f64,
     /// Jobs no pool can place, left out of the bound.
     pub lower_bound_unplaceable: usize,
+    /// What the workload's loading warned about (GPU hints no pool
+    /// serves, pool families with no offerings in the region).
+    pub warnings: Vec<String>,
     /// Results by strategy name.
     pub strategies: BTreeMap<String, StrategyResult>,
 }

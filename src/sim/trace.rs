@@ -26,7 +26,7 @@ pub enum Error {
 }
 
 /// One job (pod) of a trace.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, Default, PartialEq)]
 pub struct TraceJob {
     /// Job identity.
     pub job_id: String,

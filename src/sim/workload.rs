@@ -218,7 +218,7 @@ pub struct BurstSpec {
 }
 
 /// A trace file replayed from the start of the simulation.
-#[derive(Debug, Clone, Deserialize, PartialEq)]
+#[derive(Debug, Clone, Default, Deserialize, PartialEq)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct TraceSpec {
     /// Path of the CSV (relative to the scenario file).
@@ -232,6 +232,13 @@ pub struct TraceSpec {
     /// MIG profile for fractional GPUs; absent: time-slicing.
     #[serde(default)]
     pub mig_profile: Option<String>,
+    /// GPU names of the trace's fleet mapped to ours (`{G2: t4}`), beside
+    /// and before [`super::gpu_names::FOREIGN_GPU_NAMES`].
+    #[serde(default)]
+    pub gpu_names: std::collections::BTreeMap<String, String>,
+    /// What to do with a GPU hint no pool can serve (default: drop it).
+    #[serde(default)]
+    pub on_unknown_gpu: super::gpu_names::OnUnknownGpu,
 }
 
 fn default_restart() -> String {

@@ -52,6 +52,9 @@ pub fn table(report: &SimReport) -> String {
         report.seed,
         duration(report.duration_s)
     );
+    for w in &report.warnings {
+        let _ = writeln!(out, "warning: {w}");
+    }
     out.push_str(&columns(&rows));
     let _ = writeln!(
         out,
@@ -269,6 +272,16 @@ mod tests {
         assert!(pos("greedy") < pos("on-demand"));
         assert!(pos("on-demand") < pos("static"));
         assert!(t.contains("lower bound: $25.00"), "{t}");
+    }
+
+    #[test]
+    fn table_opens_with_the_warnings_of_loading() {
+        let t = table(&report());
+        let second = t.lines().nth(1).unwrap();
+        assert_eq!(
+            second,
+            "warning: GPU hint \"g2\" (3 pods) maps to no GPU we know"
+        );
     }
 
     #[test]
