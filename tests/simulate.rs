@@ -706,7 +706,7 @@ fn foreign_gpu_hints_are_mapped_and_those_no_pool_serves_are_reported_at_start()
     // Fail names the hints; wait keeps them, and their pods never run.
     let e = load(&text.replace(
         "gpuNames: {G2: t4}",
-        "gpuNames: {G2: t4}, onUnknownGpu: fail",
+        "gpuNames: {G2: t4}\n    onUnknownGpu: fail",
     ))
     .unwrap_err()
     .to_string();
@@ -717,11 +717,11 @@ fn foreign_gpu_hints_are_mapped_and_those_no_pool_serves_are_reported_at_start()
     let waiting = text
         .replace(
             "gpuNames: {G2: t4}",
-            "gpuNames: {G2: t4}, onUnknownGpu: wait",
+            "gpuNames: {G2: t4}\n    onUnknownGpu: wait",
         )
         .replace(
-            "duration: 48h",
-            "duration: 48h\nstrategies: [quartermaster]",
+            "duration: 12h",
+            "duration: 12h\nstrategies: [quartermaster]",
         );
     let report = run_text(&waiting, &dir);
     let never: Vec<&str> = report.strategies["quartermaster"]
@@ -746,4 +746,55 @@ fn a_foreign_fleet_replay_runs_every_pod_when_hints_are_dropped() {
             "{name}"
         );
     }
+}
+
+#[test]
+fn a_trace_window_carries_in_live_pods_drops_by_status_and_reports_the_traces_queue_time() {
+    let (text, dir) = foreign_fleet();
+    let catalog = Arc::new(Catalog::embedded().unwrap());
+    let scenario = Scenario::parse(&text, &catalog).unwrap();
+    let w = sim::load_jobs(&scenario, &catalog, &dir, None).unwrap();
+    let at = |id: &str| {
+        w.jobs
+            .iter()
+            .find(|j| j.pod.name == format!("trace/{id}"))
+            .map(|j| ((j.submit - scenario.start).num_seconds(), j.work_s))
+    };
+    // Alive at trace time 24h: carried in at the start with what was left.
+    assert_eq!(at("pre-t4-alive"), Some((0, 10_800.0)));
+    assert!(at("pre-a10-both").is_some());
+    // Ended before the window, failed, never scheduled, or after it: out.
+    for gone in ["pre-a10-gone", "win-failed", "win-pending", "post-a10"] {
+        assert_eq!(at(gone), None, "{gone}");
+    }
+    assert_eq!(at("win-a100-8").unwrap().0, 87_000 - 86_400);
+    // A pod still running at the trace's end runs past the simulation's.
+    let (submit, work) = at("win-a10-end").unwrap();
+    assert!(submit as f64 + work > 12.0 * 3600.0);
+    let warned = |fragment: &str| w.warnings.iter().any(|m| m.contains(fragment));
+    assert!(
+        warned("1 rows with status Failed left out")
+            && warned("2 pods alive at the window's start carried in")
+    );
+    // The trace's queue times of the pods replayed, carried-in ones aside.
+    let mut queues = w.trace_queue_s.clone();
+    queues.sort_by(f64::total_cmp);
+    assert_eq!(
+        queues,
+        [10.0, 15.0, 20.0, 45.0, 60.0, 90.0, 120.0, 300.0, 600.0]
+    );
+    let report = run_text(&text, &dir);
+    let q = report.trace_queue.unwrap();
+    assert_eq!((q.pods, q.p95_s), (9, 600.0));
+    for (name, r) in &report.strategies {
+        let open = r.unfinished.iter().find(|u| u.job == "trace/win-a10-end");
+        assert!(
+            open.is_some_and(|u| u.reason.starts_with("still running")),
+            "{name}: {open:?}"
+        );
+    }
+    // Without carrying in, the window starts empty.
+    let bare = Scenario::parse(&text.replace("carryIn: true", "carryIn: false"), &catalog).unwrap();
+    let w = sim::load_jobs(&bare, &catalog, &dir, None).unwrap();
+    assert!(w.jobs.iter().all(|j| !j.pod.name.starts_with("trace/pre-")));
 }

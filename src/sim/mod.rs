@@ -12,6 +12,7 @@ pub mod scenario;
 pub mod seeds;
 pub mod static_groups;
 pub mod trace;
+pub mod trace_window;
 pub mod workload;
 
 use crate::catalog::Catalog;
@@ -80,8 +81,12 @@ pub struct Workload {
     /// Every job, of every source.
     pub jobs: Vec<SimJob>,
     /// Warnings for the report (GPU hints no pool serves, pool families
-    /// with no offerings in the region), each naming what it is about.
+    /// with no offerings in the region, trace rows left out), each naming
+    /// what it is about.
     pub warnings: Vec<String>,
+    /// The original cluster's queue times (`queue_s`) of the trace pods
+    /// replayed, carried-in pods excepted.
+    pub trace_queue_s: Vec<f64>,
 }
 
 impl From<Vec<SimJob>> for Workload {
@@ -125,7 +130,12 @@ pub fn load_jobs(
         })
     };
     let replay = |spec: &workload::TraceSpec, w: &mut Workload| -> Result<(), LoadError> {
-        let mut rows = read(&base.join(&spec.path))?;
+        let window = spec.window(scenario.length().num_seconds() as f64);
+        let selected = window.select(read(&base.join(&spec.path))?);
+        let mut rows = selected.rows;
+        let notes = selected.notes.into_iter();
+        w.warnings
+            .extend(notes.map(|m| format!("trace {}: {m}", spec.path)));
         let warnings = gpu_names::apply(
             &mut rows,
             &spec.gpu_names,
@@ -143,6 +153,8 @@ pub fn load_jobs(
                 .map(|m| format!("trace {}: {m}", spec.path)),
         );
         w.jobs.extend(spec.jobs(&rows, scenario.start));
+        w.trace_queue_s
+            .extend(spec.replayed(&rows).filter_map(|r| r.queue_s));
         Ok(())
     };
     for (i, source) in scenario.workloads.iter().enumerate() {
@@ -251,6 +263,7 @@ pub fn simulate(
         lower_bound_cost: 0.0,
         lower_bound_unplaceable: 0,
         warnings: workload.warnings.clone(),
+        trace_queue: trace_window::QueueTime::of(&workload.trace_queue_s),
         strategies: Default::default(),
     };
     let jobs = &workload.jobs;

@@ -133,6 +133,7 @@ pub fn summary_json(report: &SimReport) -> Value {
         "lower_bound_cost": report.lower_bound_cost,
         "lower_bound_unplaceable_jobs": report.lower_bound_unplaceable,
         "warnings": report.warnings,
+        "trace_queue": report.trace_queue,
         "strategies": strategies,
     })
 }
@@ -377,6 +378,7 @@ pub(crate) mod fixtures {
             lower_bound_cost: 25.0,
             lower_bound_unplaceable: 0,
             warnings: vec!["GPU hint \"g2\" (3 pods) maps to no GPU we know".into()],
+            trace_queue: None,
             strategies: [
                 ("quartermaster", qm),
                 ("greedy", greedy),
@@ -442,6 +444,7 @@ mod tests {
             v["warnings"][0],
             "GPU hint \"g2\" (3 pods) maps to no GPU we know"
         );
+        assert_eq!(v["trace_queue"], Value::Null);
         let qm = &v["strategies"]["quartermaster"];
         for key in [
             "total_cost",

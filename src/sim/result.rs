@@ -136,6 +136,10 @@ pub struct SimReport {
     /// What the workload's loading warned about (GPU hints no pool
     /// serves, pool families with no offerings in the region).
     pub warnings: Vec<String>,
+    /// The replayed trace's own queue times (`queue_s`: creation to
+    /// scheduling in the original cluster), beside the strategies' pending
+    /// times; None without a trace that has them.
+    pub trace_queue: Option<super::trace_window::QueueTime>,
     /// Results by strategy name.
     pub strategies: BTreeMap<String, StrategyResult>,
 }

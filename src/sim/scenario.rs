@@ -289,8 +289,9 @@ impl CloudSpec {
     }
 }
 
-/// Every problem of the trace sources: `gpuNames` values that are not GPU
-/// names of the catalog.
+/// Every problem of the trace sources: a window (`from`, `to`) that is not
+/// two durations in order, `gpuNames` values that are not GPU names of the
+/// catalog.
 fn trace_problems(workloads: &[WorkloadSource], catalog: &Catalog) -> Vec<String> {
     let ours = super::gpu_names::catalog_names(catalog);
     let mut problems = Vec::new();
@@ -298,6 +299,21 @@ fn trace_problems(workloads: &[WorkloadSource], catalog: &Catalog) -> Vec<String
         let WorkloadSource::Trace(t) = w else {
             continue;
         };
+        let mut window = Vec::new();
+        for (field, d) in [("from", &t.from), ("to", &t.to)] {
+            match d.as_deref().map(bounded_duration) {
+                Some(Ok(d)) => window.push(d),
+                Some(Err(e)) => problems.push(format!("workloads[{i}].trace.{field}: {e}")),
+                None => {}
+            }
+        }
+        if let (Some(from), Some(to), [a, b]) = (&t.from, &t.to, &window[..]) {
+            if b <= a {
+                problems.push(format!(
+                    "workloads[{i}].trace.to: {to} is not after from ({from})"
+                ));
+            }
+        }
         for (foreign, name) in &t.gpu_names {
             if !ours.contains(&name.to_ascii_lowercase()) {
                 problems.push(format!(
@@ -682,5 +698,16 @@ cloud:
             e.contains("workloads[1].trace.gpuNames.G2: \"k80\" is not a GPU of the catalog"),
             "{e}"
         );
+        let e = Scenario::parse(&with("{}, from: 36h, to: 24h"), &catalog)
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("workloads[1].trace.to: 24h is not after from (36h)"),
+            "{e}"
+        );
+        let e = Scenario::parse(&with("{}, from: soon"), &catalog)
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("workloads[1].trace.from"), "{e}");
     }
 }
