@@ -633,8 +633,10 @@ impl<'a> Engine<'a> {
             {
                 let o = &opts[group.option];
                 for k in 0..group.nodes {
+                    // Zero-padded: the scheduler fills nodes in claim
+                    // order, so the cheapest group's fill first.
                     self.launch(ClaimRequest {
-                        claim: format!("static-{pool_name}-{g}-{k:05}"),
+                        claim: format!("static-{pool_name}-{g:03}-{k:05}"),
                         nodepool: pool_name.clone(),
                         offering: o.offering.clone(),
                         price_per_hour: o.price,
