@@ -351,6 +351,42 @@ fn the_static_strategy_sizes_a_group_per_shape_class_when_no_type_holds_a_pools_
     );
 }
 
+/// One pool, two static groups: 1-GPU pods that a g5.xlarge holds, and
+/// 4-GPU pods an hour later that need a g5.12xlarge. The small pods arrive
+/// while every node is still booting.
+const PINNING: &str = r#"
+name: static-pinning
+start: 2026-01-05T00:00:00Z
+duration: 12h
+seed: SEED
+strategies: [static]
+nodePools:
+- apiVersion: quartermaster.dev/v1alpha1
+  kind: NodePool
+  metadata: {name: gpu}
+  spec:
+    capacityTypes: [on-demand]
+    template:
+      spec:
+        taints: [{key: nvidia.com/gpu, effect: NoSchedule}]
+        requirements: [{key: quartermaster.dev/instance-family, operator: In, values: [g5]}]
+workloads:
+- trace: {path: static-pinning.csv}
+"#;
+
+#[test]
+fn static_jobs_wait_for_their_own_group_rather_than_take_another_groups_room() {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/traces");
+    // Whichever group's node is Ready first, the small pods go to theirs, so
+    // the large pods find the room their group was sized for.
+    for seed in 1..=6 {
+        let report = run_text(&PINNING.replace("SEED", &seed.to_string()), &dir);
+        let r = &report.strategies["static"];
+        assert_every_job_ran(r);
+        assert_eq!(r.nodes_launched, 6, "4 g5.xlarge and 2 g5.12xlarge");
+    }
+}
+
 /// Issue 11's targets for `spot-training.yaml` on the calibrated market
 /// (the fitted `pricing-data/market.json`) with realistic checkpoint write
 /// times, over seeds 1 to 5 rather than the scenario's own seed: one week is

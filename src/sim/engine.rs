@@ -14,7 +14,7 @@ use crate::api::labels as l;
 use crate::api::NodePool;
 use crate::catalog::{CapacityType, Catalog};
 use crate::cloud::simulated::{CloudEvent, SimulatedCloud};
-use crate::cluster::{Pod, Resources};
+use crate::cluster::{Operator, Pod, Requirement, Resources};
 use crate::core::prewarm;
 use crate::core::{
     Action, BoundPod, ClaimRequest, Config, Core, ManagedNode, Notice, OfferingKey, Time, World,
@@ -27,6 +27,9 @@ use std::sync::Arc;
 
 /// Seconds between time-series samples.
 pub const SAMPLE_EVERY_S: i64 = 300;
+
+/// The label of a `static` node group's nodes, which its jobs require.
+pub const STATIC_GROUP: &str = "sim.quartermaster.dev/static-group";
 
 /// A run that cannot start.
 #[derive(Debug, thiserror::Error)]
@@ -631,18 +634,34 @@ impl<'a> Engine<'a> {
                 .iter()
                 .enumerate()
             {
+                // Each job goes to its own group's nodes, as workloads are
+                // pinned to node groups: otherwise one that is Ready first
+                // takes the room another group was sized for.
+                let name = format!("static-{pool_name}-{g:03}");
+                let pin = Requirement::new(STATIC_GROUP, Operator::In, &[name.as_str()]);
+                for &j in &group.jobs {
+                    let affinity = &mut self.jobs[mine[j]].job.pod.affinity;
+                    if affinity.terms.is_empty() {
+                        affinity.terms.push(Vec::new());
+                    }
+                    for term in &mut affinity.terms {
+                        term.push(pin.clone());
+                    }
+                }
                 let o = &opts[group.option];
                 for k in 0..group.nodes {
-                    // Zero-padded: the scheduler fills nodes in claim
-                    // order, so the cheapest group's fill first.
+                    let claim = format!("{name}-{k:05}");
                     self.launch(ClaimRequest {
-                        claim: format!("static-{pool_name}-{g:03}-{k:05}"),
+                        claim: claim.clone(),
                         nodepool: pool_name.clone(),
                         offering: o.offering.clone(),
                         price_per_hour: o.price,
                         pods: Vec::new(),
                         prewarm_window: None,
                     });
+                    if let Some((node, _)) = self.nodes.get_mut(&claim) {
+                        node.state.labels.insert(STATIC_GROUP.into(), name.clone());
+                    }
                 }
             }
         }
