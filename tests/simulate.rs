@@ -387,6 +387,36 @@ fn static_jobs_wait_for_their_own_group_rather_than_take_another_groups_room() {
     }
 }
 
+#[test]
+fn a_static_job_whose_group_never_launched_waits_for_capacity_not_for_a_pool() {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/traces");
+    // No g5.xlarge can be had: the small pods' group never comes up.
+    let zones = ["use1-az1", "use1-az2", "use1-az4", "use1-az5", "use1-az6"];
+    let exhausted: Vec<String> = zones
+        .iter()
+        .map(|z| format!("g5.xlarge/{z}/on-demand"))
+        .collect();
+    let yaml = format!(
+        "{}cloud: {{insufficientCapacity: [{}]}}\n",
+        PINNING.replace("SEED", "1"),
+        exhausted.join(", ")
+    );
+    let r = &run_text(&yaml, &dir).strategies["static"];
+    let small: Vec<_> = r
+        .unfinished
+        .iter()
+        .filter(|u| u.job.starts_with("trace/small"))
+        .collect();
+    assert_eq!(small.len(), 4, "{:?}", r.unfinished);
+    // A pool can place them: the pin to the group is not a reason.
+    assert!(
+        small
+            .iter()
+            .all(|u| u.reason.starts_with("waiting for capacity")),
+        "{small:?}"
+    );
+}
+
 /// Issue 11's targets for `spot-training.yaml` on the calibrated market
 /// (the fitted `pricing-data/market.json`) with realistic checkpoint write
 /// times, over seeds 1 to 5 rather than the scenario's own seed: one week is

@@ -794,10 +794,18 @@ impl<'a> Engine<'a> {
 
     /// The planner's reasons for the pods still waiting at the end.
     fn unplaceable_reasons(&self) -> BTreeMap<String, String> {
+        // Without static's pins (no offering carries them): the question
+        // is whether any pool could place the pod.
         let pods: Vec<Pod> = self
             .waiting
             .iter()
-            .map(|&i| self.jobs[i].job.pod.clone())
+            .map(|&i| {
+                let mut pod = self.jobs[i].job.pod.clone();
+                for term in &mut pod.affinity.terms {
+                    term.retain(|r| r.key != STATIC_GROUP);
+                }
+                pod
+            })
             .collect();
         if pods.is_empty() {
             return BTreeMap::new();

@@ -131,7 +131,12 @@ pub fn load_jobs(
     };
     let replay = |spec: &workload::TraceSpec, w: &mut Workload| -> Result<(), LoadError> {
         let window = spec.window(scenario.length().num_seconds() as f64);
-        let selected = window.select(read(&base.join(&spec.path))?);
+        let mut rows = read(&base.join(&spec.path))?;
+        if spec.gpu_only {
+            // Before the window, so that its counts are of GPU pods.
+            rows.retain(|r| r.gpus > 0.0);
+        }
+        let selected = window.select(rows);
         let mut rows = selected.rows;
         let notes = selected.notes.into_iter();
         w.warnings
