@@ -81,7 +81,14 @@ fn job(name: &str, submit_h: f64, work_h: f64, checkpoint_every_h: Option<f64>) 
 
 fn run(s: &Scenario, jobs: &[SimJob]) -> StrategyResult {
     let catalog = Arc::new(Catalog::embedded().unwrap());
-    let mut report = sim::simulate(s, &catalog, jobs, &s.strategies, &mut |_, _| {}).unwrap();
+    let mut report = sim::simulate(
+        s,
+        &catalog,
+        &jobs.to_vec().into(),
+        &s.strategies,
+        &mut |_, _| {},
+    )
+    .unwrap();
     report.strategies.remove("quartermaster").unwrap()
 }
 
@@ -249,7 +256,7 @@ fn an_interrupted_checkpointing_job_loses_at_most_one_interval_per_interruption(
         .map(|k| job(&format!("c{k}"), 0.1 * k as f64, 3.0, Some(0.5)))
         .collect();
     let catalog = Arc::new(Catalog::embedded().unwrap());
-    let report = sim::simulate(&s, &catalog, &jobs, &s.strategies, &mut |_, _| {}).unwrap();
+    let report = sim::simulate(&s, &catalog, &jobs.into(), &s.strategies, &mut |_, _| {}).unwrap();
     for (name, r) in &report.strategies {
         assert!(r.interruptions > 0, "{name}: the storm interrupts");
         assert!(r.lost_gpu_hours > 0.0 || name == "quartermaster", "{name}");

@@ -39,7 +39,7 @@ fn run_changed(
 ) -> quartermaster::sim::result::SimReport {
     let catalog = Arc::new(Catalog::embedded().unwrap());
     let mut scenario = Scenario::parse(yaml, &catalog).unwrap();
-    let jobs = sim::load_jobs(&scenario, dir, None).unwrap();
+    let jobs = sim::load_jobs(&scenario, &catalog, dir, None).unwrap();
     sim::load_spot_traces(&mut scenario, dir).unwrap_or_else(|e| {
         panic!("{e} (scenarios read measured spot traces from ../shared/traces/spot beside the checkout)")
     });
@@ -113,7 +113,9 @@ fn every_scenario_in_simulations_parses_and_its_workload_loads() {
         let text = std::fs::read_to_string(&path).unwrap();
         let mut scenario =
             Scenario::parse(&text, &catalog).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
-        let jobs = sim::load_jobs(&scenario, &dir, None).unwrap();
+        let jobs = sim::load_jobs(&scenario, &catalog, &dir, None)
+            .unwrap()
+            .jobs;
         sim::load_spot_traces(&mut scenario, &dir).unwrap_or_else(|e| {
             panic!(
                 "{}: {e} (measured spot traces are read from ../shared/traces/spot beside the checkout)",
@@ -172,7 +174,8 @@ fn check_storm(yaml: &str, min_notices: u32, window_s: f64) {
 
     let catalog = Arc::new(Catalog::embedded().unwrap());
     let scenario = Scenario::parse(yaml, &catalog).unwrap();
-    let jobs = sim::load_jobs(&scenario, Path::new("."), None).unwrap();
+    let workload = sim::load_jobs(&scenario, &catalog, Path::new("."), None).unwrap();
+    let jobs = &workload.jobs;
     let opted_in: std::collections::BTreeSet<String> = jobs
         .iter()
         .filter(|j| j.pod.checkpoints)
@@ -184,7 +187,14 @@ fn check_storm(yaml: &str, min_notices: u32, window_s: f64) {
         .map(|j| j.pod.name.clone())
         .collect();
     let quartermaster = [StrategyName::Quartermaster];
-    let report = sim::simulate(&scenario, &catalog, &jobs, &quartermaster, &mut |_, _| {}).unwrap();
+    let report = sim::simulate(
+        &scenario,
+        &catalog,
+        &workload,
+        &quartermaster,
+        &mut |_, _| {},
+    )
+    .unwrap();
     let r = &report.strategies["quartermaster"];
     assert!(
         r.spot_notices >= min_notices,
@@ -242,6 +252,16 @@ fn check_storm(yaml: &str, min_notices: u32, window_s: f64) {
     assert_eq!(r.jobs_completed as usize + r.unfinished.len(), jobs.len());
 }
 
+/// Every job of `r` finished or was running at the end.
+fn assert_every_job_ran(r: &quartermaster::sim::result::StrategyResult) {
+    let waiting: Vec<_> = r
+        .unfinished
+        .iter()
+        .filter(|u| !u.reason.starts_with("still running"))
+        .collect();
+    assert!(waiting.is_empty(), "jobs that never ran: {waiting:?}");
+}
+
 /// Two pools whose jobs need different nodes: 1-GPU training pods that ask
 /// for 32 GiB (more than the cheapest GPU node per GPU, a g6.xlarge, has)
 /// and MIG inference slices that only the `mig` pool can serve.
@@ -280,20 +300,120 @@ workloads:
 fn the_static_strategy_sizes_a_group_per_pool_that_holds_every_job() {
     let report = run_text(TWO_POOLS, Path::new("."));
     let r = &report.strategies["static"];
-    let waiting: Vec<_> = r
-        .unfinished
-        .iter()
-        .filter(|u| !u.reason.starts_with("still running"))
-        .collect();
-    assert!(
-        waiting.is_empty(),
-        "jobs the static groups cannot run: {waiting:?}"
-    );
+    assert_every_job_ran(r);
     assert!(r.jobs_completed > 0);
     assert!(r.nodes_launched >= 2, "one group per pool");
     assert!(
         r.gpu_hours > 0.0 && r.provisioned_gpu_hours > r.gpu_hours,
         "sized for the peak, idle the rest of the time"
+    );
+}
+
+/// One pool whose jobs no single instance type holds: 1-GPU jobs that want
+/// an A10G (g5) and 8-GPU jobs that want A100s (p4d).
+const TWO_SHAPES: &str = r#"
+name: static-shapes
+start: 2026-01-05T00:00:00Z
+duration: 12h
+seed: 5
+strategies: [static]
+nodePools:
+- apiVersion: quartermaster.dev/v1alpha1
+  kind: NodePool
+  metadata: {name: gpu}
+  spec:
+    capacityTypes: [on-demand]
+    template:
+      spec:
+        taints: [{key: nvidia.com/gpu, effect: NoSchedule}]
+        requirements: [{key: quartermaster.dev/instance-family, operator: In, values: [g5, p4d]}]
+workloads:
+- training: {name: small, jobs: 6, perHour: 3, gpus: [1], gpuModels: [a10g], runTime: {median: 1h, p90: 2h}}
+- training: {name: large, jobs: 3, perHour: 1, gpus: [8], gpuModels: [a100], runTime: {median: 1h, p90: 2h}}
+"#;
+
+#[test]
+fn the_static_strategy_sizes_a_group_per_shape_class_when_no_type_holds_a_pools_jobs() {
+    let report = run_text(TWO_SHAPES, Path::new("."));
+    let r = &report.strategies["static"];
+    assert_every_job_ran(r);
+    assert!(r.total_cost > 0.0 && r.total_cost >= report.lower_bound_cost);
+    assert!(r.jobs_completed > 0, "{r:?}");
+    let families: std::collections::BTreeSet<&String> = r
+        .timeseries
+        .iter()
+        .flat_map(|s| s.nodes_by_family.keys())
+        .collect();
+    assert_eq!(
+        families.into_iter().collect::<Vec<_>>(),
+        ["g5", "p4d"],
+        "one group per shape class"
+    );
+}
+
+/// One pool, two static groups: 1-GPU pods that a g5.xlarge holds, and
+/// 4-GPU pods an hour later that need a g5.12xlarge. The small pods arrive
+/// while every node is still booting.
+const PINNING: &str = r#"
+name: static-pinning
+start: 2026-01-05T00:00:00Z
+duration: 12h
+seed: SEED
+strategies: [static]
+nodePools:
+- apiVersion: quartermaster.dev/v1alpha1
+  kind: NodePool
+  metadata: {name: gpu}
+  spec:
+    capacityTypes: [on-demand]
+    template:
+      spec:
+        taints: [{key: nvidia.com/gpu, effect: NoSchedule}]
+        requirements: [{key: quartermaster.dev/instance-family, operator: In, values: [g5]}]
+workloads:
+- trace: {path: static-pinning.csv}
+"#;
+
+#[test]
+fn static_jobs_wait_for_their_own_group_rather_than_take_another_groups_room() {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/traces");
+    // Whichever group's node is Ready first, the small pods go to theirs, so
+    // the large pods find the room their group was sized for.
+    for seed in 1..=6 {
+        let report = run_text(&PINNING.replace("SEED", &seed.to_string()), &dir);
+        let r = &report.strategies["static"];
+        assert_every_job_ran(r);
+        assert_eq!(r.nodes_launched, 6, "4 g5.xlarge and 2 g5.12xlarge");
+    }
+}
+
+#[test]
+fn a_static_job_whose_group_never_launched_waits_for_capacity_not_for_a_pool() {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/traces");
+    // No g5.xlarge can be had: the small pods' group never comes up.
+    let zones = ["use1-az1", "use1-az2", "use1-az4", "use1-az5", "use1-az6"];
+    let exhausted: Vec<String> = zones
+        .iter()
+        .map(|z| format!("g5.xlarge/{z}/on-demand"))
+        .collect();
+    let yaml = format!(
+        "{}cloud: {{insufficientCapacity: [{}]}}\n",
+        PINNING.replace("SEED", "1"),
+        exhausted.join(", ")
+    );
+    let r = &run_text(&yaml, &dir).strategies["static"];
+    let small: Vec<_> = r
+        .unfinished
+        .iter()
+        .filter(|u| u.job.starts_with("trace/small"))
+        .collect();
+    assert_eq!(small.len(), 4, "{:?}", r.unfinished);
+    // A pool can place them: the pin to the group is not a reason.
+    assert!(
+        small
+            .iter()
+            .all(|u| u.reason.starts_with("waiting for capacity")),
+        "{small:?}"
     );
 }
 
@@ -603,4 +723,144 @@ fn simulate_over_several_seeds_reports_the_spread_and_each_seed() {
         .unwrap();
     assert!(!bad.status.success());
     assert!(String::from_utf8_lossy(&bad.stderr).contains("must go upwards"));
+}
+
+/// The scenario replaying a fleet with foreign GPU names.
+fn foreign_fleet() -> (String, std::path::PathBuf) {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("simulations");
+    let text = std::fs::read_to_string(dir.join("foreign-fleet.yaml")).unwrap();
+    (text, dir)
+}
+
+#[test]
+fn foreign_gpu_hints_are_mapped_and_those_no_pool_serves_are_reported_at_start() {
+    let (text, dir) = foreign_fleet();
+    let catalog = Arc::new(Catalog::embedded().unwrap());
+    let load = |yaml: &str| {
+        let scenario = Scenario::parse(yaml, &catalog).unwrap();
+        sim::load_jobs(&scenario, &catalog, &dir, None)
+    };
+    // The default drops the hints no pool serves, with one warning each.
+    let w = load(&text).unwrap();
+    let warned = |fragment: &str| w.warnings.iter().any(|m| m.contains(fragment));
+    assert!(
+        warned("\"g3\" (1 pods) maps to no GPU we know: dropped"),
+        "{:?}",
+        w.warnings
+    );
+    assert!(
+        warned("\"p100\" (1 pods) maps to v100, which no pool launches"),
+        "{:?}",
+        w.warnings
+    );
+    assert!(warned("\"v100m16\" (1 pods)") && warned("\"v100m32\" (1 pods)"));
+    assert!(warned(
+        "nodePools[0] (gpu): family p3 has no offerings in us-east-1"
+    ));
+    assert!(!warned("\"g2\"") && !warned("\"a10\""), "{:?}", w.warnings);
+    let hint = |id: &str| {
+        let pod = &w
+            .jobs
+            .iter()
+            .find(|j| j.pod.name.ends_with(id))
+            .unwrap()
+            .pod;
+        format!("{:?}", pod.affinity.terms)
+    };
+    assert!(hint("/win-a10").contains("a10g") && hint("/win-g2").contains("t4"));
+    assert_eq!(hint("/win-g3"), "[]");
+    // Fail names the hints; wait keeps them, and their pods never run.
+    let e = load(&text.replace(
+        "gpuNames: {G2: t4}",
+        "gpuNames: {G2: t4}\n    onUnknownGpu: fail",
+    ))
+    .unwrap_err()
+    .to_string();
+    assert!(
+        e.contains("\"g3\" (1 pods)") && e.contains("\"p100\""),
+        "{e}"
+    );
+    let waiting = text
+        .replace(
+            "gpuNames: {G2: t4}",
+            "gpuNames: {G2: t4}\n    onUnknownGpu: wait",
+        )
+        .replace(
+            "duration: 12h",
+            "duration: 12h\nstrategies: [quartermaster]",
+        );
+    let report = run_text(&waiting, &dir);
+    let never: Vec<&str> = report.strategies["quartermaster"]
+        .unfinished
+        .iter()
+        .filter(|u| u.reason.starts_with("never placed"))
+        .map(|u| u.job.as_str())
+        .collect();
+    assert_eq!(never, ["trace/win-v100", "trace/win-p100", "trace/win-g3"]);
+    assert!(report.warnings.iter().any(|m| m.contains("they wait")));
+}
+
+#[test]
+fn a_foreign_fleet_replay_runs_every_pod_when_hints_are_dropped() {
+    let (text, dir) = foreign_fleet();
+    let report = run_text(&text, &dir);
+    assert!(!report.warnings.is_empty());
+    for (name, r) in &report.strategies {
+        assert_every_job_ran(r);
+        assert!(
+            r.total_cost >= report.lower_bound_cost && r.total_cost > 0.0,
+            "{name}"
+        );
+    }
+}
+
+#[test]
+fn a_trace_window_carries_in_live_pods_drops_by_status_and_reports_the_traces_queue_time() {
+    let (text, dir) = foreign_fleet();
+    let catalog = Arc::new(Catalog::embedded().unwrap());
+    let scenario = Scenario::parse(&text, &catalog).unwrap();
+    let w = sim::load_jobs(&scenario, &catalog, &dir, None).unwrap();
+    let at = |id: &str| {
+        w.jobs
+            .iter()
+            .find(|j| j.pod.name == format!("trace/{id}"))
+            .map(|j| ((j.submit - scenario.start).num_seconds(), j.work_s))
+    };
+    // Alive at trace time 24h: carried in at the start with what was left.
+    assert_eq!(at("pre-t4-alive"), Some((0, 10_800.0)));
+    assert!(at("pre-a10-both").is_some());
+    // Ended before the window, failed, never scheduled, or after it: out.
+    for gone in ["pre-a10-gone", "win-failed", "win-pending", "post-a10"] {
+        assert_eq!(at(gone), None, "{gone}");
+    }
+    assert_eq!(at("win-a100-8").unwrap().0, 87_000 - 86_400);
+    // A pod still running at the trace's end runs past the simulation's.
+    let (submit, work) = at("win-a10-end").unwrap();
+    assert!(submit as f64 + work > 12.0 * 3600.0);
+    let warned = |fragment: &str| w.warnings.iter().any(|m| m.contains(fragment));
+    assert!(
+        warned("1 rows with status Failed left out")
+            && warned("2 pods alive at the window's start carried in")
+    );
+    // The trace's queue times of the pods replayed, carried-in ones aside.
+    let mut queues = w.trace_queue_s.clone();
+    queues.sort_by(f64::total_cmp);
+    assert_eq!(
+        queues,
+        [10.0, 15.0, 20.0, 45.0, 60.0, 90.0, 120.0, 300.0, 600.0]
+    );
+    let report = run_text(&text, &dir);
+    let q = report.trace_queue.unwrap();
+    assert_eq!((q.pods, q.p95_s), (9, 600.0));
+    for (name, r) in &report.strategies {
+        let open = r.unfinished.iter().find(|u| u.job == "trace/win-a10-end");
+        assert!(
+            open.is_some_and(|u| u.reason.starts_with("still running")),
+            "{name}: {open:?}"
+        );
+    }
+    // Without carrying in, the window starts empty.
+    let bare = Scenario::parse(&text.replace("carryIn: true", "carryIn: false"), &catalog).unwrap();
+    let w = sim::load_jobs(&bare, &catalog, &dir, None).unwrap();
+    assert!(w.jobs.iter().all(|j| !j.pod.name.starts_with("trace/pre-")));
 }

@@ -57,8 +57,11 @@ fn every_example_is_valid() {
             run.stdout
         );
     }
+    // Valid; a family sold only outside us-east-1 (trn2) is only warned of.
     assert!(
-        run.stdout.lines().all(|l| l.ends_with(": ok")),
+        run.stdout
+            .lines()
+            .all(|l| l.ends_with(": ok") || l.contains(": warning: family ")),
         "{}",
         run.stdout
     );

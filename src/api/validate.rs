@@ -124,6 +124,29 @@ pub fn selected_instance_types<'a>(
         .collect()
 }
 
+/// The instance families a pool selects of which no type is sold in
+/// `region` with a capacity type the pool allows (p3 in us-east-1): the
+/// pool is valid, but launches none of them there. A warning rather than an
+/// error, since the same pool may serve another region.
+pub fn families_without_offerings(
+    spec: &NodePoolSpec,
+    catalog: &Catalog,
+    region: &str,
+) -> Vec<String> {
+    let mut families: BTreeMap<&str, bool> = BTreeMap::new();
+    for it in selected_instance_types(spec, catalog) {
+        let sold = catalog
+            .offerings_of(region, &it.name)
+            .any(|o| spec.capacity_types.contains(&o.capacity_type));
+        *families.entry(it.family.as_str()).or_default() |= sold;
+    }
+    families
+        .into_iter()
+        .filter(|(_, sold)| !sold)
+        .map(|(f, _)| f.to_string())
+        .collect()
+}
+
 /// Labels whose values are integers (`Gt`/`Lt` apply; `In` values must be integers).
 const INTEGER_KEYS: &[&str] = &[
     l::GPU_COUNT,

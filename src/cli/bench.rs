@@ -106,7 +106,7 @@ fn time_simulation(
 ) -> anyhow::Result<(Took, quartermaster::sim::result::SimReport)> {
     use quartermaster::sim::{self, scenario::Scenario};
     let scenario = Scenario::parse(&bench_scenario(jobs, days, seed), catalog)?;
-    let generated = sim::load_jobs(&scenario, std::path::Path::new("."), None)?;
+    let generated = sim::load_jobs(&scenario, catalog, std::path::Path::new("."), None)?;
     let start = Instant::now();
     let cpu = cpu_time::ProcessTime::try_now().ok();
     let report = sim::simulate(

@@ -86,7 +86,10 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     if let Some(Seeds(seeds)) = &args.seeds {
         return run_seeds(&args, &scenario, &base, &catalog, &strategies, seeds);
     }
-    let jobs = sim::load_jobs(&scenario, &base, args.trace.as_deref())?;
+    let jobs = sim::load_jobs(&scenario, &catalog, &base, args.trace.as_deref())?;
+    for w in &jobs.warnings {
+        eprintln!("warning: {w}");
+    }
 
     let bar = progress_bar(
         &args,

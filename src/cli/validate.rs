@@ -2,10 +2,12 @@
 //! the same validation the controller runs (`api::validate_node_pool`) plus
 //! what only the CRD schema sees (unknown fields, unquoted decimal
 //! quantities), and prints every problem as
-//! `FILE: document N (name): path: message`.
+//! `FILE: document N (name): path: message`. A valid pool whose instance
+//! families have no offerings in `--region` gets a warning line (it still
+//! passes: the same pool may serve another region).
 
 use anyhow::Context;
-use quartermaster::api::validate::node_pool_schema_problems;
+use quartermaster::api::validate::{families_without_offerings, node_pool_schema_problems};
 use quartermaster::api::{validate_node_pool, NodePool};
 use quartermaster::catalog::Catalog;
 use serde::Deserialize;
@@ -18,6 +20,9 @@ pub struct Args {
     /// YAML files holding NodePools (several documents per file allowed).
     #[arg(required = true, value_name = "FILE")]
     pub files: Vec<PathBuf>,
+    /// Region whose offerings the pools' families are checked against.
+    #[arg(long, default_value = "us-east-1")]
+    pub region: String,
 }
 
 /// Runs `validate`: exit 0 when every document is a valid NodePool, 1 otherwise.
@@ -27,7 +32,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     for file in &args.files {
         let name = file.display().to_string();
         let lines = match std::fs::read_to_string(file) {
-            Ok(text) => check_text(&name, &text, &catalog),
+            Ok(text) => check_text(&name, &text, &catalog, &args.region),
             Err(e) => vec![Line::error(format!("{name}: cannot read: {e}"))],
         };
         for line in lines {
@@ -68,7 +73,7 @@ impl Line {
 const API_VERSION: &str = "quartermaster.dev/v1alpha1";
 
 /// Checks every document of one file's text.
-fn check_text(file: &str, text: &str, catalog: &Catalog) -> Vec<Line> {
+fn check_text(file: &str, text: &str, catalog: &Catalog, region: &str) -> Vec<Line> {
     let mut out = Vec::new();
     // Pass 1: each document as a plain value, to see its kind and fields.
     let mut values = Vec::new();
@@ -119,17 +124,26 @@ fn check_text(file: &str, text: &str, catalog: &Catalog) -> Vec<Line> {
             .iter()
             .map(ToString::to_string)
             .collect();
+        let mut warnings = Vec::new();
         match parsed {
-            Some(Ok(pool)) => errors.extend(
-                validate_node_pool(&pool, catalog)
-                    .iter()
-                    .map(ToString::to_string),
-            ),
+            Some(Ok(pool)) => {
+                errors.extend(
+                    validate_node_pool(&pool, catalog)
+                        .iter()
+                        .map(ToString::to_string),
+                );
+                warnings = families_without_offerings(&pool.spec, catalog, region);
+            }
             Some(Err(e)) => errors.push(e.to_string()),
             None => errors.push("could not be read as a NodePool".into()),
         }
         if errors.is_empty() {
             out.push(Line::ok(format!("{at}: ok")));
+            out.extend(warnings.iter().map(|f| {
+                Line::ok(format!(
+                    "{at}: warning: family {f} has no offerings in {region}: the pool launches none of its types there"
+                ))
+            }));
         }
         out.extend(
             errors
@@ -174,7 +188,7 @@ mod tests {
     use super::*;
 
     fn report(text: &str) -> Vec<String> {
-        check_text("f.yaml", text, &Catalog::default())
+        check_text("f.yaml", text, &Catalog::default(), "us-east-1")
             .into_iter()
             .map(|l| format!("{}{}", if l.is_error { "E " } else { "  " }, l.text))
             .collect()
@@ -234,6 +248,24 @@ mod tests {
     fn plain_text_and_empty_files_fail() {
         assert!(report("hello world")[0].contains("not a Kubernetes object"));
         assert_eq!(report(""), ["E f.yaml: no YAML documents"]);
+    }
+
+    #[test]
+    fn a_pool_whose_family_has_no_offerings_in_the_region_passes_with_a_warning() {
+        let text = "apiVersion: quartermaster.dev/v1alpha1\nkind: NodePool\nmetadata: {name: v}\n\
+                    spec:\n  template: {spec: {requirements: [{key: quartermaster.dev/instance-family, \
+                    operator: In, values: [p3, g5]}]}}\n";
+        let lines = check_text("f.yaml", text, &Catalog::embedded().unwrap(), "us-east-1");
+        let texts: Vec<&str> = lines.iter().map(|l| l.text.as_str()).collect();
+        assert_eq!(
+            texts,
+            [
+                "f.yaml: document 1 (v): ok",
+                "f.yaml: document 1 (v): warning: family p3 has no offerings in us-east-1: \
+                 the pool launches none of its types there"
+            ]
+        );
+        assert!(lines.iter().all(|l| !l.is_error));
     }
 
     #[test]

@@ -8,12 +8,13 @@
 use super::jobs::{JobRun, Phase};
 use super::result::{LogEvent, Sample, StrategyResult, Unfinished};
 use super::scenario::{Scenario, StrategyName};
+use super::static_groups;
 use super::workload::SimJob;
 use crate::api::labels as l;
 use crate::api::NodePool;
 use crate::catalog::{CapacityType, Catalog};
 use crate::cloud::simulated::{CloudEvent, SimulatedCloud};
-use crate::cluster::{Pod, Resources};
+use crate::cluster::{Operator, Pod, Requirement, Resources};
 use crate::core::prewarm;
 use crate::core::{
     Action, BoundPod, ClaimRequest, Config, Core, ManagedNode, Notice, OfferingKey, Time, World,
@@ -26,6 +27,9 @@ use std::sync::Arc;
 
 /// Seconds between time-series samples.
 pub const SAMPLE_EVERY_S: i64 = 300;
+
+/// The label of a `static` node group's nodes, which its jobs require.
+pub const STATIC_GROUP: &str = "sim.quartermaster.dev/static-group";
 
 /// A run that cannot start.
 #[derive(Debug, thiserror::Error)]
@@ -584,9 +588,10 @@ impl<'a> Engine<'a> {
 
     /// `static`: fixed node groups sized for the peak, launched at the start
     /// (cluster-autoscaler node groups with min = max), on-demand. Each job
-    /// belongs to the first NodePool that can run it; each pool's group is
-    /// the instance type and zone that holds all of its jobs and covers the
-    /// peak of every resource (GPUs, CPU, memory) for the least per hour.
+    /// belongs to the first NodePool that can run it; each pool gets one
+    /// group per shape class of its jobs, classes sharing a group where one
+    /// offering holds them for no more ([`super::static_groups`]), each of
+    /// the instance type and zone that covers its peak for the least.
     fn launch_static(&mut self) {
         let options: Vec<(String, Vec<StaticOption>)> = self
             .pools
@@ -610,41 +615,54 @@ impl<'a> Engine<'a> {
             }
         }
         for ((pool_name, opts), mine) in options.iter().zip(members) {
-            if mine.is_empty() {
-                continue;
-            }
-            let jobs: Vec<&JobRun> = mine.iter().map(|&i| &self.jobs[i]).collect();
-            let peak = peak_requests(&jobs);
-            let best = opts
+            let spans: Vec<static_groups::Span> = mine
                 .iter()
-                .filter(|o| jobs.iter().all(|j| runs(o, &j.job.pod)))
-                .filter_map(|o| {
-                    // Nodes for the peak of the scarcest resource.
-                    let count = peak
-                        .iter()
-                        .filter(|(k, _)| *k != crate::cluster::resources::PODS)
-                        .map(|(k, v)| match o.room.get(k) {
-                            r if r > 0 => (v as f64 / r as f64).ceil(),
-                            _ => f64::INFINITY,
-                        })
-                        .fold(1.0, f64::max);
-                    count
-                        .is_finite()
-                        .then_some((count * o.price, o, count as usize))
+                .map(|&i| {
+                    let job = &self.jobs[i].job;
+                    static_groups::Span {
+                        from: job.submit,
+                        to: job.submit + Span::milliseconds((job.work_s * 1000.0) as i64),
+                    }
                 })
-                .min_by(|a, b| a.0.total_cmp(&b.0));
-            let Some((_, o, count)) = best else {
-                continue;
+                .collect();
+            let prices: Vec<f64> = opts.iter().map(|o| o.price).collect();
+            let share = |j: usize, o: usize| {
+                let pod = &self.jobs[mine[j]].job.pod;
+                runs(&opts[o], pod).then(|| node_share(&pod.requests, &opts[o].room))
             };
-            for k in 0..count {
-                self.launch(ClaimRequest {
-                    claim: format!("static-{pool_name}-{k:05}"),
-                    nodepool: pool_name.clone(),
-                    offering: o.offering.clone(),
-                    price_per_hour: o.price,
-                    pods: Vec::new(),
-                    prewarm_window: None,
-                });
+            for (g, group) in static_groups::groups(&spans, &prices, &share)
+                .iter()
+                .enumerate()
+            {
+                // Each job goes to its own group's nodes, as workloads are
+                // pinned to node groups: otherwise one that is Ready first
+                // takes the room another group was sized for.
+                let name = format!("static-{pool_name}-{g:03}");
+                let pin = Requirement::new(STATIC_GROUP, Operator::In, &[name.as_str()]);
+                for &j in &group.jobs {
+                    let affinity = &mut self.jobs[mine[j]].job.pod.affinity;
+                    if affinity.terms.is_empty() {
+                        affinity.terms.push(Vec::new());
+                    }
+                    for term in &mut affinity.terms {
+                        term.push(pin.clone());
+                    }
+                }
+                let o = &opts[group.option];
+                for k in 0..group.nodes {
+                    let claim = format!("{name}-{k:05}");
+                    self.launch(ClaimRequest {
+                        claim: claim.clone(),
+                        nodepool: pool_name.clone(),
+                        offering: o.offering.clone(),
+                        price_per_hour: o.price,
+                        pods: Vec::new(),
+                        prewarm_window: None,
+                    });
+                    if let Some((node, _)) = self.nodes.get_mut(&claim) {
+                        node.state.labels.insert(STATIC_GROUP.into(), name.clone());
+                    }
+                }
             }
         }
     }
@@ -776,10 +794,18 @@ impl<'a> Engine<'a> {
 
     /// The planner's reasons for the pods still waiting at the end.
     fn unplaceable_reasons(&self) -> BTreeMap<String, String> {
+        // Without static's pins (no offering carries them): the question
+        // is whether any pool could place the pod.
         let pods: Vec<Pod> = self
             .waiting
             .iter()
-            .map(|&i| self.jobs[i].job.pod.clone())
+            .map(|&i| {
+                let mut pod = self.jobs[i].job.pod.clone();
+                for term in &mut pod.affinity.terms {
+                    term.retain(|r| r.key != STATIC_GROUP);
+                }
+                pod
+            })
             .collect();
         if pods.is_empty() {
             return BTreeMap::new();
@@ -863,36 +889,17 @@ fn static_options(pool: &NodePool, catalog: &Catalog, region: &str) -> Vec<Stati
         .collect()
 }
 
-/// The most of each resource held at once if every job started at its
-/// submit time (each resource's peak on its own).
-fn peak_requests(jobs: &[&JobRun]) -> Resources {
-    let mut keys: BTreeSet<&str> = BTreeSet::new();
-    for j in jobs {
-        keys.extend(j.job.pod.requests.iter().map(|(k, _)| k));
-    }
-    let mut peak = Resources::new();
-    for key in keys {
-        let mut events: Vec<(Time, i64)> = Vec::new();
-        for j in jobs {
-            let v = j.job.pod.requests.get(key);
-            if v > 0 {
-                events.push((j.job.submit, v));
-                events.push((
-                    j.job.submit + Span::milliseconds((j.job.work_s * 1000.0) as i64),
-                    -v,
-                ));
-            }
-        }
-        // Ends before starts at the same instant.
-        events.sort();
-        let (mut now, mut most) = (0i64, 0i64);
-        for (_, d) in events {
-            now += d;
-            most = most.max(now);
-        }
-        peak.set(key, most);
-    }
-    peak
+/// The part of one node with `room` that a pod with `requests` takes: one
+/// over how many such pods the node holds (`requests` must fit).
+fn node_share(requests: &Resources, room: &Resources) -> f64 {
+    let per_node = requests
+        .iter()
+        .filter(|(_, v)| *v > 0)
+        .map(|(k, v)| room.get(k) / v)
+        .min()
+        .unwrap_or(i64::MAX)
+        .max(1);
+    1.0 / per_node as f64
 }
 
 /// The 95th percentile over jobs of the slowdown: a job's time from arrival

@@ -4,12 +4,15 @@
 
 pub mod bound;
 pub mod engine;
+pub mod gpu_names;
 pub mod jobs;
 pub mod report;
 pub mod result;
 pub mod scenario;
 pub mod seeds;
+pub mod static_groups;
 pub mod trace;
+pub mod trace_window;
 pub mod workload;
 
 use crate::catalog::Catalog;
@@ -38,6 +41,14 @@ pub enum LoadError {
         /// What is wrong.
         source: trace::Error,
     },
+    /// GPU hints no pool serves, and the trace says to fail.
+    #[error("trace {path}: {source}")]
+    GpuNames {
+        /// The file.
+        path: String,
+        /// The hints.
+        source: gpu_names::Error,
+    },
     /// A generator's spec is wrong.
     #[error(transparent)]
     Workload(#[from] workload::Error),
@@ -63,17 +74,51 @@ pub enum SeedsError {
     Engine(#[from] engine::Error),
 }
 
+/// A scenario's workload: its jobs, and what its traces made us change or
+/// warn about before the run.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Workload {
+    /// Every job, of every source.
+    pub jobs: Vec<SimJob>,
+    /// Warnings for the report (GPU hints no pool serves, pool families
+    /// with no offerings in the region, trace rows left out), each naming
+    /// what it is about.
+    pub warnings: Vec<String>,
+    /// The original cluster's queue times (`queue_s`) of the trace pods
+    /// replayed, carried-in pods excepted.
+    pub trace_queue_s: Vec<f64>,
+}
+
+impl From<Vec<SimJob>> for Workload {
+    fn from(jobs: Vec<SimJob>) -> Workload {
+        Workload {
+            jobs,
+            ..Default::default()
+        }
+    }
+}
+
 /// Every job of the scenario's workload sources (trace paths relative to
 /// `base`), plus `extra_trace` if given; seeded by the scenario's seed.
+/// Trace GPU hints are mapped to the catalog's names
+/// ([`gpu_names::apply`]); the warnings name the hints no pool serves and
+/// the pools' families that have no offerings in the region.
 ///
 /// # Errors
-/// A trace that cannot be read or parsed, or a bad generator spec.
+/// A trace that cannot be read or parsed, a bad generator spec, or GPU
+/// hints no pool serves where the trace says `onUnknownGpu: fail`.
 pub fn load_jobs(
     scenario: &Scenario,
+    catalog: &Catalog,
     base: &Path,
     extra_trace: Option<&Path>,
-) -> Result<Vec<SimJob>, LoadError> {
-    let mut jobs = Vec::new();
+) -> Result<Workload, LoadError> {
+    let mut w = Workload {
+        warnings: pool_warnings(scenario, catalog),
+        ..Default::default()
+    };
+    let known = gpu_names::catalog_names(catalog);
+    let launchable = gpu_names::launchable(&scenario.node_pools, catalog, &scenario.region);
     let read = |path: &Path| -> Result<Vec<trace::TraceJob>, LoadError> {
         let text = std::fs::read_to_string(path).map_err(|source| LoadError::Read {
             path: path.display().to_string(),
@@ -84,33 +129,82 @@ pub fn load_jobs(
             source,
         })
     };
+    let replay = |spec: &workload::TraceSpec, w: &mut Workload| -> Result<(), LoadError> {
+        let window = spec.window(scenario.length().num_seconds() as f64);
+        let mut rows = read(&base.join(&spec.path))?;
+        if spec.gpu_only {
+            // Before the window, so that its counts are of GPU pods.
+            rows.retain(|r| r.gpus > 0.0);
+        }
+        let selected = window.select(rows);
+        let mut rows = selected.rows;
+        let notes = selected.notes.into_iter();
+        w.warnings
+            .extend(notes.map(|m| format!("trace {}: {m}", spec.path)));
+        let warnings = gpu_names::apply(
+            &mut rows,
+            &spec.gpu_names,
+            &known,
+            &launchable,
+            spec.on_unknown_gpu,
+        )
+        .map_err(|source| LoadError::GpuNames {
+            path: spec.path.clone(),
+            source,
+        })?;
+        w.warnings.extend(
+            warnings
+                .into_iter()
+                .map(|m| format!("trace {}: {m}", spec.path)),
+        );
+        w.jobs.extend(spec.jobs(&rows, scenario.start));
+        w.trace_queue_s
+            .extend(spec.replayed(&rows).filter_map(|r| r.queue_s));
+        Ok(())
+    };
     for (i, source) in scenario.workloads.iter().enumerate() {
         let seed = scenario.seed.wrapping_add(i as u64 * 0x9E37_79B9);
         match source {
-            WorkloadSource::Training(t) => jobs.extend(t.generate(scenario.start, seed)?),
-            WorkloadSource::Inference(s) => {
-                jobs.extend(s.generate(scenario.start, scenario.length())?)
-            }
+            WorkloadSource::Training(t) => w.jobs.extend(t.generate(scenario.start, seed)?),
+            WorkloadSource::Inference(s) => w
+                .jobs
+                .extend(s.generate(scenario.start, scenario.length())?),
             WorkloadSource::Burst(b) => {
-                jobs.extend(b.generate(scenario.start, scenario.length(), seed)?)
+                w.jobs
+                    .extend(b.generate(scenario.start, scenario.length(), seed)?)
             }
-            WorkloadSource::Trace(t) => {
-                let rows = read(&base.join(&t.path))?;
-                jobs.extend(t.jobs(&rows, scenario.start));
-            }
+            WorkloadSource::Trace(t) => replay(t, &mut w)?,
         }
     }
     if let Some(path) = extra_trace {
-        let rows = read(path)?;
         let spec = workload::TraceSpec {
             path: path.display().to_string(),
-            limit: None,
-            gpu_only: false,
-            mig_profile: None,
+            ..Default::default()
         };
-        jobs.extend(spec.jobs(&rows, scenario.start));
+        replay(&spec, &mut w)?;
     }
-    Ok(jobs)
+    Ok(w)
+}
+
+/// One warning per pool family that has no offerings in the region.
+fn pool_warnings(scenario: &Scenario, catalog: &Catalog) -> Vec<String> {
+    scenario
+        .node_pools
+        .iter()
+        .enumerate()
+        .flat_map(|(i, p)| {
+            let name = p.metadata.name.clone().unwrap_or_default();
+            crate::api::validate::families_without_offerings(&p.spec, catalog, &scenario.region)
+                .into_iter()
+                .map(move |f| {
+                    format!(
+                        "nodePools[{i}] ({name}): family {f} has no offerings in {}: the pool \
+                         launches none of its types there",
+                        scenario.region
+                    )
+                })
+        })
+        .collect()
 }
 
 /// Reads and parses the scenario's spot traces (`cloud.spotTraces`, paths
@@ -163,7 +257,7 @@ pub fn load_spot_traces(scenario: &mut Scenario, base: &Path) -> Result<(), Load
 pub fn simulate(
     scenario: &Scenario,
     catalog: &Arc<Catalog>,
-    jobs: &[SimJob],
+    workload: &Workload,
     strategies: &[StrategyName],
     progress: &mut dyn FnMut(StrategyName, f64),
 ) -> Result<SimReport, engine::Error> {
@@ -173,8 +267,11 @@ pub fn simulate(
         seed: scenario.seed,
         lower_bound_cost: 0.0,
         lower_bound_unplaceable: 0,
+        warnings: workload.warnings.clone(),
+        trace_queue: trace_window::QueueTime::of(&workload.trace_queue_s),
         strategies: Default::default(),
     };
+    let jobs = &workload.jobs;
     let bound = bound::lower_bound(
         jobs,
         catalog,
@@ -217,7 +314,7 @@ pub fn simulate_seeds(
     let mut report = seeds::SeedsReport::default();
     for (i, &seed) in seeds.iter().enumerate() {
         scenario.seed = seed;
-        let jobs = load_jobs(&scenario, base, extra_trace)
+        let jobs = load_jobs(&scenario, catalog, base, extra_trace)
             .map_err(|source| SeedsError::Load { seed, source })?;
         let run = simulate(&scenario, catalog, &jobs, strategies, &mut |s, f| {
             progress(i, s, f)

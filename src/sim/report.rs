@@ -132,6 +132,8 @@ pub fn summary_json(report: &SimReport) -> Value {
         "seed": report.seed,
         "lower_bound_cost": report.lower_bound_cost,
         "lower_bound_unplaceable_jobs": report.lower_bound_unplaceable,
+        "warnings": report.warnings,
+        "trace_queue": report.trace_queue,
         "strategies": strategies,
     })
 }
@@ -375,6 +377,8 @@ pub(crate) mod fixtures {
             seed: 42,
             lower_bound_cost: 25.0,
             lower_bound_unplaceable: 0,
+            warnings: vec!["GPU hint \"g2\" (3 pods) maps to no GPU we know".into()],
+            trace_queue: None,
             strategies: [
                 ("quartermaster", qm),
                 ("greedy", greedy),
@@ -436,6 +440,11 @@ mod tests {
         assert_eq!(v["duration_s"], 10800.0);
         assert_eq!(v["seed"], 42);
         assert_eq!(v["lower_bound_cost"], 25.0);
+        assert_eq!(
+            v["warnings"][0],
+            "GPU hint \"g2\" (3 pods) maps to no GPU we know"
+        );
+        assert_eq!(v["trace_queue"], Value::Null);
         let qm = &v["strategies"]["quartermaster"];
         for key in [
             "total_cost",

@@ -133,6 +133,13 @@ pub struct SimReport {
     pub lower_bound_cost: f64,
     /// Jobs no pool can place, left out of the bound.
     pub lower_bound_unplaceable: usize,
+    /// What the workload's loading warned about (GPU hints no pool
+    /// serves, pool families with no offerings in the region).
+    pub warnings: Vec<String>,
+    /// The replayed trace's own queue times (`queue_s`: creation to
+    /// scheduling in the original cluster), beside the strategies' pending
+    /// times; None without a trace that has them.
+    pub trace_queue: Option<super::trace_window::QueueTime>,
     /// Results by strategy name.
     pub strategies: BTreeMap<String, StrategyResult>,
 }

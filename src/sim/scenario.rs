@@ -289,6 +289,44 @@ impl CloudSpec {
     }
 }
 
+/// Every problem of the trace sources: a window (`from`, `to`) that is not
+/// two durations in order, `gpuNames` values that are not GPU names of the
+/// catalog.
+fn trace_problems(workloads: &[WorkloadSource], catalog: &Catalog) -> Vec<String> {
+    let ours = super::gpu_names::catalog_names(catalog);
+    let mut problems = Vec::new();
+    for (i, w) in workloads.iter().enumerate() {
+        let WorkloadSource::Trace(t) = w else {
+            continue;
+        };
+        let mut window = Vec::new();
+        for (field, d) in [("from", &t.from), ("to", &t.to)] {
+            match d.as_deref().map(bounded_duration) {
+                Some(Ok(d)) => window.push(d),
+                Some(Err(e)) => problems.push(format!("workloads[{i}].trace.{field}: {e}")),
+                None => {}
+            }
+        }
+        if let (Some(from), Some(to), [a, b]) = (&t.from, &t.to, &window[..]) {
+            if b <= a {
+                problems.push(format!(
+                    "workloads[{i}].trace.to: {to} is not after from ({from})"
+                ));
+            }
+        }
+        for (foreign, name) in &t.gpu_names {
+            if !ours.contains(&name.to_ascii_lowercase()) {
+                problems.push(format!(
+                    "workloads[{i}].trace.gpuNames.{foreign}: {name:?} is not a GPU of the \
+                     catalog ({})",
+                    ours.iter().cloned().collect::<Vec<_>>().join(", ")
+                ));
+            }
+        }
+    }
+    problems
+}
+
 impl Scenario {
     /// Parses and checks a scenario: every NodePool through the same
     /// validation as `quartermaster validate`, the region against the catalog,
@@ -320,6 +358,7 @@ impl Scenario {
         if s.workloads.is_empty() {
             problems.push("workloads: at least one workload source is needed".into());
         }
+        problems.extend(trace_problems(&s.workloads, catalog));
         for (i, pool) in s.node_pools.iter().enumerate() {
             for e in validate_node_pool(pool, catalog) {
                 problems.push(format!("nodePools[{i}].{e}"));
@@ -640,5 +679,35 @@ cloud:
         ] {
             assert!(e.contains(field), "{field} missing from: {e}");
         }
+    }
+
+    #[test]
+    fn trace_gpu_names_must_name_a_gpu_of_the_catalog() {
+        let catalog = Catalog::embedded().unwrap();
+        let with = |names: &str| {
+            GOOD.replace(
+                "- inference:",
+                &format!("- trace: {{path: t.csv, gpuNames: {names}}}\n- inference:"),
+            )
+        };
+        assert!(Scenario::parse(&with("{G2: t4, A10: a10g}"), &catalog).is_ok());
+        let e = Scenario::parse(&with("{G2: k80}"), &catalog)
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("workloads[1].trace.gpuNames.G2: \"k80\" is not a GPU of the catalog"),
+            "{e}"
+        );
+        let e = Scenario::parse(&with("{}, from: 36h, to: 24h"), &catalog)
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("workloads[1].trace.to: 24h is not after from (36h)"),
+            "{e}"
+        );
+        let e = Scenario::parse(&with("{}, from: soon"), &catalog)
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("workloads[1].trace.from"), "{e}");
     }
 }

@@ -192,6 +192,12 @@ pub fn table(report: &SeedsReport) -> String {
             .join(","),
         first.map_or(0.0, |r| r.duration_s / 86_400.0),
     );
+    // The warnings of loading, each once (most are the same for every seed).
+    let warnings: std::collections::BTreeSet<&String> =
+        report.runs.iter().flat_map(|r| &r.warnings).collect();
+    for w in warnings {
+        let _ = writeln!(out, "warning: {w}");
+    }
     let cell = |s: Option<Spread>, f: &dyn Fn(f64) -> String| match s {
         Some(s) => format!("{} [{} - {}]", f(s.mean), f(s.min), f(s.max)),
         None => "-".into(),
@@ -330,6 +336,20 @@ mod tests {
         assert_eq!(r.spread("quartermaster", p95_slowdown), None);
         assert_eq!(r.spread("static", cost), None);
         assert_eq!(Spread::of([f64::NAN]), None);
+    }
+
+    #[test]
+    fn the_table_shows_each_warning_of_loading_once() {
+        let mut r = two_seeds();
+        for run in &mut r.runs {
+            run.warnings = vec![format!("seed {}", run.seed), "same".into()];
+        }
+        let t = table(&r);
+        let warnings: Vec<&str> = t.lines().filter(|l| l.starts_with("warning: ")).collect();
+        assert_eq!(
+            warnings,
+            ["warning: same", "warning: seed 1", "warning: seed 2"]
+        );
     }
 
     #[test]

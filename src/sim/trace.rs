@@ -1,6 +1,7 @@
 //! Workload traces in the replay CSV format of `shared/traces/README.md`:
 //! `job_id, submit_time_s, duration_s, gpus, gpu_type_hint, cpu_milli,
-//! memory_mib` (other columns optional and ignored). Parsing is pure: the
+//! memory_mib`, and where present `queue_s, status, censored` (other
+//! columns are ignored). Parsing is pure: the
 //! caller reads the file. Bad rows are errors that name the line; nothing is
 //! dropped silently.
 
@@ -26,7 +27,7 @@ pub enum Error {
 }
 
 /// One job (pod) of a trace.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, Default, PartialEq)]
 pub struct TraceJob {
     /// Job identity.
     pub job_id: String,
@@ -42,6 +43,35 @@ pub struct TraceJob {
     pub cpu_milli: u64,
     /// Memory request, MiB.
     pub memory_mib: u64,
+    /// Seconds from creation to scheduling in the original cluster.
+    pub queue_s: Option<f64>,
+    /// Final status in the source (`Failed`, `Pending`, ...), if any.
+    pub status: String,
+    /// Whether its lifetime runs past either end of the trace.
+    pub censored: Censored,
+}
+
+/// Which ends of the trace a row's lifetime runs past (`censored` column).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Censored {
+    /// Fully observed (also an empty or absent column).
+    #[default]
+    None,
+    /// It existed before the trace began.
+    Start,
+    /// It was still running when the trace ended: its duration is a lower
+    /// bound.
+    End,
+    /// Both.
+    Both,
+}
+
+impl Censored {
+    /// Still running when the trace ended.
+    pub fn at_end(self) -> bool {
+        matches!(self, Censored::End | Censored::Both)
+    }
 }
 
 #[derive(Deserialize)]
@@ -54,6 +84,12 @@ struct Row {
     gpu_type_hint: String,
     cpu_milli: f64,
     memory_mib: f64,
+    #[serde(default)]
+    queue_s: Option<f64>,
+    #[serde(default)]
+    status: String,
+    #[serde(default)]
+    censored: String,
 }
 
 const REQUIRED: [&str; 7] = [
@@ -104,6 +140,20 @@ pub fn parse(csv_text: &str) -> Result<Vec<TraceJob>, Error> {
         if row.job_id.is_empty() {
             return Err(row_err(line, "empty job_id".into()));
         }
+        let censored = match row.censored.trim() {
+            "" => Censored::None,
+            c => serde_json::from_value(serde_json::Value::String(c.to_ascii_lowercase()))
+                .map_err(|_| {
+                    row_err(
+                        line,
+                        format!("censored = {c:?} is not none, start, end or both"),
+                    )
+                })?,
+        };
+        let queue_s = match row.queue_s {
+            Some(q) => Some(finite_non_negative("queue_s", q)?),
+            None => None,
+        };
         let job = TraceJob {
             submit_s: finite_non_negative("submit_time_s", row.submit_time_s)?,
             duration_s: finite_non_negative("duration_s", row.duration_s)?,
@@ -116,6 +166,9 @@ pub fn parse(csv_text: &str) -> Result<Vec<TraceJob>, Error> {
                 .collect(),
             cpu_milli: finite_non_negative("cpu_milli", row.cpu_milli)?.ceil() as u64,
             memory_mib: finite_non_negative("memory_mib", row.memory_mib)?.ceil() as u64,
+            queue_s,
+            status: row.status.trim().to_string(),
+            censored,
             job_id: row.job_id,
         };
         jobs.push(job);
@@ -191,6 +244,25 @@ mod tests {
     }
 
     #[test]
+    fn queue_status_and_censoring_are_read_when_present() {
+        let text = "job_id,submit_time_s,duration_s,gpus,gpu_type_hint,cpu_milli,memory_mib,queue_s,status,censored\n\
+                    a,0,10,1,,1000,1024,,Failed,both\nb,5,10,1,,1000,1024,7.5,,\n";
+        let jobs = parse(text).unwrap();
+        assert_eq!(
+            (jobs[0].queue_s, jobs[0].status.as_str(), jobs[0].censored),
+            (None, "Failed", Censored::Both)
+        );
+        assert_eq!(
+            (jobs[1].queue_s, jobs[1].censored),
+            (Some(7.5), Censored::None)
+        );
+        let e = parse(&text.replace("both", "later"))
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("line 2") && e.contains("censored"), "{e}");
+    }
+
+    #[test]
     fn a_bad_row_names_its_line_and_a_missing_column_is_named() {
         let text = format!("{HEADER}a,0,10,1,,1000,1024,,\nb,0,-5,1,,1000,1024,,\n");
         let e = parse(&text).unwrap_err().to_string();
@@ -215,6 +287,7 @@ mod tests {
             gpu_models: vec![],
             cpu_milli: 1000,
             memory_mib: 1024,
+            ..Default::default()
         };
         let p = job.to_pod("t", &FractionalGpu::TimeSliced);
         assert_eq!(p.requests.get(l::RESOURCE_GPU), 1);

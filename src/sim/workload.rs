@@ -218,7 +218,7 @@ pub struct BurstSpec {
 }
 
 /// A trace file replayed from the start of the simulation.
-#[derive(Debug, Clone, Deserialize, PartialEq)]
+#[derive(Debug, Clone, Default, Deserialize, PartialEq)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct TraceSpec {
     /// Path of the CSV (relative to the scenario file).
@@ -232,6 +232,31 @@ pub struct TraceSpec {
     /// MIG profile for fractional GPUs; absent: time-slicing.
     #[serde(default)]
     pub mig_profile: Option<String>,
+    /// GPU names of the trace's fleet mapped to ours (`{G2: t4}`), beside
+    /// and before [`super::gpu_names::FOREIGN_GPU_NAMES`].
+    #[serde(default)]
+    pub gpu_names: std::collections::BTreeMap<String, String>,
+    /// What to do with a GPU hint no pool can serve (default: drop it).
+    #[serde(default)]
+    pub on_unknown_gpu: super::gpu_names::OnUnknownGpu,
+    /// Trace time (Go duration from the trace's start) replayed at the
+    /// simulation's start; absent: 0.
+    #[serde(default)]
+    pub from: Option<String>,
+    /// Trace time from which on no row is replayed; absent: the end.
+    #[serde(default)]
+    pub to: Option<String>,
+    /// Whether pods alive at `from` are carried in (default true).
+    #[serde(default = "yes")]
+    pub carry_in: bool,
+    /// Final statuses (`status` column) whose rows are left out, e.g.
+    /// `[Failed, Pending]` for failed and never-scheduled pods.
+    #[serde(default)]
+    pub drop_status: Vec<String>,
+    /// Rows still running at the trace's end: `as-given` (default),
+    /// `run-to-end` or `drop`.
+    #[serde(default)]
+    pub censored: super::trace_window::CensoredRows,
 }
 
 fn default_restart() -> String {
@@ -239,6 +264,9 @@ fn default_restart() -> String {
 }
 fn default_gang_size() -> u32 {
     4
+}
+fn yes() -> bool {
+    true
 }
 fn one() -> u32 {
     1
@@ -508,15 +536,39 @@ impl BurstSpec {
 }
 
 impl TraceSpec {
+    /// The rows it replays (`gpuOnly`, `limit`).
+    pub fn replayed<'r>(&self, rows: &'r [TraceJob]) -> impl Iterator<Item = &'r TraceJob> + 'r {
+        let gpu_only = self.gpu_only;
+        rows.iter()
+            .filter(move |r| !gpu_only || r.gpus > 0.0)
+            .take(self.limit.unwrap_or(usize::MAX))
+    }
+
+    /// The window of rows this source replays, over a simulation of
+    /// `horizon_s` seconds (its durations were checked with the scenario).
+    pub fn window(&self, horizon_s: f64) -> super::trace_window::Window {
+        let seconds = |d: &Option<String>| {
+            d.as_deref()
+                .and_then(|d| crate::api::parse_duration(d).ok())
+                .map(|d| d.as_secs_f64())
+        };
+        super::trace_window::Window {
+            from_s: seconds(&self.from).unwrap_or(0.0),
+            to_s: seconds(&self.to),
+            carry_in: self.carry_in,
+            drop_status: self.drop_status.clone(),
+            censored: self.censored,
+            horizon_s,
+        }
+    }
+
     /// Jobs from parsed trace rows, submitted relative to `start`.
     pub fn jobs(&self, rows: &[TraceJob], start: Time) -> Vec<SimJob> {
         let fractional = match &self.mig_profile {
             Some(p) => FractionalGpu::Mig(p.clone()),
             None => FractionalGpu::TimeSliced,
         };
-        rows.iter()
-            .filter(|r| !self.gpu_only || r.gpus > 0.0)
-            .take(self.limit.unwrap_or(usize::MAX))
+        self.replayed(rows)
             .map(|r| SimJob {
                 pod: r.to_pod("trace", &fractional),
                 submit: start + Span::milliseconds((r.submit_s * 1000.0) as i64),

@@ -493,3 +493,19 @@ fn selection_follows_instance_labels() {
         .collect();
     assert_eq!(names, ["p4de.24xlarge", "p5.48xlarge"]);
 }
+
+#[test]
+fn families_a_pool_cannot_launch_in_a_region_are_named() {
+    let catalog = Catalog::embedded().unwrap();
+    let p = pool(
+        "template: {spec: {requirements: [{key: quartermaster.dev/instance-family, operator: In, values: [p3, g5]}]}}",
+    );
+    assert_eq!(
+        families_without_offerings(&p.spec, &catalog, "us-east-1"),
+        ["p3"]
+    );
+    let g5 = pool(
+        "template: {spec: {requirements: [{key: quartermaster.dev/instance-family, operator: In, values: [g5]}]}}",
+    );
+    assert!(families_without_offerings(&g5.spec, &catalog, "us-east-1").is_empty());
+}

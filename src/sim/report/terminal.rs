@@ -52,6 +52,9 @@ pub fn table(report: &SimReport) -> String {
         report.seed,
         duration(report.duration_s)
     );
+    for w in &report.warnings {
+        let _ = writeln!(out, "warning: {w}");
+    }
     out.push_str(&columns(&rows));
     let _ = writeln!(
         out,
@@ -63,6 +66,16 @@ pub fn table(report: &SimReport) -> String {
             n => format!("; {n} jobs no pool can place left out"),
         }
     );
+    if let Some(q) = &report.trace_queue {
+        let _ = writeln!(
+            out,
+            "trace queue time in the original cluster: mean {}, p95 {} over {} pods \
+             (beside the pending columns above)",
+            duration(q.mean_s),
+            duration(q.p95_s),
+            q.pods
+        );
+    }
     unfinished(&mut out, report);
     prewarm(&mut out, report);
     out
@@ -269,6 +282,30 @@ mod tests {
         assert!(pos("greedy") < pos("on-demand"));
         assert!(pos("on-demand") < pos("static"));
         assert!(t.contains("lower bound: $25.00"), "{t}");
+    }
+
+    #[test]
+    fn table_shows_the_trace_queue_time_beside_ours() {
+        let mut r = report();
+        assert!(!table(&r).contains("trace queue"));
+        r.trace_queue = crate::sim::trace_window::QueueTime::of(&[60.0, 120.0, 7200.0]);
+        let t = table(&r);
+        assert!(
+            t.contains(
+                "trace queue time in the original cluster: mean 41.0m, p95 2.0h over 3 pods"
+            ),
+            "{t}"
+        );
+    }
+
+    #[test]
+    fn table_opens_with_the_warnings_of_loading() {
+        let t = table(&report());
+        let second = t.lines().nth(1).unwrap();
+        assert_eq!(
+            second,
+            "warning: GPU hint \"g2\" (3 pods) maps to no GPU we know"
+        );
     }
 
     #[test]
