@@ -43,17 +43,28 @@ fn gpu_pool(name: &str) -> Pool {
     p
 }
 
-fn run(pods: &[Pod], pools: &[Pool], nodes: &[NodeState], strategy: Strategy) -> Plan {
-    let input = Input {
+/// The planner's input over the embedded catalog in [`REGION`], every
+/// offering available, at no particular time.
+fn input<'a>(
+    pods: &'a [Pod],
+    pools: &'a [Pool],
+    nodes: &'a [NodeState],
+    learned_rate: Option<&'a plan::RateFn<'a>>,
+) -> Input<'a> {
+    Input {
         catalog: catalog(),
         region: REGION,
         pools,
         nodes,
         pods,
         unavailable: &|_| false,
-        learned_rate: None,
+        learned_rate,
         now: None,
-    };
+    }
+}
+
+fn run(pods: &[Pod], pools: &[Pool], nodes: &[NodeState], strategy: Strategy) -> Plan {
+    let input = input(pods, pools, nodes, None);
     let start = std::time::Instant::now();
     plan::plan(&input, strategy, &Options::default(), &|| {
         start.elapsed().as_secs_f64()
@@ -207,7 +218,110 @@ fn a_pod_without_the_gpu_toleration_never_lands_on_a_tainted_gpu_pool() {
     ) {
         assert_eq!(plan.nodes.len(), 1);
         assert_eq!(plan.nodes[0].nodepool, "cpu");
+        assert!(!has_accelerator(&plan.nodes[0].instance_type), "{plan:?}");
     }
+}
+
+fn has_accelerator(instance_type: &str) -> bool {
+    catalog()
+        .instance_type(instance_type)
+        .is_some_and(|t| t.accelerator.is_some())
+}
+
+fn cpu_pod(name: &str, cores: i64, memory_gib: i64) -> Pod {
+    Pod::new(
+        name,
+        Resources::new()
+            .with(CPU, cores * 1000)
+            .with(MEMORY, memory_gib << 30),
+    )
+}
+
+#[test]
+fn cpu_only_pods_get_cpu_types_when_their_pool_also_allows_gpu_types() {
+    let pods: Vec<Pod> = (0..6).map(|i| cpu_pod(&format!("c{i}"), 6, 24)).collect();
+    // The same pool, untainted, once with every type and once with GPU
+    // types only: the CPU types are what makes the plan cheaper.
+    let any = Pool::new("any");
+    let mut gpu_only = gpu_pool("any");
+    gpu_only.taints.clear();
+    for strategy in [Strategy::Mip, Strategy::Greedy] {
+        let plan = run(&pods, std::slice::from_ref(&any), &[], strategy);
+        assert_eq!(placed(&plan), pods.len(), "{:?}", plan.unschedulable);
+        for n in &plan.nodes {
+            assert!(
+                !has_accelerator(&n.instance_type),
+                "{strategy:?}: CPU pods {:?} on {}",
+                n.pods,
+                n.instance_type
+            );
+        }
+        let on_gpus = run(&pods, std::slice::from_ref(&gpu_only), &[], strategy);
+        assert_eq!(placed(&on_gpus), pods.len());
+        assert!(
+            plan.cost_per_hour < on_gpus.cost_per_hour,
+            "{strategy:?}: {} on CPU types vs {} on GPU types",
+            plan.cost_per_hour,
+            on_gpus.cost_per_hour
+        );
+    }
+}
+
+#[test]
+fn no_gpu_node_is_launched_for_cpu_only_pods_beside_gpu_pods_in_one_pool() {
+    // Big CPU-only pods as a recommendation model's CPU tier asks (48 cores,
+    // 320 GiB) beside one-GPU serving pods, all in one untainted pool.
+    let mut pods: Vec<Pod> = (0..8).map(|i| gpu_pod(&format!("g{i}"), 1)).collect();
+    pods.extend((0..6).map(|i| cpu_pod(&format!("c{i}"), 48, 320)));
+    for plan in both(&pods, &[Pool::new("any")], &[]) {
+        assert_eq!(placed(&plan), pods.len(), "{:?}", plan.unschedulable);
+        for n in &plan.nodes {
+            let only_cpu_pods = n.pods.iter().all(|p| p.starts_with('c'));
+            assert!(
+                !(only_cpu_pods && has_accelerator(&n.instance_type)),
+                "{:?}: CPU-only pods {:?} got the GPU type {}",
+                plan.strategy,
+                n.pods,
+                n.instance_type
+            );
+        }
+    }
+}
+
+#[test]
+fn planning_cpu_pods_beside_gpu_pods_costs_no_more_than_planning_them_apart() {
+    // One untainted spot pool whose GPU offerings are often reclaimed (a
+    // learned rate of one an hour): moving CPU-only pods into the spare
+    // room of a GPU node saves a cheap CPU node but exposes them to those
+    // reclaims at a share of a dear node's price.
+    let mut pool = Pool::new("any");
+    pool.capacity_types = vec![CapacityType::Spot];
+    let pools = std::slice::from_ref(&pool);
+    let rate =
+        |o: &quartermaster::catalog::Offering| has_accelerator(&o.instance_type).then_some(1.0);
+    let plan_of = |pods: &[Pod]| {
+        let input = input(pods, pools, &[], Some(&rate));
+        plan::plan(&input, Strategy::Mip, &Options::default(), &|| 0.0)
+    };
+    let gpu_pods: Vec<Pod> = (0..2).map(|i| gpu_pod(&format!("g{i}"), 8)).collect();
+    let cpu_pods: Vec<Pod> = (0..6)
+        .map(|i| {
+            let mut p = cpu_pod(&format!("c{i}"), 2, 8);
+            p.expected_runtime_s = Some(24.0 * 3600.0);
+            p
+        })
+        .collect();
+    let all: Vec<Pod> = gpu_pods.iter().chain(&cpu_pods).cloned().collect();
+    let together = plan_of(&all);
+    let apart = plan_of(&gpu_pods).risk_adjusted_cost_per_hour
+        + plan_of(&cpu_pods).risk_adjusted_cost_per_hour;
+    assert_eq!(placed(&together), all.len());
+    assert!(
+        together.risk_adjusted_cost_per_hour <= apart + 1e-6,
+        "together {} > apart {apart}: {:#?}",
+        together.risk_adjusted_cost_per_hour,
+        together.nodes
+    );
 }
 
 #[test]
@@ -454,16 +568,7 @@ fn the_spot_pool_share_spreads_single_pods_but_never_splits_a_gang() {
 
 /// The simulator's planner options: never branch, round the LP and pack.
 fn rounded(pods: &[Pod], pools: &[Pool], strategy: Strategy) -> Plan {
-    let input = Input {
-        catalog: catalog(),
-        region: REGION,
-        pools,
-        nodes: &[],
-        pods,
-        unavailable: &|_| false,
-        learned_rate: None,
-        now: None,
-    };
+    let input = input(pods, pools, &[], None);
     let opts = Options {
         max_branch_and_bound_integers: 0,
         ..Options::default()
@@ -572,16 +677,7 @@ fn a_rounded_gang_stays_in_one_zone_on_the_cheapest_node_that_holds_it() {
 fn the_time_limit_bounds_the_whole_plan_not_each_mip() {
     let pods: Vec<Pod> = (0..4).map(|i| gpu_pod(&format!("ml/p-{i}"), 1)).collect();
     let pools = [gpu_pool("gpu")];
-    let input = Input {
-        catalog: catalog(),
-        region: REGION,
-        pools: &pools,
-        nodes: &[],
-        pods: &pods,
-        unavailable: &|_| false,
-        learned_rate: None,
-        now: None,
-    };
+    let input = input(&pods, &pools, &[], None);
     let options = Options {
         time_limit: std::time::Duration::from_millis(800),
         ..Options::default()

@@ -248,7 +248,10 @@ pub fn plan(input: &Input, opts: &Options, clock: &dyn Fn() -> f64) -> Plan {
 /// nodes first (ties: later first), each dropped when all its pods fit, first
 /// fit, on other nodes of the same pool and capacity type (the same zone for
 /// gang members and zone-spread pods); spot nodes of a pool with a share
-/// limit stay. Deterministic.
+/// limit stay, and so does a node whose price is no more than what its pods'
+/// expected interruptions would cost more where they move (CPU pods on a
+/// cheap CPU node beside a spot GPU node that is often reclaimed).
+/// Deterministic.
 fn merge_nodes(
     input: &Input,
     cands: &[Candidate],
@@ -285,6 +288,9 @@ fn merge_nodes(
         let moving = std::mem::take(&mut bins[x].1.pods);
         let mut moved: Vec<(usize, usize)> = Vec::new();
         let mut ok = true;
+        // What the moved pods' expected interruptions cost more on their
+        // new nodes: a merge that saves less than that is not made.
+        let mut added_risk = 0.0;
         for &p in &moving {
             let pinned = pods[p].group.is_some() || pods[p].zone_spread.is_some();
             let target = (0..bins.len()).find(|&t| {
@@ -301,6 +307,8 @@ fn merge_nodes(
                 Some(t) => {
                     bins[t].1.put(p, &pods[p]);
                     moved.push((p, t));
+                    added_risk += pod_risk(input, &pods[p], &cands[bins[t].0])
+                        - pod_risk(input, &pods[p], from);
                 }
                 None => {
                     ok = false;
@@ -308,7 +316,7 @@ fn merge_nodes(
                 }
             }
         }
-        if ok {
+        if ok && added_risk < from.price() {
             gone[x] = true;
         } else {
             for &(p, t) in moved.iter().rev() {
@@ -323,17 +331,27 @@ fn merge_nodes(
         .collect()
 }
 
+/// The expected interruption cost of pod `p` on a node of `c`, USD per
+/// hour, as [`node_cost`] counts it.
+fn pod_risk(input: &Input, p: &crate::cluster::Pod, c: &Candidate) -> f64 {
+    let k = p.requests.copies_in(&c.allocatable).max(1);
+    pod_risk_cost(
+        &super::risk::exposure(p),
+        c,
+        k,
+        input.pools[c.pool].risk_aversion,
+    )
+}
+
 /// Price plus the expected interruption cost of `members` plus the idle
 /// accelerator charge of one node of `c`, USD per hour: what
 /// `greedy::finish` charges for it.
 fn node_cost(input: &Input, c: &Candidate, opts: &Options, members: &[usize]) -> f64 {
-    let aversion = input.pools[c.pool].risk_aversion;
     let mut risk = 0.0;
     let mut used = 0;
     for &j in members {
         let p = &input.pods[j];
-        let k = p.requests.copies_in(&c.allocatable).max(1);
-        risk += pod_risk_cost(&super::risk::exposure(p), c, k, aversion);
+        risk += pod_risk(input, p, c);
         if let Some(r) = &c.accelerator_resource {
             used += p.requests.get(r);
         }
