@@ -10,6 +10,8 @@
 //! - pre-warm: the requested capacity is Ready at window start in at least
 //!   95% of windows;
 //! - every job in every scenario finishes, or the report says why not;
+//! - a replayed trace's CPU-only pods run on CPU nodes of the untainted CPU
+//!   pool, never on a GPU node;
 //! - interruption storm: every opted-in pod on an interrupted node is
 //!   signalled before it is evicted, and no node outlives its deadline.
 
@@ -603,4 +605,54 @@ fn simulate_over_several_seeds_reports_the_spread_and_each_seed() {
         .unwrap();
     assert!(!bad.status.success());
     assert!(String::from_utf8_lossy(&bad.stderr).contains("must go upwards"));
+}
+
+/// `gpu-cluster-trace.yaml` replays CPU-only pods (front ends, data loaders)
+/// beside GPU pods: the CPU pods do not tolerate the GPU pool's taint, so
+/// every strategy runs them on CPU types of the untainted CPU pool, and no
+/// node is launched for CPU-only pods with GPUs on it.
+#[test]
+fn cpu_only_pods_of_a_replayed_trace_run_on_cpu_nodes() {
+    use quartermaster::core::Action;
+    use quartermaster::sim::result::LogEvent;
+    let catalog = Catalog::embedded().unwrap();
+    let has_gpus = |instance_type: &str| {
+        catalog
+            .instance_type(instance_type)
+            .is_some_and(|t| t.accelerator.is_some())
+    };
+    let r = run("simulations/gpu-cluster-trace.yaml");
+    for (strategy, s) in &r.strategies {
+        assert_eq!(
+            s.jobs_completed, s.jobs_total,
+            "{strategy}: {:?}",
+            s.unfinished
+        );
+        if strategy == "static" {
+            // Its groups are launched at the start, not by the core: the
+            // log has no launches to check.
+            continue;
+        }
+        let launches: Vec<_> = s
+            .log
+            .iter()
+            .filter_map(|(_, e)| match e {
+                LogEvent::Action(Action::Launch(c)) => Some(c),
+                _ => None,
+            })
+            .collect();
+        let cpu: Vec<_> = launches.iter().filter(|c| c.nodepool == "cpu").collect();
+        assert!(!cpu.is_empty(), "{strategy}: no CPU node launched");
+        for c in cpu {
+            assert!(!has_gpus(&c.offering.instance_type), "{strategy}: {c:?}");
+        }
+        for c in &launches {
+            let cpu_pods_only =
+                !c.pods.is_empty() && c.pods.iter().all(|p| p.starts_with("trace/cpu-"));
+            assert!(
+                !(cpu_pods_only && has_gpus(&c.offering.instance_type)),
+                "{strategy}: {c:?}"
+            );
+        }
+    }
 }
