@@ -324,6 +324,96 @@ fn planning_cpu_pods_beside_gpu_pods_costs_no_more_than_planning_them_apart() {
     );
 }
 
+/// A GPU pool whose GPUs are time-sliced four ways, preferred (weight 80)
+/// over the whole-GPU pool as the inference example has it.
+fn time_sliced_pool() -> Pool {
+    let mut p = gpu_pool("shared");
+    p.weight = 80;
+    p.sharing = quartermaster::cluster::GpuSharing::TimeSlicing { replicas: 4 };
+    p
+}
+
+fn whole_gpu_pods() -> Vec<Pod> {
+    (0..6)
+        .map(|i| gpu_pod(&format!("w{i}"), [1, 4][i % 2]))
+        .collect()
+}
+
+#[test]
+fn a_whole_gpu_pod_never_lands_on_a_time_sliced_pools_node() {
+    let pods = whole_gpu_pods();
+    for plan in both(&pods, &[time_sliced_pool(), gpu_pool("whole")], &[]) {
+        assert_eq!(placed(&plan), pods.len(), "{:?}", plan.unschedulable);
+        assert!(
+            plan.nodes.iter().all(|n| n.nodepool == "whole"),
+            "{:?}: {:#?}",
+            plan.strategy,
+            plan.nodes
+        );
+    }
+    for plan in both(&pods, &[time_sliced_pool()], &[]) {
+        assert!(plan.nodes.is_empty(), "{:#?}", plan.nodes);
+        assert_eq!(plan.unschedulable.len(), pods.len());
+    }
+}
+
+#[test]
+fn adding_a_time_slicing_pool_does_not_make_a_whole_gpu_plan_dearer() {
+    let pods = whole_gpu_pods();
+    let alone = both(&pods, &[gpu_pool("whole")], &[]);
+    let beside = both(&pods, &[time_sliced_pool(), gpu_pool("whole")], &[]);
+    // Not dearer, and not cheaper either: the whole-GPU pods cannot use
+    // the shared pool (a 4-GPU pod once "fit" on one GPU sliced four ways).
+    for (a, b) in alone.iter().zip(&beside) {
+        assert!(
+            (b.risk_adjusted_cost_per_hour - a.risk_adjusted_cost_per_hour).abs() < 1e-9,
+            "{:?}: {} with the time-sliced pool, {} without",
+            a.strategy,
+            b.risk_adjusted_cost_per_hour,
+            a.risk_adjusted_cost_per_hour
+        );
+    }
+}
+
+/// A pod asking for one unit of a shared GPU resource (a time-sliced share
+/// or a MIG instance), tolerating the GPU taint.
+fn shared_gpu_pod(name: &str, resource: &str, cpu_milli: i64, memory_gib: i64) -> Pod {
+    let mut p = Pod::new(
+        name,
+        Resources::new()
+            .with(CPU, cpu_milli)
+            .with(MEMORY, memory_gib << 30)
+            .with(resource, 1),
+    );
+    p.tolerations.push(Toleration::exists(l::TAINT_GPU));
+    p
+}
+
+#[test]
+fn shared_gpu_pods_take_one_share_each_on_the_time_sliced_pool() {
+    let pods: Vec<Pod> = (0..8)
+        .map(|i| shared_gpu_pod(&format!("s{i}"), l::RESOURCE_GPU_SHARED, 500, 2))
+        .collect();
+    for plan in both(&pods, &[time_sliced_pool(), gpu_pool("whole")], &[]) {
+        assert_eq!(placed(&plan), pods.len(), "{:?}", plan.unschedulable);
+        for n in &plan.nodes {
+            assert_eq!(n.nodepool, "shared");
+            assert!(
+                n.pods.len() as u32 <= 4 * gpus_of(&n.instance_type),
+                "{n:?}"
+            );
+        }
+        // Eight quarter-GPU pods need two GPUs, not eight.
+        let gpus: u32 = plan.nodes.iter().map(|n| gpus_of(&n.instance_type)).sum();
+        assert!(
+            gpus <= 2,
+            "{:?}: {gpus} GPUs: {:#?}",
+            plan.strategy,
+            plan.nodes
+        );
+    }
+}
+
 #[test]
 fn a_pod_asking_for_h100_gets_p5() {
     let mut pod = gpu_pod("p", 8);
@@ -620,17 +710,7 @@ fn pods_that_fit_one_node_are_not_split_over_two_offerings_by_rounding() {
         profile: "1g.10gb".into(),
     };
     let pods: Vec<Pod> = (0..22)
-        .map(|i| {
-            let mut p = Pod::new(
-                &format!("embed{i}"),
-                Resources::new()
-                    .with(CPU, 1000)
-                    .with(MEMORY, 4 << 30)
-                    .with("nvidia.com/mig-1g.10gb", 1),
-            );
-            p.tolerations.push(Toleration::exists(l::TAINT_GPU));
-            p
-        })
+        .map(|i| shared_gpu_pod(&format!("embed{i}"), "nvidia.com/mig-1g.10gb", 1000, 4))
         .collect();
     let mip = rounded(&pods, std::slice::from_ref(&pool), Strategy::Mip);
     let greedy = rounded(&pods, &[pool], Strategy::Greedy);

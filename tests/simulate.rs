@@ -11,7 +11,8 @@
 //!   95% of windows;
 //! - every job in every scenario finishes, or the report says why not;
 //! - a replayed trace's CPU-only pods run on CPU nodes of the untainted CPU
-//!   pool, never on a GPU node;
+//!   pool, never on a GPU node, and its fractional GPU pods on time-sliced
+//!   shares that whole-GPU pods never use;
 //! - interruption storm: every opted-in pod on an interrupted node is
 //!   signalled before it is evicted, and no node outlives its deadline.
 
@@ -608,11 +609,13 @@ fn simulate_over_several_seeds_reports_the_spread_and_each_seed() {
 }
 
 /// `gpu-cluster-trace.yaml` replays CPU-only pods (front ends, data loaders)
-/// beside GPU pods: the CPU pods do not tolerate the GPU pool's taint, so
-/// every strategy runs them on CPU types of the untainted CPU pool, and no
-/// node is launched for CPU-only pods with GPUs on it.
+/// and pods asking for part of a GPU beside whole-GPU pods: the CPU pods do
+/// not tolerate the GPU pools' taint, so every strategy runs them on CPU
+/// types of the untainted CPU pool, and no node is launched for CPU-only
+/// pods with GPUs on it; the fractional pods take time-sliced shares of the
+/// shared pool, which never gets a node for a whole-GPU pod.
 #[test]
-fn cpu_only_pods_of_a_replayed_trace_run_on_cpu_nodes() {
+fn a_replayed_cluster_trace_puts_cpu_pods_on_cpu_nodes_and_gpu_shares_on_the_shared_pool() {
     use quartermaster::core::Action;
     use quartermaster::sim::result::LogEvent;
     let catalog = Catalog::embedded().unwrap();
@@ -653,6 +656,18 @@ fn cpu_only_pods_of_a_replayed_trace_run_on_cpu_nodes() {
                 !(cpu_pods_only && has_gpus(&c.offering.instance_type)),
                 "{strategy}: {c:?}"
             );
+            // A node of the shared pool holds shares only; no share is
+            // launched for elsewhere (pre-warm launches name no pods).
+            let shares = c.pods.iter().filter(|p| p.starts_with("trace/gpu-frac-"));
+            let n = shares.count();
+            assert!(
+                c.pods.is_empty() || (c.nodepool == "shared") == (n == c.pods.len()),
+                "{strategy}: {c:?}"
+            );
         }
+        assert!(
+            launches.iter().any(|c| c.nodepool == "shared"),
+            "{strategy}: no shared node"
+        );
     }
 }

@@ -153,8 +153,10 @@ impl Resources {
             .map(|(k, _)| k)
     }
 
-    /// GPUs in the list: whole GPUs (or time-sliced replicas) count one
-    /// each, a MIG instance `Ng.*` counts N/7 of a GPU.
+    /// GPUs in the list: whole GPUs count one each, a MIG instance `Ng.*`
+    /// counts N/7 of a GPU. Time-sliced shares (`nvidia.com/gpu.shared`)
+    /// are not counted: how big a share is depends on the pool's replicas,
+    /// which the list does not know.
     pub fn gpus(&self) -> f64 {
         use crate::api::labels as l;
         self.iter()

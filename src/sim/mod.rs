@@ -17,6 +17,7 @@ use result::SimReport;
 use scenario::{Scenario, StrategyName, WorkloadSource};
 use std::path::Path;
 use std::sync::Arc;
+use trace::FractionalGpu;
 use workload::SimJob;
 
 /// Jobs of a scenario could not be made.
@@ -96,7 +97,9 @@ pub fn load_jobs(
             }
             WorkloadSource::Trace(t) => {
                 let rows = read(&base.join(&t.path))?;
-                jobs.extend(t.jobs(&rows, scenario.start));
+                let fractional =
+                    FractionalGpu::for_pools(&scenario.node_pools, t.mig_profile.as_deref());
+                jobs.extend(t.jobs(&rows, scenario.start, &fractional));
             }
         }
     }
@@ -108,7 +111,8 @@ pub fn load_jobs(
             gpu_only: false,
             mig_profile: None,
         };
-        jobs.extend(spec.jobs(&rows, scenario.start));
+        let fractional = FractionalGpu::for_pools(&scenario.node_pools, None);
+        jobs.extend(spec.jobs(&rows, scenario.start, &fractional));
     }
     Ok(jobs)
 }

@@ -126,8 +126,10 @@ pub enum GpuSharingMode {
     /// One pod per GPU (`nvidia.com/gpu` counts whole GPUs).
     #[default]
     None,
-    /// The device plugin advertises each GPU `replicas` times; pods share it
-    /// in time slices, without memory isolation.
+    /// The device plugin advertises each GPU `replicas` times as
+    /// `nvidia.com/gpu.shared` (time-slicing with `renameByDefault`); pods
+    /// ask for shares and share the GPU in time slices, without memory
+    /// isolation; pods asking for whole `nvidia.com/gpu` never land there.
     TimeSlicing,
     /// Each GPU is partitioned into MIG instances of `migProfile`, advertised
     /// as `nvidia.com/mig-<profile>` (MIG strategy `mixed`).
