@@ -149,7 +149,9 @@ pub enum GpuSharingMode {
 pub struct GpuSharing {
     /// `None`, `TimeSlicing` or `Mig`.
     pub mode: GpuSharingMode,
-    /// Time slicing: pods per GPU (2..=64).
+    /// Time slicing: shares per GPU (2..=64), advertised as
+    /// `nvidia.com/gpu.shared` (the device plugin's `renameByDefault`), so
+    /// pods asking for whole `nvidia.com/gpu` never land on a shared GPU.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(range(min = 2, max = 64))]
     pub replicas: Option<u32>,
