@@ -140,6 +140,59 @@ fn plan_refuses_an_invalid_nodepool_naming_the_field() {
     assert!(err.contains("spec.prewarm[0].schedule"), "{err}");
 }
 
+/// A pod no NodePool of the example can hold (100 GPUs).
+const IMPOSSIBLE_POD: &str = "apiVersion: v1\nkind: Pod\nmetadata: {name: huge, namespace: ml}\nspec:\n  tolerations: [{key: nvidia.com/gpu, operator: Exists, effect: NoSchedule}]\n  containers:\n  - name: c\n    image: x\n    resources:\n      limits: {nvidia.com/gpu: \"100\"}\n";
+
+#[test]
+fn plan_exits_3_on_unschedulable_pods_only_when_asked() {
+    let dir = std::env::temp_dir().join(format!("qm-plan-fail-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let pods = dir.join("pods.yaml");
+    std::fs::write(&pods, IMPOSSIBLE_POD).unwrap();
+    let pods = pods.to_str().unwrap();
+    let base = ["plan", "--pods", pods, "--nodepools", POOLS];
+    let default = qm(&base);
+    assert_eq!(default.status.code(), Some(0), "the default stays 0");
+    assert!(String::from_utf8_lossy(&default.stdout).contains("ml/huge"));
+    let strict = qm(&[&base[..], &["--fail-on-unschedulable"]].concat());
+    assert_eq!(strict.status.code(), Some(3));
+    assert!(String::from_utf8_lossy(&strict.stdout).contains("unschedulable (1)"));
+    // Every pod placed: 0 even when asked.
+    let fine = qm(&[
+        "plan",
+        "--pods",
+        PODS,
+        "--nodepools",
+        POOLS,
+        "--fail-on-unschedulable",
+    ]);
+    assert_eq!(fine.status.code(), Some(0));
+}
+
+#[test]
+fn plan_json_splits_the_objective_into_price_interruption_and_idle_terms() {
+    let v = json(&qm(&[
+        "plan",
+        "--pods",
+        PODS,
+        "--nodepools",
+        POOLS,
+        "--output",
+        "json",
+    ]));
+    let f = |k: &str| v[k].as_f64().unwrap_or_else(|| panic!("missing {k}"));
+    let sum = f("cost_per_hour") + f("interruption_cost_per_hour") + f("idle_charge_per_hour");
+    assert!((sum - f("risk_adjusted_cost_per_hour")).abs() < 1e-6, "{v}");
+    let nodes = v["nodes"].as_array().unwrap();
+    let idle: f64 = nodes
+        .iter()
+        .map(|n| n["idle_charge_per_hour"].as_f64().unwrap())
+        .sum();
+    assert!((idle - f("idle_charge_per_hour")).abs() < 1e-6);
+    assert!(f("lower_bound_per_hour") <= f("risk_adjusted_cost_per_hour") + 1e-9);
+    assert!(v["optimal"].is_boolean() && v["lower_bound_ms"].is_number());
+}
+
 #[test]
 fn bench_plan_compares_both_planners_on_the_same_workload() {
     let v = json(&qm(&[

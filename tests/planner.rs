@@ -66,9 +66,11 @@ fn input<'a>(
 fn run(pods: &[Pod], pools: &[Pool], nodes: &[NodeState], strategy: Strategy) -> Plan {
     let input = input(pods, pools, nodes, None);
     let start = std::time::Instant::now();
-    plan::plan(&input, strategy, &Options::default(), &|| {
-        start.elapsed().as_secs_f64()
-    })
+    let opts = Options {
+        lower_bound: true,
+        ..Options::default()
+    };
+    plan::plan(&input, strategy, &opts, &|| start.elapsed().as_secs_f64())
 }
 
 fn both(pods: &[Pod], pools: &[Pool], nodes: &[NodeState]) -> [Plan; 2] {
@@ -135,6 +137,58 @@ fn a_gang_that_cannot_fit_whole_gets_nothing() {
 }
 
 #[test]
+fn a_gang_whose_members_need_different_types_starts_in_a_zone_that_offers_both() {
+    // One member pinned to g6.2xlarge, one to g5.2xlarge; g5.2xlarge has
+    // capacity in one zone only (the others just failed to launch). The
+    // gang must go whole to that zone: a zone that offers only g6.2xlarge
+    // would place one member and strand the other.
+    let pinned = |name: &str, instance_type: &str| {
+        let mut p = gpu_pod(name, 1);
+        p.group = Some(GroupRef {
+            name: "ml/pair".into(),
+            min_member: 2,
+        });
+        p.affinity.terms = vec![vec![Requirement::new(
+            l::INSTANCE_TYPE,
+            Operator::In,
+            &[instance_type],
+        )]];
+        p
+    };
+    let pods = [pinned("ml/a", "g6.2xlarge"), pinned("ml/b", "g5.2xlarge")];
+    let g6_zones: BTreeSet<&str> = catalog()
+        .offerings_of(REGION, "g6.2xlarge")
+        .map(|o| o.zone_id.as_str())
+        .collect();
+    let open = catalog()
+        .offerings_of(REGION, "g5.2xlarge")
+        .map(|o| o.zone_id.clone())
+        .filter(|z| g6_zones.contains(z.as_str()))
+        .max()
+        .expect("a zone offers both");
+    let unavailable =
+        |o: &quartermaster::catalog::Offering| o.instance_type == "g5.2xlarge" && o.zone_id != open;
+    let input = Input {
+        catalog: catalog(),
+        region: REGION,
+        pools: &[gpu_pool("gpu")],
+        nodes: &[],
+        pods: &pods,
+        unavailable: &unavailable,
+        learned_rate: None,
+        now: None,
+    };
+    let start = std::time::Instant::now();
+    let plan = plan::plan(&input, Strategy::Mip, &Options::default(), &|| {
+        start.elapsed().as_secs_f64()
+    });
+    assert_eq!(placed(&plan), 2, "{:?}", plan.unschedulable);
+    for n in &plan.nodes {
+        assert_eq!(n.zone, open, "{:?}", plan.nodes);
+    }
+}
+
+#[test]
 fn a_gang_with_members_missing_waits() {
     let plan = run(&gang(3, 4), &[gpu_pool("gpu")], &[], Strategy::Mip);
     assert!(plan.nodes.is_empty());
@@ -197,10 +251,10 @@ fn a_pod_without_the_gpu_toleration_never_lands_on_a_tainted_gpu_pool() {
     pod.tolerations.clear();
     for plan in both(&[pod.clone()], &[gpu_pool("gpu")], &[]) {
         assert!(plan.nodes.is_empty());
+        let reason = &plan.unschedulable[0].reason;
         assert!(
-            plan.unschedulable[0].reason.contains("nvidia.com/gpu"),
-            "{:?}",
-            plan.unschedulable
+            reason.contains("nvidia.com/gpu:NoSchedule (gpu)") && reason.contains("toleration"),
+            "{reason}"
         );
     }
     // With an untainted CPU pool beside it, a CPU pod goes there.
@@ -410,6 +464,26 @@ fn shared_gpu_pods_take_one_share_each_on_the_time_sliced_pool() {
             "{:?}: {gpus} GPUs: {:#?}",
             plan.strategy,
             plan.nodes
+        );
+    }
+}
+
+#[test]
+fn a_pod_too_big_for_any_node_names_the_resource_and_the_largest_node() {
+    let largest = catalog()
+        .offerings_in(REGION)
+        .filter_map(|o| catalog().instance_type(&o.instance_type))
+        .filter_map(|it| it.accelerator.as_ref())
+        .filter(|a| a.manufacturer == "NVIDIA")
+        .map(|a| a.count)
+        .max()
+        .unwrap();
+    for plan in both(&[gpu_pod("huge", 100)], &[gpu_pool("gpu")], &[]) {
+        let reason = &plan.unschedulable[0].reason;
+        assert!(
+            reason.contains("needs 100 nvidia.com/gpu")
+                && reason.ends_with(&format!("may launch has {largest}")),
+            "{reason}"
         );
     }
 }
@@ -661,6 +735,7 @@ fn rounded(pods: &[Pod], pools: &[Pool], strategy: Strategy) -> Plan {
     let input = input(pods, pools, &[], None);
     let opts = Options {
         max_branch_and_bound_integers: 0,
+        lower_bound: true,
         ..Options::default()
     };
     plan::plan(&input, strategy, &opts, &|| 0.0)
@@ -703,25 +778,82 @@ fn a_rounded_fraction_of_a_big_node_becomes_the_cheapest_node_that_holds_the_pod
     );
 }
 
-#[test]
-fn pods_that_fit_one_node_are_not_split_over_two_offerings_by_rounding() {
+/// An on-demand pool of p4de and p5 split into 1g.10gb MIG slices.
+fn on_demand_mig_pool() -> Pool {
     let mut pool = family_pool("mig", &["p4de", "p5"], vec![CapacityType::OnDemand]);
     pool.sharing = quartermaster::cluster::GpuSharing::Mig {
         profile: "1g.10gb".into(),
     };
-    let pods: Vec<Pod> = (0..22)
+    pool
+}
+
+/// `n` pods of one 1g.10gb MIG slice each.
+fn mig_pods(n: usize) -> Vec<Pod> {
+    (0..n)
         .map(|i| shared_gpu_pod(&format!("embed{i}"), "nvidia.com/mig-1g.10gb", 1000, 4))
-        .collect();
+        .collect()
+}
+
+/// The cheapest price of nodes of one on-demand p4de or p5 type holding
+/// `pods` one-slice MIG pods, from the catalog: `(price, type)`.
+fn cheapest_single_type_for_mig_pods(pods: usize) -> (f64, String) {
+    catalog()
+        .offerings_in(REGION)
+        .filter(|o| o.capacity_type == CapacityType::OnDemand)
+        .filter_map(|o| {
+            let it = catalog().instance_type(&o.instance_type)?;
+            if !(it.name.starts_with("p4de.") || it.name.starts_with("p5.")) {
+                return None;
+            }
+            let gpu = it.accelerator.as_ref()?;
+            let per_gpu = quartermaster::catalog::mig::instances_per_gpu(
+                &gpu.model,
+                gpu.memory_mib_per_device,
+                "1g.10gb",
+            )?;
+            let slices = per_gpu as usize * gpu.count as usize;
+            Some((
+                pods.div_ceil(slices) as f64 * o.price_per_hour,
+                it.name.clone(),
+            ))
+        })
+        .min_by(|a, b| a.0.total_cmp(&b.0))
+        .expect("the catalog has MIG-capable on-demand offerings")
+}
+
+#[test]
+fn a_dozen_one_slice_mig_pods_get_the_small_nodes_that_hold_them_not_one_big_node() {
+    let pool = on_demand_mig_pool();
+    let pods = mig_pods(12);
+    let (cheapest, shape) = cheapest_single_type_for_mig_pods(12);
+    let big = cheapest_single_type_for_mig_pods(56).0;
+    assert!(cheapest < big, "the example needs a smaller shape to win");
+    // The MIP only: greedy, like Karpenter, fills the first node that
+    // still fits and takes its cheapest type.
+    {
+        let plan = run(&pods, std::slice::from_ref(&pool), &[], Strategy::Mip);
+        assert_eq!(placed(&plan), 12, "{:?}", plan.unschedulable);
+        assert!(
+            plan.cost_per_hour <= cheapest + 1e-6,
+            "{:?} pays ${}/h for {:?}; {shape} nodes cost ${cheapest}/h",
+            plan.strategy,
+            plan.cost_per_hour,
+            plan.nodes
+                .iter()
+                .map(|n| n.instance_type.as_str())
+                .collect::<Vec<_>>()
+        );
+    }
+}
+
+#[test]
+fn pods_that_fit_one_node_are_not_split_over_two_offerings_by_rounding() {
+    let pool = on_demand_mig_pool();
+    let pods = mig_pods(22);
     let mip = rounded(&pods, std::slice::from_ref(&pool), Strategy::Mip);
     let greedy = rounded(&pods, &[pool], Strategy::Greedy);
     assert_eq!(placed(&mip), 22, "{:?}", mip.unschedulable);
-    assert_eq!(
-        greedy.nodes.len(),
-        1,
-        "one node holds them: {:?}",
-        greedy.nodes
-    );
-    assert_eq!(mip.nodes.len(), 1, "{:?}", mip.nodes);
+    assert_eq!(mip.nodes.len(), 1, "one node holds them: {:?}", mip.nodes);
     assert!(
         mip.cost_per_hour <= greedy.cost_per_hour + 1e-9,
         "mip {} > greedy {}",

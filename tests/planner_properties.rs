@@ -1,6 +1,10 @@
 //! Properties that must hold for every plan, checked over many seeded
 //! workloads with random NodePool limits: every pending pod is placed exactly
-//! once or explained, and no pool ends up over its limits.
+//! once or explained, and no pool ends up over its limits; and, on small
+//! instances, the planner's plan is the optimum an exhaustive search finds
+//! (`oracle`).
+
+mod oracle;
 
 use quartermaster::api::labels as l;
 use quartermaster::catalog::Catalog;
@@ -124,4 +128,138 @@ fn every_pod_is_placed_once_or_explained_and_limits_hold() {
             check(&p, &input, &format!("seed {seed} {strategy:?}"));
         }
     }
+}
+
+/// Instances the optimality oracle checks.
+const ORACLE_INSTANCES: u64 = 2000;
+/// Instances of those on which the MIP's plan is known to miss the optimum
+/// or break a rule (the aggregate capacity rows let packing open nodes the
+/// model did not count, which can cost more, leave a pod out or overfill a
+/// spot pool's share or a zone's skew; see `docs/planner.md`). Each is
+/// printed; the count may only go down.
+const KNOWN_MISSES: usize = 12;
+
+/// How the MIP's plan of `seed`'s instance fares against the exhaustive
+/// optimum: `Ok(None)` when it is optimal, `Ok(Some(why))` when it misses
+/// (a known limitation, counted), `Err(why)` when something that must
+/// always hold does not: greedy or the MIP below the optimum (the oracle
+/// would be wrong), or the lower bound above it.
+fn oracle_check(source: &oracle::Source, seed: u64) -> Result<Option<String>, String> {
+    // A long time limit: the MIPs are tiny, and a loaded machine must not
+    // change the result.
+    let opts = Options {
+        time_limit: std::time::Duration::from_secs(30),
+        ..Options::default()
+    };
+    let inst = oracle::instance(source, seed);
+    let input = inst.input();
+    let rules = oracle::Rules::new(&input, &opts);
+    let best = rules.optimum();
+    let mip = plan::plan(&input, Strategy::Mip, &opts, &|| 0.0);
+    // The bound over the pods the plan placed never exceeds what it costs,
+    // nor the optimum when that places every pod too.
+    let lb = plan::bound::lower_bound(&input, &plan::launched_pods(&input, &mip), &opts);
+    let too_high = |v: f64| lb > v * (1.0 + 1e-9) + 1e-6;
+    if too_high(mip.risk_adjusted_cost_per_hour) || (best.unplaced == 0 && too_high(best.cost)) {
+        return Err(format!(
+            "seed {seed}: the lower bound {lb} exceeds the plan {} or the optimum {best:?}",
+            mip.risk_adjusted_cost_per_hour
+        ));
+    }
+    let greedy = plan::plan(&input, Strategy::Greedy, &opts, &|| 0.0);
+    // Greedy ignores gangs; where its plan keeps every rule, it cannot do
+    // better than the optimum.
+    if let Ok(g) = rules.value_of(&greedy) {
+        if best.worse_than(&g, 1e-9) {
+            return Err(format!(
+                "seed {seed}: greedy {g:?} beats the oracle's optimum {best:?}"
+            ));
+        }
+    }
+    let v = match rules.value_of(&mip) {
+        Ok(v) => v,
+        Err(e) => {
+            return Ok(Some(format!(
+                "seed {seed}: the MIP plan breaks a rule: {e}"
+            )))
+        }
+    };
+    if best.worse_than(&v, 1e-9) {
+        return Err(format!(
+            "seed {seed}: the MIP plan {v:?} beats the oracle's optimum {best:?}"
+        ));
+    }
+    if v.worse_than(&best, opts.mip_gap) {
+        return Ok(Some(format!(
+            "seed {seed}: the MIP plan {v:?} misses the optimum {best:?}"
+        )));
+    }
+    Ok(None)
+}
+
+#[test]
+fn on_small_instances_the_plan_is_the_exhaustive_optimum_and_greedy_never_beats_it() {
+    let source = oracle::Source::new(&Catalog::embedded().unwrap());
+    let mut misses = Vec::new();
+    for seed in 0..ORACLE_INSTANCES {
+        match oracle_check(&source, seed) {
+            Ok(None) => {}
+            Ok(Some(miss)) => misses.push(miss),
+            Err(e) => panic!("{e}"),
+        }
+    }
+    for m in &misses {
+        eprintln!("{m}");
+    }
+    assert!(
+        misses.len() <= KNOWN_MISSES,
+        "the MIP missed the optimum on {} of {ORACLE_INSTANCES} instances (known: {KNOWN_MISSES})",
+        misses.len()
+    );
+}
+
+/// The per-pod prices in an explanation, in order (`$X/h per pod`).
+fn per_pod_prices(sentence: &str) -> Vec<f64> {
+    sentence
+        .split('$')
+        .skip(1)
+        .filter_map(|s| s.split_once("/h per pod"))
+        .filter_map(|(v, _)| v.parse().ok())
+        .collect()
+}
+
+#[test]
+fn explanations_never_say_a_dearer_option_beats_a_cheaper_one() {
+    let source = oracle::Source::new(&Catalog::embedded().unwrap());
+    let (mut explained, mut although) = (0, 0);
+    for seed in 0..400 {
+        let inst = oracle::instance(&source, seed);
+        let input = inst.input();
+        let p = plan::plan(&input, Strategy::Mip, &Options::default(), &|| 0.0);
+        for sentence in plan::explain(&input, &p) {
+            explained += 1;
+            let prices = per_pod_prices(&sentence);
+            if sentence.contains(" beats ") {
+                assert!(
+                    prices.len() == 2 && prices[0] <= prices[1],
+                    "seed {seed}: {sentence}"
+                );
+            }
+            if sentence.contains(", although ") {
+                although += 1;
+                assert!(
+                    prices.len() == 2 && prices[0] > prices[1],
+                    "seed {seed}: {sentence}"
+                );
+                let why = sentence.rsplit_once(": ").map_or("", |(_, w)| w);
+                assert!(!why.is_empty(), "seed {seed}: no reason in {sentence}");
+            }
+        }
+    }
+    // Cheaper options ruled out by a constraint occur, so the second
+    // branch is exercised (the old wording said "beats" there too).
+    assert!(
+        explained > 100 && although > 0,
+        "{explained} explanations, {although} with a cheaper option"
+    );
 }

@@ -39,7 +39,14 @@ pub struct Args {
     /// Longest the MIP may search, in milliseconds.
     #[arg(long, default_value_t = 800)]
     time_limit_ms: u64,
+    /// Exit with status 3 when any pod has no place (for CI); the plan is
+    /// printed either way.
+    #[arg(long)]
+    fail_on_unschedulable: bool,
 }
+
+/// Exit status of `plan --fail-on-unschedulable` when a pod has no place.
+pub const EXIT_UNSCHEDULABLE: u8 = 3;
 
 /// Output formats.
 #[derive(Debug, Clone, Copy, clap::ValueEnum)]
@@ -89,6 +96,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     };
     let options = Options {
         time_limit: Duration::from_millis(args.time_limit_ms),
+        lower_bound: true,
         ..Options::default()
     };
     let start = Instant::now();
@@ -100,7 +108,10 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     }
     match args.output {
         Output::Json => println!("{}", serde_json::to_string_pretty(&result)?),
-        Output::Table => print_table(&result),
+        Output::Table => print_table(&result, options.mip_gap),
+    }
+    if args.fail_on_unschedulable && !result.unschedulable.is_empty() {
+        return Ok(ExitCode::from(EXIT_UNSCHEDULABLE));
     }
     Ok(ExitCode::SUCCESS)
 }
@@ -139,7 +150,7 @@ fn read_pools(
     Ok(pools)
 }
 
-fn print_table(p: &Plan) {
+fn print_table(p: &Plan, tolerance: f64) {
     println!("strategy: {:?}   solve: {:.0} ms", p.strategy, p.solve_ms);
     if p.nodes.is_empty() {
         println!("no nodes to launch");
@@ -170,9 +181,11 @@ fn print_table(p: &Plan) {
         println!("{} pods fit on existing capacity", p.existing.len());
     }
     println!(
-        "nodes: {}   cost: ${:.4}/h   risk-adjusted: ${:.4}/h",
+        "nodes: {}   price: ${:.4}/h + expected interruption: ${:.4}/h + idle charge: ${:.4}/h = risk-adjusted: ${:.4}/h",
         p.nodes.len(),
         p.cost_per_hour,
+        p.interruption_cost_per_hour,
+        p.idle_charge_per_hour,
         p.risk_adjusted_cost_per_hour
     );
     if let Some(lb) = p.lower_bound_per_hour {
@@ -180,12 +193,21 @@ fn print_table(p: &Plan) {
             .gap()
             .map_or("-".to_string(), |g| format!("{:.2}%", g * 100.0));
         println!(
-            "lower bound: ${lb:.4}/h   gap: {gap}   {}",
+            "lower bound: ${lb:.4}/h ({:.0} ms; no plan placing these pods on new nodes can cost less)   gap: {gap}",
+            p.lower_bound_ms.unwrap_or(0.0)
+        );
+        println!(
+            "{}; {}",
             match p.solved_by {
-                SolvedBy::BranchAndBound => "solver: branch and bound, optimal within its MIP gap",
+                SolvedBy::BranchAndBound => "solver: branch and bound",
                 SolvedBy::TimeLimit => "solver: branch and bound, stopped at the time limit",
                 SolvedBy::LpRounding => "solver: LP relaxation rounded and packed",
                 SolvedBy::Greedy => "greedy",
+            },
+            if p.optimal {
+                format!("optimal within {:.0}% of the bound", tolerance * 100.0)
+            } else {
+                "not proven optimal (the gap is to a bound, not to a known better plan)".into()
             }
         );
     }

@@ -2,7 +2,7 @@
 //! canonical units (CPU in millicores, memory and storage in bytes, everything
 //! else in whole units), and resource lists that add, subtract and compare.
 
-use std::collections::BTreeMap;
+use std::borrow::Cow;
 use std::fmt;
 
 /// Kubernetes resource name of CPU.
@@ -29,9 +29,50 @@ pub fn canonical(resource: &str, quantity: &str) -> Result<i64, QuantityError> {
     Ok((scaled - 1e-6).ceil() as i64)
 }
 
+/// A resource name: the well-known ones are not allocated.
+type Name = Cow<'static, str>;
+
+/// Resource names common enough to be worth not allocating: every pod has
+/// some of them, and a controller's index holds a list per pod and node.
+const WELL_KNOWN: [&str; 9] = [
+    CPU,
+    MEMORY,
+    PODS,
+    EPHEMERAL_STORAGE,
+    crate::api::labels::RESOURCE_GPU,
+    crate::api::labels::RESOURCE_GPU_SHARED,
+    crate::api::labels::RESOURCE_NEURON,
+    crate::api::labels::RESOURCE_NEURONCORE,
+    crate::api::labels::RESOURCE_EFA,
+];
+
+fn name_of(resource: &str) -> Name {
+    WELL_KNOWN
+        .iter()
+        .find(|k| **k == resource)
+        .map_or_else(|| Cow::Owned(resource.to_string()), |k| Cow::Borrowed(*k))
+}
+
 /// A list of resources in canonical units. Absent means zero.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub struct Resources(BTreeMap<String, i64>);
+///
+/// Kept as a vector sorted by name without zero amounts (a pod asks for a
+/// handful of resources: a map's node and a string per name cost several
+/// times more). It compares, orders, hashes and iterates as a map from
+/// name to amount would: by name, then amount.
+#[derive(Clone, Default, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct Resources(Vec<(Name, i64)>);
+
+impl fmt::Debug for Resources {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        struct Map<'a>(&'a Resources);
+        impl fmt::Debug for Map<'_> {
+            fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.debug_map().entries(self.0.iter()).finish()
+            }
+        }
+        f.debug_tuple("Resources").field(&Map(self)).finish()
+    }
+}
 
 impl Resources {
     /// No resources.
@@ -60,27 +101,32 @@ impl Resources {
         self
     }
 
+    fn position(&self, name: &str) -> Result<usize, usize> {
+        self.0.binary_search_by(|(k, _)| k.as_ref().cmp(name))
+    }
+
     /// Sets one resource (zero removes it).
     pub fn set(&mut self, name: &str, value: i64) {
-        if value == 0 {
-            self.0.remove(name);
-        } else if let Some(v) = self.0.get_mut(name) {
-            // No new key string when the resource is already there: add and
-            // sub run in the simulator's inner loops.
-            *v = value;
-        } else {
-            self.0.insert(name.to_string(), value);
+        match (self.position(name), value) {
+            (Ok(i), 0) => {
+                self.0.remove(i);
+            }
+            // No new name when the resource is already there: add and sub
+            // run in the simulator's inner loops.
+            (Ok(i), _) => self.0[i].1 = value,
+            (Err(_), 0) => {}
+            (Err(i), _) => self.0.insert(i, (name_of(name), value)),
         }
     }
 
     /// The amount of one resource (0 when absent).
     pub fn get(&self, name: &str) -> i64 {
-        self.0.get(name).copied().unwrap_or(0)
+        self.position(name).map_or(0, |i| self.0[i].1)
     }
 
-    /// Resources with a non-zero amount.
+    /// Resources with a non-zero amount, by name.
     pub fn iter(&self) -> impl Iterator<Item = (&str, i64)> {
-        self.0.iter().map(|(k, v)| (k.as_str(), *v))
+        self.0.iter().map(|(k, v)| (k.as_ref(), *v))
     }
 
     /// True when every amount is zero.
@@ -131,13 +177,10 @@ impl Resources {
 
     /// `self` times `n`.
     pub fn times(&self, n: i64) -> Resources {
-        Resources(
-            self.0
-                .iter()
-                .filter(|_| n != 0)
-                .map(|(k, v)| (k.clone(), v * n))
-                .collect(),
-        )
+        if n == 0 {
+            return Resources::new();
+        }
+        Resources(self.0.iter().map(|(k, v)| (k.clone(), v * n)).collect())
     }
 
     /// True when a request of `self` fits in `capacity` (every requested
@@ -233,6 +276,65 @@ mod tests {
         let cpu_only = Resources::new().with(CPU, 7000);
         assert_eq!(pod.copies_in(&cpu_only), 0);
         assert_eq!(pod.first_shortfall(&cpu_only), Some("nvidia.com/gpu"));
+    }
+
+    /// The map from name to amount that `Resources` stood for before it
+    /// became a sorted vector, as the model it must still agree with.
+    type Model = std::collections::BTreeMap<String, i64>;
+
+    fn random_pair(rng: &mut impl rand::Rng) -> (Resources, Model) {
+        // Well-known names and others, in no particular order.
+        const NAMES: [&str; 6] = [
+            "pods",
+            "nvidia.com/mig-1g.10gb",
+            CPU,
+            "nvidia.com/gpu",
+            MEMORY,
+            "example.com/dongle",
+        ];
+        let (mut r, mut m) = (Resources::new(), Model::new());
+        for _ in 0..rng.random_range(0..10) {
+            let name = NAMES[rng.random_range(0..NAMES.len())];
+            let value = rng.random_range(-2..3);
+            r.set(name, value);
+            if value == 0 {
+                m.remove(name);
+            } else {
+                m.insert(name.to_string(), value);
+            }
+        }
+        (r, m)
+    }
+
+    fn hash_of(v: &impl std::hash::Hash) -> u64 {
+        use std::hash::{BuildHasher, BuildHasherDefault, DefaultHasher};
+        BuildHasherDefault::<DefaultHasher>::default().hash_one(v)
+    }
+
+    #[test]
+    fn iterates_compares_orders_and_hashes_as_a_map_of_names_to_amounts() {
+        use rand::SeedableRng;
+        let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(12);
+        for _ in 0..2000 {
+            let (a, ma) = random_pair(&mut rng);
+            let (b, mb) = random_pair(&mut rng);
+            let listed: Vec<(String, i64)> = a.iter().map(|(k, v)| (k.to_string(), v)).collect();
+            assert_eq!(listed, ma.clone().into_iter().collect::<Vec<_>>());
+            assert_eq!(a.is_empty(), ma.is_empty());
+            assert_eq!(
+                a.get("nvidia.com/gpu"),
+                ma.get("nvidia.com/gpu").copied().unwrap_or(0)
+            );
+            assert_eq!(a == b, ma == mb, "{a:?} {b:?}");
+            assert_eq!(a.cmp(&b), ma.cmp(&mb), "{a:?} {b:?}");
+            assert_eq!(hash_of(&a), hash_of(&ma), "{a:?}");
+            assert_eq!(format!("{a:?}"), format!("Resources({ma:?})"));
+            let sum = a.plus(&b);
+            for (k, v) in sum.iter() {
+                assert_eq!(v, a.get(k) + b.get(k));
+            }
+            assert!(sum.iter().all(|(_, v)| v != 0), "no zero amounts: {sum:?}");
+        }
     }
 
     #[test]

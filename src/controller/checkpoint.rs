@@ -102,7 +102,7 @@ pub struct HookTarget {
 
 /// What of a pod's spec decides whether its hook may be called: whether it
 /// shares the node's network, and the ports its containers declare.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, Hash)]
 pub struct HookEndpoint {
     /// `spec.hostNetwork`: the pod IP is the node's, so a hook call would
     /// reach whatever listens on the node.

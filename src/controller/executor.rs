@@ -234,7 +234,7 @@ impl Executor<'_> {
                 pod,
                 &i.checkpoint_annotations,
                 i.pod_ip.as_deref(),
-                &i.hook_endpoint,
+                &i.shape.hook_endpoint,
                 policy,
             ) {
                 Ok(hook) => hook,

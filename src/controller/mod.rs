@@ -9,6 +9,7 @@ pub mod events;
 pub mod executor;
 pub mod fence;
 pub mod health;
+pub mod intern;
 pub mod interruptions;
 pub mod kube_api;
 pub mod leader;

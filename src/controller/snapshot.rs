@@ -4,8 +4,9 @@
 //! `managedFields`, no specs of containers), and [`world_parts`] turns the
 //! index into the core's [`World`] inputs. The index is fed by synchronous
 //! `apply` / `delete` / `reset` calls from one generic watch loop
-//! ([`watch`]), as kubert's indexes are; what it holds at 100,000 pods is a
-//! planner [`Pod`] and a few flags per pod.
+//! ([`watch`]), as kubert's indexes are; what it holds at 100,000 pods is,
+//! per pod, a shared [`PodShape`] (one per workload), its name, labels and
+//! a few flags (about 0.6 KB a pod).
 //!
 //! Nothing here writes to the API or decides anything.
 
@@ -14,6 +15,7 @@ use crate::api::nodeclaim::conditions;
 use crate::api::{NodeClaim, NodePool};
 use crate::catalog::Catalog;
 use crate::cluster::{Pod, Resources};
+use crate::controller::intern::Interner;
 use crate::core::{BoundPod, ClaimRequest, ManagedNode, OfferingKey, Pdb, Time, World};
 use futures::StreamExt;
 use k8s_openapi::api::core::v1 as core;
@@ -25,21 +27,30 @@ use kube::{Api, Resource, ResourceExt};
 use serde::de::DeserializeOwned;
 use std::collections::{BTreeMap, HashMap};
 use std::fmt::Debug;
+use std::hash::{Hash, Hasher};
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, RwLock};
+use std::sync::{Arc, Mutex, RwLock};
 use tokio::sync::Notify;
 
-/// A pod, reduced to what decisions and draining read.
+/// A pod, reduced to what decisions and draining read. What the planner
+/// reads is one shared [`PodShape`] per workload, and the namespace, node
+/// name and label names and values are shared strings ([`Interners`]): a
+/// pod costs the index its key, its name, its IP, a list of label pairs
+/// and a few flags.
 #[derive(Debug, Clone, PartialEq)]
 pub struct PodInfo {
-    /// The planner's view (`namespace/name`, requests, constraints, labels).
-    pub pod: Pod,
+    /// The planner's view less the name and labels, and the hook endpoint
+    /// (shared by the pods of one workload); [`PodInfo::planner_pod`]
+    /// names and labels it.
+    pub shape: Arc<PodShape>,
+    /// Pod labels, by name.
+    pub labels: Box<[(Arc<str>, Arc<str>)]>,
     /// Namespace.
-    pub namespace: String,
+    pub namespace: Arc<str>,
     /// Name within the namespace.
-    pub name: String,
+    pub name: Box<str>,
     /// The node it is bound to.
-    pub node_name: Option<String>,
+    pub node_name: Option<Arc<str>>,
     /// The scheduler said it does not fit anywhere (`PodScheduled=False`,
     /// reason `Unschedulable`).
     pub unschedulable: bool,
@@ -57,7 +68,7 @@ pub struct PodInfo {
     /// reason to keep a node.
     pub daemon: bool,
     /// `status.podIP` (where a checkpoint hook is called).
-    pub pod_ip: Option<String>,
+    pub pod_ip: Option<Box<str>>,
     /// The pod's checkpoint annotations only (requested, completed, opt-in,
     /// hook), for the checkpoint signalling.
     pub checkpoint_annotations: BTreeMap<String, String>,
@@ -67,9 +78,88 @@ pub struct PodInfo {
     /// bound, protected from consolidation as if it were do-not-disrupt
     /// (drains still evict it): it is never dropped.
     pub unreadable: Vec<String>,
+}
+
+/// What the planner reads of a pod, less its name and labels (a
+/// StatefulSet's or indexed Job's pods differ in a label), with the facts
+/// of its spec a checkpoint hook call depends on: the same for every pod
+/// of a workload, so the index keeps one per workload ([`Interners`]).
+#[derive(Debug, Clone)]
+pub struct PodShape {
+    /// The planner's view, with an empty name and no labels.
+    pub pod: Pod,
     /// Host network and declared ports: whether its checkpoint hook may
     /// be called.
     pub hook_endpoint: crate::controller::checkpoint::HookEndpoint,
+}
+
+impl PodShape {
+    /// Every field, durations by their bits (so that equality is an
+    /// equivalence and agrees with the hash). Destructured in full: a new
+    /// field of the planner's pod must be added here.
+    fn identity(&self) -> impl Hash + Eq + '_ {
+        let Pod {
+            name,
+            requests,
+            affinity,
+            tolerations,
+            zone_spread,
+            hostname_anti_affinity,
+            group,
+            checkpoint_interval_s,
+            expected_runtime_s,
+            checkpoint_duration_s,
+            deadline,
+            checkpoints,
+            labels,
+        } = &self.pod;
+        let bits = |s: &Option<f64>| s.map(f64::to_bits);
+        (
+            (name, requests, affinity, tolerations, zone_spread),
+            (hostname_anti_affinity, group, deadline, checkpoints, labels),
+            (
+                bits(checkpoint_interval_s),
+                bits(expected_runtime_s),
+                bits(checkpoint_duration_s),
+            ),
+            &self.hook_endpoint,
+        )
+    }
+}
+
+impl PartialEq for PodShape {
+    fn eq(&self, other: &Self) -> bool {
+        self.identity() == other.identity()
+    }
+}
+
+impl Eq for PodShape {}
+
+impl Hash for PodShape {
+    fn hash<H: Hasher>(&self, state: &mut H) {
+        self.identity().hash(state);
+    }
+}
+
+/// The values pods share in the index: namespaces, node names, label
+/// names and values, and pod shapes. Each distilled pod takes its copies from here.
+#[derive(Debug, Default)]
+pub struct Interners {
+    names: Interner<str>,
+    shapes: Interner<PodShape>,
+}
+
+impl Interners {
+    /// Drops what no pod holds any more.
+    pub fn sweep(&mut self) {
+        self.names.sweep();
+        self.shapes.sweep();
+    }
+
+    /// Distinct pod shapes held.
+    pub fn shapes(&self) -> usize {
+        self.shapes.len()
+    }
 }
 
 /// A node, reduced to what the lifecycle and decisions read.
@@ -135,8 +225,9 @@ impl PodInfo {
     /// Failed: it holds nothing). A pod the planner cannot fully read is
     /// kept with what could be read and the problems in
     /// [`PodInfo::unreadable`]. `seen` is when the annotation of an
-    /// acknowledgement without a time value counts as made.
-    pub fn from_k8s(pod: &core::Pod, seen: Time) -> Option<PodInfo> {
+    /// acknowledgement without a time value counts as made; shared values
+    /// come from `interners`.
+    pub fn from_k8s(pod: &core::Pod, seen: Time, interners: &mut Interners) -> Option<PodInfo> {
         let status = pod.status.as_ref();
         if matches!(
             status.and_then(|s| s.phase.as_deref()),
@@ -144,7 +235,7 @@ impl PodInfo {
         ) {
             return None;
         }
-        let (planner, unreadable) = match Pod::from_k8s_lenient(pod, &BTreeMap::new()) {
+        let (mut planner, unreadable) = match Pod::from_k8s_lenient(pod, &BTreeMap::new()) {
             Ok((p, ignored)) => (p, ignored.into_iter().map(|i| i.problem).collect()),
             Err(e) => {
                 // Only a malformed quantity, operator or effect gets here,
@@ -161,6 +252,18 @@ impl PodInfo {
         if !unreadable.is_empty() {
             tracing::debug!(pod = %planner.name, problems = ?unreadable, "pod kept without what cannot be read");
         }
+        // The index's key names the pod and its labels are its own: the
+        // shared shape has neither.
+        planner.name = String::new();
+        let labels = std::mem::take(&mut planner.labels)
+            .iter()
+            .map(|(k, v)| {
+                (
+                    interners.names.intern(k.as_str()),
+                    interners.names.intern(v.as_str()),
+                )
+            })
+            .collect();
         let annotations = pod.annotations();
         let unschedulable = status
             .and_then(|s| s.conditions.as_ref())
@@ -195,22 +298,48 @@ impl PodInfo {
             })
             .map(|(k, v)| (k.clone(), v.clone()))
             .collect();
-        Some(PodInfo {
-            accelerator,
-            pod_ip: status.and_then(|s| s.pod_ip.clone()),
-            checkpoint_annotations,
+        let shape = interners.shapes.intern(PodShape {
+            pod: planner,
             hook_endpoint: crate::controller::checkpoint::HookEndpoint::of(pod),
-            namespace: pod.namespace().unwrap_or_else(|| "default".into()),
-            name: pod.name_any(),
-            node_name: pod.spec.as_ref().and_then(|s| s.node_name.clone()),
+        });
+        let namespace = interners
+            .names
+            .intern(pod.metadata.namespace.as_deref().unwrap_or("default"));
+        let node_name = pod
+            .spec
+            .as_ref()
+            .and_then(|s| s.node_name.as_deref())
+            .map(|n| interners.names.intern(n));
+        Some(PodInfo {
+            shape,
+            labels,
+            accelerator,
+            pod_ip: status.and_then(|s| s.pod_ip.as_deref()).map(Box::from),
+            checkpoint_annotations,
+            namespace,
+            name: pod.name_any().into_boxed_str(),
+            node_name,
             unschedulable,
             do_not_disrupt: annotations.get(l::DO_NOT_DISRUPT).map(String::as_str) == Some("true"),
             checkpoint_completed,
             terminating: pod.metadata.deletion_timestamp.is_some(),
             daemon,
-            pod: planner,
             unreadable,
         })
+    }
+
+    /// The planner's view of the pod (its shape, named `namespace/name`,
+    /// with its labels).
+    pub fn planner_pod(&self) -> Pod {
+        Pod {
+            name: self.key(),
+            labels: self
+                .labels
+                .iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect(),
+            ..self.shape.pod.clone()
+        }
     }
 
     /// `namespace/name`.
@@ -298,13 +427,9 @@ impl PdbInfo {
         }
     }
 
-    /// Whether the budget covers the pod.
-    pub fn covers(&self, pod: &PodInfo) -> bool {
-        pod.namespace == self.namespace
-            && self
-                .selector
-                .as_ref()
-                .is_some_and(|s| s.matches(&pod.pod.labels))
+    /// Whether the budget covers a pod in `namespace` with these labels.
+    pub fn covers(&self, namespace: &str, labels: &BTreeMap<String, String>) -> bool {
+        namespace == self.namespace && self.selector.as_ref().is_some_and(|s| s.matches(labels))
     }
 }
 
@@ -454,8 +579,8 @@ pub fn world_parts(s: &Snapshot, catalog: &Catalog, region: &str, now: Time) -> 
     let mut pending = Vec::new();
     for p in s.pods.values() {
         match &p.node_name {
-            Some(n) => by_node.entry(n.as_str()).or_default().push(p),
-            None if p.is_pending_accelerator() => pending.push(p.pod.clone()),
+            Some(n) => by_node.entry(n.as_ref()).or_default().push(p),
+            None if p.is_pending_accelerator() => pending.push(p.planner_pod()),
             None => {}
         }
     }
@@ -510,17 +635,21 @@ pub fn world_parts(s: &Snapshot, catalog: &Catalog, region: &str, now: Time) -> 
                 m.state.allocatable = node.allocatable.clone();
             }
             for p in by_node.get(node.name.as_str()).into_iter().flatten() {
-                m.state.used.add(&p.pod.requests);
+                m.state.used.add(&p.shape.pod.requests);
                 if p.daemon {
                     continue;
                 }
+                let pod = p.planner_pod();
+                let pdb = pdb_list
+                    .iter()
+                    .position(|b| b.covers(&p.namespace, &pod.labels));
                 m.pods.push(BoundPod {
-                    pod: p.pod.clone(),
+                    pod,
                     // Until its annotations read, the pod's wishes are
                     // unknown: keep its node out of consolidation.
                     do_not_disrupt: p.do_not_disrupt || !p.unreadable.is_empty(),
                     checkpoint_completed: p.checkpoint_completed,
-                    pdb: pdb_list.iter().position(|b| b.covers(p)),
+                    pdb,
                     placeholder: false,
                 });
             }
@@ -581,6 +710,8 @@ pub enum Kind {
 pub struct Store {
     snapshot: RwLock<Snapshot>,
     synced: [AtomicBool; 5],
+    /// What the pods share (locked only while one pod is distilled).
+    interners: Mutex<Interners>,
     /// Notified on every change (one stored permit: changes coalesce).
     pub changed: Notify,
 }
@@ -596,6 +727,12 @@ impl Store {
     pub fn read<T>(&self, f: impl FnOnce(&Snapshot) -> T) -> T {
         let guard = self.snapshot.read().unwrap_or_else(|e| e.into_inner());
         f(&guard)
+    }
+
+    /// The shared values, for distilling objects (never held across an
+    /// `.await`).
+    pub fn interners(&self) -> std::sync::MutexGuard<'_, Interners> {
+        self.interners.lock().unwrap_or_else(|e| e.into_inner())
     }
 
     fn write(&self, f: impl FnOnce(&mut Snapshot)) {
@@ -618,7 +755,7 @@ impl Store {
     /// Adds or replaces one object.
     pub fn apply<K: Indexed>(&self, obj: K) {
         let key = K::key(&obj);
-        let item = obj.distill();
+        let item = obj.distill(&mut self.interners());
         self.write(|s| match item {
             Some(item) => {
                 K::slot(s).insert(key, item);
@@ -641,13 +778,15 @@ impl Store {
     /// kind synced.
     pub fn reset<K: Indexed>(&self, objs: Vec<K>) {
         let mut items = Relist::<K>::default();
-        objs.into_iter().for_each(|o| items.push(o));
+        objs.into_iter().for_each(|o| items.push(self, o));
         self.reset_distilled(items);
     }
 
     /// [`Store::reset`] with objects distilled as they were listed.
     pub fn reset_distilled<K: Indexed>(&self, items: Relist<K>) {
         self.write(|s| *K::slot(s) = items.items);
+        // What only the replaced objects held goes now.
+        self.interners().sweep();
         self.mark_synced(K::KIND);
     }
 }
@@ -668,10 +807,11 @@ impl<K: Indexed> Default for Relist<K> {
 }
 
 impl<K: Indexed> Relist<K> {
-    /// Distills and keeps one listed object (a finished pod is left out).
-    pub fn push(&mut self, obj: K) {
+    /// Distills and keeps one listed object (a finished pod is left out),
+    /// sharing values through `store`'s interners.
+    pub fn push(&mut self, store: &Store, obj: K) {
         let key = K::key(&obj);
-        if let Some(item) = obj.distill() {
+        if let Some(item) = obj.distill(&mut store.interners()) {
             self.items.insert(key, item);
         }
     }
@@ -690,8 +830,9 @@ pub trait Indexed: Resource + Clone + DeserializeOwned + Debug + Send + Sync + '
             None => self.meta().name.clone().unwrap_or_default(),
         }
     }
-    /// The item to keep, or `None` to keep nothing (a finished pod).
-    fn distill(self) -> Option<Self::Item>;
+    /// The item to keep, or `None` to keep nothing (a finished pod);
+    /// repeated values are shared through `interners`.
+    fn distill(self, interners: &mut Interners) -> Option<Self::Item>;
     /// The snapshot's map for the kind.
     fn slot(s: &mut Snapshot) -> &mut BTreeMap<String, Self::Item>;
 }
@@ -699,8 +840,8 @@ pub trait Indexed: Resource + Clone + DeserializeOwned + Debug + Send + Sync + '
 impl Indexed for core::Pod {
     type Item = PodInfo;
     const KIND: Kind = Kind::Pods;
-    fn distill(self) -> Option<PodInfo> {
-        PodInfo::from_k8s(&self, chrono::Utc::now())
+    fn distill(self, interners: &mut Interners) -> Option<PodInfo> {
+        PodInfo::from_k8s(&self, chrono::Utc::now(), interners)
     }
     fn slot(s: &mut Snapshot) -> &mut BTreeMap<String, PodInfo> {
         &mut s.pods
@@ -710,7 +851,7 @@ impl Indexed for core::Pod {
 impl Indexed for core::Node {
     type Item = NodeInfo;
     const KIND: Kind = Kind::Nodes;
-    fn distill(self) -> Option<NodeInfo> {
+    fn distill(self, _: &mut Interners) -> Option<NodeInfo> {
         Some(NodeInfo::from_k8s(&self))
     }
     fn slot(s: &mut Snapshot) -> &mut BTreeMap<String, NodeInfo> {
@@ -721,7 +862,7 @@ impl Indexed for core::Node {
 impl Indexed for NodePool {
     type Item = NodePool;
     const KIND: Kind = Kind::NodePools;
-    fn distill(self) -> Option<NodePool> {
+    fn distill(self, _: &mut Interners) -> Option<NodePool> {
         Some(strip(self))
     }
     fn slot(s: &mut Snapshot) -> &mut BTreeMap<String, NodePool> {
@@ -732,7 +873,7 @@ impl Indexed for NodePool {
 impl Indexed for NodeClaim {
     type Item = NodeClaim;
     const KIND: Kind = Kind::NodeClaims;
-    fn distill(self) -> Option<NodeClaim> {
+    fn distill(self, _: &mut Interners) -> Option<NodeClaim> {
         Some(strip(self))
     }
     fn slot(s: &mut Snapshot) -> &mut BTreeMap<String, NodeClaim> {
@@ -743,7 +884,7 @@ impl Indexed for NodeClaim {
 impl Indexed for PodDisruptionBudget {
     type Item = PdbInfo;
     const KIND: Kind = Kind::Pdbs;
-    fn distill(self) -> Option<PdbInfo> {
+    fn distill(self, _: &mut Interners) -> Option<PdbInfo> {
         Some(PdbInfo::from_k8s(&self))
     }
     fn slot(s: &mut Snapshot) -> &mut BTreeMap<String, PdbInfo> {
@@ -761,7 +902,7 @@ pub async fn watch<K: Indexed>(api: Api<K>, config: watcher::Config, store: Arc<
     while let Some(event) = stream.next().await {
         match event {
             Ok(Event::Init) => relist = Relist::default(),
-            Ok(Event::InitApply(k)) => relist.push(k),
+            Ok(Event::InitApply(k)) => relist.push(&store, k),
             Ok(Event::InitDone) => store.reset_distilled(std::mem::take(&mut relist)),
             Ok(Event::Apply(k)) => store.apply(k),
             Ok(Event::Delete(k)) => store.delete(&k),
@@ -1141,6 +1282,52 @@ mod tests {
         let again = reports.fresh(&store.read(Snapshot::clone));
         assert_eq!(again.len(), 1);
         assert_eq!(again[0].0, "ml/bound");
+    }
+
+    #[test]
+    fn pods_of_one_workload_share_one_shape_and_plan_as_they_read() {
+        let labelled = |extra: serde_json::Value| {
+            let mut v = json!({"metadata": {"labels": {"app": "x"}}});
+            merge(&mut v, extra);
+            v
+        };
+        let a = pod("a", 1, Some("n1"), labelled(json!({})));
+        // A StatefulSet's pods differ in a label, not in their shape.
+        let own = json!({"metadata": {"labels": {"statefulset.kubernetes.io/pod-name": "b"}}});
+        let b = pod("b", 1, Some("n1"), labelled(own));
+        let bigger = pod("c", 2, None, labelled(json!({})));
+        let every = json!({"metadata": {"annotations": {l::CHECKPOINT_INTERVAL: "30m"}}});
+        let checkpointed = pod("d", 1, Some("n2"), labelled(every));
+        let store = Store::new();
+        store.reset(vec![
+            a.clone(),
+            b.clone(),
+            bigger.clone(),
+            checkpointed.clone(),
+        ]);
+        let s = store.read(Snapshot::clone);
+        let [pa, pb, pc, pd] = ["a", "b", "c", "d"].map(|n| &s.pods[&format!("ml/{n}")]);
+        assert!(Arc::ptr_eq(&pa.shape, &pb.shape));
+        assert!(!Arc::ptr_eq(&pa.shape, &pc.shape), "other requests");
+        assert!(!Arc::ptr_eq(&pa.shape, &pd.shape), "other annotations");
+        assert!(Arc::ptr_eq(&pa.namespace, &pc.namespace));
+        assert_eq!((pa.labels.len(), pb.labels.len()), (1, 2));
+        assert!(Arc::ptr_eq(&pa.labels[0].1, &pb.labels[0].1), "app=x, once");
+        let node = |p: &PodInfo| p.node_name.clone().unwrap();
+        assert!(Arc::ptr_eq(&node(pa), &node(pb)));
+        assert_eq!(&*node(pd), "n2");
+        // The planner reads each pod as the direct conversion does.
+        for (info, k8s) in [(pa, &a), (pb, &b), (pc, &bigger), (pd, &checkpointed)] {
+            assert_eq!(
+                info.planner_pod(),
+                Pod::from_k8s(k8s, &BTreeMap::new()).unwrap()
+            );
+        }
+        assert_eq!(store.interners().shapes(), 3);
+        // Shapes no pod holds go with the next relist.
+        drop(s);
+        store.reset(vec![a]);
+        assert_eq!(store.interners().shapes(), 1);
     }
 
     #[test]

@@ -230,7 +230,10 @@ pub fn explain_unschedulable(class: &Class, all: &[Candidate], pools: &[Pool]) -
             .collect();
         msgs.sort();
         msgs.dedup();
-        return format!("does not tolerate taint {}", msgs.join(", "));
+        return format!(
+            "does not tolerate taint {} (NodePool in parentheses); a toleration for it would let the pod use that pool",
+            msgs.join(", ")
+        );
     }
     let mut remaining = tolerated;
     if !class.pod.affinity.terms.is_empty() {
@@ -261,7 +264,23 @@ pub fn explain_unschedulable(class: &Class, all: &[Candidate], pools: &[Pool]) -
         }
         remaining = any_term_survives;
     }
-    // Nothing is large enough: name the resource short on the largest node.
+    // Nothing is large enough: name a resource no node has enough of, with
+    // the most any node has.
+    for (r, need) in class.pod.requests.iter() {
+        let most = remaining
+            .iter()
+            .map(|c| c.allocatable.get(r))
+            .max()
+            .unwrap_or(0);
+        if need > most {
+            return format!(
+                "needs {}; the largest node any compatible pool may launch has {}",
+                amount(r, need, true),
+                amount(r, most, false)
+            );
+        }
+    }
+    // Each resource fits somewhere, but not all on one node.
     let mut shortfalls: Vec<String> = remaining
         .iter()
         .filter_map(|c| class.pod.requests.first_shortfall(&c.allocatable))
@@ -273,9 +292,25 @@ pub fn explain_unschedulable(class: &Class, all: &[Candidate], pools: &[Pool]) -
         return "no compatible offering has room".into();
     }
     format!(
-        "requests ({}) exceed the allocatable of all {} compatible offerings (short of {})",
+        "requests ({}) fit no single node: each of the {} compatible offerings is short of one of {}",
         class.pod.requests,
         remaining.len(),
         shortfalls.join(", ")
     )
+}
+
+/// `amount` of resource `r` for a message: millicores, MiB or units, with
+/// the resource's name when `named`.
+fn amount(r: &str, amount: i64, named: bool) -> String {
+    use crate::cluster::resources::{CPU, MEMORY};
+    let value = match r {
+        CPU => format!("{amount}m"),
+        MEMORY => format!("{}Mi", amount >> 20),
+        _ => amount.to_string(),
+    };
+    if named {
+        format!("{value} {r}")
+    } else {
+        value
+    }
 }

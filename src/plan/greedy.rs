@@ -12,10 +12,8 @@ use super::candidates::{self, Candidate};
 use super::classes::Class;
 use super::limits;
 use super::pack::{self, Bin};
-use super::risk::exposure;
 use super::{
-    pod_risk_cost, ExistingPlacement, Input, Options, Plan, PlannedNode, SolvedBy, Strategy,
-    Unschedulable,
+    ExistingPlacement, Input, Options, Plan, PlannedNode, SolvedBy, Strategy, Unschedulable,
 };
 use crate::cluster::resources::{CPU, MEMORY};
 use crate::cluster::{Pod, Resources};
@@ -203,28 +201,20 @@ pub fn finish(
     let mut nodes = Vec::new();
     let mut cost = 0.0;
     let mut risk_adjusted = 0.0;
+    let (mut interruption, mut idle_total) = (0.0, 0.0);
     for (o, members) in launched {
         let c = &cands[o];
-        let aversion = input.pools[c.pool].risk_aversion;
-        let mut risk = 0.0;
-        let mut accel_used = 0;
-        for &j in &members {
-            let p = &pods[j];
-            let k = p.requests.copies_in(&c.allocatable).max(1);
-            risk += pod_risk_cost(&exposure(p), c, k, aversion);
-            if let Some(r) = &c.accelerator_resource {
-                accel_used += p.requests.get(r);
-            }
-        }
-        let idle = if c.accelerator_units > 0 {
-            opts.idle_accelerator_charge
-                * c.price()
-                * (c.accelerator_units - accel_used).max(0) as f64
-                / c.accelerator_units as f64
-        } else {
-            0.0
-        };
+        let terms = super::cost::node_cost(
+            input,
+            c,
+            members.iter().map(|&j| &pods[j]),
+            opts.idle_accelerator_charge,
+        );
+        let risk = terms.interruption;
+        let idle = terms.idle;
         cost += c.price();
+        interruption += risk;
+        idle_total += idle;
         risk_adjusted += c.price() + risk + idle;
         nodes.push(PlannedNode {
             nodepool: input.pools[c.pool].name.clone(),
@@ -233,6 +223,7 @@ pub fn finish(
             capacity_type: c.offering.capacity_type,
             price_per_hour: c.price(),
             interruption_cost_per_hour: risk,
+            idle_charge_per_hour: idle,
             pods: members.iter().map(|&j| pods[j].name.clone()).collect(),
         });
     }
@@ -251,8 +242,12 @@ pub fn finish(
             .collect(),
         unschedulable,
         cost_per_hour: cost,
+        interruption_cost_per_hour: interruption,
+        idle_charge_per_hour: idle_total,
         risk_adjusted_cost_per_hour: risk_adjusted,
         lower_bound_per_hour: None,
+        lower_bound_ms: None,
+        optimal: false,
         solved_by: SolvedBy::Greedy,
         solve_ms: 0.0,
         explanations: Vec::new(),

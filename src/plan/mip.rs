@@ -28,6 +28,26 @@ const KEEP_PER_ZONE_AND_TYPE: usize = 1;
 /// Candidates kept for a class whose zone does not matter: the cheapest per
 /// pod overall, and always the cheapest of each capacity type.
 const KEEP_FREE: usize = 6;
+/// Compatible candidates of all classes of a tier up to which the tier
+/// keeps them all: pruning per class cannot see that a node it would drop
+/// is the best one to share with other classes, and such models stay
+/// small. Per class instead, it made large rounded models dearer (`bench
+/// plan --pods 20000`, seed 1: $7,992/h against $7,874/h).
+const KEEP_ALL: usize = 64;
+/// Integer variables up to which every class places whole pods (exact):
+/// beyond a few dozen, branching on every placement took microlp past the
+/// time limit on `deploy/examples/plan` (12 nodes), where real placements
+/// rounded afterwards finish in time.
+const ALL_INTEGRAL_MAX: usize = 64;
+/// Pods of a class up to which [`prune`] adds the cheapest whole nodes for
+/// its demand: for larger classes the rounded LP fills big nodes well, and
+/// the small shapes only made it spread pods over more, emptier nodes
+/// (`bench plan --pods 2000`, seed 1: $1,312/h with them for every class,
+/// $1,301/h with them up to 16 pods, $1,302/h without).
+const DEMAND_AWARE_MAX: usize = 16;
+/// Pod counts up to which [`prune`] keeps the cheapest whole nodes for every
+/// count, not only for the demand and its remainders.
+const EXACT_COUNTS: usize = 8;
 
 /// A class's options within one weight tier.
 struct ClassOptions {
@@ -128,18 +148,28 @@ pub fn plan(input: &Input, opts: &Options, clock: &dyn Fn() -> f64) -> Plan {
         })
         .collect();
     let mut launched: Vec<(usize, Vec<usize>)> = Vec::new();
-    let mut lower_bound = 0.0;
     let mut solved_by = SolvedBy::BranchAndBound;
     let max_tiers = tiers.iter().map(Vec::len).max().unwrap_or(0);
     for t in 0..max_tiers {
+        let active = |ci: &usize| !remaining[*ci].is_empty() && tiers[*ci].len() > t;
+        // A small tier keeps every candidate (see `KEEP_ALL`).
+        let small = (0..classes.len())
+            .filter(active)
+            .map(|ci| tiers[ci][t].len())
+            .sum::<usize>()
+            <= KEEP_ALL;
         let work: Vec<ClassOptions> = classes
             .iter()
             .enumerate()
-            .filter(|(ci, _)| !remaining[*ci].is_empty() && tiers[*ci].len() > t)
+            .filter(|(ci, _)| active(ci))
             .map(|(ci, c)| ClassOptions {
                 class: ci,
                 pods: remaining[ci].clone(),
-                options: prune(c, &tiers[ci][t], &cands, input),
+                options: if small {
+                    tiers[ci][t].clone()
+                } else {
+                    prune(c, &tiers[ci][t], &cands, input, remaining[ci].len())
+                },
             })
             .collect();
         if work.is_empty() {
@@ -154,7 +184,6 @@ pub fn plan(input: &Input, opts: &Options, clock: &dyn Fn() -> f64) -> Plan {
             opts,
             time_left: opts.time_limit.as_secs_f64() - (clock() - started),
         });
-        lower_bound += result.lower_bound;
         solved_by = solved_by.max(result.solved_by);
         for w in &work {
             remaining[w.class] = result.unplaced.get(&w.class).cloned().unwrap_or_default();
@@ -212,6 +241,29 @@ pub fn plan(input: &Input, opts: &Options, clock: &dyn Fn() -> f64) -> Plan {
             }
         }
     }
+    // Whatever left a gang partly unplaced (rounding, packing, a limit
+    // met by a later tier), its members cannot start apart: none launches.
+    let partial: BTreeSet<&str> = remaining
+        .iter()
+        .flatten()
+        .filter_map(|&p| pods[p].group.as_ref())
+        .map(|g| g.name.as_str())
+        .collect();
+    if !partial.is_empty() {
+        for (_, node) in launched.iter_mut() {
+            node.retain(|&p| {
+                let keep = pods[p]
+                    .group
+                    .as_ref()
+                    .is_none_or(|g| !partial.contains(g.name.as_str()));
+                if !keep {
+                    remaining[class_of[&p]].push(p);
+                }
+                keep
+            });
+        }
+        launched.retain(|(_, node)| !node.is_empty());
+    }
     let launched = merge_nodes(input, &cands, launched);
     for (ci, r) in remaining.iter().enumerate() {
         for &p in r {
@@ -237,7 +289,6 @@ pub fn plan(input: &Input, opts: &Options, clock: &dyn Fn() -> f64) -> Plan {
         unschedulable,
         opts,
     );
-    plan.lower_bound_per_hour = Some(lower_bound);
     plan.solved_by = solved_by;
     plan
 }
@@ -334,35 +385,20 @@ fn merge_nodes(
 /// The expected interruption cost of pod `p` on a node of `c`, USD per
 /// hour, as [`node_cost`] counts it.
 fn pod_risk(input: &Input, p: &crate::cluster::Pod, c: &Candidate) -> f64 {
-    let k = p.requests.copies_in(&c.allocatable).max(1);
-    pod_risk_cost(
-        &super::risk::exposure(p),
-        c,
-        k,
-        input.pools[c.pool].risk_aversion,
-    )
+    super::cost::node_cost(input, c, [p], 0.0).interruption
 }
 
 /// Price plus the expected interruption cost of `members` plus the idle
 /// accelerator charge of one node of `c`, USD per hour: what
 /// `greedy::finish` charges for it.
 fn node_cost(input: &Input, c: &Candidate, opts: &Options, members: &[usize]) -> f64 {
-    let mut risk = 0.0;
-    let mut used = 0;
-    for &j in members {
-        let p = &input.pods[j];
-        risk += pod_risk(input, p, c);
-        if let Some(r) = &c.accelerator_resource {
-            used += p.requests.get(r);
-        }
-    }
-    let idle = if c.accelerator_units > 0 {
-        opts.idle_accelerator_charge * c.price() * (c.accelerator_units - used).max(0) as f64
-            / c.accelerator_units as f64
-    } else {
-        0.0
-    };
-    c.price() + risk + idle
+    super::cost::node_cost(
+        input,
+        c,
+        members.iter().map(|&j| &input.pods[j]),
+        opts.idle_accelerator_charge,
+    )
+    .total()
 }
 
 /// The offerings a plan already holds nodes in ([`right_size`]'s view of
@@ -444,56 +480,103 @@ fn right_size(
     best.1
 }
 
-/// Keeps, per zone and capacity type, the few cheapest candidates per pod.
+/// The candidates a class's pods are offered in the model: those that can be
+/// cheapest for *its* demand. Per pool and capacity type (and zone, for gang
+/// and zone-spread classes, whose zone matters), a candidate stays when it is
+/// the cheapest way to hold `m` of the class's pods alone (whole nodes:
+/// `ceil(m / k)` nodes plus their pods' expected interruption cost) for some
+/// `m` that can matter: every count up to [`EXACT_COUNTS`], the whole demand,
+/// and what is left of it after filling nodes of any other shape. So a dozen
+/// one-slice MIG pods keep the 7-slice node that holds them in two, not only
+/// the 56-slice one that is cheapest per pod when full. Besides those, the
+/// cheapest per pod on a full node (for sharing nodes with other classes):
+/// the [`KEEP_FREE`] best overall and the best of each capacity type, or the
+/// [`KEEP_PER_ZONE_AND_TYPE`] best per pool, zone and capacity type for
+/// classes whose zone matters.
 fn prune(
     class: &Class,
     options: &[(usize, u32)],
     cands: &[Candidate],
     input: &Input,
+    demand: usize,
 ) -> Vec<(usize, u32)> {
-    let per_pod = |&(i, k): &(usize, u32)| {
+    let risk = |i: usize, k: u32| {
         let c = &cands[i];
         let aversion = input.pools[c.pool].risk_aversion;
-        c.price() / k as f64 + pod_risk_cost(&class.exposure, c, k, aversion)
+        pod_risk_cost(&class.exposure, c, k, aversion)
     };
-    let mut sorted = options.to_vec();
-    sorted.sort_by(|a, b| per_pod(a).total_cmp(&per_pod(b)).then(a.0.cmp(&b.0)));
-    if class.pod.group.is_none() && class.pod.zone_spread.is_none() {
-        let mut seen_types = Vec::new();
-        return sorted
-            .into_iter()
-            .enumerate()
-            .filter(|(rank, (i, _))| {
-                let ct = cands[*i].offering.capacity_type;
-                let first_of_type = !seen_types.contains(&ct);
-                seen_types.push(ct);
-                *rank < KEEP_FREE || first_of_type
-            })
-            .map(|(_, o)| o)
-            .collect();
-    }
-    let mut kept: HashMap<(usize, &str, crate::catalog::CapacityType), usize> = HashMap::new();
-    sorted
-        .into_iter()
-        .filter(|(i, _)| {
-            let c = &cands[*i];
-            let n = kept
-                .entry((
-                    c.pool,
-                    c.offering.zone_id.as_str(),
-                    c.offering.capacity_type,
-                ))
-                .or_default();
+    let per_pod = |&(i, k): &(usize, u32)| cands[i].price() / k as f64 + risk(i, k);
+    let zoned = class.pod.group.is_some() || class.pod.zone_spread.is_some();
+    let group = |i: usize| {
+        let c = &cands[i];
+        (
+            c.pool,
+            c.offering.capacity_type,
+            if zoned {
+                c.offering.zone_id.as_str()
+            } else {
+                ""
+            },
+        )
+    };
+    let mut keep: BTreeSet<usize> = BTreeSet::new();
+
+    // Cheapest per pod on a full node.
+    let mut sorted: Vec<usize> = (0..options.len()).collect();
+    sorted.sort_by(|a, b| {
+        per_pod(&options[*a])
+            .total_cmp(&per_pod(&options[*b]))
+            .then(options[*a].0.cmp(&options[*b].0))
+    });
+    if zoned {
+        let mut kept: HashMap<_, usize> = HashMap::new();
+        for &x in &sorted {
+            let n = kept.entry(group(options[x].0)).or_default();
             *n += 1;
-            *n <= KEEP_PER_ZONE_AND_TYPE
-        })
-        .collect()
+            if *n <= KEEP_PER_ZONE_AND_TYPE {
+                keep.insert(x);
+            }
+        }
+    } else {
+        let mut seen_types = Vec::new();
+        for (rank, &x) in sorted.iter().enumerate() {
+            let ct = cands[options[x].0].offering.capacity_type;
+            if rank < KEEP_FREE || !seen_types.contains(&ct) {
+                keep.insert(x);
+            }
+            seen_types.push(ct);
+        }
+    }
+
+    // Cheapest whole nodes for the counts that can matter.
+    let mut counts: BTreeSet<usize> = (1..=demand.min(EXACT_COUNTS)).collect();
+    counts.insert(demand.max(1));
+    for &(_, k) in options {
+        let k = k as usize;
+        if !demand.is_multiple_of(k) {
+            counts.insert(demand % k);
+        }
+    }
+    let mut best: HashMap<(_, usize), (f64, usize)> = HashMap::new();
+    for (x, &(i, k)) in options.iter().enumerate() {
+        let (price, r) = (cands[i].price(), risk(i, k));
+        for &m in &counts {
+            let cost = m.div_ceil(k as usize) as f64 * price + m as f64 * r;
+            let slot = best.entry((group(i), m)).or_insert((f64::INFINITY, x));
+            if cost < slot.0 - 1e-9 {
+                *slot = (cost, x);
+            }
+        }
+    }
+    if demand <= DEMAND_AWARE_MAX {
+        keep.extend(best.into_values().map(|(_, x)| x));
+    }
+    keep.into_iter().map(|x| options[x]).collect()
 }
 
 struct Solved {
     assigned: Vec<(usize, Vec<usize>)>,
     unplaced: HashMap<usize, Vec<usize>>,
-    lower_bound: f64,
     solved_by: SolvedBy,
 }
 
@@ -503,6 +586,7 @@ struct Model {
     objective: Expression,
     constraints: Vec<good_lp::Constraint>,
     y: Vec<Vec<(usize, Variable)>>,
+    /// The unplaced pods' share of the objective.
     penalty: Expression,
     integers: usize,
 }
@@ -521,7 +605,7 @@ struct Tier<'a> {
 }
 
 /// The model of a tier, integral or its LP relaxation.
-fn build(tier: Tier, relaxed: bool) -> Model {
+fn build(tier: Tier, relaxed: bool, all_integral: bool) -> Model {
     let Tier {
         work,
         classes,
@@ -559,10 +643,15 @@ fn build(tier: Tier, relaxed: bool) -> Model {
     let mut load: BTreeMap<(usize, String), Expression> = BTreeMap::new();
     let mut y: Vec<Vec<(usize, Variable)>> = Vec::new();
     let mut gang_zone: BTreeMap<String, BTreeMap<String, Variable>> = BTreeMap::new();
+    // The zones each class of a gang can use: a zone some class cannot use
+    // is no zone for the gang (else choosing it would place the other
+    // classes and leave that one out for free).
+    let mut gang_class_zones: BTreeMap<String, Vec<BTreeSet<String>>> = BTreeMap::new();
     for w in work {
         let class = &classes[w.class];
         let d = w.pods.len() as f64;
-        let integral = !relaxed && (class.pod.group.is_some() || class.pod.zone_spread.is_some());
+        let integral = !relaxed
+            && (all_integral || class.pod.group.is_some() || class.pod.zone_spread.is_some());
         let mut ys = Vec::new();
         for &(o, k) in &w.options {
             let def = variable().min(0.0).max(d);
@@ -609,6 +698,10 @@ fn build(tier: Tier, relaxed: bool) -> Model {
                     .iter()
                     .map(|(o, _)| cands[*o].offering.zone_id.as_str())
                     .collect();
+                gang_class_zones
+                    .entry(g.name.clone())
+                    .or_default()
+                    .push(zones.iter().map(|z| z.to_string()).collect());
                 let entry = gang_zone.entry(g.name.clone()).or_default();
                 for zone in zones {
                     let z = *entry.entry(zone.to_string()).or_insert_with(|| {
@@ -644,6 +737,15 @@ fn build(tier: Tier, relaxed: bool) -> Model {
         }
         y.push(ys);
     }
+    for (name, zones) in &gang_zone {
+        for usable in &gang_class_zones[name] {
+            for (zone, z) in zones {
+                if !usable.contains(zone) {
+                    cons.push(constraint!(*z == 0.0));
+                }
+            }
+        }
+    }
     // A gang picks at most one zone; not picking one costs every member's
     // penalty.
     for (name, zones) in &gang_zone {
@@ -658,10 +760,15 @@ fn build(tier: Tier, relaxed: bool) -> Model {
             })
             .map(|w| w.pods.len() as f64)
             .sum();
+        // `left` is 1 when the gang gets no zone: a variable, not the
+        // constant `1 - sum z` in the objective, because a constant of
+        // 10,000s of dollars made the solver's relative gap accept plans
+        // far dearer than the best.
         let chosen: Expression = zones.values().copied().sum();
-        cons.push(constraint!(chosen.clone() <= 1.0));
-        objective += (1.0 - chosen.clone()) * (UNPLACED_PENALTY * d);
-        penalty += (1.0 - chosen) * (UNPLACED_PENALTY * d);
+        let left = vars.add(variable().min(0.0).max(1.0));
+        cons.push(constraint!(chosen + left == 1.0));
+        objective += left * (UNPLACED_PENALTY * d);
+        penalty += left * (UNPLACED_PENALTY * d);
     }
     // Capacity per resource.
     for ((o, r), l) in load {
@@ -720,7 +827,7 @@ fn build(tier: Tier, relaxed: bool) -> Model {
                 .zip(work)
                 .filter(|(_, w)| {
                     let c = &classes[w.class];
-                    c.pod.group.is_some() || c.pod.zone_spread.is_some()
+                    all_integral || c.pod.group.is_some() || c.pod.zone_spread.is_some()
                 })
                 .map(|(ys, _)| ys.len())
                 .sum::<usize>()
@@ -752,7 +859,7 @@ fn gang_nodes(work: &[ClassOptions], classes: &[Class], o: usize) -> f64 {
     per_gang.into_values().fold(0.0, f64::max)
 }
 
-/// Solves a tier: the LP relaxation for the bound, then branch and bound or
+/// Solves a tier: the LP relaxation (the fallback), then branch and bound or
 /// rounding.
 fn solve(tier: Tier) -> Solved {
     let Tier {
@@ -761,62 +868,50 @@ fn solve(tier: Tier) -> Solved {
         time_left,
         ..
     } = tier;
-    // The LP relaxation: the lower bound, and the fallback if the MIP finds
-    // nothing in time.
-    let lp = build(tier, true);
-    let (lp_y, lp_bound) = {
+    // The LP relaxation: the fallback if the MIP finds nothing in time.
+    let lp = build(tier, true, false);
+    let lp_y = {
         let Model {
             vars,
             objective,
             constraints,
             y,
-            penalty,
             ..
         } = lp;
-        let mut problem = vars.minimise(objective.clone()).using(microlp);
+        let mut problem = vars.minimise(objective).using(microlp);
         for c in constraints {
             problem.add_constraint(c);
         }
         match problem.solve() {
-            Ok(s) => (read_y(&s, &y), s.eval(&objective) - s.eval(&penalty)),
-            Err(_) => (Vec::new(), 0.0),
+            Ok(s) => read_y(&s, &y),
+            Err(_) => Vec::new(),
         }
     };
 
-    let mip = build(tier, false);
+    // Small models place whole pods (exact); larger ones place real
+    // amounts of pods of classes whose zone does not matter, rounded after.
+    let all_integral = build(tier, false, true).integers
+        <= opts.max_branch_and_bound_integers.min(ALL_INTEGRAL_MAX);
+    let mip = build(tier, false, all_integral);
     let (ys, solved_by) = if mip.integers > opts.max_branch_and_bound_integers || time_left <= 0.0 {
         // Too large to branch within the time limit, or the plan's time is
         // spent: round the LP.
         (lp_y, SolvedBy::LpRounding)
     } else {
-        let Model {
-            vars,
-            objective,
-            constraints,
-            y,
-            ..
-        } = mip;
-        let mut problem = vars
-            .minimise(objective)
-            .using(microlp)
-            .with_time_limit(time_left)
-            .with_mip_gap(opts.mip_gap.clamp(0.0, 1.0) as f32)
-            .expect("a gap in [0, 1] is accepted");
-        for c in constraints {
-            problem.add_constraint(c);
-        }
-        match problem.solve() {
-            Ok(s) => {
-                let how = match s.status() {
-                    good_lp::SolutionStatus::Optimal | good_lp::SolutionStatus::GapLimit => {
-                        SolvedBy::BranchAndBound
-                    }
-                    _ => SolvedBy::TimeLimit,
-                };
-                (read_y(&s, &y), how)
+        match branch_and_bound(mip, None, opts, time_left) {
+            // Pods left unplaced (limits) put 10,000s of dollars of
+            // penalty in the objective, and the solver's gap is relative:
+            // solve again for the cost alone, placing as many pods.
+            Some((ys, how, penalty)) if penalty > 0.5 => {
+                let again = build(tier, false, all_integral);
+                match branch_and_bound(again, Some(penalty), opts, time_left) {
+                    Some((ys, again_how, _)) => (ys, how.max(again_how)),
+                    None => (ys, how),
+                }
             }
+            Some((ys, how, _)) => (ys, how),
             // No integer solution in time: round the LP's placements.
-            Err(_) => (lp_y, SolvedBy::LpRounding),
+            None => (lp_y, SolvedBy::LpRounding),
         }
     };
 
@@ -836,12 +931,82 @@ fn solve(tier: Tier) -> Solved {
             unplaced.insert(w.class, w.pods[next..].to_vec());
         }
     }
+    // A gang the rounding left partly unplaced (the LP may place a
+    // fraction of it) is unplaced whole: its members cannot start apart.
+    let partial: BTreeSet<&str> = work
+        .iter()
+        .filter(|w| unplaced.contains_key(&w.class))
+        .filter_map(|w| tier.classes[w.class].pod.group.as_ref())
+        .map(|g| g.name.as_str())
+        .collect();
+    if !partial.is_empty() {
+        for w in work {
+            let in_partial = tier.classes[w.class]
+                .pod
+                .group
+                .as_ref()
+                .is_some_and(|g| partial.contains(g.name.as_str()));
+            if in_partial {
+                let members: BTreeSet<usize> = w.pods.iter().copied().collect();
+                for pods in assigned.values_mut() {
+                    pods.retain(|p| !members.contains(p));
+                }
+                unplaced.insert(w.class, w.pods.clone());
+            }
+        }
+        assigned.retain(|_, pods| !pods.is_empty());
+    }
     Solved {
         assigned: assigned.into_iter().collect(),
         unplaced,
-        lower_bound: lp_bound,
         solved_by,
     }
+}
+
+/// Pods of each class of a tier per candidate, as the solver left them.
+type Placements = Vec<Vec<(usize, f64)>>;
+
+/// Branch and bound on `model`: the placements, how they were found, and
+/// the penalty of the pods left unplaced. With `penalty_cap`, the model
+/// minimises cost alone, leaving no more unplaced than that penalty.
+fn branch_and_bound(
+    model: Model,
+    penalty_cap: Option<f64>,
+    opts: &Options,
+    time_left: f64,
+) -> Option<(Placements, SolvedBy, f64)> {
+    let Model {
+        vars,
+        objective,
+        constraints,
+        y,
+        penalty,
+        ..
+    } = model;
+    let objective = match penalty_cap {
+        Some(_) => objective - penalty.clone(),
+        None => objective,
+    };
+    let mut problem = vars
+        .minimise(objective)
+        .using(microlp)
+        .with_time_limit(time_left)
+        .with_mip_gap(opts.mip_gap.clamp(0.0, 1.0) as f32)
+        .expect("a gap in [0, 1] is accepted");
+    for c in constraints {
+        problem.add_constraint(c);
+    }
+    if let Some(cap) = penalty_cap {
+        problem.add_constraint(constraint!(penalty.clone() <= cap + 1e-6));
+    }
+    let s = problem.solve().ok()?;
+    let how = match s.status() {
+        good_lp::SolutionStatus::Optimal | good_lp::SolutionStatus::GapLimit => {
+            SolvedBy::BranchAndBound
+        }
+        _ => SolvedBy::TimeLimit,
+    };
+    Some((read_y(&s, &y), how, s.eval(&penalty)))
 }
 
 fn read_y(s: &impl Solution, y: &[Vec<(usize, Variable)>]) -> Vec<Vec<(usize, f64)>> {

@@ -6,8 +6,10 @@
 //!
 //! The formulation and the risk model are written up in `docs/planner.md`.
 
+pub mod bound;
 pub mod candidates;
 pub mod classes;
+pub mod cost;
 pub mod greedy;
 pub mod limits;
 pub mod mip;
@@ -67,6 +69,10 @@ pub struct Options {
     /// branches, which makes plans independent of machine speed (the
     /// simulator's choice).
     pub max_branch_and_bound_integers: usize,
+    /// Whether to compute the lower bound of a MIP plan ([`bound`]): it
+    /// costs about as much as the plan, and only reports need it (the
+    /// `plan` and `bench` commands turn it on; the controller does not).
+    pub lower_bound: bool,
 }
 
 impl Default for Options {
@@ -76,6 +82,7 @@ impl Default for Options {
             mip_gap: 0.01,
             idle_accelerator_charge: 0.01,
             max_branch_and_bound_integers: 200,
+            lower_bound: false,
         }
     }
 }
@@ -121,6 +128,10 @@ pub struct PlannedNode {
     pub price_per_hour: f64,
     /// Expected interruption cost of its pods, USD per hour.
     pub interruption_cost_per_hour: f64,
+    /// Idle-accelerator charge of the node, USD per hour: a share
+    /// (`Options::idle_accelerator_charge`) of its price per accelerator its
+    /// pods leave idle. Not money spent: a tie-breaker toward fuller nodes.
+    pub idle_charge_per_hour: f64,
     /// Pods it is launched for (`namespace/name`).
     pub pods: Vec<String>,
 }
@@ -156,11 +167,24 @@ pub struct Plan {
     pub unschedulable: Vec<Unschedulable>,
     /// USD per hour of the new nodes.
     pub cost_per_hour: f64,
-    /// Price plus expected interruption cost, USD per hour.
+    /// Expected interruption cost of the new nodes' pods, USD per hour.
+    pub interruption_cost_per_hour: f64,
+    /// Idle-accelerator charge of the new nodes, USD per hour (see
+    /// [`PlannedNode::idle_charge_per_hour`]).
+    pub idle_charge_per_hour: f64,
+    /// The objective every planner minimises and reports:
+    /// `cost_per_hour` + `interruption_cost_per_hour` +
+    /// `idle_charge_per_hour`, USD per hour ([`cost::node_cost`]).
     pub risk_adjusted_cost_per_hour: f64,
-    /// LP-relaxation lower bound on the risk-adjusted cost of placing the
-    /// same pods over the same candidates (MIP only).
+    /// A lower bound on `risk_adjusted_cost_per_hour` of any plan that puts
+    /// the same pods on new nodes, over every offering the pools allow
+    /// (MIP with `Options::lower_bound` only; [`bound`] says how).
     pub lower_bound_per_hour: Option<f64>,
+    /// Time spent computing the bound, ms (not part of `solve_ms`).
+    pub lower_bound_ms: Option<f64>,
+    /// Whether the plan is proven optimal: its risk-adjusted cost is within
+    /// the MIP gap (`Options::mip_gap`) of the lower bound.
+    pub optimal: bool,
     /// How the placements were found.
     pub solved_by: SolvedBy,
     /// Time spent planning, ms.
@@ -186,17 +210,58 @@ pub fn plan(input: &Input, strategy: Strategy, options: &Options, now: &dyn Fn()
         Strategy::Mip => mip::plan(input, options, now),
         Strategy::Greedy => greedy::plan(input),
     };
-    p.solve_ms = (now() - start) * 1000.0;
+    let planned = now();
+    p.solve_ms = (planned - start) * 1000.0;
+    if strategy == Strategy::Mip && options.lower_bound {
+        let lb = bound::lower_bound(input, &launched_pods(input, &p), options);
+        p.lower_bound_per_hour = Some(lb);
+        p.lower_bound_ms = Some((now() - planned) * 1000.0);
+        p.optimal = p.risk_adjusted_cost_per_hour <= lb * (1.0 + options.mip_gap) + 1e-9;
+    }
     p
 }
 
-/// One sentence per chosen offering: why it beat the best alternative of
-/// another instance type for the pods it was launched for (price plus
-/// expected interruption cost per pod).
+/// Indices (into `input.pods`) of the pods `plan` launches new nodes for.
+pub fn launched_pods(input: &Input, plan: &Plan) -> Vec<usize> {
+    let index: std::collections::HashMap<&str, usize> = input
+        .pods
+        .iter()
+        .enumerate()
+        .map(|(i, p)| (p.name.as_str(), i))
+        .collect();
+    plan.nodes
+        .iter()
+        .flat_map(|n| n.pods.iter())
+        .filter_map(|name| index.get(name.as_str()).copied())
+        .collect()
+}
+
+/// One sentence per chosen offering: why it was chosen for the pods it was
+/// launched for, priced per pod (price share plus expected interruption
+/// cost). When it is the cheapest such option, the sentence says what it
+/// beats; when a cheaper one exists, the sentence names the constraint that
+/// ruled the cheaper one out (the pool's limits or spot pool share, zone
+/// spread, the gang's zone, sharing the node with other pods), and never
+/// that the dearer option "beats" it.
 pub fn explain(input: &Input, plan: &Plan) -> Vec<String> {
     let cands = candidates::candidates(input);
     let by_name: std::collections::HashMap<&str, &Pod> =
         input.pods.iter().map(|p| (p.name.as_str(), p)).collect();
+    // What the pools could still afford after this plan.
+    let mut budgets = limits::budgets(input);
+    let index = |n: &PlannedNode| {
+        cands.iter().position(|c| {
+            c.offering.instance_type == n.instance_type
+                && c.offering.zone_id == n.zone
+                && c.offering.capacity_type == n.capacity_type
+                && input.pools[c.pool].name == n.nodepool
+        })
+    };
+    for n in &plan.nodes {
+        if let Some(o) = index(n) {
+            budgets[cands[o].pool].charge(&cands[o]);
+        }
+    }
     let mut seen = std::collections::BTreeSet::new();
     let mut out = Vec::new();
     for n in &plan.nodes {
@@ -223,36 +288,113 @@ pub fn explain(input: &Input, plan: &Plan) -> Vec<String> {
                     + pod_risk_cost(&class.exposure, c, k, aversion)
             })
         };
-        let chosen = cands.iter().find(|c| {
-            c.offering.instance_type == n.instance_type
-                && c.offering.zone_id == n.zone
-                && c.offering.capacity_type == n.capacity_type
-                && input.pools[c.pool].name == n.nodepool
-        });
+        let chosen = index(n).map(|o| &cands[o]);
         let Some(chosen_cost) = chosen.and_then(per_pod) else {
             continue;
         };
+        let what = |c: &Candidate| {
+            format!(
+                "{} {} in {}",
+                c.offering.instance_type, c.offering.capacity_type, c.offering.zone_id
+            )
+        };
+        let me = format!("{} {} in {}", n.instance_type, n.capacity_type, n.zone);
         let next = cands
             .iter()
             .filter(|c| c.offering.instance_type != n.instance_type)
             .filter_map(|c| per_pod(c).map(|v| (v, c)))
             .min_by(|a, b| a.0.total_cmp(&b.0));
         out.push(match next {
-            Some((v, c)) => format!(
-                "{} {} in {} at ${chosen_cost:.4}/h per pod for pods like {} beats {} {} in {} at ${v:.4}/h per pod (price + expected interruption cost)",
-                n.instance_type, n.capacity_type, n.zone, pod.name,
-                c.offering.instance_type, c.offering.capacity_type, c.offering.zone_id
-            ),
             None => format!(
-                "{} {} in {} is the only instance type that takes pods like {}",
-                n.instance_type, n.capacity_type, n.zone, pod.name
+                "{me} is the only instance type that takes pods like {}",
+                pod.name
             ),
+            Some((v, c)) if v >= chosen_cost - 1e-9 => format!(
+                "{me} at ${chosen_cost:.4}/h per pod for pods like {} beats {} at ${v:.4}/h per pod (price + expected interruption cost)",
+                pod.name,
+                what(c)
+            ),
+            Some((v, c)) => {
+                let why = binding(input, &cands, plan, n, pod, c, &budgets);
+                format!(
+                    "{me} at ${chosen_cost:.4}/h per pod for pods like {}, although {} costs ${v:.4}/h per pod: {why}",
+                    pod.name,
+                    what(c)
+                )
+            }
         });
         if let Some(c) = chosen {
             out.extend(risk_decided(input, &cands, &class, c, m));
         }
     }
     out
+}
+
+/// Why the plan put `pod` on node `n` rather than on cheaper candidate
+/// `cheaper`: the first constraint that rules `cheaper` out.
+fn binding(
+    input: &Input,
+    cands: &[Candidate],
+    plan: &Plan,
+    n: &PlannedNode,
+    pod: &Pod,
+    cheaper: &Candidate,
+    budgets: &[limits::Budget],
+) -> String {
+    let pool = &input.pools[cheaper.pool];
+    let other_zone = cheaper.offering.zone_id != n.zone;
+    if !budgets[cheaper.pool].affords(cheaper) {
+        return format!("NodePool {} has reached its limits", pool.name);
+    }
+    if let Some(g) = pod.group.as_ref().filter(|_| other_zone) {
+        return format!(
+            "gang {} needs all its members in one zone ({}), and {} is in {}",
+            g.name, n.zone, cheaper.offering.instance_type, cheaper.offering.zone_id
+        );
+    }
+    if pod.zone_spread.is_some() && other_zone {
+        let offered_here = cands.iter().any(|c| {
+            c.offering.instance_type == cheaper.offering.instance_type
+                && c.offering.zone_id == n.zone
+                && pack::compatible(pod, &c.labels, &c.taints)
+        });
+        return if offered_here {
+            format!(
+                "zone spread needs pods in zone {}, and {} is dearer there",
+                n.zone, cheaper.offering.instance_type
+            )
+        } else {
+            format!(
+                "zone spread needs pods in zone {}, where {} is not offered to it",
+                n.zone, cheaper.offering.instance_type
+            )
+        };
+    }
+    if cheaper.offering.capacity_type == CapacityType::Spot
+        && pool.max_spot_pool_share.is_some()
+        && plan.nodes.iter().any(|o| {
+            o.nodepool == pool.name
+                && o.instance_type == cheaper.offering.instance_type
+                && o.zone == cheaper.offering.zone_id
+                && o.capacity_type == CapacityType::Spot
+        })
+    {
+        return format!(
+            "NodePool {}'s spot pool share keeps more of its spot nodes out of that spot pool",
+            pool.name
+        );
+    }
+    if n.pods.iter().any(|p| {
+        input
+            .pods
+            .iter()
+            .find(|q| &q.name == p)
+            .is_some_and(|q| q.requests != pod.requests)
+    }) {
+        return "the node also holds other pods, and the plan as a whole costs less that way"
+            .into();
+    }
+    "the whole plan is what is minimised, and this node alone is not; see the plan's gap to its lower bound".into()
 }
 
 /// When risk, not price, decided a node: a candidate cheaper per pod by

@@ -1,0 +1,370 @@
+//! A provable lower bound on what new nodes for a set of pods can cost.
+//!
+//! The bound is on `risk_adjusted_cost_per_hour` as [`super::greedy::finish`]
+//! prices a plan (price + expected interruption cost + idle charge), for any
+//! plan that puts the same pods on new nodes, over every offering the pools
+//! allow (every candidate, not only the ones the MIP keeps). Pool weights,
+//! NodePool limits, gangs' single zone, zone spread and the spot pool share
+//! are relaxed (dropping constraints only lowers a minimum, so the bound stays
+//! a bound). It is the larger of two bounds:
+//!
+//! - the LP relaxation over all candidates, solved as its dual with row
+//!   generation (the dual view of column generation): the restricted dual over
+//!   a few candidates per class is solved, every other candidate is priced
+//!   out with the demand rows' duals `pi`, candidates that could improve are
+//!   added, until none can. The final `pi` is dual feasible for the full LP,
+//!   so `sum pods(c) * pi[c]` is a lower bound by weak duality;
+//! - per class, the cheapest whole nodes that hold its pods alone (small
+//!   classes only): every plan pays at least that for the nodes holding them.
+//!
+//! See `docs/planner.md`.
+
+use super::candidates::{self, Candidate};
+use super::classes::{self, Class};
+use super::{pod_risk_cost, Input, Options};
+use good_lp::{constraint, microlp, variable, Expression, ProblemVariables, Solution, SolverModel};
+use std::collections::BTreeSet;
+
+/// Classes of at most this many pods also get the whole-node bound.
+const WHOLE_NODE_MAX_PODS: usize = 256;
+/// Candidates each class starts with in the restricted dual.
+const START_PER_CLASS: usize = 2;
+/// Box on the demand duals (USD per pod-hour, far above any price): keeps
+/// the solver's LP bounded; any `pi` that satisfies every row is a bound, so
+/// the box costs nothing.
+const DUAL_BOX: f64 = 1e6;
+/// Row generation stops here; the bound is then only the whole-node one.
+const MAX_ROUNDS: usize = 60;
+
+/// One candidate as the bound sees it.
+struct Col {
+    /// Cost of one node before pods: price, plus the idle charge on all of
+    /// its accelerators.
+    node: f64,
+    /// Allocatable per bound resource.
+    alloc: Vec<f64>,
+    /// `(class, cost per pod)`: expected interruption cost minus the idle
+    /// charge the pod's accelerators take off.
+    pods: Vec<(usize, f64)>,
+}
+
+/// A lower bound on `risk_adjusted_cost_per_hour` of new nodes holding the
+/// pods `placed` (indices into `input.pods`), over every candidate of the
+/// input, with `opts.idle_accelerator_charge` as the idle charge.
+pub fn lower_bound(input: &Input, placed: &[usize], opts: &Options) -> f64 {
+    if placed.is_empty() {
+        return 0.0;
+    }
+    let classes = exact_classes(input, placed);
+    let cands = candidates::candidates(input);
+    let resources: Vec<String> = classes
+        .iter()
+        .flat_map(|c| c.pod.requests.iter())
+        .filter(|(_, v)| *v > 0)
+        .map(|(r, _)| r.to_string())
+        .collect::<BTreeSet<_>>()
+        .into_iter()
+        .collect();
+    // Each resource in units of its largest request, so that the solver's
+    // coefficients are of like size (bytes of memory next to GPUs made its
+    // matrix singular).
+    let scale: Vec<f64> = resources
+        .iter()
+        .map(|r| {
+            classes
+                .iter()
+                .map(|c| c.pod.requests.get(r))
+                .max()
+                .unwrap_or(1)
+                .max(1) as f64
+        })
+        .collect();
+    let charge = opts.idle_accelerator_charge;
+    let cols: Vec<Col> = cands
+        .iter()
+        .filter_map(|c| column(input, &classes, (&resources, &scale), charge, c))
+        .collect();
+    let whole = classes
+        .iter()
+        .enumerate()
+        .filter(|(_, c)| c.pods.len() <= WHOLE_NODE_MAX_PODS)
+        .map(|(_, c)| whole_nodes(input, c, &cands))
+        .fold(0.0, f64::max);
+    let lp = lp_bound(&classes, (&resources, &scale), &cols).unwrap_or(0.0);
+    lp.max(whole)
+}
+
+/// The planner's classes of the pods `placed`, each split by its pods'
+/// exact [`super::risk::Exposure`]: the planner prices a class by its first
+/// pod, the plan's cost by each pod's own, and the bound must not exceed
+/// the latter.
+fn exact_classes(input: &Input, placed: &[usize]) -> Vec<Class> {
+    let mut out = Vec::new();
+    for class in classes::classify(input.pods, placed, input.now) {
+        let mut parts: Vec<Class> = Vec::new();
+        for &p in &class.pods {
+            let e = super::risk::exposure(&input.pods[p]);
+            match parts.iter_mut().find(|c| c.exposure == e) {
+                Some(c) => c.pods.push(p),
+                None => parts.push(Class {
+                    exposure: e,
+                    pods: vec![p],
+                    ..class.clone()
+                }),
+            }
+        }
+        out.extend(parts);
+    }
+    out
+}
+
+/// The bound's view of candidate `o`, if any class can use it.
+fn column(
+    input: &Input,
+    classes: &[Class],
+    (resources, scale): (&[String], &[f64]),
+    charge: f64,
+    c: &Candidate,
+) -> Option<Col> {
+    let aversion = input.pools[c.pool].risk_aversion;
+    let idle_on = c.accelerator_units > 0;
+    let pods: Vec<(usize, f64)> = classes
+        .iter()
+        .enumerate()
+        .filter(|(_, class)| candidates::pods_per_node(class, c) > 0)
+        .map(|(ci, class)| {
+            // Priced as `cost::node_cost` prices a pod.
+            let k = super::cost::pods_like_it(&class.pod, c);
+            let risk = pod_risk_cost(&class.exposure, c, k, aversion);
+            let credit = match &c.accelerator_resource {
+                Some(r) if idle_on => {
+                    charge * c.price() * class.pod.requests.get(r) as f64
+                        / c.accelerator_units as f64
+                }
+                _ => 0.0,
+            };
+            (ci, risk - credit)
+        })
+        .collect();
+    if pods.is_empty() {
+        return None;
+    }
+    Some(Col {
+        node: c.price() * (1.0 + if idle_on { charge } else { 0.0 }),
+        alloc: resources
+            .iter()
+            .zip(scale)
+            .map(|(r, s)| c.allocatable.get(r) as f64 / s)
+            .collect(),
+        pods,
+    })
+}
+
+/// The cheapest whole nodes that hold `class`'s pods alone: a node of `o`
+/// holding `t` of them costs at least its price plus their interruption cost.
+fn whole_nodes(input: &Input, class: &Class, cands: &[Candidate]) -> f64 {
+    let d = class.pods.len();
+    // (pods per node, price, risk per pod), without dominated options.
+    let mut options: Vec<(usize, f64, f64)> = cands
+        .iter()
+        .filter_map(|c| {
+            let k = candidates::pods_per_node(class, c) as usize;
+            (k > 0).then(|| {
+                let copies = super::cost::pods_like_it(&class.pod, c);
+                let risk = pod_risk_cost(
+                    &class.exposure,
+                    c,
+                    copies,
+                    input.pools[c.pool].risk_aversion,
+                );
+                (k.min(d), c.price(), risk)
+            })
+        })
+        .collect();
+    if options.is_empty() {
+        return 0.0;
+    }
+    options.sort_by(|a, b| {
+        b.0.cmp(&a.0)
+            .then(a.1.total_cmp(&b.1))
+            .then(a.2.total_cmp(&b.2))
+    });
+    let mut front: Vec<(usize, f64, f64)> = Vec::new();
+    for o in options {
+        if !front.iter().any(|f| f.1 <= o.1 && f.2 <= o.2) {
+            front.push(o);
+        }
+    }
+    // best[j]: cheapest nodes for j pods.
+    let mut best = vec![f64::INFINITY; d + 1];
+    best[0] = 0.0;
+    for j in 1..=d {
+        for &(k, price, risk) in &front {
+            for t in 1..=k.min(j) {
+                let v = best[j - t] + price + t as f64 * risk;
+                if v < best[j] {
+                    best[j] = v;
+                }
+            }
+        }
+    }
+    best[d]
+}
+
+/// The LP relaxation's value over all columns by row generation on its dual,
+/// or `None` when the LP could not be solved or did not settle.
+///
+/// Dual (demand rows are equalities: every pod is placed once): maximise
+/// `sum d[c] pi[c]` over free `pi` and `mu >= 0` subject to, for
+/// every candidate `o`, `sum_r alloc[o,r] mu[o,r] <= node[o]` and, for every
+/// class `c` it takes, `pi[c] - sum_r req[c,r] mu[o,r] <= cost[c,o]`.
+fn lp_bound(
+    classes: &[Class],
+    (resources, scale): (&[String], &[f64]),
+    cols: &[Col],
+) -> Option<f64> {
+    let req: Vec<Vec<f64>> = classes
+        .iter()
+        .map(|c| {
+            resources
+                .iter()
+                .zip(scale)
+                .map(|(r, s)| c.pod.requests.get(r) as f64 / s)
+                .collect()
+        })
+        .collect();
+    let demand: Vec<f64> = classes.iter().map(|c| c.pods.len() as f64).collect();
+    // Start with each class's cheapest columns per pod on a full node.
+    let mut rows: BTreeSet<usize> = BTreeSet::new();
+    for (ci, class_req) in req.iter().enumerate() {
+        let mut mine: Vec<(f64, usize)> = cols
+            .iter()
+            .enumerate()
+            .filter_map(|(x, col)| {
+                let cost = col.pods.iter().find(|(c, _)| *c == ci)?.1;
+                let share = class_req
+                    .iter()
+                    .zip(&col.alloc)
+                    .map(|(q, a)| q / a)
+                    .fold(0.0, f64::max);
+                Some((col.node * share + cost, x))
+            })
+            .collect();
+        if mine.is_empty() {
+            // A class no candidate takes cannot have been placed.
+            return None;
+        }
+        mine.sort_by(|a, b| a.0.total_cmp(&b.0).then(a.1.cmp(&b.1)));
+        rows.extend(mine.iter().take(START_PER_CLASS).map(|m| m.1));
+    }
+    for _ in 0..MAX_ROUNDS {
+        let (pi, mu) = solve_dual(&req, &demand, cols, &rows)?;
+        // Tighten pi so that every row in the model holds exactly (the
+        // solver's answer is only feasible to its tolerance).
+        let mut pi = pi;
+        for (&x, m) in rows.iter().zip(&mu) {
+            let col = &cols[x];
+            let used: f64 = m.iter().zip(&col.alloc).map(|(u, a)| u * a).sum();
+            let scale = if used > col.node && used > 0.0 {
+                col.node / used
+            } else {
+                1.0
+            };
+            for &(c, cost) in &col.pods {
+                let covered: f64 = m.iter().zip(&req[c]).map(|(u, q)| u * scale * q).sum();
+                pi[c] = pi[c].min(cost + covered);
+            }
+        }
+        let violated: Vec<usize> = (0..cols.len())
+            .filter(|x| !rows.contains(x) && !priced_out(&cols[*x], &pi, &req))
+            .collect();
+        if violated.is_empty() {
+            return Some(pi.iter().zip(&demand).map(|(p, d)| p * d).sum());
+        }
+        rows.extend(violated);
+    }
+    None
+}
+
+/// Whether column `col` cannot improve the LP at duals `pi`: some `mu >= 0`
+/// with `alloc . mu <= node` covers every class's `pi - cost`. Checked with
+/// a relaxation (one resource at a time bounds what a node can hold), so a
+/// `false` may be pessimistic; a `true` is exact.
+fn priced_out(col: &Col, pi: &[f64], req: &[Vec<f64>]) -> bool {
+    let gains: Vec<(usize, f64)> = col
+        .pods
+        .iter()
+        .map(|&(c, cost)| (c, pi[c] - cost))
+        .filter(|(_, g)| *g > 0.0)
+        .collect();
+    if gains.is_empty() {
+        return true;
+    }
+    // The most pods' worth of gain one node can hold, by its tightest
+    // resource: pricing that resource alone at mu = gain per unit covers all.
+    col.alloc.iter().enumerate().any(|(r, &alloc)| {
+        gains.iter().all(|&(c, _)| req[c][r] > 0.0)
+            && alloc
+                * gains
+                    .iter()
+                    .map(|&(c, g)| g / req[c][r])
+                    .fold(0.0, f64::max)
+                <= col.node
+    })
+}
+
+/// Solves the restricted dual over `rows`: `pi` per class and `mu` per row
+/// and resource.
+fn solve_dual(
+    req: &[Vec<f64>],
+    demand: &[f64],
+    cols: &[Col],
+    rows: &BTreeSet<usize>,
+) -> Option<(Vec<f64>, Vec<Vec<f64>>)> {
+    let mut vars = ProblemVariables::new();
+    let pi: Vec<_> = demand
+        .iter()
+        .map(|_| vars.add(variable().min(-DUAL_BOX).max(DUAL_BOX)))
+        .collect();
+    let resources = req.first().map_or(0, Vec::len);
+    // A resource the node does not have is not priced (its `mu` would be
+    // free and unbounded).
+    let mu: Vec<Vec<Option<_>>> = rows
+        .iter()
+        .map(|&x| {
+            (0..resources)
+                .map(|r| (cols[x].alloc[r] > 0.0).then(|| vars.add(variable().min(0.0))))
+                .collect()
+        })
+        .collect();
+    let objective: Expression = pi.iter().zip(demand).map(|(p, d)| *p * *d).sum();
+    let mut problem = vars.maximise(objective).using(microlp);
+    for (&x, m) in rows.iter().zip(&mu) {
+        let col = &cols[x];
+        let used: Expression = m
+            .iter()
+            .zip(&col.alloc)
+            .filter_map(|(u, a)| u.map(|u| u * *a))
+            .sum();
+        problem.add_constraint(constraint!(used <= col.node));
+        for &(c, cost) in &col.pods {
+            let covered: Expression = m
+                .iter()
+                .zip(&req[c])
+                .filter_map(|(u, q)| u.map(|u| u * *q))
+                .sum();
+            problem.add_constraint(constraint!(pi[c] - covered <= cost));
+        }
+    }
+    let s = problem.solve().ok()?;
+    Some((
+        pi.iter().map(|p| s.value(*p)).collect(),
+        mu.iter()
+            .map(|m| {
+                m.iter()
+                    .map(|u| u.map_or(0.0, |u| s.value(u).max(0.0)))
+                    .collect()
+            })
+            .collect(),
+    ))
+}
