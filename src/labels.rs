@@ -43,8 +43,12 @@ pub const OS: &str = "kubernetes.io/os";
 /// Well-known Kubernetes label: node name.
 pub const HOSTNAME: &str = "kubernetes.io/hostname";
 
-/// Extended resource: whole NVIDIA GPUs (or time-sliced replicas).
+/// Extended resource: whole NVIDIA GPUs.
 pub const RESOURCE_GPU: &str = "nvidia.com/gpu";
+/// Extended resource: time-sliced shares of NVIDIA GPUs, as the device
+/// plugin advertises them with `renameByDefault: true`, so that a pod asking
+/// for whole GPUs (`nvidia.com/gpu`) never lands on a shared one.
+pub const RESOURCE_GPU_SHARED: &str = "nvidia.com/gpu.shared";
 /// Prefix of NVIDIA MIG resources, e.g. `nvidia.com/mig-1g.10gb`.
 pub const RESOURCE_MIG_PREFIX: &str = "nvidia.com/mig-";
 /// Extended resource: Neuron devices.

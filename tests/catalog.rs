@@ -119,22 +119,12 @@ fn regions_with_p5_zones_but_no_p5_price_have_no_p5_offering() {
     }
 }
 
-/// Whether the import leaves `instance_type` out on purpose (a CPU family
-/// the catalog does not serve yet).
-fn deferred(instance_type: &str) -> bool {
-    let family = instance_type.split('.').next().unwrap_or_default();
-    quartermaster::catalog::import::DEFERRED_CPU_FAMILIES.contains(&family)
-}
-
 #[test]
 fn every_priced_type_is_offered_on_demand_in_each_of_its_zones_and_nowhere_else() {
     let prices = reference_on_demand();
     let mut expected = BTreeSet::new();
     for (region, types) in reference_zones() {
         for (t, zone_ids) in types {
-            if deferred(&t) {
-                continue;
-            }
             if prices.get(&region).is_some_and(|p| p.contains_key(&t)) {
                 for zone in zone_ids {
                     expected.insert((region.clone(), t.clone(), zone));

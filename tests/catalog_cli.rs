@@ -131,6 +131,47 @@ fn family_filter_accepts_repeats_and_commas() {
 }
 
 #[test]
+fn family_filter_lists_general_purpose_cpu_types_at_their_reference_price() {
+    let types = json_of(&["catalog", "--family", "m7i", "--output", "json"]);
+    assert!(types.len() > 5, "{types:?}");
+    for t in &types {
+        assert_eq!(t["family"], "m7i");
+        assert!(t["accelerator"].is_null(), "{t}");
+        let name = t["name"].as_str().unwrap();
+        let on_demand = t["offerings"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|o| o["capacity_type"] == "on-demand")
+            .unwrap_or_else(|| panic!("{name} has no on-demand offering"));
+        assert_eq!(
+            on_demand["price_per_hour"].as_f64(),
+            Some(reference_on_demand("us-east-1", name)),
+            "{name}"
+        );
+    }
+    let table = stdout_of(&["catalog", "--family", "m7i,c7g"]);
+    let rows = table_rows(&table);
+    assert!(rows.iter().any(|r| r[0] == "m7i.large"), "{table}");
+    assert!(rows.iter().any(|r| r[0] == "c7g.large"), "{table}");
+}
+
+#[test]
+fn default_listing_shows_accelerator_types_and_says_how_to_list_cpu_types() {
+    let types = json_of(&["catalog", "--output", "json"]);
+    assert!(!types.is_empty());
+    assert!(
+        types.iter().all(|t| t["accelerator"].is_object()),
+        "{types:?}"
+    );
+    let table = stdout_of(&["catalog"]);
+    assert!(
+        table.contains("general-purpose CPU types (list them with --family"),
+        "{table}"
+    );
+}
+
+#[test]
 fn unknown_region_exits_non_zero_and_lists_known_regions() {
     let out = quartermaster(&["catalog", "--region", "mars-north-1"]);
     assert!(!out.status.success());

@@ -76,6 +76,7 @@ fn job(name: &str, submit_h: f64, work_h: f64, checkpoint_every_h: Option<f64>) 
         checkpoint_write_s: 20.0,
         restart_overhead_s: 60.0,
         stateless: false,
+        gpu_share: None,
     }
 }
 

@@ -43,17 +43,28 @@ fn gpu_pool(name: &str) -> Pool {
     p
 }
 
-fn run(pods: &[Pod], pools: &[Pool], nodes: &[NodeState], strategy: Strategy) -> Plan {
-    let input = Input {
+/// The planner's input over the embedded catalog in [`REGION`], every
+/// offering available, at no particular time.
+fn input<'a>(
+    pods: &'a [Pod],
+    pools: &'a [Pool],
+    nodes: &'a [NodeState],
+    learned_rate: Option<&'a plan::RateFn<'a>>,
+) -> Input<'a> {
+    Input {
         catalog: catalog(),
         region: REGION,
         pools,
         nodes,
         pods,
         unavailable: &|_| false,
-        learned_rate: None,
+        learned_rate,
         now: None,
-    };
+    }
+}
+
+fn run(pods: &[Pod], pools: &[Pool], nodes: &[NodeState], strategy: Strategy) -> Plan {
+    let input = input(pods, pools, nodes, None);
     let start = std::time::Instant::now();
     let opts = Options {
         lower_bound: true,
@@ -261,6 +272,199 @@ fn a_pod_without_the_gpu_toleration_never_lands_on_a_tainted_gpu_pool() {
     ) {
         assert_eq!(plan.nodes.len(), 1);
         assert_eq!(plan.nodes[0].nodepool, "cpu");
+        assert!(!has_accelerator(&plan.nodes[0].instance_type), "{plan:?}");
+    }
+}
+
+fn has_accelerator(instance_type: &str) -> bool {
+    catalog()
+        .instance_type(instance_type)
+        .is_some_and(|t| t.accelerator.is_some())
+}
+
+fn cpu_pod(name: &str, cores: i64, memory_gib: i64) -> Pod {
+    Pod::new(
+        name,
+        Resources::new()
+            .with(CPU, cores * 1000)
+            .with(MEMORY, memory_gib << 30),
+    )
+}
+
+#[test]
+fn cpu_only_pods_get_cpu_types_when_their_pool_also_allows_gpu_types() {
+    let pods: Vec<Pod> = (0..6).map(|i| cpu_pod(&format!("c{i}"), 6, 24)).collect();
+    // The same pool, untainted, once with every type and once with GPU
+    // types only: the CPU types are what makes the plan cheaper.
+    let any = Pool::new("any");
+    let mut gpu_only = gpu_pool("any");
+    gpu_only.taints.clear();
+    for strategy in [Strategy::Mip, Strategy::Greedy] {
+        let plan = run(&pods, std::slice::from_ref(&any), &[], strategy);
+        assert_eq!(placed(&plan), pods.len(), "{:?}", plan.unschedulable);
+        for n in &plan.nodes {
+            assert!(
+                !has_accelerator(&n.instance_type),
+                "{strategy:?}: CPU pods {:?} on {}",
+                n.pods,
+                n.instance_type
+            );
+        }
+        let on_gpus = run(&pods, std::slice::from_ref(&gpu_only), &[], strategy);
+        assert_eq!(placed(&on_gpus), pods.len());
+        assert!(
+            plan.cost_per_hour < on_gpus.cost_per_hour,
+            "{strategy:?}: {} on CPU types vs {} on GPU types",
+            plan.cost_per_hour,
+            on_gpus.cost_per_hour
+        );
+    }
+}
+
+#[test]
+fn no_gpu_node_is_launched_for_cpu_only_pods_beside_gpu_pods_in_one_pool() {
+    // Big CPU-only pods as a recommendation model's CPU tier asks (48 cores,
+    // 320 GiB) beside one-GPU serving pods, all in one untainted pool.
+    let mut pods: Vec<Pod> = (0..8).map(|i| gpu_pod(&format!("g{i}"), 1)).collect();
+    pods.extend((0..6).map(|i| cpu_pod(&format!("c{i}"), 48, 320)));
+    for plan in both(&pods, &[Pool::new("any")], &[]) {
+        assert_eq!(placed(&plan), pods.len(), "{:?}", plan.unschedulable);
+        for n in &plan.nodes {
+            let only_cpu_pods = n.pods.iter().all(|p| p.starts_with('c'));
+            assert!(
+                !(only_cpu_pods && has_accelerator(&n.instance_type)),
+                "{:?}: CPU-only pods {:?} got the GPU type {}",
+                plan.strategy,
+                n.pods,
+                n.instance_type
+            );
+        }
+    }
+}
+
+#[test]
+fn planning_cpu_pods_beside_gpu_pods_costs_no_more_than_planning_them_apart() {
+    // One untainted spot pool whose GPU offerings are often reclaimed (a
+    // learned rate of one an hour): moving CPU-only pods into the spare
+    // room of a GPU node saves a cheap CPU node but exposes them to those
+    // reclaims at a share of a dear node's price.
+    let mut pool = Pool::new("any");
+    pool.capacity_types = vec![CapacityType::Spot];
+    let pools = std::slice::from_ref(&pool);
+    let rate =
+        |o: &quartermaster::catalog::Offering| has_accelerator(&o.instance_type).then_some(1.0);
+    let plan_of = |pods: &[Pod]| {
+        let input = input(pods, pools, &[], Some(&rate));
+        plan::plan(&input, Strategy::Mip, &Options::default(), &|| 0.0)
+    };
+    let gpu_pods: Vec<Pod> = (0..2).map(|i| gpu_pod(&format!("g{i}"), 8)).collect();
+    let cpu_pods: Vec<Pod> = (0..6)
+        .map(|i| {
+            let mut p = cpu_pod(&format!("c{i}"), 2, 8);
+            p.expected_runtime_s = Some(24.0 * 3600.0);
+            p
+        })
+        .collect();
+    let all: Vec<Pod> = gpu_pods.iter().chain(&cpu_pods).cloned().collect();
+    let together = plan_of(&all);
+    let apart = plan_of(&gpu_pods).risk_adjusted_cost_per_hour
+        + plan_of(&cpu_pods).risk_adjusted_cost_per_hour;
+    assert_eq!(placed(&together), all.len());
+    assert!(
+        together.risk_adjusted_cost_per_hour <= apart + 1e-6,
+        "together {} > apart {apart}: {:#?}",
+        together.risk_adjusted_cost_per_hour,
+        together.nodes
+    );
+}
+
+/// A GPU pool whose GPUs are time-sliced four ways, preferred (weight 80)
+/// over the whole-GPU pool as the inference example has it.
+fn time_sliced_pool() -> Pool {
+    let mut p = gpu_pool("shared");
+    p.weight = 80;
+    p.sharing = quartermaster::cluster::GpuSharing::TimeSlicing { replicas: 4 };
+    p
+}
+
+fn whole_gpu_pods() -> Vec<Pod> {
+    (0..6)
+        .map(|i| gpu_pod(&format!("w{i}"), [1, 4][i % 2]))
+        .collect()
+}
+
+#[test]
+fn a_whole_gpu_pod_never_lands_on_a_time_sliced_pools_node() {
+    let pods = whole_gpu_pods();
+    for plan in both(&pods, &[time_sliced_pool(), gpu_pool("whole")], &[]) {
+        assert_eq!(placed(&plan), pods.len(), "{:?}", plan.unschedulable);
+        assert!(
+            plan.nodes.iter().all(|n| n.nodepool == "whole"),
+            "{:?}: {:#?}",
+            plan.strategy,
+            plan.nodes
+        );
+    }
+    for plan in both(&pods, &[time_sliced_pool()], &[]) {
+        assert!(plan.nodes.is_empty(), "{:#?}", plan.nodes);
+        assert_eq!(plan.unschedulable.len(), pods.len());
+    }
+}
+
+#[test]
+fn adding_a_time_slicing_pool_does_not_make_a_whole_gpu_plan_dearer() {
+    let pods = whole_gpu_pods();
+    let alone = both(&pods, &[gpu_pool("whole")], &[]);
+    let beside = both(&pods, &[time_sliced_pool(), gpu_pool("whole")], &[]);
+    // Not dearer, and not cheaper either: the whole-GPU pods cannot use
+    // the shared pool (a 4-GPU pod once "fit" on one GPU sliced four ways).
+    for (a, b) in alone.iter().zip(&beside) {
+        assert!(
+            (b.risk_adjusted_cost_per_hour - a.risk_adjusted_cost_per_hour).abs() < 1e-9,
+            "{:?}: {} with the time-sliced pool, {} without",
+            a.strategy,
+            b.risk_adjusted_cost_per_hour,
+            a.risk_adjusted_cost_per_hour
+        );
+    }
+}
+
+/// A pod asking for one unit of a shared GPU resource (a time-sliced share
+/// or a MIG instance), tolerating the GPU taint.
+fn shared_gpu_pod(name: &str, resource: &str, cpu_milli: i64, memory_gib: i64) -> Pod {
+    let mut p = Pod::new(
+        name,
+        Resources::new()
+            .with(CPU, cpu_milli)
+            .with(MEMORY, memory_gib << 30)
+            .with(resource, 1),
+    );
+    p.tolerations.push(Toleration::exists(l::TAINT_GPU));
+    p
+}
+
+#[test]
+fn shared_gpu_pods_take_one_share_each_on_the_time_sliced_pool() {
+    let pods: Vec<Pod> = (0..8)
+        .map(|i| shared_gpu_pod(&format!("s{i}"), l::RESOURCE_GPU_SHARED, 500, 2))
+        .collect();
+    for plan in both(&pods, &[time_sliced_pool(), gpu_pool("whole")], &[]) {
+        assert_eq!(placed(&plan), pods.len(), "{:?}", plan.unschedulable);
+        for n in &plan.nodes {
+            assert_eq!(n.nodepool, "shared");
+            assert!(
+                n.pods.len() as u32 <= 4 * gpus_of(&n.instance_type),
+                "{n:?}"
+            );
+        }
+        // Eight quarter-GPU pods need two GPUs, not eight.
+        let gpus: u32 = plan.nodes.iter().map(|n| gpus_of(&n.instance_type)).sum();
+        assert!(
+            gpus <= 2,
+            "{:?}: {gpus} GPUs: {:#?}",
+            plan.strategy,
+            plan.nodes
+        );
     }
 }
 
@@ -528,16 +732,7 @@ fn the_spot_pool_share_spreads_single_pods_but_never_splits_a_gang() {
 
 /// The simulator's planner options: never branch, round the LP and pack.
 fn rounded(pods: &[Pod], pools: &[Pool], strategy: Strategy) -> Plan {
-    let input = Input {
-        catalog: catalog(),
-        region: REGION,
-        pools,
-        nodes: &[],
-        pods,
-        unavailable: &|_| false,
-        learned_rate: None,
-        now: None,
-    };
+    let input = input(pods, pools, &[], None);
     let opts = Options {
         max_branch_and_bound_integers: 0,
         lower_bound: true,
@@ -595,17 +790,7 @@ fn on_demand_mig_pool() -> Pool {
 /// `n` pods of one 1g.10gb MIG slice each.
 fn mig_pods(n: usize) -> Vec<Pod> {
     (0..n)
-        .map(|i| {
-            let mut p = Pod::new(
-                &format!("embed{i}"),
-                Resources::new()
-                    .with(CPU, 1000)
-                    .with(MEMORY, 4 << 30)
-                    .with("nvidia.com/mig-1g.10gb", 1),
-            );
-            p.tolerations.push(Toleration::exists(l::TAINT_GPU));
-            p
-        })
+        .map(|i| shared_gpu_pod(&format!("embed{i}"), "nvidia.com/mig-1g.10gb", 1000, 4))
         .collect()
 }
 
@@ -704,16 +889,7 @@ fn a_rounded_gang_stays_in_one_zone_on_the_cheapest_node_that_holds_it() {
 fn the_time_limit_bounds_the_whole_plan_not_each_mip() {
     let pods: Vec<Pod> = (0..4).map(|i| gpu_pod(&format!("ml/p-{i}"), 1)).collect();
     let pools = [gpu_pool("gpu")];
-    let input = Input {
-        catalog: catalog(),
-        region: REGION,
-        pools: &pools,
-        nodes: &[],
-        pods: &pods,
-        unavailable: &|_| false,
-        learned_rate: None,
-        now: None,
-    };
+    let input = input(&pods, &pools, &[], None);
     let options = Options {
         time_limit: std::time::Duration::from_millis(800),
         ..Options::default()

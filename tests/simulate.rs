@@ -10,6 +10,9 @@
 //! - pre-warm: the requested capacity is Ready at window start in at least
 //!   95% of windows;
 //! - every job in every scenario finishes, or the report says why not;
+//! - a replayed trace's CPU-only pods run on CPU nodes of the untainted CPU
+//!   pool, never on a GPU node, and its fractional GPU pods on time-sliced
+//!   shares that whole-GPU pods never use;
 //! - interruption storm: every opted-in pod on an interrupted node is
 //!   signalled before it is evicted, and no node outlives its deadline.
 
@@ -863,4 +866,68 @@ fn a_trace_window_carries_in_live_pods_drops_by_status_and_reports_the_traces_qu
     let bare = Scenario::parse(&text.replace("carryIn: true", "carryIn: false"), &catalog).unwrap();
     let w = sim::load_jobs(&bare, &catalog, &dir, None).unwrap();
     assert!(w.jobs.iter().all(|j| !j.pod.name.starts_with("trace/pre-")));
+}
+
+/// `gpu-cluster-trace.yaml` replays CPU-only pods (front ends, data loaders)
+/// and pods asking for part of a GPU beside whole-GPU pods: the CPU pods do
+/// not tolerate the GPU pools' taint, so every strategy runs them on CPU
+/// types of the untainted CPU pool, and no node is launched for CPU-only
+/// pods with GPUs on it; the fractional pods take time-sliced shares of the
+/// shared pool, which never gets a node for a whole-GPU pod.
+#[test]
+fn a_replayed_cluster_trace_puts_cpu_pods_on_cpu_nodes_and_gpu_shares_on_the_shared_pool() {
+    use quartermaster::core::Action;
+    use quartermaster::sim::result::LogEvent;
+    let catalog = Catalog::embedded().unwrap();
+    let has_gpus = |instance_type: &str| {
+        catalog
+            .instance_type(instance_type)
+            .is_some_and(|t| t.accelerator.is_some())
+    };
+    let r = run("simulations/gpu-cluster-trace.yaml");
+    for (strategy, s) in &r.strategies {
+        assert_eq!(
+            s.jobs_completed, s.jobs_total,
+            "{strategy}: {:?}",
+            s.unfinished
+        );
+        if strategy == "static" {
+            // Its groups are launched at the start, not by the core: the
+            // log has no launches to check.
+            continue;
+        }
+        let launches: Vec<_> = s
+            .log
+            .iter()
+            .filter_map(|(_, e)| match e {
+                LogEvent::Action(Action::Launch(c)) => Some(c),
+                _ => None,
+            })
+            .collect();
+        let cpu: Vec<_> = launches.iter().filter(|c| c.nodepool == "cpu").collect();
+        assert!(!cpu.is_empty(), "{strategy}: no CPU node launched");
+        for c in cpu {
+            assert!(!has_gpus(&c.offering.instance_type), "{strategy}: {c:?}");
+        }
+        for c in &launches {
+            let cpu_pods_only =
+                !c.pods.is_empty() && c.pods.iter().all(|p| p.starts_with("trace/cpu-"));
+            assert!(
+                !(cpu_pods_only && has_gpus(&c.offering.instance_type)),
+                "{strategy}: {c:?}"
+            );
+            // A node of the shared pool holds shares only; no share is
+            // launched for elsewhere (pre-warm launches name no pods).
+            let shares = c.pods.iter().filter(|p| p.starts_with("trace/gpu-frac-"));
+            let n = shares.count();
+            assert!(
+                c.pods.is_empty() || (c.nodepool == "shared") == (n == c.pods.len()),
+                "{strategy}: {c:?}"
+            );
+        }
+        assert!(
+            launches.iter().any(|c| c.nodepool == "shared"),
+            "{strategy}: no shared node"
+        );
+    }
 }

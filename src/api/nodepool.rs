@@ -60,7 +60,7 @@ pub mod conditions {
     status = "NodePoolStatus",
     derive = "PartialEq",
     derive = "Default",
-    doc = "A NodePool: a template for the GPU and accelerator nodes Quartermaster may launch, with limits and disruption, interruption, GPU-sharing, pre-warm and risk policies.",
+    doc = "A NodePool: a template for the GPU, accelerator and CPU nodes Quartermaster may launch, with limits and disruption, interruption, GPU-sharing, pre-warm and risk policies.",
     printcolumn(name = "Nodes", type_ = "integer", json_path = ".status.nodes"),
     printcolumn(
         name = "GPUs",

@@ -503,6 +503,30 @@ fn check_interruption(e: &mut Errors, spec: &NodePoolSpec) {
     }
 }
 
+/// A time-sliced pool's nodes advertise `nvidia.com/gpu.shared`, not
+/// `nvidia.com/gpu`: a limit or pre-warm capacity in whole GPUs would never
+/// bind or never be placed.
+fn check_time_sliced_resources(e: &mut Errors, spec: &NodePoolSpec) {
+    use crate::labels::{RESOURCE_GPU, RESOURCE_GPU_SHARED};
+    if spec.gpu_sharing.mode != GpuSharingMode::TimeSlicing {
+        return;
+    }
+    let why = || {
+        format!(
+            "a TimeSlicing pool's nodes advertise {RESOURCE_GPU_SHARED}, not {RESOURCE_GPU}: \
+             count its shares as {RESOURCE_GPU_SHARED} (replicas per GPU)"
+        )
+    };
+    if spec.limits.contains_key(RESOURCE_GPU) {
+        e.push(format!("spec.limits[{RESOURCE_GPU}]"), why());
+    }
+    for (i, w) in spec.prewarm.iter().enumerate() {
+        if w.capacity.contains_key(RESOURCE_GPU) {
+            e.push(format!("spec.prewarm[{i}].capacity[{RESOURCE_GPU}]"), why());
+        }
+    }
+}
+
 fn check_gpu_sharing(e: &mut Errors, spec: &NodePoolSpec, catalog: Option<&Catalog>) {
     let g = &spec.gpu_sharing;
     let base = "spec.gpuSharing";
@@ -533,6 +557,7 @@ fn check_gpu_sharing(e: &mut Errors, spec: &NodePoolSpec, catalog: Option<&Catal
         (_, Some(_)) => e.push(format!("{base}.migProfile"), "only allowed with mode Mig"),
         (_, None) => {}
     }
+    check_time_sliced_resources(e, spec);
     let Some(catalog) = catalog else { return };
     if g.mode == GpuSharingMode::None {
         return;

@@ -3,15 +3,13 @@
 //!
 //! The import copies facts and derives nothing: it renames fields, converts
 //! the JSON maps into sorted CSV rows and checks every value. Prices are
-//! written as the shortest decimal that reads back as the same `f64`. Two
-//! filters apply:
+//! written as the shortest decimal that reads back as the same `f64`. Every
+//! instance type of the reference data is imported, accelerator and
+//! general-purpose CPU families alike (the CPU families serve the CPU-only
+//! pods of a GPU cluster). Two filters apply:
 //! - spot figures (advisor rows, snapshot prices) of a type whose
 //!   `usageClasses` lack `spot` are dropped, so no spot offering can be built
 //!   for it;
-//! - the general-purpose CPU families the reference data now also covers
-//!   ([`DEFERRED_CPU_FAMILIES`]) are left out, with every price and zone row
-//!   of their types: the catalog serves accelerator types only until the
-//!   planner places CPU-only pods on CPU nodes (issue 16);
 //! - snapshot rows without a spot price are dropped; the snapshot's own
 //!   on-demand column is kept (empty where the source had none) so that the
 //!   loader can tell which observations predate a price change.
@@ -32,30 +30,17 @@ use std::collections::{BTreeMap, BTreeSet};
 
 type RefNames = ReferenceFiles<()>;
 
-/// General-purpose CPU families of the reference data that the import leaves
-/// out for now (see the module notes).
-pub const DEFERRED_CPU_FAMILIES: &[&str] = &[
-    "m7i", "m7a", "m7g", "m6i", "c7i", "c7a", "c7g", "c6i", "r7i", "r7g", "r6i",
-];
-
-/// The instance types the import writes, and those it leaves out on purpose:
-/// a row naming neither is an error.
-struct Known<'a> {
-    imported: BTreeSet<&'a str>,
-    deferred: BTreeSet<&'a str>,
-}
+/// The instance types the import writes: a row naming another is an error.
+struct Known<'a>(BTreeSet<&'a str>);
 
 impl Known<'_> {
-    /// Whether the row for `name` is written (`false`: skipped, its type is
-    /// left out on purpose).
+    /// Checks that `name` is in instance-types.json.
     ///
     /// # Errors
-    /// [`Error::Invalid`] when `name` is not in instance-types.json.
-    fn admits(&self, file: &'static str, entry: String, name: &str) -> Result<bool> {
-        if self.imported.contains(name) {
-            Ok(true)
-        } else if self.deferred.contains(name) {
-            Ok(false)
+    /// [`Error::Invalid`] when it is not.
+    fn check(&self, file: &'static str, entry: String, name: &str) -> Result<()> {
+        if self.0.contains(name) {
+            Ok(())
         } else {
             Err(unknown_type(file, entry, name))
         }
@@ -70,14 +55,8 @@ impl Known<'_> {
 /// value out of range (non-positive price, savings outside -100..100%, bucket above
 /// 4, an advisor bucket label that differs from ours).
 pub fn import<S: AsRef<str>>(reference: &ReferenceFiles<S>) -> Result<PricingFiles<String>> {
-    let all = instance_types(reference.instance_types.as_ref())?;
-    let (deferred, types): (Vec<_>, Vec<_>) = all
-        .into_iter()
-        .partition(|(t, _)| DEFERRED_CPU_FAMILIES.contains(&t.family.as_str()));
-    let known = Known {
-        imported: types.iter().map(|(t, _)| t.name.as_str()).collect(),
-        deferred: deferred.iter().map(|(t, _)| t.name.as_str()).collect(),
-    };
+    let types = instance_types(reference.instance_types.as_ref())?;
+    let known = Known(types.iter().map(|(t, _)| t.name.as_str()).collect());
     let spot_ok: BTreeSet<&str> = types
         .iter()
         .filter(|(_, spot)| *spot)
@@ -217,9 +196,7 @@ fn on_demand(text: &str, known: &Known) -> Result<String> {
     for (region, types) in &prices {
         for (name, &usd) in types {
             let entry = || format!("{region}/{name}");
-            if !known.admits(file, entry(), name)? {
-                continue;
-            }
+            known.check(file, entry(), name)?;
             check_price(file, entry, usd)?;
             rows.push(vec![region.clone(), name.clone(), format_price(usd)]);
         }
@@ -272,9 +249,7 @@ fn spot_advisor(text: &str, known: &Known, spot_ok: &BTreeSet<&str>) -> Result<S
         };
         for (name, advice) in linux {
             let entry = || format!("spot_advisor/{region}/Linux/{name}");
-            if !known.admits(file, entry(), name)? {
-                continue;
-            }
+            known.check(file, entry(), name)?;
             if !SAVINGS_PCT.contains(&advice.s) || advice.r > InterruptionBucket::WORST.0 {
                 return Err(Error::Invalid {
                     file,
@@ -321,9 +296,7 @@ fn spot_prices(text: &str, known: &Known, spot_ok: &BTreeSet<&str>) -> Result<St
     let mut rows: BTreeMap<(String, String, String), Vec<String>> = BTreeMap::new();
     for (line, r) in parse_csv::<RefSpotPrice>(file, text, SNAPSHOT_HEADER)? {
         let entry = || format!("line {line}");
-        if !known.admits(file, entry(), &r.instance_type)? {
-            continue;
-        }
+        known.check(file, entry(), &r.instance_type)?;
         if let Some(od) = r.on_demand_price_usd_per_hour_in_same_snapshot {
             check_price(file, entry, od)?;
         }
@@ -366,9 +339,7 @@ fn zones(text: &str, known: &Known) -> Result<String> {
     for (region, types) in &offerings {
         for (name, zone_ids) in types {
             let entry = || format!("{region}/{name}");
-            if !known.admits(file, entry(), name)? {
-                continue;
-            }
+            known.check(file, entry(), name)?;
             let sorted: BTreeSet<&String> = zone_ids.iter().collect();
             if sorted.len() != zone_ids.len() {
                 return Err(Error::Invalid {
@@ -443,7 +414,7 @@ mod tests {
     }
 
     #[test]
-    fn leaves_out_deferred_cpu_families_with_every_row_of_their_types() {
+    fn imports_general_purpose_cpu_types_with_every_price_and_zone_row() {
         let mut reference = reference("m7i.large,r1,z1,0.05,0.1\n");
         let cpu = r#"{"instanceType":"m7i.large","family":"m7i","vcpu":2,"memoryMiB":8192,"architectures":["x86_64"],"accelerator":null,"network":{"maxNetworkInterfaces":3,"efaSupported":false},"localStorage":null,"usageClasses":["on-demand","spot"]}"#;
         reference.instance_types = TYPES.replacen("[\n", &format!("[\n{cpu},\n"), 1);
@@ -452,16 +423,20 @@ mod tests {
         reference.offerings =
             r#"{"r1":{"p9.big":["z2","z1"],"p9.reserved":["z1"],"m7i.large":["z1"]}}"#.into();
         let out = import(&reference).unwrap();
-        let plain = import(&self::reference("")).unwrap();
-        for (with, without) in [
-            (&out.instance_types, &plain.instance_types),
-            (&out.on_demand, &plain.on_demand),
-            (&out.zones, &plain.zones),
-            (&out.spot_prices, &plain.spot_prices),
-        ] {
-            assert!(!with.contains("m7i"), "{with}");
-            assert_eq!(with, without);
-        }
+        assert!(out.instance_types.starts_with(
+            "[\n{\"name\":\"m7i.large\",\"family\":\"m7i\",\"vcpu\":2,\"memory_mib\":8192,\"architecture\":\"x86_64\",\"efa_supported\":false,"
+        ), "{}", out.instance_types);
+        assert!(
+            out.on_demand.contains("\nr1,m7i.large,0.1\n"),
+            "{}",
+            out.on_demand
+        );
+        assert!(out.zones.contains("\nr1,m7i.large,z1\n"), "{}", out.zones);
+        assert!(
+            out.spot_prices.contains("\nr1,z1,m7i.large,0.05,0.1\n"),
+            "{}",
+            out.spot_prices
+        );
     }
 
     #[test]

@@ -175,6 +175,26 @@ pub fn instances_per_gpu(
         .map(|p| p.per_gpu)
 }
 
+/// The share of a GPU's memory one instance of `profile` has (`3g.40gb`
+/// on an 80 GB GPU: 0.5), the smallest over the GPUs that offer it (a
+/// `1g.10gb` is a quarter of an A100 40GB, an eighth of an 80 GB part);
+/// `None` for a profile no GPU in the table offers.
+pub fn memory_share(profile: &str) -> Option<f64> {
+    let gb =
+        |name: &str| -> Option<f64> { name.split('.').nth(1)?.strip_suffix("gb")?.parse().ok() };
+    GPUS.iter()
+        .filter(|g| g.profiles.iter().any(|p| p.name == profile))
+        .filter_map(|g| {
+            let whole = g
+                .profiles
+                .iter()
+                .filter_map(|p| gb(p.name))
+                .fold(0.0, f64::max);
+            Some(gb(profile)? / whole)
+        })
+        .min_by(f64::total_cmp)
+}
+
 /// Whether `profile` is a profile of any GPU in the table.
 pub fn is_known_profile(profile: &str) -> bool {
     GPUS.iter()
@@ -184,6 +204,15 @@ pub fn is_known_profile(profile: &str) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_profiles_memory_share_is_the_smallest_over_the_gpus_offering_it() {
+        assert_eq!(memory_share("3g.40gb"), Some(0.5));
+        // A quarter of an A100 40GB, an eighth of an 80 GB part.
+        assert_eq!(memory_share("1g.10gb"), Some(0.125));
+        assert_eq!(memory_share("7g.141gb"), Some(1.0));
+        assert_eq!(memory_share("9g.1gb"), None);
+    }
 
     #[test]
     fn a100_40gb_on_p4d_offers_the_nvidia_guide_profiles() {

@@ -66,7 +66,9 @@ struct ListArgs {
     /// Region to list.
     #[arg(long, default_value = "us-east-1")]
     region: String,
-    /// Only these instance families (repeatable or comma-separated), e.g. `p5,p4d`.
+    /// Only these instance families (repeatable or comma-separated), e.g.
+    /// `p5,p4d`. Without it only accelerator types are listed; naming a
+    /// general-purpose CPU family (`m7i`, `c7g`, ...) lists its types.
     #[arg(long, value_delimiter = ',', value_name = "FAMILY")]
     family: Vec<String>,
     /// Only types whose accelerator model is this, case-insensitive (e.g. `h100`, `A100`).
@@ -210,15 +212,24 @@ fn run_list(args: &ListArgs) -> anyhow::Result<ExitCode> {
         );
     }
     let in_region = catalog.instance_types_in(&args.region);
+    // CPU types only when a family names them: the default listing is the
+    // accelerator catalog.
+    let hidden_cpu_types = if args.family.is_empty() {
+        in_region.iter().filter(|t| t.accelerator.is_none()).count()
+    } else {
+        0
+    };
     let mut rows: Vec<Row> = in_region
         .iter()
         .copied()
         .filter(|t| {
-            args.family.is_empty()
-                || args
-                    .family
+            if args.family.is_empty() {
+                t.accelerator.is_some()
+            } else {
+                args.family
                     .iter()
                     .any(|f| f.eq_ignore_ascii_case(&t.family))
+            }
         })
         .filter(|t| match (&args.gpu, &t.accelerator) {
             (None, _) => true,
@@ -243,7 +254,7 @@ fn run_list(args: &ListArgs) -> anyhow::Result<ExitCode> {
             .then_with(|| a.instance_type.name.cmp(&b.instance_type.name))
     });
     let text = match args.output {
-        Output::Table => table(&args.region, &rows),
+        Output::Table => table(&args.region, &rows, hidden_cpu_types),
         Output::Json => json(&rows)?,
     };
     print(&text)?;
@@ -340,9 +351,10 @@ fn gib(mib: u64) -> String {
     }
 }
 
-/// The table: a title, aligned columns, footnotes for the marks used and a
-/// legend.
-fn table(region: &str, rows: &[Row]) -> String {
+/// The table: a title, aligned columns, footnotes for the marks used, a
+/// legend and, when the listing left them out, how to see the region's
+/// `hidden_cpu_types` general-purpose CPU types.
+fn table(region: &str, rows: &[Row], hidden_cpu_types: usize) -> String {
     let header = [
         "TYPE",
         "ACCELERATOR",
@@ -429,6 +441,11 @@ fn table(region: &str, rows: &[Row]) -> String {
         }
     }
     out += LEGEND;
+    if hidden_cpu_types > 0 {
+        out += &format!(
+            "Not shown: {hidden_cpu_types} general-purpose CPU types (list them with --family, e.g. --family m7i,c7g).\n"
+        );
+    }
     out
 }
 

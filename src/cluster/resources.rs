@@ -34,12 +34,13 @@ type Name = Cow<'static, str>;
 
 /// Resource names common enough to be worth not allocating: every pod has
 /// some of them, and a controller's index holds a list per pod and node.
-const WELL_KNOWN: [&str; 8] = [
+const WELL_KNOWN: [&str; 9] = [
     CPU,
     MEMORY,
     PODS,
     EPHEMERAL_STORAGE,
     crate::api::labels::RESOURCE_GPU,
+    crate::api::labels::RESOURCE_GPU_SHARED,
     crate::api::labels::RESOURCE_NEURON,
     crate::api::labels::RESOURCE_NEURONCORE,
     crate::api::labels::RESOURCE_EFA,
@@ -195,8 +196,10 @@ impl Resources {
             .map(|(k, _)| k)
     }
 
-    /// GPUs in the list: whole GPUs (or time-sliced replicas) count one
-    /// each, a MIG instance `Ng.*` counts N/7 of a GPU.
+    /// GPUs in the list: whole GPUs count one each, a MIG instance `Ng.*`
+    /// counts N/7 of a GPU. Time-sliced shares (`nvidia.com/gpu.shared`)
+    /// are not counted: how big a share is depends on the pool's replicas,
+    /// which the list does not know.
     pub fn gpus(&self) -> f64 {
         use crate::api::labels as l;
         self.iter()

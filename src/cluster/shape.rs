@@ -32,7 +32,8 @@ pub enum GpuSharing {
     #[default]
     None,
     /// NVIDIA time-slicing: each GPU is advertised `replicas` times as
-    /// `nvidia.com/gpu`.
+    /// `nvidia.com/gpu.shared` (the device plugin's `renameByDefault`), so
+    /// whole-GPU pods and shared ones never mix.
     TimeSlicing {
         /// Advertised replicas per GPU.
         replicas: u32,
@@ -88,7 +89,7 @@ pub fn capacity(it: &InstanceType, sharing: &GpuSharing) -> Resources {
             AcceleratorKind::Gpu if acc.manufacturer == "NVIDIA" => match sharing {
                 GpuSharing::None => r.set(l::RESOURCE_GPU, count),
                 GpuSharing::TimeSlicing { replicas } => {
-                    r.set(l::RESOURCE_GPU, count * *replicas as i64)
+                    r.set(l::RESOURCE_GPU_SHARED, count * *replicas as i64)
                 }
                 GpuSharing::Mig { profile } => {
                     match mig::instances_per_gpu(&acc.model, acc.memory_mib_per_device, profile) {
@@ -192,9 +193,10 @@ mod tests {
     }
 
     #[test]
-    fn time_slicing_multiplies_the_advertised_gpus() {
+    fn time_slicing_advertises_its_replicas_as_shared_gpus_and_no_whole_gpu() {
         let a = allocatable(&p4d(), &GpuSharing::TimeSlicing { replicas: 4 });
-        assert_eq!(a.get(l::RESOURCE_GPU), 32);
+        assert_eq!(a.get(l::RESOURCE_GPU_SHARED), 32);
+        assert_eq!(a.get(l::RESOURCE_GPU), 0);
     }
 
     #[test]

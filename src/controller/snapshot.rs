@@ -198,10 +198,11 @@ pub struct PdbInfo {
     pub disruptions_allowed: u32,
 }
 
-/// Whether a resource name is an accelerator (whole GPUs, MIG slices,
-/// Neuron devices or cores).
+/// Whether a resource name is an accelerator (whole GPUs, time-sliced
+/// shares, MIG slices, Neuron devices or cores).
 pub fn is_accelerator(resource: &str) -> bool {
     resource == l::RESOURCE_GPU
+        || resource == l::RESOURCE_GPU_SHARED
         || resource.starts_with(l::RESOURCE_MIG_PREFIX)
         || resource == l::RESOURCE_NEURON
         || resource == l::RESOURCE_NEURONCORE

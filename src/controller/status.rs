@@ -345,7 +345,8 @@ mod tests {
             None,
             at(1),
         );
-        assert_eq!(sliced.resources.get("nvidia.com/gpu"), Some(&q("4")));
+        assert_eq!(sliced.resources.get("nvidia.com/gpu.shared"), Some(&q("4")));
+        assert_eq!(sliced.resources.get("nvidia.com/gpu"), None);
     }
 
     #[test]

@@ -291,8 +291,8 @@ pub fn is_placeholder(pod: &str) -> bool {
 /// resource is divided as evenly as possible over the pods (remainders go to
 /// the first pods), so the pods add up to exactly `capacity` and the planner
 /// is free to choose how many nodes of which size hold them. Quantities are
-/// in the units pods request: with time slicing, GPU slices; with MIG, the
-/// `nvidia.com/mig-<profile>` resource.
+/// in the units pods request: with time slicing, `nvidia.com/gpu.shared`
+/// shares; with MIG, the `nvidia.com/mig-<profile>` resource.
 ///
 /// # Errors
 ///
@@ -348,6 +348,7 @@ fn capacity_of(pool: &NodePool, w: &PrewarmWindow) -> Result<Resources> {
 
 fn is_accelerator(resource: &str) -> bool {
     resource == l::RESOURCE_GPU
+        || resource == l::RESOURCE_GPU_SHARED
         || resource == l::RESOURCE_NEURON
         || resource == l::RESOURCE_NEURONCORE
         || resource.starts_with(l::RESOURCE_MIG_PREFIX)

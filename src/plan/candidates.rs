@@ -177,7 +177,10 @@ fn accelerator_resource(
                     return Some(mig);
                 }
             }
-            (capacity.get(l::RESOURCE_GPU) > 0).then(|| l::RESOURCE_GPU.to_string())
+            [l::RESOURCE_GPU_SHARED, l::RESOURCE_GPU]
+                .into_iter()
+                .find(|r| capacity.get(r) > 0)
+                .map(str::to_string)
         }
     }
 }

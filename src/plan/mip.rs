@@ -299,7 +299,10 @@ pub fn plan(input: &Input, opts: &Options, clock: &dyn Fn() -> f64) -> Plan {
 /// nodes first (ties: later first), each dropped when all its pods fit, first
 /// fit, on other nodes of the same pool and capacity type (the same zone for
 /// gang members and zone-spread pods); spot nodes of a pool with a share
-/// limit stay. Deterministic.
+/// limit stay, and so does a node whose price is no more than what its pods'
+/// expected interruptions would cost more where they move (CPU pods on a
+/// cheap CPU node beside a spot GPU node that is often reclaimed).
+/// Deterministic.
 fn merge_nodes(
     input: &Input,
     cands: &[Candidate],
@@ -336,6 +339,9 @@ fn merge_nodes(
         let moving = std::mem::take(&mut bins[x].1.pods);
         let mut moved: Vec<(usize, usize)> = Vec::new();
         let mut ok = true;
+        // What the moved pods' expected interruptions cost more on their
+        // new nodes: a merge that saves less than that is not made.
+        let mut added_risk = 0.0;
         for &p in &moving {
             let pinned = pods[p].group.is_some() || pods[p].zone_spread.is_some();
             let target = (0..bins.len()).find(|&t| {
@@ -352,6 +358,8 @@ fn merge_nodes(
                 Some(t) => {
                     bins[t].1.put(p, &pods[p]);
                     moved.push((p, t));
+                    added_risk += pod_risk(input, &pods[p], &cands[bins[t].0])
+                        - pod_risk(input, &pods[p], from);
                 }
                 None => {
                     ok = false;
@@ -359,7 +367,7 @@ fn merge_nodes(
                 }
             }
         }
-        if ok {
+        if ok && added_risk < from.price() {
             gone[x] = true;
         } else {
             for &(p, t) in moved.iter().rev() {
@@ -372,6 +380,12 @@ fn merge_nodes(
         .filter(|(_, b)| !b.pods.is_empty())
         .map(|(o, b)| (o, b.pods))
         .collect()
+}
+
+/// The expected interruption cost of pod `p` on a node of `c`, USD per
+/// hour, as [`node_cost`] counts it.
+fn pod_risk(input: &Input, p: &crate::cluster::Pod, c: &Candidate) -> f64 {
+    super::cost::node_cost(input, c, [p], 0.0).interruption
 }
 
 /// Price plus the expected interruption cost of `members` plus the idle

@@ -76,6 +76,7 @@ pub fn compatible(pod: &Pod, labels: &Labels, taints: &[Taint]) -> bool {
 pub fn sort_largest_first(pods: &[Pod], idx: &mut [usize]) {
     let key = |p: &Pod| {
         let acc = p.requests.get(l::RESOURCE_GPU)
+            + p.requests.get(l::RESOURCE_GPU_SHARED)
             + p.requests.get(l::RESOURCE_NEURON)
             + p.requests
                 .iter()

@@ -150,6 +150,7 @@ spec:
             checkpoint_write_s: 0.0,
             restart_overhead_s: 0.0,
             stateless: false,
+            gpu_share: None,
         }
     }
 

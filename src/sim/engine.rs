@@ -860,7 +860,8 @@ struct StaticOption {
     taints: Vec<crate::cluster::Taint>,
 }
 
-/// The on-demand accelerator offerings `pool` may launch in `region`.
+/// The on-demand offerings `pool` may launch in `region` (CPU types too: a
+/// CPU pool's static group holds its CPU-only jobs).
 fn static_options(pool: &NodePool, catalog: &Catalog, region: &str) -> Vec<StaticOption> {
     let Ok(shape) = crate::cluster::Pool::from_api(pool, Resources::new()) else {
         return Vec::new();
@@ -871,7 +872,6 @@ fn static_options(pool: &NodePool, catalog: &Catalog, region: &str) -> Vec<Stati
         .filter(|o| o.capacity_type == CapacityType::OnDemand)
         .filter_map(|o| {
             let it = selected.iter().find(|t| t.name == o.instance_type)?;
-            it.accelerator.as_ref()?;
             let mut labels = crate::cluster::shape::node_labels(it, o, &shape.name);
             labels.extend(shape.labels.clone());
             Some(StaticOption {

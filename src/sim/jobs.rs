@@ -94,10 +94,13 @@ impl JobRun {
         }
     }
 
-    /// GPUs the job's pod holds: whole GPUs (or time-sliced replicas) count
-    /// one each, a MIG instance its share of a GPU (`1g.10gb` is 1/7).
+    /// GPUs the job's pod holds: whole GPUs count one each, a MIG instance
+    /// its share of a GPU (`1g.10gb` is 1/7), time-sliced shares their part
+    /// of a GPU ([`SimJob::gpu_share`]), so GPU-hours charge the share.
     pub fn gpus(&self) -> f64 {
-        self.job.pod.requests.gpus()
+        self.job
+            .gpu_share
+            .unwrap_or_else(|| self.job.pod.requests.gpus())
     }
 
     /// The job appears.
@@ -285,6 +288,7 @@ mod tests {
             checkpoint_write_s: write,
             restart_overhead_s: 300.0,
             stateless: false,
+            gpu_share: None,
         })
     }
 
@@ -303,6 +307,29 @@ mod tests {
             (mig.gpus() - 1.0).abs() < 1e-9,
             "seven 1g slices are one GPU"
         );
+    }
+
+    #[test]
+    fn a_quarter_gpu_trace_job_is_charged_a_quarter_of_a_gpu() {
+        use crate::sim::trace::{FractionalGpu, TraceJob};
+        let row = TraceJob {
+            job_id: "q".into(),
+            submit_s: 0.0,
+            duration_s: 3600.0,
+            gpus: 0.25,
+            gpu_models: vec![],
+            cpu_milli: 1000,
+            memory_mib: 1024,
+            ..Default::default()
+        };
+        let spec = crate::sim::workload::TraceSpec {
+            path: "t.csv".into(),
+            ..Default::default()
+        };
+        let sliced = FractionalGpu::TimeSliced { replicas: 4 };
+        let run = JobRun::new(spec.jobs(&[row], t(0), &sliced).remove(0));
+        assert_eq!(run.job.pod.requests.get("nvidia.com/gpu.shared"), 1);
+        assert_eq!(run.gpus(), 0.25);
     }
 
     #[test]

@@ -20,6 +20,7 @@ use result::SimReport;
 use scenario::{Scenario, StrategyName, WorkloadSource};
 use std::path::Path;
 use std::sync::Arc;
+use trace::FractionalGpu;
 use workload::SimJob;
 
 /// Jobs of a scenario could not be made.
@@ -157,7 +158,9 @@ pub fn load_jobs(
                 .into_iter()
                 .map(|m| format!("trace {}: {m}", spec.path)),
         );
-        w.jobs.extend(spec.jobs(&rows, scenario.start));
+        let fractional =
+            FractionalGpu::for_pools(&scenario.node_pools, spec.mig_profile.as_deref());
+        w.jobs.extend(spec.jobs(&rows, scenario.start, &fractional));
         w.trace_queue_s
             .extend(spec.replayed(&rows).filter_map(|r| r.queue_s));
         Ok(())

@@ -6,6 +6,7 @@
 //! dropped silently.
 
 use crate::api::labels as l;
+use crate::catalog::mig;
 use crate::cluster::resources::{CPU, MEMORY};
 use crate::cluster::{Operator, Pod, Requirement, Resources, Toleration};
 use serde::Deserialize;
@@ -181,34 +182,124 @@ pub fn parse(csv_text: &str) -> Result<Vec<TraceJob>, Error> {
     Ok(jobs)
 }
 
-/// How a fractional GPU request becomes a Kubernetes resource.
-#[derive(Debug, Clone, PartialEq, Eq)]
+/// How a fractional GPU request (`gpus` below 1, e.g. 0.46) becomes a
+/// Kubernetes resource: as a share of the size the scenario's pools offer
+/// ([`FractionalGpu::for_pools`]).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub enum FractionalGpu {
-    /// One time-sliced replica of `nvidia.com/gpu` (pools with time-slicing).
-    TimeSliced,
-    /// One MIG instance of this profile, e.g. `1g.10gb` (pools with MIG).
-    Mig(String),
+    /// No pool shares its GPUs: a fraction takes a whole GPU.
+    #[default]
+    Whole,
+    /// Time-sliced shares (`nvidia.com/gpu.shared`), `replicas` to a GPU: a
+    /// fraction `f` takes `ceil(f x replicas)` of them.
+    TimeSliced {
+        /// Shares per GPU (the pool's `gpuSharing.replicas`).
+        replicas: u32,
+    },
+    /// MIG instances of these profiles (the pools' `migProfile`s): a
+    /// fraction takes one instance of the smallest whose share of GPU memory
+    /// covers it ([`mig::memory_share`]).
+    Mig(Vec<String>),
+}
+
+/// A trace job's GPU request as a resource.
+#[derive(Debug, Clone, PartialEq)]
+pub struct GpuRequest {
+    /// `nvidia.com/gpu`, `nvidia.com/gpu.shared` or `nvidia.com/mig-<profile>`.
+    pub resource: String,
+    /// How many.
+    pub count: i64,
+    /// GPUs held when the resource alone does not say: the time-sliced
+    /// shares' part of a GPU (`count / replicas`).
+    pub gpu_share: Option<f64>,
+}
+
+impl FractionalGpu {
+    /// The sharing the scenario's pools offer a fraction: `mig_profile` if
+    /// the trace names one; else the time slicing of the heaviest pool that
+    /// slices its GPUs; else the MIG profiles of the pools that partition
+    /// them; else whole GPUs.
+    pub fn for_pools(pools: &[crate::api::NodePool], mig_profile: Option<&str>) -> FractionalGpu {
+        if let Some(p) = mig_profile {
+            return FractionalGpu::Mig(vec![p.to_string()]);
+        }
+        let mut by_weight: Vec<&crate::api::NodePool> = pools.iter().collect();
+        by_weight.sort_by_key(|p| std::cmp::Reverse(p.spec.weight_or_default()));
+        if let Some(replicas) = by_weight
+            .iter()
+            .find_map(|p| p.spec.gpu_sharing.time_slicing_replicas())
+        {
+            return FractionalGpu::TimeSliced { replicas };
+        }
+        let profiles: Vec<String> = by_weight
+            .iter()
+            .filter_map(|p| p.spec.gpu_sharing.mig_profile().map(str::to_string))
+            .collect();
+        if profiles.is_empty() {
+            FractionalGpu::Whole
+        } else {
+            FractionalGpu::Mig(profiles)
+        }
+    }
+
+    /// The request for `gpus` GPUs: whole GPUs for a whole number (or a
+    /// fraction above one, rounded up), a share for a fraction below one,
+    /// a whole GPU when no share covers it; `None` for no GPU.
+    pub fn request(&self, gpus: f64) -> Option<GpuRequest> {
+        let whole = |n: f64| GpuRequest {
+            resource: l::RESOURCE_GPU.to_string(),
+            count: n.ceil() as i64,
+            gpu_share: None,
+        };
+        if gpus <= 0.0 {
+            return None;
+        }
+        if gpus.fract() == 0.0 || gpus > 1.0 {
+            return Some(whole(gpus));
+        }
+        Some(match self {
+            FractionalGpu::Whole => whole(1.0),
+            FractionalGpu::TimeSliced { replicas } => {
+                let r = f64::from(*replicas);
+                // Forgive float noise: 0.25 x 4 is one share, not two.
+                let n = (gpus * r - 1e-9).ceil().max(1.0);
+                if n >= r {
+                    whole(1.0)
+                } else {
+                    GpuRequest {
+                        resource: l::RESOURCE_GPU_SHARED.to_string(),
+                        count: n as i64,
+                        gpu_share: Some(n / r),
+                    }
+                }
+            }
+            FractionalGpu::Mig(profiles) => profiles
+                .iter()
+                .filter_map(|p| Some((mig::memory_share(p)?, p)))
+                .filter(|(share, _)| *share >= gpus - 1e-9)
+                .min_by(|a, b| a.0.total_cmp(&b.0))
+                .map_or_else(
+                    || whole(1.0),
+                    |(_, p)| GpuRequest {
+                        resource: mig::resource_name(p),
+                        count: 1,
+                        gpu_share: None,
+                    },
+                ),
+        })
+    }
 }
 
 impl TraceJob {
-    /// The pod that replays this job: whole GPUs as `nvidia.com/gpu`, a
-    /// fraction as `fractional` says; the GPU toleration when it uses GPUs;
+    /// The pod that replays this job: its GPUs as `fractional` says
+    /// ([`FractionalGpu::request`]); the GPU toleration when it uses GPUs;
     /// its model hint as a `quartermaster.dev/gpu-name In [...]` requirement.
     pub fn to_pod(&self, namespace: &str, fractional: &FractionalGpu) -> Pod {
         let mut requests = Resources::new()
             .with(CPU, self.cpu_milli as i64)
             .with(MEMORY, self.memory_mib as i64 * (1 << 20));
-        if self.gpus > 0.0 {
-            if self.gpus.fract() == 0.0 {
-                requests.set(l::RESOURCE_GPU, self.gpus as i64);
-            } else {
-                match fractional {
-                    FractionalGpu::TimeSliced => requests.set(l::RESOURCE_GPU, 1),
-                    FractionalGpu::Mig(profile) => {
-                        requests.set(&format!("{}{profile}", l::RESOURCE_MIG_PREFIX), 1)
-                    }
-                }
-            }
+        if let Some(gpu) = fractional.request(self.gpus) {
+            requests.set(&gpu.resource, gpu.count);
         }
         let mut pod = Pod::new(&format!("{namespace}/{}", self.job_id), requests);
         pod.expected_runtime_s = Some(self.duration_s);
@@ -277,31 +368,87 @@ mod tests {
         assert!(e.contains("duration_s"), "{e}");
     }
 
-    #[test]
-    fn fractional_gpus_map_to_time_slices_or_mig_instances() {
-        let job = TraceJob {
+    fn job(gpus: f64) -> TraceJob {
+        TraceJob {
             job_id: "j".into(),
             submit_s: 0.0,
             duration_s: 100.0,
-            gpus: 0.5,
+            gpus,
             gpu_models: vec![],
             cpu_milli: 1000,
             memory_mib: 1024,
             ..Default::default()
-        };
-        let p = job.to_pod("t", &FractionalGpu::TimeSliced);
-        assert_eq!(p.requests.get(l::RESOURCE_GPU), 1);
-        let p = job.to_pod("t", &FractionalGpu::Mig("1g.10gb".into()));
-        assert_eq!(p.requests.get("nvidia.com/mig-1g.10gb"), 1);
+        }
+    }
+
+    #[test]
+    fn a_quarter_gpu_takes_one_time_sliced_share_not_a_gpu() {
+        let sliced = FractionalGpu::TimeSliced { replicas: 4 };
+        let p = job(0.25).to_pod("t", &sliced);
+        assert_eq!(p.requests.get(l::RESOURCE_GPU_SHARED), 1);
         assert_eq!(p.requests.get(l::RESOURCE_GPU), 0);
         assert_eq!(p.expected_runtime_s, Some(100.0));
-        let whole = TraceJob { gpus: 4.0, ..job };
+        assert_eq!(sliced.request(0.25).unwrap().gpu_share, Some(0.25));
+        // 0.46 of a GPU needs two quarters; 0.8 of one is a whole GPU.
+        let r = sliced.request(0.46).unwrap();
+        assert_eq!((r.resource.as_str(), r.count), (l::RESOURCE_GPU_SHARED, 2));
+        assert_eq!(sliced.request(0.8).unwrap().resource, l::RESOURCE_GPU);
         assert_eq!(
-            whole
-                .to_pod("t", &FractionalGpu::TimeSliced)
-                .requests
-                .get(l::RESOURCE_GPU),
+            job(4.0).to_pod("t", &sliced).requests.get(l::RESOURCE_GPU),
             4
+        );
+        assert_eq!(sliced.request(0.0), None);
+    }
+
+    #[test]
+    fn a_fraction_takes_the_smallest_mig_profile_whose_memory_covers_it() {
+        let mig = FractionalGpu::Mig(vec!["3g.40gb".into(), "1g.10gb".into()]);
+        let p = job(0.46).to_pod("t", &mig);
+        assert_eq!(p.requests.get("nvidia.com/mig-3g.40gb"), 1);
+        assert_eq!(p.requests.get(l::RESOURCE_GPU), 0);
+        assert_eq!(mig.request(0.1).unwrap().resource, "nvidia.com/mig-1g.10gb");
+        // No profile covers 0.7 of a GPU: a whole one.
+        assert_eq!(mig.request(0.7).unwrap().resource, l::RESOURCE_GPU);
+        assert_eq!(
+            FractionalGpu::Whole.request(0.46).unwrap().resource,
+            l::RESOURCE_GPU
+        );
+    }
+
+    #[test]
+    fn the_pools_decide_the_share_heaviest_time_slicing_first() {
+        use crate::api::{GpuSharing, NodePool, NodePoolSpec};
+        let pool = |name: &str, weight: i32, sharing: GpuSharing| {
+            NodePool::new(
+                name,
+                NodePoolSpec {
+                    weight: Some(weight),
+                    gpu_sharing: sharing,
+                    ..NodePoolSpec::default()
+                },
+            )
+        };
+        let pools = [
+            pool("whole", 90, GpuSharing::default()),
+            pool("mig", 50, GpuSharing::mig("1g.10gb")),
+            pool("light", 10, GpuSharing::time_slicing(2)),
+            pool("shared", 60, GpuSharing::time_slicing(4)),
+        ];
+        assert_eq!(
+            FractionalGpu::for_pools(&pools, None),
+            FractionalGpu::TimeSliced { replicas: 4 }
+        );
+        assert_eq!(
+            FractionalGpu::for_pools(&pools[..2], None),
+            FractionalGpu::Mig(vec!["1g.10gb".into()])
+        );
+        assert_eq!(
+            FractionalGpu::for_pools(&pools, Some("3g.40gb")),
+            FractionalGpu::Mig(vec!["3g.40gb".into()])
+        );
+        assert_eq!(
+            FractionalGpu::for_pools(&pools[..1], None),
+            FractionalGpu::Whole
         );
     }
 }

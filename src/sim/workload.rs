@@ -39,6 +39,11 @@ pub struct SimJob {
     /// and it ends when its demand does (`submit + work_s`), however long
     /// it waited.
     pub stateless: bool,
+    /// GPUs it holds when its pod asks for time-sliced shares
+    /// (`nvidia.com/gpu.shared`, whose size the pod does not say): its
+    /// shares over the pool's replicas per GPU. `None`: what its requests
+    /// say ([`crate::cluster::Resources::gpus`]).
+    pub gpu_share: Option<f64>,
 }
 
 /// A run-time distribution: log-normal through a median and a p90.
@@ -229,7 +234,8 @@ pub struct TraceSpec {
     /// Only jobs that use GPUs.
     #[serde(default)]
     pub gpu_only: bool,
-    /// MIG profile for fractional GPUs; absent: time-slicing.
+    /// MIG profile for fractional GPUs; absent: the share the scenario's
+    /// pools offer ([`FractionalGpu::for_pools`]).
     #[serde(default)]
     pub mig_profile: Option<String>,
     /// GPU names of the trace's fleet mapped to ours (`{G2: t4}`), beside
@@ -402,6 +408,7 @@ impl TrainingSpec {
                     checkpoint_write_s: write,
                     restart_overhead_s: restart,
                     stateless: false,
+                    gpu_share: None,
                 });
             }
         }
@@ -464,6 +471,7 @@ impl InferenceSpec {
                 checkpoint_write_s: 0.0,
                 restart_overhead_s: 60.0,
                 stateless: true,
+                gpu_share: None,
             });
         };
         for h in 0..=hours {
@@ -528,6 +536,7 @@ impl BurstSpec {
                     checkpoint_write_s: 0.0,
                     restart_overhead_s: 60.0,
                     stateless: false,
+                    gpu_share: None,
                 });
             }
         }
@@ -562,15 +571,14 @@ impl TraceSpec {
         }
     }
 
-    /// Jobs from parsed trace rows, submitted relative to `start`.
-    pub fn jobs(&self, rows: &[TraceJob], start: Time) -> Vec<SimJob> {
-        let fractional = match &self.mig_profile {
-            Some(p) => FractionalGpu::Mig(p.clone()),
-            None => FractionalGpu::TimeSliced,
-        };
+    /// Jobs from parsed trace rows, submitted relative to `start`, their
+    /// fractional GPUs as `fractional` says (see
+    /// [`FractionalGpu::for_pools`]).
+    pub fn jobs(&self, rows: &[TraceJob], start: Time, fractional: &FractionalGpu) -> Vec<SimJob> {
         self.replayed(rows)
             .map(|r| SimJob {
-                pod: r.to_pod("trace", &fractional),
+                pod: r.to_pod("trace", fractional),
+                gpu_share: fractional.request(r.gpus).and_then(|g| g.gpu_share),
                 submit: start + Span::milliseconds((r.submit_s * 1000.0) as i64),
                 work_s: r.duration_s,
                 checkpoint_interval_s: None,

@@ -126,8 +126,10 @@ pub enum GpuSharingMode {
     /// One pod per GPU (`nvidia.com/gpu` counts whole GPUs).
     #[default]
     None,
-    /// The device plugin advertises each GPU `replicas` times; pods share it
-    /// in time slices, without memory isolation.
+    /// The device plugin advertises each GPU `replicas` times as
+    /// `nvidia.com/gpu.shared` (time-slicing with `renameByDefault`); pods
+    /// ask for shares and share the GPU in time slices, without memory
+    /// isolation; pods asking for whole `nvidia.com/gpu` never land there.
     TimeSlicing,
     /// Each GPU is partitioned into MIG instances of `migProfile`, advertised
     /// as `nvidia.com/mig-<profile>` (MIG strategy `mixed`).
@@ -147,7 +149,9 @@ pub enum GpuSharingMode {
 pub struct GpuSharing {
     /// `None`, `TimeSlicing` or `Mig`.
     pub mode: GpuSharingMode,
-    /// Time slicing: pods per GPU (2..=64).
+    /// Time slicing: shares per GPU (2..=64), advertised as
+    /// `nvidia.com/gpu.shared` (the device plugin's `renameByDefault`), so
+    /// pods asking for whole `nvidia.com/gpu` never land on a shared GPU.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(range(min = 2, max = 64))]
     pub replicas: Option<u32>,

@@ -425,6 +425,25 @@ fn gpu_sharing_fields_must_match_the_mode() {
 }
 
 #[test]
+fn a_time_sliced_pool_counts_its_gpus_as_shares() {
+    let sliced = "gpuSharing: { mode: TimeSlicing, replicas: 4 }";
+    expect_error(
+        &format!("{sliced}\nlimits: {{ nvidia.com/gpu: '8' }}"),
+        "spec.limits[nvidia.com/gpu]",
+        "nvidia.com/gpu.shared",
+    );
+    expect_error(
+        &format!("{sliced}\nprewarm: [{{ name: w, schedule: '0 8 * * *', duration: 1h, capacity: {{ nvidia.com/gpu: '2' }} }}]"),
+        "spec.prewarm[0].capacity[nvidia.com/gpu]",
+        "nvidia.com/gpu.shared",
+    );
+    expect_valid(&format!(
+        "{sliced}\nlimits: {{ nvidia.com/gpu.shared: '32' }}"
+    ));
+    expect_valid("limits: { nvidia.com/gpu: '8' }");
+}
+
+#[test]
 fn a_mig_profile_on_g5_fails_because_a10g_has_no_mig() {
     expect_error(
         r#"gpuSharing: { mode: Mig, migProfile: 1g.10gb }
