@@ -234,6 +234,54 @@ fn id_of(provider_id: &str) -> String {
 }
 
 #[tokio::test]
+async fn each_launch_gets_the_eks_image_its_architecture_and_accelerator_need() {
+    // The default image (no AMI in the node class) follows the instance
+    // type: an x86_64 NVIDIA image on g6, arm64 NVIDIA on g5g (read from the
+    // planner's arch label), Neuron on trn1, the standard arm64 image on a
+    // Graviton CPU type (read from its name).
+    let w = World::new().await;
+    let aws = w.cloud();
+    let cases = [
+        (
+            "img-g6",
+            "g6.xlarge",
+            vec![(l::ARCH, "amd64"), (l::GPU_NAME, "l4")],
+            "x86_64/nvidia",
+        ),
+        (
+            "img-g5g",
+            "g5g.xlarge",
+            vec![(l::ARCH, "arm64"), (l::GPU_NAME, "t4g")],
+            "arm64/nvidia",
+        ),
+        ("img-trn1", "trn1.2xlarge", vec![], "x86_64/neuron"),
+        ("img-m7g", "m7g.large", vec![], "arm64/standard"),
+    ];
+    for (name, instance_type, labels, variant) in cases {
+        let mut t = template();
+        t.labels
+            .insert(l::INSTANCE_TYPE.into(), instance_type.into());
+        for (k, v) in labels {
+            t.labels.insert(k.into(), v.into());
+        }
+        let c = claim(name, instance_type, "use1-az4", CapacityType::OnDemand);
+        aws.launch(&c, &t, chrono::Utc::now()).await.unwrap();
+        let found = w.instances_of(name).await;
+        assert_eq!(found.len(), 1, "{name}");
+        assert_eq!(
+            found[0].image_id(),
+            Some(
+                format!(
+                    "resolve:ssm:/aws/service/eks/optimized-ami/1.33/amazon-linux-2023/{variant}/recommended/image_id"
+                )
+                .as_str()
+            ),
+            "{name}"
+        );
+    }
+}
+
+#[tokio::test]
 async fn a_spot_launch_creates_one_tagged_instance_with_the_nodes_bootstrap() {
     let w = World::new().await;
     let aws = w.cloud();

@@ -20,7 +20,7 @@ use aws_sdk_ec2::types::{
     Filter, InstanceLifecycleType, InstanceStateName, ResourceType, Tag, TagSpecification,
 };
 use fleet::{Choice, Subnet};
-pub use settings::{NodeClass, Settings};
+pub use settings::{ImageArch, ImageDriver, ImageVariant, NodeClass, Settings};
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Mutex;
 use template::{LaunchTemplate, TAG_LAUNCH_TEMPLATE};
@@ -309,8 +309,9 @@ impl AwsCloud {
         template: &NodeTemplate,
         class: &NodeClass,
     ) -> Result<LaunchTemplate> {
+        let variant = ImageVariant::of(&claim.offering.instance_type, &template.labels);
         let image_id = class
-            .image_id(self.settings.kubernetes_version.as_deref())
+            .image_id(self.settings.kubernetes_version.as_deref(), variant)
             .ok_or_else(|| {
                 Error::Other(format!("cannot launch {}: no AMI configured", claim.claim))
             })?;

@@ -64,8 +64,10 @@ pub struct Settings {
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct NodeClass {
     /// AMI: an ID (`ami-...`) or an SSM parameter (`resolve:ssm:/aws/...`,
-    /// resolved by EC2 at launch). Default: the EKS AL2023 NVIDIA AMI of
-    /// `kubernetesVersion` (x86_64).
+    /// resolved by EC2 at launch), used for every instance type of the
+    /// class. Default: the EKS AL2023 image of `kubernetesVersion` each
+    /// instance type needs ([`ImageVariant`]: x86_64 or arm64; NVIDIA,
+    /// Neuron or standard).
     #[serde(default)]
     pub ami: Option<String>,
     /// Subnets to launch in: every tag must match (`*` matches any value).
@@ -196,14 +198,20 @@ impl Settings {
 
 impl NodeClass {
     /// The launch template's `ImageId`: the AMI ID, the `resolve:ssm:`
-    /// parameter, or the default EKS AL2023 NVIDIA parameter for
+    /// parameter, or the default EKS AL2023 parameter of `variant` for
     /// `kubernetes_version` (`None` only when neither is set, which
     /// validation rejects).
-    pub fn image_id(&self, kubernetes_version: Option<&str>) -> Option<String> {
+    pub fn image_id(
+        &self,
+        kubernetes_version: Option<&str>,
+        variant: ImageVariant,
+    ) -> Option<String> {
         match (&self.ami, kubernetes_version) {
             (Some(ami), _) => Some(ami.clone()),
             (None, Some(v)) => Some(format!(
-                "resolve:ssm:/aws/service/eks/optimized-ami/{v}/amazon-linux-2023/x86_64/nvidia/recommended/image_id"
+                "resolve:ssm:/aws/service/eks/optimized-ami/{v}/amazon-linux-2023/{}/{}/recommended/image_id",
+                variant.arch.as_str(),
+                variant.driver.as_str()
             )),
             (None, None) => None,
         }
@@ -231,7 +239,7 @@ impl NodeClass {
             )),
             None if !has_version => out.push((
                 "ami",
-                "required unless kubernetesVersion is set (for the default EKS AL2023 NVIDIA AMI)"
+                "required unless kubernetesVersion is set (for the default EKS AL2023 images)"
                     .into(),
             )),
             None => {}
@@ -272,6 +280,90 @@ impl NodeClass {
             }
         }
         out
+    }
+}
+
+/// CPU architecture of an EKS image, as its SSM parameter names it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ImageArch {
+    /// Intel and AMD.
+    X86_64,
+    /// Graviton.
+    Arm64,
+}
+
+impl ImageArch {
+    /// The name in the image's SSM parameter path.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ImageArch::X86_64 => "x86_64",
+            ImageArch::Arm64 => "arm64",
+        }
+    }
+}
+
+/// The accelerator driver an EKS AL2023 image carries.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ImageDriver {
+    /// NVIDIA driver and container toolkit.
+    Nvidia,
+    /// AWS Neuron driver (Inferentia, Trainium).
+    Neuron,
+    /// None (CPU nodes).
+    Standard,
+}
+
+impl ImageDriver {
+    /// The name in the image's SSM parameter path.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ImageDriver::Nvidia => "nvidia",
+            ImageDriver::Neuron => "neuron",
+            ImageDriver::Standard => "standard",
+        }
+    }
+}
+
+/// Which EKS AL2023 image a node needs: a Graviton node cannot boot an
+/// x86_64 image, and a GPU or Neuron node without its driver never gets
+/// its devices.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ImageVariant {
+    /// CPU architecture.
+    pub arch: ImageArch,
+    /// Accelerator driver.
+    pub driver: ImageDriver,
+}
+
+impl ImageVariant {
+    /// The variant of a node of `instance_type` with the node `labels` the
+    /// planner gave it (`kubernetes.io/arch`, the GPU and Neuron names from
+    /// the catalog); without them, read from the family's name: Graviton
+    /// families carry a `g` right after their generation (`m7g`, `c6gn`,
+    /// `g5g`), `inf` and `trn` are Neuron, other `p`, `g` and `gr` NVIDIA.
+    pub fn of(instance_type: &str, labels: &BTreeMap<String, String>) -> ImageVariant {
+        let family = instance_type.split('.').next().unwrap_or_default();
+        let prefix_len = family
+            .find(|c: char| c.is_ascii_digit())
+            .unwrap_or(family.len());
+        let (prefix, rest) = family.split_at(prefix_len);
+        let suffix = rest.trim_start_matches(|c: char| c.is_ascii_digit());
+        let arch = match labels.get(l::ARCH).map(String::as_str) {
+            Some("arm64") => ImageArch::Arm64,
+            Some(_) => ImageArch::X86_64,
+            None if !rest.is_empty() && suffix.starts_with('g') => ImageArch::Arm64,
+            None => ImageArch::X86_64,
+        };
+        let driver = if labels.contains_key(l::NEURON_NAME) || matches!(prefix, "inf" | "trn") {
+            ImageDriver::Neuron
+        } else if labels.contains_key(l::GPU_NAME)
+            || (!rest.is_empty() && matches!(prefix, "p" | "g" | "gr"))
+        {
+            ImageDriver::Nvidia
+        } else {
+            ImageDriver::Standard
+        };
+        ImageVariant { arch, driver }
     }
 }
 
@@ -342,12 +434,25 @@ nodeClasses:
         let s = Settings::from_yaml(GOOD).unwrap();
         assert_eq!(s.node_class("train").instance_profile, "prod-train");
         assert_eq!(s.node_class("other").instance_profile, "prod-nodes");
+        let none = BTreeMap::new();
+        let default_of = |it: &str| {
+            s.node_class("other")
+                .image_id(s.kubernetes_version.as_deref(), ImageVariant::of(it, &none))
+                .unwrap()
+        };
+        let param = |variant: &str| {
+            format!("resolve:ssm:/aws/service/eks/optimized-ami/1.33/amazon-linux-2023/{variant}/recommended/image_id")
+        };
+        assert_eq!(default_of("g6.xlarge"), param("x86_64/nvidia"));
+        assert_eq!(default_of("g5g.xlarge"), param("arm64/nvidia"));
+        assert_eq!(default_of("trn1.32xlarge"), param("x86_64/neuron"));
+        assert_eq!(default_of("m7i.large"), param("x86_64/standard"));
+        assert_eq!(default_of("c7gn.large"), param("arm64/standard"));
+        // A class's own AMI serves every type.
         assert_eq!(
-            s.node_class("other").image_id(s.kubernetes_version.as_deref()).unwrap(),
-            "resolve:ssm:/aws/service/eks/optimized-ami/1.33/amazon-linux-2023/x86_64/nvidia/recommended/image_id"
-        );
-        assert_eq!(
-            s.node_class("train").image_id(None).unwrap(),
+            s.node_class("train")
+                .image_id(None, ImageVariant::of("g5g.xlarge", &none))
+                .unwrap(),
             "ami-0123456789abcdef0"
         );
         assert_eq!(s.node_class("train").root_volume_gib_for("m5.large"), 500);
