@@ -737,6 +737,8 @@ fn build(tier: Tier, relaxed: bool, all_integral: bool) -> Model {
         }
         y.push(ys);
     }
+    // A gang picks at most one zone that all its classes can use; not
+    // picking one costs every member's penalty.
     for (name, zones) in &gang_zone {
         for usable in &gang_class_zones[name] {
             for (zone, z) in zones {
@@ -745,10 +747,6 @@ fn build(tier: Tier, relaxed: bool, all_integral: bool) -> Model {
                 }
             }
         }
-    }
-    // A gang picks at most one zone; not picking one costs every member's
-    // penalty.
-    for (name, zones) in &gang_zone {
         let d: f64 = work
             .iter()
             .filter(|w| {
