@@ -20,7 +20,7 @@
 //! (`quartermaster.dev/checkpoint: "true"` or a hook) and declare an
 //! interval are asked. The formulas are in `docs/checkpointing.md`.
 
-use super::{Action, ManagedNode, OfferingKey, Time, World};
+use super::{Action, BoundPod, ManagedNode, OfferingKey, Time, World};
 use crate::catalog::market::PoolMarket;
 use crate::catalog::CapacityType;
 use crate::cluster::Pod;
@@ -108,54 +108,59 @@ impl Cadence {
     /// caller is already draining (`busy`) are left to the interruption
     /// and disruption steps.
     pub fn decide(&mut self, world: &World, now: Time, busy: &dyn Fn(&str) -> bool) -> Vec<Action> {
-        // Hazard of each gang: the sum over the distinct nodes it runs on.
-        let mut node_hazard = BTreeMap::new();
-        let mut gang_nodes: BTreeMap<&str, BTreeSet<&str>> = BTreeMap::new();
-        for n in world.nodes {
-            node_hazard.insert(n.claim.as_str(), self.hazard(n, world, now));
-            for b in &n.pods {
+        let eligible = |b: &BoundPod| {
+            !b.placeholder
+                && b.pod.checkpoints
+                && b.pod.checkpoint_interval_s.is_some_and(|i| i > 0.0)
+        };
+        // Hazard of the spot nodes running a pod that may be asked, and of
+        // each gang: the sum over the distinct nodes it runs on.
+        let mut node_hazard = vec![0.0; world.nodes.len()];
+        let mut gang_nodes: BTreeMap<&str, Vec<usize>> = BTreeMap::new();
+        for (k, n) in world.nodes.iter().enumerate() {
+            if n.offering.capacity_type != CapacityType::Spot || !n.pods.iter().any(eligible) {
+                continue;
+            }
+            node_hazard[k] = self.hazard(n, world, now);
+            for b in n.pods.iter().filter(|b| eligible(b)) {
                 if let Some(g) = &b.pod.group {
-                    gang_nodes
-                        .entry(g.name.as_str())
-                        .or_default()
-                        .insert(n.claim.as_str());
+                    let nodes = gang_nodes.entry(g.name.as_str()).or_default();
+                    if !nodes.contains(&k) {
+                        nodes.push(k);
+                    }
                 }
             }
         }
         let gang_hazard: BTreeMap<&str, f64> = gang_nodes
             .iter()
-            .map(|(g, nodes)| (*g, nodes.iter().map(|c| node_hazard[c]).sum()))
+            .map(|(g, nodes)| (*g, nodes.iter().map(|&k| node_hazard[k]).sum()))
             .collect();
 
         let mut actions = Vec::new();
-        let mut present = BTreeSet::new();
+        let mut present: BTreeSet<&str> = BTreeSet::new();
         self.next = None;
-        for n in world.nodes {
-            if n.state.in_flight || n.state.unschedulable || busy(&n.claim) {
+        for (k, n) in world.nodes.iter().enumerate() {
+            if node_hazard[k] <= 0.0 || n.state.in_flight || n.state.unschedulable || busy(&n.claim)
+            {
                 continue;
             }
-            for b in &n.pods {
+            for b in n.pods.iter().filter(|b| eligible(b)) {
                 let pod = &b.pod;
-                let Some(own) = pod.checkpoint_interval_s.filter(|i| *i > 0.0) else {
-                    continue;
-                };
-                if b.placeholder || !pod.checkpoints {
-                    continue;
-                }
-                let hazard = match &pod.group {
-                    Some(g) => gang_hazard.get(g.name.as_str()).copied().unwrap_or(0.0),
-                    None => node_hazard[n.claim.as_str()],
-                };
+                let own = pod.checkpoint_interval_s.unwrap_or(f64::INFINITY);
                 let write = risk::checkpoint_write_s(pod);
                 if write <= risk::CHECKPOINT_WINDOW_S && pod.group.is_none() {
                     // It saves its work on the notice itself.
                     continue;
                 }
+                let hazard = match &pod.group {
+                    Some(g) => gang_hazard.get(g.name.as_str()).copied().unwrap_or(0.0),
+                    None => node_hazard[k],
+                };
                 let every = interval_s(pause_s(pod), hazard, write);
                 if every > WORTH_IT * own {
                     continue;
                 }
-                present.insert(pod.name.clone());
+                present.insert(pod.name.as_str());
                 let start = b.started.or(n.ready_at).unwrap_or(n.launched_at);
                 let last = b.checkpoint_completed.map_or(start, |c| c.max(start));
                 if let Some(asked) = self.requested.get(&pod.name).copied() {
@@ -181,7 +186,7 @@ impl Cadence {
                 }
             }
         }
-        self.requested.retain(|p, _| present.contains(p));
+        self.requested.retain(|p, _| present.contains(p.as_str()));
         actions
     }
 
@@ -197,7 +202,6 @@ mod tests {
     use crate::catalog::Catalog;
     use crate::cluster::resources::CPU;
     use crate::cluster::{GroupRef, NodeState, Resources};
-    use crate::core::BoundPod;
     use chrono::TimeZone;
 
     fn t(s: i64) -> Time {

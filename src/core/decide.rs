@@ -226,28 +226,34 @@ impl Core {
     }
 
     fn provision(&mut self, world: &World, now: Time) -> Vec<Action> {
-        let mut demand: Vec<Pod> = world.pending.to_vec();
-        demand.extend(self.interruptions.pods_needing_replacement(world));
+        // The pending pods are only copied once a batch closes: most rounds
+        // only watch them.
+        let mut extra: Vec<Pod> = self.interruptions.pods_needing_replacement(world);
         for pool in world.pools {
             if let Ok(pods) = prewarm::demand(pool, now, self.lead(pool, world)) {
-                demand.extend(shortfall(pool, pods, world.nodes));
+                extra.extend(shortfall(pool, pods, world.nodes));
             }
         }
-        self.batcher
-            .observe_pending(demand.iter().map(|p| p.name.as_str()), now);
+        let no_demand = world.pending.is_empty() && extra.is_empty();
+        self.batcher.observe_pending(
+            world.pending.iter().chain(&extra).map(|p| p.name.as_str()),
+            now,
+        );
         let usable: BTreeSet<String> = world
             .nodes
             .iter()
             .filter(|n| !self.interruptions.is_handling(&n.claim) && !n.state.unschedulable)
             .map(|n| n.claim.clone())
             .collect();
-        if !demand.is_empty() && !self.usable.is_subset(&usable) {
+        if !no_demand && !self.usable.is_subset(&usable) {
             self.batcher.trigger(now);
         }
         self.usable = usable;
-        if demand.is_empty() || !self.batcher.ready(now) {
+        if no_demand || !self.batcher.ready(now) {
             return Vec::new();
         }
+        let mut demand: Vec<Pod> = world.pending.to_vec();
+        demand.extend(extra);
         self.batcher.take(now);
 
         let pools: Vec<Pool> = world

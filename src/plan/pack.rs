@@ -5,9 +5,10 @@
 
 use crate::api::labels as l;
 use crate::cluster::requirements::untolerated;
+use crate::cluster::requirements::{NodeAffinity, Toleration};
 use crate::cluster::resources::{CPU, MEMORY};
 use crate::cluster::{Labels, NodeState, Pod, Resources, Taint};
-use std::collections::BTreeSet;
+use std::collections::{BTreeSet, HashMap};
 
 /// The identity of a pod for hostname anti-affinity: pods with the same key
 /// never share a node.
@@ -85,7 +86,8 @@ pub fn sort_largest_first(pods: &[Pod], idx: &mut [usize]) {
                 .sum::<i64>();
         (acc, p.requests.get(CPU), p.requests.get(MEMORY))
     };
-    idx.sort_by(|a, b| key(&pods[*b]).cmp(&key(&pods[*a])).then(a.cmp(b)));
+    // Each key reads several resources by name: compute it once per pod.
+    idx.sort_by_cached_key(|&i| (std::cmp::Reverse(key(&pods[i])), i));
 }
 
 /// Places as many of `which` as fit onto `nodes` (ready nodes before in-flight
@@ -117,6 +119,12 @@ pub fn place_on_existing<N: std::borrow::Borrow<NodeState>>(
 
     let mut placed: Vec<(usize, usize)> = Vec::new();
     let mut left = Vec::new();
+    // Where in `order` the first fit of a pod of each shape (requests,
+    // affinity, tolerations) starts: room only shrinks as pods land, so a
+    // node that did not take a pod of a shape takes no later one of it.
+    // Thousands of identical pending pods then cost one scan, not one each.
+    // A gang's undo frees room again and forgets it.
+    let mut first_fit: HashMap<(&Resources, &NodeAffinity, &[Toleration]), usize> = HashMap::new();
     // Gang members go together: try each gang as a unit, in the order of its
     // largest member.
     let mut gangs_done = BTreeSet::new();
@@ -136,10 +144,19 @@ pub fn place_on_existing<N: std::borrow::Borrow<NodeState>>(
         let mut tentative = Vec::new();
         let mut ok = true;
         for &m in &members {
-            let spot = order.iter().copied().find(|&n| {
-                compatible(&pods[m], &node(n).labels, &node(n).taints) && fits(&bins, n, &pods[m])
+            let pod = &pods[m];
+            let shape = (&pod.requests, &pod.affinity, pod.tolerations.as_slice());
+            let from = match &pod.group {
+                None => first_fit.get(&shape).copied().unwrap_or(0),
+                Some(_) => 0,
+            };
+            let at = order[from..].iter().position(|&n| {
+                compatible(pod, &node(n).labels, &node(n).taints) && fits(&bins, n, pod)
             });
-            match spot {
+            if pod.group.is_none() {
+                first_fit.insert(shape, at.map_or(order.len(), |p| from + p));
+            }
+            match at.map(|p| order[from + p]) {
                 Some(n) => {
                     bins[n]
                         .get_or_insert_with(|| Bin::new(node(n).free()))
@@ -156,6 +173,9 @@ pub fn place_on_existing<N: std::borrow::Borrow<NodeState>>(
             placed.extend(tentative);
         } else {
             // Undo the members placed so far, last first.
+            if !tentative.is_empty() {
+                first_fit.clear();
+            }
             for &(m, n) in tentative.iter().rev() {
                 if let Some(b) = bins[n].as_mut() {
                     b.take_last(&pods[m]);
