@@ -252,8 +252,17 @@ fn launches(actions: &[Action]) -> Vec<&ClaimRequest> {
 /// A claim launched and registered on `node`, Ready (its instance launched
 /// in `cloud`).
 async fn ready_claim(cloud: &Mutex<SimulatedCloud>, node: &str) -> (NodeClaim, String) {
+    ready_claim_named(cloud, "gpu-000001", node).await
+}
+
+/// [`ready_claim`] under the claim name `name`.
+async fn ready_claim_named(
+    cloud: &Mutex<SimulatedCloud>,
+    name: &str,
+    node: &str,
+) -> (NodeClaim, String) {
     let req = ClaimRequest {
-        claim: "gpu-000001".into(),
+        claim: name.into(),
         nodepool: "gpu".into(),
         offering: quartermaster::core::OfferingKey {
             instance_type: "g5.xlarge".into(),
@@ -730,6 +739,113 @@ async fn an_interruption_leads_to_a_checkpoint_request_then_evictions_after_the_
     assert_eq!(step, Step::Finalized);
     let instance = cloud.describe(&name).await.unwrap().unwrap();
     assert_eq!(instance.state, InstanceState::ShuttingDown);
+}
+
+/// The requests and evictions among `actions`, as `(kind, pod)` pairs.
+fn pod_actions(actions: &[Action]) -> Vec<(&'static str, String)> {
+    actions
+        .iter()
+        .filter_map(|a| match a {
+            Action::RequestCheckpoint { pod, .. } => Some(("checkpoint", pod.clone())),
+            Action::Evict { pod, .. } => Some(("evict", pod.clone())),
+            _ => None,
+        })
+        .collect()
+}
+
+#[tokio::test]
+async fn a_notice_on_one_gang_member_asks_every_member_to_checkpoint_by_one_deadline_and_drains_them_together(
+) {
+    let cloud = cloud();
+    let (a, pid_a) = ready_claim_named(&cloud, "gpu-a", "ip-10-0-0-1").await;
+    let (b, pid_b) = ready_claim_named(&cloud, "gpu-b", "ip-10-0-0-2").await;
+    let gpu_taint = json!([{"key": l::TAINT_GPU, "effect": "NoSchedule"}]);
+    let member = |extra: Value| {
+        let mut m =
+            json!({l::CHECKPOINT_ENABLED: "true", l::POD_GROUP: "train", l::POD_GROUP_SIZE: "2"});
+        m.as_object_mut()
+            .unwrap()
+            .extend(extra.as_object().unwrap().clone());
+        m
+    };
+    let s = store(
+        vec![
+            gpu_pod("train-0", Some("ip-10-0-0-1"), member(json!({}))),
+            gpu_pod("train-1", Some("ip-10-0-0-2"), member(json!({}))),
+        ],
+        vec![
+            node("ip-10-0-0-1", &pid_a, gpu_taint.clone(), true, Some("1")),
+            node("ip-10-0-0-2", &pid_b, gpu_taint.clone(), true, Some("1")),
+        ],
+        vec![a, b],
+    );
+    let catalog = catalog();
+    let mut core = Core::new(Config::default());
+    let notice_at = t(1000);
+    let snap = snapshot(&s);
+    let parts = world_parts(&snap, &catalog, REGION, notice_at);
+    let notice = Notice::SpotInterruption {
+        claim: "gpu-a".into(),
+        deadline: notice_at + chrono::TimeDelta::seconds(120),
+    };
+    core.handle_notice(&notice, &parts.world(&catalog, REGION), notice_at);
+    let first = core.decide(&parts.world(&catalog, REGION), notice_at);
+    let deadlines: Vec<(String, Time)> = first
+        .iter()
+        .filter_map(|a| match a {
+            Action::RequestCheckpoint { pod, deadline, .. } => Some((pod.clone(), *deadline)),
+            _ => None,
+        })
+        .collect();
+    let same = notice_at + chrono::TimeDelta::seconds(90);
+    assert_eq!(
+        deadlines,
+        [
+            ("ml/train-0".to_string(), same),
+            ("ml/train-1".to_string(), same)
+        ],
+        "{first:?}"
+    );
+    assert!(
+        !first.iter().any(|a| matches!(a, Action::Evict { .. })),
+        "{first:?}"
+    );
+    // Both annotations are written, each on its own pod, with one deadline
+    // (the cordon is only the doomed node's).
+    let (client, verifier) = script_for(&first, "ip-10-0-0-1").run();
+    execute(&KubeApi::new(client), &first, &snap, notice_at).await;
+    verifier.finish().await;
+
+    // The doomed member acknowledges: nobody leaves while the other writes.
+    let acked = |at: Time| {
+        member(json!({l::CHECKPOINT_COMPLETED: quartermaster::controller::checkpoint::rfc3339(at)}))
+    };
+    s.apply(gpu_pod("train-0", Some("ip-10-0-0-1"), acked(t(1010))));
+    let now = t(1011);
+    let parts = world_parts(&snapshot(&s), &catalog, REGION, now);
+    let acts = core.decide(&parts.world(&catalog, REGION), now);
+    assert_eq!(pod_actions(&acts), [], "{acts:?}");
+
+    // The other acknowledges: the gang is evicted whole, through the API.
+    s.apply(gpu_pod("train-1", Some("ip-10-0-0-2"), acked(t(1020))));
+    let now = t(1021);
+    let parts = world_parts(&snapshot(&s), &catalog, REGION, now);
+    let acts = core.decide(&parts.world(&catalog, REGION), now);
+    assert_eq!(
+        pod_actions(&acts),
+        [
+            ("evict", "ml/train-0".to_string()),
+            ("evict", "ml/train-1".to_string())
+        ],
+        "{acts:?}"
+    );
+    let evictions: Vec<Action> = acts
+        .into_iter()
+        .filter(|a| matches!(a, Action::Evict { .. }))
+        .collect();
+    let (client, verifier) = script_for(&evictions, "ip-10-0-0-1").run();
+    execute(&KubeApi::new(client), &evictions, &snapshot(&s), now).await;
+    verifier.finish().await;
 }
 
 #[tokio::test]

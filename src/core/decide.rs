@@ -8,6 +8,7 @@
 use super::batch::Batcher;
 use super::consolidation::{self, Consolidation};
 use super::estimator::InterruptionEstimator;
+use super::gang::GangDrains;
 use super::interruption::{self, offering_key, Interruptions};
 use super::prewarm::{self, LaunchLatency};
 use super::{Action, ClaimRequest, ManagedNode, Notice, OfferingKey, Time, World};
@@ -76,6 +77,8 @@ pub struct Core {
     batcher: Batcher,
     interruptions: Interruptions,
     consolidation: Consolidation,
+    /// Gangs checkpointing and draining together.
+    gangs: GangDrains,
     estimator: InterruptionEstimator,
     latency: LaunchLatency,
     next_claim: u64,
@@ -106,6 +109,7 @@ impl Core {
             batcher: Batcher::new(config.batch_idle, config.batch_max),
             interruptions: Interruptions::new(config.interruption.clone()),
             consolidation: Consolidation::new(config.consolidation.clone()),
+            gangs: GangDrains::new(),
             estimator: InterruptionEstimator::default(),
             latency: LaunchLatency::new(),
             next_claim: 0,
@@ -187,6 +191,18 @@ impl Core {
             learned_rate: Some(&learned),
         };
         actions.extend(self.consolidation.decide_in(world, now, &ctx));
+        // One member of a gang losing its node takes the whole gang along.
+        let interruptions = &self.interruptions;
+        let consolidation = &self.consolidation;
+        let leaving = |c: &str| interruptions.is_handling(c) || consolidation.is_disrupting(c);
+        let until = |c: &str| interruptions.checkpoint_until(c);
+        if self
+            .gangs
+            .extend(world, &mut actions, now, &leaving, &until)
+        {
+            // The gang's other members are demand from now on.
+            self.batcher.trigger(now);
+        }
         actions
     }
 
@@ -203,6 +219,7 @@ impl Core {
             self.batcher.next_deadline(),
             self.interruptions.next_deadline(),
             self.consolidation.next_deadline(),
+            self.gangs.next_deadline(),
         ]
         .into_iter()
         .flatten()
@@ -214,6 +231,11 @@ impl Core {
     fn provision(&mut self, world: &World, now: Time) -> Vec<Action> {
         let mut demand: Vec<Pod> = world.pending.to_vec();
         demand.extend(self.interruptions.pods_needing_replacement(world));
+        for p in self.gangs.pods_needing_replacement(world) {
+            if !demand.iter().any(|d| d.name == p.name) {
+                demand.push(p);
+            }
+        }
         for pool in world.pools {
             if let Ok(pods) = prewarm::demand(pool, now, self.lead(pool, world)) {
                 demand.extend(shortfall(pool, pods, world.nodes));

@@ -386,6 +386,15 @@ impl Interruptions {
         self.nodes.get(claim).is_some_and(Handling::leaving)
     }
 
+    /// When the checkpoint wait of a node on its way out ends (its pods'
+    /// checkpoint deadline), if it is leaving and its drain has started.
+    pub fn checkpoint_until(&self, claim: &str) -> Option<Time> {
+        self.nodes
+            .get(claim)
+            .filter(|h| h.leaving() && h.draining)
+            .map(|h| h.checkpoint_until)
+    }
+
     /// The pods that need a new home now: the real (non-placeholder) pods of
     /// interrupted, draining, replaced and terminated nodes that have not been
     /// evicted yet. The provisioner adds them to the pending demand, so that
@@ -430,7 +439,7 @@ fn policy<'a>(world: &World<'a>, node: &ManagedNode) -> Option<&'a InterruptionP
     pool_of(world, node).map(|p| &p.spec.interruption)
 }
 
-fn checkpoint_grace(policy: Option<&InterruptionPolicy>) -> Duration {
+pub(crate) fn checkpoint_grace(policy: Option<&InterruptionPolicy>) -> Duration {
     policy
         .and_then(|p| p.checkpoint_grace_period_duration().ok())
         .unwrap_or(DEFAULT_CHECKPOINT_GRACE)

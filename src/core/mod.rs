@@ -14,6 +14,7 @@ pub mod consolidation;
 mod decide;
 pub mod estimator;
 pub mod fallback;
+pub mod gang;
 pub mod interruption;
 pub mod prewarm;
 
