@@ -17,6 +17,7 @@ use chrono::TimeZone;
 use http::Method;
 use k8s_openapi::api::core::v1 as core;
 use kube::ResourceExt;
+use quartermaster::api::foreign::VolcanoPodGroup;
 use quartermaster::api::labels as l;
 use quartermaster::api::nodeclaim::conditions;
 use quartermaster::api::{NodeClaim, NodePool};
@@ -741,6 +742,103 @@ async fn an_interruption_leads_to_a_checkpoint_request_then_evictions_after_the_
     assert_eq!(instance.state, InstanceState::ShuttingDown);
 }
 
+/// A Volcano PodGroup `ml/<name>` of `min` members needing `min_resources`
+/// (or nothing stated).
+fn volcano_pod_group(name: &str, min: i32, min_resources: Value) -> VolcanoPodGroup {
+    serde_json::from_value(json!({
+        "apiVersion": "scheduling.volcano.sh/v1beta1", "kind": "PodGroup",
+        "metadata": {"name": name, "namespace": "ml"},
+        "spec": {"minMember": min, "minResources": min_resources, "queue": "default"}
+    }))
+    .unwrap()
+}
+
+/// The pods each launch of the core's next plan (decided at 0, then past
+/// the batch window) is for, and the zones they launch in.
+fn planned(s: &Store) -> (Vec<String>, std::collections::BTreeSet<String>) {
+    let catalog = catalog();
+    let mut core = Core::new(Config::default());
+    let parts = world_parts(&snapshot(s), &catalog, REGION, t(0));
+    let mut actions = core.decide(&parts.world(&catalog, REGION), t(0));
+    actions.extend(core.decide(&parts.world(&catalog, REGION), t(2)));
+    let reqs = launches(&actions);
+    let mut pods: Vec<String> = reqs.iter().flat_map(|r| r.pods.clone()).collect();
+    pods.sort();
+    (pods, reqs.iter().map(|r| r.offering.zone.clone()).collect())
+}
+
+#[tokio::test]
+async fn a_volcano_gang_is_planned_whole_from_its_pod_group() {
+    let member = |i: u32| {
+        gpu_pod(
+            &format!("train-{i}"),
+            None,
+            json!({l::VOLCANO_GROUP: "train"}),
+        )
+    };
+    let s = store(vec![member(0), member(1), member(2)], vec![], vec![]);
+    s.reset(vec![volcano_pod_group("train", 4, Value::Null)]);
+    assert!(s.is_synced());
+    let (pods, _) = planned(&s);
+    assert_eq!(
+        pods,
+        [] as [&str; 0],
+        "three of four members: the gang waits"
+    );
+
+    s.apply(member(3));
+    let (pods, zones) = planned(&s);
+    assert_eq!(
+        pods,
+        ["ml/train-0", "ml/train-1", "ml/train-2", "ml/train-3"]
+    );
+    assert_eq!(zones.len(), 1, "one zone: {zones:?}");
+}
+
+#[tokio::test]
+async fn a_volcano_pod_group_with_min_resources_reserves_its_capacity_before_its_pods_exist() {
+    let s = store(vec![], vec![], vec![]);
+    s.reset(vec![volcano_pod_group(
+        "train",
+        2,
+        json!({l::RESOURCE_GPU: "2", "cpu": "4"}),
+    )]);
+    let (pods, zones) = planned(&s);
+    assert_eq!(pods, ["ml/train.reserved-0", "ml/train.reserved-1"]);
+    assert_eq!(zones.len(), 1);
+    // Without minResources nothing is held for pods that do not exist.
+    s.reset(vec![volcano_pod_group("train", 2, Value::Null)]);
+    assert_eq!(planned(&s).0, [] as [&str; 0]);
+}
+
+#[tokio::test]
+async fn a_workload_api_gang_is_sized_by_its_pod_groups_min_count() {
+    let member = |i: u32| {
+        let mut p = gpu_pod(&format!("w-{i}"), None, json!({}));
+        let mut spec = serde_json::to_value(p.spec.take().unwrap()).unwrap();
+        spec["schedulingGroup"] = json!({"podGroupName": "workers"});
+        p.spec = Some(serde_json::from_value(spec).unwrap());
+        p
+    };
+    let group: quartermaster::api::foreign::SchedulingPodGroup = serde_json::from_value(json!({
+        "apiVersion": "scheduling.k8s.io/v1alpha2", "kind": "PodGroup",
+        "metadata": {"name": "workers", "namespace": "ml"},
+        "spec": {"schedulingPolicy": {"gang": {"minCount": 3}}}
+    }))
+    .unwrap();
+    let s = store(vec![member(0), member(1)], vec![], vec![]);
+    s.reset(vec![group]);
+    assert_eq!(
+        planned(&s).0,
+        [] as [&str; 0],
+        "two of three: the gang waits"
+    );
+    s.apply(member(2));
+    let (pods, zones) = planned(&s);
+    assert_eq!(pods, ["ml/w-0", "ml/w-1", "ml/w-2"]);
+    assert_eq!(zones.len(), 1);
+}
+
 /// The requests and evictions among `actions`, as `(kind, pod)` pairs.
 fn pod_actions(actions: &[Action]) -> Vec<(&'static str, String)> {
     actions
@@ -1390,61 +1488,69 @@ async fn pods_past_the_batch_cap_wait_for_the_next_batch_with_a_batch_deferred_e
     assert_eq!(nominated, ["train-0", "train-1"], "{writes:#?}");
 }
 
-/// An API server with nothing in it: every list is empty, every watch stays
-/// open and silent; it counts the requests other than lists and watches
-/// (writes), which must not happen in an empty cluster.
-fn empty_api_server() -> (kube::Client, Arc<std::sync::atomic::AtomicUsize>) {
+/// An API server with no objects: every list is empty, watches stay open,
+/// writes fail (and are counted), and discovery (`GET /apis`) names these
+/// API `groups`. It records the path of every read.
+fn empty_api_server(
+    groups: Value,
+) -> (
+    kube::Client,
+    Arc<std::sync::atomic::AtomicUsize>,
+    Arc<Mutex<Vec<String>>>,
+) {
     use http::{Request, Response};
     use kube::client::Body;
     let (service, mut handle) = tower_test::mock::pair::<Request<Body>, Response<Body>>();
     let writes = Arc::new(std::sync::atomic::AtomicUsize::new(0));
     let counted = writes.clone();
+    let paths = Arc::new(Mutex::new(Vec::new()));
+    let read = paths.clone();
     tokio::spawn(async move {
         let mut open_watches = Vec::new();
         while let Some((request, send)) = handle.next_request().await {
             let query = request.uri().query().unwrap_or("").to_string();
+            let respond = |status: u16, body: Value| {
+                Response::builder()
+                    .status(status)
+                    .header(http::header::CONTENT_TYPE, "application/json")
+                    .body(Body::from(serde_json::to_vec(&body).unwrap()))
+                    .unwrap()
+            };
             if request.method() != Method::GET {
                 counted.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
-                send.send_response(
-                    Response::builder()
-                        .status(500)
-                        .body(Body::from(
-                            serde_json::to_vec(&status_body(
-                                500,
-                                "InternalError",
-                                "no writes expected",
-                            ))
-                            .unwrap(),
-                        ))
-                        .unwrap(),
-                );
+                send.send_response(respond(
+                    500,
+                    status_body(500, "InternalError", "no writes expected"),
+                ));
+                continue;
+            }
+            read.lock().unwrap().push(request.uri().path().to_string());
+            if request.uri().path() == "/apis" {
+                let list = json!({"apiVersion": "v1", "kind": "APIGroupList", "groups": groups});
+                send.send_response(respond(200, list));
             } else if query.contains("watch=true") {
                 open_watches.push(send);
             } else {
                 let list = json!({"apiVersion": "v1", "kind": "List",
                                   "metadata": {"resourceVersion": "1"}, "items": []});
-                send.send_response(
-                    Response::builder()
-                        .status(200)
-                        .header(http::header::CONTENT_TYPE, "application/json")
-                        .body(Body::from(serde_json::to_vec(&list).unwrap()))
-                        .unwrap(),
-                );
+                send.send_response(respond(200, list));
             }
         }
     });
-    (kube::Client::new(service, "default"), writes)
+    (kube::Client::new(service, "default"), writes, paths)
 }
 
-#[tokio::test]
-async fn the_loop_turns_ready_once_every_watch_has_listed_and_stops_on_shutdown() {
+/// Runs the controller loop against [`empty_api_server`] serving `groups`
+/// until it turns ready, a few ticks more, and shutdown; returns the paths
+/// it read.
+async fn loop_until_ready(groups: Value) -> Vec<String> {
     use quartermaster::controller::run::{run, Context};
     use std::sync::atomic::{AtomicBool, Ordering};
     use tokio::sync::mpsc;
     use tokio_util::sync::CancellationToken;
 
     tokio::time::pause();
-    let (client, writes) = empty_api_server();
+    let (client, writes, paths) = empty_api_server(groups);
     let (_leader_tx, leader) = watch::channel(true);
     let (_catalog_tx, catalog_rx) = watch::channel(catalog());
     let (_notices_tx, notices) = mpsc::channel(8);
@@ -1482,6 +1588,63 @@ async fn the_loop_turns_ready_once_every_watch_has_listed_and_stops_on_shutdown(
         .expect("the loop stops on shutdown")
         .unwrap();
     assert!(result.is_ok(), "{result:?}");
+    let paths = paths.lock().unwrap().clone();
+    paths
+}
+
+#[tokio::test]
+async fn the_loop_turns_ready_once_every_watch_has_listed_and_stops_on_shutdown() {
+    loop_until_ready(json!([])).await;
+}
+
+/// The paths read that name one of the optional gang APIs.
+fn gang_api_reads(paths: &[String]) -> Vec<&str> {
+    paths
+        .iter()
+        .map(String::as_str)
+        .filter(|p| {
+            [
+                "scheduling.volcano.sh",
+                "scheduling.k8s.io",
+                "autoscaling.x-k8s.io",
+            ]
+            .iter()
+            .any(|g| p.contains(g))
+        })
+        .collect()
+}
+
+#[tokio::test]
+async fn a_cluster_without_the_gang_apis_is_asked_once_and_never_watched_for_them() {
+    let paths = loop_until_ready(json!([
+        {"name": "scheduling.k8s.io", "versions": [{"groupVersion": "scheduling.k8s.io/v1", "version": "v1"}]}
+    ]))
+    .await;
+    assert_eq!(
+        paths.iter().filter(|p| *p == "/apis").count(),
+        1,
+        "{paths:?}"
+    );
+    assert_eq!(gang_api_reads(&paths), [] as [&str; 0]);
+}
+
+#[tokio::test]
+async fn served_gang_apis_are_listed_before_the_loop_turns_ready() {
+    let group = |name: &str, version: &str| json!({"name": name, "versions": [{"groupVersion": format!("{name}/{version}"), "version": version}]});
+    let paths = loop_until_ready(json!([
+        group("scheduling.volcano.sh", "v1beta1"),
+        group("scheduling.k8s.io", "v1alpha2"),
+        group("autoscaling.x-k8s.io", "v1"),
+    ]))
+    .await;
+    let reads = gang_api_reads(&paths);
+    for want in [
+        "/apis/scheduling.volcano.sh/v1beta1/podgroups",
+        "/apis/scheduling.k8s.io/v1alpha2/podgroups",
+        "/apis/autoscaling.x-k8s.io/v1/provisioningrequests",
+    ] {
+        assert!(reads.contains(&want), "{want} not in {reads:?}");
+    }
 }
 
 /// The claim of `ready_claim`, being deleted since `since`, with its node

@@ -121,7 +121,16 @@ pub async fn run_watching<C: CloudProvider + Send + Sync + 'static>(
     let client = ctx.api.client().clone();
     snapshot::check_access(&watches).await?;
     let store = Arc::new(Store::new());
-    let watches = snapshot::spawn_watches(&watches, &store);
+    // Gangs from other projects' APIs: watched only where served.
+    let served = super::podgroups::discover(&watches)
+        .await
+        .unwrap_or_else(|e| {
+            tracing::warn!(error = %e, "API discovery failed: PodGroups and ProvisioningRequests are not watched");
+            Default::default()
+        });
+    let mut watches_of = super::podgroups::spawn_watches(&watches, &store, &served);
+    let mut watches = snapshot::spawn_watches(&watches, &store);
+    watches.append(&mut watches_of);
     let stop_watches = || watches.iter().for_each(|w| w.abort());
     tracing::info!("waiting for the watches to sync");
     while !store.is_synced() {
@@ -300,6 +309,7 @@ impl<C: CloudProvider + Send + Sync + 'static> Driver<C> {
             .unschedulable
             .iter()
             .filter(|u| !crate::core::prewarm::is_placeholder(&u.pod))
+            .filter(|u| !crate::cluster::podgroups::is_reservation(&u.pod))
             .filter(|u| self.unplaceable.get(&u.pod) != Some(&u.reason))
             .map(|u| (u.pod.clone(), u.reason.clone()))
             .collect();
