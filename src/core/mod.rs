@@ -17,6 +17,7 @@ pub mod fallback;
 pub mod gang;
 pub mod interruption;
 pub mod prewarm;
+pub mod provisioning;
 
 pub use decide::{Config, Core, PlanReport};
 
