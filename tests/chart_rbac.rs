@@ -146,6 +146,10 @@ async fn kube_api_calls(
         "patch_node_pool_status",
         api.patch_node_pool_status("gpu", &NodePoolStatus::default())
     );
+    call!(
+        "patch_provisioning_request_conditions",
+        api.patch_provisioning_request_conditions("ml", "train", &[])
+    );
     calls
 }
 

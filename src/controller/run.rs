@@ -415,6 +415,23 @@ impl<C: CloudProvider + Send + Sync + 'static> Driver<C> {
         });
         let mut parts = parts;
         self.checkpoint_bookkeeping(&mut parts, now);
+        // ProvisioningRequests: stand-ins to plan, room to hold.
+        let unplaceable: HashMap<String, String> = self
+            .core
+            .last_plan()
+            .map(|r| {
+                r.unschedulable
+                    .iter()
+                    .map(|u| (u.pod.clone(), u.reason.clone()))
+                    .collect()
+            })
+            .unwrap_or_default();
+        let provisioning = super::podgroups::provisioning_step(
+            &self.store,
+            &mut parts,
+            &|p| unplaceable.get(p).cloned(),
+            now,
+        );
         self.ctx
             .metrics
             .pending_pods
@@ -443,8 +460,24 @@ impl<C: CloudProvider + Send + Sync + 'static> Driver<C> {
             self.report_unreadable().await;
         }
         let world = parts.world(&catalog, &region);
-        let actions = std::mem::take(&mut self.decided);
+        let mut actions = std::mem::take(&mut self.decided);
+        // Stand-ins for pods not created yet have nothing to evict or ask.
+        actions.retain(|a| match a {
+            Action::Evict { pod, .. } | Action::RequestCheckpoint { pod, .. } => {
+                !crate::cluster::podgroups::is_reservation(pod)
+            }
+            _ => true,
+        });
         if self.is_leader() {
+            super::podgroups::write_transitions(
+                &self.ctx.api,
+                self.events.as_ref(),
+                &self.ctx.metrics,
+                &self.store,
+                &provisioning,
+                now,
+            )
+            .await;
             let pods = self.store.read(|s| {
                 actions
                     .iter()

@@ -82,6 +82,9 @@ pub struct PodInfo {
     /// Where its gang's size is declared, when another object (a Volcano
     /// or Workload API PodGroup) declares it: [`world_parts`] reads it there.
     pub gang_source: Option<crate::cluster::GangSource>,
+    /// The ProvisioningRequest (in the pod's namespace) whose capacity it
+    /// consumes (`autoscaling.x-k8s.io/consume-provisioning-request`).
+    pub consumes: Option<Box<str>>,
 }
 
 /// What the planner reads of a pod, less its name and labels (a
@@ -212,7 +215,8 @@ pub fn is_accelerator(resource: &str) -> bool {
         || resource == l::RESOURCE_NEURONCORE
 }
 
-fn to_chrono(t: &k8s_openapi::apimachinery::pkg::apis::meta::v1::Time) -> Option<Time> {
+/// An API time as a chrono time (`None` out of chrono's range).
+pub fn to_chrono(t: &k8s_openapi::apimachinery::pkg::apis::meta::v1::Time) -> Option<Time> {
     chrono::DateTime::from_timestamp(t.0.as_second(), t.0.subsec_nanosecond().max(0) as u32)
 }
 
@@ -330,6 +334,9 @@ impl PodInfo {
             daemon,
             unreadable,
             gang_source: crate::cluster::GangSource::of(pod),
+            consumes: annotations
+                .get(crate::api::foreign::CONSUME_ANNOTATION)
+                .map(|v| v.as_str().into()),
         })
     }
 
@@ -466,6 +473,9 @@ pub struct Snapshot {
     /// ProvisioningRequests, where the cluster serves them (without managed
     /// fields).
     pub provisioning_requests: BTreeMap<String, crate::api::foreign::ProvisioningRequest>,
+    /// PodTemplates as the pods they make, or why they cannot be read
+    /// (watched where ProvisioningRequests are served).
+    pub pod_templates: BTreeMap<String, Result<Pod, String>>,
 }
 
 /// What the lifecycle reconciler reads about one claim, copied out of the
@@ -765,12 +775,14 @@ pub enum Kind {
     SchedulingPodGroups = 6,
     /// ProvisioningRequests (watched only where served).
     ProvisioningRequests = 7,
+    /// PodTemplates (watched where ProvisioningRequests are served).
+    PodTemplates = 8,
 }
 
 /// Kinds every cluster serves: the store waits for each of them.
 const REQUIRED_KINDS: usize = 5;
 /// Every kind, required or optional.
-const KINDS: usize = 8;
+const KINDS: usize = 9;
 
 /// The shared index: the snapshot behind a lock, which kinds have synced,
 /// and a wake-up for the main loop on every change.

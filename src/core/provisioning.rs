@@ -355,7 +355,7 @@ mod tests {
             "Accepted",
             t(0),
         );
-        let s = step(&[req.clone()], &nodes, &never, t(60));
+        let s = step(std::slice::from_ref(&req), &nodes, &never, t(60));
         assert_eq!(
             conditions(&s),
             [("Provisioned", true, "CapacityIsProvisioned")]
@@ -415,7 +415,7 @@ mod tests {
         );
         let why =
             |p: &str| (p == "ml/train.reserved-1").then(|| "no pool offers 1 GPU".to_string());
-        let s = step(&[req.clone()], &[], &why, t(10));
+        let s = step(std::slice::from_ref(&req), &[], &why, t(10));
         assert_eq!(conditions(&s), [("Failed", true, "CapacityIsNotFound")]);
         assert_eq!(s.transitions[0].message, "no pool offers 1 GPU");
         assert!(s.pending.is_empty());
