@@ -931,3 +931,103 @@ fn a_replayed_cluster_trace_puts_cpu_pods_on_cpu_nodes_and_gpu_shares_on_the_sha
         );
     }
 }
+
+/// Gangs of two 1-GPU members, one per node, on spot (on-demand when spot
+/// pools close) through a storm.
+const GANG_STORM: &str = r#"
+name: gang-storm-test
+start: 2026-01-05T00:00:00Z
+duration: 24h
+seed: 4
+strategies: [quartermaster]
+nodePools:
+- apiVersion: quartermaster.dev/v1alpha1
+  kind: NodePool
+  metadata: {name: spot}
+  spec:
+    capacityTypes: [spot, on-demand]
+    template:
+      spec:
+        taints: [{key: nvidia.com/gpu, effect: NoSchedule}]
+        requirements: [{key: quartermaster.dev/instance-family, operator: In, values: [g5, g6]},
+                       {key: quartermaster.dev/gpu-count, operator: In, values: ["1"]}]
+    disruption: {consolidationPolicy: WhenEmpty, consolidateAfter: 5m}
+workloads:
+- training: {name: gang, jobs: 12, perHour: 4, gpus: [1], runTime: {median: 2h, p90: 4h},
+             checkpointInterval: 30m, gangFraction: 1.0, gangSize: 2}
+cloud:
+  storms: [{after: 1h, duration: 4h, multiplier: 20}]
+"#;
+
+#[test]
+fn a_reclaim_of_one_gang_member_checkpoints_every_member_and_stops_the_gang_whole() {
+    use quartermaster::core::Action;
+    use quartermaster::sim::result::LogEvent;
+    use std::collections::{BTreeMap, BTreeSet};
+
+    let report = run_text(GANG_STORM, Path::new("."));
+    let r = &report.strategies["quartermaster"];
+    assert!(
+        r.spot_notices >= 2,
+        "the storm interrupts: {}",
+        r.spot_notices
+    );
+    let catalog = Arc::new(Catalog::embedded().unwrap());
+    let scenario = Scenario::parse(GANG_STORM, &catalog).unwrap();
+    let jobs = sim::load_jobs(&scenario, &catalog, Path::new("."), None)
+        .unwrap()
+        .jobs;
+    let gang_of: BTreeMap<String, String> = jobs
+        .iter()
+        .map(|j| (j.pod.name.clone(), j.pod.group.clone().unwrap().name))
+        .collect();
+
+    // Per (time, gang): the deadlines its members were given, and how many
+    // members stopped.
+    let mut asked: BTreeMap<(String, String), BTreeMap<String, String>> = BTreeMap::new();
+    let mut stopped: BTreeMap<(String, String), BTreeSet<String>> = BTreeMap::new();
+    for (at, event) in &r.log {
+        match event {
+            LogEvent::Action(Action::RequestCheckpoint { pod, deadline, .. }) => {
+                asked
+                    .entry((at.to_rfc3339(), gang_of[pod].clone()))
+                    .or_default()
+                    .insert(pod.clone(), deadline.to_rfc3339());
+            }
+            LogEvent::JobStopped { job, .. } => {
+                stopped
+                    .entry((at.to_rfc3339(), gang_of[job].clone()))
+                    .or_default()
+                    .insert(job.clone());
+            }
+            _ => {}
+        }
+    }
+    assert!(!asked.is_empty(), "some gang was asked to checkpoint");
+    for ((at, gang), members) in &asked {
+        assert_eq!(members.len(), 2, "{gang} at {at}: only {members:?} asked");
+        let deadlines: BTreeSet<&String> = members.values().collect();
+        assert_eq!(
+            deadlines.len(),
+            1,
+            "{gang} at {at}: one deadline, not {deadlines:?}"
+        );
+    }
+    assert!(!stopped.is_empty(), "some gang was stopped");
+    for ((at, gang), members) in &stopped {
+        assert_eq!(
+            members.len(),
+            2,
+            "{gang} at {at}: a partial gang kept running"
+        );
+    }
+    // Each stop loses at most one checkpoint interval of the gang's GPUs.
+    let per_stop = 0.5 * 2.0;
+    assert!(
+        r.lost_gpu_hours <= stopped.len() as f64 * per_stop,
+        "{} GPU-hours lost over {} gang stops",
+        r.lost_gpu_hours,
+        stopped.len()
+    );
+    assert_eq!(r.jobs_completed as usize + r.unfinished.len(), jobs.len());
+}

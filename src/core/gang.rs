@@ -11,7 +11,7 @@
 //! run it through [`super::Core::decide`]. The rules are written up in
 //! `docs/disruption.md` ("Gangs").
 
-use super::interruption::{after, checkpoint_grace, pool_of};
+use super::interruption::{after, checkpoint_done, checkpoint_grace, pool_of};
 use super::{Action, ManagedNode, Time, World};
 use crate::cluster::Pod;
 use std::collections::{BTreeMap, BTreeSet};
@@ -80,7 +80,8 @@ impl GangDrains {
     ///
     /// A checkpoint request or an eviction of a gang member starts a
     /// collective response: every running member, on any node, is asked to
-    /// checkpoint with the same deadline (the request's; for an eviction
+    /// checkpoint with the same deadline (when the gang is leaving, only
+    /// members whose checkpoint can be complete by then, as for a lone pod) (the request's; for an eviction
     /// without one, the node's `checkpoint_until` if it has one, else its
     /// pool's checkpoint grace period from now). When the triggering node is
     /// `leaving` (or a member is evicted), the gang is drained whole: no
@@ -176,6 +177,12 @@ impl GangDrains {
             for m in ms.iter().filter(|m| signalled(world, m)) {
                 let name = &m.pod.pod.name;
                 if d.evicted.contains(name) || d.requested.get(name) == Some(&d.deadline) {
+                    continue;
+                }
+                // As for a lone pod: a member whose checkpoint cannot be
+                // complete before the gang leaves is not asked (it would
+                // save nothing) and is not waited for.
+                if d.drain && checkpoint_done(&m.pod.pod, now) > d.deadline {
                     continue;
                 }
                 d.requested.insert(name.clone(), d.deadline);
@@ -371,6 +378,20 @@ mod tests {
             [] as [&str; 0]
         );
         assert_eq!(evictions(&round(&mut s, &mut g, &f, t(90))), ["a", "b"]);
+    }
+
+    #[test]
+    fn a_member_whose_checkpoint_cannot_finish_in_time_is_not_asked_nor_waited_for() {
+        let mut f = gang_world();
+        f.nodes[1].pods[0] = member("b", "ns/train", 2).checkpoint_takes(300.0);
+        let (mut s, mut g) = spot_notice(&f, "n1");
+        let asked: Vec<String> = requests(&round(&mut s, &mut g, &f, t(0)))
+            .into_iter()
+            .map(|r| r.0)
+            .collect();
+        assert_eq!(asked, ["a"]);
+        f.node_mut("n1").pods[0].checkpoint_completed = Some(t(10));
+        assert_eq!(evictions(&round(&mut s, &mut g, &f, t(10))), ["a", "b"]);
     }
 
     #[test]

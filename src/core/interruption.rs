@@ -491,7 +491,7 @@ fn budget_allows(world: &World, node: &ManagedNode, busy: &BTreeSet<String>, now
 /// When a checkpoint of `pod` requested at `now` would be complete: its
 /// `quartermaster.dev/checkpoint-duration` (or the planner's default for its
 /// GPUs, [`crate::plan::risk::checkpoint_write_s`]) from now.
-fn checkpoint_done(pod: &Pod, now: Time) -> Time {
+pub(crate) fn checkpoint_done(pod: &Pod, now: Time) -> Time {
     after(
         now,
         Duration::from_secs_f64(crate::plan::risk::checkpoint_write_s(pod).max(0.0)),
