@@ -395,6 +395,34 @@ mod tests {
     }
 
     #[test]
+    fn consolidation_evicting_one_member_checkpoints_the_gang_first_then_drains_it_whole() {
+        let mut f = gang_world();
+        let mut g = GangDrains::new();
+        // Consolidation evicts `a` from n1 (it asks no checkpoint itself).
+        let mut actions = vec![Action::Evict {
+            pod: "a".into(),
+            claim: "n1".into(),
+        }];
+        let leaving = |c: &str| c == "n1";
+        let none = |_: &str| None;
+        g.extend(&f.world(), &mut actions, t(0), &leaving, &none);
+        // Held back; both asked by the pool's checkpoint grace period.
+        assert_eq!(
+            requests(&actions),
+            [
+                ("a".to_string(), "n1".to_string(), t(90)),
+                ("b".to_string(), "n2".to_string(), t(90)),
+            ]
+        );
+        assert_eq!(evictions(&actions), [] as [&str; 0]);
+        f.node_mut("n1").pods[0].checkpoint_completed = Some(t(20));
+        f.node_mut("n2").pods[0].checkpoint_completed = Some(t(25));
+        let mut later = Vec::new();
+        g.extend(&f.world(), &mut later, t(30), &leaving, &none);
+        assert_eq!(evictions(&later), ["a", "b"]);
+    }
+
+    #[test]
     fn a_lone_pod_and_a_one_pod_group_are_left_to_the_per_node_rule() {
         let mut f = gang_world();
         f.nodes[2].pods.push(member("solo", "ns/solo", 1));
