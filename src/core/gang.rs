@@ -242,6 +242,25 @@ impl GangDrains {
         out
     }
 
+    /// The room the running members of draining gangs hold, by claim: once
+    /// the gang leaves, it is free again, so the gang's re-plan may use it
+    /// (the planner places the gang whole, on the nodes that stay and new
+    /// ones, in one zone) rather than launch capacity for every member.
+    pub fn room_freed(&self, world: &World) -> BTreeMap<String, crate::cluster::Resources> {
+        let members = members(world);
+        let mut out: BTreeMap<String, crate::cluster::Resources> = BTreeMap::new();
+        for (group, d) in self.gangs.iter().filter(|(_, d)| d.drain) {
+            for m in members.get(group.as_str()).into_iter().flatten() {
+                if !d.evicted.contains(&m.pod.pod.name) {
+                    out.entry(m.node.claim.clone())
+                        .or_default()
+                        .add(&m.pod.pod.requests);
+                }
+            }
+        }
+        out
+    }
+
     /// Whether the gang (`namespace/name`) is being drained whole.
     pub fn is_draining(&self, group: &str) -> bool {
         self.gangs.get(group).is_some_and(|d| d.drain)
