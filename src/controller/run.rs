@@ -277,7 +277,9 @@ impl<C: CloudProvider + Send + Sync + 'static> Driver<C> {
     /// once per reason.
     async fn report_deferred(&mut self, deferred: &[crate::core::batch::Deferred]) {
         for d in deferred {
-            if self.unplaceable.get(&d.pod) == Some(&d.reason) {
+            if self.unplaceable.get(&d.pod) == Some(&d.reason)
+                || crate::cluster::podgroups::is_reservation(&d.pod)
+            {
                 continue;
             }
             if let Some(events) = &self.events {

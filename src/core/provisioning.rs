@@ -207,10 +207,14 @@ fn decide_one(
     let placed = fit(&stand_ins, nodes, &out.held);
     let hold = |out: &mut Step, at: Vec<usize>| {
         for (pod, n) in stand_ins.iter().zip(at) {
+            // Held room is no running gang: nothing to checkpoint or drain
+            // together.
+            let mut pod = pod.clone();
+            pod.group = None;
             out.held.push((
                 n,
                 BoundPod {
-                    pod: pod.clone(),
+                    pod,
                     do_not_disrupt: true,
                     checkpoint_completed: None,
                     pdb: None,
@@ -363,7 +367,10 @@ mod tests {
         assert!(s.pending.is_empty(), "nothing more to launch");
         let on: Vec<usize> = s.held.iter().map(|(n, _)| *n).collect();
         assert_eq!(on, [0, 1]);
-        assert!(s.held.iter().all(|(_, b)| b.do_not_disrupt));
+        assert!(s
+            .held
+            .iter()
+            .all(|(_, b)| b.do_not_disrupt && b.pod.group.is_none()));
 
         // One consuming pod exists: one stand-in is held, for the other.
         let mut consumed = with(req, "Provisioned", true, "CapacityIsProvisioned", t(60));
