@@ -12,7 +12,7 @@
 //! `docs/disruption.md` ("Gangs").
 
 use super::interruption::{after, checkpoint_done, checkpoint_grace, pool_of};
-use super::{Action, ManagedNode, Time, World};
+use super::{Action, DisruptionReason, ManagedNode, Time, World};
 use crate::cluster::Pod;
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -32,6 +32,8 @@ struct GangDrain {
     requested: BTreeMap<String, Time>,
     /// Members evicted.
     evicted: BTreeSet<String>,
+    /// Members whose instance is gone: not asked, not waited for.
+    gone: BTreeSet<String>,
 }
 
 /// Gangs under collective checkpoint or drain, by group name
@@ -78,8 +80,8 @@ impl GangDrains {
 
     /// Widens the round's per-node `actions` to whole gangs.
     ///
-    /// A checkpoint request or an eviction of a gang member starts a
-    /// collective response: every running member, on any node, is asked to
+    /// A checkpoint request or an eviction of a gang member, or its
+    /// instance gone without notice, starts a collective response: every running member, on any node, is asked to
     /// checkpoint with the same deadline (when the gang is leaving, only
     /// members whose checkpoint can be complete by then, as for a lone pod) (the request's; for an eviction
     /// without one, the node's `checkpoint_until` if it has one, else its
@@ -115,27 +117,48 @@ impl GangDrains {
         self.gangs
             .retain(|g, d| members.contains_key(g.as_str()) && (d.drain || now < d.deadline));
 
-        // Triggers from the per-node actions.
-        let mut started = false;
+        // Triggers from the per-node actions: a member asked to checkpoint,
+        // evicted, or whose instance is gone already.
+        let grace_of = |claim: &str| {
+            let policy = world
+                .nodes
+                .iter()
+                .find(|n| n.claim == claim)
+                .and_then(|n| pool_of(world, n))
+                .map(|p| &p.spec.interruption);
+            checkpoint_until(claim)
+                .filter(|t| *t > now)
+                .unwrap_or_else(|| after(now, checkpoint_grace(policy)))
+        };
+        let mut triggers: Vec<(&str, Time, bool)> = Vec::new();
+        let mut gone: BTreeSet<&str> = BTreeSet::new();
         for a in actions.iter() {
-            let (pod, deadline, drain) = match a {
+            match a {
                 Action::RequestCheckpoint {
                     pod,
                     claim,
                     deadline,
-                } => (pod, *deadline, leaving(claim)),
-                Action::Evict { pod, claim } => {
-                    let node = world.nodes.iter().find(|n| &n.claim == claim);
-                    let grace = node
-                        .and_then(|n| pool_of(world, n))
-                        .map(|p| &p.spec.interruption);
-                    let deadline = checkpoint_until(claim)
-                        .filter(|t| *t > now)
-                        .unwrap_or_else(|| after(now, checkpoint_grace(grace)));
-                    (pod, deadline, true)
+                } => triggers.push((pod, *deadline, leaving(claim))),
+                Action::Evict { pod, claim } => triggers.push((pod, grace_of(claim), true)),
+                Action::Delete {
+                    claim,
+                    reason: DisruptionReason::Terminated,
+                } => {
+                    for p in world
+                        .nodes
+                        .iter()
+                        .filter(|n| &n.claim == claim)
+                        .flat_map(|n| &n.pods)
+                    {
+                        triggers.push((&p.pod.name, grace_of(claim), true));
+                        gone.insert(&p.pod.name);
+                    }
                 }
-                _ => continue,
-            };
+                _ => {}
+            }
+        }
+        let mut started = false;
+        for (pod, deadline, drain) in triggers {
             let Some(group) = group_of(pod) else { continue };
             match self.gangs.get_mut(group) {
                 Some(d) => {
@@ -157,8 +180,14 @@ impl GangDrains {
                             drain,
                             requested: BTreeMap::new(),
                             evicted: BTreeSet::new(),
+                            gone: BTreeSet::new(),
                         },
                     );
+                }
+            }
+            if gone.contains(pod) {
+                if let Some(d) = self.gangs.get_mut(group) {
+                    d.gone.insert(pod.to_string());
                 }
             }
         }
@@ -176,7 +205,10 @@ impl GangDrains {
             };
             for m in ms.iter().filter(|m| signalled(world, m)) {
                 let name = &m.pod.pod.name;
-                if d.evicted.contains(name) || d.requested.get(name) == Some(&d.deadline) {
+                if d.evicted.contains(name)
+                    || d.gone.contains(name)
+                    || d.requested.get(name) == Some(&d.deadline)
+                {
                     continue;
                 }
                 // As for a lone pod: a member whose checkpoint cannot be
@@ -439,6 +471,30 @@ mod tests {
         let mut later = Vec::new();
         g.extend(&f.world(), &mut later, t(30), &leaving, &none);
         assert_eq!(evictions(&later), ["a", "b"]);
+    }
+
+    #[test]
+    fn a_member_whose_instance_is_gone_takes_the_rest_of_the_gang_along() {
+        let f = gang_world();
+        let mut s = Interruptions::default();
+        let mut g = GangDrains::new();
+        s.handle(&Notice::Terminated { claim: "n1".into() }, &f.world(), t(0));
+        let actions = round(&mut s, &mut g, &f, t(0));
+        assert!(actions.contains(&Action::Delete {
+            claim: "n1".into(),
+            reason: DisruptionReason::Terminated
+        }));
+        let asked: Vec<(String, String, Time)> = requests(&actions);
+        assert_eq!(
+            asked,
+            [("b".to_string(), "n2".to_string(), t(90))],
+            "the member whose instance is gone is not asked"
+        );
+        assert!(g.is_draining("ns/train"));
+        // It is not waited for: b's acknowledgement drains the gang.
+        let mut f = f;
+        f.node_mut("n2").pods[0].checkpoint_completed = Some(t(10));
+        assert_eq!(evictions(&round(&mut s, &mut g, &f, t(10))), ["a", "b"]);
     }
 
     #[test]
