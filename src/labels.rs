@@ -85,6 +85,9 @@ pub const EXPECTED_RUNTIME: &str = "quartermaster.dev/expected-runtime";
 /// duration). A checkpoint request that cannot finish before its deadline
 /// is not made, and the planner prices the work it would not save.
 pub const CHECKPOINT_DURATION: &str = "quartermaster.dev/checkpoint-duration";
+/// Pod annotation: seconds one requested checkpoint pauses training (a
+/// duration such as `10s`; the default assumes asynchronous checkpoints).
+pub const CHECKPOINT_PAUSE: &str = "quartermaster.dev/checkpoint-pause";
 /// Pod annotation: when the pod's work must be done (RFC 3339). Spot is not
 /// used for it once its slack no longer covers spot's expected delays.
 pub const DEADLINE: &str = "quartermaster.dev/deadline";

@@ -73,6 +73,9 @@ pub struct Pod {
     /// Seconds one checkpoint takes to write, if the pod says
     /// (`quartermaster.dev/checkpoint-duration`).
     pub checkpoint_duration_s: Option<f64>,
+    /// Seconds one requested checkpoint pauses training
+    /// (`quartermaster.dev/checkpoint-pause`; see `core::cadence`).
+    pub checkpoint_pause_s: Option<f64>,
     /// When its work must be done (`quartermaster.dev/deadline`).
     pub deadline: Option<chrono::DateTime<chrono::Utc>>,
     /// Whether the pod opted in to checkpoint signals.
@@ -95,6 +98,7 @@ impl Pod {
             checkpoint_interval_s: None,
             expected_runtime_s: None,
             checkpoint_duration_s: None,
+            checkpoint_pause_s: None,
             deadline: None,
             checkpoints: false,
             labels: BTreeMap::new(),
@@ -246,6 +250,7 @@ impl Pod {
         let checkpoint_interval_s = seconds(l::CHECKPOINT_INTERVAL);
         let expected_runtime_s = seconds(l::EXPECTED_RUNTIME);
         let checkpoint_duration_s = seconds(l::CHECKPOINT_DURATION);
+        let checkpoint_pause_s = seconds(l::CHECKPOINT_PAUSE);
         let deadline = annotations.get(l::DEADLINE).and_then(|v| {
             chrono::DateTime::parse_from_rfc3339(v)
                 .map(|t| t.with_timezone(&chrono::Utc))
@@ -267,6 +272,7 @@ impl Pod {
             checkpoint_interval_s,
             expected_runtime_s,
             checkpoint_duration_s,
+            checkpoint_pause_s,
             deadline,
             checkpoints: annotations.get(l::CHECKPOINT_ENABLED).map(String::as_str) == Some("true")
                 || annotations.contains_key(l::CHECKPOINT_HOOK),
@@ -546,13 +552,14 @@ spec:
 metadata:
   name: t
   namespace: ml
-  annotations: {quartermaster.dev/checkpoint-duration: 4m, quartermaster.dev/deadline: "2026-01-05T12:00:00+01:00"}
+  annotations: {quartermaster.dev/checkpoint-duration: 4m, quartermaster.dev/checkpoint-pause: 45s, quartermaster.dev/deadline: "2026-01-05T12:00:00+01:00"}
 spec:
   containers: [{name: a}]
 "#,
         );
         let pod = Pod::from_k8s(&p, &BTreeMap::new()).unwrap();
         assert_eq!(pod.checkpoint_duration_s, Some(240.0));
+        assert_eq!(pod.checkpoint_pause_s, Some(45.0));
         assert_eq!(
             pod.deadline.map(|d| d.to_rfc3339()),
             Some("2026-01-05T11:00:00+00:00".to_string())

@@ -63,6 +63,8 @@ pub struct PodInfo {
     /// (`quartermaster.dev/checkpoint-completed`: its RFC 3339 value, or when
     /// the annotation was first seen if the value is not a time).
     pub checkpoint_completed: Option<Time>,
+    /// When it started on its node (`status.startTime`).
+    pub started: Option<Time>,
     /// It is terminating (deletion requested, grace period running).
     pub terminating: bool,
     /// A DaemonSet pod or a static (mirror) pod: never evicted, never a
@@ -116,6 +118,7 @@ impl PodShape {
             checkpoint_interval_s,
             expected_runtime_s,
             checkpoint_duration_s,
+            checkpoint_pause_s,
             deadline,
             checkpoints,
             labels,
@@ -128,6 +131,7 @@ impl PodShape {
                 bits(checkpoint_interval_s),
                 bits(expected_runtime_s),
                 bits(checkpoint_duration_s),
+                bits(checkpoint_pause_s),
             ),
             &self.hook_endpoint,
         )
@@ -330,6 +334,9 @@ impl PodInfo {
             unschedulable,
             do_not_disrupt: annotations.get(l::DO_NOT_DISRUPT).map(String::as_str) == Some("true"),
             checkpoint_completed,
+            started: status
+                .and_then(|s| s.start_time.as_ref())
+                .and_then(to_chrono),
             terminating: pod.metadata.deletion_timestamp.is_some(),
             daemon,
             unreadable,
@@ -716,6 +723,7 @@ pub fn world_parts(s: &Snapshot, catalog: &Catalog, region: &str, now: Time) -> 
                     // unknown: keep its node out of consolidation.
                     do_not_disrupt: p.do_not_disrupt || !p.unreadable.is_empty(),
                     checkpoint_completed: p.checkpoint_completed,
+                    started: p.started,
                     pdb,
                     placeholder: false,
                 });
@@ -1242,7 +1250,8 @@ mod tests {
                     Some("ip-1"),
                     json!({"metadata": {"annotations": {
                         l::CHECKPOINT_COMPLETED: "2026-01-05T00:10:00Z",
-                        l::DO_NOT_DISRUPT: "true"}}}),
+                        l::DO_NOT_DISRUPT: "true"}},
+                        "status": {"startTime": "2026-01-05T00:06:00Z"}}),
                 ),
                 pod("other", 0, Some("ip-1"), json!({})),
                 pod(
@@ -1277,6 +1286,8 @@ mod tests {
         let train = &n.pods[1];
         assert!(train.do_not_disrupt);
         assert_eq!(train.checkpoint_completed, Some(t(600)));
+        assert_eq!(train.started, Some(t(360)), "status.startTime");
+        assert_eq!(n.pods[0].started, None, "not started yet");
         assert_eq!(train.pdb, None);
         assert_eq!(n.pods[0].pdb, Some(1));
         assert_eq!(parts.pdbs[1].name, "ml/b");

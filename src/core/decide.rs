@@ -6,6 +6,7 @@
 //! consolidation.
 
 use super::batch::Batcher;
+use super::cadence::Cadence;
 use super::consolidation::{self, Consolidation};
 use super::estimator::InterruptionEstimator;
 use super::gang::GangDrains;
@@ -36,6 +37,9 @@ pub struct Config {
     pub planner: plan::Options,
     /// Feed learned interruption rates to the planner.
     pub learn_rates: bool,
+    /// Ask pods on risky spot nodes to checkpoint more often than their
+    /// own interval ([`super::cadence`]).
+    pub checkpoint_cadence: bool,
     /// Most pending pods one plan considers (see [`super::batch::cap_batch`]);
     /// the driver applies it before deciding.
     pub max_batch_pods: usize,
@@ -51,6 +55,7 @@ impl Default for Config {
             strategy: Strategy::Mip,
             planner: plan::Options::default(),
             learn_rates: true,
+            checkpoint_cadence: true,
             max_batch_pods: super::batch::DEFAULT_MAX_PODS,
         }
     }
@@ -100,6 +105,8 @@ pub struct Core {
     solve_clock: Option<fn() -> f64>,
     /// The last provisioning plan's report.
     last_plan: Option<PlanReport>,
+    /// Checkpoint requests paced by spot risk.
+    cadence: Cadence,
 }
 
 impl Core {
@@ -119,6 +126,7 @@ impl Core {
             priors: RefCell::new(BTreeMap::new()),
             solve_clock: None,
             last_plan: None,
+            cadence: Cadence::default(),
             config,
         }
     }
@@ -171,6 +179,11 @@ impl Core {
         // notice on, before the interruption step evicts them.
         let mut actions = self.provision(world, now);
         actions.extend(self.interruptions.decide(world, now));
+        if self.config.checkpoint_cadence {
+            let interruptions = &self.interruptions;
+            let busy = |claim: &str| interruptions.is_handling(claim);
+            actions.extend(self.cadence.decide(world, now, &busy));
+        }
         let leads: BTreeMap<&str, std::time::Duration> = world
             .pools
             .iter()
@@ -220,6 +233,7 @@ impl Core {
             self.interruptions.next_deadline(),
             self.consolidation.next_deadline(),
             self.gangs.next_deadline(),
+            self.cadence.next_deadline(),
         ]
         .into_iter()
         .flatten()
@@ -717,6 +731,7 @@ mod tests {
                 checkpoint_completed: None,
                 pdb: None,
                 placeholder: false,
+                started: None,
             }
         };
         let nodes: Vec<ManagedNode> = ["gpu-1", "gpu-2"]
@@ -788,10 +803,9 @@ mod tests {
         assert!(core.last_plan().is_some(), "the gang was planned");
     }
 
-    #[test]
-    fn an_interruption_cordons_the_node_and_launches_a_replacement_elsewhere() {
-        let pools = [gpu_pool(|_| {})];
-        let mut core = Core::new(Config::default());
+    /// A spot g5.xlarge `gpu-1` of pool `gpu`, launched at 0 and Ready at
+    /// 300 s, running `pod` since then.
+    fn ready_spot_node(pools: &[NodePool], pod: Pod, started: Option<Time>) -> ManagedNode {
         let req = ClaimRequest {
             claim: "gpu-1".into(),
             nodepool: "gpu".into(),
@@ -804,17 +818,63 @@ mod tests {
             pods: vec![],
             prewarm_window: None,
         };
-        let w0 = world(&pools, &[], &[]);
-        let mut node = ManagedNode::launched(&req, &w0, t(0)).unwrap();
+        let mut node = ManagedNode::launched(&req, &world(pools, &[], &[]), t(0)).unwrap();
         node.ready_at = Some(t(300));
         node.state.in_flight = false;
         node.pods.push(super::super::BoundPod {
-            pod: gpu_pod("ml/a"),
+            pod,
             do_not_disrupt: false,
             checkpoint_completed: None,
+            started,
             pdb: None,
             placeholder: false,
         });
+        node
+    }
+
+    #[test]
+    fn a_big_checkpointing_pod_on_a_young_spot_node_is_asked_to_checkpoint_unless_cadence_is_off() {
+        let pools = [gpu_pool(|_| {})];
+        let mut pod = gpu_pod("ml/a");
+        pod.checkpoints = true;
+        pod.checkpoint_interval_s = Some(3600.0);
+        // Five minutes to write: more than a spot notice leaves.
+        pod.checkpoint_duration_s = Some(300.0);
+        let node = ready_spot_node(&pools, pod, Some(t(300)));
+        let nodes = [node];
+        let w = world(&pools, &[], &nodes);
+        let asked = |actions: &[Action]| {
+            actions
+                .iter()
+                .any(|a| matches!(a, Action::RequestCheckpoint { pod, .. } if pod == "ml/a"))
+        };
+        // Steps from deadline to deadline, as the drivers do, for the
+        // pod's own hour: when is it first asked?
+        let first_request = |config: Config| {
+            let mut core = Core::new(config);
+            let mut at = t(301);
+            while at < t(300 + 3600) {
+                if asked(&core.decide(&w, at)) {
+                    return Some(at);
+                }
+                at = core.next_deadline(&w, at)?;
+            }
+            None
+        };
+        let at = first_request(Config::default()).expect("asked within its own interval");
+        assert!(at > t(301), "not at once: there is nothing to save yet");
+        let off = Config {
+            checkpoint_cadence: false,
+            ..Config::default()
+        };
+        assert_eq!(first_request(off), None);
+    }
+
+    #[test]
+    fn an_interruption_cordons_the_node_and_launches_a_replacement_elsewhere() {
+        let pools = [gpu_pool(|_| {})];
+        let mut core = Core::new(Config::default());
+        let node = ready_spot_node(&pools, gpu_pod("ml/a"), None);
         let nodes = [node];
         let w = world(&pools, &[], &nodes);
         let first = spot_notice_on_gpu_1(&mut core, &w);

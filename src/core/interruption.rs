@@ -725,6 +725,7 @@ pub(crate) mod fixtures {
             pod: Pod::new(name, Resources::new().with(CPU, 1000)),
             do_not_disrupt: false,
             checkpoint_completed: None,
+            started: None,
             pdb: None,
             placeholder: false,
         }

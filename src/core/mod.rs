@@ -10,6 +10,7 @@
 
 pub mod batch;
 pub mod budgets;
+pub mod cadence;
 pub mod consolidation;
 mod decide;
 pub mod estimator;
@@ -60,6 +61,9 @@ pub struct BoundPod {
     pub do_not_disrupt: bool,
     /// When the workload acknowledged the last checkpoint request, if it did.
     pub checkpoint_completed: Option<Time>,
+    /// When the pod started on this node (`status.startTime`), if known:
+    /// the checkpoint cadence counts from it.
+    pub started: Option<Time>,
     /// Index into [`World::pdbs`] of the budget that covers the pod.
     pub pdb: Option<usize>,
     /// The pod is a pre-warm placeholder, not real work.

@@ -219,6 +219,7 @@ fn decide_one(
                     checkpoint_completed: None,
                     pdb: None,
                     placeholder: false,
+                    started: None,
                 },
             ));
         }

@@ -153,6 +153,7 @@ impl<'a> Engine<'a> {
                 // signals (workloads still checkpoint on their own).
                 config.strategy = Strategy::Greedy;
                 config.learn_rates = false;
+                config.checkpoint_cadence = false;
                 for j in &mut jobs {
                     j.job.pod.checkpoints = false;
                 }
@@ -522,8 +523,15 @@ impl<'a> Engine<'a> {
             }
             Action::RequestCheckpoint { pod, .. } => {
                 if let Some(&i) = self.by_name.get(&pod) {
+                    let lost_before = self.jobs[i].lost_s;
                     if let Some(ack) = self.jobs[i].request_checkpoint(now) {
                         self.acks.push(Reverse((ack, i)));
+                    }
+                    // The pause puts its finish later, and counts as lost.
+                    let job = &self.jobs[i];
+                    self.lost_gpu_hours_so_far += (job.lost_s - lost_before) / 3600.0 * job.gpus();
+                    if let Some(t) = job.finish_time() {
+                        self.finishes.push(Reverse((t, i)));
                     }
                 }
             }
@@ -619,6 +627,7 @@ impl<'a> Engine<'a> {
                 pod: self.jobs[i].job.pod.clone(),
                 do_not_disrupt: false,
                 checkpoint_completed: None,
+                started: Some(now),
                 pdb: None,
                 placeholder: false,
             });

@@ -38,6 +38,8 @@ pub enum Phase {
         base_s: f64,
         /// Whether this start is a restart (pays the overhead).
         restart: bool,
+        /// Seconds requested checkpoints paused it in this run.
+        paused_s: f64,
     },
     /// Finished at `at`.
     Done {
@@ -121,9 +123,13 @@ impl JobRun {
     /// time in this run).
     pub fn progress(&self, now: Time) -> f64 {
         match &self.phase {
-            Phase::Running { since, base_s, .. } => {
-                (base_s + (secs(*since, now) - self.overhead()).max(0.0)).min(self.job.work_s)
-            }
+            Phase::Running {
+                since,
+                base_s,
+                paused_s,
+                ..
+            } => (base_s + (secs(*since, now) - self.overhead() - paused_s).max(0.0))
+                .min(self.job.work_s),
             Phase::Done { .. } => self.job.work_s,
             _ => self.saved_s,
         }
@@ -184,14 +190,20 @@ impl JobRun {
             since: now,
             base_s: self.saved_s,
             restart,
+            paused_s: 0.0,
         };
     }
 
     /// When the job will finish if nothing interrupts it.
     pub fn finish_time(&self) -> Option<Time> {
         match &self.phase {
-            Phase::Running { since, base_s, .. } => {
-                let left = (self.job.work_s - base_s).max(0.0) + self.overhead();
+            Phase::Running {
+                since,
+                base_s,
+                paused_s,
+                ..
+            } => {
+                let left = (self.job.work_s - base_s).max(0.0) + self.overhead() + paused_s;
                 Some(*since + chrono::Duration::milliseconds((left * 1000.0).ceil() as i64))
             }
             _ => None,
@@ -230,6 +242,13 @@ impl JobRun {
         if self.writing.is_none() {
             self.writing = Some((now, self.progress(now)));
             self.checkpoints += 1;
+            // Training stops while the state is copied out: the job ends
+            // that much later, and the time is lost work.
+            let pause = crate::core::cadence::pause_s(&self.job.pod);
+            if let Phase::Running { paused_s, .. } = &mut self.phase {
+                *paused_s += pause;
+                self.lost_s += pause;
+            }
         }
         let write = self.job.checkpoint_write_s;
         self.writing
@@ -386,6 +405,28 @@ mod tests {
         j.stop(t(2530));
         assert_eq!(j.saved_s, 2500.0);
         assert_eq!(j.lost_s, 30.0);
+    }
+
+    #[test]
+    fn a_requested_checkpoint_pauses_the_job_for_its_pause_and_the_pause_is_lost_work() {
+        let default = crate::core::cadence::DEFAULT_CHECKPOINT_PAUSE_S;
+        let mut j = job(3600.0, Some(1800.0));
+        j.submit(t(0));
+        j.start("n1", t(0));
+        j.request_checkpoint(t(1000)).unwrap();
+        // A second request while the first is written starts no new write.
+        j.request_checkpoint(t(1005)).unwrap();
+        assert_eq!(j.finish_time(), Some(t(3600 + default as i64)));
+        assert_eq!(j.lost_s, default);
+        // A pod that checkpoints synchronously says so: it pauses longer.
+        let mut sync = job(3600.0, Some(1800.0));
+        sync.job.pod.checkpoint_pause_s = Some(60.0);
+        sync.submit(t(0));
+        sync.start("n1", t(0));
+        sync.request_checkpoint(t(1000)).unwrap();
+        assert_eq!(sync.finish_time(), Some(t(3660)));
+        sync.finish(t(3660));
+        assert_eq!(sync.lost_s, 60.0);
     }
 
     #[test]

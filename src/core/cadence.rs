@@ -1,0 +1,374 @@
+//! Checkpoint cadence under spot risk: ask a pod on a spot node to
+//! checkpoint more often than its own interval while the node's reclaim
+//! hazard is high.
+//!
+//! A measured spot instance is most likely reclaimed young (the market's
+//! hazard falls with age, `catalog::market::Lifetime`), and a pod whose
+//! checkpoint takes longer than a spot notice leaves cannot save on the
+//! notice: it falls back to its last complete checkpoint, on average half
+//! its interval ago. The Young-Daly rule gives the interval that balances
+//! what one more checkpoint costs (the pause it puts on training) against
+//! the work an interruption loses: `sqrt(2 x pause / hazard)`, where the
+//! hazard is the sum over every node the pod's gang runs on (any of them
+//! stops it). Where that is clearly shorter than the pod's own interval,
+//! the core requests a checkpoint once that long has passed since the
+//! pod's last one (or its start). A write takes its full write time, so
+//! requests are never closer than that; the pod's own periodic
+//! checkpoints go on as before.
+//!
+//! Only pods that answer checkpoint requests
+//! (`quartermaster.dev/checkpoint: "true"` or a hook) and declare an
+//! interval are asked. The formulas are in `docs/checkpointing.md`.
+
+use super::{Action, ManagedNode, OfferingKey, Time, World};
+use crate::catalog::market::PoolMarket;
+use crate::catalog::CapacityType;
+use crate::cluster::Pod;
+use crate::plan::risk;
+use std::collections::{BTreeMap, BTreeSet};
+
+/// Seconds a requested checkpoint pauses training when the pod does not
+/// say (`quartermaster.dev/checkpoint-pause`): an asynchronous checkpoint
+/// (PyTorch DCP `async_save`, Megatron's async checkpointing) blocks only
+/// for the copy of its state from GPU to host memory, and writes the rest
+/// while training goes on. A pod that checkpoints synchronously gives its
+/// whole write time here.
+pub const DEFAULT_CHECKPOINT_PAUSE_S: f64 = 10.0;
+
+/// A requested cadence is used only when it is at most this share of the
+/// pod's own interval: closer than that, the pod's own checkpoints do
+/// nearly as well without extra pauses.
+const WORTH_IT: f64 = 0.8;
+
+/// Seconds allowed past a request's write time for its acknowledgement
+/// before the request counts as unanswered and may be repeated.
+const ACK_SLACK_S: f64 = 60.0;
+
+/// Seconds one requested checkpoint of `pod` pauses it.
+pub fn pause_s(pod: &Pod) -> f64 {
+    pod.checkpoint_pause_s.unwrap_or(DEFAULT_CHECKPOINT_PAUSE_S)
+}
+
+/// The Young-Daly checkpoint interval (seconds) for a checkpoint that
+/// pauses work `pause_s` and takes `write_s` to complete, under
+/// `hazard_per_hour` interruptions per hour: `sqrt(2 pause / hazard)`,
+/// never shorter than one write. Infinite without hazard.
+pub fn interval_s(pause_s: f64, hazard_per_hour: f64, write_s: f64) -> f64 {
+    if hazard_per_hour <= 0.0 {
+        return f64::INFINITY;
+    }
+    (2.0 * pause_s.max(0.0) * 3600.0 / hazard_per_hour)
+        .sqrt()
+        .max(write_s)
+}
+
+/// Hours since `from`, at least 0.
+fn hours(from: Time, now: Time) -> f64 {
+    ((now - from).num_milliseconds() as f64 / 3_600_000.0).max(0.0)
+}
+
+/// Seconds since `from`, at least 0.
+fn seconds(from: Time, now: Time) -> f64 {
+    ((now - from).num_milliseconds() as f64 / 1000.0).max(0.0)
+}
+
+/// `t + s` seconds.
+fn plus(t: Time, s: f64) -> Time {
+    t + chrono::Duration::milliseconds((s * 1000.0).ceil() as i64)
+}
+
+/// The cadence rule's memory: requests not yet answered, and the next time
+/// a pod falls due.
+#[derive(Debug, Default)]
+pub struct Cadence {
+    /// Pod → when its last cadence request was made.
+    requested: BTreeMap<String, Time>,
+    /// Spot pool markets, read from the catalog once each.
+    markets: BTreeMap<OfferingKey, PoolMarket>,
+    /// Earliest time a pod falls due after the last decision.
+    next: Option<Time>,
+}
+
+impl Cadence {
+    /// The reclaim hazard of `node` at `now`, per hour: its pool's market at
+    /// the node's age (from Ready, or launch); 0 on on-demand.
+    fn hazard(&mut self, node: &ManagedNode, world: &World, now: Time) -> f64 {
+        if node.offering.capacity_type != CapacityType::Spot {
+            return 0.0;
+        }
+        let key = &node.offering;
+        let market = self
+            .markets
+            .entry(key.clone())
+            .or_insert_with(|| world.catalog.market(&key.instance_type, &key.zone));
+        market.hazard(hours(node.ready_at.unwrap_or(node.launched_at), now))
+    }
+
+    /// Checkpoint requests due at `now` (see the module doc). Nodes the
+    /// caller is already draining (`busy`) are left to the interruption
+    /// and disruption steps.
+    pub fn decide(&mut self, world: &World, now: Time, busy: &dyn Fn(&str) -> bool) -> Vec<Action> {
+        // Hazard of each gang: the sum over the distinct nodes it runs on.
+        let mut node_hazard = BTreeMap::new();
+        let mut gang_nodes: BTreeMap<&str, BTreeSet<&str>> = BTreeMap::new();
+        for n in world.nodes {
+            node_hazard.insert(n.claim.as_str(), self.hazard(n, world, now));
+            for b in &n.pods {
+                if let Some(g) = &b.pod.group {
+                    gang_nodes
+                        .entry(g.name.as_str())
+                        .or_default()
+                        .insert(n.claim.as_str());
+                }
+            }
+        }
+        let gang_hazard: BTreeMap<&str, f64> = gang_nodes
+            .iter()
+            .map(|(g, nodes)| (*g, nodes.iter().map(|c| node_hazard[c]).sum()))
+            .collect();
+
+        let mut actions = Vec::new();
+        let mut present = BTreeSet::new();
+        self.next = None;
+        for n in world.nodes {
+            if n.state.in_flight || n.state.unschedulable || busy(&n.claim) {
+                continue;
+            }
+            for b in &n.pods {
+                let pod = &b.pod;
+                let Some(own) = pod.checkpoint_interval_s.filter(|i| *i > 0.0) else {
+                    continue;
+                };
+                if b.placeholder || !pod.checkpoints {
+                    continue;
+                }
+                let hazard = match &pod.group {
+                    Some(g) => gang_hazard.get(g.name.as_str()).copied().unwrap_or(0.0),
+                    None => node_hazard[n.claim.as_str()],
+                };
+                let write = risk::checkpoint_write_s(pod);
+                if write <= risk::CHECKPOINT_WINDOW_S && pod.group.is_none() {
+                    // It saves its work on the notice itself.
+                    continue;
+                }
+                let every = interval_s(pause_s(pod), hazard, write);
+                if every > WORTH_IT * own {
+                    continue;
+                }
+                present.insert(pod.name.clone());
+                let start = b.started.or(n.ready_at).unwrap_or(n.launched_at);
+                let last = b.checkpoint_completed.map_or(start, |c| c.max(start));
+                if let Some(asked) = self.requested.get(&pod.name).copied() {
+                    if asked > last && seconds(asked, now) < write + ACK_SLACK_S {
+                        // Still writing: look again when it should be done.
+                        let again = plus(asked, write + ACK_SLACK_S);
+                        self.next = Some(self.next.map_or(again, |t| t.min(again)));
+                        continue;
+                    }
+                }
+                let due = plus(last, every);
+                if due <= now {
+                    self.requested.insert(pod.name.clone(), now);
+                    actions.push(Action::RequestCheckpoint {
+                        pod: pod.name.clone(),
+                        claim: n.claim.clone(),
+                        deadline: plus(now, write),
+                    });
+                    let again = plus(now, write.max(1.0));
+                    self.next = Some(self.next.map_or(again, |t| t.min(again)));
+                } else {
+                    self.next = Some(self.next.map_or(due, |t| t.min(due)));
+                }
+            }
+        }
+        self.requested.retain(|p, _| present.contains(p));
+        actions
+    }
+
+    /// When a pod next falls due, as of the last [`Cadence::decide`].
+    pub fn next_deadline(&self) -> Option<Time> {
+        self.next
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::catalog::Catalog;
+    use crate::cluster::resources::CPU;
+    use crate::cluster::{GroupRef, NodeState, Resources};
+    use crate::core::BoundPod;
+    use chrono::TimeZone;
+
+    fn t(s: i64) -> Time {
+        chrono::Utc.timestamp_opt(1_767_571_200 + s, 0).unwrap()
+    }
+
+    fn pod(name: &str, gpus: i64) -> Pod {
+        let mut p = Pod::new(
+            name,
+            Resources::new()
+                .with(CPU, 1000)
+                .with(crate::labels::RESOURCE_GPU, gpus),
+        );
+        p.checkpoint_interval_s = Some(1800.0);
+        p.checkpoints = true;
+        p
+    }
+
+    fn node(claim: &str, capacity_type: CapacityType, pods: Vec<Pod>) -> ManagedNode {
+        let offering = OfferingKey {
+            instance_type: "p4d.24xlarge".into(),
+            zone: "use1-az6".into(),
+            capacity_type,
+        };
+        ManagedNode {
+            claim: claim.into(),
+            nodepool: "gpu".into(),
+            offering,
+            price_per_hour: 3.4,
+            launched_at: t(0),
+            ready_at: Some(t(0)),
+            state: NodeState {
+                name: claim.into(),
+                nodepool: Some("gpu".into()),
+                instance_type: Some("p4d.24xlarge".into()),
+                zone: "use1-az6".into(),
+                capacity_type: Some(capacity_type),
+                labels: Default::default(),
+                taints: Vec::new(),
+                allocatable: Resources::new(),
+                used: Resources::new(),
+                price_per_hour: 3.4,
+                in_flight: false,
+                unschedulable: false,
+            },
+            pods: pods
+                .into_iter()
+                .map(|pod| BoundPod {
+                    pod,
+                    do_not_disrupt: false,
+                    checkpoint_completed: None,
+                    started: Some(t(0)),
+                    pdb: None,
+                    placeholder: false,
+                })
+                .collect(),
+            do_not_disrupt: false,
+        }
+    }
+
+    fn world<'a>(catalog: &'a Catalog, nodes: &'a [ManagedNode]) -> World<'a> {
+        World {
+            catalog,
+            region: "us-east-1",
+            pools: &[],
+            pending: &[],
+            nodes,
+            pdbs: &[],
+        }
+    }
+
+    fn requests(actions: &[Action]) -> Vec<&str> {
+        actions
+            .iter()
+            .filter_map(|a| match a {
+                Action::RequestCheckpoint { pod, .. } => Some(pod.as_str()),
+                _ => None,
+            })
+            .collect()
+    }
+
+    #[test]
+    fn the_young_daly_interval_shrinks_with_the_hazard_and_never_undercuts_a_write() {
+        assert_eq!(interval_s(10.0, 0.0, 200.0), f64::INFINITY);
+        let low = interval_s(10.0, 0.1, 1.0);
+        let high = interval_s(10.0, 1.0, 1.0);
+        assert!((low - (2.0 * 10.0 * 3600.0 / 0.1f64).sqrt()).abs() < 1e-9);
+        assert!(high < low);
+        assert_eq!(interval_s(10.0, 1000.0, 213.0), 213.0);
+    }
+
+    #[test]
+    fn a_young_spot_node_asks_its_pods_to_checkpoint_and_waits_for_the_answer() {
+        let catalog = Catalog::embedded().unwrap();
+        let nodes = [node("n1", CapacityType::Spot, vec![pod("ml/a", 8)])];
+        let w = world(&catalog, &nodes);
+        let mut cadence = Cadence::default();
+        // Just started: nothing to save yet; the next due time is known.
+        assert!(requests(&cadence.decide(&w, t(1), &|_| false)).is_empty());
+        let due = cadence.next_deadline().expect("a due time");
+        assert!(due < t(1800), "due at {due}, before the pod's own interval");
+        let actions = cadence.decide(&w, due, &|_| false);
+        assert_eq!(requests(&actions), ["ml/a"]);
+        match &actions[0] {
+            Action::RequestCheckpoint { deadline, .. } => {
+                let write = risk::default_checkpoint_write_s(8.0);
+                assert_eq!(*deadline, plus(due, write));
+            }
+            a => panic!("{a:?}"),
+        }
+        // Not asked again while the write runs.
+        let later = due + chrono::Duration::seconds(30);
+        assert!(requests(&cadence.decide(&w, later, &|_| false)).is_empty());
+        // Once it acknowledged, the next request waits a full interval.
+        let mut answered = nodes.clone();
+        let acked = due + chrono::Duration::seconds(220);
+        answered[0].pods[0].checkpoint_completed = Some(acked);
+        let w = world(&catalog, &answered);
+        assert!(requests(&cadence.decide(&w, acked, &|_| false)).is_empty());
+        assert!(cadence.next_deadline().unwrap() > acked);
+    }
+
+    #[test]
+    fn on_demand_nodes_draining_nodes_and_pods_that_do_not_answer_are_left_alone() {
+        let catalog = Catalog::embedded().unwrap();
+        let mut silent = pod("ml/b", 8);
+        silent.checkpoints = false;
+        let nodes = [
+            node("od", CapacityType::OnDemand, vec![pod("ml/a", 8)]),
+            node("spot", CapacityType::Spot, vec![silent]),
+            node("draining", CapacityType::Spot, vec![pod("ml/c", 8)]),
+        ];
+        let w = world(&catalog, &nodes);
+        let mut cadence = Cadence::default();
+        let at = t(1700);
+        assert!(requests(&cadence.decide(&w, at, &|c| c == "draining")).is_empty());
+        assert_eq!(
+            requests(&cadence.decide(&w, at, &|_| false)),
+            ["ml/c"],
+            "the same node, not draining, is asked"
+        );
+    }
+
+    #[test]
+    fn a_gang_counts_every_node_it_runs_on() {
+        let catalog = Catalog::embedded().unwrap();
+        let member = |name: &str| {
+            let mut p = pod(name, 8);
+            p.group = Some(GroupRef {
+                name: "ml/g".into(),
+                min_member: 4,
+            });
+            p
+        };
+        let one = [node("n1", CapacityType::Spot, vec![pod("ml/solo", 8)])];
+        let gang: Vec<ManagedNode> = (0..4)
+            .map(|i| {
+                node(
+                    &format!("n{i}"),
+                    CapacityType::Spot,
+                    vec![member(&format!("ml/m{i}"))],
+                )
+            })
+            .collect();
+        let mut solo = Cadence::default();
+        solo.decide(&world(&catalog, &one), t(1), &|_| false);
+        let mut whole = Cadence::default();
+        whole.decide(&world(&catalog, &gang), t(1), &|_| false);
+        assert!(
+            whole.next_deadline().unwrap() < solo.next_deadline().unwrap(),
+            "four nodes' hazard makes the gang checkpoint sooner"
+        );
+    }
+}
