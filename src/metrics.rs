@@ -41,6 +41,18 @@ pub struct InterruptionLabels {
     pub kind: String,
 }
 
+/// Labels of the ProvisioningRequest condition counter.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ProvisioningLabels {
+    /// Condition set: `Accepted`, `Provisioned`, `Failed`,
+    /// `BookingExpired`, `CapacityRevoked`.
+    pub condition: String,
+    /// `True` or `False`.
+    pub status: String,
+    /// The condition's reason (`CapacityIsProvisioned`, `CapacityIsNotFound`, ...).
+    pub reason: String,
+}
+
 /// Labels of the launch failure counter.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct LaunchFailureLabels {
@@ -108,6 +120,8 @@ pub struct Metrics {
     /// Actions the core decided but this replica did not carry out because
     /// it had lost the lease (the new leader decides again).
     pub actions_dropped: Counter,
+    /// ProvisioningRequest conditions set, by condition, status and reason.
+    pub provisioning_requests: Family<ProvisioningLabels, Counter>,
     /// When the loop last made progress (not exported: `/healthz` reads
     /// it).
     pub progress: Progress,
@@ -135,6 +149,7 @@ impl Metrics {
             garbage_collected: Counter::default(),
             leader: Gauge::default(),
             actions_dropped: Counter::default(),
+            provisioning_requests: Family::default(),
             progress: Default::default(),
         };
         let r = registry.sub_registry_with_prefix("quartermaster");
@@ -222,6 +237,11 @@ impl Metrics {
             "leader",
             "1 while this replica holds the leader lease",
             metrics.leader.clone(),
+        );
+        r.register(
+            "provisioning_request_conditions",
+            "ProvisioningRequest conditions set, by condition, status and reason",
+            metrics.provisioning_requests.clone(),
         );
         metrics
     }

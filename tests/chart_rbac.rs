@@ -18,6 +18,7 @@ use quartermaster::api::{NodeClaim, NodePoolStatus};
 use quartermaster::controller::events::{pod_ref, Events};
 use quartermaster::controller::kube_api::{KubeApi, NodeChange};
 use quartermaster::controller::leader::{Leadership, LeaseSettings};
+use quartermaster::controller::podgroups;
 use quartermaster::controller::snapshot::{self, Store};
 use quartermaster::metrics::Metrics;
 use serde_json::{json, Value};
@@ -145,6 +146,10 @@ async fn kube_api_calls(
         "patch_node_pool_status",
         api.patch_node_pool_status("gpu", &NodePoolStatus::default())
     );
+    call!(
+        "patch_provisioning_request_conditions",
+        api.patch_provisioning_request_conditions("ml", "train", &[])
+    );
     calls
 }
 
@@ -262,10 +267,18 @@ async fn the_charts_rbac_allows_every_call_the_controller_makes_and_nothing_more
     // Start-up access check, then the watches (a list and a watch per kind).
     snapshot::check_access(&client).await.expect("access check");
     let store = Arc::new(Store::new());
-    let watches = snapshot::spawn_watches(&client, &store);
+    let mut watches = snapshot::spawn_watches(&client, &store);
+    // The gang APIs' watches, as on a cluster serving all of them.
+    let served = podgroups::ServedApis {
+        volcano: true,
+        scheduling_pod_groups: Some("v1alpha2".into()),
+        provisioning_requests: true,
+    };
+    watches.extend(podgroups::spawn_watches(&client, &store, &served));
+    let kinds = watches.len();
     for _ in 0..500 {
         let seen = accesses(&recorder, 0);
-        if seen.iter().filter(|a| a.verb == "watch").count() >= 5 {
+        if seen.iter().filter(|a| a.verb == "watch").count() >= kinds {
             break;
         }
         tokio::time::sleep(Duration::from_millis(10)).await;
@@ -273,7 +286,7 @@ async fn the_charts_rbac_allows_every_call_the_controller_makes_and_nothing_more
     watches.iter().for_each(|w| w.abort());
     let reads = accesses(&recorder, 0);
     assert!(
-        reads.iter().filter(|a| a.verb == "watch").count() >= 5,
+        reads.iter().filter(|a| a.verb == "watch").count() >= kinds,
         "{}",
         show(&reads)
     );

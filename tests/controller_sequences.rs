@@ -17,6 +17,7 @@ use chrono::TimeZone;
 use http::Method;
 use k8s_openapi::api::core::v1 as core;
 use kube::ResourceExt;
+use quartermaster::api::foreign::VolcanoPodGroup;
 use quartermaster::api::labels as l;
 use quartermaster::api::nodeclaim::conditions;
 use quartermaster::api::{NodeClaim, NodePool};
@@ -27,6 +28,7 @@ use quartermaster::controller::checkpoint::HookClient;
 use quartermaster::controller::executor::{self, Executor, HookAcks, Outcome, Targets};
 use quartermaster::controller::kube_api::KubeApi;
 use quartermaster::controller::lifecycle::{Lifecycle, Step};
+use quartermaster::controller::podgroups;
 use quartermaster::controller::snapshot::{request_of, world_parts, Snapshot, Store};
 use quartermaster::core::{Action, ClaimRequest, Config, Core, Notice, Time};
 use quartermaster::metrics::{LaunchFailureLabels, Metrics};
@@ -252,8 +254,17 @@ fn launches(actions: &[Action]) -> Vec<&ClaimRequest> {
 /// A claim launched and registered on `node`, Ready (its instance launched
 /// in `cloud`).
 async fn ready_claim(cloud: &Mutex<SimulatedCloud>, node: &str) -> (NodeClaim, String) {
+    ready_claim_named(cloud, "gpu-000001", node).await
+}
+
+/// [`ready_claim`] under the claim name `name`.
+async fn ready_claim_named(
+    cloud: &Mutex<SimulatedCloud>,
+    name: &str,
+    node: &str,
+) -> (NodeClaim, String) {
     let req = ClaimRequest {
-        claim: "gpu-000001".into(),
+        claim: name.into(),
         nodepool: "gpu".into(),
         offering: quartermaster::core::OfferingKey {
             instance_type: "g5.xlarge".into(),
@@ -730,6 +741,523 @@ async fn an_interruption_leads_to_a_checkpoint_request_then_evictions_after_the_
     assert_eq!(step, Step::Finalized);
     let instance = cloud.describe(&name).await.unwrap().unwrap();
     assert_eq!(instance.state, InstanceState::ShuttingDown);
+}
+
+/// A Volcano PodGroup `ml/<name>` of `min` members needing `min_resources`
+/// (or nothing stated).
+fn volcano_pod_group(name: &str, min: i32, min_resources: Value) -> VolcanoPodGroup {
+    serde_json::from_value(json!({
+        "apiVersion": "scheduling.volcano.sh/v1beta1", "kind": "PodGroup",
+        "metadata": {"name": name, "namespace": "ml"},
+        "spec": {"minMember": min, "minResources": min_resources, "queue": "default"}
+    }))
+    .unwrap()
+}
+
+/// The pods each launch of the core's next plan (decided at 0, then past
+/// the batch window) is for, and the zones they launch in.
+fn planned(s: &Store) -> (Vec<String>, std::collections::BTreeSet<String>) {
+    let catalog = catalog();
+    let mut core = Core::new(Config::default());
+    let parts = world_parts(&snapshot(s), &catalog, REGION, t(0));
+    let mut actions = core.decide(&parts.world(&catalog, REGION), t(0));
+    actions.extend(core.decide(&parts.world(&catalog, REGION), t(2)));
+    let reqs = launches(&actions);
+    let mut pods: Vec<String> = reqs.iter().flat_map(|r| r.pods.clone()).collect();
+    pods.sort();
+    (pods, reqs.iter().map(|r| r.offering.zone.clone()).collect())
+}
+
+#[tokio::test]
+async fn a_volcano_gang_is_planned_whole_from_its_pod_group() {
+    let member = |i: u32| {
+        gpu_pod(
+            &format!("train-{i}"),
+            None,
+            json!({l::VOLCANO_GROUP: "train"}),
+        )
+    };
+    let s = store(vec![member(0), member(1), member(2)], vec![], vec![]);
+    s.reset(vec![volcano_pod_group("train", 4, Value::Null)]);
+    assert!(s.is_synced());
+    let (pods, _) = planned(&s);
+    assert_eq!(
+        pods,
+        [] as [&str; 0],
+        "three of four members: the gang waits"
+    );
+
+    s.apply(member(3));
+    let (pods, zones) = planned(&s);
+    assert_eq!(
+        pods,
+        ["ml/train-0", "ml/train-1", "ml/train-2", "ml/train-3"]
+    );
+    assert_eq!(zones.len(), 1, "one zone: {zones:?}");
+}
+
+#[tokio::test]
+async fn a_volcano_pod_group_with_min_resources_reserves_its_capacity_before_its_pods_exist() {
+    let s = store(vec![], vec![], vec![]);
+    s.reset(vec![volcano_pod_group(
+        "train",
+        2,
+        json!({l::RESOURCE_GPU: "2", "cpu": "4"}),
+    )]);
+    let (pods, zones) = planned(&s);
+    assert_eq!(pods, ["ml/train.reserved-0", "ml/train.reserved-1"]);
+    assert_eq!(zones.len(), 1);
+    // Without minResources nothing is held for pods that do not exist.
+    s.reset(vec![volcano_pod_group("train", 2, Value::Null)]);
+    assert_eq!(planned(&s).0, [] as [&str; 0]);
+}
+
+#[tokio::test]
+async fn a_workload_api_gang_is_sized_by_its_pod_groups_min_count() {
+    let member = |i: u32| {
+        let mut p = gpu_pod(&format!("w-{i}"), None, json!({}));
+        let mut spec = serde_json::to_value(p.spec.take().unwrap()).unwrap();
+        spec["schedulingGroup"] = json!({"podGroupName": "workers"});
+        p.spec = Some(serde_json::from_value(spec).unwrap());
+        p
+    };
+    let group: quartermaster::api::foreign::SchedulingPodGroup = serde_json::from_value(json!({
+        "apiVersion": "scheduling.k8s.io/v1alpha2", "kind": "PodGroup",
+        "metadata": {"name": "workers", "namespace": "ml"},
+        "spec": {"schedulingPolicy": {"gang": {"minCount": 3}}}
+    }))
+    .unwrap();
+    let s = store(vec![member(0), member(1)], vec![], vec![]);
+    s.reset(vec![group]);
+    assert_eq!(
+        planned(&s).0,
+        [] as [&str; 0],
+        "two of three: the gang waits"
+    );
+    s.apply(member(2));
+    let (pods, zones) = planned(&s);
+    assert_eq!(pods, ["ml/w-0", "ml/w-1", "ml/w-2"]);
+    assert_eq!(zones.len(), 1);
+}
+
+/// A PodTemplate `ml/<name>` of a pod asking for `gpus` GPUs.
+fn pod_template(name: &str, gpus: &str) -> core::PodTemplate {
+    serde_json::from_value(json!({
+        "apiVersion": "v1", "kind": "PodTemplate",
+        "metadata": {"name": name, "namespace": "ml"},
+        "template": {"spec": {
+            "containers": [{"name": "c", "resources": {"requests": {"cpu": "1", l::RESOURCE_GPU: gpus}}}],
+            "tolerations": [{"key": l::TAINT_GPU, "operator": "Exists"}]
+        }}
+    }))
+    .unwrap()
+}
+
+/// A ProvisioningRequest `ml/<name>` of `class` for `count` pods of the
+/// template `tmpl`, with these conditions already set.
+fn provisioning_request(
+    name: &str,
+    class: &str,
+    count: i32,
+    conditions: Value,
+) -> quartermaster::api::foreign::ProvisioningRequest {
+    serde_json::from_value(json!({
+        "apiVersion": "autoscaling.x-k8s.io/v1", "kind": "ProvisioningRequest",
+        "metadata": {"name": name, "namespace": "ml", "generation": 1,
+                     "creationTimestamp": "2026-01-05T00:00:00Z"},
+        "spec": {"provisioningClassName": class,
+                 "podSets": [{"podTemplateRef": {"name": "tmpl"}, "count": count}]},
+        "status": {"conditions": conditions}
+    }))
+    .unwrap()
+}
+
+/// A condition as the API server stores it.
+fn condition(type_: &str, status: &str, reason: &str) -> Value {
+    json!({"type": type_, "status": status, "reason": reason, "message": "",
+           "lastTransitionTime": "2026-01-05T00:00:00Z", "observedGeneration": 1})
+}
+
+/// A condition's `(type, status, reason)`.
+type Cond<'a> = (&'a str, &'a str, &'a str);
+
+const ATOMIC: &str = "best-effort-atomic-scale-up.autoscaling.x-k8s.io";
+const CHECK_CAPACITY: &str = "check-capacity.autoscaling.x-k8s.io";
+
+/// One ProvisioningRequest step over the store at `now`: the world it
+/// leaves, and its conditions written through a mock API that expects, in
+/// order, one status patch per `(request, [(type, status, reason)])`, each
+/// carrying the request's full condition list.
+async fn provisioning_round(
+    s: &Store,
+    core: &Core,
+    now: Time,
+    want: &[(&str, &[Cond<'_>])],
+) -> quartermaster::controller::snapshot::WorldParts {
+    let catalog = catalog();
+    let mut parts = world_parts(&snapshot(s), &catalog, REGION, now);
+    let unplaceable = |p: &str| {
+        core.last_plan()
+            .and_then(|r| r.unschedulable.iter().find(|u| u.pod == p))
+            .map(|u| u.reason.clone())
+    };
+    let transitions = podgroups::provisioning_step(s, &mut parts, &unplaceable, now);
+    let mut sc = Scenario::new();
+    for (request, conditions) in want {
+        let path = format!(
+            "/apis/autoscaling.x-k8s.io/v1/namespaces/ml/provisioningrequests/{request}/status"
+        );
+        let expected: Vec<(String, String, String)> = conditions
+            .iter()
+            .map(|(t, st, r)| (t.to_string(), st.to_string(), r.to_string()))
+            .collect();
+        sc = sc
+            .expect(Method::PATCH, &path, move |body| {
+                let got: Vec<(String, String, String)> = body["status"]["conditions"]
+                    .as_array()
+                    .unwrap()
+                    .iter()
+                    .map(|c| {
+                        let f = |k: &str| c[k].as_str().unwrap().to_string();
+                        (f("type"), f("status"), f("reason"))
+                    })
+                    .collect();
+                assert_eq!(got, expected);
+            })
+            .respond(
+                200,
+                json!({"apiVersion": "autoscaling.x-k8s.io/v1", "kind": "ProvisioningRequest"}),
+            );
+    }
+    let (client, verifier) = sc.run();
+    let metrics = Metrics::unregistered();
+    podgroups::write_transitions(&KubeApi::new(client), None, &metrics, s, &transitions, now).await;
+    verifier.finish().await;
+    parts
+}
+
+/// The pods the core launches for over two rounds at `now` (the batch
+/// window between them).
+fn launched_for(
+    core: &mut Core,
+    parts: &quartermaster::controller::snapshot::WorldParts,
+    now: Time,
+) -> Vec<String> {
+    let catalog = catalog();
+    let mut actions = core.decide(&parts.world(&catalog, REGION), now);
+    actions.extend(core.decide(
+        &parts.world(&catalog, REGION),
+        now + chrono::TimeDelta::seconds(2),
+    ));
+    let mut pods: Vec<String> = launches(&actions)
+        .iter()
+        .flat_map(|r| r.pods.clone())
+        .collect();
+    pods.sort();
+    pods
+}
+
+#[tokio::test]
+async fn a_provisioning_request_goes_accepted_then_provisioned_and_its_capacity_is_held_then_consumed(
+) {
+    let s = store(vec![], vec![], vec![]);
+    s.reset(vec![pod_template("tmpl", "1")]);
+    s.reset(vec![provisioning_request("train", ATOMIC, 2, json!([]))]);
+    let mut core = Core::new(Config::default());
+    let parts = provisioning_round(
+        &s,
+        &core,
+        t(0),
+        &[("train", &[("Accepted", "True", "Accepted")])],
+    )
+    .await;
+    assert_eq!(
+        launched_for(&mut core, &parts, t(0)),
+        ["ml/train.reserved-0", "ml/train.reserved-1"],
+        "the whole request at once"
+    );
+
+    // Its two nodes are ready: Provisioned, and the room is held (nothing
+    // more is launched, consolidation keeps off the nodes).
+    let cloud = cloud();
+    let (a, pid_a) = ready_claim_named(&cloud, "gpu-a", "ip-10-0-0-1").await;
+    let (b, pid_b) = ready_claim_named(&cloud, "gpu-b", "ip-10-0-0-2").await;
+    let taint = json!([{"key": l::TAINT_GPU, "effect": "NoSchedule"}]);
+    s.reset(vec![
+        node("ip-10-0-0-1", &pid_a, taint.clone(), true, Some("1")),
+        node("ip-10-0-0-2", &pid_b, taint.clone(), true, Some("1")),
+    ]);
+    let b_claim = b.clone();
+    s.reset(vec![a, b]);
+    s.reset(vec![provisioning_request(
+        "train",
+        ATOMIC,
+        2,
+        json!([condition("Accepted", "True", "Accepted")]),
+    )]);
+    let parts = provisioning_round(
+        &s,
+        &core,
+        t(120),
+        &[(
+            "train",
+            &[
+                ("Accepted", "True", "Accepted"),
+                ("Provisioned", "True", "CapacityIsProvisioned"),
+            ],
+        )],
+    )
+    .await;
+    let held: Vec<&str> = parts
+        .nodes
+        .iter()
+        .flat_map(|n| {
+            n.pods
+                .iter()
+                .filter(|p| p.do_not_disrupt)
+                .map(|p| p.pod.name.as_str())
+        })
+        .collect();
+    assert_eq!(held.len(), 2, "{held:?}");
+    assert_eq!(launched_for(&mut core, &parts, t(120)), [] as [&str; 0]);
+
+    // A pod consuming it arrives: it takes the held room, nothing launches.
+    s.reset(vec![provisioning_request(
+        "train",
+        ATOMIC,
+        2,
+        json!([
+            condition("Accepted", "True", "Accepted"),
+            condition("Provisioned", "True", "CapacityIsProvisioned"),
+        ]),
+    )]);
+    s.apply(gpu_pod(
+        "w-0",
+        None,
+        json!({"autoscaling.x-k8s.io/consume-provisioning-request": "train"}),
+    ));
+    let parts = provisioning_round(&s, &core, t(180), &[]).await;
+    assert_eq!(
+        parts
+            .pending
+            .iter()
+            .map(|p| p.name.as_str())
+            .collect::<Vec<_>>(),
+        ["ml/w-0"]
+    );
+    let held = parts
+        .nodes
+        .iter()
+        .flat_map(|n| n.pods.iter())
+        .filter(|p| p.do_not_disrupt)
+        .count();
+    assert_eq!(held, 1, "one stand-in for the pod not created yet");
+    assert_eq!(launched_for(&mut core, &parts, t(180)), [] as [&str; 0]);
+
+    // A reclaim takes one node and its claim: the capacity is revoked.
+    s.delete(&node("ip-10-0-0-2", &pid_b, taint, true, Some("1")));
+    s.delete(&b_claim);
+    s.delete(&gpu_pod("w-0", None, json!({})));
+    provisioning_round(
+        &s,
+        &core,
+        t(240),
+        &[(
+            "train",
+            &[
+                ("Accepted", "True", "Accepted"),
+                ("Provisioned", "True", "CapacityIsProvisioned"),
+                ("CapacityRevoked", "True", "CapacityRevoked"),
+            ],
+        )],
+    )
+    .await;
+}
+
+#[tokio::test]
+async fn a_provisioning_request_that_cannot_be_met_goes_failed_without_any_launch() {
+    let s = store(vec![], vec![], vec![]);
+    s.reset(vec![pod_template("tmpl", "64")]);
+    s.reset(vec![provisioning_request("huge", ATOMIC, 2, json!([]))]);
+    let mut core = Core::new(Config::default());
+    let parts = provisioning_round(
+        &s,
+        &core,
+        t(0),
+        &[("huge", &[("Accepted", "True", "Accepted")])],
+    )
+    .await;
+    assert_eq!(launched_for(&mut core, &parts, t(0)), [] as [&str; 0]);
+    s.reset(vec![provisioning_request(
+        "huge",
+        ATOMIC,
+        2,
+        json!([condition("Accepted", "True", "Accepted")]),
+    )]);
+    let parts = provisioning_round(
+        &s,
+        &core,
+        t(10),
+        &[(
+            "huge",
+            &[
+                ("Accepted", "True", "Accepted"),
+                ("Failed", "True", "CapacityIsNotFound"),
+            ],
+        )],
+    )
+    .await;
+    assert!(parts.pending.is_empty(), "a failed request is no demand");
+    assert_eq!(launched_for(&mut core, &parts, t(10)), [] as [&str; 0]);
+}
+
+#[tokio::test]
+async fn check_capacity_is_answered_from_existing_capacity_without_a_launch() {
+    let cloud = cloud();
+    let (a, pid_a) = ready_claim_named(&cloud, "gpu-a", "ip-10-0-0-1").await;
+    let taint = json!([{"key": l::TAINT_GPU, "effect": "NoSchedule"}]);
+    let s = store(
+        vec![],
+        vec![node("ip-10-0-0-1", &pid_a, taint, true, Some("1"))],
+        vec![a],
+    );
+    s.reset(vec![pod_template("tmpl", "1")]);
+    s.reset(vec![
+        provisioning_request("fits", CHECK_CAPACITY, 1, json!([])),
+        provisioning_request("too-big", CHECK_CAPACITY, 2, json!([])),
+    ]);
+    let mut core = Core::new(Config::default());
+    let parts = provisioning_round(
+        &s,
+        &core,
+        t(0),
+        &[
+            (
+                "fits",
+                &[
+                    ("Accepted", "True", "Accepted"),
+                    ("Provisioned", "True", "CapacityIsFound"),
+                ],
+            ),
+            (
+                "too-big",
+                &[
+                    ("Accepted", "True", "Accepted"),
+                    ("Provisioned", "False", "CapacityIsNotFound"),
+                ],
+            ),
+        ],
+    )
+    .await;
+    assert!(parts.pending.is_empty());
+    assert_eq!(launched_for(&mut core, &parts, t(0)), [] as [&str; 0]);
+}
+
+/// The requests and evictions among `actions`, as `(kind, pod)` pairs.
+fn pod_actions(actions: &[Action]) -> Vec<(&'static str, String)> {
+    actions
+        .iter()
+        .filter_map(|a| match a {
+            Action::RequestCheckpoint { pod, .. } => Some(("checkpoint", pod.clone())),
+            Action::Evict { pod, .. } => Some(("evict", pod.clone())),
+            _ => None,
+        })
+        .collect()
+}
+
+#[tokio::test]
+async fn a_notice_on_one_gang_member_asks_every_member_to_checkpoint_by_one_deadline_and_drains_them_together(
+) {
+    let cloud = cloud();
+    let (a, pid_a) = ready_claim_named(&cloud, "gpu-a", "ip-10-0-0-1").await;
+    let (b, pid_b) = ready_claim_named(&cloud, "gpu-b", "ip-10-0-0-2").await;
+    let gpu_taint = json!([{"key": l::TAINT_GPU, "effect": "NoSchedule"}]);
+    let member = |extra: Value| {
+        let mut m =
+            json!({l::CHECKPOINT_ENABLED: "true", l::POD_GROUP: "train", l::POD_GROUP_SIZE: "2"});
+        m.as_object_mut()
+            .unwrap()
+            .extend(extra.as_object().unwrap().clone());
+        m
+    };
+    let s = store(
+        vec![
+            gpu_pod("train-0", Some("ip-10-0-0-1"), member(json!({}))),
+            gpu_pod("train-1", Some("ip-10-0-0-2"), member(json!({}))),
+        ],
+        vec![
+            node("ip-10-0-0-1", &pid_a, gpu_taint.clone(), true, Some("1")),
+            node("ip-10-0-0-2", &pid_b, gpu_taint.clone(), true, Some("1")),
+        ],
+        vec![a, b],
+    );
+    let catalog = catalog();
+    let mut core = Core::new(Config::default());
+    let notice_at = t(1000);
+    let snap = snapshot(&s);
+    let parts = world_parts(&snap, &catalog, REGION, notice_at);
+    let notice = Notice::SpotInterruption {
+        claim: "gpu-a".into(),
+        deadline: notice_at + chrono::TimeDelta::seconds(120),
+    };
+    core.handle_notice(&notice, &parts.world(&catalog, REGION), notice_at);
+    let first = core.decide(&parts.world(&catalog, REGION), notice_at);
+    let deadlines: Vec<(String, Time)> = first
+        .iter()
+        .filter_map(|a| match a {
+            Action::RequestCheckpoint { pod, deadline, .. } => Some((pod.clone(), *deadline)),
+            _ => None,
+        })
+        .collect();
+    let same = notice_at + chrono::TimeDelta::seconds(90);
+    assert_eq!(
+        deadlines,
+        [
+            ("ml/train-0".to_string(), same),
+            ("ml/train-1".to_string(), same)
+        ],
+        "{first:?}"
+    );
+    assert!(
+        !first.iter().any(|a| matches!(a, Action::Evict { .. })),
+        "{first:?}"
+    );
+    // Both annotations are written, each on its own pod, with one deadline
+    // (the cordon is only the doomed node's).
+    let (client, verifier) = script_for(&first, "ip-10-0-0-1").run();
+    execute(&KubeApi::new(client), &first, &snap, notice_at).await;
+    verifier.finish().await;
+
+    // The doomed member acknowledges: nobody leaves while the other writes.
+    let acked = |at: Time| {
+        member(json!({l::CHECKPOINT_COMPLETED: quartermaster::controller::checkpoint::rfc3339(at)}))
+    };
+    s.apply(gpu_pod("train-0", Some("ip-10-0-0-1"), acked(t(1010))));
+    let now = t(1011);
+    let parts = world_parts(&snapshot(&s), &catalog, REGION, now);
+    let acts = core.decide(&parts.world(&catalog, REGION), now);
+    assert_eq!(pod_actions(&acts), [], "{acts:?}");
+
+    // The other acknowledges: the gang is evicted whole, through the API.
+    s.apply(gpu_pod("train-1", Some("ip-10-0-0-2"), acked(t(1020))));
+    let now = t(1021);
+    let parts = world_parts(&snapshot(&s), &catalog, REGION, now);
+    let acts = core.decide(&parts.world(&catalog, REGION), now);
+    assert_eq!(
+        pod_actions(&acts),
+        [
+            ("evict", "ml/train-0".to_string()),
+            ("evict", "ml/train-1".to_string())
+        ],
+        "{acts:?}"
+    );
+    let evictions: Vec<Action> = acts
+        .into_iter()
+        .filter(|a| matches!(a, Action::Evict { .. }))
+        .collect();
+    let (client, verifier) = script_for(&evictions, "ip-10-0-0-1").run();
+    execute(&KubeApi::new(client), &evictions, &snapshot(&s), now).await;
+    verifier.finish().await;
 }
 
 #[tokio::test]
@@ -1274,61 +1802,69 @@ async fn pods_past_the_batch_cap_wait_for_the_next_batch_with_a_batch_deferred_e
     assert_eq!(nominated, ["train-0", "train-1"], "{writes:#?}");
 }
 
-/// An API server with nothing in it: every list is empty, every watch stays
-/// open and silent; it counts the requests other than lists and watches
-/// (writes), which must not happen in an empty cluster.
-fn empty_api_server() -> (kube::Client, Arc<std::sync::atomic::AtomicUsize>) {
+/// An API server with no objects: every list is empty, watches stay open,
+/// writes fail (and are counted), and discovery (`GET /apis`) names these
+/// API `groups`. It records the path of every read.
+fn empty_api_server(
+    groups: Value,
+) -> (
+    kube::Client,
+    Arc<std::sync::atomic::AtomicUsize>,
+    Arc<Mutex<Vec<String>>>,
+) {
     use http::{Request, Response};
     use kube::client::Body;
     let (service, mut handle) = tower_test::mock::pair::<Request<Body>, Response<Body>>();
     let writes = Arc::new(std::sync::atomic::AtomicUsize::new(0));
     let counted = writes.clone();
+    let paths = Arc::new(Mutex::new(Vec::new()));
+    let read = paths.clone();
     tokio::spawn(async move {
         let mut open_watches = Vec::new();
         while let Some((request, send)) = handle.next_request().await {
             let query = request.uri().query().unwrap_or("").to_string();
+            let respond = |status: u16, body: Value| {
+                Response::builder()
+                    .status(status)
+                    .header(http::header::CONTENT_TYPE, "application/json")
+                    .body(Body::from(serde_json::to_vec(&body).unwrap()))
+                    .unwrap()
+            };
             if request.method() != Method::GET {
                 counted.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
-                send.send_response(
-                    Response::builder()
-                        .status(500)
-                        .body(Body::from(
-                            serde_json::to_vec(&status_body(
-                                500,
-                                "InternalError",
-                                "no writes expected",
-                            ))
-                            .unwrap(),
-                        ))
-                        .unwrap(),
-                );
+                send.send_response(respond(
+                    500,
+                    status_body(500, "InternalError", "no writes expected"),
+                ));
+                continue;
+            }
+            read.lock().unwrap().push(request.uri().path().to_string());
+            if request.uri().path() == "/apis" {
+                let list = json!({"apiVersion": "v1", "kind": "APIGroupList", "groups": groups});
+                send.send_response(respond(200, list));
             } else if query.contains("watch=true") {
                 open_watches.push(send);
             } else {
                 let list = json!({"apiVersion": "v1", "kind": "List",
                                   "metadata": {"resourceVersion": "1"}, "items": []});
-                send.send_response(
-                    Response::builder()
-                        .status(200)
-                        .header(http::header::CONTENT_TYPE, "application/json")
-                        .body(Body::from(serde_json::to_vec(&list).unwrap()))
-                        .unwrap(),
-                );
+                send.send_response(respond(200, list));
             }
         }
     });
-    (kube::Client::new(service, "default"), writes)
+    (kube::Client::new(service, "default"), writes, paths)
 }
 
-#[tokio::test]
-async fn the_loop_turns_ready_once_every_watch_has_listed_and_stops_on_shutdown() {
+/// Runs the controller loop against [`empty_api_server`] serving `groups`
+/// until it turns ready, a few ticks more, and shutdown; returns the paths
+/// it read.
+async fn loop_until_ready(groups: Value) -> Vec<String> {
     use quartermaster::controller::run::{run, Context};
     use std::sync::atomic::{AtomicBool, Ordering};
     use tokio::sync::mpsc;
     use tokio_util::sync::CancellationToken;
 
     tokio::time::pause();
-    let (client, writes) = empty_api_server();
+    let (client, writes, paths) = empty_api_server(groups);
     let (_leader_tx, leader) = watch::channel(true);
     let (_catalog_tx, catalog_rx) = watch::channel(catalog());
     let (_notices_tx, notices) = mpsc::channel(8);
@@ -1366,6 +1902,63 @@ async fn the_loop_turns_ready_once_every_watch_has_listed_and_stops_on_shutdown(
         .expect("the loop stops on shutdown")
         .unwrap();
     assert!(result.is_ok(), "{result:?}");
+    let paths = paths.lock().unwrap().clone();
+    paths
+}
+
+#[tokio::test]
+async fn the_loop_turns_ready_once_every_watch_has_listed_and_stops_on_shutdown() {
+    loop_until_ready(json!([])).await;
+}
+
+/// The paths read that name one of the optional gang APIs.
+fn gang_api_reads(paths: &[String]) -> Vec<&str> {
+    paths
+        .iter()
+        .map(String::as_str)
+        .filter(|p| {
+            [
+                "scheduling.volcano.sh",
+                "scheduling.k8s.io",
+                "autoscaling.x-k8s.io",
+            ]
+            .iter()
+            .any(|g| p.contains(g))
+        })
+        .collect()
+}
+
+#[tokio::test]
+async fn a_cluster_without_the_gang_apis_is_asked_once_and_never_watched_for_them() {
+    let paths = loop_until_ready(json!([
+        {"name": "scheduling.k8s.io", "versions": [{"groupVersion": "scheduling.k8s.io/v1", "version": "v1"}]}
+    ]))
+    .await;
+    assert_eq!(
+        paths.iter().filter(|p| *p == "/apis").count(),
+        1,
+        "{paths:?}"
+    );
+    assert_eq!(gang_api_reads(&paths), [] as [&str; 0]);
+}
+
+#[tokio::test]
+async fn served_gang_apis_are_listed_before_the_loop_turns_ready() {
+    let group = |name: &str, version: &str| json!({"name": name, "versions": [{"groupVersion": format!("{name}/{version}"), "version": version}]});
+    let paths = loop_until_ready(json!([
+        group("scheduling.volcano.sh", "v1beta1"),
+        group("scheduling.k8s.io", "v1alpha2"),
+        group("autoscaling.x-k8s.io", "v1"),
+    ]))
+    .await;
+    let reads = gang_api_reads(&paths);
+    for want in [
+        "/apis/scheduling.volcano.sh/v1beta1/podgroups",
+        "/apis/scheduling.k8s.io/v1alpha2/podgroups",
+        "/apis/autoscaling.x-k8s.io/v1/provisioningrequests",
+    ] {
+        assert!(reads.contains(&want), "{want} not in {reads:?}");
+    }
 }
 
 /// The claim of `ready_claim`, being deleted since `since`, with its node

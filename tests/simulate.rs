@@ -937,3 +937,166 @@ fn a_replayed_cluster_trace_puts_cpu_pods_on_cpu_nodes_and_gpu_shares_on_the_sha
         );
     }
 }
+
+/// Gangs of two 1-GPU members, one per node, on spot (on-demand when spot
+/// pools close) through a storm.
+const GANG_STORM: &str = r#"
+name: gang-storm-test
+start: 2026-01-05T00:00:00Z
+duration: 24h
+seed: 4
+strategies: [quartermaster]
+nodePools:
+- apiVersion: quartermaster.dev/v1alpha1
+  kind: NodePool
+  metadata: {name: spot}
+  spec:
+    capacityTypes: [spot, on-demand]
+    template:
+      spec:
+        taints: [{key: nvidia.com/gpu, effect: NoSchedule}]
+        requirements: [{key: quartermaster.dev/instance-family, operator: In, values: [g5, g6]},
+                       {key: quartermaster.dev/gpu-count, operator: In, values: ["1"]}]
+    disruption: {consolidationPolicy: WhenEmpty, consolidateAfter: 5m}
+workloads:
+- training: {name: gang, jobs: 12, perHour: 4, gpus: [1], runTime: {median: 2h, p90: 4h},
+             checkpointInterval: 30m, gangFraction: 1.0, gangSize: 2}
+cloud:
+  storms: [{after: 1h, duration: 4h, multiplier: 20}]
+"#;
+
+#[test]
+fn a_reclaim_of_one_gang_member_checkpoints_every_member_and_stops_the_gang_whole() {
+    let report = run_text(GANG_STORM, Path::new("."));
+    let r = &report.strategies["quartermaster"];
+    assert!(
+        r.spot_notices >= 2,
+        "the storm interrupts: {}",
+        r.spot_notices
+    );
+    let jobs = jobs_of(GANG_STORM);
+    assert_gangs_checkpoint_and_stop_whole(r, &jobs, 0.5);
+    assert_eq!(r.jobs_completed as usize + r.unfinished.len(), jobs.len());
+}
+
+/// The jobs of a scenario.
+fn jobs_of(yaml: &str) -> Vec<quartermaster::sim::workload::SimJob> {
+    let catalog = Arc::new(Catalog::embedded().unwrap());
+    let scenario = Scenario::parse(yaml, &catalog).unwrap();
+    sim::load_jobs(&scenario, &catalog, Path::new("."), None)
+        .unwrap()
+        .jobs
+}
+
+/// In `r`'s log, every job being a member of a gang of two one-GPU pods
+/// with checkpoints every `interval_h`: whenever a member is asked to
+/// checkpoint, every member is, by one deadline; a gang stops whole; each
+/// stop loses at most one checkpoint interval of the gang's GPUs. Returns
+/// how many collective requests and gang stops there were.
+fn assert_gangs_checkpoint_and_stop_whole(
+    r: &quartermaster::sim::result::StrategyResult,
+    jobs: &[quartermaster::sim::workload::SimJob],
+    interval_h: f64,
+) -> (usize, usize) {
+    use quartermaster::core::Action;
+    use quartermaster::sim::result::LogEvent;
+    use std::collections::{BTreeMap, BTreeSet};
+
+    let gang_of: BTreeMap<String, String> = jobs
+        .iter()
+        .map(|j| (j.pod.name.clone(), j.pod.group.clone().unwrap().name))
+        .collect();
+    // Per (time, gang): the deadlines its members were given, and which
+    // members stopped.
+    let mut asked: BTreeMap<(String, String), BTreeMap<String, String>> = BTreeMap::new();
+    let mut stopped: BTreeMap<(String, String), BTreeSet<String>> = BTreeMap::new();
+    for (at, event) in &r.log {
+        match event {
+            LogEvent::Action(Action::RequestCheckpoint { pod, deadline, .. }) => {
+                asked
+                    .entry((at.to_rfc3339(), gang_of[pod].clone()))
+                    .or_default()
+                    .insert(pod.clone(), deadline.to_rfc3339());
+            }
+            LogEvent::JobStopped { job, .. } => {
+                stopped
+                    .entry((at.to_rfc3339(), gang_of[job].clone()))
+                    .or_default()
+                    .insert(job.clone());
+            }
+            _ => {}
+        }
+    }
+    assert!(!asked.is_empty(), "some gang was asked to checkpoint");
+    for ((at, gang), members) in &asked {
+        assert_eq!(members.len(), 2, "{gang} at {at}: only {members:?} asked");
+        let deadlines: BTreeSet<&String> = members.values().collect();
+        assert_eq!(
+            deadlines.len(),
+            1,
+            "{gang} at {at}: one deadline, not {deadlines:?}"
+        );
+    }
+    assert!(!stopped.is_empty(), "some gang was stopped");
+    for ((at, gang), members) in &stopped {
+        assert_eq!(
+            members.len(),
+            2,
+            "{gang} at {at}: a partial gang kept running"
+        );
+    }
+    let per_stop = interval_h * 2.0;
+    assert!(
+        r.lost_gpu_hours <= stopped.len() as f64 * per_stop,
+        "{} GPU-hours lost over {} gang stops",
+        r.lost_gpu_hours,
+        stopped.len()
+    );
+    (asked.len(), stopped.len())
+}
+
+#[test]
+fn gangs_arriving_as_provisioning_requests_start_whole_once_provisioned_and_checkpoint_together() {
+    use quartermaster::sim::result::LogEvent;
+    use std::collections::BTreeMap;
+
+    let yaml = GANG_STORM.replace("gangSize: 2}", "gangSize: 2, provisioningRequest: true}");
+    let report = run_text(&yaml, Path::new("."));
+    let r = &report.strategies["quartermaster"];
+    let jobs = jobs_of(&yaml);
+    // When each gang's request was provisioned (or failed), and when its
+    // pods were created.
+    let mut provisioned: BTreeMap<String, quartermaster::core::Time> = BTreeMap::new();
+    let mut failed = 0;
+    let mut created: BTreeMap<String, quartermaster::core::Time> = BTreeMap::new();
+    for (at, event) in &r.log {
+        match event {
+            LogEvent::Provisioning(t) if t.status && t.condition == "Provisioned" => {
+                provisioned.insert(t.request.clone(), *at);
+            }
+            LogEvent::Provisioning(t) if t.status && t.condition == "Failed" => failed += 1,
+            LogEvent::JobCreated(job) => {
+                created.insert(job.clone(), *at);
+            }
+            _ => {}
+        }
+    }
+    assert!(!provisioned.is_empty(), "some request was provisioned");
+    for j in &jobs {
+        let gang = &j.pod.group.as_ref().unwrap().name;
+        if let (Some(at), Some(p)) = (created.get(&j.pod.name), provisioned.get(gang)) {
+            assert_eq!(
+                at, p,
+                "{} created when its request was provisioned",
+                j.pod.name
+            );
+        }
+    }
+    assert_eq!(
+        provisioned.len() + failed,
+        jobs.len() / 2,
+        "every request provisioned or failed"
+    );
+    assert_gangs_checkpoint_and_stop_whole(r, &jobs, 0.5);
+    assert_eq!(r.jobs_completed as usize + r.unfinished.len(), jobs.len());
+}

@@ -6,6 +6,7 @@
 pub mod common;
 pub mod crds;
 pub mod duration;
+pub mod foreign;
 pub mod nodeclaim;
 pub mod nodepool;
 pub mod quantity;

@@ -5,6 +5,7 @@
 
 pub mod node;
 pub mod pod;
+pub mod podgroups;
 pub mod pool;
 pub mod requirements;
 pub mod resources;
@@ -12,7 +13,7 @@ pub mod shape;
 pub mod workloads;
 
 pub use node::NodeState;
-pub use pod::{GroupRef, Pod, ZoneSpread};
+pub use pod::{GangSource, GroupRef, Pod, ZoneSpread};
 pub use pool::{Limits, Pool};
 pub use requirements::{Effect, Labels, NodeAffinity, Operator, Requirement, Taint, Toleration};
 pub use resources::Resources;

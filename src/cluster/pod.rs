@@ -231,10 +231,15 @@ impl Pod {
                 problem,
             })
         };
-        let group = group_of(ns, &labels, &annotations, group_sizes).unwrap_or_else(|e| {
-            ignore(e);
-            None
-        });
+        let scheduling_group = spec
+            .scheduling_group
+            .as_ref()
+            .and_then(|g| g.pod_group_name.as_deref());
+        let group = group_of(ns, &labels, &annotations, scheduling_group, group_sizes)
+            .unwrap_or_else(|e| {
+                ignore(e);
+                None
+            });
         let mut seconds = |key: &str| -> Option<f64> {
             let v = annotations.get(key)?;
             crate::api::parse_duration(v)
@@ -294,12 +299,16 @@ impl std::fmt::Display for Ignored {
     }
 }
 
-/// The gang a pod belongs to: Volcano's annotation with its PodGroup's
-/// `minMember`, Kueue's pod-group label and total-count annotation, or ours.
+/// The gang a pod belongs to: ours, Kueue's pod-group label and
+/// total-count annotation, Volcano's annotation with its PodGroup's
+/// `minMember` from `group_sizes`, or the Workload API's
+/// `spec.schedulingGroup` (size 1 here: the controller reads its PodGroup's
+/// `minCount`; see [`GangSource`]).
 fn group_of(
     ns: &str,
     labels: &BTreeMap<String, String>,
     annotations: &BTreeMap<String, String>,
+    scheduling_group: Option<&str>,
     volcano_sizes: &BTreeMap<String, u32>,
 ) -> Result<Option<GroupRef>, String> {
     let count = |key: &str| -> Result<u32, String> {
@@ -328,7 +337,50 @@ fn group_of(
         let min_member = volcano_sizes.get(&name).copied().unwrap_or(1);
         return Ok(Some(GroupRef { name, min_member }));
     }
+    if let Some(g) = scheduling_group {
+        return Ok(Some(GroupRef {
+            name: format!("{ns}/{g}"),
+            min_member: 1,
+        }));
+    }
     Ok(None)
+}
+
+/// Where a pod's gang is declared, when its size lives in another object
+/// (a Volcano PodGroup's `minMember`, a Workload API PodGroup's gang
+/// `minCount`) that the pod's own fields do not carry.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum GangSource {
+    /// `scheduling.k8s.io/group-name` names a Volcano PodGroup.
+    Volcano,
+    /// `spec.schedulingGroup.podGroupName` names a `scheduling.k8s.io`
+    /// PodGroup (the Workload API, KEP-4671).
+    Workload,
+}
+
+impl GangSource {
+    /// The object that sizes the pod's gang, if another object does (the
+    /// same precedence as the pod's [`GroupRef`]: our annotation and Kueue's
+    /// label carry their size themselves).
+    pub fn of(pod: &core::Pod) -> Option<GangSource> {
+        let meta = &pod.metadata;
+        let has_annotation = |k: &str| meta.annotations.as_ref().is_some_and(|a| a.contains_key(k));
+        let has_label = |k: &str| meta.labels.as_ref().is_some_and(|l| l.contains_key(k));
+        if has_annotation(l::POD_GROUP) || has_label(l::KUEUE_GROUP) {
+            None
+        } else if has_annotation(l::VOLCANO_GROUP) {
+            Some(GangSource::Volcano)
+        } else if pod
+            .spec
+            .as_ref()
+            .and_then(|s| s.scheduling_group.as_ref())
+            .is_some_and(|g| g.pod_group_name.is_some())
+        {
+            Some(GangSource::Workload)
+        } else {
+            None
+        }
+    }
 }
 
 fn requests_of(c: &core::Container) -> Result<Resources, QuantityError> {

@@ -41,6 +41,8 @@ pub mod reasons {
     pub const LIMIT_REACHED: &str = "LimitReached";
     /// An annotation of the pod does not parse and is ignored.
     pub const ANNOTATION_IGNORED: &str = "AnnotationIgnored";
+    // On a ProvisioningRequest, the Event's reason is the condition's reason
+    // (`CapacityIsProvisioned`, `CapacityIsNotFound`, ...), as set.
 }
 
 /// Longest Event note the API accepts (1 kB).
@@ -55,15 +57,31 @@ pub struct Events {
 /// A reference to the pod `namespace/name` (a bare name means `default`),
 /// with its UID when known (Events then follow that pod, not a namesake).
 pub fn pod_ref(pod: &str, uid: Option<&str>) -> ObjectReference {
-    let (namespace, name) = pod.split_once('/').unwrap_or(("default", pod));
+    namespaced_ref("v1", "Pod", pod, uid)
+}
+
+/// A reference to the namespaced object `namespace/name` (a bare name
+/// means `default`).
+fn namespaced_ref(api_version: &str, kind: &str, key: &str, uid: Option<&str>) -> ObjectReference {
+    let (namespace, name) = key.split_once('/').unwrap_or(("default", key));
     ObjectReference {
-        api_version: Some("v1".into()),
-        kind: Some("Pod".into()),
+        api_version: Some(api_version.into()),
+        kind: Some(kind.into()),
         namespace: Some(namespace.into()),
         name: Some(name.into()),
         uid: uid.map(str::to_string),
         ..ObjectReference::default()
     }
+}
+
+/// A reference to the ProvisioningRequest `namespace/name`.
+pub fn provisioning_request_ref(request: &str, uid: Option<&str>) -> ObjectReference {
+    namespaced_ref(
+        "autoscaling.x-k8s.io/v1",
+        "ProvisioningRequest",
+        request,
+        uid,
+    )
 }
 
 /// A reference to a NodePool.
@@ -156,6 +174,35 @@ impl Events {
                 "failed to publish Event"
             );
         }
+    }
+
+    /// On a ProvisioningRequest: a condition was set (a `Failed` or
+    /// `CapacityRevoked` one is a warning). The reason is the condition's.
+    pub async fn provisioning_request(
+        &self,
+        request: &ObjectReference,
+        condition: &str,
+        status: bool,
+        reason: &'static str,
+        message: &str,
+    ) {
+        let bad = status && (condition == "Failed" || condition == "CapacityRevoked");
+        self.report(
+            request,
+            if bad {
+                EventType::Warning
+            } else {
+                EventType::Normal
+            },
+            reason,
+            "Provision",
+            format!(
+                "{condition}={}: {message}",
+                if status { "True" } else { "False" }
+            ),
+            None,
+        )
+        .await
     }
 
     /// On a pod: it cannot be placed, and why (the planner's explanation).

@@ -350,7 +350,12 @@ impl Executor<'_> {
                 let created = self.api.create_node_claim(&claim).await.map_err(kube)?;
                 if let Some(ev) = self.events {
                     let offering = req.offering.to_string();
-                    for p in &req.pods {
+                    // Stand-ins for pods not created yet have no object.
+                    let real = req
+                        .pods
+                        .iter()
+                        .filter(|p| !crate::cluster::podgroups::is_reservation(p));
+                    for p in real {
                         ev.nominated(&events::pod_ref(p, None), &name, &offering)
                             .await;
                     }

@@ -436,6 +436,13 @@ mod tests {
                 source: "spot".into(),
             })
             .set(1);
+        m.provisioning_requests
+            .get_or_create(&ProvisioningLabels {
+                condition: "Provisioned".into(),
+                status: "True".into(),
+                reason: "CapacityIsProvisioned".into(),
+            })
+            .inc();
         let encoded = crate::metrics::encode(&registry);
         let mut families = Vec::new();
         let mut served = std::collections::BTreeSet::new();

@@ -390,6 +390,29 @@ impl KubeApi {
         self.merge_status::<NodePool>(name, status).await
     }
 
+    /// Replaces a ProvisioningRequest's conditions (merge patch on the
+    /// status subresource; the list is replaced whole, as a merge patch of a
+    /// custom resource does).
+    ///
+    /// # Errors
+    /// Any API error.
+    pub async fn patch_provisioning_request_conditions(
+        &self,
+        namespace: &str,
+        name: &str,
+        conditions: &[k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition],
+    ) -> kube::Result<()> {
+        let api: Api<crate::api::foreign::ProvisioningRequest> =
+            Api::namespaced(self.client.clone(), namespace);
+        api.patch_status(
+            name,
+            &patch_params(),
+            &Patch::Merge(json!({ "status": { "conditions": conditions } })),
+        )
+        .await
+        .map(drop)
+    }
+
     /// A merge patch of `{"status": status}` on the status subresource of
     /// a cluster-scoped object.
     async fn merge_status<K: ClusterObject>(

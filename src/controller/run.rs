@@ -121,7 +121,16 @@ pub async fn run_watching<C: CloudProvider + Send + Sync + 'static>(
     let client = ctx.api.client().clone();
     snapshot::check_access(&watches).await?;
     let store = Arc::new(Store::new());
-    let watches = snapshot::spawn_watches(&watches, &store);
+    // Gangs from other projects' APIs: watched only where served.
+    let served = super::podgroups::discover(&watches)
+        .await
+        .unwrap_or_else(|e| {
+            tracing::warn!(error = %e, "API discovery failed: PodGroups and ProvisioningRequests are not watched");
+            Default::default()
+        });
+    let mut watches_of = super::podgroups::spawn_watches(&watches, &store, &served);
+    let mut watches = snapshot::spawn_watches(&watches, &store);
+    watches.append(&mut watches_of);
     let stop_watches = || watches.iter().for_each(|w| w.abort());
     tracing::info!("waiting for the watches to sync");
     while !store.is_synced() {
@@ -268,7 +277,9 @@ impl<C: CloudProvider + Send + Sync + 'static> Driver<C> {
     /// once per reason.
     async fn report_deferred(&mut self, deferred: &[crate::core::batch::Deferred]) {
         for d in deferred {
-            if self.unplaceable.get(&d.pod) == Some(&d.reason) {
+            if self.unplaceable.get(&d.pod) == Some(&d.reason)
+                || crate::cluster::podgroups::is_reservation(&d.pod)
+            {
                 continue;
             }
             if let Some(events) = &self.events {
@@ -300,6 +311,7 @@ impl<C: CloudProvider + Send + Sync + 'static> Driver<C> {
             .unschedulable
             .iter()
             .filter(|u| !crate::core::prewarm::is_placeholder(&u.pod))
+            .filter(|u| !crate::cluster::podgroups::is_reservation(&u.pod))
             .filter(|u| self.unplaceable.get(&u.pod) != Some(&u.reason))
             .map(|u| (u.pod.clone(), u.reason.clone()))
             .collect();
@@ -405,6 +417,23 @@ impl<C: CloudProvider + Send + Sync + 'static> Driver<C> {
         });
         let mut parts = parts;
         self.checkpoint_bookkeeping(&mut parts, now);
+        // ProvisioningRequests: stand-ins to plan, room to hold.
+        let unplaceable: HashMap<String, String> = self
+            .core
+            .last_plan()
+            .map(|r| {
+                r.unschedulable
+                    .iter()
+                    .map(|u| (u.pod.clone(), u.reason.clone()))
+                    .collect()
+            })
+            .unwrap_or_default();
+        let provisioning = super::podgroups::provisioning_step(
+            &self.store,
+            &mut parts,
+            &|p| unplaceable.get(p).cloned(),
+            now,
+        );
         self.ctx
             .metrics
             .pending_pods
@@ -433,8 +462,24 @@ impl<C: CloudProvider + Send + Sync + 'static> Driver<C> {
             self.report_unreadable().await;
         }
         let world = parts.world(&catalog, &region);
-        let actions = std::mem::take(&mut self.decided);
+        let mut actions = std::mem::take(&mut self.decided);
+        // Stand-ins for pods not created yet have nothing to evict or ask.
+        actions.retain(|a| match a {
+            Action::Evict { pod, .. } | Action::RequestCheckpoint { pod, .. } => {
+                !crate::cluster::podgroups::is_reservation(pod)
+            }
+            _ => true,
+        });
         if self.is_leader() {
+            super::podgroups::write_transitions(
+                &self.ctx.api,
+                self.events.as_ref(),
+                &self.ctx.metrics,
+                &self.store,
+                &provisioning,
+                now,
+            )
+            .await;
             let pods = self.store.read(|s| {
                 actions
                     .iter()

@@ -14,7 +14,8 @@ use crate::api::labels as l;
 use crate::api::nodeclaim::conditions;
 use crate::api::{NodeClaim, NodePool};
 use crate::catalog::Catalog;
-use crate::cluster::{Pod, Resources};
+use crate::cluster::podgroups::{self, PodGroupSpec};
+use crate::cluster::{GangSource, Pod, Resources};
 use crate::controller::intern::Interner;
 use crate::core::{BoundPod, ClaimRequest, ManagedNode, OfferingKey, Pdb, Time, World};
 use futures::StreamExt;
@@ -80,6 +81,12 @@ pub struct PodInfo {
     /// bound, protected from consolidation as if it were do-not-disrupt
     /// (drains still evict it): it is never dropped.
     pub unreadable: Vec<String>,
+    /// Where its gang's size is declared, when another object (a Volcano
+    /// or Workload API PodGroup) declares it: [`world_parts`] reads it there.
+    pub gang_source: Option<crate::cluster::GangSource>,
+    /// The ProvisioningRequest (in the pod's namespace) whose capacity it
+    /// consumes (`autoscaling.x-k8s.io/consume-provisioning-request`).
+    pub consumes: Option<Box<str>>,
 }
 
 /// What the planner reads of a pod, less its name and labels (a
@@ -212,7 +219,8 @@ pub fn is_accelerator(resource: &str) -> bool {
         || resource == l::RESOURCE_NEURONCORE
 }
 
-fn to_chrono(t: &k8s_openapi::apimachinery::pkg::apis::meta::v1::Time) -> Option<Time> {
+/// An API time as a chrono time (`None` out of chrono's range).
+pub fn to_chrono(t: &k8s_openapi::apimachinery::pkg::apis::meta::v1::Time) -> Option<Time> {
     chrono::DateTime::from_timestamp(t.0.as_second(), t.0.subsec_nanosecond().max(0) as u32)
 }
 
@@ -332,6 +340,10 @@ impl PodInfo {
             terminating: pod.metadata.deletion_timestamp.is_some(),
             daemon,
             unreadable,
+            gang_source: crate::cluster::GangSource::of(pod),
+            consumes: annotations
+                .get(crate::api::foreign::CONSUME_ANNOTATION)
+                .map(|v| v.as_str().into()),
         })
     }
 
@@ -461,6 +473,16 @@ pub struct Snapshot {
     pub claims: BTreeMap<String, NodeClaim>,
     /// PodDisruptionBudgets.
     pub pdbs: BTreeMap<String, PdbInfo>,
+    /// Volcano PodGroups, where the cluster serves them.
+    pub volcano_groups: BTreeMap<String, PodGroupSpec>,
+    /// Workload API PodGroups, where the cluster serves them.
+    pub scheduling_groups: BTreeMap<String, PodGroupSpec>,
+    /// ProvisioningRequests, where the cluster serves them (without managed
+    /// fields).
+    pub provisioning_requests: BTreeMap<String, crate::api::foreign::ProvisioningRequest>,
+    /// PodTemplates as the pods they make, or why they cannot be read
+    /// (watched where ProvisioningRequests are served).
+    pub pod_templates: BTreeMap<String, Result<Pod, String>>,
 }
 
 /// What the lifecycle reconciler reads about one claim, copied out of the
@@ -476,6 +498,43 @@ pub struct ClaimView {
 }
 
 impl Snapshot {
+    /// The planner's view of a pod ([`PodInfo::planner_pod`]) with its gang
+    /// sized by the PodGroup that declares it, where one does.
+    pub fn gang_pod(&self, p: &PodInfo) -> Pod {
+        let mut pod = p.planner_pod();
+        let groups = match p.gang_source {
+            Some(GangSource::Volcano) => &self.volcano_groups,
+            Some(GangSource::Workload) => &self.scheduling_groups,
+            None => return pod,
+        };
+        if let Some(name) = pod.group.as_ref().map(|g| g.name.clone()) {
+            if let Some(spec) = groups.get(&name) {
+                podgroups::size(&mut pod, &name, spec);
+            }
+        }
+        pod
+    }
+
+    /// Stand-ins for the members Volcano groups with `minResources` have not
+    /// created yet ([`podgroups::reservations`]), given the pending pods and
+    /// how many members of each group exist.
+    fn reservations(&self, pending: &[Pod], members: &HashMap<String, usize>) -> Vec<Pod> {
+        let mut out = Vec::new();
+        for (name, spec) in self
+            .volcano_groups
+            .iter()
+            .filter(|(_, g)| g.min_resources.is_some())
+        {
+            let mine: Vec<&Pod> = pending
+                .iter()
+                .filter(|p| p.group.as_ref().is_some_and(|g| &g.name == name))
+                .collect();
+            let have = members.get(name).copied().unwrap_or(0);
+            out.extend(podgroups::reservations(name, spec, &mine, have));
+        }
+        out
+    }
+
     /// The node with that provider ID.
     pub fn node_by_provider_id(&self, provider_id: &str) -> Option<&NodeInfo> {
         self.nodes
@@ -584,13 +643,21 @@ pub fn world_parts(s: &Snapshot, catalog: &Catalog, region: &str, now: Time) -> 
         .collect();
     let mut by_node: HashMap<&str, Vec<&PodInfo>> = HashMap::new();
     let mut pending = Vec::new();
+    // Members of Volcano groups that exist, by group.
+    let mut volcano_members: HashMap<String, usize> = HashMap::new();
     for p in s.pods.values() {
+        if p.gang_source == Some(GangSource::Volcano) {
+            if let Some(g) = &p.shape.pod.group {
+                *volcano_members.entry(g.name.clone()).or_default() += 1;
+            }
+        }
         match &p.node_name {
             Some(n) => by_node.entry(n.as_ref()).or_default().push(p),
-            None if p.is_pending_accelerator() => pending.push(p.planner_pod()),
+            None if p.is_pending_accelerator() => pending.push(s.gang_pod(p)),
             None => {}
         }
     }
+    pending.extend(s.reservations(&pending, &volcano_members));
     let shape_world = World {
         catalog,
         region,
@@ -646,7 +713,7 @@ pub fn world_parts(s: &Snapshot, catalog: &Catalog, region: &str, now: Time) -> 
                 if p.daemon {
                     continue;
                 }
-                let pod = p.planner_pod();
+                let pod = s.gang_pod(p);
                 let pdb = pdb_list
                     .iter()
                     .position(|b| b.covers(&p.namespace, &pod.labels));
@@ -710,14 +777,29 @@ pub enum Kind {
     NodeClaims = 3,
     /// PodDisruptionBudgets.
     Pdbs = 4,
+    /// Volcano PodGroups (watched only where served).
+    VolcanoPodGroups = 5,
+    /// Workload API PodGroups (watched only where served).
+    SchedulingPodGroups = 6,
+    /// ProvisioningRequests (watched only where served).
+    ProvisioningRequests = 7,
+    /// PodTemplates (watched where ProvisioningRequests are served).
+    PodTemplates = 8,
 }
+
+/// Kinds every cluster serves: the store waits for each of them.
+const REQUIRED_KINDS: usize = 5;
+/// Every kind, required or optional.
+const KINDS: usize = 9;
 
 /// The shared index: the snapshot behind a lock, which kinds have synced,
 /// and a wake-up for the main loop on every change.
 #[derive(Debug, Default)]
 pub struct Store {
     snapshot: RwLock<Snapshot>,
-    synced: [AtomicBool; 5],
+    synced: [AtomicBool; KINDS],
+    /// Optional kinds being watched (the store waits for those too).
+    watched: [AtomicBool; KINDS],
     /// What the pods share (locked only while one pod is distilled).
     interners: Mutex<Interners>,
     /// Notified on every change (one stored permit: changes coalesce).
@@ -753,7 +835,16 @@ impl Store {
 
     /// Whether every kind has completed its first list.
     pub fn is_synced(&self) -> bool {
-        self.synced.iter().all(|s| s.load(Ordering::Acquire))
+        self.synced.iter().enumerate().all(|(i, s)| {
+            s.load(Ordering::Acquire)
+                || (i >= REQUIRED_KINDS && !self.watched[i].load(Ordering::Acquire))
+        })
+    }
+
+    /// Makes the store wait for an optional kind's first list (its watch is
+    /// starting).
+    pub fn expect(&self, kind: Kind) {
+        self.watched[kind as usize].store(true, Ordering::Release);
     }
 
     fn mark_synced(&self, kind: Kind) {

@@ -9,6 +9,7 @@ use super::batch::Batcher;
 use super::cadence::Cadence;
 use super::consolidation::{self, Consolidation};
 use super::estimator::InterruptionEstimator;
+use super::gang::GangDrains;
 use super::interruption::{self, offering_key, Interruptions};
 use super::prewarm::{self, LaunchLatency};
 use super::{Action, ClaimRequest, ManagedNode, Notice, OfferingKey, Time, World};
@@ -81,6 +82,8 @@ pub struct Core {
     batcher: Batcher,
     interruptions: Interruptions,
     consolidation: Consolidation,
+    /// Gangs checkpointing and draining together.
+    gangs: GangDrains,
     estimator: InterruptionEstimator,
     latency: LaunchLatency,
     next_claim: u64,
@@ -113,6 +116,7 @@ impl Core {
             batcher: Batcher::new(config.batch_idle, config.batch_max),
             interruptions: Interruptions::new(config.interruption.clone()),
             consolidation: Consolidation::new(config.consolidation.clone()),
+            gangs: GangDrains::new(),
             estimator: InterruptionEstimator::default(),
             latency: LaunchLatency::new(),
             next_claim: 0,
@@ -200,6 +204,18 @@ impl Core {
             learned_rate: Some(&learned),
         };
         actions.extend(self.consolidation.decide_in(world, now, &ctx));
+        // One member of a gang losing its node takes the whole gang along.
+        let interruptions = &self.interruptions;
+        let consolidation = &self.consolidation;
+        let leaving = |c: &str| interruptions.is_handling(c) || consolidation.is_disrupting(c);
+        let until = |c: &str| interruptions.checkpoint_until(c);
+        if self
+            .gangs
+            .extend(world, &mut actions, now, &leaving, &until)
+        {
+            // The gang's other members are demand from now on.
+            self.batcher.trigger(now);
+        }
         actions
     }
 
@@ -216,6 +232,7 @@ impl Core {
             self.batcher.next_deadline(),
             self.interruptions.next_deadline(),
             self.consolidation.next_deadline(),
+            self.gangs.next_deadline(),
             self.cadence.next_deadline(),
         ]
         .into_iter()
@@ -229,6 +246,12 @@ impl Core {
         // The pending pods are only copied once a batch closes: most rounds
         // only watch them.
         let mut extra: Vec<Pod> = self.interruptions.pods_needing_replacement(world);
+        for p in self.gangs.pods_needing_replacement(world) {
+            let known = |d: &Pod| d.name == p.name;
+            if !world.pending.iter().any(known) && !extra.iter().any(known) {
+                extra.push(p);
+            }
+        }
         for pool in world.pools {
             if let Ok(pods) = prewarm::demand(pool, now, self.lead(pool, world)) {
                 extra.extend(shortfall(pool, pods, world.nodes));
@@ -261,11 +284,20 @@ impl Core {
             .iter()
             .filter_map(|p| Pool::from_api(p, Resources::new()).ok())
             .collect();
+        // A draining gang's members on nodes that stay free their room for
+        // the gang's own re-plan: it is placed whole, reusing it.
+        let freed = self.gangs.room_freed(world);
         let nodes: Vec<NodeState> = world
             .nodes
             .iter()
             .filter(|n| self.usable.contains(&n.claim))
-            .map(|n| n.state.clone())
+            .map(|n| {
+                let mut state = n.state.clone();
+                if let Some(room) = freed.get(&n.claim) {
+                    state.used.sub(room);
+                }
+                state
+            })
             .collect();
         let rates = self.learned_rates(world);
         let learned = |o: &Offering| rates.get(&offering_key(o)).copied();
@@ -677,6 +709,107 @@ mod tests {
         }
     }
 
+    /// A spot notice on `gpu-1` at 1000 (due at 1120), and the decisions
+    /// then.
+    fn spot_notice_on_gpu_1(core: &mut Core, w: &World) -> Vec<Action> {
+        let notice = Notice::SpotInterruption {
+            claim: "gpu-1".into(),
+            deadline: t(1000 + 120),
+        };
+        core.handle_notice(&notice, w, t(1000));
+        core.decide(w, t(1000))
+    }
+
+    #[test]
+    fn a_notice_on_one_gang_member_replans_the_gang_whole_reusing_the_node_that_stays() {
+        let pools = [gpu_pool(|_| {})];
+        let mut core = Core::new(Config::default());
+        let w0 = world(&pools, &[], &[]);
+        let member = |name: &str| {
+            let mut p = gpu_pod(name);
+            p.checkpoints = true;
+            p.group = Some(crate::cluster::GroupRef {
+                name: "ml/train".into(),
+                min_member: 2,
+            });
+            super::super::BoundPod {
+                pod: p,
+                do_not_disrupt: false,
+                checkpoint_completed: None,
+                pdb: None,
+                placeholder: false,
+                started: None,
+            }
+        };
+        let nodes: Vec<ManagedNode> = ["gpu-1", "gpu-2"]
+            .iter()
+            .zip(["ml/a", "ml/b"])
+            .map(|(claim, pod)| {
+                let req = ClaimRequest {
+                    claim: claim.to_string(),
+                    nodepool: "gpu".into(),
+                    // The member that stays is on a bigger on-demand node,
+                    // with room for the whole gang once b's counts.
+                    offering: OfferingKey {
+                        instance_type: if *claim == "gpu-1" {
+                            "g5.xlarge".into()
+                        } else {
+                            "g5.12xlarge".into()
+                        },
+                        zone: "use1-az1".into(),
+                        capacity_type: if *claim == "gpu-1" {
+                            CapacityType::Spot
+                        } else {
+                            CapacityType::OnDemand
+                        },
+                    },
+                    price_per_hour: 0.5,
+                    pods: vec![],
+                    prewarm_window: None,
+                };
+                let mut n = ManagedNode::launched(&req, &w0, t(0)).unwrap();
+                n.ready_at = Some(t(300));
+                n.state.in_flight = false;
+                let m = member(pod);
+                n.state.used.add(&m.pod.requests);
+                n.pods.push(m);
+                if *claim == "gpu-2" {
+                    // Another job's two GPUs: one GPU is free besides b's.
+                    let mut other = member("ml/other");
+                    other.pod.group = None;
+                    other.pod.requests.set(l::RESOURCE_GPU, 2);
+                    n.state.used.add(&other.pod.requests);
+                    n.pods.push(other);
+                }
+                n
+            })
+            .collect();
+        let w = world(&pools, &[], &nodes);
+        let first = spot_notice_on_gpu_1(&mut core, &w);
+        let asked: Vec<&str> = first
+            .iter()
+            .filter_map(|a| match a {
+                Action::RequestCheckpoint { pod, .. } => Some(pod.as_str()),
+                _ => None,
+            })
+            .collect();
+        assert_eq!(asked, ["ml/a", "ml/b"]);
+        // The gang is demand whole, and the room its member on the node
+        // that stays holds counts for it: that node has room for the whole
+        // gang, so nothing is launched (without that room, both members
+        // would get new nodes).
+        let then: Vec<ClaimRequest> = (1..5)
+            .flat_map(|s| {
+                launches(&core.decide(&w, t(1000 + s)))
+                    .into_iter()
+                    .cloned()
+                    .collect::<Vec<_>>()
+            })
+            .collect();
+        assert_eq!(then, []);
+        assert!(core.last_plan().is_some(), "the gang was planned");
+    }
+
     /// A spot g5.xlarge `gpu-1` of pool `gpu`, launched at 0 and Ready at
     /// 300 s, running `pod` since then.
     fn ready_spot_node(pools: &[NodePool], pod: Pod, started: Option<Time>) -> ManagedNode {
@@ -751,12 +884,7 @@ mod tests {
         let node = ready_spot_node(&pools, gpu_pod("ml/a"), None);
         let nodes = [node];
         let w = world(&pools, &[], &nodes);
-        let notice = Notice::SpotInterruption {
-            claim: "gpu-1".into(),
-            deadline: t(1000 + 120),
-        };
-        core.handle_notice(&notice, &w, t(1000));
-        let first = core.decide(&w, t(1000));
+        let first = spot_notice_on_gpu_1(&mut core, &w);
         assert!(first
             .iter()
             .any(|a| matches!(a, Action::Cordon { claim, .. } if claim == "gpu-1")));

@@ -386,6 +386,15 @@ impl Interruptions {
         self.nodes.get(claim).is_some_and(Handling::leaving)
     }
 
+    /// When the checkpoint wait of a node on its way out ends (its pods'
+    /// checkpoint deadline), if it is leaving and its drain has started.
+    pub fn checkpoint_until(&self, claim: &str) -> Option<Time> {
+        self.nodes
+            .get(claim)
+            .filter(|h| h.leaving() && h.draining)
+            .map(|h| h.checkpoint_until)
+    }
+
     /// The pods that need a new home now: the real (non-placeholder) pods of
     /// interrupted, draining, replaced and terminated nodes that have not been
     /// evicted yet. The provisioner adds them to the pending demand, so that
@@ -430,7 +439,7 @@ fn policy<'a>(world: &World<'a>, node: &ManagedNode) -> Option<&'a InterruptionP
     pool_of(world, node).map(|p| &p.spec.interruption)
 }
 
-fn checkpoint_grace(policy: Option<&InterruptionPolicy>) -> Duration {
+pub(crate) fn checkpoint_grace(policy: Option<&InterruptionPolicy>) -> Duration {
     policy
         .and_then(|p| p.checkpoint_grace_period_duration().ok())
         .unwrap_or(DEFAULT_CHECKPOINT_GRACE)
@@ -482,7 +491,7 @@ fn budget_allows(world: &World, node: &ManagedNode, busy: &BTreeSet<String>, now
 /// When a checkpoint of `pod` requested at `now` would be complete: its
 /// `quartermaster.dev/checkpoint-duration` (or the planner's default for its
 /// GPUs, [`crate::plan::risk::checkpoint_write_s`]) from now.
-fn checkpoint_done(pod: &Pod, now: Time) -> Time {
+pub(crate) fn checkpoint_done(pod: &Pod, now: Time) -> Time {
     after(
         now,
         Duration::from_secs_f64(crate::plan::risk::checkpoint_write_s(pod).max(0.0)),

@@ -15,8 +15,10 @@ pub mod consolidation;
 mod decide;
 pub mod estimator;
 pub mod fallback;
+pub mod gang;
 pub mod interruption;
 pub mod prewarm;
+pub mod provisioning;
 
 pub use decide::{Config, Core, PlanReport};
 

@@ -123,6 +123,8 @@ pub struct Engine<'a> {
     interruptions_so_far: u32,
     /// GPU-hours lost so far (for the samples).
     lost_gpu_hours_so_far: f64,
+    /// Gangs waiting for their ProvisioningRequest.
+    requests: super::provisioning::Requests,
 }
 
 impl<'a> Engine<'a> {
@@ -206,6 +208,7 @@ impl<'a> Engine<'a> {
             static_mode: strategy == StrategyName::Static,
             interruptions_so_far: 0,
             lost_gpu_hours_so_far: 0.0,
+            requests: Default::default(),
         })
     }
 
@@ -266,10 +269,11 @@ impl<'a> Engine<'a> {
             let i = self.arrivals;
             let at = self.jobs[i].job.submit;
             self.jobs[i].submit(at);
-            self.waiting.insert(i);
-            self.pending_stale = true;
-            self.bind_dirty = true;
             self.arrivals += 1;
+            if !self.static_mode && self.requests.arrive(i, &self.jobs[i].job.pod) {
+                continue;
+            }
+            self.create(i, at);
         }
         // Finishes (entries of jobs that stopped since are stale).
         while let Some(Reverse((t, i))) = self.finishes.peek().copied() {
@@ -304,12 +308,20 @@ impl<'a> Engine<'a> {
         }
         self.bind();
         if !self.static_mode {
+            let stand_ins = self.provisioning_step();
             self.refresh_pending();
+            let demand: Vec<Pod>;
+            let pending = if stand_ins.is_empty() {
+                &self.pending
+            } else {
+                demand = self.pending.iter().cloned().chain(stand_ins).collect();
+                &demand
+            };
             let w = world(
                 self.catalog,
                 self.region,
                 &self.pools,
-                &self.pending,
+                pending,
                 &self.nodes.managed,
             );
             let actions = self.core.decide(&w, now);
@@ -322,6 +334,43 @@ impl<'a> Engine<'a> {
             self.sample();
             self.next_sample = now + Span::seconds(SAMPLE_EVERY_S);
         }
+    }
+
+    /// The job's pod is created: it waits for a node.
+    fn create(&mut self, i: usize, at: Time) {
+        let name = self.jobs[i].job.pod.name.clone();
+        self.result.log.push((at, LogEvent::JobCreated(name)));
+        self.waiting.insert(i);
+        self.pending_stale = true;
+        self.bind_dirty = true;
+    }
+
+    /// The ProvisioningRequests of gangs waiting for capacity: their
+    /// conditions (logged), their pods created once provisioned (and bound
+    /// at once to the room provisioned for them), and their stand-ins,
+    /// returned as demand for this round.
+    fn provisioning_step(&mut self) -> Vec<Pod> {
+        if self.requests.is_empty() {
+            return Vec::new();
+        }
+        let now = self.now;
+        let core = &self.core;
+        let unplaceable = |p: &str| {
+            core.last_plan()
+                .and_then(|r| r.unschedulable.iter().find(|u| u.pod == p))
+                .map(|u| u.reason.clone())
+        };
+        let out = self.requests.step(&self.nodes.managed, &unplaceable, now);
+        for t in out.transitions {
+            self.result.log.push((now, LogEvent::Provisioning(t)));
+        }
+        if !out.release.is_empty() {
+            for i in out.release {
+                self.create(i, now);
+            }
+            self.bind();
+        }
+        out.pending
     }
 
     /// Rebuilds the waiting pods' list if `waiting` changed since.

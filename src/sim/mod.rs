@@ -6,6 +6,7 @@ pub mod bound;
 pub mod engine;
 pub mod gpu_names;
 pub mod jobs;
+pub mod provisioning;
 pub mod report;
 pub mod result;
 pub mod scenario;

@@ -104,6 +104,12 @@ pub enum LogEvent {
         /// The claim it ran on.
         node: String,
     },
+    /// A gang's ProvisioningRequest got a condition.
+    Provisioning(crate::core::provisioning::Transition),
+    /// The job was created (its pod is pending from now on); a job whose
+    /// gang arrives as a ProvisioningRequest is created once it is
+    /// provisioned.
+    JobCreated(String),
 }
 
 impl StrategyResult {

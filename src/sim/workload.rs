@@ -91,6 +91,10 @@ pub struct TrainingSpec {
     /// Each job's deadline (`quartermaster.dev/deadline`), if set.
     #[serde(default)]
     pub deadline: Option<DeadlineSpec>,
+    /// Gangs arrive as ProvisioningRequests (Kueue's way): a gang's pods are
+    /// created once its capacity is provisioned ([`super::provisioning`]).
+    #[serde(default)]
+    pub provisioning_request: bool,
 }
 
 /// How long one checkpoint of a training pod takes to write: the pod's GPUs
@@ -399,6 +403,10 @@ impl TrainingSpec {
                         name: format!("train/{}-{j}", self.name),
                         min_member: members,
                     });
+                    if self.provisioning_request {
+                        pod.labels
+                            .insert(super::provisioning::LABEL.into(), "true".into());
+                    }
                 }
                 jobs.push(SimJob {
                     pod,
@@ -616,6 +624,7 @@ mod tests {
             gpu_models: vec![],
             checkpoint: CheckpointSpec::default(),
             deadline: None,
+            provisioning_request: false,
         }
     }
 

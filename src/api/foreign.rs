@@ -1,0 +1,319 @@
+//! Other projects' API objects the controller reads: Volcano PodGroups,
+//! Workload API PodGroups (KEP-4671) and cluster-autoscaler's
+//! ProvisioningRequests. Minimal serde structs holding only the fields
+//! Quartermaster reads (everything else is ignored on the way in), with
+//! `kube::Resource` implemented by hand, so no other project's crate is
+//! pulled in. The Workload API is alpha and changes version from release
+//! to release, so its version is chosen at start-up (a [`ApiResource`]).
+
+use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, ObjectMeta};
+use kube::core::{ApiResource, NamespaceResourceScope};
+use serde::{Deserialize, Serialize};
+use std::borrow::Cow;
+use std::collections::BTreeMap;
+
+/// Implements `kube::Resource` with static group, version and kind.
+macro_rules! static_resource {
+    ($t:ty, $group:literal, $version:literal, $kind:literal, $plural:literal) => {
+        impl kube::Resource for $t {
+            type DynamicType = ();
+            type Scope = NamespaceResourceScope;
+            fn kind(_: &()) -> Cow<'_, str> {
+                $kind.into()
+            }
+            fn group(_: &()) -> Cow<'_, str> {
+                $group.into()
+            }
+            fn version(_: &()) -> Cow<'_, str> {
+                $version.into()
+            }
+            fn plural(_: &()) -> Cow<'_, str> {
+                $plural.into()
+            }
+            fn meta(&self) -> &ObjectMeta {
+                &self.metadata
+            }
+            fn meta_mut(&mut self) -> &mut ObjectMeta {
+                &mut self.metadata
+            }
+        }
+    };
+}
+
+/// API group of Volcano's PodGroup.
+pub const VOLCANO_API_GROUP: &str = "scheduling.volcano.sh";
+/// API version of Volcano's PodGroup that is read.
+pub const VOLCANO_VERSION: &str = "v1beta1";
+/// API group of the Workload API's PodGroup (KEP-4671).
+pub const SCHEDULING_API_GROUP: &str = "scheduling.k8s.io";
+/// Versions of `scheduling.k8s.io` serving a PodGroup with
+/// `spec.schedulingPolicy.gang.minCount`, newest first.
+pub const SCHEDULING_POD_GROUP_VERSIONS: [&str; 2] = ["v1alpha3", "v1alpha2"];
+/// API group of ProvisioningRequests.
+pub const PROVISIONING_API_GROUP: &str = "autoscaling.x-k8s.io";
+/// API version of ProvisioningRequests that is served.
+pub const PROVISIONING_VERSION: &str = "v1";
+
+/// A Volcano `PodGroup` (`scheduling.volcano.sh/v1beta1`): the pods naming
+/// it in `scheduling.k8s.io/group-name` run together.
+#[derive(Debug, Clone, Default, Deserialize, Serialize)]
+pub struct VolcanoPodGroup {
+    /// Object metadata.
+    #[serde(default)]
+    pub metadata: ObjectMeta,
+    /// What the group needs.
+    #[serde(default)]
+    pub spec: VolcanoPodGroupSpec,
+}
+
+/// The fields of a Volcano PodGroup's spec that are read.
+#[derive(Debug, Clone, Default, Deserialize, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct VolcanoPodGroupSpec {
+    /// Pods that must run together.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub min_member: Option<i32>,
+    /// What the whole group needs to start.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub min_resources: Option<BTreeMap<String, Quantity>>,
+}
+
+static_resource!(
+    VolcanoPodGroup,
+    "scheduling.volcano.sh",
+    "v1beta1",
+    "PodGroup",
+    "podgroups"
+);
+
+/// A Workload API `PodGroup` (`scheduling.k8s.io`, alpha): the pods naming
+/// it in `spec.schedulingGroup.podGroupName` are scheduled as one group.
+/// Its version is the one the cluster serves ([`SchedulingPodGroup::api`]).
+#[derive(Debug, Clone, Default, Deserialize, Serialize)]
+pub struct SchedulingPodGroup {
+    /// Object metadata.
+    #[serde(default)]
+    pub metadata: ObjectMeta,
+    /// Its scheduling policy.
+    #[serde(default)]
+    pub spec: SchedulingPodGroupSpec,
+}
+
+/// The fields of a Workload API PodGroup's spec that are read.
+#[derive(Debug, Clone, Default, Deserialize, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct SchedulingPodGroupSpec {
+    /// `basic` or `gang`.
+    #[serde(default)]
+    pub scheduling_policy: SchedulingPolicy,
+}
+
+/// A PodGroup's scheduling policy: only `gang` matters here (`basic`
+/// schedules pods one by one).
+#[derive(Debug, Clone, Default, Deserialize, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct SchedulingPolicy {
+    /// All-or-nothing scheduling of at least `minCount` pods.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub gang: Option<GangPolicy>,
+}
+
+/// The gang policy of a Workload API PodGroup.
+#[derive(Debug, Clone, Default, Deserialize, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct GangPolicy {
+    /// Pods that must be schedulable at the same time.
+    #[serde(default)]
+    pub min_count: Option<i32>,
+}
+
+impl SchedulingPodGroup {
+    /// The PodGroup resource of `scheduling.k8s.io` at `version`.
+    pub fn api(version: &str) -> ApiResource {
+        ApiResource {
+            group: SCHEDULING_API_GROUP.into(),
+            version: version.into(),
+            api_version: format!("{SCHEDULING_API_GROUP}/{version}"),
+            kind: "PodGroup".into(),
+            plural: "podgroups".into(),
+        }
+    }
+}
+
+impl kube::Resource for SchedulingPodGroup {
+    type DynamicType = ApiResource;
+    type Scope = NamespaceResourceScope;
+    fn kind(dt: &ApiResource) -> Cow<'_, str> {
+        dt.kind.as_str().into()
+    }
+    fn group(dt: &ApiResource) -> Cow<'_, str> {
+        dt.group.as_str().into()
+    }
+    fn version(dt: &ApiResource) -> Cow<'_, str> {
+        dt.version.as_str().into()
+    }
+    fn api_version(dt: &ApiResource) -> Cow<'_, str> {
+        dt.api_version.as_str().into()
+    }
+    fn plural(dt: &ApiResource) -> Cow<'_, str> {
+        dt.plural.as_str().into()
+    }
+    fn meta(&self) -> &ObjectMeta {
+        &self.metadata
+    }
+    fn meta_mut(&mut self) -> &mut ObjectMeta {
+        &mut self.metadata
+    }
+}
+
+/// A cluster-autoscaler `ProvisioningRequest` (`autoscaling.x-k8s.io/v1`):
+/// capacity asked for before the pods exist (Kueue's ProvisioningRequest
+/// admission check creates them).
+#[derive(Debug, Clone, Default, Deserialize, Serialize)]
+pub struct ProvisioningRequest {
+    /// Object metadata.
+    #[serde(default)]
+    pub metadata: ObjectMeta,
+    /// What is asked for.
+    #[serde(default)]
+    pub spec: ProvisioningRequestSpec,
+    /// Conditions as the autoscaler set them.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub status: Option<ProvisioningRequestStatus>,
+}
+
+/// A ProvisioningRequest's spec (immutable).
+#[derive(Debug, Clone, Default, Deserialize, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ProvisioningRequestSpec {
+    /// Groups of identical pods.
+    #[serde(default)]
+    pub pod_sets: Vec<PodSet>,
+    /// How to provision (see [`CLASS_ATOMIC`], [`CLASS_CHECK_CAPACITY`]).
+    #[serde(default)]
+    pub provisioning_class_name: String,
+    /// Class parameters (`ValidUntilSeconds`, `noRetry`, ...).
+    #[serde(default)]
+    pub parameters: BTreeMap<String, String>,
+}
+
+/// `count` pods shaped like a PodTemplate of the request's namespace.
+#[derive(Debug, Clone, Default, Deserialize, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct PodSet {
+    /// The PodTemplate.
+    pub pod_template_ref: Reference,
+    /// How many pods.
+    pub count: i32,
+}
+
+/// A reference to an object in the same namespace.
+#[derive(Debug, Clone, Default, Deserialize, Serialize)]
+pub struct Reference {
+    /// Its name.
+    #[serde(default)]
+    pub name: String,
+}
+
+/// A ProvisioningRequest's status.
+#[derive(Debug, Clone, Default, Deserialize, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ProvisioningRequestStatus {
+    /// `Accepted`, `Provisioned`, `Failed`, `BookingExpired`, `CapacityRevoked`.
+    #[serde(default)]
+    pub conditions: Vec<Condition>,
+    /// Class-specific details for users.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub provisioning_class_details: BTreeMap<String, String>,
+}
+
+static_resource!(
+    ProvisioningRequest,
+    "autoscaling.x-k8s.io",
+    "v1",
+    "ProvisioningRequest",
+    "provisioningrequests"
+);
+
+/// The class that launches a whole request or nothing.
+pub const CLASS_ATOMIC: &str = "best-effort-atomic-scale-up.autoscaling.x-k8s.io";
+/// The class answered from existing capacity, without launching.
+pub const CLASS_CHECK_CAPACITY: &str = "check-capacity.autoscaling.x-k8s.io";
+/// Pod annotation naming the ProvisioningRequest whose capacity the pod
+/// consumes.
+pub const CONSUME_ANNOTATION: &str = "autoscaling.x-k8s.io/consume-provisioning-request";
+/// Pod annotation naming the request's class (Kueue sets it with the one above).
+pub const CLASS_ANNOTATION: &str = "autoscaling.x-k8s.io/provisioning-class-name";
+/// Parameter of the atomic class: seconds from creation to keep trying.
+pub const PARAM_VALID_UNTIL_SECONDS: &str = "ValidUntilSeconds";
+/// Parameter of check-capacity: fail instead of retrying.
+pub const PARAM_NO_RETRY: &str = "noRetry";
+
+/// ProvisioningRequest condition types, as cluster-autoscaler sets them.
+pub mod conditions {
+    /// The request was accepted and will be worked on.
+    pub const ACCEPTED: &str = "Accepted";
+    /// The capacity exists (launched, or found).
+    pub const PROVISIONED: &str = "Provisioned";
+    /// The capacity cannot be had.
+    pub const FAILED: &str = "Failed";
+    /// The capacity was held for its reservation time and is released.
+    pub const BOOKING_EXPIRED: &str = "BookingExpired";
+    /// The capacity is no longer there (a spot reclaim took part of it).
+    pub const CAPACITY_REVOKED: &str = "CapacityRevoked";
+}
+
+/// ProvisioningRequest condition reasons, as cluster-autoscaler sets them.
+pub mod reasons {
+    /// With `Accepted`.
+    pub const ACCEPTED: &str = "Accepted";
+    /// With `Provisioned=True` (atomic class).
+    pub const CAPACITY_IS_PROVISIONED: &str = "CapacityIsProvisioned";
+    /// With `Provisioned=True` (check-capacity).
+    pub const CAPACITY_IS_FOUND: &str = "CapacityIsFound";
+    /// With `Provisioned=False` or `Failed=True`: not enough capacity.
+    pub const CAPACITY_IS_NOT_FOUND: &str = "CapacityIsNotFound";
+    /// With `Failed=True`: the request's pods cannot be made (a missing or
+    /// bad PodTemplate).
+    pub const FAILED_TO_CREATE_PODS: &str = "FailedToCreatePods";
+    /// With `Failed=True`: `ValidUntilSeconds` passed before provisioning.
+    pub const EXPIRED: &str = "Expired";
+    /// With `BookingExpired=True`.
+    pub const CAPACITY_RESERVATION_TIME_EXPIRED: &str = "CapacityReservationTimeExpired";
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use kube::Resource;
+
+    #[test]
+    fn paths_name_each_foreign_resource() {
+        assert_eq!(
+            VolcanoPodGroup::url_path(&(), Some("ml")),
+            "/apis/scheduling.volcano.sh/v1beta1/namespaces/ml/podgroups"
+        );
+        assert_eq!(
+            ProvisioningRequest::url_path(&(), None),
+            "/apis/autoscaling.x-k8s.io/v1/provisioningrequests"
+        );
+        assert_eq!(
+            SchedulingPodGroup::url_path(&SchedulingPodGroup::api("v1alpha2"), None),
+            "/apis/scheduling.k8s.io/v1alpha2/podgroups"
+        );
+    }
+
+    #[test]
+    fn only_the_fields_read_are_kept() {
+        let pg: VolcanoPodGroup = serde_json::from_value(serde_json::json!({
+            "apiVersion": "scheduling.volcano.sh/v1beta1", "kind": "PodGroup",
+            "metadata": {"name": "train", "namespace": "ml"},
+            "spec": {"minMember": 4, "queue": "default", "minResources": {"nvidia.com/gpu": "8"}},
+            "status": {"phase": "Pending"}
+        }))
+        .unwrap();
+        assert_eq!(pg.spec.min_member, Some(4));
+        assert_eq!(pg.spec.min_resources.unwrap()["nvidia.com/gpu"].0, "8");
+    }
+}

@@ -1,0 +1,153 @@
+//! Pod groups whose size is declared by another object than the pods (a
+//! Volcano PodGroup's `minMember`, a Workload API PodGroup's gang
+//! `minCount`): setting the members' gang size, and the capacity a group
+//! reserves before all its members exist (Volcano's `minResources`). Pure;
+//! the controller reads the objects.
+
+use super::pod::{GroupRef, Pod};
+use super::requirements::Toleration;
+use super::resources::{Resources, PODS};
+use crate::api::labels as l;
+
+/// A pod group as the object declaring it states it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct PodGroupSpec {
+    /// Pods that must run together (`minMember`, `minCount`).
+    pub min_member: u32,
+    /// What the whole group needs before it may start (Volcano
+    /// `minResources`), if stated.
+    pub min_resources: Option<Resources>,
+}
+
+/// Sets the pod's gang size to its group's `min_member` (a pod of another
+/// group, or of none, is left alone).
+pub fn size(pod: &mut Pod, group: &str, spec: &PodGroupSpec) {
+    if let Some(g) = pod.group.as_mut().filter(|g| g.name == group) {
+        g.min_member = spec.min_member.max(1);
+    }
+}
+
+/// Stand-ins for the members of `group` (`namespace/name`) that have not
+/// been created yet, so that the group's whole capacity is planned at once
+/// rather than pod by pod as members appear: only when the spec says what
+/// the whole group needs (`min_resources`). Each stand-in asks for an equal
+/// share of `min_resources` (rounded up), joins the gang, and carries the
+/// constraints of the first pending member (or, with none, tolerates the
+/// accelerator taints of what it asks for). `members` counts the group's
+/// pods that exist (pending or bound); `pending` are its pending ones.
+/// Stand-ins are named `<group>.reserved-<i>`.
+pub fn reservations(
+    group: &str,
+    spec: &PodGroupSpec,
+    pending: &[&Pod],
+    members: usize,
+) -> Vec<Pod> {
+    let Some(total) = spec.min_resources.as_ref() else {
+        return Vec::new();
+    };
+    let min = spec.min_member.max(1) as usize;
+    if members >= min {
+        return Vec::new();
+    }
+    let mut share = Resources::new();
+    for (k, v) in total.iter().filter(|(k, _)| *k != PODS) {
+        share.set(k, (v + min as i64 - 1) / min as i64);
+    }
+    (members..min)
+        .map(|i| {
+            let mut p = match pending.first() {
+                Some(m) => (*m).clone(),
+                None => {
+                    let mut p = Pod::new("", Resources::new());
+                    for (resource, taint) in [
+                        (l::RESOURCE_GPU, l::TAINT_GPU),
+                        (l::RESOURCE_NEURON, l::TAINT_NEURON),
+                    ] {
+                        if share.get(resource) > 0 {
+                            p.tolerations.push(Toleration::exists(taint));
+                        }
+                    }
+                    p
+                }
+            };
+            p.name = format!("{group}.reserved-{i}");
+            p.requests = share.clone().with(PODS, 1);
+            p.group = Some(GroupRef {
+                name: group.to_string(),
+                min_member: min as u32,
+            });
+            p
+        })
+        .collect()
+}
+
+/// Whether the pod is a stand-in made by [`reservations`].
+pub fn is_reservation(pod: &str) -> bool {
+    pod.rsplit_once(".reserved-")
+        .is_some_and(|(_, i)| i.parse::<u32>().is_ok())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::cluster::resources::CPU;
+
+    fn spec(min: u32, gpus: Option<i64>) -> PodGroupSpec {
+        PodGroupSpec {
+            min_member: min,
+            min_resources: gpus.map(|g| Resources::new().with(l::RESOURCE_GPU, g).with(CPU, 8000)),
+        }
+    }
+
+    #[test]
+    fn members_take_the_groups_size() {
+        let mut p = Pod::new("ml/w-0", Resources::new());
+        p.group = Some(GroupRef {
+            name: "ml/train".into(),
+            min_member: 1,
+        });
+        size(&mut p, "ml/train", &spec(4, None));
+        assert_eq!(p.group.as_ref().unwrap().min_member, 4);
+        size(&mut p, "ml/other", &spec(8, None));
+        assert_eq!(
+            p.group.unwrap().min_member,
+            4,
+            "another group's size is not taken"
+        );
+    }
+
+    #[test]
+    fn a_group_missing_members_reserves_their_share_of_its_min_resources() {
+        let mut first = Pod::new("ml/w-0", Resources::new().with(l::RESOURCE_GPU, 2));
+        first.tolerations.push(Toleration::exists("team"));
+        let r = reservations("ml/train", &spec(4, Some(8)), &[&first], 1);
+        let names: Vec<&str> = r.iter().map(|p| p.name.as_str()).collect();
+        assert_eq!(
+            names,
+            [
+                "ml/train.reserved-1",
+                "ml/train.reserved-2",
+                "ml/train.reserved-3"
+            ]
+        );
+        for p in &r {
+            assert_eq!(p.requests.get(l::RESOURCE_GPU), 2);
+            assert_eq!(p.requests.get(CPU), 2000);
+            assert_eq!(p.requests.get(PODS), 1);
+            assert_eq!(p.group.as_ref().unwrap().min_member, 4);
+            assert_eq!(p.tolerations, first.tolerations, "the member's constraints");
+            assert!(is_reservation(&p.name));
+        }
+        assert!(!is_reservation("ml/w-0"));
+    }
+
+    #[test]
+    fn no_reservation_without_min_resources_or_once_every_member_exists() {
+        assert!(reservations("ml/train", &spec(4, None), &[], 0).is_empty());
+        assert!(reservations("ml/train", &spec(4, Some(8)), &[], 4).is_empty());
+        let alone = reservations("ml/train", &spec(2, Some(3)), &[], 0);
+        assert_eq!(alone.len(), 2);
+        assert_eq!(alone[0].requests.get(l::RESOURCE_GPU), 2, "rounded up");
+        assert_eq!(alone[0].tolerations, [Toleration::exists(l::TAINT_GPU)]);
+    }
+}

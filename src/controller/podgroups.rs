@@ -1,0 +1,454 @@
+//! Gangs declared by other projects' APIs: which of them the cluster serves
+//! (discovered once at start-up: a missing API is logged once and not
+//! watched), and the watches feeding their PodGroups into the store. The
+//! sizes are applied to pods in [`super::snapshot::world_parts`].
+
+use super::snapshot::{to_chrono, watch, Indexed, Interners, Kind, Snapshot, Store};
+use crate::api::foreign::{
+    self, ProvisioningRequest, SchedulingPodGroup, VolcanoPodGroup, PROVISIONING_API_GROUP,
+    PROVISIONING_VERSION, SCHEDULING_API_GROUP, SCHEDULING_POD_GROUP_VERSIONS, VOLCANO_API_GROUP,
+    VOLCANO_VERSION,
+};
+use crate::cluster::podgroups::PodGroupSpec;
+use crate::cluster::Pod;
+use crate::cluster::Resources;
+use crate::core::provisioning::{Class, Request, Transition};
+use crate::core::Time;
+use k8s_openapi::api::core::v1::{self as core, PodTemplate};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::APIGroupList;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
+use kube::runtime::watcher;
+use kube::Api;
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+/// The optional APIs the cluster serves.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ServedApis {
+    /// Volcano's `scheduling.volcano.sh/v1beta1` PodGroups.
+    pub volcano: bool,
+    /// The version of `scheduling.k8s.io` serving Workload API PodGroups.
+    pub scheduling_pod_groups: Option<String>,
+    /// cluster-autoscaler's `autoscaling.x-k8s.io/v1` ProvisioningRequests.
+    pub provisioning_requests: bool,
+}
+
+impl ServedApis {
+    /// What a discovery answer (`GET /apis`) says is served.
+    pub fn from_groups(groups: &APIGroupList) -> ServedApis {
+        let serves = |group: &str, version: &str| {
+            groups
+                .groups
+                .iter()
+                .filter(|g| g.name == group)
+                .flat_map(|g| &g.versions)
+                .any(|v| v.version == version)
+        };
+        ServedApis {
+            volcano: serves(VOLCANO_API_GROUP, VOLCANO_VERSION),
+            scheduling_pod_groups: SCHEDULING_POD_GROUP_VERSIONS
+                .iter()
+                .find(|v| serves(SCHEDULING_API_GROUP, v))
+                .map(|v| v.to_string()),
+            provisioning_requests: serves(PROVISIONING_API_GROUP, PROVISIONING_VERSION),
+        }
+    }
+
+    /// Logs, once, what is served and what is not (and so not watched).
+    pub fn log(&self) {
+        let say = |served: bool, what: &str| {
+            if served {
+                tracing::info!(api = what, "served: watching it");
+            } else {
+                tracing::info!(api = what, "not served by this cluster: not watched");
+            }
+        };
+        say(self.volcano, "scheduling.volcano.sh/v1beta1 PodGroup");
+        match &self.scheduling_pod_groups {
+            Some(v) => say(true, &format!("scheduling.k8s.io/{v} PodGroup")),
+            None => say(false, "scheduling.k8s.io PodGroup (Workload API)"),
+        }
+        say(
+            self.provisioning_requests,
+            "autoscaling.x-k8s.io/v1 ProvisioningRequest",
+        );
+    }
+}
+
+/// Asks the API server which groups it serves (one `GET /apis`).
+///
+/// # Errors
+/// The discovery request failing (the API server is unreachable).
+pub async fn discover(client: &kube::Client) -> Result<ServedApis, kube::Error> {
+    let groups = client.list_api_groups().await?;
+    let served = ServedApis::from_groups(&groups);
+    served.log();
+    Ok(served)
+}
+
+/// Starts a watch for each served API, telling the store to wait for them.
+pub fn spawn_watches(
+    client: &kube::Client,
+    store: &Arc<Store>,
+    served: &ServedApis,
+) -> Vec<tokio::task::JoinHandle<()>> {
+    let config = || watcher::Config::default().any_semantic().page_size(500);
+    let mut out = Vec::new();
+    if served.volcano {
+        store.expect(Kind::VolcanoPodGroups);
+        out.push(tokio::spawn(watch(
+            Api::<VolcanoPodGroup>::all(client.clone()),
+            config(),
+            store.clone(),
+        )));
+    }
+    if let Some(v) = &served.scheduling_pod_groups {
+        store.expect(Kind::SchedulingPodGroups);
+        out.push(tokio::spawn(watch(
+            Api::<SchedulingPodGroup>::all_with(client.clone(), &SchedulingPodGroup::api(v)),
+            config(),
+            store.clone(),
+        )));
+    }
+    if served.provisioning_requests {
+        store.expect(Kind::ProvisioningRequests);
+        store.expect(Kind::PodTemplates);
+        out.push(tokio::spawn(watch(
+            Api::<ProvisioningRequest>::all(client.clone()),
+            config(),
+            store.clone(),
+        )));
+        out.push(tokio::spawn(watch(
+            Api::<PodTemplate>::all(client.clone()),
+            config(),
+            store.clone(),
+        )));
+    }
+    out
+}
+
+/// A Volcano PodGroup's size and `minResources` (quantities that do not
+/// parse are left out, logged: the group still counts by size).
+pub fn volcano_spec(pg: &VolcanoPodGroup) -> PodGroupSpec {
+    let min_resources = pg.spec.min_resources.as_ref().and_then(|r| {
+        Resources::parse(r.iter().map(|(k, v)| (k.as_str(), v.0.as_str())))
+            .map_err(|e| {
+                tracing::warn!(podgroup = ?pg.metadata.name, error = %e, "minResources left out");
+            })
+            .ok()
+    });
+    PodGroupSpec {
+        min_member: pg.spec.min_member.unwrap_or(1).max(1) as u32,
+        min_resources,
+    }
+}
+
+impl Indexed for VolcanoPodGroup {
+    type Item = PodGroupSpec;
+    const KIND: Kind = Kind::VolcanoPodGroups;
+    fn distill(self, _: &mut Interners) -> Option<PodGroupSpec> {
+        Some(volcano_spec(&self))
+    }
+    fn slot(s: &mut Snapshot) -> &mut BTreeMap<String, PodGroupSpec> {
+        &mut s.volcano_groups
+    }
+}
+
+impl Indexed for SchedulingPodGroup {
+    type Item = PodGroupSpec;
+    const KIND: Kind = Kind::SchedulingPodGroups;
+    /// Only gang groups are kept: a `basic` group schedules pod by pod.
+    fn distill(self, _: &mut Interners) -> Option<PodGroupSpec> {
+        let gang = self.spec.scheduling_policy.gang?;
+        Some(PodGroupSpec {
+            min_member: gang.min_count.unwrap_or(1).max(1) as u32,
+            min_resources: None,
+        })
+    }
+    fn slot(s: &mut Snapshot) -> &mut BTreeMap<String, PodGroupSpec> {
+        &mut s.scheduling_groups
+    }
+}
+
+impl Indexed for ProvisioningRequest {
+    type Item = ProvisioningRequest;
+    const KIND: Kind = Kind::ProvisioningRequests;
+    fn distill(mut self, _: &mut Interners) -> Option<ProvisioningRequest> {
+        self.metadata.managed_fields = None;
+        Some(self)
+    }
+    fn slot(s: &mut Snapshot) -> &mut BTreeMap<String, ProvisioningRequest> {
+        &mut s.provisioning_requests
+    }
+}
+
+impl Indexed for PodTemplate {
+    type Item = Result<Pod, String>;
+    const KIND: Kind = Kind::PodTemplates;
+    /// The pod the template makes, as the planner sees it.
+    fn distill(self, _: &mut Interners) -> Option<Result<Pod, String>> {
+        let template = self.template.unwrap_or_default();
+        let mut meta = template.metadata.unwrap_or_default();
+        meta.namespace = self.metadata.namespace.clone();
+        meta.name = self.metadata.name.clone();
+        let pod = core::Pod {
+            metadata: meta,
+            spec: template.spec,
+            status: None,
+        };
+        Some(Pod::from_k8s(&pod, &BTreeMap::new()).map_err(|e| e.to_string()))
+    }
+    fn slot(s: &mut Snapshot) -> &mut BTreeMap<String, Result<Pod, String>> {
+        &mut s.pod_templates
+    }
+}
+
+/// The class of a request, if it is one served here.
+fn class_of(name: &str) -> Option<Class> {
+    match name {
+        foreign::CLASS_ATOMIC => Some(Class::Atomic),
+        foreign::CLASS_CHECK_CAPACITY => Some(Class::CheckCapacity),
+        _ => None,
+    }
+}
+
+/// The ProvisioningRequests of the classes served here, as the core reads
+/// them, oldest first (they take room in that order): their pods from their
+/// PodSets' templates, the pods consuming them, `ValidUntilSeconds`,
+/// `noRetry` and their conditions.
+pub fn provisioning_requests(s: &Snapshot) -> Vec<Request> {
+    let mut consumed: BTreeMap<String, usize> = BTreeMap::new();
+    for p in s.pods.values() {
+        if let Some(pr) = &p.consumes {
+            *consumed.entry(format!("{}/{pr}", p.namespace)).or_default() += 1;
+        }
+    }
+    let mut out: Vec<(Option<Time>, Request)> = Vec::new();
+    for (key, pr) in &s.provisioning_requests {
+        let Some(class) = class_of(&pr.spec.provisioning_class_name) else {
+            continue;
+        };
+        let ns = pr.metadata.namespace.as_deref().unwrap_or("default");
+        let created = pr.metadata.creation_timestamp.as_ref().and_then(to_chrono);
+        let pods = pr
+            .spec
+            .pod_sets
+            .iter()
+            .map(|set| {
+                let name = &set.pod_template_ref.name;
+                match s.pod_templates.get(&format!("{ns}/{name}")) {
+                    Some(Ok(pod)) => Ok(vec![pod.clone(); set.count.max(0) as usize]),
+                    Some(Err(e)) => Err(format!("podTemplate {ns}/{name}: {e}")),
+                    None => Err(format!("podTemplate {ns}/{name} not found")),
+                }
+            })
+            .collect::<Result<Vec<Vec<Pod>>, String>>()
+            .map(|sets| sets.into_iter().flatten().collect());
+        let param = |k: &str| pr.spec.parameters.get(k).map(String::as_str);
+        let valid_until = param(foreign::PARAM_VALID_UNTIL_SECONDS)
+            .and_then(|v| v.trim().parse::<i64>().ok())
+            .zip(created)
+            .and_then(|(secs, at)| at.checked_add_signed(chrono::TimeDelta::seconds(secs)));
+        let conditions = pr
+            .status
+            .iter()
+            .flat_map(|st| &st.conditions)
+            .map(|c| {
+                (
+                    c.type_.clone(),
+                    c.status == "True",
+                    c.reason.clone(),
+                    to_chrono(&c.last_transition_time).unwrap_or_default(),
+                )
+            })
+            .collect();
+        out.push((
+            created,
+            Request {
+                name: key.clone(),
+                class,
+                pods,
+                consumed: consumed.get(key).copied().unwrap_or(0),
+                valid_until,
+                no_retry: param(foreign::PARAM_NO_RETRY) == Some("true"),
+                conditions,
+            },
+        ));
+    }
+    out.sort_by(|a, b| a.0.cmp(&b.0).then_with(|| a.1.name.cmp(&b.1.name)));
+    out.into_iter().map(|(_, r)| r).collect()
+}
+
+/// The request's conditions with each of `ts` set in turn (replacing the
+/// condition of the same type in place, or appended), as
+/// cluster-autoscaler updates them.
+pub fn with_conditions(pr: &ProvisioningRequest, ts: &[&Transition], now: Time) -> Vec<Condition> {
+    let mut conditions: Vec<Condition> = pr
+        .status
+        .iter()
+        .flat_map(|s| s.conditions.clone())
+        .collect();
+    for t in ts {
+        let c = Condition {
+            type_: t.condition.to_string(),
+            status: if t.status { "True" } else { "False" }.into(),
+            observed_generation: pr.metadata.generation,
+            last_transition_time: super::snapshot::to_k8s_time(now),
+            reason: t.reason.to_string(),
+            message: t.message.clone(),
+        };
+        match conditions.iter_mut().find(|old| old.type_ == t.condition) {
+            Some(old) => *old = c,
+            None => conditions.push(c),
+        }
+    }
+    conditions
+}
+
+/// Runs the ProvisioningRequest step on the world: its stand-ins join the
+/// pending pods, the room it holds is put on the nodes (as do-not-disrupt
+/// pods), and the conditions to set are returned. `unplaceable` says why
+/// the last plan found no place for a pod.
+pub fn provisioning_step(
+    store: &Store,
+    parts: &mut super::snapshot::WorldParts,
+    unplaceable: &dyn Fn(&str) -> Option<String>,
+    now: Time,
+) -> Vec<Transition> {
+    let requests = store.read(provisioning_requests);
+    if requests.is_empty() {
+        return Vec::new();
+    }
+    let step = crate::core::provisioning::step(&requests, &parts.nodes, unplaceable, now);
+    parts.pending.extend(step.pending);
+    for (n, held) in step.held {
+        let node = &mut parts.nodes[n];
+        node.state.used.add(&held.pod.requests);
+        node.pods.push(held);
+    }
+    step.transitions
+}
+
+/// Writes the transitions to their requests' status, one patch per request
+/// (with an Event and the condition counter per condition); a failed write
+/// is logged and made again next round (the conditions are still missing
+/// then).
+pub async fn write_transitions(
+    api: &super::kube_api::KubeApi,
+    events: Option<&super::events::Events>,
+    metrics: &crate::metrics::Metrics,
+    store: &Store,
+    transitions: &[Transition],
+    now: Time,
+) {
+    let mut by_request: BTreeMap<&str, Vec<&Transition>> = BTreeMap::new();
+    for t in transitions {
+        by_request.entry(t.request.as_str()).or_default().push(t);
+    }
+    for (request, ts) in by_request {
+        let Some(pr) = store.read(|s| s.provisioning_requests.get(request).cloned()) else {
+            continue;
+        };
+        let (ns, name) = request.split_once('/').unwrap_or(("default", request));
+        let conditions = with_conditions(&pr, &ts, now);
+        if let Err(error) = api
+            .patch_provisioning_request_conditions(ns, name, &conditions)
+            .await
+        {
+            tracing::warn!(%request, %error, "failed to set ProvisioningRequest conditions");
+            continue;
+        }
+        for t in ts {
+            report(events, metrics, &pr, t).await;
+        }
+    }
+}
+
+/// Logs, counts and publishes (as an Event on the request) one condition set.
+async fn report(
+    events: Option<&super::events::Events>,
+    metrics: &crate::metrics::Metrics,
+    pr: &ProvisioningRequest,
+    t: &Transition,
+) {
+    {
+        tracing::info!(request = %t.request, condition = t.condition, status = t.status, reason = t.reason, message = %t.message, "ProvisioningRequest condition set");
+        metrics
+            .provisioning_requests
+            .get_or_create(&crate::metrics::ProvisioningLabels {
+                condition: t.condition.into(),
+                status: if t.status { "True" } else { "False" }.into(),
+                reason: t.reason.into(),
+            })
+            .inc();
+        if let Some(ev) = events {
+            let uid = pr.metadata.uid.as_deref();
+            ev.provisioning_request(
+                &super::events::provisioning_request_ref(&t.request, uid),
+                t.condition,
+                t.status,
+                t.reason,
+                &t.message,
+            )
+            .await;
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn groups(v: serde_json::Value) -> APIGroupList {
+        serde_json::from_value(json!({"kind": "APIGroupList", "apiVersion": "v1", "groups": v}))
+            .unwrap()
+    }
+
+    fn group(name: &str, versions: &[&str]) -> serde_json::Value {
+        let vs: Vec<_> = versions
+            .iter()
+            .map(|v| json!({"groupVersion": format!("{name}/{v}"), "version": v}))
+            .collect();
+        json!({"name": name, "versions": vs})
+    }
+
+    #[test]
+    fn discovery_finds_the_served_versions_and_nothing_else() {
+        let all = groups(json!([
+            group("scheduling.volcano.sh", &["v1beta1"]),
+            group("scheduling.k8s.io", &["v1", "v1alpha2"]),
+            group("autoscaling.x-k8s.io", &["v1", "v1beta1"]),
+        ]));
+        assert_eq!(
+            ServedApis::from_groups(&all),
+            ServedApis {
+                volcano: true,
+                scheduling_pod_groups: Some("v1alpha2".into()),
+                provisioning_requests: true,
+            }
+        );
+        // PriorityClasses alone (v1) and the 1.35 Workload (v1alpha1) serve
+        // no PodGroup; ProvisioningRequest v1beta1 alone is not read.
+        let none = groups(json!([
+            group("scheduling.k8s.io", &["v1", "v1alpha1"]),
+            group("autoscaling.x-k8s.io", &["v1beta1"]),
+        ]));
+        assert_eq!(ServedApis::from_groups(&none), ServedApis::default());
+    }
+
+    #[test]
+    fn a_basic_workload_pod_group_is_no_gang() {
+        let pg = |policy: serde_json::Value| -> SchedulingPodGroup {
+            serde_json::from_value(json!({"metadata": {"name": "w", "namespace": "ml"},
+                "spec": {"schedulingPolicy": policy}}))
+            .unwrap()
+        };
+        let mut i = Interners::default();
+        assert_eq!(pg(json!({"basic": {}})).distill(&mut i), None);
+        let gang = pg(json!({"gang": {"minCount": 4}}))
+            .distill(&mut i)
+            .unwrap();
+        assert_eq!(gang.min_member, 4);
+    }
+}

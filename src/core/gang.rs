@@ -1,0 +1,530 @@
+//! Collective checkpoints: when one member of a gang (a pod group that must
+//! run whole) is about to lose its node, the whole gang checkpoints, is
+//! drained together and is re-planned whole. Distributed training cannot go
+//! on without a member, so asking only the member on the doomed node would
+//! waste the others' work since their last checkpoint.
+//!
+//! The per-node decisions (spot notices, rebalance recommendations,
+//! consolidation) decide which pods to ask and evict, node by node;
+//! [`GangDrains::extend`] then widens their actions to whole gangs. It is
+//! the one rule both drivers follow: the controller and the simulator both
+//! run it through [`super::Core::decide`]. The rules are written up in
+//! `docs/disruption.md` ("Gangs").
+
+use super::interruption::{after, checkpoint_done, checkpoint_grace, pool_of};
+use super::{Action, DisruptionReason, ManagedNode, Time, World};
+use crate::cluster::Pod;
+use std::collections::{BTreeMap, BTreeSet};
+
+/// A gang being checkpointed (and, when it is leaving, drained) together.
+#[derive(Debug, Clone)]
+struct GangDrain {
+    /// The deadline every member was given: the earliest of the triggering
+    /// nodes' checkpoint deadlines.
+    deadline: Time,
+    /// When the collective request was made (acknowledgements count from
+    /// then on).
+    requested_at: Time,
+    /// Whether the gang is leaving its nodes (drain), or only checkpoints
+    /// (a rebalance recommendation answered with `Checkpoint`).
+    drain: bool,
+    /// Members asked to checkpoint, with the deadline they were given.
+    requested: BTreeMap<String, Time>,
+    /// Members evicted.
+    evicted: BTreeSet<String>,
+    /// Members whose instance is gone: not asked, not waited for.
+    gone: BTreeSet<String>,
+}
+
+/// Gangs under collective checkpoint or drain, by group name
+/// (`namespace/name`).
+#[derive(Debug, Clone, Default)]
+pub struct GangDrains {
+    gangs: BTreeMap<String, GangDrain>,
+    last_now: Option<Time>,
+}
+
+/// A running member of a gang: its pod and its node.
+struct Member<'a> {
+    node: &'a ManagedNode,
+    pod: &'a super::BoundPod,
+}
+
+/// The running members of every gang of more than one pod, by group name.
+fn members<'a>(world: &World<'a>) -> BTreeMap<&'a str, Vec<Member<'a>>> {
+    let mut out: BTreeMap<&str, Vec<Member>> = BTreeMap::new();
+    for node in world.nodes {
+        for pod in node.pods.iter().filter(|p| !p.placeholder) {
+            if let Some(g) = pod.pod.group.as_ref().filter(|g| g.min_member > 1) {
+                out.entry(g.name.as_str())
+                    .or_default()
+                    .push(Member { node, pod });
+            }
+        }
+    }
+    out
+}
+
+/// Whether the member gets checkpoint signals: it opted in, or its pool has
+/// a checkpoint hook.
+fn signalled(world: &World, m: &Member) -> bool {
+    m.pod.pod.checkpoints
+        || pool_of(world, m.node).is_some_and(|p| p.spec.interruption.checkpoint_hook.is_some())
+}
+
+impl GangDrains {
+    /// No gang under way.
+    pub fn new() -> GangDrains {
+        GangDrains::default()
+    }
+
+    /// Widens the round's per-node `actions` to whole gangs.
+    ///
+    /// A checkpoint request or an eviction of a gang member, or its
+    /// instance gone without notice, starts a collective response: every running member, on any node, is asked to
+    /// checkpoint with the same deadline (when the gang is leaving, only
+    /// members whose checkpoint can be complete by then, as for a lone pod) (the request's; for an eviction
+    /// without one, the node's `checkpoint_until` if it has one, else its
+    /// pool's checkpoint grace period from now). When the triggering node is
+    /// `leaving` (or a member is evicted), the gang is drained whole: no
+    /// member is evicted until every asked member acknowledged or the
+    /// deadline passed, then all are, and [`GangDrains::pods_needing_replacement`]
+    /// hands every member not yet evicted to the provisioner, so that the
+    /// gang is re-planned whole (in one zone). A later trigger with an
+    /// earlier deadline moves the gang's deadline up and asks again. Per-node
+    /// requests and evictions of members that the gang's rule does not allow
+    /// yet are held back. Gangs whose members are all gone are forgotten.
+    ///
+    /// Returns whether a new gang drain started (its members are new demand).
+    pub fn extend(
+        &mut self,
+        world: &World,
+        actions: &mut Vec<Action>,
+        now: Time,
+        leaving: &dyn Fn(&str) -> bool,
+        checkpoint_until: &dyn Fn(&str) -> Option<Time>,
+    ) -> bool {
+        self.last_now = Some(now);
+        let members = members(world);
+        let group_of = |pod: &str| -> Option<&str> {
+            members
+                .iter()
+                .find(|(_, ms)| ms.iter().any(|m| m.pod.pod.name == pod))
+                .map(|(g, _)| *g)
+        };
+        // Forget gangs that left the world, and checkpoint-only gangs whose
+        // deadline passed (a later notice may start them again).
+        self.gangs
+            .retain(|g, d| members.contains_key(g.as_str()) && (d.drain || now < d.deadline));
+
+        // Triggers from the per-node actions: a member asked to checkpoint,
+        // evicted, or whose instance is gone already.
+        let grace_of = |claim: &str| {
+            let policy = world
+                .nodes
+                .iter()
+                .find(|n| n.claim == claim)
+                .and_then(|n| pool_of(world, n))
+                .map(|p| &p.spec.interruption);
+            checkpoint_until(claim)
+                .filter(|t| *t > now)
+                .unwrap_or_else(|| after(now, checkpoint_grace(policy)))
+        };
+        let mut triggers: Vec<(&str, Time, bool)> = Vec::new();
+        let mut gone: BTreeSet<&str> = BTreeSet::new();
+        for a in actions.iter() {
+            match a {
+                Action::RequestCheckpoint {
+                    pod,
+                    claim,
+                    deadline,
+                } => triggers.push((pod, *deadline, leaving(claim))),
+                Action::Evict { pod, claim } => triggers.push((pod, grace_of(claim), true)),
+                Action::Delete {
+                    claim,
+                    reason: DisruptionReason::Terminated,
+                } => {
+                    for p in world
+                        .nodes
+                        .iter()
+                        .filter(|n| &n.claim == claim)
+                        .flat_map(|n| &n.pods)
+                    {
+                        triggers.push((&p.pod.name, grace_of(claim), true));
+                        gone.insert(&p.pod.name);
+                    }
+                }
+                _ => {}
+            }
+        }
+        let mut started = false;
+        for (pod, deadline, drain) in triggers {
+            let Some(group) = group_of(pod) else { continue };
+            match self.gangs.get_mut(group) {
+                Some(d) => {
+                    if deadline < d.deadline {
+                        d.deadline = deadline;
+                    }
+                    if drain && !d.drain {
+                        d.drain = true;
+                        started = true;
+                    }
+                }
+                None => {
+                    started |= drain;
+                    self.gangs.insert(
+                        group.to_string(),
+                        GangDrain {
+                            deadline,
+                            requested_at: now,
+                            drain,
+                            requested: BTreeMap::new(),
+                            evicted: BTreeSet::new(),
+                            gone: BTreeSet::new(),
+                        },
+                    );
+                }
+            }
+            if gone.contains(pod) {
+                if let Some(d) = self.gangs.get_mut(group) {
+                    d.gone.insert(pod.to_string());
+                }
+            }
+        }
+
+        // The per-node actions on members are replaced by the gang's.
+        actions.retain(|a| match a {
+            Action::RequestCheckpoint { pod, .. } | Action::Evict { pod, .. } => {
+                group_of(pod).is_none_or(|g| !self.gangs.contains_key(g))
+            }
+            _ => true,
+        });
+        for (group, d) in &mut self.gangs {
+            let Some(ms) = members.get(group.as_str()) else {
+                continue;
+            };
+            for m in ms.iter().filter(|m| signalled(world, m)) {
+                let name = &m.pod.pod.name;
+                if d.evicted.contains(name)
+                    || d.gone.contains(name)
+                    || d.requested.get(name) == Some(&d.deadline)
+                {
+                    continue;
+                }
+                // As for a lone pod: a member whose checkpoint cannot be
+                // complete before the gang leaves is not asked (it would
+                // save nothing) and is not waited for.
+                if d.drain && checkpoint_done(&m.pod.pod, now) > d.deadline {
+                    continue;
+                }
+                d.requested.insert(name.clone(), d.deadline);
+                actions.push(Action::RequestCheckpoint {
+                    pod: name.clone(),
+                    claim: m.node.claim.clone(),
+                    deadline: d.deadline,
+                });
+            }
+            if !d.drain {
+                continue;
+            }
+            let acked = |m: &Member| {
+                !d.requested.contains_key(&m.pod.pod.name)
+                    || m.pod
+                        .checkpoint_completed
+                        .is_some_and(|t| t >= d.requested_at)
+            };
+            if now < d.deadline && !ms.iter().all(acked) {
+                continue;
+            }
+            for m in ms {
+                if d.evicted.insert(m.pod.pod.name.clone()) {
+                    actions.push(Action::Evict {
+                        pod: m.pod.pod.name.clone(),
+                        claim: m.node.claim.clone(),
+                    });
+                }
+            }
+        }
+        started
+    }
+
+    /// The next time [`GangDrains::extend`] has something to do without any
+    /// change in the world: a gang's checkpoint deadline.
+    pub fn next_deadline(&self) -> Option<Time> {
+        self.gangs
+            .values()
+            .map(|d| d.deadline)
+            .filter(|t| self.last_now.is_none_or(|n| *t > n))
+            .min()
+    }
+
+    /// The running members of draining gangs that have not been evicted yet:
+    /// demand for the provisioner, so that the whole gang's replacement
+    /// capacity launches at once.
+    pub fn pods_needing_replacement(&self, world: &World) -> Vec<Pod> {
+        let members = members(world);
+        let mut out = Vec::new();
+        for (group, d) in self.gangs.iter().filter(|(_, d)| d.drain) {
+            for m in members.get(group.as_str()).into_iter().flatten() {
+                if !d.evicted.contains(&m.pod.pod.name) {
+                    out.push(m.pod.pod.clone());
+                }
+            }
+        }
+        out
+    }
+
+    /// The room the running members of draining gangs hold, by claim: once
+    /// the gang leaves, it is free again, so the gang's re-plan may use it
+    /// (the planner places the gang whole, on the nodes that stay and new
+    /// ones, in one zone) rather than launch capacity for every member.
+    pub fn room_freed(&self, world: &World) -> BTreeMap<String, crate::cluster::Resources> {
+        let members = members(world);
+        let mut out: BTreeMap<String, crate::cluster::Resources> = BTreeMap::new();
+        for (group, d) in self.gangs.iter().filter(|(_, d)| d.drain) {
+            for m in members.get(group.as_str()).into_iter().flatten() {
+                if !d.evicted.contains(&m.pod.pod.name) {
+                    out.entry(m.node.claim.clone())
+                        .or_default()
+                        .add(&m.pod.pod.requests);
+                }
+            }
+        }
+        out
+    }
+
+    /// Whether the gang (`namespace/name`) is being drained whole.
+    pub fn is_draining(&self, group: &str) -> bool {
+        self.gangs.get(group).is_some_and(|d| d.drain)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::interruption::fixtures::*;
+    use super::super::interruption::Interruptions;
+    use super::super::{BoundPod, DisruptionReason, Notice};
+    use super::*;
+    use crate::cluster::GroupRef;
+
+    fn member(name: &str, group: &str, size: u32) -> BoundPod {
+        let mut p = pod(name).checkpoints().gpus(1);
+        p.pod.group = Some(GroupRef {
+            name: group.into(),
+            min_member: size,
+        });
+        p
+    }
+
+    /// A gang `train` of two checkpointing members on two spot nodes, and a
+    /// lone pod on a third.
+    fn gang_world() -> Fixture {
+        Fixture::new([
+            node("n1").spot().pods([member("a", "ns/train", 2)]),
+            node("n2").spot().pods([member("b", "ns/train", 2)]),
+            node("n3").spot().pods([pod("lone").checkpoints()]),
+        ])
+    }
+
+    /// One round of the per-node interruption decisions widened to gangs.
+    fn round(s: &mut Interruptions, g: &mut GangDrains, f: &Fixture, now: Time) -> Vec<Action> {
+        let w = f.world();
+        let mut actions = s.decide(&w, now);
+        let leaving = |c: &str| s.is_handling(c);
+        let until = |c: &str| s.checkpoint_until(c);
+        g.extend(&w, &mut actions, now, &leaving, &until);
+        actions
+    }
+
+    /// The decisions after a spot notice on `claim` at 0, due at 120.
+    fn spot_notice(f: &Fixture, claim: &str) -> (Interruptions, GangDrains) {
+        let mut s = Interruptions::default();
+        let notice = Notice::SpotInterruption {
+            claim: claim.into(),
+            deadline: t(120),
+        };
+        s.handle(&notice, &f.world(), t(0));
+        (s, GangDrains::new())
+    }
+
+    fn requests(actions: &[Action]) -> Vec<(String, String, Time)> {
+        actions
+            .iter()
+            .filter_map(|a| match a {
+                Action::RequestCheckpoint {
+                    pod,
+                    claim,
+                    deadline,
+                } => Some((pod.clone(), claim.clone(), *deadline)),
+                _ => None,
+            })
+            .collect()
+    }
+
+    fn evictions(actions: &[Action]) -> Vec<String> {
+        actions
+            .iter()
+            .filter_map(|a| match a {
+                Action::Evict { pod, .. } => Some(pod.clone()),
+                _ => None,
+            })
+            .collect()
+    }
+
+    #[test]
+    fn a_spot_notice_on_one_member_asks_every_member_to_checkpoint_by_the_same_deadline() {
+        let f = gang_world();
+        let (mut s, mut g) = spot_notice(&f, "n1");
+        let actions = round(&mut s, &mut g, &f, t(0));
+        assert_eq!(
+            requests(&actions),
+            [
+                ("a".to_string(), "n1".to_string(), t(90)),
+                ("b".to_string(), "n2".to_string(), t(90)),
+            ]
+        );
+        assert!(actions.contains(&Action::Cordon {
+            claim: "n1".into(),
+            reason: DisruptionReason::Interrupted
+        }));
+        assert!(evictions(&actions).is_empty(), "{actions:?}");
+        assert!(g.is_draining("ns/train"));
+        let mut again = round(&mut s, &mut g, &f, t(1));
+        again.retain(|a| !matches!(a, Action::Cordon { .. }));
+        assert_eq!(again, [], "nothing is asked twice");
+    }
+
+    #[test]
+    fn the_gang_is_evicted_whole_once_every_member_acknowledged_and_replanned_whole() {
+        let mut f = gang_world();
+        let (mut s, mut g) = spot_notice(&f, "n1");
+        round(&mut s, &mut g, &f, t(0));
+        let needing: Vec<String> = g
+            .pods_needing_replacement(&f.world())
+            .into_iter()
+            .map(|p| p.name)
+            .collect();
+        assert_eq!(needing, ["a", "b"], "the whole gang is new demand");
+
+        // The member on the doomed node acknowledges first: nobody leaves yet.
+        f.node_mut("n1").pods[0].checkpoint_completed = Some(t(10));
+        assert_eq!(
+            evictions(&round(&mut s, &mut g, &f, t(10))),
+            [] as [&str; 0]
+        );
+        // The other one too: both go together.
+        f.node_mut("n2").pods[0].checkpoint_completed = Some(t(20));
+        assert_eq!(evictions(&round(&mut s, &mut g, &f, t(20))), ["a", "b"]);
+        assert!(g.pods_needing_replacement(&f.world()).is_empty());
+    }
+
+    #[test]
+    fn without_acknowledgements_the_whole_gang_is_evicted_at_the_deadline() {
+        let f = gang_world();
+        let (mut s, mut g) = spot_notice(&f, "n2");
+        round(&mut s, &mut g, &f, t(0));
+        assert_eq!(g.next_deadline(), Some(t(90)));
+        assert_eq!(
+            evictions(&round(&mut s, &mut g, &f, t(89))),
+            [] as [&str; 0]
+        );
+        assert_eq!(evictions(&round(&mut s, &mut g, &f, t(90))), ["a", "b"]);
+    }
+
+    #[test]
+    fn a_member_whose_checkpoint_cannot_finish_in_time_is_not_asked_nor_waited_for() {
+        let mut f = gang_world();
+        f.nodes[1].pods[0] = member("b", "ns/train", 2).checkpoint_takes(300.0);
+        let (mut s, mut g) = spot_notice(&f, "n1");
+        let asked: Vec<String> = requests(&round(&mut s, &mut g, &f, t(0)))
+            .into_iter()
+            .map(|r| r.0)
+            .collect();
+        assert_eq!(asked, ["a"]);
+        f.node_mut("n1").pods[0].checkpoint_completed = Some(t(10));
+        assert_eq!(evictions(&round(&mut s, &mut g, &f, t(10))), ["a", "b"]);
+    }
+
+    #[test]
+    fn consolidation_evicting_one_member_checkpoints_the_gang_first_then_drains_it_whole() {
+        let mut f = gang_world();
+        let mut g = GangDrains::new();
+        // Consolidation evicts `a` from n1 (it asks no checkpoint itself).
+        let mut actions = vec![Action::Evict {
+            pod: "a".into(),
+            claim: "n1".into(),
+        }];
+        let leaving = |c: &str| c == "n1";
+        let none = |_: &str| None;
+        g.extend(&f.world(), &mut actions, t(0), &leaving, &none);
+        // Held back; both asked by the pool's checkpoint grace period.
+        assert_eq!(
+            requests(&actions),
+            [
+                ("a".to_string(), "n1".to_string(), t(90)),
+                ("b".to_string(), "n2".to_string(), t(90)),
+            ]
+        );
+        assert_eq!(evictions(&actions), [] as [&str; 0]);
+        f.node_mut("n1").pods[0].checkpoint_completed = Some(t(20));
+        f.node_mut("n2").pods[0].checkpoint_completed = Some(t(25));
+        let mut later = Vec::new();
+        g.extend(&f.world(), &mut later, t(30), &leaving, &none);
+        assert_eq!(evictions(&later), ["a", "b"]);
+    }
+
+    #[test]
+    fn a_member_whose_instance_is_gone_takes_the_rest_of_the_gang_along() {
+        let f = gang_world();
+        let mut s = Interruptions::default();
+        let mut g = GangDrains::new();
+        s.handle(&Notice::Terminated { claim: "n1".into() }, &f.world(), t(0));
+        let actions = round(&mut s, &mut g, &f, t(0));
+        assert!(actions.contains(&Action::Delete {
+            claim: "n1".into(),
+            reason: DisruptionReason::Terminated
+        }));
+        let asked: Vec<(String, String, Time)> = requests(&actions);
+        assert_eq!(
+            asked,
+            [("b".to_string(), "n2".to_string(), t(90))],
+            "the member whose instance is gone is not asked"
+        );
+        assert!(g.is_draining("ns/train"));
+        // It is not waited for: b's acknowledgement drains the gang.
+        let mut f = f;
+        f.node_mut("n2").pods[0].checkpoint_completed = Some(t(10));
+        assert_eq!(evictions(&round(&mut s, &mut g, &f, t(10))), ["a", "b"]);
+    }
+
+    #[test]
+    fn a_lone_pod_and_a_one_pod_group_are_left_to_the_per_node_rule() {
+        let mut f = gang_world();
+        f.nodes[2].pods.push(member("solo", "ns/solo", 1));
+        let (mut s, mut g) = spot_notice(&f, "n3");
+        let actions = round(&mut s, &mut g, &f, t(0));
+        let asked: Vec<String> = requests(&actions).into_iter().map(|r| r.0).collect();
+        assert_eq!(asked, ["lone", "solo"]);
+        assert!(!g.is_draining("ns/train"));
+    }
+
+    #[test]
+    fn a_rebalance_checkpoint_asks_the_whole_gang_without_draining_it() {
+        let mut f = gang_world();
+        f.pools = vec![pool_with("gpu", |s| {
+            s.interruption.on_rebalance_recommendation = crate::api::RebalanceAction::Checkpoint
+        })];
+        let mut s = Interruptions::default();
+        let mut g = GangDrains::new();
+        s.handle(&Notice::Rebalance { claim: "n1".into() }, &f.world(), t(0));
+        let actions = round(&mut s, &mut g, &f, t(0));
+        let asked: Vec<String> = requests(&actions).into_iter().map(|r| r.0).collect();
+        assert_eq!(asked, ["a", "b"]);
+        assert!(!g.is_draining("ns/train"));
+        assert!(g.pods_needing_replacement(&f.world()).is_empty());
+        assert_eq!(
+            evictions(&round(&mut s, &mut g, &f, t(200))),
+            [] as [&str; 0]
+        );
+    }
+}
