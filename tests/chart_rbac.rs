@@ -145,6 +145,12 @@ async fn kube_api_calls(
         "patch_node_pool_status",
         api.patch_node_pool_status("gpu", &NodePoolStatus::default())
     );
+    call!("list_node_pools", api.list_node_pools());
+    call!("list_node_classes", api.list_node_classes());
+    call!(
+        "patch_node_class_status",
+        api.patch_node_class_status("gpu", &Default::default())
+    );
     calls
 }
 

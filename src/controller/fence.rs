@@ -129,6 +129,10 @@ impl<C: CloudProvider + Send + Sync> CloudProvider for Fenced<C> {
     async fn instances(&self) -> cloud::Result<Vec<Instance>> {
         self.inner.instances().await
     }
+
+    fn pool_requirements(&self, nodepool: &str) -> Vec<crate::api::Requirement> {
+        self.inner.pool_requirements(nodepool)
+    }
 }
 
 #[cfg(test)]

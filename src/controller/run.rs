@@ -376,6 +376,12 @@ impl<C: CloudProvider + Send + Sync + 'static> Driver<C> {
         let created = std::mem::take(&mut self.created);
         let (parts, views, nodes_by_claim) = self.store.read(|s| {
             let mut parts = snapshot::world_parts(s, &catalog, &region, now);
+            // What the cloud can launch for each pool (EC2: the variants its
+            // node class has images for) narrows the pool's requirements.
+            for pool in &mut parts.pools {
+                let extra = self.ctx.cloud.pool_requirements(&pool.name_any());
+                pool.spec.template.spec.requirements.extend(extra);
+            }
             for (claim, at) in created {
                 let name = claim.name_any();
                 let fresh = (now - at).to_std().is_ok_and(|d| d < UNSEEN_CLAIM_TTL);

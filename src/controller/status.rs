@@ -177,7 +177,7 @@ fn quantity_text(resource: &str, v: i64) -> String {
     v.to_string()
 }
 
-fn k8s_time(t: Time) -> K8sTime {
+pub(crate) fn k8s_time(t: Time) -> K8sTime {
     K8sTime(
         k8s_openapi::jiff::Timestamp::new(t.timestamp(), t.timestamp_subsec_nanos() as i32)
             .unwrap_or(k8s_openapi::jiff::Timestamp::UNIX_EPOCH),
@@ -186,7 +186,7 @@ fn k8s_time(t: Time) -> K8sTime {
 
 /// A condition; its transition time is the old one's when the status is
 /// unchanged, else `now`.
-fn condition(
+pub(crate) fn condition(
     old: &[Condition],
     type_: &str,
     ok: bool,
