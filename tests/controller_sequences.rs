@@ -1615,7 +1615,7 @@ async fn the_loop_plans_only_what_the_cloud_can_launch_for_the_pool() {
 
     // One pending GPU pod; the pool's node class has no NVIDIA image (the
     // cloud adds gpu-name DoesNotExist), or has every image (no addition).
-    async fn claims_and_unplaced(requirements: Vec<Requirement>) -> (usize, usize) {
+    async fn claims_and_unplaced(requirements: Vec<Requirement>) -> (usize, Vec<String>) {
         let s = Arc::new(store(
             vec![gpu_pod("train-0", None, json!({}))],
             vec![],
@@ -1655,12 +1655,14 @@ async fn the_loop_plans_only_what_the_cloud_can_launch_for_the_pool() {
         let count = |f: &dyn Fn(&str, &str, &Value) -> bool| {
             writes.iter().filter(|(m, p, b)| f(m, p, b)).count()
         };
-        (
-            count(&|m, p, _| m == "POST" && p == CLAIMS),
-            count(&|m, _, b| m == "POST" && b["reason"] == reasons::NOT_PLACEABLE),
-        )
+        let notes: Vec<String> = writes
+            .iter()
+            .filter(|(m, _, b)| m == "POST" && b["reason"] == reasons::NOT_PLACEABLE)
+            .map(|(_, _, b)| b["note"].as_str().unwrap_or_default().to_string())
+            .collect();
+        (count(&|m, p, _| m == "POST" && p == CLAIMS), notes)
     }
-    assert_eq!(claims_and_unplaced(Vec::new()).await, (1, 0));
+    assert_eq!(claims_and_unplaced(Vec::new()).await, (1, Vec::new()));
     let (claims, unplaced) = claims_and_unplaced(vec![Requirement::new(
         l::GPU_NAME,
         Operator::DoesNotExist,
@@ -1668,5 +1670,12 @@ async fn the_loop_plans_only_what_the_cloud_can_launch_for_the_pool() {
     )])
     .await;
     assert_eq!(claims, 0);
-    assert!(unplaced >= 1);
+    // The pod's reason names the requirement that left nothing.
+    assert!(!unplaced.is_empty());
+    assert!(
+        unplaced
+            .iter()
+            .all(|n| n.contains("gpu: ") && n.contains("quartermaster.dev/gpu-name DoesNotExist")),
+        "{unplaced:?}"
+    );
 }
