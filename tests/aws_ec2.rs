@@ -544,6 +544,12 @@ async fn the_reconciler_writes_each_class_status_and_hands_pools_only_ready_clas
     // The ready pool launches with its class; the other launches nothing.
     assert_eq!(aws.node_class("train").unwrap().name, "gpu");
     assert!(aws.node_class("infer").is_none());
+    assert_eq!(aws.pool_problem("train"), None);
+    let why = aws.pool_problem("infer").unwrap_or_default();
+    assert!(
+        why.contains("EC2NodeClass broken is not Ready: RoleNotFound"),
+        "{why}"
+    );
     let mut c = claim("infer-1", "g6.xlarge", "use1-az4", CapacityType::OnDemand);
     c.nodepool = "infer".into();
     assert!(matches!(

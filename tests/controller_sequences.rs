@@ -1572,6 +1572,7 @@ async fn a_ready_claim_whose_instance_is_gone_is_deleted_by_garbage_collection()
 struct Narrowed {
     inner: Mutex<SimulatedCloud>,
     requirements: Vec<quartermaster::api::Requirement>,
+    problem: Option<String>,
 }
 
 impl CloudProvider for Narrowed {
@@ -1602,6 +1603,9 @@ impl CloudProvider for Narrowed {
     fn pool_requirements(&self, _: &str) -> Vec<quartermaster::api::Requirement> {
         self.requirements.clone()
     }
+    fn pool_problem(&self, _: &str) -> Option<String> {
+        self.problem.clone()
+    }
 }
 
 #[tokio::test]
@@ -1615,7 +1619,10 @@ async fn the_loop_plans_only_what_the_cloud_can_launch_for_the_pool() {
 
     // One pending GPU pod; the pool's node class has no NVIDIA image (the
     // cloud adds gpu-name DoesNotExist), or has every image (no addition).
-    async fn claims_and_unplaced(requirements: Vec<Requirement>) -> (usize, Vec<String>) {
+    async fn claims_and_unplaced(
+        requirements: Vec<Requirement>,
+        problem: Option<String>,
+    ) -> (usize, Vec<String>, Vec<Value>) {
         let s = Arc::new(store(
             vec![gpu_pod("train-0", None, json!({}))],
             vec![],
@@ -1637,6 +1644,7 @@ async fn the_loop_plans_only_what_the_cloud_can_launch_for_the_pool() {
             cloud: Arc::new(Narrowed {
                 inner: cloud(),
                 requirements,
+                problem,
             }),
             metrics: Arc::new(Metrics::unregistered()),
             catalog: catalog_rx,
@@ -1660,14 +1668,30 @@ async fn the_loop_plans_only_what_the_cloud_can_launch_for_the_pool() {
             .filter(|(m, _, b)| m == "POST" && b["reason"] == reasons::NOT_PLACEABLE)
             .map(|(_, _, b)| b["note"].as_str().unwrap_or_default().to_string())
             .collect();
-        (count(&|m, p, _| m == "POST" && p == CLAIMS), notes)
+        let pool_readiness: Vec<Value> = writes
+            .iter()
+            .filter(|(m, p, _)| m == "PATCH" && p.ends_with("/nodepools/gpu/status"))
+            .flat_map(|(_, _, b)| {
+                b["status"]["conditions"]
+                    .as_array()
+                    .cloned()
+                    .unwrap_or_default()
+            })
+            .filter(|c| c["type"] == "Ready")
+            .collect();
+        (
+            count(&|m, p, _| m == "POST" && p == CLAIMS),
+            notes,
+            pool_readiness,
+        )
     }
-    assert_eq!(claims_and_unplaced(Vec::new()).await, (1, Vec::new()));
-    let (claims, unplaced) = claims_and_unplaced(vec![Requirement::new(
-        l::GPU_NAME,
-        Operator::DoesNotExist,
-        &[],
-    )])
+    let (claims, unplaced, ready) = claims_and_unplaced(Vec::new(), None).await;
+    assert_eq!((claims, unplaced), (1, Vec::new()));
+    assert!(ready.iter().all(|c| c["status"] == "True"), "{ready:?}");
+    let (claims, unplaced, _) = claims_and_unplaced(
+        vec![Requirement::new(l::GPU_NAME, Operator::DoesNotExist, &[])],
+        None,
+    )
     .await;
     assert_eq!(claims, 0);
     // The pod's reason names the requirement that left nothing.
@@ -1677,5 +1701,17 @@ async fn the_loop_plans_only_what_the_cloud_can_launch_for_the_pool() {
             .iter()
             .all(|n| n.contains("gpu: ") && n.contains("quartermaster.dev/gpu-name DoesNotExist")),
         "{unplaced:?}"
+    );
+    // A pool the cloud cannot launch for at all says why in its status.
+    let why = "EC2NodeClass gpu is not Ready: SubnetsNotFound: no subnet matches".to_string();
+    let (_, _, ready) = claims_and_unplaced(Vec::new(), Some(why)).await;
+    assert!(!ready.is_empty());
+    assert!(
+        ready.iter().all(|c| c["status"] == "False"
+            && c["reason"] == "NodeClassNotReady"
+            && c["message"]
+                .as_str()
+                .is_some_and(|m| m.contains("SubnetsNotFound"))),
+        "{ready:?}"
     );
 }

@@ -399,6 +399,14 @@ pub trait CloudProvider {
         Vec::new()
     }
 
+    /// Why the provider cannot launch for `nodepool` at all (EC2: its
+    /// EC2NodeClass is missing or not Ready), shown in the pool's status;
+    /// `None` when it can (this default).
+    fn pool_problem(&self, nodepool: &str) -> Option<String> {
+        let _ = nodepool;
+        None
+    }
+
     /// Deletes provider resources that no claim uses any more and that are
     /// older than `grace` (EC2: launch templates); returns their names and
     /// the errors of deletes that failed. Providers without such resources

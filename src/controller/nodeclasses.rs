@@ -175,7 +175,8 @@ impl Reconciler {
             }
         }
         let mapped = pool_classes(&pools, &ready, &why);
-        self.classes.set(mapped.classes);
+        self.classes
+            .set_with_problems(mapped.classes, mapped.not_ready.clone());
         for (pool, reason) in &mapped.not_ready {
             if leading && self.reported.get(pool) != Some(reason) {
                 let uid = pools

@@ -636,7 +636,7 @@ impl<C: CloudProvider + Send + Sync + 'static> Driver<C> {
                 .filter_map(|pool| {
                     let problems = crate::api::validate::validate_node_pool(pool, catalog);
                     let problem = problems.first().map(|e| e.to_string());
-                    let new = status::node_pool_status(
+                    let mut new = status::node_pool_status(
                         pool,
                         &claims,
                         catalog,
@@ -644,6 +644,15 @@ impl<C: CloudProvider + Send + Sync + 'static> Driver<C> {
                         pool.status.as_ref(),
                         now,
                     );
+                    if let Some(why) = self.ctx.cloud.pool_problem(&pool.name_any()) {
+                        status::mark_not_ready(
+                            &mut new,
+                            status::reasons::NODE_CLASS_NOT_READY,
+                            &format!("launches nothing: {why}"),
+                            pool.status.as_ref(),
+                            now,
+                        );
+                    }
                     status::status_changed(pool.status.as_ref(), &new)
                         .then(|| (pool.name_any(), new))
                 })

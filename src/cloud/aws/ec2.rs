@@ -34,21 +34,43 @@ struct Zones {
 }
 
 /// The resolved node class of each NodePool, shared between the provider
-/// (which launches with them) and the reconciler that resolves them.
+/// (which launches with them) and the reconciler that resolves them, with
+/// why the other pools have none.
 #[derive(Debug, Clone, Default)]
-pub struct NodeClasses(Arc<RwLock<HashMap<String, Arc<NodeClass>>>>);
+pub struct NodeClasses(Arc<RwLock<PoolClassState>>);
+
+#[derive(Debug, Default)]
+struct PoolClassState {
+    classes: HashMap<String, Arc<NodeClass>>,
+    not_ready: BTreeMap<String, String>,
+}
 
 impl NodeClasses {
-    /// Replaces every pool's class.
+    /// Replaces every pool's class (and forgets why others had none).
     pub fn set(&self, classes: HashMap<String, Arc<NodeClass>>) {
+        self.set_with_problems(classes, BTreeMap::new());
+    }
+
+    /// Replaces every pool's class, and why each pool in `not_ready` has
+    /// none (the NodePool's status shows it).
+    pub fn set_with_problems(
+        &self,
+        classes: HashMap<String, Arc<NodeClass>>,
+        not_ready: BTreeMap<String, String>,
+    ) {
         if let Ok(mut c) = self.0.write() {
-            *c = classes;
+            *c = PoolClassState { classes, not_ready };
         }
     }
 
     /// The class of `nodepool`, if it has a ready one.
     pub fn get(&self, nodepool: &str) -> Option<Arc<NodeClass>> {
-        self.0.read().ok()?.get(nodepool).cloned()
+        self.0.read().ok()?.classes.get(nodepool).cloned()
+    }
+
+    /// Why `nodepool` has no ready class, if the last resolution said so.
+    pub fn problem(&self, nodepool: &str) -> Option<String> {
+        self.0.read().ok()?.not_ready.get(nodepool).cloned()
     }
 }
 
@@ -667,6 +689,12 @@ impl CloudProvider for AwsCloud {
 
     async fn describe(&self, claim: &str) -> Result<Option<Instance>> {
         Ok(self.of_claim(claim).await?.into_iter().next())
+    }
+
+    /// Why the pool's node class is missing or not Ready (the reconciler's
+    /// last word), so that its status says why it launches nothing.
+    fn pool_problem(&self, nodepool: &str) -> Option<String> {
+        self.node_classes.problem(nodepool)
     }
 
     /// The pool's node class's [`NodeClass::image_requirements`]; none for a
