@@ -404,6 +404,46 @@ async fn a_node_class_resolves_one_image_per_variant_its_subnets_groups_and_prof
 }
 
 #[tokio::test]
+async fn a_custom_image_term_serves_every_accelerator_of_its_architecture() {
+    // moto's stock images stand in for one of ours.
+    let w = World::new().await;
+    let stock = w.ec2.describe_images().send().await.unwrap();
+    let image = stock
+        .images()
+        .iter()
+        .find(|i| {
+            i.image_id().is_some_and(|id| id.len() >= 12)
+                && i.architecture().map(|a| a.as_str()) == Some("x86_64")
+        })
+        .expect("a stock x86_64 image");
+    let id = image.image_id().unwrap().to_string();
+    let mut spec = w.node_class_spec();
+    spec.ami_selector_terms = vec![serde_norway::from_str(&format!("id: {id}")).unwrap()];
+    let r = w.resolve(&spec).await;
+    let amis = r.amis.clone().unwrap();
+    assert_eq!(amis.len(), 1, "{amis:?}");
+    assert_eq!(
+        (
+            amis[0].id.as_str(),
+            amis[0].architecture.as_str(),
+            amis[0].accelerator.as_str()
+        ),
+        (id.as_str(), "x86_64", "any")
+    );
+    let class = r.node_class("custom", &spec).unwrap();
+    let none = std::collections::BTreeMap::new();
+    assert_eq!(
+        class.image_for(ImageVariant::of("p5.48xlarge", &none)),
+        Some(id.as_str())
+    );
+    assert_eq!(class.image_for(ImageVariant::of("g5g.xlarge", &none)), None);
+    // An image that does not exist resolves to none, with the reason.
+    spec.ami_selector_terms = vec![serde_norway::from_str("id: ami-00000000000dead00").unwrap()];
+    let p = w.resolve(&spec).await.amis.unwrap_err();
+    assert_eq!(p.reason, reasons::AMIS_NOT_FOUND, "{p:?}");
+}
+
+#[tokio::test]
 async fn a_missing_subnet_tag_a_malformed_alias_or_an_unknown_role_gets_a_reason_and_no_launch() {
     let w = World::new().await;
     let mut no_subnet = w.node_class_spec();
