@@ -9,8 +9,10 @@
 //!   made the instance visible exercises anyway.
 //! - `CreateFleet` tags instances but not volumes (`ResourceType=volume` is
 //!   dropped), so volume tags are not checked here.
-//! - `resolve:ssm:` image IDs are not resolved; moto keeps the string as the
-//!   image ID (AMI validation is off by default), which the tests check.
+//! - moto refuses parameters under `/aws/`, so the EKS image parameters
+//!   are put under a root of the test's own and the resolver is pointed at
+//!   it ([`Resolver::with_parameter_root`]); moto keeps any image ID (AMI
+//!   validation is off by default), which the tests check.
 //! - The launch template's security groups, instance profile and block
 //!   devices are not applied to fleet instances; the tests check them in the
 //!   launch template moto stores instead.
@@ -21,12 +23,15 @@ use aws_sdk_ec2::types::{
     Filter, InstanceAttributeName, InstanceLifecycleType, ResourceType, Tag, TagSpecification,
 };
 use quartermaster::api::labels as l;
+use quartermaster::api::nodeclass::EC2NodeClassSpec;
 use quartermaster::api::{Taint, TaintEffect};
 use quartermaster::catalog::CapacityType;
-use quartermaster::cloud::aws::ec2::{AwsCloud, Settings};
+use quartermaster::cloud::aws::ec2::{AwsCloud, ImageVariant, NodeClass, Settings};
+use quartermaster::cloud::aws::nodeclass::{reasons, Resolved, Resolver};
 use quartermaster::cloud::{self, CloudProvider, Error, InstanceState, NodeTemplate};
 use quartermaster::core::{ClaimRequest, OfferingKey};
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
+use std::sync::Arc;
 use support::moto::{unique, Moto};
 
 /// moto's us-east-1: `us-east-1a` is `use1-az6`, `us-east-1d` is `use1-az4`
@@ -37,7 +42,12 @@ const ZONES: [(&str, &str); 2] = [("us-east-1a", "use1-az6"), ("us-east-1d", "us
 /// one tagged subnet per zone of [`ZONES`] and a tagged security group.
 struct World {
     ec2: aws_sdk_ec2::Client,
+    sdk: aws_config::SdkConfig,
     cluster: String,
+    /// Where this world's EKS image parameters live (see the module note).
+    parameter_root: String,
+    /// The nodes' instance profile, in IAM.
+    instance_profile: String,
     subnets: Vec<String>,
     security_group: String,
     _moto: Moto,
@@ -57,8 +67,41 @@ fn tagged(resource: ResourceType, k: &str, v: &str) -> TagSpecification {
 impl World {
     async fn new() -> World {
         let moto = Moto::start();
-        let ec2 = aws_sdk_ec2::Client::new(&moto.sdk_config());
+        let sdk = moto.sdk_config();
+        let ec2 = aws_sdk_ec2::Client::new(&sdk);
         let cluster = unique("qm");
+        let parameter_root = format!("/test/{cluster}/eks");
+        let ssm = aws_sdk_ssm::Client::new(&sdk);
+        for variant in ImageVariant::ALL {
+            ssm.put_parameter()
+                .name(format!(
+                    "{parameter_root}/1.33/amazon-linux-2023/{variant}/recommended/image_id"
+                ))
+                .value(image_of(variant))
+                .r#type(aws_sdk_ssm::types::ParameterType::String)
+                .send()
+                .await
+                .unwrap();
+        }
+        let instance_profile = format!("{cluster}-nodes");
+        let iam = aws_sdk_iam::Client::new(&sdk);
+        iam.create_role()
+            .role_name(&instance_profile)
+            .assume_role_policy_document("{}")
+            .send()
+            .await
+            .unwrap();
+        iam.create_instance_profile()
+            .instance_profile_name(&instance_profile)
+            .send()
+            .await
+            .unwrap();
+        iam.add_role_to_instance_profile()
+            .instance_profile_name(&instance_profile)
+            .role_name(&instance_profile)
+            .send()
+            .await
+            .unwrap();
         let vpc = ec2
             .create_vpc()
             .cidr_block("10.0.0.0/16")
@@ -94,7 +137,10 @@ impl World {
             .unwrap();
         World {
             ec2,
+            sdk,
             cluster,
+            parameter_root,
+            instance_profile,
             subnets,
             security_group: sg.group_id().unwrap().to_string(),
             _moto: moto,
@@ -109,21 +155,47 @@ kubernetesVersion: "1.33"
 clusterEndpoint: https://example.eks.amazonaws.com
 certificateAuthority: Q0EgYnVuZGxl
 serviceCidr: 10.100.0.0/16
-defaultNodeClass:
-  subnetSelector: {{ test/discovery: {own} }}
-  securityGroupSelector: {{ test/discovery: {own} }}
-  instanceProfile: nodes
-  tags: {{ team: ml }}
+"#
+        ))
+        .unwrap()
+    }
+
+    /// This world's node class: the latest EKS images, its subnets and
+    /// security group by tag, its role (and so its instance profile).
+    fn node_class_spec(&self) -> EC2NodeClassSpec {
+        serde_norway::from_str(&format!(
+            r#"
+subnetSelectorTerms: [{{ tags: {{ test/discovery: {own} }} }}]
+securityGroupSelectorTerms: [{{ tags: {{ test/discovery: {own} }} }}]
+role: {own}-nodes
+tags: {{ team: ml }}
 "#,
             own = self.cluster
         ))
         .unwrap()
     }
 
+    fn resolver(&self) -> Resolver {
+        Resolver::new(&self.sdk, Some("1.33".into())).with_parameter_root(&self.parameter_root)
+    }
+
+    async fn resolve(&self, spec: &EC2NodeClassSpec) -> Resolved {
+        self.resolver().resolve(spec).await
+    }
+
     /// A provider for this world's cluster, as a freshly started controller
-    /// would build it.
-    fn cloud(&self) -> AwsCloud {
-        AwsCloud::new(self.ec2.clone(), self.settings(&self.cluster)).unwrap()
+    /// would build it, with pool `train`'s node class resolved.
+    async fn cloud(&self) -> AwsCloud {
+        self.cloud_of(&self.cluster).await
+    }
+
+    /// As [`World::cloud`], for the cluster `cluster` on this world's network.
+    async fn cloud_of(&self, cluster: &str) -> AwsCloud {
+        let aws = AwsCloud::new(self.ec2.clone(), self.settings(cluster)).unwrap();
+        let spec = self.node_class_spec();
+        let class = self.resolve(&spec).await.node_class("gpu", &spec).unwrap();
+        aws.set_node_classes(HashMap::from([("train".to_string(), Arc::new(class))]));
+        aws
     }
 
     /// Every instance moto holds carrying this world's cluster tag and the
@@ -186,6 +258,11 @@ defaultNodeClass:
     }
 }
 
+/// The image ID this world's parameter of `variant` holds.
+fn image_of(variant: ImageVariant) -> String {
+    format!("ami-{}", variant.to_string().replace('/', "-"))
+}
+
 fn claim(name: &str, instance_type: &str, zone: &str, capacity_type: CapacityType) -> ClaimRequest {
     ClaimRequest {
         claim: name.into(),
@@ -235,12 +312,12 @@ fn id_of(provider_id: &str) -> String {
 
 #[tokio::test]
 async fn each_launch_gets_the_eks_image_its_architecture_and_accelerator_need() {
-    // The default image (no AMI in the node class) follows the instance
-    // type: an x86_64 NVIDIA image on g6, arm64 NVIDIA on g5g (read from the
+    // The images of the alias follow the instance type: an x86_64 NVIDIA
+    // image on g6, arm64 NVIDIA on g5g (read from the
     // planner's arch label), Neuron on trn1, the standard arm64 image on a
     // Graviton CPU type (read from its name).
     let w = World::new().await;
-    let aws = w.cloud();
+    let aws = w.cloud().await;
     let cases = [
         (
             "img-g6",
@@ -270,21 +347,261 @@ async fn each_launch_gets_the_eks_image_its_architecture_and_accelerator_need() 
         assert_eq!(found.len(), 1, "{name}");
         assert_eq!(
             found[0].image_id(),
-            Some(
-                format!(
-                    "resolve:ssm:/aws/service/eks/optimized-ami/1.33/amazon-linux-2023/{variant}/recommended/image_id"
-                )
-                .as_str()
-            ),
+            Some(format!("ami-{}", variant.replace('/', "-")).as_str()),
             "{name}"
         );
     }
 }
 
 #[tokio::test]
+async fn a_node_class_resolves_one_image_per_variant_its_subnets_groups_and_profile() {
+    let w = World::new().await;
+    let r = w.resolve(&w.node_class_spec()).await;
+    let amis = r.amis.clone().unwrap();
+    let got: Vec<(String, String, String)> = amis
+        .iter()
+        .map(|a| (a.architecture.clone(), a.accelerator.clone(), a.id.clone()))
+        .collect();
+    let mut want: Vec<(String, String, String)> = ImageVariant::ALL
+        .iter()
+        .map(|v| {
+            (
+                v.arch.as_str().to_string(),
+                v.driver.as_str().to_string(),
+                image_of(*v),
+            )
+        })
+        .collect();
+    want.sort();
+    assert_eq!(got, want);
+    let subnets = r.subnets.clone().unwrap();
+    let mut ids: Vec<&str> = subnets.iter().map(|s| s.id.as_str()).collect();
+    ids.sort();
+    let mut own: Vec<&str> = w.subnets.iter().map(String::as_str).collect();
+    own.sort();
+    assert_eq!(ids, own);
+    for s in &subnets {
+        let (_, zone_id) = ZONES.iter().find(|(name, _)| *name == s.zone).unwrap();
+        assert_eq!(s.zone_id, *zone_id, "{s:?}");
+        assert!(s.available_ip_address_count > 200, "{s:?}");
+    }
+    let groups = r.security_groups.clone().unwrap();
+    assert_eq!(groups.len(), 1);
+    assert_eq!(groups[0].id, w.security_group);
+    assert_eq!(r.instance_profile, Ok(w.instance_profile.clone()));
+    assert_eq!(r.first_problem(), None);
+
+    // A dated alias reads that release's parameters: none exist here.
+    let mut dated = w.node_class_spec();
+    dated.ami_selector_terms[0].alias = Some("al2023@v20250101".into());
+    let r = w.resolve(&dated).await;
+    let p = r.amis.unwrap_err();
+    assert_eq!(p.reason, reasons::AMIS_NOT_FOUND, "{p:?}");
+    assert!(w
+        .resolver()
+        .parameter("1.33", &quartermaster::api::nodeclass::AmiAlias::parse("al2023@v20250101").unwrap(), ImageVariant::ALL[1])
+        .ends_with("/1.33/amazon-linux-2023/x86_64/nvidia/amazon-eks-node-al2023-x86_64-nvidia-1.33-v20250101/image_id"));
+}
+
+#[tokio::test]
+async fn a_custom_image_term_serves_every_accelerator_of_its_architecture() {
+    // moto's stock images stand in for one of ours.
+    let w = World::new().await;
+    let stock = w.ec2.describe_images().send().await.unwrap();
+    let image = stock
+        .images()
+        .iter()
+        .find(|i| {
+            i.image_id().is_some_and(|id| id.len() >= 12)
+                && i.architecture().map(|a| a.as_str()) == Some("x86_64")
+        })
+        .expect("a stock x86_64 image");
+    let id = image.image_id().unwrap().to_string();
+    let mut spec = w.node_class_spec();
+    spec.ami_selector_terms = vec![serde_norway::from_str(&format!("id: {id}")).unwrap()];
+    let r = w.resolve(&spec).await;
+    let amis = r.amis.clone().unwrap();
+    assert_eq!(amis.len(), 1, "{amis:?}");
+    assert_eq!(
+        (
+            amis[0].id.as_str(),
+            amis[0].architecture.as_str(),
+            amis[0].accelerator.as_str()
+        ),
+        (id.as_str(), "x86_64", "any")
+    );
+    let class = r.node_class("custom", &spec).unwrap();
+    let none = std::collections::BTreeMap::new();
+    assert_eq!(
+        class.image_for(ImageVariant::of("p5.48xlarge", &none)),
+        Some(id.as_str())
+    );
+    assert_eq!(class.image_for(ImageVariant::of("g5g.xlarge", &none)), None);
+    // An image that does not exist resolves to none, with the reason.
+    spec.ami_selector_terms = vec![serde_norway::from_str("id: ami-00000000000dead00").unwrap()];
+    let p = w.resolve(&spec).await.amis.unwrap_err();
+    assert_eq!(p.reason, reasons::AMIS_NOT_FOUND, "{p:?}");
+}
+
+#[tokio::test]
+async fn a_missing_subnet_tag_a_malformed_alias_or_an_unknown_role_gets_a_reason_and_no_launch() {
+    let w = World::new().await;
+    let mut no_subnet = w.node_class_spec();
+    no_subnet.subnet_selector_terms[0]
+        .tags
+        .insert("test/missing".into(), "yes".into());
+    let mut bad_alias = w.node_class_spec();
+    bad_alias.ami_selector_terms[0].alias = Some("al2023@newest".into());
+    let mut no_role = w.node_class_spec();
+    no_role.role = Some(unique("nobody"));
+    let mut no_profile = w.node_class_spec();
+    no_profile.role = None;
+    no_profile.instance_profile = Some(unique("nothing"));
+    let cases = [
+        (no_subnet, reasons::SUBNETS_NOT_FOUND, "test/missing"),
+        (bad_alias, reasons::INVALID_SPEC, "al2023@newest"),
+        (no_role, reasons::ROLE_NOT_FOUND, "nobody"),
+        (no_profile, reasons::INSTANCE_PROFILE_NOT_FOUND, "nothing"),
+    ];
+    let aws = AwsCloud::new(w.ec2.clone(), w.settings(&w.cluster)).unwrap();
+    for (spec, reason, named) in cases {
+        let r = w.resolve(&spec).await;
+        let p = r.first_problem().cloned().expect("a problem");
+        assert_eq!(p.reason, reason, "{p:?}");
+        assert!(p.message.contains(named), "{p:?}");
+        assert_eq!(r.node_class("broken", &spec), None);
+    }
+    // A pool whose class did not resolve has none, and does not launch.
+    let c = claim("unready", "g6.xlarge", "use1-az4", CapacityType::OnDemand);
+    let err = aws
+        .launch(&c, &template(), chrono::Utc::now())
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(&err, Error::NotReady { reason, .. } if reason.contains("EC2NodeClass of NodePool train")),
+        "{err:?}"
+    );
+    assert!(w.instances_of("unready").await.is_empty());
+}
+
+#[tokio::test]
+async fn the_reconciler_writes_each_class_status_and_hands_pools_only_ready_classes() {
+    use quartermaster::controller::events::Events;
+    use quartermaster::controller::kube_api::KubeApi;
+    use quartermaster::controller::nodeclasses::Reconciler;
+    use serde_json::{json, Value};
+    use std::sync::Mutex;
+    use support::api_server::Recorder;
+
+    let w = World::new().await;
+    let mut broken = w.node_class_spec();
+    broken.role = Some(unique("nobody"));
+    let list = |kind: &str, items: Vec<Value>| {
+        json!({"apiVersion": "quartermaster.dev/v1alpha1", "kind": format!("{kind}List"),
+               "metadata": {"resourceVersion": "1"}, "items": items})
+    };
+    let class = |name: &str, spec: &EC2NodeClassSpec| {
+        json!({"apiVersion": "quartermaster.dev/v1alpha1", "kind": "EC2NodeClass",
+               "metadata": {"name": name, "generation": 1}, "spec": spec})
+    };
+    let pool = |name: &str, class: &str| {
+        json!({"apiVersion": "quartermaster.dev/v1alpha1", "kind": "NodePool",
+               "metadata": {"name": name, "uid": format!("uid-{name}")},
+               "spec": {"template": {"spec": {"nodeClassRef":
+                   {"group": "quartermaster.dev", "kind": "EC2NodeClass", "name": class}}}}})
+    };
+    let classes = list(
+        "EC2NodeClass",
+        vec![class("gpu", &w.node_class_spec()), class("broken", &broken)],
+    );
+    let pools = list(
+        "NodePool",
+        vec![pool("train", "gpu"), pool("infer", "broken")],
+    );
+    let writes: Arc<Mutex<Vec<(String, Value)>>> = Arc::default();
+    let seen = writes.clone();
+    let (client, _recorder) = Recorder::start(move |served, body| {
+        if served.method == "GET" && served.path.ends_with("/ec2nodeclasses") {
+            return (200, classes.clone());
+        }
+        if served.method == "GET" && served.path.ends_with("/nodepools") {
+            return (200, pools.clone());
+        }
+        seen.lock()
+            .unwrap()
+            .push((served.path.clone(), body.clone()));
+        (200, body.clone())
+    });
+    let aws = AwsCloud::new(w.ec2.clone(), w.settings(&w.cluster)).unwrap();
+    let mut reconciler = Reconciler::new(
+        KubeApi::new(client.clone()),
+        Events::new(client, None),
+        w.resolver(),
+        aws.node_classes(),
+    );
+    reconciler.round(true, chrono::Utc::now()).await.unwrap();
+
+    let writes = writes.lock().unwrap().clone();
+    let status_of = |name: &str| {
+        writes
+            .iter()
+            .find(|(path, _)| path.ends_with(&format!("/ec2nodeclasses/{name}/status")))
+            .map(|(_, body)| body["status"].clone())
+            .unwrap_or_else(|| panic!("no status written for {name}: {writes:#?}"))
+    };
+    let ready = |status: &Value| {
+        status["conditions"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|c| c["type"] == "Ready")
+            .cloned()
+            .unwrap()
+    };
+    let gpu = status_of("gpu");
+    assert_eq!(ready(&gpu)["status"], "True", "{gpu:#}");
+    assert_eq!(
+        gpu["amis"].as_array().unwrap().len(),
+        ImageVariant::ALL.len()
+    );
+    assert_eq!(gpu["subnets"].as_array().unwrap().len(), 2);
+    assert_eq!(gpu["instanceProfile"], w.instance_profile.as_str());
+    let bad = status_of("broken");
+    assert_eq!(ready(&bad)["status"], "False");
+    let message = ready(&bad)["message"].as_str().unwrap().to_string();
+    assert!(message.starts_with("RoleNotFound: role"), "{message}");
+    let event = writes
+        .iter()
+        .find(|(path, body)| path.contains("/events") && body["reason"] == "NodeClassNotReady")
+        .map(|(_, body)| body.clone())
+        .unwrap_or_else(|| panic!("no NodeClassNotReady Event: {writes:#?}"));
+    assert_eq!(event["regarding"]["name"], "infer");
+    assert!(event["note"]
+        .as_str()
+        .unwrap()
+        .contains("EC2NodeClass broken is not Ready"));
+
+    // The ready pool launches with its class; the other launches nothing.
+    assert_eq!(aws.node_class("train").unwrap().name, "gpu");
+    assert!(aws.node_class("infer").is_none());
+    assert_eq!(aws.pool_problem("train"), None);
+    let why = aws.pool_problem("infer").unwrap_or_default();
+    assert!(
+        why.contains("EC2NodeClass broken is not Ready: RoleNotFound"),
+        "{why}"
+    );
+    let mut c = claim("infer-1", "g6.xlarge", "use1-az4", CapacityType::OnDemand);
+    c.nodepool = "infer".into();
+    assert!(matches!(
+        aws.launch(&c, &template(), chrono::Utc::now()).await,
+        Err(Error::NotReady { .. })
+    ));
+}
+
+#[tokio::test]
 async fn a_spot_launch_creates_one_tagged_instance_with_the_nodes_bootstrap() {
     let w = World::new().await;
-    let aws = w.cloud();
+    let aws = w.cloud().await;
     let c = claim("gpu-a", "g5.xlarge", "use1-az4", CapacityType::Spot);
     let launched = aws
         .launch(&c, &template(), chrono::Utc::now())
@@ -313,9 +630,8 @@ async fn a_spot_launch_creates_one_tagged_instance_with_the_nodes_bootstrap() {
     assert_eq!(tag_of(i, l::NODEPOOL), Some("train"));
     assert_eq!(tag_of(i, l::TAG_NODECLAIM), Some("gpu-a"));
     assert_eq!(tag_of(i, "team"), Some("ml"));
-    assert!(i
-        .image_id()
-        .is_some_and(|a| a.starts_with("resolve:ssm:/aws/service/eks/optimized-ami/1.33/")));
+    assert_eq!(i.image_id(), Some("ami-x86_64-nvidia"));
+    assert_eq!(tag_of(i, "quartermaster.dev/ec2nodeclass"), Some("gpu"));
 
     let attr = w
         .ec2
@@ -365,7 +681,7 @@ async fn a_spot_launch_creates_one_tagged_instance_with_the_nodes_bootstrap() {
     assert_eq!(imds.http_put_response_hop_limit(), Some(2));
     assert_eq!(
         data.iam_instance_profile().and_then(|p| p.name()),
-        Some("nodes")
+        Some(w.instance_profile.as_str())
     );
     assert_eq!(data.security_group_ids(), [w.security_group.as_str()]);
     let root = &data.block_device_mappings()[0];
@@ -388,7 +704,7 @@ async fn a_spot_launch_creates_one_tagged_instance_with_the_nodes_bootstrap() {
 #[tokio::test]
 async fn an_on_demand_launch_is_not_spot_and_lands_in_the_planned_zone() {
     let w = World::new().await;
-    let aws = w.cloud();
+    let aws = w.cloud().await;
     let c = claim("od-a", "m5.large", "use1-az6", CapacityType::OnDemand);
     let launched = aws
         .launch(&c, &template(), chrono::Utc::now())
@@ -411,12 +727,14 @@ async fn a_launch_retried_after_a_crash_returns_the_same_instance() {
     let c = claim("gpu-retry", "g5.xlarge", "use1-az4", CapacityType::Spot);
     let first = w
         .cloud()
+        .await
         .launch(&c, &template(), chrono::Utc::now())
         .await
         .unwrap();
     // A new provider value, as after a controller restart.
     let again = w
         .cloud()
+        .await
         .launch(&c, &template(), chrono::Utc::now())
         .await
         .unwrap();
@@ -427,6 +745,7 @@ async fn a_launch_retried_after_a_crash_returns_the_same_instance() {
     let moved = claim("gpu-retry", "g5.xlarge", "use1-az6", CapacityType::Spot);
     let err = w
         .cloud()
+        .await
         .launch(&moved, &template(), chrono::Utc::now())
         .await
         .unwrap_err();
@@ -440,6 +759,7 @@ async fn a_zone_without_a_selected_subnet_is_not_launched_in() {
     let c = claim("nowhere", "g5.xlarge", "use1-az2", CapacityType::Spot);
     let err = w
         .cloud()
+        .await
         .launch(&c, &template(), chrono::Utc::now())
         .await
         .unwrap_err();
@@ -470,6 +790,7 @@ async fn a_planned_zone_without_a_subnet_launches_in_the_first_fallback_that_has
     };
     let launched = w
         .cloud()
+        .await
         .launch(&c, &template, chrono::Utc::now())
         .await
         .unwrap();
@@ -484,6 +805,7 @@ async fn a_planned_zone_without_a_subnet_launches_in_the_first_fallback_that_has
     // Retried with the same fallbacks, the instance is found, not relaunched.
     let again = w
         .cloud()
+        .await
         .launch(&c, &template, chrono::Utc::now())
         .await
         .unwrap();
@@ -493,7 +815,7 @@ async fn a_planned_zone_without_a_subnet_launches_in_the_first_fallback_that_has
 #[tokio::test]
 async fn terminate_acts_on_the_claims_instance_only_and_twice_is_fine() {
     let w = World::new().await;
-    let aws = w.cloud();
+    let aws = w.cloud().await;
     let now = chrono::Utc::now();
     let a = aws
         .launch(
@@ -515,6 +837,7 @@ async fn terminate_acts_on_the_claims_instance_only_and_twice_is_fine() {
     // Same node class and content: one launch template, also for a
     // provider that did not create it (another replica, or after a restart).
     w.cloud()
+        .await
         .launch(
             &claim("t-c", "g5.xlarge", "use1-az4", CapacityType::Spot),
             &template(),
@@ -555,14 +878,13 @@ async fn terminate_acts_on_the_claims_instance_only_and_twice_is_fine() {
 #[tokio::test]
 async fn garbage_collection_terminates_only_our_old_unclaimed_instances() {
     let w = World::new().await;
-    let aws = w.cloud();
+    let aws = w.cloud().await;
     let now = chrono::Utc::now();
     let spot = |name: &str| claim(name, "g5.xlarge", "use1-az4", CapacityType::Spot);
     let orphan = aws.launch(&spot("orphan"), &template(), now).await.unwrap();
     let kept = aws.launch(&spot("kept"), &template(), now).await.unwrap();
     // Another cluster's instance on the same subnets, with its own tags.
-    let other_cluster =
-        AwsCloud::new(w.ec2.clone(), w.settings(&format!("{}-other", w.cluster))).unwrap();
+    let other_cluster = w.cloud_of(&format!("{}-other", w.cluster)).await;
     let foreign = other_cluster
         .launch(&spot("foreign"), &template(), now)
         .await
@@ -608,7 +930,7 @@ async fn garbage_collection_terminates_only_our_old_unclaimed_instances() {
 #[tokio::test]
 async fn launch_templates_no_live_instance_uses_are_deleted_after_the_grace_period() {
     let w = World::new().await;
-    let aws = w.cloud();
+    let aws = w.cloud().await;
     let now = chrono::Utc::now();
     let spot = |name: &str| claim(name, "g5.xlarge", "use1-az4", CapacityType::Spot);
     let mut vision = template();
@@ -616,7 +938,7 @@ async fn launch_templates_no_live_instance_uses_are_deleted_after_the_grace_peri
     aws.launch(&spot("kept"), &template(), now).await.unwrap();
     aws.launch(&spot("gone"), &vision, now).await.unwrap();
     // Another cluster's template (same content, its own tags) is not ours.
-    let other = AwsCloud::new(w.ec2.clone(), w.settings(&format!("{}-other", w.cluster))).unwrap();
+    let other = w.cloud_of(&format!("{}-other", w.cluster)).await;
     other.launch(&spot("foreign"), &vision, now).await.unwrap();
     aws.terminate("gone", now).await.unwrap();
     assert_eq!(w.launch_templates().await.len(), 2);
@@ -889,15 +1211,21 @@ clusterName: replay
 clusterEndpoint: https://example.eks.amazonaws.com
 certificateAuthority: Q0EgYnVuZGxl
 serviceCidr: 10.100.0.0/16
-defaultNodeClass:
-  ami: ami-0123456789abcdef0
-  subnetSelector: { test/discovery: replay }
-  securityGroupSelector: { test/discovery: replay }
-  instanceProfile: nodes
 "#,
         )
         .unwrap();
         let aws = AwsCloud::new(aws_sdk_ec2::Client::from_conf(config), settings).unwrap();
+        let class: NodeClass = serde_norway::from_str(
+            r#"
+name: replay
+images: [{ id: ami-0123456789abcdef0, architecture: x86_64, accelerator: any }]
+subnetSelectorTerms: [{ tags: { test/discovery: replay } }]
+securityGroupSelectorTerms: [{ tags: { test/discovery: replay } }]
+instanceProfile: nodes
+"#,
+        )
+        .unwrap();
+        aws.set_node_classes(HashMap::from([("train".to_string(), Arc::new(class))]));
         (aws, http)
     }
 

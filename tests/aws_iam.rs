@@ -27,7 +27,7 @@ const CREATING: &[&str] = &[
     "ec2:CreateLaunchTemplate",
 ];
 
-/// Every call the EC2, pricing and notice code makes.
+/// Every call the EC2, node class, pricing and notice code makes.
 const USED: &[&str] = &[
     "ec2:DescribeAvailabilityZones",
     "ec2:DescribeInstances",
@@ -41,7 +41,10 @@ const USED: &[&str] = &[
     "ec2:RunInstances",
     "ec2:CreateTags",
     "ec2:TerminateInstances",
+    "ec2:DescribeImages",
     "ssm:GetParameters",
+    "iam:GetInstanceProfile",
+    "iam:ListInstanceProfilesForRole",
     "iam:PassRole",
     "pricing:GetProducts",
     "sqs:ReceiveMessage",

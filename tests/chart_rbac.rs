@@ -150,6 +150,12 @@ async fn kube_api_calls(
         "patch_provisioning_request_conditions",
         api.patch_provisioning_request_conditions("ml", "train", &[])
     );
+    call!("list_node_pools", api.list_node_pools());
+    call!("list_node_classes", api.list_node_classes());
+    call!(
+        "patch_node_class_status",
+        api.patch_node_class_status("gpu", &Default::default())
+    );
     calls
 }
 

@@ -2159,3 +2159,152 @@ async fn a_ready_claim_whose_instance_is_gone_is_deleted_by_garbage_collection()
     verifier.finish().await;
     assert_eq!(lost, [name]);
 }
+
+/// The simulated cloud, with requirements of its own on every pool's nodes
+/// (as EC2 adds those of a pool's node class: only what it has images for).
+struct Narrowed {
+    inner: Mutex<SimulatedCloud>,
+    requirements: Vec<quartermaster::api::Requirement>,
+    problem: Option<String>,
+}
+
+impl CloudProvider for Narrowed {
+    async fn launch(
+        &self,
+        claim: &ClaimRequest,
+        template: &NodeTemplate,
+        now: Time,
+    ) -> quartermaster::cloud::Result<quartermaster::cloud::Instance> {
+        self.inner.launch(claim, template, now).await
+    }
+    async fn terminate(
+        &self,
+        claim: &str,
+        now: Time,
+    ) -> quartermaster::cloud::Result<quartermaster::cloud::Instance> {
+        self.inner.terminate(claim, now).await
+    }
+    async fn describe(
+        &self,
+        claim: &str,
+    ) -> quartermaster::cloud::Result<Option<quartermaster::cloud::Instance>> {
+        self.inner.describe(claim).await
+    }
+    async fn instances(&self) -> quartermaster::cloud::Result<Vec<quartermaster::cloud::Instance>> {
+        self.inner.instances().await
+    }
+    fn pool_requirements(&self, _: &str) -> Vec<quartermaster::api::Requirement> {
+        self.requirements.clone()
+    }
+    fn pool_problem(&self, _: &str) -> Option<String> {
+        self.problem.clone()
+    }
+}
+
+#[tokio::test]
+async fn the_loop_plans_only_what_the_cloud_can_launch_for_the_pool() {
+    use quartermaster::api::{Operator, Requirement};
+    use quartermaster::controller::events::{reasons, Events};
+    use quartermaster::controller::run::{Context, Driver};
+    use std::sync::atomic::AtomicBool;
+    use support::api_server::Recorder;
+    use tokio::sync::mpsc;
+
+    // One pending GPU pod; the pool's node class has no NVIDIA image (the
+    // cloud adds gpu-name DoesNotExist), or has every image (no addition).
+    async fn claims_and_unplaced(
+        requirements: Vec<Requirement>,
+        problem: Option<String>,
+    ) -> (usize, Vec<String>, Vec<Value>) {
+        let s = Arc::new(store(
+            vec![gpu_pod("train-0", None, json!({}))],
+            vec![],
+            vec![],
+        ));
+        let writes: Arc<Mutex<Vec<(String, String, Value)>>> = Arc::default();
+        let seen = writes.clone();
+        let (client, _server) = Recorder::start(move |served, body| {
+            seen.lock()
+                .unwrap()
+                .push((served.method.clone(), served.path.clone(), body.clone()));
+            echo(body)
+        });
+        let (_leader_tx, leader) = watch::channel(true);
+        let (_catalog_tx, catalog_rx) = watch::channel(catalog());
+        let (_notices_tx, notices) = mpsc::channel(8);
+        let ctx = Context {
+            api: KubeApi::new(client.clone()),
+            cloud: Arc::new(Narrowed {
+                inner: cloud(),
+                requirements,
+                problem,
+            }),
+            metrics: Arc::new(Metrics::unregistered()),
+            catalog: catalog_rx,
+            leader,
+            ready: Arc::new(AtomicBool::new(true)),
+            notices,
+            notice_acks: Default::default(),
+            simulated_nodes: false,
+        };
+        let mut driver = Driver::new(ctx, loop_settings(Config::default()), s.clone(), t(0));
+        driver.events = Some(Events::new(client, None));
+        for k in 0..8 {
+            driver.round(t(k)).await;
+        }
+        let writes = writes.lock().unwrap().clone();
+        let count = |f: &dyn Fn(&str, &str, &Value) -> bool| {
+            writes.iter().filter(|(m, p, b)| f(m, p, b)).count()
+        };
+        let notes: Vec<String> = writes
+            .iter()
+            .filter(|(m, _, b)| m == "POST" && b["reason"] == reasons::NOT_PLACEABLE)
+            .map(|(_, _, b)| b["note"].as_str().unwrap_or_default().to_string())
+            .collect();
+        let pool_readiness: Vec<Value> = writes
+            .iter()
+            .filter(|(m, p, _)| m == "PATCH" && p.ends_with("/nodepools/gpu/status"))
+            .flat_map(|(_, _, b)| {
+                b["status"]["conditions"]
+                    .as_array()
+                    .cloned()
+                    .unwrap_or_default()
+            })
+            .filter(|c| c["type"] == "Ready")
+            .collect();
+        (
+            count(&|m, p, _| m == "POST" && p == CLAIMS),
+            notes,
+            pool_readiness,
+        )
+    }
+    let (claims, unplaced, ready) = claims_and_unplaced(Vec::new(), None).await;
+    assert_eq!((claims, unplaced), (1, Vec::new()));
+    assert!(ready.iter().all(|c| c["status"] == "True"), "{ready:?}");
+    let (claims, unplaced, _) = claims_and_unplaced(
+        vec![Requirement::new(l::GPU_NAME, Operator::DoesNotExist, &[])],
+        None,
+    )
+    .await;
+    assert_eq!(claims, 0);
+    // The pod's reason names the requirement that left nothing.
+    assert!(!unplaced.is_empty());
+    assert!(
+        unplaced
+            .iter()
+            .all(|n| n.contains("gpu: ") && n.contains("quartermaster.dev/gpu-name DoesNotExist")),
+        "{unplaced:?}"
+    );
+    // A pool the cloud cannot launch for at all says why in its status.
+    let why = "EC2NodeClass gpu is not Ready: SubnetsNotFound: no subnet matches".to_string();
+    let (_, _, ready) = claims_and_unplaced(Vec::new(), Some(why)).await;
+    assert!(!ready.is_empty());
+    assert!(
+        ready.iter().all(|c| c["status"] == "False"
+            && c["reason"] == "NodeClassNotReady"
+            && c["message"]
+                .as_str()
+                .is_some_and(|m| m.contains("SubnetsNotFound"))),
+        "{ready:?}"
+    );
+}

@@ -6,7 +6,7 @@ use kube::core::cel::{compile_schema, Validator};
 use kube::core::CustomResourceExt;
 use pretty_assertions::assert_eq;
 use quartermaster::api::crds;
-use quartermaster::api::{NodeClaim, NodePool};
+use quartermaster::api::{EC2NodeClass, NodeClaim, NodePool};
 use serde_json::{json, Value};
 use std::path::Path;
 
@@ -26,7 +26,11 @@ fn crd_files_match_the_code() {
 
 #[test]
 fn crds_are_cluster_scoped_with_short_names_and_a_category() {
-    for (crd, short) in [(NodePool::crd(), "qnp"), (NodeClaim::crd(), "qnc")] {
+    for (crd, short) in [
+        (NodePool::crd(), "qnp"),
+        (NodeClaim::crd(), "qnc"),
+        (EC2NodeClass::crd(), "qec2nc"),
+    ] {
         assert_eq!(crd.spec.scope, "Cluster");
         assert_eq!(crd.spec.group, "quartermaster.dev");
         assert_eq!(crd.spec.versions[0].name, "v1alpha1");
@@ -149,7 +153,7 @@ fn rules(schema: &Value, out: &mut Vec<String>) {
 
 #[test]
 fn every_cel_rule_compiles_and_stays_within_the_cost_budget() {
-    for crd in [NodePool::crd(), NodeClaim::crd()] {
+    for crd in [NodePool::crd(), NodeClaim::crd(), EC2NodeClass::crd()] {
         let schema = schema_of(&crd);
         let compiled = compile_schema(&schema);
         let mut all = Vec::new();
@@ -169,10 +173,19 @@ fn every_cel_rule_compiles_and_stays_within_the_cost_budget() {
 
 /// CEL failures for a NodePool spec (defaults applied, as the API server does).
 fn cel_errors(spec: Value) -> Vec<String> {
-    let schema = schema_of(&NodePool::crd());
+    cel_errors_of("NodePool", spec)
+}
+
+/// CEL failures for a spec of `kind` (NodePool or EC2NodeClass).
+fn cel_errors_of(kind: &str, spec: Value) -> Vec<String> {
+    let crd = match kind {
+        "EC2NodeClass" => EC2NodeClass::crd(),
+        _ => NodePool::crd(),
+    };
+    let schema = schema_of(&crd);
     let object = json!({
         "apiVersion": "quartermaster.dev/v1alpha1",
-        "kind": "NodePool",
+        "kind": kind,
         "metadata": { "name": "p" },
         "spec": spec,
     });
@@ -203,8 +216,9 @@ fn valid_pools_pass_every_cel_rule() {
             let text = std::fs::read_to_string(&path).unwrap();
             for doc in serde_norway::Deserializer::from_str(&text) {
                 let v: Value = serde::Deserialize::deserialize(doc).unwrap();
+                let kind = v["kind"].as_str().unwrap_or_default();
                 assert_eq!(
-                    cel_errors(v["spec"].clone()),
+                    cel_errors_of(kind, v["spec"].clone()),
                     Vec::<String>::new(),
                     "{}",
                     path.display()
@@ -212,6 +226,72 @@ fn valid_pools_pass_every_cel_rule() {
             }
         }
     }
+}
+
+#[test]
+fn cel_rejects_node_classes_a_user_could_get_wrong() {
+    let base = json!({
+        "subnetSelectorTerms": [{ "tags": { "a": "b" } }],
+        "securityGroupSelectorTerms": [{ "id": "sg-0123456789abcdef0" }],
+        "role": "nodes",
+    });
+    assert_eq!(
+        cel_errors_of("EC2NodeClass", base.clone()),
+        Vec::<String>::new()
+    );
+    let with = |patch: Value| {
+        let mut spec = base.clone();
+        for (k, v) in patch.as_object().unwrap() {
+            spec[k] = v.clone();
+        }
+        cel_errors_of("EC2NodeClass", spec)
+    };
+    let expect = |errs: Vec<String>, fragment: &str| {
+        assert!(
+            errs.iter().any(|e| e.contains(fragment)),
+            "expected {fragment:?} in {errs:?}"
+        );
+    };
+    expect(
+        with(json!({ "instanceProfile": "also" })),
+        "exactly one of role and instanceProfile",
+    );
+    expect(
+        with(
+            json!({ "amiSelectorTerms": [{ "alias": "al2023@latest" }, { "id": "ami-0123456789abcdef0" }] }),
+        ),
+        "alias must be the only term",
+    );
+    expect(
+        with(json!({ "amiSelectorTerms": [{ "alias": "al2023@latest", "owner": "self" }] })),
+        "cannot be combined",
+    );
+    expect(
+        with(
+            json!({ "subnetSelectorTerms": [{ "id": "subnet-0123456789abcdef0", "tags": { "a": "b" } }] }),
+        ),
+        "either an id or tags",
+    );
+    expect(
+        with(json!({ "tags": { "quartermaster.dev/cluster": "x" } })),
+        "tags must not use keys",
+    );
+    expect(
+        with(json!({ "blockDeviceMappings": [
+            { "deviceName": "/dev/xvda", "rootVolume": true, "ebs": { "volumeSizeGiB": 100 } },
+            { "deviceName": "/dev/xvdb", "rootVolume": true, "ebs": { "volumeSizeGiB": 100 } }
+        ] })),
+        "at most one block device mapping",
+    );
+    let pool_ref = |kind: &str| {
+        cel_errors(json!({ "template": { "spec": { "nodeClassRef": {
+            "group": "quartermaster.dev", "kind": kind, "name": "gpu" } } } }))
+    };
+    assert_eq!(pool_ref("EC2NodeClass"), Vec::<String>::new());
+    expect(
+        pool_ref("AWSNodeClass"),
+        "must name a quartermaster.dev EC2NodeClass",
+    );
 }
 
 #[test]

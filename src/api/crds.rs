@@ -1,7 +1,7 @@
 //! The CustomResourceDefinitions generated from the types, and their YAML
 //! text as written to `crds/` (the files a test keeps in step with the code).
 
-use super::{NodeClaim, NodePool};
+use super::{EC2NodeClass, NodeClaim, NodePool};
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::core::CustomResourceExt;
 
@@ -14,6 +14,7 @@ pub fn all() -> Vec<(&'static str, CustomResourceDefinition)> {
     vec![
         ("nodepools.yaml", NodePool::crd()),
         ("nodeclaims.yaml", NodeClaim::crd()),
+        ("ec2nodeclasses.yaml", EC2NodeClass::crd()),
     ]
 }
 

@@ -1,4 +1,4 @@
-//! CRD types (NodePool, NodeClaim) with defaults and validation, and the
+//! CRD types (NodePool, NodeClaim, EC2NodeClass) with defaults and validation, and the
 //! well-known keys shared by every part of the system. Also the parsers of
 //! the value formats the CRDs use: Go durations, 5-field cron expressions and
 //! IANA time zones, Kubernetes quantities.
@@ -8,6 +8,7 @@ pub mod crds;
 pub mod duration;
 pub mod foreign;
 pub mod nodeclaim;
+pub mod nodeclass;
 pub mod nodepool;
 pub mod quantity;
 pub mod schedule;
@@ -21,6 +22,7 @@ pub use crate::labels;
 pub use common::{Condition, Operator, Requirement, ResourceList, Taint, TaintEffect};
 pub use duration::{parse_duration, DurationError};
 pub use nodeclaim::{NodeClaim, NodeClaimSpec, NodeClaimStatus};
+pub use nodeclass::{EC2NodeClass, EC2NodeClassSpec, EC2NodeClassStatus, NodeClassReference};
 pub use nodepool::{
     Budget, BudgetNodes, CheckpointHook, ConsolidationPolicy, Disruption, GpuSharing,
     GpuSharingMode, InterruptionPolicy, LimitError, NodeClaimTemplate, NodePool, NodePoolSpec,

@@ -354,12 +354,26 @@ pub struct NodeClaimTemplateSpec {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(regex(pattern = DURATION_PATTERN), length(max = 32))]
     pub termination_grace_period: Option<String>,
+    /// The EC2NodeClass the pool's nodes are launched with
+    /// (`group: quartermaster.dev, kind: EC2NodeClass, name: ...`). Unset:
+    /// the EC2NodeClass named `default`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub node_class_ref: Option<super::NodeClassReference>,
 }
 
 impl NodeClaimTemplateSpec {
+    /// The name of the pool's EC2NodeClass: its `nodeClassRef`'s, or
+    /// [`super::nodeclass::DEFAULT_NODE_CLASS`].
+    pub fn node_class_name(&self) -> &str {
+        self.node_class_ref
+            .as_ref()
+            .map_or(super::nodeclass::DEFAULT_NODE_CLASS, |r| r.name.as_str())
+    }
+
     /// Whether nothing is set.
     pub fn is_empty(&self) -> bool {
-        self.taints.is_empty()
+        self.node_class_ref.is_none()
+            && self.taints.is_empty()
             && self.startup_taints.is_empty()
             && self.requirements.is_empty()
             && self.termination_grace_period.is_none()

@@ -12,11 +12,13 @@ use quartermaster::catalog::Catalog;
 use quartermaster::cloud::aws::{self, ec2::AwsCloud, notices, pricing};
 use quartermaster::cloud::simulated::{SimulatedCloud, SimulatedCloudConfig};
 use quartermaster::cloud::{CloudProvider, InstanceNotice, NoticeAcks};
+use quartermaster::controller::events::Events;
 use quartermaster::controller::fence::{self, Fenced};
 use quartermaster::controller::health::{Endpoints, Liveness};
 use quartermaster::controller::kube_api::KubeApi;
 use quartermaster::controller::leader::{while_leading, Leadership, LeaseSettings};
 use quartermaster::controller::logging::{self, LogFormat};
+use quartermaster::controller::nodeclasses;
 use quartermaster::controller::run::{self, Context, Settings};
 use quartermaster::metrics::Metrics;
 use std::net::SocketAddr;
@@ -85,9 +87,9 @@ pub struct Args {
     /// leader retries a failed renewal.
     #[arg(long, value_parser = parse_duration, default_value = "2s")]
     lease_retry_period: Duration,
-    /// YAML file of the EC2 provider's settings (cluster endpoint and CA,
-    /// subnets, security groups, AMI, instance profile per NodePool);
-    /// required with `--cloud aws`. The chart mounts it from a ConfigMap.
+    /// YAML file of the EC2 provider's cluster settings (name, Kubernetes
+    /// version, endpoint, CA, service CIDR; node classes are EC2NodeClass
+    /// objects); required with `--cloud aws`. The chart mounts it from a ConfigMap.
     #[arg(long, env = "QM_AWS_CONFIG")]
     aws_config: Option<PathBuf>,
     /// URL of the SQS queue that EventBridge fills with spot interruption,
@@ -101,6 +103,11 @@ pub struct Args {
     /// until the first refresh and whenever the APIs fail.
     #[arg(long, value_parser = parse_duration, default_value = "6h")]
     price_refresh_interval: Duration,
+    /// How often EC2NodeClasses are resolved against AWS (images, subnets,
+    /// security groups, instance profile) and their status written
+    /// (`--cloud aws`).
+    #[arg(long, value_parser = parse_duration, default_value = "1m")]
+    node_class_refresh_interval: Duration,
     /// Log format.
     #[arg(long, value_enum, default_value = "text", env = "QM_LOG_FORMAT")]
     log_format: LogFormat,
@@ -241,6 +248,9 @@ impl Args {
         }
         if self.price_refresh_interval.is_zero() {
             bail!("--price-refresh-interval must be positive");
+        }
+        if self.node_class_refresh_interval.is_zero() {
+            bail!("--node-class-refresh-interval must be positive");
         }
         Ok(settings)
     }
@@ -400,6 +410,19 @@ async fn controller(
             let sdk = aws::load_sdk_config(Some(&args.region), None).await;
             let cloud = AwsCloud::from_sdk_config(&sdk, aws_settings)
                 .context("configuring the EC2 provider")?;
+            // Node classes are resolved beside the loop and handed to the
+            // provider; every replica resolves, only the leader writes.
+            let reconciler = nodeclasses::Reconciler::new(
+                parts.api.clone(),
+                Events::new(parts.api.client().clone(), std::env::var("POD_NAME").ok()),
+                aws::nodeclass::Resolver::new(&sdk, cloud.settings().kubernetes_version.clone()),
+                cloud.node_classes(),
+            );
+            tokio::spawn(reconciler.run(
+                args.node_class_refresh_interval,
+                leadership.receiver(),
+                shutdown.clone(),
+            ));
             // Live prices for every replica (each decides on its own
             // catalog once it leads).
             let refresher = pricing::Refresher::new(

@@ -1,5 +1,6 @@
-//! `quartermaster validate FILE...`: checks NodePool YAML files offline with
-//! the same validation the controller runs (`api::validate_node_pool`) plus
+//! `quartermaster validate FILE...`: checks NodePool and EC2NodeClass YAML
+//! files offline with the same validation the controller runs
+//! (`api::validate_node_pool`, `api::nodeclass::node_class_problems`) plus
 //! what only the CRD schema sees (unknown fields, unquoted decimal
 //! quantities), and prints every problem as
 //! `FILE: document N (name): path: message`. A valid pool whose instance
@@ -7,8 +8,9 @@
 //! passes: the same pool may serve another region).
 
 use anyhow::Context;
+use quartermaster::api::nodeclass::{node_class_problems, NODE_CLASS_KIND};
 use quartermaster::api::validate::{families_without_offerings, node_pool_schema_problems};
-use quartermaster::api::{validate_node_pool, NodePool};
+use quartermaster::api::{validate_node_pool, EC2NodeClass, NodePool};
 use quartermaster::catalog::Catalog;
 use serde::Deserialize;
 use std::path::PathBuf;
@@ -17,7 +19,8 @@ use std::process::ExitCode;
 /// Arguments of `validate`.
 #[derive(Debug, clap::Args)]
 pub struct Args {
-    /// YAML files holding NodePools (several documents per file allowed).
+    /// YAML files holding NodePools and EC2NodeClasses (several documents
+    /// per file allowed).
     #[arg(required = true, value_name = "FILE")]
     pub files: Vec<PathBuf>,
     /// Region whose offerings the pools' families are checked against.
@@ -116,6 +119,10 @@ fn check_text(file: &str, text: &str, catalog: &Catalog, region: &str) -> Vec<Li
             .and_then(|v| v.as_str())
             .unwrap_or("unnamed");
         let at = format!("{file}: document {n} ({name})");
+        if is_node_class(&json) {
+            out.extend(check_node_class(&at, json));
+            continue;
+        }
         if let Some(problem) = not_a_node_pool(&json) {
             out.push(Line::error(format!("{at}: {problem}")));
             continue;
@@ -158,6 +165,28 @@ fn check_text(file: &str, text: &str, catalog: &Catalog, region: &str) -> Vec<Li
     out
 }
 
+fn is_node_class(json: &serde_json::Value) -> bool {
+    json.get("apiVersion").and_then(|v| v.as_str()) == Some(API_VERSION)
+        && json.get("kind").and_then(|v| v.as_str()) == Some(NODE_CLASS_KIND)
+}
+
+/// The lines of one EC2NodeClass document: `ok`, or each problem
+/// (`node_class_problems`, the controller's own checks) with its field path.
+fn check_node_class(at: &str, json: serde_json::Value) -> Vec<Line> {
+    let class: EC2NodeClass = match serde_json::from_value(json) {
+        Ok(c) => c,
+        Err(e) => return vec![Line::error(format!("{at}: {e}"))],
+    };
+    let problems = node_class_problems(&class.spec);
+    if problems.is_empty() {
+        return vec![Line::ok(format!("{at}: ok"))];
+    }
+    problems
+        .into_iter()
+        .map(|(field, why)| Line::error(format!("{at}: spec.{field}: {why}")))
+        .collect()
+}
+
 /// Why a document is not a NodePool of our API version, if it is not.
 fn not_a_node_pool(json: &serde_json::Value) -> Option<String> {
     if !json.is_object() {
@@ -179,7 +208,7 @@ fn not_a_node_pool(json: &serde_json::Value) -> Option<String> {
         return Some("missing kind (expected kind: NodePool)".into());
     }
     Some(format!(
-        "kind {kind} ({api_version}) is not a {API_VERSION} NodePool; only NodePools are validated"
+        "kind {kind} ({api_version}) is not a {API_VERSION} NodePool or EC2NodeClass; only those are validated"
     ))
 }
 
@@ -228,7 +257,7 @@ mod tests {
             report(&text),
             [
                 "E f.yaml: document 1 (a): spec.weigth: unknown field (did you mean weight?)",
-                "E f.yaml: document 2 (c): kind ConfigMap (v1) is not a quartermaster.dev/v1alpha1 NodePool; only NodePools are validated",
+                "E f.yaml: document 2 (c): kind ConfigMap (v1) is not a quartermaster.dev/v1alpha1 NodePool or EC2NodeClass; only those are validated",
             ]
         );
     }
@@ -266,6 +295,25 @@ mod tests {
             ]
         );
         assert!(lines.iter().all(|l| !l.is_error));
+    }
+
+    #[test]
+    fn node_classes_are_checked_with_their_field_paths() {
+        let class = "apiVersion: quartermaster.dev/v1alpha1\nkind: EC2NodeClass\nmetadata: {name: gpu}\nspec:\n  subnetSelectorTerms: [{tags: {a: b}}]\n  securityGroupSelectorTerms: [{tags: {a: b}}]\n  role: nodes\n";
+        assert_eq!(report(class), ["  f.yaml: document 1 (gpu): ok"]);
+        let bad = class
+            .replace(
+                "role: nodes",
+                "role: nodes\n  amiSelectorTerms: [{alias: al2023@newest}]",
+            )
+            .replace("[{tags: {a: b}}]\n  role", "[]\n  role");
+        let r = report(&bad);
+        assert!(
+            r.iter()
+                .any(|l| l.contains("spec.amiSelectorTerms[0].alias: AMI alias \"al2023@newest\"")),
+            "{r:?}"
+        );
+        assert!(r.iter().any(|l| l.contains("spec.securityGroupSelectorTerms: must have at least one term")), "{r:?}");
     }
 
     #[test]

@@ -390,6 +390,23 @@ pub trait CloudProvider {
     /// asked.
     fn instances(&self) -> impl Future<Output = Result<Vec<Instance>>> + Send;
 
+    /// Requirements the provider adds to a NodePool's own before planning:
+    /// what its nodes can be launched as (EC2: only architectures and
+    /// accelerators the pool's EC2NodeClass has an image for). Providers
+    /// without such limits keep this default, which adds none.
+    fn pool_requirements(&self, nodepool: &str) -> Vec<crate::api::Requirement> {
+        let _ = nodepool;
+        Vec::new()
+    }
+
+    /// Why the provider cannot launch for `nodepool` at all (EC2: its
+    /// EC2NodeClass is missing or not Ready), shown in the pool's status;
+    /// `None` when it can (this default).
+    fn pool_problem(&self, nodepool: &str) -> Option<String> {
+        let _ = nodepool;
+        None
+    }
+
     /// Deletes provider resources that no claim uses any more and that are
     /// older than `grace` (EC2: launch templates); returns their names and
     /// the errors of deletes that failed. Providers without such resources

@@ -39,6 +39,8 @@ pub mod reasons {
     pub const VALIDATION_FAILED: &str = "ValidationFailed";
     /// The pool reached one of its limits.
     pub const LIMIT_REACHED: &str = "LimitReached";
+    /// The pool's EC2NodeClass is missing or did not resolve.
+    pub const NODE_CLASS_NOT_READY: &str = "NodeClassNotReady";
     /// An annotation of the pod does not parse and is ignored.
     pub const ANNOTATION_IGNORED: &str = "AnnotationIgnored";
     // On a ProvisioningRequest, the Event's reason is the condition's reason
@@ -339,6 +341,20 @@ impl Events {
             reasons::VALIDATION_FAILED,
             "Validate",
             format!("the NodePool is invalid and launches nothing: {problem}"),
+            None,
+        )
+        .await
+    }
+
+    /// On a NodePool: its EC2NodeClass is missing or not Ready, so it
+    /// launches nothing (`why` names the class and its reason).
+    pub async fn node_class_not_ready(&self, pool: &ObjectReference, why: &str) {
+        self.report(
+            pool,
+            EventType::Warning,
+            reasons::NODE_CLASS_NOT_READY,
+            "Launch",
+            format!("the NodePool launches nothing: {why}"),
             None,
         )
         .await

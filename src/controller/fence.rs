@@ -129,6 +129,14 @@ impl<C: CloudProvider + Send + Sync> CloudProvider for Fenced<C> {
     async fn instances(&self) -> cloud::Result<Vec<Instance>> {
         self.inner.instances().await
     }
+
+    fn pool_requirements(&self, nodepool: &str) -> Vec<crate::api::Requirement> {
+        self.inner.pool_requirements(nodepool)
+    }
+
+    fn pool_problem(&self, nodepool: &str) -> Option<String> {
+        self.inner.pool_problem(nodepool)
+    }
 }
 
 #[cfg(test)]

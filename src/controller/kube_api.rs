@@ -9,7 +9,9 @@
 
 use super::snapshot::NodeInfo;
 use crate::api::labels::FINALIZER;
-use crate::api::{NodeClaim, NodeClaimStatus, NodePool, NodePoolStatus};
+use crate::api::{
+    EC2NodeClass, EC2NodeClassStatus, NodeClaim, NodeClaimStatus, NodePool, NodePoolStatus,
+};
 use k8s_openapi::api::core::v1::{Node, Pod, Taint};
 use k8s_openapi::api::policy::v1::Eviction as EvictionBody;
 use kube::api::{Api, DeleteParams, ObjectMeta, Patch, PatchParams, PostParams};
@@ -411,6 +413,38 @@ impl KubeApi {
         )
         .await
         .map(drop)
+    }
+
+    /// Every NodePool (one list call, for the node class reconciler, which
+    /// runs beside the loop's watches).
+    ///
+    /// # Errors
+    /// Any API error.
+    pub async fn list_node_pools(&self) -> kube::Result<Vec<NodePool>> {
+        let api: Api<NodePool> = Api::all(self.client.clone());
+        Ok(api.list(&Default::default()).await?.items)
+    }
+
+    /// Every EC2NodeClass (one list call; node classes are few and
+    /// resolved on a timer, so they are not watched).
+    ///
+    /// # Errors
+    /// Any API error.
+    pub async fn list_node_classes(&self) -> kube::Result<Vec<EC2NodeClass>> {
+        let api: Api<EC2NodeClass> = Api::all(self.client.clone());
+        Ok(api.list(&Default::default()).await?.items)
+    }
+
+    /// Replaces an EC2NodeClass's status (merge patch on the status subresource).
+    ///
+    /// # Errors
+    /// Any API error.
+    pub async fn patch_node_class_status(
+        &self,
+        name: &str,
+        status: &EC2NodeClassStatus,
+    ) -> kube::Result<()> {
+        self.merge_status::<EC2NodeClass>(name, status).await
     }
 
     /// A merge patch of `{"status": status}` on the status subresource of

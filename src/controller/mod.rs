@@ -15,6 +15,7 @@ pub mod kube_api;
 pub mod leader;
 pub mod lifecycle;
 pub mod logging;
+pub mod nodeclasses;
 pub mod podgroups;
 pub mod run;
 pub mod simulated_nodes;

@@ -388,6 +388,12 @@ impl<C: CloudProvider + Send + Sync + 'static> Driver<C> {
         let created = std::mem::take(&mut self.created);
         let (parts, views, nodes_by_claim) = self.store.read(|s| {
             let mut parts = snapshot::world_parts(s, &catalog, &region, now);
+            // What the cloud can launch for each pool (EC2: the variants its
+            // node class has images for) narrows the pool's requirements.
+            for pool in &mut parts.pools {
+                let extra = self.ctx.cloud.pool_requirements(&pool.name_any());
+                pool.spec.template.spec.requirements.extend(extra);
+            }
             for (claim, at) in created {
                 let name = claim.name_any();
                 let fresh = (now - at).to_std().is_ok_and(|d| d < UNSEEN_CLAIM_TTL);
@@ -675,7 +681,7 @@ impl<C: CloudProvider + Send + Sync + 'static> Driver<C> {
                 .filter_map(|pool| {
                     let problems = crate::api::validate::validate_node_pool(pool, catalog);
                     let problem = problems.first().map(|e| e.to_string());
-                    let new = status::node_pool_status(
+                    let mut new = status::node_pool_status(
                         pool,
                         &claims,
                         catalog,
@@ -683,6 +689,15 @@ impl<C: CloudProvider + Send + Sync + 'static> Driver<C> {
                         pool.status.as_ref(),
                         now,
                     );
+                    if let Some(why) = self.ctx.cloud.pool_problem(&pool.name_any()) {
+                        status::mark_not_ready(
+                            &mut new,
+                            status::reasons::NODE_CLASS_NOT_READY,
+                            &format!("launches nothing: {why}"),
+                            pool.status.as_ref(),
+                            now,
+                        );
+                    }
                     status::status_changed(pool.status.as_ref(), &new)
                         .then(|| (pool.name_any(), new))
                 })

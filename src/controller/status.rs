@@ -23,6 +23,9 @@ pub mod reasons {
     pub const VALIDATION_FAILED: &str = "ValidationFailed";
     /// `Ready=True`.
     pub const READY: &str = "Ready";
+    /// `Ready=False`: the cloud cannot launch for the pool (its
+    /// EC2NodeClass is missing or not Ready); the message says why.
+    pub const NODE_CLASS_NOT_READY: &str = "NodeClassNotReady";
 }
 
 /// The status of `pool`: its nodes are the claims of `claims` that name it
@@ -97,6 +100,37 @@ pub fn node_pool_status(
         nodes: launched.len() as i64,
         // Cents of a cent: enough for a status, and stable across rounds.
         cost_per_hour: (cost * 10_000.0).round() / 10_000.0,
+    }
+}
+
+/// Turns a valid pool's `Ready` condition `False` with `reason` and
+/// `message` (the cloud cannot launch for it); a pool already not Ready
+/// (invalid) keeps its own reason. The transition time follows `previous`
+/// as in [`node_pool_status`].
+pub fn mark_not_ready(
+    status: &mut NodePoolStatus,
+    reason: &str,
+    message: &str,
+    previous: Option<&NodePoolStatus>,
+    now: Time,
+) {
+    let old = previous
+        .map(|s| s.conditions.as_slice())
+        .unwrap_or_default();
+    if let Some(ready) = status
+        .conditions
+        .iter_mut()
+        .find(|c| c.type_ == READY && c.status == "True")
+    {
+        *ready = condition(
+            old,
+            READY,
+            false,
+            reason,
+            message,
+            ready.observed_generation,
+            now,
+        );
     }
 }
 
@@ -177,7 +211,7 @@ fn quantity_text(resource: &str, v: i64) -> String {
     v.to_string()
 }
 
-fn k8s_time(t: Time) -> K8sTime {
+pub(crate) fn k8s_time(t: Time) -> K8sTime {
     K8sTime(
         k8s_openapi::jiff::Timestamp::new(t.timestamp(), t.timestamp_subsec_nanos() as i32)
             .unwrap_or(k8s_openapi::jiff::Timestamp::UNIX_EPOCH),
@@ -186,7 +220,7 @@ fn k8s_time(t: Time) -> K8sTime {
 
 /// A condition; its transition time is the old one's when the status is
 /// unchanged, else `now`.
-fn condition(
+pub(crate) fn condition(
     old: &[Condition],
     type_: &str,
     ok: bool,

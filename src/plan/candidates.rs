@@ -214,7 +214,24 @@ pub fn pods_per_node(class: &Class, c: &Candidate) -> u32 {
 /// candidates, in the order tolerations, requirements, size.
 pub fn explain_unschedulable(class: &Class, all: &[Candidate], pools: &[Pool]) -> String {
     if all.is_empty() {
-        return "no NodePool offers any instance type in this region".into();
+        // Name each pool's requirements: they are what left nothing (a
+        // pool's own, or those its cloud added, e.g. the architectures and
+        // accelerators its EC2NodeClass has images for).
+        let required: Vec<String> = pools
+            .iter()
+            .filter(|p| !p.requirements.is_empty())
+            .map(|p| {
+                let reqs: Vec<String> = p.requirements.iter().map(ToString::to_string).collect();
+                format!("{}: {}", p.name, reqs.join(", "))
+            })
+            .collect();
+        if required.is_empty() {
+            return "no NodePool offers any instance type in this region".into();
+        }
+        return format!(
+            "no NodePool offers any instance type in this region that meets its requirements ({})",
+            required.join("; ")
+        );
     }
     let tolerated: Vec<&Candidate> = all
         .iter()

@@ -13,6 +13,7 @@ pub mod template;
 
 use super::errors::Step;
 use crate::api::labels as l;
+use crate::api::nodeclass::SelectorTerm;
 use crate::catalog::CapacityType;
 use crate::cloud::{CloudProvider, Error, Instance, InstanceState, NodeTemplate, Result};
 use crate::core::{ClaimRequest, OfferingKey, Time};
@@ -22,7 +23,7 @@ use aws_sdk_ec2::types::{
 use fleet::{Choice, Subnet};
 pub use settings::{ImageArch, ImageDriver, ImageVariant, NodeClass, Settings};
 use std::collections::{BTreeMap, HashMap};
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex, RwLock};
 use template::{LaunchTemplate, TAG_LAUNCH_TEMPLATE};
 
 /// Zone IDs of the region by zone name (zone IDs are the catalog's;
@@ -32,12 +33,55 @@ struct Zones {
     id_of: HashMap<String, String>,
 }
 
+/// The resolved node class of each NodePool, shared between the provider
+/// (which launches with them) and the reconciler that resolves them, with
+/// why the other pools have none.
+#[derive(Debug, Clone, Default)]
+pub struct NodeClasses(Arc<RwLock<PoolClassState>>);
+
+#[derive(Debug, Default)]
+struct PoolClassState {
+    classes: HashMap<String, Arc<NodeClass>>,
+    not_ready: BTreeMap<String, String>,
+}
+
+impl NodeClasses {
+    /// Replaces every pool's class (and forgets why others had none).
+    pub fn set(&self, classes: HashMap<String, Arc<NodeClass>>) {
+        self.set_with_problems(classes, BTreeMap::new());
+    }
+
+    /// Replaces every pool's class, and why each pool in `not_ready` has
+    /// none (the NodePool's status shows it).
+    pub fn set_with_problems(
+        &self,
+        classes: HashMap<String, Arc<NodeClass>>,
+        not_ready: BTreeMap<String, String>,
+    ) {
+        if let Ok(mut c) = self.0.write() {
+            *c = PoolClassState { classes, not_ready };
+        }
+    }
+
+    /// The class of `nodepool`, if it has a ready one.
+    pub fn get(&self, nodepool: &str) -> Option<Arc<NodeClass>> {
+        self.0.read().ok()?.classes.get(nodepool).cloned()
+    }
+
+    /// Why `nodepool` has no ready class, if the last resolution said so.
+    pub fn problem(&self, nodepool: &str) -> Option<String> {
+        self.0.read().ok()?.not_ready.get(nodepool).cloned()
+    }
+}
+
 /// The EC2 [`CloudProvider`]: one per cluster and region. Cheap to share
 /// behind an `Arc`; every method takes `&self`.
 #[derive(Debug)]
 pub struct AwsCloud {
     ec2: aws_sdk_ec2::Client,
     settings: Settings,
+    /// The resolved node class of each NodePool ([`AwsCloud::set_node_classes`]).
+    node_classes: NodeClasses,
     zones: tokio::sync::OnceCell<Zones>,
     /// Launch templates known to exist (created or found by this process),
     /// with when a launch last used them ([`gc`] spares those in use).
@@ -55,6 +99,7 @@ impl AwsCloud {
         Ok(AwsCloud {
             ec2,
             settings,
+            node_classes: NodeClasses::default(),
             zones: tokio::sync::OnceCell::new(),
             templates: Mutex::new(HashMap::new()),
         })
@@ -76,6 +121,24 @@ impl AwsCloud {
     /// The settings in use.
     pub fn settings(&self) -> &Settings {
         &self.settings
+    }
+
+    /// Replaces the node classes launches use: NodePool name to its
+    /// resolved (and `Ready`) EC2NodeClass. A pool missing here does not
+    /// launch ([`Error::NotReady`] naming the pool).
+    pub fn set_node_classes(&self, classes: HashMap<String, Arc<NodeClass>>) {
+        self.node_classes.set(classes);
+    }
+
+    /// The resolved node class of `nodepool`, if it is ready.
+    pub fn node_class(&self, nodepool: &str) -> Option<Arc<NodeClass>> {
+        self.node_classes.get(nodepool)
+    }
+
+    /// A handle on the node classes launches use, for the reconciler that
+    /// resolves them (the provider itself is owned by the loop).
+    pub fn node_classes(&self) -> NodeClasses {
+        self.node_classes.clone()
     }
 
     fn cluster_filter(&self) -> Filter {
@@ -149,80 +212,46 @@ impl AwsCloud {
         Ok(found)
     }
 
-    /// Subnets matching `selector`, best per zone ID (most free addresses).
+    /// Subnets matching any of `terms`, best per zone ID (most free addresses).
     async fn subnets(
         &self,
         claim: &str,
-        selector: &BTreeMap<String, String>,
+        terms: &[SelectorTerm],
     ) -> Result<HashMap<String, Subnet>> {
-        let pages: Vec<_> = self
-            .ec2
-            .describe_subnets()
-            .set_filters(Some(selector_filters(selector)))
-            .into_paginator()
-            .send()
-            .collect()
-            .await;
         let zones = self.zones(claim).await?;
+        let found = find_subnets(&self.ec2, terms)
+            .await
+            .map_err(|e| step("DescribeSubnets", claim).sdk_error(&e))?;
         let mut best: HashMap<String, Subnet> = HashMap::new();
-        for page in pages {
-            let page = page.map_err(|e| step("DescribeSubnets", claim).sdk_error(&e))?;
-            for s in page.subnets() {
-                let (Some(id), Some(zone_name)) = (s.subnet_id(), s.availability_zone()) else {
-                    continue;
-                };
-                let Some(zone_id) = s
-                    .availability_zone_id()
-                    .map(str::to_string)
-                    .or_else(|| zones.id_of.get(zone_name).cloned())
-                else {
-                    continue;
-                };
-                let subnet = Subnet {
-                    id: id.to_string(),
-                    zone_id: zone_id.clone(),
-                    zone_name: zone_name.to_string(),
-                    free_addresses: s.available_ip_address_count().unwrap_or(0),
-                };
-                let better = best.get(&zone_id).is_none_or(|b| {
-                    (subnet.free_addresses, std::cmp::Reverse(&subnet.id))
-                        > (b.free_addresses, std::cmp::Reverse(&b.id))
-                });
-                if better {
-                    best.insert(zone_id, subnet);
+        for mut subnet in found {
+            if subnet.zone_id.is_empty() {
+                match zones.id_of.get(&subnet.zone_name) {
+                    Some(id) => subnet.zone_id = id.clone(),
+                    None => continue,
                 }
+            }
+            let better = best.get(&subnet.zone_id).is_none_or(|b| {
+                (subnet.free_addresses, std::cmp::Reverse(&subnet.id))
+                    > (b.free_addresses, std::cmp::Reverse(&b.id))
+            });
+            if better {
+                best.insert(subnet.zone_id.clone(), subnet);
             }
         }
         Ok(best)
     }
 
-    async fn security_groups(
-        &self,
-        claim: &str,
-        selector: &BTreeMap<String, String>,
-    ) -> Result<Vec<String>> {
-        let pages: Vec<_> = self
-            .ec2
-            .describe_security_groups()
-            .set_filters(Some(selector_filters(selector)))
-            .into_paginator()
-            .send()
-            .collect()
-            .await;
-        let mut ids = Vec::new();
-        for page in pages {
-            let page = page.map_err(|e| step("DescribeSecurityGroups", claim).sdk_error(&e))?;
-            ids.extend(
-                page.security_groups()
-                    .iter()
-                    .filter_map(|g| g.group_id().map(str::to_string)),
-            );
-        }
-        ids.sort();
-        ids.dedup();
+    async fn security_groups(&self, claim: &str, terms: &[SelectorTerm]) -> Result<Vec<String>> {
+        let ids: Vec<String> = find_security_groups(&self.ec2, terms)
+            .await
+            .map_err(|e| step("DescribeSecurityGroups", claim).sdk_error(&e))?
+            .into_iter()
+            .map(|(id, _)| id)
+            .collect();
         if ids.is_empty() {
             return Err(Error::Other(format!(
-                "cannot launch {claim}: no security group matches {selector:?}"
+                "cannot launch {claim}: no security group matches {}",
+                describe_terms(terms)
             )));
         }
         Ok(ids)
@@ -298,6 +327,7 @@ impl AwsCloud {
             (l::TAG_PRICE.into(), format!("{:.6}", claim.price_per_hour)),
             (TAG_LAUNCH_TEMPLATE.into(), template_name.into()),
         ];
+        tags.push((TAG_NODE_CLASS.into(), class.name.clone()));
         tags.extend(class.tags.iter().map(|(k, v)| (k.clone(), v.clone())));
         tags
     }
@@ -310,23 +340,25 @@ impl AwsCloud {
         class: &NodeClass,
     ) -> Result<LaunchTemplate> {
         let variant = ImageVariant::of(&claim.offering.instance_type, &template.labels);
-        let image_id = class
-            .image_id(self.settings.kubernetes_version.as_deref(), variant)
-            .ok_or_else(|| {
-                Error::Other(format!("cannot launch {}: no AMI configured", claim.claim))
-            })?;
-        let user_data = template::user_data(&self.settings, template)
+        let image_id = class.image_for(variant).ok_or_else(|| {
+            Error::Other(format!(
+                "cannot launch {} as {}: EC2NodeClass {} has no {variant} image",
+                claim.claim, claim.offering.instance_type, class.name
+            ))
+        })?;
+        let user_data = template::user_data(&self.settings, class, template)
             .map_err(|why| Error::Other(format!("cannot launch {}: {why}", claim.claim)))?;
         let mut tags = class.tags.clone();
         tags.insert(l::TAG_CLUSTER.into(), self.settings.cluster_name.clone());
         tags.insert(l::NODEPOOL.into(), claim.nodepool.clone());
         Ok(LaunchTemplate {
-            image_id,
+            image_id: image_id.to_string(),
             instance_profile: class.instance_profile.clone(),
             security_group_ids: self
-                .security_groups(&claim.claim, &class.security_group_selector)
+                .security_groups(&claim.claim, &class.security_group_selector_terms)
                 .await?,
-            root_volume_gib: class.root_volume_gib_for(&claim.offering.instance_type),
+            block_devices: class.block_devices_for(&claim.offering.instance_type),
+            metadata: class.metadata_options.clone(),
             user_data,
             tags,
         })
@@ -346,6 +378,106 @@ fn poisoned() -> Error {
     Error::Other("EC2 provider state lock poisoned".into())
 }
 
+/// Instance tag: the EC2NodeClass the instance was launched with.
+pub const TAG_NODE_CLASS: &str = "quartermaster.dev/ec2nodeclass";
+
+/// Subnets of any of `terms` (one `DescribeSubnets` per term; IDs
+/// deduplicated), with their zone name, zone ID (empty when EC2 does not
+/// report it) and free addresses.
+///
+/// # Errors
+/// The SDK error of the first failed call.
+pub(crate) async fn find_subnets(
+    ec2: &aws_sdk_ec2::Client,
+    terms: &[SelectorTerm],
+) -> Result<
+    Vec<Subnet>,
+    aws_sdk_ec2::error::SdkError<aws_sdk_ec2::operation::describe_subnets::DescribeSubnetsError>,
+> {
+    let mut out: Vec<Subnet> = Vec::new();
+    for term in terms {
+        let pages: Vec<_> = ec2
+            .describe_subnets()
+            .set_filters(Some(term_filters(term, "subnet-id")))
+            .into_paginator()
+            .send()
+            .collect()
+            .await;
+        for page in pages {
+            for s in page?.subnets() {
+                let (Some(id), Some(zone_name)) = (s.subnet_id(), s.availability_zone()) else {
+                    continue;
+                };
+                if out.iter().any(|o| o.id == id) {
+                    continue;
+                }
+                out.push(Subnet {
+                    id: id.to_string(),
+                    zone_id: s.availability_zone_id().unwrap_or_default().to_string(),
+                    zone_name: zone_name.to_string(),
+                    free_addresses: s.available_ip_address_count().unwrap_or(0),
+                });
+            }
+        }
+    }
+    Ok(out)
+}
+
+/// Security groups (ID, name) of any of `terms`, sorted by ID, deduplicated.
+///
+/// # Errors
+/// The SDK error of the first failed call.
+pub(crate) async fn find_security_groups(
+    ec2: &aws_sdk_ec2::Client,
+    terms: &[SelectorTerm],
+) -> Result<
+    Vec<(String, Option<String>)>,
+    aws_sdk_ec2::error::SdkError<
+        aws_sdk_ec2::operation::describe_security_groups::DescribeSecurityGroupsError,
+    >,
+> {
+    let mut out = Vec::new();
+    for term in terms {
+        let pages: Vec<_> = ec2
+            .describe_security_groups()
+            .set_filters(Some(term_filters(term, "group-id")))
+            .into_paginator()
+            .send()
+            .collect()
+            .await;
+        for page in pages {
+            out.extend(page?.security_groups().iter().filter_map(|g| {
+                g.group_id()
+                    .map(|id| (id.to_string(), g.group_name().map(str::to_string)))
+            }));
+        }
+    }
+    out.sort();
+    out.dedup_by(|a, b| a.0 == b.0);
+    Ok(out)
+}
+
+/// A short text of selector terms for messages: `id subnet-1 | tags {a: b}`.
+pub(crate) fn describe_terms(terms: &[SelectorTerm]) -> String {
+    terms
+        .iter()
+        .map(|t| match &t.id {
+            Some(id) => format!("id {id}"),
+            None => format!("tags {:?}", t.tags),
+        })
+        .collect::<Vec<_>>()
+        .join(" | ")
+}
+
+/// Filters of one selector term: its ID (as `id_filter`), or every tag
+/// (`*` matches any value).
+fn term_filters(term: &SelectorTerm, id_filter: &str) -> Vec<Filter> {
+    match &term.id {
+        Some(id) => vec![Filter::builder().name(id_filter).values(id).build()],
+        None => selector_filters(&term.tags),
+    }
+}
+
 fn tag_filter(key: &str, value: &str) -> Filter {
     Filter::builder()
         .name(format!("tag:{key}"))
@@ -353,9 +485,9 @@ fn tag_filter(key: &str, value: &str) -> Filter {
         .build()
 }
 
-/// `DescribeSubnets`/`DescribeSecurityGroups` filters for a tag selector:
-/// every tag must match; `*` matches any value.
-fn selector_filters(selector: &BTreeMap<String, String>) -> Vec<Filter> {
+/// `DescribeSubnets`/`DescribeSecurityGroups`/`DescribeImages` filters for
+/// a tag selector: every tag must match; `*` matches any value.
+pub(crate) fn selector_filters(selector: &BTreeMap<String, String>) -> Vec<Filter> {
     selector
         .iter()
         .map(|(k, v)| {
@@ -442,8 +574,19 @@ impl CloudProvider for AwsCloud {
             }
             return Ok(existing);
         }
-        let class = self.settings.node_class(&claim.nodepool);
-        let subnets = self.subnets(&claim.claim, &class.subnet_selector).await?;
+        let class = self
+            .node_class(&claim.nodepool)
+            .ok_or_else(|| Error::NotReady {
+                claim: claim.claim.clone(),
+                reason: format!(
+                    "the EC2NodeClass of NodePool {} is not resolved and Ready (see its status)",
+                    claim.nodepool
+                ),
+            })?;
+        let class = class.as_ref();
+        let subnets = self
+            .subnets(&claim.claim, &class.subnet_selector_terms)
+            .await?;
         let choices: Vec<Choice> = offerings
             .iter()
             .filter_map(|o| {
@@ -456,10 +599,10 @@ impl CloudProvider for AwsCloud {
         if choices.is_empty() {
             let zones: Vec<&str> = offerings.iter().map(|o| o.zone.as_str()).collect();
             return Err(Error::Other(format!(
-                "cannot launch {} as {}: no subnet matching {:?} in zone(s) {}",
+                "cannot launch {} as {}: no subnet matching {} in zone(s) {}",
                 claim.claim,
                 claim.offering,
-                class.subnet_selector,
+                describe_terms(&class.subnet_selector_terms),
                 zones.join(", ")
             )));
         }
@@ -546,6 +689,20 @@ impl CloudProvider for AwsCloud {
 
     async fn describe(&self, claim: &str) -> Result<Option<Instance>> {
         Ok(self.of_claim(claim).await?.into_iter().next())
+    }
+
+    /// Why the pool's node class is missing or not Ready (the reconciler's
+    /// last word), so that its status says why it launches nothing.
+    fn pool_problem(&self, nodepool: &str) -> Option<String> {
+        self.node_classes.problem(nodepool)
+    }
+
+    /// The pool's node class's [`NodeClass::image_requirements`]; none for a
+    /// pool without a ready class (it does not launch at all).
+    fn pool_requirements(&self, nodepool: &str) -> Vec<crate::api::Requirement> {
+        self.node_class(nodepool)
+            .map(|c| c.image_requirements())
+            .unwrap_or_default()
     }
 
     /// Deletes launch templates no instance or recent launch uses ([`gc`]).

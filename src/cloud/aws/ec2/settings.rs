@@ -1,9 +1,13 @@
-//! What the EC2 provider needs to know about the cluster and how to launch
-//! its nodes: the [`Settings`] file (YAML, camelCase) the controller reads,
-//! with one [`NodeClass`] per NodePool and a default, and their validation.
-//! Nothing here talks to AWS.
+//! What the EC2 provider needs to know about the cluster ([`Settings`], the
+//! YAML file given with `--aws-config`: cluster-level facts only) and how to
+//! launch the nodes of a NodePool ([`NodeClass`]: an `EC2NodeClass` as the
+//! controller resolved it). Nothing here talks to AWS.
 
 use crate::api::labels as l;
+use crate::api::nodeclass::{
+    BlockDevice, BlockDeviceMapping, InstanceStorePolicy, MetadataOptions, ResolvedAmi,
+    SelectorTerm,
+};
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -13,11 +17,11 @@ use std::path::Path;
 pub const DEFAULT_ACCELERATED_ROOT_GIB: i32 = 200;
 /// Root volume of other instances when the node class does not say.
 pub const DEFAULT_ROOT_GIB: i32 = 50;
-/// Extra tags a node class may add: EC2 allows 50 per resource and the
-/// provider sets up to six of its own.
-pub const MAX_EXTRA_TAGS: usize = 40;
+/// Root device of the EKS AL2023 AMIs.
+pub const ROOT_DEVICE: &str = "/dev/xvda";
+pub use crate::api::nodeclass::MAX_EXTRA_TAGS;
 
-/// The provider's settings, loaded from YAML:
+/// The provider's cluster-level settings, loaded from YAML:
 ///
 /// ```yaml
 /// clusterName: prod
@@ -25,25 +29,19 @@ pub const MAX_EXTRA_TAGS: usize = 40;
 /// clusterEndpoint: https://ABCD.gr7.us-east-1.eks.amazonaws.com
 /// certificateAuthority: LS0tLS1CRUdJTi...
 /// serviceCidr: 10.100.0.0/16
-/// defaultNodeClass:
-///   subnetSelector: { karpenter.sh/discovery: prod }
-///   securityGroupSelector: { karpenter.sh/discovery: prod }
-///   instanceProfile: prod-nodes
-/// nodeClasses:
-///   train:
-///     ami: ami-0123456789abcdef0
-///     subnetSelector: { tier: private }
-///     securityGroupSelector: { karpenter.sh/discovery: prod }
-///     instanceProfile: prod-nodes
-///     rootVolumeGiB: 500
 /// ```
+///
+/// How nodes are launched (images, subnets, security groups, instance
+/// profile, disks, tags) is not here: it is each NodePool's
+/// `EC2NodeClass`, the one source of truth (`docs/aws.md`).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct Settings {
     /// EKS cluster name: the value of the ownership tag, and nodeadm's
     /// `cluster.name`.
     pub cluster_name: String,
-    /// Kubernetes minor version (`1.33`), for the default AMI parameter.
+    /// Kubernetes minor version (`1.33`): which EKS images an AMI alias
+    /// resolves to.
     #[serde(default)]
     pub kubernetes_version: Option<String>,
     /// API server endpoint (`https://...`), for nodeadm.
@@ -52,35 +50,38 @@ pub struct Settings {
     pub certificate_authority: String,
     /// Service CIDR (`10.100.0.0/16`), for nodeadm (cluster DNS address).
     pub service_cidr: String,
-    /// Node class of every NodePool not named in `node_classes`.
-    pub default_node_class: NodeClass,
-    /// Node classes by NodePool name.
-    #[serde(default)]
-    pub node_classes: BTreeMap<String, NodeClass>,
 }
 
-/// How to launch the nodes of a NodePool: image, network, identity, disk.
+/// How to launch the nodes of a NodePool: its `EC2NodeClass` with the
+/// images and instance profile the controller resolved (subnets and
+/// security groups are looked up at each launch, for fresh free-address
+/// counts).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase", deny_unknown_fields)]
+#[serde(rename_all = "camelCase")]
 pub struct NodeClass {
-    /// AMI: an ID (`ami-...`) or an SSM parameter (`resolve:ssm:/aws/...`,
-    /// resolved by EC2 at launch), used for every instance type of the
-    /// class. Default: the EKS AL2023 image of `kubernetesVersion` each
-    /// instance type needs ([`ImageVariant`]: x86_64 or arm64; NVIDIA,
-    /// Neuron or standard).
-    #[serde(default)]
-    pub ami: Option<String>,
-    /// Subnets to launch in: every tag must match (`*` matches any value).
-    /// Per zone ID the subnet with the most free addresses is used.
-    pub subnet_selector: BTreeMap<String, String>,
-    /// Security groups to attach: every tag must match (`*`: any value).
-    pub security_group_selector: BTreeMap<String, String>,
+    /// Name of the EC2NodeClass.
+    pub name: String,
+    /// The image of each variant ([`NodeClass::image_for`]).
+    pub images: Vec<ResolvedAmi>,
+    /// Subnets to launch in (terms ORed; per zone ID the subnet with the
+    /// most free addresses is used).
+    pub subnet_selector_terms: Vec<SelectorTerm>,
+    /// Security groups to attach (terms ORed).
+    pub security_group_selector_terms: Vec<SelectorTerm>,
     /// IAM instance profile name of the nodes.
     pub instance_profile: String,
-    /// Root volume size in GiB. Default: [`DEFAULT_ACCELERATED_ROOT_GIB`]
-    /// for GPU and Neuron families, [`DEFAULT_ROOT_GIB`] otherwise.
-    #[serde(default, rename = "rootVolumeGiB")]
-    pub root_volume_gib: Option<i32>,
+    /// EBS volumes; empty: one root volume sized by [`NodeClass::root_volume_gib_for`].
+    #[serde(default)]
+    pub block_device_mappings: Vec<BlockDeviceMapping>,
+    /// What to do with instance-store disks.
+    #[serde(default)]
+    pub instance_store_policy: Option<InstanceStorePolicy>,
+    /// Instance metadata options.
+    #[serde(default)]
+    pub metadata_options: MetadataOptions,
+    /// User data merged before ours.
+    #[serde(default)]
+    pub user_data: Option<String>,
     /// Extra tags on instances, volumes and launch templates.
     #[serde(default)]
     pub tags: BTreeMap<String, String>,
@@ -121,10 +122,20 @@ impl Settings {
     /// Parses and validates settings from YAML text.
     ///
     /// # Errors
-    /// [`Error::Parse`] or [`Error::Invalid`].
+    /// [`Error::Parse`] (with a pointer to EC2NodeClass for the node-class
+    /// fields older files had) or [`Error::Invalid`].
     pub fn from_yaml(text: &str) -> Result<Settings, Error> {
-        let settings: Settings =
-            serde_norway::from_str(text).map_err(|e| Error::Parse(e.to_string()))?;
+        let settings: Settings = serde_norway::from_str(text).map_err(|e| {
+            let e = e.to_string();
+            if e.contains("defaultNodeClass") || e.contains("nodeClasses") {
+                Error::Parse(format!(
+                    "{e}: node classes are EC2NodeClass objects now (the chart creates `default` \
+                     from its values); keep only the cluster settings here (docs/aws.md)"
+                ))
+            } else {
+                Error::Parse(e)
+            }
+        })?;
         settings.validate()?;
         Ok(settings)
     }
@@ -170,121 +181,114 @@ impl Settings {
         if let Err(why) = check_cidr(&self.service_cidr) {
             bad("serviceCidr", why);
         }
-        let classes = std::iter::once(("defaultNodeClass".to_string(), &self.default_node_class))
-            .chain(
-                self.node_classes
-                    .iter()
-                    .map(|(pool, c)| (format!("nodeClasses.{pool}"), c)),
-            );
-        for (path, class) in classes {
-            for (field, why) in class.problems(self.kubernetes_version.is_some()) {
-                bad(&format!("{path}.{field}"), why);
-            }
-        }
         if problems.is_empty() {
             Ok(())
         } else {
             Err(Error::Invalid(problems))
         }
     }
-
-    /// The node class of `nodepool`: its own, or the default.
-    pub fn node_class(&self, nodepool: &str) -> &NodeClass {
-        self.node_classes
-            .get(nodepool)
-            .unwrap_or(&self.default_node_class)
-    }
 }
 
 impl NodeClass {
-    /// The launch template's `ImageId`: the AMI ID, the `resolve:ssm:`
-    /// parameter, or the default EKS AL2023 parameter of `variant` for
-    /// `kubernetes_version` (`None` only when neither is set, which
-    /// validation rejects).
-    pub fn image_id(
-        &self,
-        kubernetes_version: Option<&str>,
-        variant: ImageVariant,
-    ) -> Option<String> {
-        match (&self.ami, kubernetes_version) {
-            (Some(ami), _) => Some(ami.clone()),
-            (None, Some(v)) => Some(format!(
-                "resolve:ssm:/aws/service/eks/optimized-ami/{v}/amazon-linux-2023/{}/{}/recommended/image_id",
-                variant.arch.as_str(),
-                variant.driver.as_str()
-            )),
-            (None, None) => None,
-        }
-    }
-
-    /// Root volume size for `instance_type`: the class's, or the default
-    /// for its family.
-    pub fn root_volume_gib_for(&self, instance_type: &str) -> i32 {
-        self.root_volume_gib
-            .unwrap_or(if is_accelerated(instance_type) {
-                DEFAULT_ACCELERATED_ROOT_GIB
-            } else {
-                DEFAULT_ROOT_GIB
+    /// The AMI ID for `variant`: the image resolved for exactly that
+    /// variant, else a custom image of its architecture (which serves
+    /// every accelerator); `None` when the class has neither, and then the
+    /// planner must not pick such an instance type for the pool.
+    pub fn image_for(&self, variant: ImageVariant) -> Option<&str> {
+        let arch = variant.arch.as_str();
+        let exact = self
+            .images
+            .iter()
+            .find(|i| i.architecture == arch && i.accelerator == variant.driver.as_str());
+        exact
+            .or_else(|| {
+                self.images
+                    .iter()
+                    .find(|i| i.architecture == arch && i.accelerator == ANY_ACCELERATOR)
             })
+            .map(|i| i.id.as_str())
     }
 
-    fn problems(&self, has_version: bool) -> Vec<(&'static str, String)> {
+    /// Node-label requirements that keep the planner to instance types this
+    /// class has an image for: `kubernetes.io/arch In [...]` unless both
+    /// architectures have one, and `quartermaster.dev/gpu-name` (or
+    /// `neuron-name`) `DoesNotExist` when no image carries the NVIDIA (or
+    /// Neuron) driver. Pure data the driver adds to the pool's requirements,
+    /// so the core stays free of AWS. (An alias has every variant; a custom
+    /// image serves every accelerator of its architecture.)
+    pub fn image_requirements(&self) -> Vec<crate::api::Requirement> {
+        use crate::api::{Operator, Requirement};
+        let has = |accelerator: &str| {
+            self.images
+                .iter()
+                .any(|i| i.accelerator == accelerator || i.accelerator == ANY_ACCELERATOR)
+        };
+        let mut archs: Vec<&str> = self
+            .images
+            .iter()
+            .map(|i| match i.architecture.as_str() {
+                "arm64" => "arm64",
+                _ => "amd64",
+            })
+            .collect();
+        archs.sort();
+        archs.dedup();
         let mut out = Vec::new();
-        match &self.ami {
-            Some(ami) if ami.starts_with("ami-") && ami.len() > 4 => {}
-            Some(ami) if ami.starts_with("resolve:ssm:") && ami.len() > 12 => {}
-            Some(ami) => out.push((
-                "ami",
-                format!("{ami:?} is neither an AMI ID (ami-...) nor resolve:ssm:<parameter>"),
-            )),
-            None if !has_version => out.push((
-                "ami",
-                "required unless kubernetesVersion is set (for the default EKS AL2023 images)"
-                    .into(),
-            )),
-            None => {}
+        if archs.len() < 2 {
+            out.push(Requirement::new(l::ARCH, Operator::In, &archs));
         }
-        for (field, selector) in [
-            ("subnetSelector", &self.subnet_selector),
-            ("securityGroupSelector", &self.security_group_selector),
-        ] {
-            if selector.is_empty() {
-                out.push((field, "must name at least one tag".into()));
-            } else if selector.keys().any(|k| k.is_empty()) {
-                out.push((field, "tag keys must not be empty".into()));
-            }
+        if !has(ImageDriver::Nvidia.as_str()) {
+            out.push(Requirement::new(l::GPU_NAME, Operator::DoesNotExist, &[]));
         }
-        if self.instance_profile.trim().is_empty() {
-            out.push(("instanceProfile", "must not be empty".into()));
-        }
-        if let Some(gib) = self.root_volume_gib {
-            if !(8..=16384).contains(&gib) {
-                out.push(("rootVolumeGiB", format!("{gib} is not within 8..=16384")));
-            }
-        }
-        if self.tags.len() > MAX_EXTRA_TAGS {
-            out.push(("tags", format!("at most {MAX_EXTRA_TAGS} tags")));
-        }
-        for (k, v) in &self.tags {
-            let reserved = k.starts_with(l::GROUP)
-                || k.to_ascii_lowercase().starts_with("aws:")
-                || k == "Name"
-                || k.starts_with("kubernetes.io/cluster/");
-            if reserved {
-                out.push(("tags", format!("{k:?} is set by quartermaster or AWS")));
-            } else if k.is_empty() || k.len() > 128 || v.len() > 256 {
-                out.push((
-                    "tags",
-                    format!("{k:?}: keys are 1-128 characters, values at most 256"),
-                ));
-            }
+        if !has(ImageDriver::Neuron.as_str()) {
+            out.push(Requirement::new(
+                l::NEURON_NAME,
+                Operator::DoesNotExist,
+                &[],
+            ));
         }
         out
     }
+
+    /// Root volume size for `instance_type` when the class has no block
+    /// device mappings: the larger default for GPU and Neuron families.
+    pub fn root_volume_gib_for(&self, instance_type: &str) -> i32 {
+        if is_accelerated(instance_type) {
+            DEFAULT_ACCELERATED_ROOT_GIB
+        } else {
+            DEFAULT_ROOT_GIB
+        }
+    }
+
+    /// The volumes of an `instance_type` node: the class's mappings, or an
+    /// encrypted gp3 root volume of [`NodeClass::root_volume_gib_for`].
+    pub fn block_devices_for(&self, instance_type: &str) -> Vec<BlockDeviceMapping> {
+        if !self.block_device_mappings.is_empty() {
+            return self.block_device_mappings.clone();
+        }
+        vec![BlockDeviceMapping {
+            device_name: ROOT_DEVICE.into(),
+            root_volume: true,
+            ebs: BlockDevice {
+                volume_size_gib: self.root_volume_gib_for(instance_type),
+                volume_type: "gp3".into(),
+                iops: None,
+                throughput: None,
+                encrypted: true,
+                kms_key_id: None,
+                delete_on_termination: true,
+                snapshot_id: None,
+            },
+        }]
+    }
 }
 
+/// The accelerator of a custom image (selected by ID, name or tags): it
+/// serves every accelerator of its architecture.
+pub const ANY_ACCELERATOR: &str = "any";
+
 /// CPU architecture of an EKS image, as its SSM parameter names it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub enum ImageArch {
     /// Intel and AMD.
     X86_64,
@@ -303,7 +307,7 @@ impl ImageArch {
 }
 
 /// The accelerator driver an EKS AL2023 image carries.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub enum ImageDriver {
     /// NVIDIA driver and container toolkit.
     Nvidia,
@@ -327,7 +331,7 @@ impl ImageDriver {
 /// Which EKS AL2023 image a node needs: a Graviton node cannot boot an
 /// x86_64 image, and a GPU or Neuron node without its driver never gets
 /// its devices.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub struct ImageVariant {
     /// CPU architecture.
     pub arch: ImageArch,
@@ -336,6 +340,21 @@ pub struct ImageVariant {
 }
 
 impl ImageVariant {
+    /// Every variant the EKS AL2023 images come in (there is no arm64
+    /// Neuron image: no Graviton instance has Neuron devices).
+    pub const ALL: [ImageVariant; 5] = [
+        ImageVariant::new(ImageArch::X86_64, ImageDriver::Standard),
+        ImageVariant::new(ImageArch::X86_64, ImageDriver::Nvidia),
+        ImageVariant::new(ImageArch::X86_64, ImageDriver::Neuron),
+        ImageVariant::new(ImageArch::Arm64, ImageDriver::Standard),
+        ImageVariant::new(ImageArch::Arm64, ImageDriver::Nvidia),
+    ];
+
+    /// The variant of that architecture and driver.
+    pub const fn new(arch: ImageArch, driver: ImageDriver) -> ImageVariant {
+        ImageVariant { arch, driver }
+    }
+
     /// The variant of a node of `instance_type` with the node `labels` the
     /// planner gave it (`kubernetes.io/arch`, the GPU and Neuron names from
     /// the catalog); without them, read from the family's name: Graviton
@@ -364,6 +383,12 @@ impl ImageVariant {
             ImageDriver::Standard
         };
         ImageVariant { arch, driver }
+    }
+}
+
+impl std::fmt::Display for ImageVariant {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}/{}", self.arch.as_str(), self.driver.as_str())
     }
 }
 
@@ -406,7 +431,7 @@ fn check_cidr(cidr: &str) -> Result<(), String> {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
 
     const GOOD: &str = r#"
@@ -415,60 +440,91 @@ kubernetesVersion: "1.33"
 clusterEndpoint: https://ABCD.gr7.us-east-1.eks.amazonaws.com
 certificateAuthority: LS0tLS1CRUdJTiBDRVJUSUZJQ0FURS0tLS0t
 serviceCidr: 10.100.0.0/16
-defaultNodeClass:
-  subnetSelector: { karpenter.sh/discovery: prod }
-  securityGroupSelector: { karpenter.sh/discovery: prod }
-  instanceProfile: prod-nodes
-nodeClasses:
-  train:
-    ami: ami-0123456789abcdef0
-    subnetSelector: { tier: "*" }
-    securityGroupSelector: { karpenter.sh/discovery: prod }
-    instanceProfile: prod-train
-    rootVolumeGiB: 500
-    tags: { team: ml }
 "#;
 
-    #[test]
-    fn settings_load_from_yaml_and_pick_the_pool_class_or_the_default() {
-        let s = Settings::from_yaml(GOOD).unwrap();
-        assert_eq!(s.node_class("train").instance_profile, "prod-train");
-        assert_eq!(s.node_class("other").instance_profile, "prod-nodes");
-        let none = BTreeMap::new();
-        let default_of = |it: &str| {
-            s.node_class("other")
-                .image_id(s.kubernetes_version.as_deref(), ImageVariant::of(it, &none))
-                .unwrap()
-        };
-        let param = |variant: &str| {
-            format!("resolve:ssm:/aws/service/eks/optimized-ami/1.33/amazon-linux-2023/{variant}/recommended/image_id")
-        };
-        assert_eq!(default_of("g6.xlarge"), param("x86_64/nvidia"));
-        assert_eq!(default_of("g5g.xlarge"), param("arm64/nvidia"));
-        assert_eq!(default_of("trn1.32xlarge"), param("x86_64/neuron"));
-        assert_eq!(default_of("m7i.large"), param("x86_64/standard"));
-        assert_eq!(default_of("c7gn.large"), param("arm64/standard"));
-        // A class's own AMI serves every type.
-        assert_eq!(
-            s.node_class("train")
-                .image_id(None, ImageVariant::of("g5g.xlarge", &none))
-                .unwrap(),
-            "ami-0123456789abcdef0"
-        );
-        assert_eq!(s.node_class("train").root_volume_gib_for("m5.large"), 500);
+    fn ami(id: &str, arch: &str, accelerator: &str) -> ResolvedAmi {
+        ResolvedAmi {
+            id: id.into(),
+            name: None,
+            architecture: arch.into(),
+            accelerator: accelerator.into(),
+        }
+    }
+
+    /// A resolved node class with `images` and defaults, for tests.
+    pub(crate) fn class(images: Vec<ResolvedAmi>) -> NodeClass {
+        NodeClass {
+            name: "default".into(),
+            images,
+            subnet_selector_terms: Vec::new(),
+            security_group_selector_terms: Vec::new(),
+            instance_profile: "nodes".into(),
+            block_device_mappings: Vec::new(),
+            instance_store_policy: None,
+            metadata_options: MetadataOptions::default(),
+            user_data: None,
+            tags: BTreeMap::new(),
+        }
     }
 
     #[test]
-    fn the_example_in_deploy_is_valid() {
-        let example = include_str!("../../../../deploy/aws/ec2-settings.example.yaml");
-        let s = Settings::from_yaml(example).unwrap();
-        assert_eq!(s.node_class("training").root_volume_gib, Some(500));
+    fn each_variant_gets_its_image_and_a_custom_image_serves_its_architecture() {
+        let none = BTreeMap::new();
+        let v = |it: &str| ImageVariant::of(it, &none);
+        let alias = class(vec![
+            ami("ami-x86nv", "x86_64", "nvidia"),
+            ami("ami-armnv", "arm64", "nvidia"),
+            ami("ami-x86ne", "x86_64", "neuron"),
+            ami("ami-x86st", "x86_64", "standard"),
+        ]);
+        assert_eq!(alias.image_for(v("g6.xlarge")), Some("ami-x86nv"));
+        assert_eq!(alias.image_for(v("g5g.xlarge")), Some("ami-armnv"));
+        assert_eq!(alias.image_for(v("trn1.32xlarge")), Some("ami-x86ne"));
+        assert_eq!(alias.image_for(v("m7i.large")), Some("ami-x86st"));
+        assert_eq!(alias.image_for(v("c7gn.large")), None);
+        let custom = class(vec![ami("ami-mine", "x86_64", ANY_ACCELERATOR)]);
+        assert_eq!(custom.image_for(v("p5.48xlarge")), Some("ami-mine"));
+        assert_eq!(custom.image_for(v("g5g.xlarge")), None);
+    }
+
+    #[test]
+    fn the_planner_is_kept_to_the_variants_a_class_has_images_for() {
+        let reqs = |images| {
+            class(images)
+                .image_requirements()
+                .iter()
+                .map(ToString::to_string)
+                .collect::<Vec<_>>()
+        };
+        let all = ImageVariant::ALL
+            .iter()
+            .map(|v| ami("ami-1", v.arch.as_str(), v.driver.as_str()))
+            .collect();
+        assert!(reqs(all).is_empty());
+        assert_eq!(
+            reqs(vec![ami("ami-mine", "x86_64", ANY_ACCELERATOR)]),
+            ["kubernetes.io/arch In [amd64]"]
+        );
+        assert_eq!(
+            reqs(vec![
+                ami("ami-a", "arm64", "standard"),
+                ami("ami-b", "x86_64", "nvidia")
+            ]),
+            ["quartermaster.dev/neuron-name DoesNotExist"]
+        );
+        assert_eq!(
+            reqs(vec![ami("ami-a", "arm64", "standard")]),
+            [
+                "kubernetes.io/arch In [arm64]",
+                "quartermaster.dev/gpu-name DoesNotExist",
+                "quartermaster.dev/neuron-name DoesNotExist"
+            ]
+        );
     }
 
     #[test]
     fn gpu_and_neuron_families_get_the_larger_default_root_volume() {
-        let s = Settings::from_yaml(GOOD).unwrap();
-        let class = s.node_class("default");
+        let class = class(Vec::new());
         for gpu in [
             "p5.48xlarge",
             "g5.xlarge",
@@ -477,15 +533,23 @@ nodeClasses:
             "trn1.2xlarge",
             "inf2.xlarge",
         ] {
+            let root = &class.block_devices_for(gpu)[0];
             assert_eq!(
-                class.root_volume_gib_for(gpu),
-                DEFAULT_ACCELERATED_ROOT_GIB,
+                root.ebs.volume_size_gib, DEFAULT_ACCELERATED_ROOT_GIB,
                 "{gpu}"
             );
+            assert!(root.root_volume && root.ebs.encrypted);
         }
         for cpu in ["m5.large", "c7g.xlarge", "r6i.2xlarge"] {
             assert_eq!(class.root_volume_gib_for(cpu), DEFAULT_ROOT_GIB, "{cpu}");
         }
+    }
+
+    #[test]
+    fn the_example_in_deploy_is_valid() {
+        let example = include_str!("../../../../deploy/aws/ec2-settings.example.yaml");
+        let s = Settings::from_yaml(example).unwrap();
+        assert!(s.kubernetes_version.is_some());
     }
 
     #[test]
@@ -494,16 +558,7 @@ nodeClasses:
             .replace("clusterName: prod", "clusterName: \"-bad name\"")
             .replace("https://ABCD", "http://ABCD")
             .replace("10.100.0.0/16", "10.100.0.0/40")
-            .replace("ami: ami-0123456789abcdef0", "ami: ubuntu")
-            .replace("rootVolumeGiB: 500", "rootVolumeGiB: 2")
-            .replace(
-                "tags: { team: ml }",
-                "tags: { quartermaster.dev/cluster: x }",
-            )
-            .replace(
-                "subnetSelector: { karpenter.sh/discovery: prod }",
-                "subnetSelector: {}",
-            );
+            .replace("\"1.33\"", "\"latest\"");
         let Err(Error::Invalid(problems)) = Settings::from_yaml(&bad) else {
             panic!("invalid settings accepted");
         };
@@ -515,26 +570,21 @@ nodeClasses:
             fields,
             [
                 "clusterName",
+                "kubernetesVersion",
                 "clusterEndpoint",
-                "serviceCidr",
-                "defaultNodeClass.subnetSelector",
-                "nodeClasses.train.ami",
-                "nodeClasses.train.rootVolumeGiB",
-                "nodeClasses.train.tags",
+                "serviceCidr"
             ],
             "{problems:#?}"
         );
     }
 
     #[test]
-    fn a_missing_ami_needs_a_kubernetes_version_and_unknown_fields_are_rejected() {
-        let no_version = GOOD.replace("kubernetesVersion: \"1.33\"\n", "");
-        let err = Settings::from_yaml(&no_version).unwrap_err().to_string();
-        assert!(
-            err.contains("defaultNodeClass.ami: required unless kubernetesVersion"),
-            "{err}"
-        );
+    fn node_classes_in_the_file_point_to_ec2nodeclass_and_typos_are_rejected() {
+        let old = format!("{GOOD}defaultNodeClass:\n  instanceProfile: nodes\n");
+        let err = Settings::from_yaml(&old).unwrap_err().to_string();
+        assert!(err.contains("EC2NodeClass"), "{err}");
         let typo = GOOD.replace("serviceCidr", "serviceCIDR");
-        assert!(matches!(Settings::from_yaml(&typo), Err(Error::Parse(_))));
+        let err = Settings::from_yaml(&typo).unwrap_err();
+        assert!(matches!(err, Error::Parse(ref e) if !e.contains("EC2NodeClass")));
     }
 }

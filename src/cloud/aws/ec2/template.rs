@@ -1,19 +1,21 @@
 //! Launch template content: the EKS AL2023 nodeadm user data that makes a
 //! node register with its NodeClaim's labels and taints, and the rest of
 //! what a [`LaunchTemplate`] holds (image, instance profile, security
-//! groups, root volume, IMDSv2). A template's name carries a hash of its
+//! groups, volumes, instance metadata options), all from the pool's
+//! resolved [`NodeClass`]; the class's own user data is merged before ours. A template's name carries a hash of its
 //! content, so equal content shares one template and changed content gets a
 //! new one. Building the EC2 request is here; calling EC2 is in `ec2.rs`.
 
-use super::settings::Settings;
+use super::settings::{NodeClass, Settings};
 use crate::api::labels as l;
+use crate::api::nodeclass::{BlockDeviceMapping, InstanceStorePolicy, MetadataOptions};
 use crate::cloud::NodeTemplate;
 use aws_sdk_ec2::types::{
     LaunchTemplateBlockDeviceMappingRequest, LaunchTemplateEbsBlockDeviceRequest,
     LaunchTemplateHttpTokensState, LaunchTemplateIamInstanceProfileSpecificationRequest,
     LaunchTemplateInstanceMetadataEndpointState, LaunchTemplateInstanceMetadataOptionsRequest,
-    LaunchTemplateTagSpecificationRequest, RequestLaunchTemplateData, ResourceType, Tag,
-    VolumeType,
+    LaunchTemplateInstanceMetadataProtocolIpv6, LaunchTemplateTagSpecificationRequest,
+    RequestLaunchTemplateData, ResourceType, Tag, VolumeType,
 };
 use serde::Serialize;
 use sha2::{Digest, Sha256};
@@ -26,8 +28,6 @@ pub const TAG_LAUNCH_TEMPLATE: &str = "quartermaster.dev/launch-template";
 
 /// MIME boundary of the user data.
 const BOUNDARY: &str = "==QUARTERMASTER==";
-/// Root device of the EKS AL2023 AMIs.
-const ROOT_DEVICE: &str = "/dev/xvda";
 
 /// Everything a launch template holds; serialized to hash its name.
 #[derive(Debug, Clone, PartialEq, Serialize)]
@@ -38,8 +38,10 @@ pub struct LaunchTemplate {
     pub instance_profile: String,
     /// Security group IDs, sorted.
     pub security_group_ids: Vec<String>,
-    /// Root volume size (gp3, encrypted, deleted with the instance).
-    pub root_volume_gib: i32,
+    /// EBS volumes (the node class's, or the default root volume).
+    pub block_devices: Vec<BlockDeviceMapping>,
+    /// Instance metadata service options.
+    pub metadata: MetadataOptions,
     /// User data, plain text (EC2 wants it base64; see [`LaunchTemplate::data`]).
     pub user_data: String,
     /// Tags of the template itself (ownership and the node class's extras).
@@ -60,12 +62,14 @@ impl LaunchTemplate {
         }
     }
 
-    /// The EC2 `LaunchTemplateData`: IMDSv2 required with a hop limit of 2
-    /// (pods reach IMDS through one more hop), the instance profile, the
-    /// security groups, the root volume, the user data in base64, and the
-    /// template's tags on the network interface (which `CreateFleet` cannot
-    /// tag itself; the IAM policy only lets us create tagged resources).
+    /// The EC2 `LaunchTemplateData`: the node class's instance metadata
+    /// options (IMDSv2 required, hop limit 2 by default: pods reach IMDS
+    /// through one more hop), the instance profile, the security groups,
+    /// the volumes, the user data in base64, and the template's tags on the
+    /// network interface (which `CreateFleet` cannot tag itself; the IAM
+    /// policy only lets us create tagged resources).
     pub fn data(&self) -> RequestLaunchTemplateData {
+        let m = &self.metadata;
         RequestLaunchTemplateData::builder()
             .image_id(&self.image_id)
             .iam_instance_profile(
@@ -74,24 +78,17 @@ impl LaunchTemplate {
                     .build(),
             )
             .set_security_group_ids(Some(self.security_group_ids.clone()))
-            .block_device_mappings(
-                LaunchTemplateBlockDeviceMappingRequest::builder()
-                    .device_name(ROOT_DEVICE)
-                    .ebs(
-                        LaunchTemplateEbsBlockDeviceRequest::builder()
-                            .volume_size(self.root_volume_gib)
-                            .volume_type(VolumeType::Gp3)
-                            .encrypted(true)
-                            .delete_on_termination(true)
-                            .build(),
-                    )
-                    .build(),
-            )
+            .set_block_device_mappings(Some(self.block_devices.iter().map(block_device).collect()))
             .metadata_options(
                 LaunchTemplateInstanceMetadataOptionsRequest::builder()
-                    .http_endpoint(LaunchTemplateInstanceMetadataEndpointState::Enabled)
-                    .http_tokens(LaunchTemplateHttpTokensState::Required)
-                    .http_put_response_hop_limit(2)
+                    .http_endpoint(LaunchTemplateInstanceMetadataEndpointState::from(
+                        m.http_endpoint.as_str(),
+                    ))
+                    .http_tokens(LaunchTemplateHttpTokensState::from(m.http_tokens.as_str()))
+                    .http_put_response_hop_limit(m.http_put_response_hop_limit)
+                    .http_protocol_ipv6(LaunchTemplateInstanceMetadataProtocolIpv6::from(
+                        m.http_protocol_ipv6.as_str(),
+                    ))
                     .build(),
             )
             .user_data(aws_smithy_types::base64::encode(&self.user_data))
@@ -108,6 +105,25 @@ impl LaunchTemplate {
             )
             .build()
     }
+}
+
+fn block_device(m: &BlockDeviceMapping) -> LaunchTemplateBlockDeviceMappingRequest {
+    let e = &m.ebs;
+    LaunchTemplateBlockDeviceMappingRequest::builder()
+        .device_name(&m.device_name)
+        .ebs(
+            LaunchTemplateEbsBlockDeviceRequest::builder()
+                .volume_size(e.volume_size_gib)
+                .volume_type(VolumeType::from(e.volume_type.as_str()))
+                .set_iops(e.iops)
+                .set_throughput(e.throughput)
+                .encrypted(e.encrypted)
+                .set_kms_key_id(e.kms_key_id.clone())
+                .delete_on_termination(e.delete_on_termination)
+                .set_snapshot_id(e.snapshot_id.clone())
+                .build(),
+        )
+        .build()
 }
 
 /// Lowercase hex of `bytes`.
@@ -216,6 +232,19 @@ struct NodeConfig<'a> {
 struct NodeConfigSpec<'a> {
     cluster: ClusterDetails<'a>,
     kubelet: Kubelet,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    instance: Option<InstanceOptions>,
+}
+
+#[derive(Serialize)]
+#[serde(rename_all = "camelCase")]
+struct InstanceOptions {
+    local_storage: LocalStorage,
+}
+
+#[derive(Serialize)]
+struct LocalStorage {
+    strategy: &'static str,
 }
 
 #[derive(Serialize)]
@@ -232,13 +261,22 @@ struct Kubelet {
     flags: Vec<String>,
 }
 
-/// The user data: a MIME multi-part document with one nodeadm `NodeConfig`
-/// (`node.eks.aws/v1alpha1`) naming the cluster and setting the kubelet
-/// flags of [`kubelet_flags`].
+/// The user data: a MIME multi-part document with the node class's own
+/// user data first (its parts if it is MIME multi-part itself, else one
+/// part: a nodeadm `NodeConfig` or a shell script) and then one nodeadm
+/// `NodeConfig` (`node.eks.aws/v1alpha1`) naming the cluster, setting the
+/// kubelet flags of [`kubelet_flags`] and, with `instanceStorePolicy:
+/// RAID0`, the local storage strategy. nodeadm merges the `NodeConfig`s,
+/// later ones winning, so the cluster details stay ours.
 ///
 /// # Errors
-/// As [`kubelet_flags`].
-pub fn user_data(settings: &Settings, template: &NodeTemplate) -> Result<String, String> {
+/// As [`kubelet_flags`], or user data that names a MIME boundary but has
+/// no parts.
+pub fn user_data(
+    settings: &Settings,
+    class: &NodeClass,
+    template: &NodeTemplate,
+) -> Result<String, String> {
     let config = NodeConfig {
         api_version: "node.eks.aws/v1alpha1",
         kind: "NodeConfig",
@@ -252,13 +290,68 @@ pub fn user_data(settings: &Settings, template: &NodeTemplate) -> Result<String,
             kubelet: Kubelet {
                 flags: kubelet_flags(template)?,
             },
+            instance: class
+                .instance_store_policy
+                .map(|InstanceStorePolicy::Raid0| InstanceOptions {
+                    local_storage: LocalStorage { strategy: "RAID0" },
+                }),
         },
     };
     let yaml = serde_norway::to_string(&config).map_err(|e| e.to_string())?;
-    Ok(format!(
-        "MIME-Version: 1.0\r\nContent-Type: multipart/mixed; boundary=\"{BOUNDARY}\"\r\n\r\n\
-         --{BOUNDARY}\r\nContent-Type: application/node.eks.aws\r\n\r\n---\n{yaml}\r\n--{BOUNDARY}--\r\n"
-    ))
+    let mut parts = match &class.user_data {
+        Some(theirs) if !theirs.trim().is_empty() => user_parts(theirs)?,
+        _ => Vec::new(),
+    };
+    parts.push(format!(
+        "Content-Type: application/node.eks.aws\r\n\r\n---\n{yaml}"
+    ));
+    let mut out = format!(
+        "MIME-Version: 1.0\r\nContent-Type: multipart/mixed; boundary=\"{BOUNDARY}\"\r\n\r\n"
+    );
+    for part in parts {
+        out.push_str(&format!("--{BOUNDARY}\r\n{part}\r\n"));
+    }
+    out.push_str(&format!("--{BOUNDARY}--\r\n"));
+    Ok(out)
+}
+
+/// The MIME parts (headers and body) of a node class's user data.
+fn user_parts(data: &str) -> Result<Vec<String>, String> {
+    let boundary = data
+        .lines()
+        .take_while(|l| !l.trim().is_empty())
+        .find_map(|l| {
+            let l = l.trim();
+            l.to_ascii_lowercase()
+                .starts_with("content-type: multipart/")
+                .then(|| l.split("boundary=").nth(1))
+                .flatten()
+                .map(|b| b.trim_matches('"').to_string())
+        });
+    let Some(boundary) = boundary else {
+        let kind = if data.contains("node.eks.aws/") {
+            "application/node.eks.aws"
+        } else {
+            "text/x-shellscript; charset=\"us-ascii\""
+        };
+        return Ok(vec![format!(
+            "Content-Type: {kind}\r\n\r\n{}",
+            data.trim_end()
+        )]);
+    };
+    let delimiter = format!("--{boundary}");
+    let parts: Vec<String> = data
+        .split(&delimiter)
+        .skip(1)
+        .map(|p| p.trim_start_matches(['\r', '\n']).trim_end().to_string())
+        .filter(|p| !p.is_empty() && !p.starts_with("--"))
+        .collect();
+    if parts.is_empty() {
+        return Err(format!(
+            "the node class's user data names MIME boundary {boundary:?} but has no parts"
+        ));
+    }
+    Ok(parts)
 }
 
 #[cfg(test)]
@@ -274,10 +367,6 @@ kubernetesVersion: "1.33"
 clusterEndpoint: https://ABCD.eks.example
 certificateAuthority: Q0E=
 serviceCidr: 10.100.0.0/16
-defaultNodeClass:
-  subnetSelector: { a: b }
-  securityGroupSelector: { a: b }
-  instanceProfile: nodes
 "#,
         )
         .unwrap()
@@ -320,9 +409,49 @@ defaultNodeClass:
         );
     }
 
+    fn class() -> NodeClass {
+        super::super::settings::tests::class(Vec::new())
+    }
+
+    /// The parts of a MIME multi-part user data, headers and body.
+    fn parts(data: &str) -> Vec<&str> {
+        data.split(&format!("--{BOUNDARY}"))
+            .skip(1)
+            .map(str::trim)
+            .filter(|p| !p.is_empty() && *p != "--")
+            .collect()
+    }
+
+    #[test]
+    fn a_class_user_data_runs_before_ours_and_raid0_reaches_nodeadm() {
+        let mut c = class();
+        c.user_data = Some("#!/bin/bash\necho hello\n".into());
+        c.instance_store_policy = Some(InstanceStorePolicy::Raid0);
+        let data = user_data(&settings(), &c, &template()).unwrap();
+        let p = parts(&data);
+        assert_eq!(p.len(), 2, "{data}");
+        assert!(
+            p[0].starts_with("Content-Type: text/x-shellscript"),
+            "{}",
+            p[0]
+        );
+        assert!(p[0].ends_with("echo hello"));
+        assert!(p[1].contains("strategy: RAID0"), "{}", p[1]);
+        let mime = "MIME-Version: 1.0\nContent-Type: multipart/mixed; boundary=\"XX\"\n\n--XX\nContent-Type: application/node.eks.aws\n\nkind: NodeConfig\n--XX\nContent-Type: text/x-shellscript\n\necho two\n--XX--\n";
+        c.user_data = Some(mime.into());
+        let data = user_data(&settings(), &c, &template()).unwrap();
+        let p = parts(&data);
+        assert_eq!(p.len(), 3, "{data}");
+        assert!(p[0].contains("kind: NodeConfig") && p[1].contains("echo two"));
+        c.user_data = Some("Content-Type: multipart/mixed; boundary=\"YY\"\n\nnothing".into());
+        assert!(user_data(&settings(), &c, &template())
+            .unwrap_err()
+            .contains("no parts"));
+    }
+
     #[test]
     fn user_data_is_a_mime_nodeconfig_for_the_cluster() {
-        let data = user_data(&settings(), &template()).unwrap();
+        let data = user_data(&settings(), &class(), &template()).unwrap();
         assert!(data.starts_with("MIME-Version: 1.0\r\nContent-Type: multipart/mixed;"));
         assert!(data.contains("Content-Type: application/node.eks.aws"));
         let yaml = data
@@ -343,8 +472,9 @@ defaultNodeClass:
             image_id: "ami-1".into(),
             instance_profile: "nodes".into(),
             security_group_ids: vec!["sg-1".into()],
-            root_volume_gib: 200,
-            user_data: user_data(&settings(), &template()).unwrap(),
+            block_devices: class().block_devices_for("g5.xlarge"),
+            metadata: MetadataOptions::default(),
+            user_data: user_data(&settings(), &class(), &template()).unwrap(),
             tags: BTreeMap::new(),
         };
         let name = lt.name("prod");
@@ -353,10 +483,8 @@ defaultNodeClass:
             "{name}"
         );
         assert_eq!(lt.clone().name("prod"), name);
-        let bigger = LaunchTemplate {
-            root_volume_gib: 500,
-            ..lt.clone()
-        };
+        let mut bigger = lt.clone();
+        bigger.block_devices[0].ebs.volume_size_gib = 500;
         assert_ne!(bigger.name("prod"), name);
         assert_ne!(lt.name("staging"), name);
         assert!(lt.name(&"c".repeat(100)).len() <= 128);
