@@ -72,6 +72,7 @@ pub fn plan(input: &Input, opts: &Options, clock: &dyn Fn() -> f64) -> Plan {
     let all: Vec<usize> = (0..pods.len()).collect();
     let (on_existing, left) = pack::place_on_existing(pods, &all, input.nodes);
     let cands = candidates::candidates(input);
+    let by_resource = candidates::ByResource::new(&cands);
     let classes = classes::classify(pods, &left, input.now);
     let mut unschedulable = Vec::new();
     let mut budgets = limits::budgets(input);
@@ -108,10 +109,10 @@ pub fn plan(input: &Input, opts: &Options, clock: &dyn Fn() -> f64) -> Plan {
                 continue;
             }
         }
-        let compatible: Vec<(usize, u32)> = cands
+        let compatible: Vec<(usize, u32)> = by_resource
+            .may_fit(&c.pod.requests)
             .iter()
-            .enumerate()
-            .map(|(i, cand)| (i, candidates::pods_per_node(c, cand)))
+            .map(|&i| (i, candidates::pods_per_node(c, &cands[i])))
             .filter(|(_, k)| *k > 0)
             .collect();
         if compatible.is_empty() {
@@ -472,7 +473,9 @@ fn right_size(
     });
     let mut best = (node_cost(input, from, opts, node), o);
     for (i, c) in cands.iter().enumerate() {
+        // A node costs at least its price: dearer ones need no closer look.
         if i == o
+            || c.price() >= best.0 - 1e-9
             || c.pool != from.pool
             || c.offering.capacity_type != from.offering.capacity_type
             || (same_zone && c.offering.zone_id != from.offering.zone_id)
@@ -518,12 +521,20 @@ fn prune(
     input: &Input,
     demand: usize,
 ) -> Vec<(usize, u32)> {
-    let risk = |i: usize, k: u32| {
-        let c = &cands[i];
-        let aversion = input.pools[c.pool].risk_aversion;
-        pod_risk_cost(&class.exposure, c, k, aversion)
-    };
-    let per_pod = |&(i, k): &(usize, u32)| cands[i].price() / k as f64 + risk(i, k);
+    // Each option's expected interruption cost per pod, once: the sort
+    // below compares options many times over.
+    let risks: Vec<f64> = options
+        .iter()
+        .map(|&(i, k)| {
+            let c = &cands[i];
+            pod_risk_cost(&class.exposure, c, k, input.pools[c.pool].risk_aversion)
+        })
+        .collect();
+    let per_pod: Vec<f64> = options
+        .iter()
+        .zip(&risks)
+        .map(|(&(i, k), r)| cands[i].price() / k as f64 + r)
+        .collect();
     let zoned = class.pod.group.is_some() || class.pod.zone_spread.is_some();
     let group = |i: usize| {
         let c = &cands[i];
@@ -542,8 +553,8 @@ fn prune(
     // Cheapest per pod on a full node.
     let mut sorted: Vec<usize> = (0..options.len()).collect();
     sorted.sort_by(|a, b| {
-        per_pod(&options[*a])
-            .total_cmp(&per_pod(&options[*b]))
+        per_pod[*a]
+            .total_cmp(&per_pod[*b])
             .then(options[*a].0.cmp(&options[*b].0))
     });
     if zoned {
@@ -566,7 +577,11 @@ fn prune(
         }
     }
 
-    // Cheapest whole nodes for the counts that can matter.
+    // Cheapest whole nodes for the counts that can matter (small classes
+    // only: see `DEMAND_AWARE_MAX`).
+    if demand > DEMAND_AWARE_MAX {
+        return keep.into_iter().map(|x| options[x]).collect();
+    }
     let mut counts: BTreeSet<usize> = (1..=demand.min(EXACT_COUNTS)).collect();
     counts.insert(demand.max(1));
     for &(_, k) in options {
@@ -575,20 +590,26 @@ fn prune(
             counts.insert(demand % k);
         }
     }
-    let mut best: HashMap<(_, usize), (f64, usize)> = HashMap::new();
+    // The best option per group and count; each option's group looked up
+    // once, not once per count (hashing the zone's name per count was
+    // most of the planner's time on 2,000 pods).
+    let counts: Vec<usize> = counts.into_iter().collect();
+    let mut groups: HashMap<_, usize> = HashMap::new();
+    let mut best: Vec<Vec<(f64, usize)>> = Vec::new();
     for (x, &(i, k)) in options.iter().enumerate() {
-        let (price, r) = (cands[i].price(), risk(i, k));
-        for &m in &counts {
+        let g = *groups.entry(group(i)).or_insert_with(|| {
+            best.push(vec![(f64::INFINITY, x); counts.len()]);
+            best.len() - 1
+        });
+        let (price, r) = (cands[i].price(), risks[x]);
+        for (slot, &m) in best[g].iter_mut().zip(&counts) {
             let cost = m.div_ceil(k as usize) as f64 * price + m as f64 * r;
-            let slot = best.entry((group(i), m)).or_insert((f64::INFINITY, x));
             if cost < slot.0 - 1e-9 {
                 *slot = (cost, x);
             }
         }
     }
-    if demand <= DEMAND_AWARE_MAX {
-        keep.extend(best.into_values().map(|(_, x)| x));
-    }
+    keep.extend(best.into_iter().flatten().map(|(_, x)| x));
     keep.into_iter().map(|x| options[x]).collect()
 }
 
