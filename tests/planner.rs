@@ -1066,3 +1066,47 @@ fn right_sizing_one_node_never_spends_the_limit_the_others_need() {
     let plan = expect_optimal(&inst);
     assert_eq!(placed(&plan), 3, "{:?}", plan.unschedulable);
 }
+
+#[test]
+fn the_bound_counts_the_pods_zone_spread_puts_in_a_dear_zone() {
+    // Eight spread pods, four to a node, a cheap spot zone and a dear
+    // on-demand one: any plan keeps at least three in the dear zone (skew
+    // 1), so the bound is above the bound of the same pods free to pick the
+    // cheap zone, and still not above the plan.
+    let spread = |spread: bool| {
+        cpu_pods("web", 8, 3900, 8)
+            .into_iter()
+            .map(|mut p| {
+                if spread {
+                    p.zone_spread = Some(ZoneSpread {
+                        max_skew: 1,
+                        selector: "app=web".into(),
+                    });
+                }
+                p
+            })
+            .collect::<Vec<_>>()
+    };
+    let offerings = [
+        ("m6i.4xlarge", "use1-az1", CapacityType::OnDemand),
+        ("m6i.4xlarge", "use1-az2", CapacityType::Spot),
+    ];
+    let bound = |inst: &oracle::Instance| {
+        let input = inst.input();
+        let all: Vec<usize> = (0..inst.pods.len()).collect();
+        plan::bound::lower_bound(&input, &all, &Options::default())
+    };
+    let spread_inst = shrunk(&offerings, vec![Pool::new("cpu")], spread(true));
+    let free_inst = shrunk(&offerings, vec![Pool::new("cpu")], spread(false));
+    let plan = expect_optimal(&spread_inst);
+    let (with_spread, free) = (bound(&spread_inst), bound(&free_inst));
+    assert!(
+        with_spread > free * 1.05,
+        "spread bound {with_spread} vs free {free}"
+    );
+    assert!(
+        with_spread <= plan.risk_adjusted_cost_per_hour + 1e-6,
+        "bound {with_spread} above the plan {}",
+        plan.risk_adjusted_cost_per_hour
+    );
+}
