@@ -121,11 +121,11 @@ fn exact_classes(input: &Input, placed: &[usize]) -> Vec<Class> {
 }
 
 /// Zone spread's floor per zone, kept in the bound: a class spread with
-/// `maxSkew` s over the zones `Z` it can use puts at least `d / |Z| - s`
-/// of its `d` pods in every zone (the zones hold `d` in all, none more than
-/// s above the emptiest), so `floor(d / |Z|) - s` of them go to a class of
-/// their own pinned to each zone (a node affinity on the zone), and the
-/// rest stay free. Any plan that keeps the spread is a plan of the split
+/// `maxSkew` s over the zones `Z` it can use puts at least
+/// `ceil((d - s (|Z| - 1)) / |Z|)` of its `d` pods in every zone (the
+/// emptiest zone holds m, each other at most m + s), so that many go to a
+/// class of their own pinned to each zone (a node affinity on the zone),
+/// and the rest stay free. Any plan that keeps the spread is a plan of the split
 /// classes, so the bound stays a bound; relaxing spread entirely left the
 /// bound $640/h (9%) under the planner's own LP on `bench plan --pods
 /// 20000`, seed 1. Only where every candidate the class can use has one
@@ -143,7 +143,10 @@ fn spread_floors(classes: Vec<Class>, cands: &[Candidate]) -> Vec<Class> {
             .collect();
         let weights: BTreeSet<i32> = usable.iter().map(|c| c.weight).collect();
         let zones: BTreeSet<&str> = usable.iter().map(|c| c.offering.zone_id.as_str()).collect();
-        let floor = (class.pods.len() / zones.len().max(1)).saturating_sub(skew);
+        // The emptiest zone holds m, the others at most m + s each, so
+        // d <= |Z| m + s (|Z| - 1): every zone holds at least that m.
+        let (d, z) = (class.pods.len(), zones.len().max(1));
+        let floor = d.saturating_sub(skew * (z - 1)).div_ceil(z);
         if weights.len() != 1 || zones.len() < 2 || floor == 0 {
             out.push(class);
             continue;
@@ -428,4 +431,51 @@ fn solve_dual(
             })
             .collect(),
     ))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::catalog::Catalog;
+    use crate::cluster::resources::{CPU, MEMORY};
+    use crate::cluster::{Pod, Pool, Resources, ZoneSpread};
+
+    #[test]
+    fn a_spread_class_of_one_pod_short_of_two_per_zone_pins_one_to_every_zone() {
+        let catalog = Catalog::embedded().unwrap();
+        let pools = [Pool::new("cpu")];
+        let mut pod = Pod::new(
+            "web",
+            Resources::new().with(CPU, 1000).with(MEMORY, 1 << 30),
+        );
+        pod.zone_spread = Some(ZoneSpread {
+            max_skew: 1,
+            selector: "app=web".into(),
+        });
+        let input = Input {
+            catalog: &catalog,
+            region: "us-east-1",
+            pools: &pools,
+            nodes: &[],
+            pods: std::slice::from_ref(&pod),
+            unavailable: &|_| false,
+            learned_rate: None,
+            now: None,
+        };
+        let cands = candidates::candidates(&input);
+        let zones: BTreeSet<&str> = cands.iter().map(|c| c.offering.zone_id.as_str()).collect();
+        assert!(zones.len() > 2);
+        // 2|Z| - 1 pods: with skew 1 every zone holds at least one.
+        let d = 2 * zones.len() - 1;
+        let class = Class {
+            pods: (0..d).collect(),
+            ..Class::of(&pod, 0)
+        };
+        let split = spread_floors(vec![class], &cands);
+        assert_eq!(split.len(), zones.len() + 1, "{} classes", split.len());
+        for part in &split[..zones.len()] {
+            assert_eq!(part.pods.len(), 1);
+        }
+        assert_eq!(split[zones.len()].pods.len(), zones.len() - 1);
+    }
 }
