@@ -1,6 +1,11 @@
 //! Planner behaviour on the embedded catalog: one small, hand-checkable case
 //! per constraint kind, for both the MIP and the greedy baseline.
 
+// The oracle's instance generator is the property test's; this file uses
+// its exhaustive search on hand-made instances.
+#[allow(dead_code)]
+mod oracle;
+
 use quartermaster::api::labels as l;
 use quartermaster::catalog::{CapacityType, Catalog, InterruptionBucket};
 use quartermaster::cluster::resources::{CPU, MEMORY};
@@ -908,4 +913,200 @@ fn the_time_limit_bounds_the_whole_plan_not_each_mip() {
     });
     assert_eq!(late.solved_by, plan::SolvedBy::LpRounding);
     assert_eq!(placed(&late), 4);
+}
+
+// Counterexamples the optimality oracle (`tests/oracle/`) found, shrunk to
+// a few offerings of the embedded catalog: the MIP's plan must keep every
+// rule and cost the exhaustive optimum.
+
+/// An instance of the offerings `(instance type, zone ID, capacity type)`
+/// of the embedded catalog in [`REGION`] alone.
+fn shrunk(
+    offerings: &[(&str, &str, CapacityType)],
+    pools: Vec<Pool>,
+    pods: Vec<Pod>,
+) -> oracle::Instance {
+    let mut types = Vec::new();
+    let mut chosen = Vec::new();
+    for &(name, zone, capacity_type) in offerings {
+        let o = catalog()
+            .offerings_of(REGION, name)
+            .find(|o| o.capacity_type == capacity_type && o.zone_id == zone)
+            .unwrap_or_else(|| panic!("the catalog offers {name} {capacity_type} in {zone}"));
+        chosen.push(o.clone());
+        types.push(
+            catalog()
+                .instance_type(name)
+                .expect("a catalog type")
+                .clone(),
+        );
+    }
+    oracle::Instance {
+        catalog: Catalog::from_parts(types, chosen),
+        pools,
+        pods,
+    }
+}
+
+/// Plans `inst` with the MIP and checks the plan against the exhaustive
+/// optimum: every rule kept, as many pods placed, the same cost.
+fn expect_optimal(inst: &oracle::Instance) -> Plan {
+    let input = inst.input();
+    let opts = Options::default();
+    let plan = plan::plan(&input, Strategy::Mip, &opts, &|| 0.0);
+    let rules = oracle::Rules::new(&input, &opts);
+    let best = rules.optimum();
+    let got = rules
+        .value_of(&plan)
+        .unwrap_or_else(|e| panic!("the plan breaks a rule: {e}: {:?}", plan.nodes));
+    assert!(
+        !got.worse_than(&best, 1e-9),
+        "the plan {got:?} misses the optimum {best:?}: {:?}",
+        plan.nodes
+    );
+    plan
+}
+
+/// `n` pods named `{prefix}{i}` of `cpu` millicores and `gib` GiB.
+fn cpu_pods(prefix: &str, n: usize, cpu: i64, gib: i64) -> Vec<Pod> {
+    (0..n)
+        .map(|i| {
+            Pod::new(
+                &format!("{prefix}{i}"),
+                Resources::new().with(CPU, cpu).with(MEMORY, gib << 30),
+            )
+        })
+        .collect()
+}
+
+#[test]
+fn pods_of_three_shapes_that_fill_two_nodes_get_two_nodes_not_three() {
+    // Two of each shape fit two m6i.4xlarge (7000m + 4000m + 2500m of CPU
+    // each); first fit decreasing put the two 7000m pods together and
+    // needed a third node.
+    let mut pods = cpu_pods("a", 2, 2500, 7);
+    pods.extend(cpu_pods("b", 2, 7000, 5));
+    pods.extend(cpu_pods("c", 2, 4000, 31));
+    let inst = shrunk(
+        &[("m6i.4xlarge", "use1-az1", CapacityType::OnDemand)],
+        vec![Pool::new("cpu")],
+        pods,
+    );
+    let plan = expect_optimal(&inst);
+    assert_eq!(plan.nodes.len(), 2, "{:?}", plan.nodes);
+}
+
+#[test]
+fn pods_that_strand_a_small_nodes_room_go_to_the_type_that_holds_them() {
+    // A 32 GiB pod leaves less than 28 GiB of a c6i.8xlarge, so no 28 GiB
+    // pod fits beside it: in aggregate four c6i.8xlarge "hold" four of each
+    // size, in fact they hold four of one and need three more for the rest.
+    let mut pods = cpu_pods("big", 4, 5500, 32);
+    pods.extend(cpu_pods("mid", 3, 2500, 28));
+    let inst = shrunk(
+        &[
+            ("c6i.8xlarge", "use1-az1", CapacityType::Spot),
+            ("m6i.8xlarge", "use1-az1", CapacityType::Spot),
+        ],
+        vec![Pool::new("cpu")],
+        pods,
+    );
+    expect_optimal(&inst);
+}
+
+#[test]
+fn packing_never_opens_a_node_the_spot_pool_share_has_no_room_for() {
+    // The 7500m pod leaves no CPU of an m7i.2xlarge beside it; in aggregate
+    // it and two anti-affine pods took two nodes, packed they took three,
+    // all in one spot pool, past its share (at most half of the pool's spot
+    // nodes, plus one).
+    let mut pool = Pool::new("cpu");
+    pool.max_spot_pool_share = Some(0.5);
+    let mut pods = cpu_pods("solo", 1, 7500, 24);
+    for mut p in cpu_pods("apart", 2, 2000, 16) {
+        p.hostname_anti_affinity = true;
+        p.labels.insert("app".into(), "apart".into());
+        pods.push(p);
+    }
+    let inst = shrunk(
+        &[
+            ("m7i.2xlarge", "use1-az1", CapacityType::Spot),
+            ("g6e.8xlarge", "use1-az6", CapacityType::Spot),
+        ],
+        vec![pool],
+        pods,
+    );
+    expect_optimal(&inst);
+}
+
+#[test]
+fn right_sizing_one_node_never_spends_the_limit_the_others_need() {
+    // Three anti-affine two-GPU pods, three nodes and 12 GPUs allowed: the
+    // model buys three 4-GPU g5.24xlarge. Right-sizing the first into the
+    // cheaper 8-GPU p4d.24xlarge left the third node without GPUs to spend.
+    let mut pool = gpu_pool("gpu");
+    pool.limits.nodes = Some(3);
+    pool.limits.resources.set(l::RESOURCE_GPU, 12);
+    let pods: Vec<Pod> = (0..3)
+        .map(|i| {
+            let mut p = gpu_pod(&format!("apart{i}"), 2);
+            p.hostname_anti_affinity = true;
+            p.labels.insert("app".into(), "apart".into());
+            p
+        })
+        .collect();
+    let inst = shrunk(
+        &[
+            ("g5.24xlarge", "use1-az2", CapacityType::Spot),
+            ("p4d.24xlarge", "use1-az6", CapacityType::Spot),
+        ],
+        vec![pool],
+        pods,
+    );
+    let plan = expect_optimal(&inst);
+    assert_eq!(placed(&plan), 3, "{:?}", plan.unschedulable);
+}
+
+#[test]
+fn the_bound_counts_the_pods_zone_spread_puts_in_a_dear_zone() {
+    // Eight spread pods, four to a node, a cheap spot zone and a dear
+    // on-demand one: any plan keeps at least three in the dear zone (skew
+    // 1), so the bound is above the bound of the same pods free to pick the
+    // cheap zone, and still not above the plan.
+    let spread = |spread: bool| {
+        cpu_pods("web", 8, 3900, 8)
+            .into_iter()
+            .map(|mut p| {
+                if spread {
+                    p.zone_spread = Some(ZoneSpread {
+                        max_skew: 1,
+                        selector: "app=web".into(),
+                    });
+                }
+                p
+            })
+            .collect::<Vec<_>>()
+    };
+    let offerings = [
+        ("m6i.4xlarge", "use1-az1", CapacityType::OnDemand),
+        ("m6i.4xlarge", "use1-az2", CapacityType::Spot),
+    ];
+    let bound = |inst: &oracle::Instance| {
+        let input = inst.input();
+        let all: Vec<usize> = (0..inst.pods.len()).collect();
+        plan::bound::lower_bound(&input, &all, &Options::default())
+    };
+    let spread_inst = shrunk(&offerings, vec![Pool::new("cpu")], spread(true));
+    let free_inst = shrunk(&offerings, vec![Pool::new("cpu")], spread(false));
+    let plan = expect_optimal(&spread_inst);
+    let (with_spread, free) = (bound(&spread_inst), bound(&free_inst));
+    assert!(
+        with_spread > free * 1.05,
+        "spread bound {with_spread} vs free {free}"
+    );
+    assert!(
+        with_spread <= plan.risk_adjusted_cost_per_hour + 1e-6,
+        "bound {with_spread} above the plan {}",
+        plan.risk_adjusted_cost_per_hour
+    );
 }

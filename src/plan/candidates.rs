@@ -44,6 +44,10 @@ pub struct Candidate {
     pub accelerator_resource: Option<String>,
     /// Units of that resource on one node.
     pub accelerator_units: i64,
+    /// `rate` over the market's mean rate, where the offering has a market
+    /// with one: computed once, as the market's mean integrates its hazard
+    /// (recomputing it per pod and class dominated pruning).
+    market_scale: Option<f64>,
 }
 
 impl Candidate {
@@ -64,10 +68,8 @@ impl Candidate {
         if self.offering.capacity_type != crate::catalog::CapacityType::Spot {
             return 0.0;
         }
-        match &self.offering.market {
-            Some(m) if m.mean_rate_per_hour() > 0.0 => {
-                m.expected_interruptions(0.0, hours) * self.rate / m.mean_rate_per_hour()
-            }
+        match (&self.offering.market, self.market_scale) {
+            (Some(m), Some(scale)) => m.expected_interruptions(0.0, hours) * scale,
             _ => self.rate * hours,
         }
     }
@@ -142,13 +144,21 @@ pub fn candidates(input: &Input) -> Vec<Candidate> {
                 .as_deref()
                 .map(|r| capacity.get(r))
                 .unwrap_or(0);
+            let rate = input
+                .learned_rate
+                .and_then(|f| f(o))
+                .unwrap_or_else(|| o.interruption_rate_per_hour());
+            let market_scale = o
+                .market
+                .as_ref()
+                .map(|m| m.mean_rate_per_hour())
+                .filter(|mean| *mean > 0.0)
+                .map(|mean| rate / mean);
             out.push(Candidate {
                 pool: pi,
                 weight: pool.weight,
-                rate: input
-                    .learned_rate
-                    .and_then(|f| f(o))
-                    .unwrap_or_else(|| o.interruption_rate_per_hour()),
+                rate,
+                market_scale,
                 offering: o.clone(),
                 capacity,
                 allocatable,
@@ -182,6 +192,52 @@ fn accelerator_resource(
                 .find(|r| capacity.get(r) > 0)
                 .map(str::to_string)
         }
+    }
+}
+
+/// The candidates that offer each resource, so that a class asking for an
+/// accelerator only scans the nodes that have one: CPU-only types are most
+/// of a region's offerings (2,012 candidates of the benchmark's pools in
+/// us-east-1, 872 of them with an accelerator).
+#[derive(Debug, Clone)]
+pub struct ByResource {
+    all: Vec<usize>,
+    offering: std::collections::HashMap<String, Vec<usize>>,
+}
+
+impl ByResource {
+    /// The index of `cands`.
+    pub fn new(cands: &[Candidate]) -> ByResource {
+        let mut offering: std::collections::HashMap<String, Vec<usize>> = Default::default();
+        for (i, c) in cands.iter().enumerate() {
+            for (r, amount) in c.allocatable.iter() {
+                if amount > 0 {
+                    offering.entry(r.to_string()).or_default().push(i);
+                }
+            }
+        }
+        ByResource {
+            all: (0..cands.len()).collect(),
+            offering,
+        }
+    }
+
+    /// Indices, in order, of the candidates a pod requesting `requests`
+    /// may fit: those offering the requested resource fewest candidates
+    /// offer (none when no candidate offers one), all without requests.
+    pub fn may_fit(&self, requests: &Resources) -> &[usize] {
+        let mut best: &[usize] = &self.all;
+        for (r, amount) in requests.iter() {
+            if amount <= 0 {
+                continue;
+            }
+            match self.offering.get(r) {
+                Some(list) if list.len() < best.len() => best = list,
+                Some(_) => {}
+                None => return &[],
+            }
+        }
+        best
     }
 }
 
@@ -329,5 +385,44 @@ fn amount(r: &str, amount: i64, named: bool) -> String {
         format!("{value} {r}")
     } else {
         value
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::catalog::Catalog;
+    use crate::cluster::resources::CPU;
+
+    fn input<'a>(catalog: &'a Catalog, pools: &'a [Pool]) -> Input<'a> {
+        Input {
+            catalog,
+            region: "us-east-1",
+            pools,
+            nodes: &[],
+            pods: &[],
+            unavailable: &|_| false,
+            learned_rate: None,
+            now: None,
+        }
+    }
+
+    #[test]
+    fn a_gpu_pod_scans_only_candidates_with_gpus_and_a_cpu_pod_scans_all() {
+        let catalog = Catalog::embedded().unwrap();
+        let pools = [Pool::new("general")];
+        let cands = candidates(&input(&catalog, &pools));
+        let index = ByResource::new(&cands);
+        let gpu = Resources::new().with(CPU, 1000).with(l::RESOURCE_GPU, 1);
+        let scanned = index.may_fit(&gpu);
+        let with_gpus: Vec<usize> = (0..cands.len())
+            .filter(|&i| cands[i].allocatable.get(l::RESOURCE_GPU) > 0)
+            .collect();
+        assert_eq!(scanned, with_gpus.as_slice());
+        assert!(with_gpus.len() < cands.len() / 2, "CPU types are most");
+        let cpu = Resources::new().with(CPU, 1000);
+        assert_eq!(index.may_fit(&cpu).len(), cands.len());
+        let unknown = Resources::new().with("example.com/fpga", 1);
+        assert!(index.may_fit(&unknown).is_empty());
     }
 }

@@ -26,6 +26,21 @@ impl Budget {
             && self.cost.is_none_or(|x| c.price() <= x + 1e-9)
     }
 
+    /// Gives one node of `c` back: the inverse of [`Budget::charge`] where
+    /// that took the whole node (a budget that ran dry may get back more
+    /// than it lost, so check launches against a budget only charged).
+    pub fn refund(&mut self, c: &Candidate) {
+        for (k, v) in self.resources.iter_mut() {
+            *v += c.capacity.get(k) as f64;
+        }
+        if let Some(n) = self.nodes.as_mut() {
+            *n += 1.0;
+        }
+        if let Some(x) = self.cost.as_mut() {
+            *x += c.price();
+        }
+    }
+
     /// Takes one node of `c` out of the budget.
     pub fn charge(&mut self, c: &Candidate) {
         for (k, v) in self.resources.iter_mut() {

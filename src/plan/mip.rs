@@ -48,6 +48,12 @@ const DEMAND_AWARE_MAX: usize = 16;
 /// Pod counts up to which [`prune`] keeps the cheapest whole nodes for every
 /// count, not only for the demand and its remainders.
 const EXACT_COUNTS: usize = 8;
+/// Maximal node patterns (see [`node_patterns`]) a whole tier may have for
+/// its model to count nodes by pattern rather than by aggregate capacity.
+const PATTERNS_MAX: usize = 160;
+/// Steps of the pattern enumeration of one candidate before it gives up
+/// (the tier then keeps the aggregate capacity rows alone).
+const PATTERN_STEPS_MAX: usize = 20_000;
 
 /// A class's options within one weight tier.
 struct ClassOptions {
@@ -66,6 +72,7 @@ pub fn plan(input: &Input, opts: &Options, clock: &dyn Fn() -> f64) -> Plan {
     let all: Vec<usize> = (0..pods.len()).collect();
     let (on_existing, left) = pack::place_on_existing(pods, &all, input.nodes);
     let cands = candidates::candidates(input);
+    let by_resource = candidates::ByResource::new(&cands);
     let classes = classes::classify(pods, &left, input.now);
     let mut unschedulable = Vec::new();
     let mut budgets = limits::budgets(input);
@@ -102,10 +109,10 @@ pub fn plan(input: &Input, opts: &Options, clock: &dyn Fn() -> f64) -> Plan {
                 continue;
             }
         }
-        let compatible: Vec<(usize, u32)> = cands
+        let compatible: Vec<(usize, u32)> = by_resource
+            .may_fit(&c.pod.requests)
             .iter()
-            .enumerate()
-            .map(|(i, cand)| (i, candidates::pods_per_node(c, cand)))
+            .map(|&i| (i, candidates::pods_per_node(c, &cands[i])))
             .filter(|(_, k)| *k > 0)
             .collect();
         if compatible.is_empty() {
@@ -195,29 +202,40 @@ pub fn plan(input: &Input, opts: &Options, clock: &dyn Fn() -> f64) -> Plan {
         // into a spot pool the model is still to fill, or the pool's share
         // no longer holds.
         let planned: BTreeSet<usize> = result.assigned.iter().map(|(o, _)| *o).collect();
+        let mut packed: Vec<(usize, Vec<usize>)> = Vec::new();
         for (o, assigned) in result.assigned {
             let (nodes, misfits) = pack::pack_new(pods, &assigned, &cands[o].allocatable, 0);
-            for node in nodes {
-                let taken = Taken {
-                    launched: &launched,
-                    planned: &planned,
-                };
-                let o = right_size(input, &cands, opts, o, &node, taken, &budgets);
-                let budget = &mut budgets[cands[o].pool];
-                if budget.affords(&cands[o]) {
-                    budget.charge(&cands[o]);
-                    launched.push((o, node));
-                } else {
-                    for p in node {
-                        if let Some(g) = &pods[p].group {
-                            refused_gangs.insert(g.name.clone());
-                        }
-                        remaining[class_of[&p]].push(p);
-                    }
-                }
-            }
+            packed.extend(nodes.into_iter().map(|node| (o, node)));
             for p in misfits {
                 remaining[class_of[&p]].push(p);
+            }
+        }
+        // What the pools can afford for one node while the nodes still to
+        // come keep theirs: right-sizing a node into a bigger one must not
+        // spend the limit the model left for the others.
+        let mut ahead = budgets.clone();
+        for (o, _) in &packed {
+            ahead[cands[*o].pool].charge(&cands[*o]);
+        }
+        for (o, node) in packed {
+            ahead[cands[o].pool].refund(&cands[o]);
+            let taken = Taken {
+                launched: &launched,
+                planned: &planned,
+            };
+            let o = right_size(input, &cands, opts, o, &node, taken, &ahead);
+            ahead[cands[o].pool].charge(&cands[o]);
+            let budget = &mut budgets[cands[o].pool];
+            if budget.affords(&cands[o]) {
+                budget.charge(&cands[o]);
+                launched.push((o, node));
+            } else {
+                for p in node {
+                    if let Some(g) = &pods[p].group {
+                        refused_gangs.insert(g.name.clone());
+                    }
+                    remaining[class_of[&p]].push(p);
+                }
             }
         }
         if !refused_gangs.is_empty() {
@@ -419,7 +437,8 @@ struct Taken<'a> {
 /// pool on purpose), one holding whole gangs may change;
 /// a spot pool with a share limit is only entered while this plan has no
 /// node in it yet and the model puts none there (one node is within the
-/// share's slack); the pool's limits must still afford it. Deterministic:
+/// share's slack); the pool's limits must still afford it beside the nodes
+/// still to come (`budgets` holds what is left for this one). Deterministic:
 /// ties go to the lower index.
 fn right_size(
     input: &Input,
@@ -454,7 +473,9 @@ fn right_size(
     });
     let mut best = (node_cost(input, from, opts, node), o);
     for (i, c) in cands.iter().enumerate() {
+        // A node costs at least its price: dearer ones need no closer look.
         if i == o
+            || c.price() >= best.0 - 1e-9
             || c.pool != from.pool
             || c.offering.capacity_type != from.offering.capacity_type
             || (same_zone && c.offering.zone_id != from.offering.zone_id)
@@ -500,12 +521,20 @@ fn prune(
     input: &Input,
     demand: usize,
 ) -> Vec<(usize, u32)> {
-    let risk = |i: usize, k: u32| {
-        let c = &cands[i];
-        let aversion = input.pools[c.pool].risk_aversion;
-        pod_risk_cost(&class.exposure, c, k, aversion)
-    };
-    let per_pod = |&(i, k): &(usize, u32)| cands[i].price() / k as f64 + risk(i, k);
+    // Each option's expected interruption cost per pod, once: the sort
+    // below compares options many times over.
+    let risks: Vec<f64> = options
+        .iter()
+        .map(|&(i, k)| {
+            let c = &cands[i];
+            pod_risk_cost(&class.exposure, c, k, input.pools[c.pool].risk_aversion)
+        })
+        .collect();
+    let per_pod: Vec<f64> = options
+        .iter()
+        .zip(&risks)
+        .map(|(&(i, k), r)| cands[i].price() / k as f64 + r)
+        .collect();
     let zoned = class.pod.group.is_some() || class.pod.zone_spread.is_some();
     let group = |i: usize| {
         let c = &cands[i];
@@ -524,8 +553,8 @@ fn prune(
     // Cheapest per pod on a full node.
     let mut sorted: Vec<usize> = (0..options.len()).collect();
     sorted.sort_by(|a, b| {
-        per_pod(&options[*a])
-            .total_cmp(&per_pod(&options[*b]))
+        per_pod[*a]
+            .total_cmp(&per_pod[*b])
             .then(options[*a].0.cmp(&options[*b].0))
     });
     if zoned {
@@ -548,7 +577,11 @@ fn prune(
         }
     }
 
-    // Cheapest whole nodes for the counts that can matter.
+    // Cheapest whole nodes for the counts that can matter (small classes
+    // only: see `DEMAND_AWARE_MAX`).
+    if demand > DEMAND_AWARE_MAX {
+        return keep.into_iter().map(|x| options[x]).collect();
+    }
     let mut counts: BTreeSet<usize> = (1..=demand.min(EXACT_COUNTS)).collect();
     counts.insert(demand.max(1));
     for &(_, k) in options {
@@ -557,24 +590,33 @@ fn prune(
             counts.insert(demand % k);
         }
     }
-    let mut best: HashMap<(_, usize), (f64, usize)> = HashMap::new();
+    // The best option per group and count; each option's group looked up
+    // once, not once per count (hashing the zone's name per count was
+    // most of the planner's time on 2,000 pods).
+    let counts: Vec<usize> = counts.into_iter().collect();
+    let mut groups: HashMap<_, usize> = HashMap::new();
+    let mut best: Vec<Vec<(f64, usize)>> = Vec::new();
     for (x, &(i, k)) in options.iter().enumerate() {
-        let (price, r) = (cands[i].price(), risk(i, k));
-        for &m in &counts {
+        let g = *groups.entry(group(i)).or_insert_with(|| {
+            best.push(vec![(f64::INFINITY, x); counts.len()]);
+            best.len() - 1
+        });
+        let (price, r) = (cands[i].price(), risks[x]);
+        for (slot, &m) in best[g].iter_mut().zip(&counts) {
             let cost = m.div_ceil(k as usize) as f64 * price + m as f64 * r;
-            let slot = best.entry((group(i), m)).or_insert((f64::INFINITY, x));
             if cost < slot.0 - 1e-9 {
                 *slot = (cost, x);
             }
         }
     }
-    if demand <= DEMAND_AWARE_MAX {
-        keep.extend(best.into_values().map(|(_, x)| x));
-    }
+    keep.extend(best.into_iter().flatten().map(|(_, x)| x));
     keep.into_iter().map(|x| options[x]).collect()
 }
 
 struct Solved {
+    /// Pods per candidate, to be packed into its nodes; one entry per node
+    /// where the model chose node patterns (a candidate may then appear
+    /// more than once).
     assigned: Vec<(usize, Vec<usize>)>,
     unplaced: HashMap<usize, Vec<usize>>,
     solved_by: SolvedBy,
@@ -588,7 +630,115 @@ struct Model {
     y: Vec<Vec<(usize, Variable)>>,
     /// The unplaced pods' share of the objective.
     penalty: Expression,
+    /// Node pattern variables: candidate, pods per class of the tier (by
+    /// index into `work`), and how many nodes of that pattern.
+    patterns: Vec<(usize, Vec<u32>, Variable)>,
     integers: usize,
+}
+
+/// The maximal node patterns of each candidate of a tier ([`node_patterns`]).
+type Patterns = BTreeMap<usize, Vec<Vec<u32>>>;
+
+/// The maximal patterns of one node of candidate `o`: how many pods of each
+/// class of the tier (by index into `work`; 0 for classes that cannot use
+/// `o`) one node holds, by resources and hostname anti-affinity, such that
+/// no class could take one more (within its pods in the tier). Any set of
+/// pods that fits one node is covered by one of them, so counting nodes by
+/// these patterns is exact where aggregate capacity rows are optimistic (two
+/// pods that each take 60% of a node's CPU fit "1.2 of 2 nodes" in
+/// aggregate). `None` past `steps` steps of the enumeration.
+fn node_patterns(
+    work: &[ClassOptions],
+    classes: &[Class],
+    o: usize,
+    alloc: &crate::cluster::Resources,
+    steps: usize,
+) -> Option<Vec<Vec<u32>>> {
+    struct Walk<'a> {
+        /// `(work index, pod, most of the class one node takes)`.
+        members: Vec<(usize, &'a crate::cluster::Pod, u32)>,
+        alloc: &'a crate::cluster::Resources,
+        counts: Vec<u32>,
+        out: Vec<Vec<u32>>,
+        steps: usize,
+    }
+    impl Walk<'_> {
+        /// Whether one more pod of member `m` fits beside `used`.
+        fn room(&self, m: usize, used: &crate::cluster::Resources) -> bool {
+            let (wi, pod, most) = self.members[m];
+            if self.counts[wi] >= most || !used.plus(&pod.requests).fits_in(self.alloc) {
+                return false;
+            }
+            // Hostname anti-affinity: one pod per key on a node.
+            let Some(key) = pack::anti_affinity_key(pod) else {
+                return true;
+            };
+            !self.members.iter().any(|&(wj, q, _)| {
+                self.counts[wj] > 0 && pack::anti_affinity_key(q).as_ref() == Some(&key)
+            })
+        }
+
+        fn go(&mut self, m: usize, used: crate::cluster::Resources) -> Option<()> {
+            self.steps = self.steps.checked_sub(1)?;
+            if m == self.members.len() {
+                let maximal = (0..self.members.len()).all(|x| !self.room(x, &used));
+                if maximal && self.counts.iter().any(|c| *c > 0) {
+                    self.out.push(self.counts.clone());
+                }
+                return Some(());
+            }
+            let (wi, pod, _) = self.members[m];
+            let mut used_here = used.clone();
+            self.go(m + 1, used)?;
+            while self.room(m, &used_here) {
+                used_here = used_here.plus(&pod.requests);
+                self.counts[wi] += 1;
+                self.go(m + 1, used_here.clone())?;
+            }
+            self.counts[wi] = 0;
+            Some(())
+        }
+    }
+    let members = work
+        .iter()
+        .enumerate()
+        .filter_map(|(wi, w)| {
+            let &(_, k) = w.options.iter().find(|(c, _)| *c == o)?;
+            let most = k.min(u32::try_from(w.pods.len()).unwrap_or(u32::MAX));
+            Some((wi, &classes[w.class].pod, most))
+        })
+        .collect();
+    let mut walk = Walk {
+        members,
+        alloc,
+        counts: vec![0; work.len()],
+        out: Vec::new(),
+        steps,
+    };
+    walk.go(0, crate::cluster::Resources::new())?;
+    Some(walk.out)
+}
+
+/// Every candidate's maximal node patterns, if there are at most
+/// [`PATTERNS_MAX`] in all.
+fn tier_patterns(tier: &Tier) -> Option<Patterns> {
+    let used: BTreeSet<usize> = tier
+        .work
+        .iter()
+        .flat_map(|w| w.options.iter().map(|(o, _)| *o))
+        .collect();
+    let mut out = Patterns::new();
+    let mut total = 0;
+    for o in used {
+        let alloc = &tier.cands[o].allocatable;
+        let found = node_patterns(tier.work, tier.classes, o, alloc, PATTERN_STEPS_MAX)?;
+        total += found.len();
+        if total > PATTERNS_MAX {
+            return None;
+        }
+        out.insert(o, found);
+    }
+    Some(out)
 }
 
 /// What one weight tier's model is built from.
@@ -604,8 +754,9 @@ struct Tier<'a> {
     time_left: f64,
 }
 
-/// The model of a tier, integral or its LP relaxation.
-fn build(tier: Tier, relaxed: bool, all_integral: bool) -> Model {
+/// The model of a tier, integral or its LP relaxation; with `patterns`
+/// (integral models only), nodes are counted by maximal node pattern.
+fn build(tier: Tier, relaxed: bool, all_integral: bool, patterns: Option<&Patterns>) -> Model {
     let Tier {
         work,
         classes,
@@ -629,12 +780,23 @@ fn build(tier: Tier, relaxed: bool, all_integral: bool) -> Model {
         }
     }
     let mut n: BTreeMap<usize, Variable> = BTreeMap::new();
+    let mut pattern_vars: Vec<(usize, Vec<u32>, Variable)> = Vec::new();
     for (&o, &ub) in &upper {
         let def = variable().min(0.0).max(ub);
+        // Counted by pattern, nodes are whole when the patterns are.
         let v = vars.add(if relaxed { def } else { def.integer() });
         let c = &cands[o];
         objective += v * (c.price() * (1.0 + opts.idle_accelerator_charge));
         n.insert(o, v);
+        if let Some(found) = patterns.and_then(|p| p.get(&o)) {
+            let mut nodes = Expression::from(0.0);
+            for counts in found {
+                let x = vars.add(variable().min(0.0).max(ub).integer());
+                nodes += x;
+                pattern_vars.push((o, counts.clone(), x));
+            }
+            cons.push(constraint!(v == nodes));
+        }
     }
 
     // Placement variables and per-candidate loads.
@@ -773,6 +935,34 @@ fn build(tier: Tier, relaxed: bool, all_integral: bool) -> Model {
         let alloc = cands[o].allocatable.get(&r) as f64;
         cons.push(constraint!(l <= n[&o] * alloc));
     }
+    // Every node holds a pod: an empty node costs and holds nothing, but
+    // could otherwise pad a spot pool's share. (Integral models only: the
+    // rounded LP's plans, which the simulator makes, stay as they were.)
+    if !relaxed {
+        let mut on: BTreeMap<usize, Expression> = BTreeMap::new();
+        for ys in &y {
+            for (o, v) in ys {
+                *on.entry(*o).or_default() += *v;
+            }
+        }
+        for (o, pods_on) in on {
+            cons.push(constraint!(n[&o] <= pods_on));
+        }
+    }
+    // By pattern: the pods of a class on a candidate fit the slots its nodes'
+    // patterns have for them.
+    if !pattern_vars.is_empty() {
+        for (wi, ys) in y.iter().enumerate() {
+            for (o, v) in ys {
+                let slots: Expression = pattern_vars
+                    .iter()
+                    .filter(|(p, counts, _)| p == o && counts[wi] > 0)
+                    .map(|(_, counts, x)| *x * f64::from(counts[wi]))
+                    .sum();
+                cons.push(constraint!(*v <= slots));
+            }
+        }
+    }
     // NodePool limits and spot pool share.
     for (pi, budget) in budgets.iter().enumerate() {
         let mine: Vec<(usize, Variable)> = n
@@ -821,6 +1011,7 @@ fn build(tier: Tier, relaxed: bool, all_integral: bool) -> Model {
         0
     } else {
         n.len()
+            + pattern_vars.len()
             + y.iter()
                 .zip(work)
                 .filter(|(_, w)| {
@@ -837,6 +1028,7 @@ fn build(tier: Tier, relaxed: bool, all_integral: bool) -> Model {
         constraints: cons,
         y,
         penalty,
+        patterns: pattern_vars,
         integers,
     }
 }
@@ -867,7 +1059,7 @@ fn solve(tier: Tier) -> Solved {
         ..
     } = tier;
     // The LP relaxation: the fallback if the MIP finds nothing in time.
-    let lp = build(tier, true, false);
+    let lp = build(tier, true, false, None);
     let lp_y = {
         let Model {
             vars,
@@ -885,48 +1077,92 @@ fn solve(tier: Tier) -> Solved {
             Err(_) => Vec::new(),
         }
     };
+    let rounded = |ys| Found {
+        ys,
+        nodes: Vec::new(),
+        how: SolvedBy::LpRounding,
+        penalty: 0.0,
+    };
 
-    // Small models place whole pods (exact); larger ones place real
+    // Small models place whole pods (exact), and count nodes by pattern
+    // when they have few (exact packing too); larger ones place real
     // amounts of pods of classes whose zone does not matter, rounded after.
-    let all_integral = build(tier, false, true).integers
+    let all_integral = build(tier, false, true, None).integers
         <= opts.max_branch_and_bound_integers.min(ALL_INTEGRAL_MAX);
-    let mip = build(tier, false, all_integral);
-    let (ys, solved_by) = if mip.integers > opts.max_branch_and_bound_integers || time_left <= 0.0 {
+    let patterns = all_integral
+        .then(|| tier_patterns(&tier))
+        .flatten()
+        .filter(|p| {
+            build(tier, false, true, Some(p)).integers <= opts.max_branch_and_bound_integers
+        });
+    let patterns = patterns.as_ref();
+    let mip = build(tier, false, all_integral, patterns);
+    let found = if mip.integers > opts.max_branch_and_bound_integers || time_left <= 0.0 {
         // Too large to branch within the time limit, or the plan's time is
         // spent: round the LP.
-        (lp_y, SolvedBy::LpRounding)
+        rounded(lp_y)
     } else {
         match branch_and_bound(mip, None, opts, time_left) {
             // Pods left unplaced (limits) put 10,000s of dollars of
             // penalty in the objective, and the solver's gap is relative:
             // solve again for the cost alone, placing as many pods.
-            Some((ys, how, penalty)) if penalty > 0.5 => {
-                let again = build(tier, false, all_integral);
-                match branch_and_bound(again, Some(penalty), opts, time_left) {
-                    Some((ys, again_how, _)) => (ys, how.max(again_how)),
-                    None => (ys, how),
+            Some(first) if first.penalty > 0.5 => {
+                let again = build(tier, false, all_integral, patterns);
+                match branch_and_bound(again, Some(first.penalty), opts, time_left) {
+                    Some(better) => Found {
+                        how: first.how.max(better.how),
+                        ..better
+                    },
+                    None => first,
                 }
             }
-            Some((ys, how, _)) => (ys, how),
+            Some(found) => found,
             // No integer solution in time: round the LP's placements.
-            None => (lp_y, SolvedBy::LpRounding),
+            None => rounded(lp_y),
         }
     };
+    let solved_by = found.how;
 
-    // Round placements per class (largest remainder) and hand pods out.
-    let mut assigned: BTreeMap<usize, Vec<usize>> = BTreeMap::new();
+    // Round placements per class (largest remainder) and hand pods out:
+    // per candidate, the pods of each class of the tier.
+    let mut on: BTreeMap<usize, Vec<Vec<usize>>> = BTreeMap::new();
     let mut unplaced: HashMap<usize, Vec<usize>> = HashMap::new();
     for (wi, w) in work.iter().enumerate() {
-        let values: Vec<(usize, f64)> = ys.get(wi).cloned().unwrap_or_default();
+        let values: Vec<(usize, f64)> = found.ys.get(wi).cloned().unwrap_or_default();
         let counts = round_counts(&values, w.pods.len());
         let mut next = 0;
         for (o, cnt) in counts {
             let take = &w.pods[next..next + cnt];
-            assigned.entry(o).or_default().extend_from_slice(take);
+            on.entry(o).or_insert_with(|| vec![Vec::new(); work.len()])[wi].extend_from_slice(take);
             next += cnt;
         }
         if next < w.pods.len() {
             unplaced.insert(w.class, w.pods[next..].to_vec());
+        }
+    }
+    // Where the model chose node patterns, each node gets the pods its
+    // pattern has room for; the rest of a candidate's pods are packed.
+    let mut assigned: Vec<(usize, Vec<usize>)> = Vec::new();
+    for (o, mut per_class) in on {
+        let slots: Vec<&Vec<u32>> = found
+            .nodes
+            .iter()
+            .filter(|(p, _)| *p == o)
+            .map(|(_, counts)| counts)
+            .collect();
+        for counts in fill(&slots, &per_class.iter().map(Vec::len).collect::<Vec<_>>()) {
+            let node: Vec<usize> = counts
+                .iter()
+                .enumerate()
+                .flat_map(|(wi, &k)| per_class[wi].drain(..k).collect::<Vec<_>>())
+                .collect();
+            if !node.is_empty() {
+                assigned.push((o, node));
+            }
+        }
+        let rest: Vec<usize> = per_class.into_iter().flatten().collect();
+        if !rest.is_empty() {
+            assigned.push((o, rest));
         }
     }
     // A gang the rounding left partly unplaced (the LP may place a
@@ -946,39 +1182,76 @@ fn solve(tier: Tier) -> Solved {
                 .is_some_and(|g| partial.contains(g.name.as_str()));
             if in_partial {
                 let members: BTreeSet<usize> = w.pods.iter().copied().collect();
-                for pods in assigned.values_mut() {
+                for (_, pods) in assigned.iter_mut() {
                     pods.retain(|p| !members.contains(p));
                 }
                 unplaced.insert(w.class, w.pods.clone());
             }
         }
-        assigned.retain(|_, pods| !pods.is_empty());
+        assigned.retain(|(_, pods)| !pods.is_empty());
     }
     Solved {
-        assigned: assigned.into_iter().collect(),
+        assigned,
         unplaced,
         solved_by,
     }
 }
 
+/// Pods per class (by index into the tier's work) on each node of one
+/// candidate: node `j` takes at most `slots[j]` of each class, `counts`
+/// are the class's pods on the candidate. Each node first gets one pod
+/// (of the class with the most left that it has room for), then nodes fill
+/// in order. Pods beyond every slot are left to the caller.
+fn fill(slots: &[&Vec<u32>], counts: &[usize]) -> Vec<Vec<usize>> {
+    let mut left = counts.to_vec();
+    let mut out: Vec<Vec<usize>> = slots.iter().map(|_| vec![0; counts.len()]).collect();
+    for (j, slot) in slots.iter().enumerate() {
+        let first = (0..counts.len())
+            .filter(|&c| slot[c] > 0 && left[c] > 0)
+            .max_by_key(|&c| (left[c], std::cmp::Reverse(c)));
+        if let Some(c) = first {
+            out[j][c] = 1;
+            left[c] -= 1;
+        }
+    }
+    for c in 0..counts.len() {
+        for (j, slot) in slots.iter().enumerate() {
+            let take = (slot[c] as usize - out[j][c].min(slot[c] as usize)).min(left[c]);
+            out[j][c] += take;
+            left[c] -= take;
+        }
+    }
+    out
+}
+
 /// Pods of each class of a tier per candidate, as the solver left them.
 type Placements = Vec<Vec<(usize, f64)>>;
 
-/// Branch and bound on `model`: the placements, how they were found, and
-/// the penalty of the pods left unplaced. With `penalty_cap`, the model
-/// minimises cost alone, leaving no more unplaced than that penalty.
+/// What branch and bound found: placements, the nodes by pattern (when the
+/// model has patterns: one entry per node), how, and the penalty of the
+/// pods left unplaced.
+struct Found {
+    ys: Placements,
+    nodes: Vec<(usize, Vec<u32>)>,
+    how: SolvedBy,
+    penalty: f64,
+}
+
+/// Branch and bound on `model`. With `penalty_cap`, the model minimises
+/// cost alone, leaving no more unplaced than that penalty.
 fn branch_and_bound(
     model: Model,
     penalty_cap: Option<f64>,
     opts: &Options,
     time_left: f64,
-) -> Option<(Placements, SolvedBy, f64)> {
+) -> Option<Found> {
     let Model {
         vars,
         objective,
         constraints,
         y,
         penalty,
+        patterns,
         ..
     } = model;
     let objective = match penalty_cap {
@@ -1004,7 +1277,19 @@ fn branch_and_bound(
         }
         _ => SolvedBy::TimeLimit,
     };
-    Some((read_y(&s, &y), how, s.eval(&penalty)))
+    let nodes = patterns
+        .iter()
+        .flat_map(|(o, counts, x)| {
+            let k = s.value(*x).round().max(0.0) as usize;
+            std::iter::repeat_n((*o, counts.clone()), k)
+        })
+        .collect();
+    Some(Found {
+        ys: read_y(&s, &y),
+        nodes,
+        how,
+        penalty: s.eval(&penalty),
+    })
 }
 
 fn read_y(s: &impl Solution, y: &[Vec<(usize, Variable)>]) -> Vec<Vec<(usize, f64)>> {
