@@ -148,8 +148,9 @@ impl Cadence {
                 let pod = &b.pod;
                 let own = pod.checkpoint_interval_s.unwrap_or(f64::INFINITY);
                 let write = risk::checkpoint_write_s(pod);
-                if write <= risk::CHECKPOINT_WINDOW_S && pod.group.is_none() {
-                    // It saves its work on the notice itself.
+                if write <= risk::CHECKPOINT_WINDOW_S {
+                    // It saves its work on the notice itself (a gang member
+                    // on any member's notice: `core::gang`).
                     continue;
                 }
                 let hazard = match &pod.group {
@@ -325,13 +326,19 @@ mod tests {
     }
 
     #[test]
-    fn on_demand_nodes_draining_nodes_and_pods_that_do_not_answer_are_left_alone() {
+    fn on_demand_nodes_draining_nodes_pods_that_do_not_answer_and_quick_writers_are_left_alone() {
         let catalog = Catalog::embedded().unwrap();
         let mut silent = pod("ml/b", 8);
         silent.checkpoints = false;
+        // One GPU writes in 27 s: it saves on the notice, as its gang does.
+        let mut small = pod("ml/d", 1);
+        small.group = Some(GroupRef {
+            name: "ml/g".into(),
+            min_member: 1,
+        });
         let nodes = [
             node("od", CapacityType::OnDemand, vec![pod("ml/a", 8)]),
-            node("spot", CapacityType::Spot, vec![silent]),
+            node("spot", CapacityType::Spot, vec![silent, small]),
             node("draining", CapacityType::Spot, vec![pod("ml/c", 8)]),
         ];
         let w = world(&catalog, &nodes);
