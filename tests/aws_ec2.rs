@@ -198,6 +198,7 @@ fn claim(name: &str, instance_type: &str, zone: &str, capacity_type: CapacityTyp
         price_per_hour: 0.42,
         pods: vec![],
         prewarm_window: None,
+        reservation: None,
     }
 }
 

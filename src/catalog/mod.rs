@@ -104,7 +104,7 @@ impl Catalog {
             .collect();
         for o in &mut self.offerings {
             o.market = match o.capacity_type {
-                CapacityType::OnDemand => None,
+                CapacityType::OnDemand | CapacityType::Reserved => None,
                 CapacityType::Spot => {
                     let od = on_demand.get(&(o.region.clone(), o.instance_type.clone()));
                     let facts = PoolFacts {
@@ -122,6 +122,40 @@ impl Catalog {
             };
         }
         self.market = model;
+        self
+    }
+
+    /// The same catalog selling `reservations` as reserved offerings, in
+    /// place of any it sold before: one offering per reservation that can
+    /// take a launch at `now` and keep it at least `lead` before its end
+    /// ([`Reservation::unusable_at`]) and whose instance type the catalog
+    /// knows, priced at the reservation's stated price (0: already paid).
+    pub fn with_reservations(
+        mut self,
+        reservations: &[Reservation],
+        now: chrono::DateTime<chrono::Utc>,
+        lead: chrono::TimeDelta,
+    ) -> Catalog {
+        self.offerings
+            .retain(|o| o.capacity_type != CapacityType::Reserved);
+        for r in reservations {
+            if r.unusable_at(now, lead).is_some()
+                || !self.instance_types.contains_key(&r.instance_type)
+            {
+                continue;
+            }
+            self.offerings.push(Offering {
+                instance_type: r.instance_type.clone(),
+                region: r.region.clone(),
+                zone_id: r.zone_id.clone(),
+                capacity_type: CapacityType::Reserved,
+                price_per_hour: r.price_per_hour,
+                price_source: PriceSource::Reserved,
+                interruption_bucket: None,
+                market: None,
+                reservation: Some(r.clone()),
+            });
+        }
         self
     }
 

@@ -317,7 +317,7 @@ fn no_match(args: &ListArgs, in_region: &[&InstanceType]) -> String {
 /// Marks for prices that were not observed as such, and their footnotes.
 fn price_mark(source: PriceSource) -> &'static str {
     match source {
-        PriceSource::OnDemand | PriceSource::SpotObserved => " ",
+        PriceSource::OnDemand | PriceSource::SpotObserved | PriceSource::Reserved => " ",
         PriceSource::SpotDerived => "*",
         PriceSource::SpotRescaled => "~",
     }

@@ -445,6 +445,7 @@ mod tests {
             price_per_hour: 0.4,
             pods: vec![],
             prewarm_window: None,
+            reservation: None,
         };
         let now = chrono::Utc.with_ymd_and_hms(2026, 1, 1, 0, 0, 0).unwrap();
         let claim = build_claim(&req, "gpu-000001-x", &world, &[], now).unwrap();

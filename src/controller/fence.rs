@@ -182,6 +182,7 @@ mod tests {
             price_per_hour: 0.4,
             pods: Vec::new(),
             prewarm_window: None,
+            reservation: None,
         }
     }
 

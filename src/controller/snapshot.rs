@@ -555,6 +555,7 @@ pub fn request_of(claim: &NodeClaim) -> ClaimRequest {
         price_per_hour: claim.spec.price_per_hour,
         pods: Vec::new(),
         prewarm_window: None,
+        reservation: None,
     }
 }
 

@@ -297,6 +297,7 @@ impl Core {
                 price_per_hour: n.price_per_hour,
                 pods: n.pods,
                 prewarm_window: window,
+                reservation: n.reservation,
             }));
         }
         actions
@@ -354,7 +355,10 @@ impl ManagedNode {
         let offering = world
             .catalog
             .offerings_of(world.region, &it.name)
-            .find(|o| offering_key(o) == req.offering)?;
+            .find(|o| {
+                offering_key(o) == req.offering
+                    && o.reservation.as_ref().map(|r| &r.id) == req.reservation.as_ref()
+            })?;
         let mut labels = crate::cluster::shape::node_labels(it, offering, &pool.name);
         labels.extend(pool.labels.clone());
         Some(ManagedNode {
@@ -672,6 +676,7 @@ mod tests {
             price_per_hour: 0.5,
             pods: vec![],
             prewarm_window: None,
+            reservation: None,
         };
         let w0 = world(&pools, &[], &[]);
         let mut node = ManagedNode::launched(&req, &w0, t(0)).unwrap();

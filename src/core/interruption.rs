@@ -1163,6 +1163,7 @@ mod tests {
             price_source: crate::catalog::PriceSource::SpotObserved,
             interruption_bucket: None,
             market: None,
+            reservation: None,
         };
         assert!(s.blocks(&offering, t(659)));
         assert!(!s.blocks(&offering, t(660)));

@@ -183,6 +183,9 @@ pub struct ClaimRequest {
     pub pods: Vec<String>,
     /// The pre-warm window it holds capacity for, if any.
     pub prewarm_window: Option<String>,
+    /// The capacity reservation (or Capacity Block) it launches into, for
+    /// reserved capacity.
+    pub reservation: Option<String>,
 }
 
 /// A decision, as data. Executing it is the driver's job.

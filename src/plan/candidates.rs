@@ -13,12 +13,14 @@ use super::Input;
 
 /// The labels [`shape::node_labels_from`] sets per offering (the rest come
 /// from the instance type).
-const OFFERING_LABELS: [&str; 5] = [
+const OFFERING_LABELS: [&str; 7] = [
     l::REGION,
     l::ZONE_ID,
     l::ZONE,
     l::CAPACITY_TYPE,
     l::NODEPOOL,
+    l::CAPACITY_RESERVATION_ID,
+    l::CAPACITY_RESERVATION_KIND,
 ];
 
 /// One offering as a given pool would launch it.

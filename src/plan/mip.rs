@@ -69,6 +69,7 @@ pub fn plan(input: &Input, opts: &Options, clock: &dyn Fn() -> f64) -> Plan {
     let classes = classes::classify(pods, &left, input.now);
     let mut unschedulable = Vec::new();
     let mut budgets = limits::budgets(input);
+    let mut reserved = limits::ReservedLeft::of(input);
     let class_of: HashMap<usize, usize> = classes
         .iter()
         .enumerate()
@@ -181,6 +182,7 @@ pub fn plan(input: &Input, opts: &Options, clock: &dyn Fn() -> f64) -> Plan {
             cands: &cands,
             input,
             budgets: &budgets,
+            reserved: &reserved,
             opts,
             time_left: opts.time_limit.as_secs_f64() - (clock() - started),
         });
@@ -203,9 +205,11 @@ pub fn plan(input: &Input, opts: &Options, clock: &dyn Fn() -> f64) -> Plan {
                     planned: &planned,
                 };
                 let o = right_size(input, &cands, opts, o, &node, taken, &budgets);
+                let o = beside_reservation(&cands, o, &reserved, &budgets);
                 let budget = &mut budgets[cands[o].pool];
-                if budget.affords(&cands[o]) {
+                if budget.affords(&cands[o]) && reserved.affords(&cands[o]) {
                     budget.charge(&cands[o]);
+                    reserved.charge(&cands[o]);
                     launched.push((o, node));
                 } else {
                     for p in node {
@@ -236,8 +240,10 @@ pub fn plan(input: &Input, opts: &Options, clock: &dyn Fn() -> f64) -> Plan {
                 !refused
             });
             budgets = limits::budgets(input);
+            reserved = limits::ReservedLeft::of(input);
             for (o, _) in &launched {
                 budgets[cands[*o].pool].charge(&cands[*o]);
+                reserved.charge(&cands[*o]);
             }
         }
     }
@@ -463,6 +469,8 @@ fn right_size(
                 .iter()
                 .all(|&p| pack::compatible(&pods[p], &c.labels, &c.taints))
             || !budgets[c.pool].affords(c)
+            // A reservation's count is the model's to spend, not right-sizing's.
+            || c.offering.reservation.is_some()
         {
             continue;
         }
@@ -478,6 +486,32 @@ fn right_size(
         }
     }
     best.1
+}
+
+/// Candidate `o`, or, when `o` is reserved capacity its reservation can no
+/// longer take (rounding the LP can buy a node more than the count), the
+/// same pool's on-demand offering of the same type in the same zone, so the
+/// node (and a gang's zone) stays as planned at the on-demand price.
+fn beside_reservation(
+    cands: &[Candidate],
+    o: usize,
+    reserved: &limits::ReservedLeft,
+    budgets: &[Budget],
+) -> usize {
+    if reserved.affords(&cands[o]) {
+        return o;
+    }
+    let from = &cands[o];
+    cands
+        .iter()
+        .position(|c| {
+            c.pool == from.pool
+                && c.offering.capacity_type == crate::catalog::CapacityType::OnDemand
+                && c.offering.instance_type == from.offering.instance_type
+                && c.offering.zone_id == from.offering.zone_id
+                && budgets[c.pool].affords(c)
+        })
+        .unwrap_or(o)
 }
 
 /// The candidates a class's pods are offered in the model: those that can be
@@ -599,6 +633,8 @@ struct Tier<'a> {
     cands: &'a [Candidate],
     input: &'a Input<'a>,
     budgets: &'a [Budget],
+    /// What each capacity reservation can still take.
+    reserved: &'a limits::ReservedLeft,
     opts: &'a Options,
     /// Seconds left of the plan's time limit.
     time_left: f64,
@@ -612,6 +648,7 @@ fn build(tier: Tier, relaxed: bool, all_integral: bool) -> Model {
         cands,
         input,
         budgets,
+        reserved,
         opts,
         ..
     } = tier;
@@ -772,6 +809,21 @@ fn build(tier: Tier, relaxed: bool, all_integral: bool) -> Model {
     for ((o, r), l) in load {
         let alloc = cands[o].allocatable.get(&r) as f64;
         cons.push(constraint!(l <= n[&o] * alloc));
+    }
+    // Each capacity reservation's available count, over every pool.
+    for (id, left) in reserved.iter() {
+        let used: Expression = n
+            .iter()
+            .filter(|(o, _)| {
+                cands[**o]
+                    .offering
+                    .reservation
+                    .as_ref()
+                    .is_some_and(|r| r.id == id)
+            })
+            .map(|(_, v)| *v)
+            .sum();
+        cons.push(constraint!(used <= left));
     }
     // NodePool limits and spot pool share.
     for (pi, budget) in budgets.iter().enumerate() {

@@ -122,8 +122,11 @@ pub struct PlannedNode {
     pub instance_type: String,
     /// Zone ID.
     pub zone: String,
-    /// Spot or on-demand.
+    /// Spot, on-demand or reserved.
     pub capacity_type: CapacityType,
+    /// The capacity reservation it launches into (reserved only).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub reservation: Option<String>,
     /// USD per hour.
     pub price_per_hour: f64,
     /// Expected interruption cost of its pods, USD per hour.
@@ -254,6 +257,7 @@ pub fn explain(input: &Input, plan: &Plan) -> Vec<String> {
             c.offering.instance_type == n.instance_type
                 && c.offering.zone_id == n.zone
                 && c.offering.capacity_type == n.capacity_type
+                && c.offering.reservation.as_ref().map(|r| &r.id) == n.reservation.as_ref()
                 && input.pools[c.pool].name == n.nodepool
         })
     };
@@ -435,6 +439,7 @@ fn risk_decided(
     );
     let chosen_what = match chosen.offering.capacity_type {
         CapacityType::OnDemand => "on-demand".to_string(),
+        CapacityType::Reserved => "reserved".to_string(),
         CapacityType::Spot => format!("{} spot", chosen.offering.instance_type),
     };
     if let Some(slack) = class.slack_hours {

@@ -658,6 +658,7 @@ impl<'a> Engine<'a> {
                         price_per_hour: o.price,
                         pods: Vec::new(),
                         prewarm_window: None,
+                        reservation: None,
                     });
                     if let Some((node, _)) = self.nodes.get_mut(&claim) {
                         node.state.labels.insert(STATIC_GROUP.into(), name.clone());
@@ -682,7 +683,9 @@ impl<'a> Engine<'a> {
             s.cost_per_hour += n.price_per_hour;
             match n.offering.capacity_type {
                 CapacityType::Spot => s.spot_nodes += 1,
-                CapacityType::OnDemand => s.on_demand_nodes += 1,
+                // Reserved nodes are never reclaimed early: counted with
+                // on-demand.
+                CapacityType::OnDemand | CapacityType::Reserved => s.on_demand_nodes += 1,
             }
             let family = prewarm::family_of(&n.offering.instance_type).to_string();
             *s.nodes_by_family.entry(family).or_default() += 1;
