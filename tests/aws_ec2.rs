@@ -870,6 +870,12 @@ mod replay {
     /// A provider on `events`, with three attempts and millisecond backoff
     /// so that retries do not slow the test down.
     fn cloud(events: Vec<ReplayEvent>) -> (AwsCloud, StaticReplayClient) {
+        cloud_with(events, "")
+    }
+
+    /// [`cloud`] with `class_extra` (YAML lines) added to the default node
+    /// class.
+    fn cloud_with(events: Vec<ReplayEvent>, class_extra: &str) -> (AwsCloud, StaticReplayClient) {
         let http = StaticReplayClient::new(events);
         let config = aws_sdk_ec2::Config::builder()
             .behavior_version(BehaviorVersion::latest())
@@ -885,7 +891,7 @@ mod replay {
             )
             .build();
         let settings = Settings::from_yaml(
-            r#"
+            (r#"
 clusterName: replay
 clusterEndpoint: https://example.eks.amazonaws.com
 certificateAuthority: Q0EgYnVuZGxl
@@ -895,7 +901,10 @@ defaultNodeClass:
   subnetSelector: { test/discovery: replay }
   securityGroupSelector: { test/discovery: replay }
   instanceProfile: nodes
-"#,
+"#
+            .to_string()
+                + class_extra)
+                .as_str(),
         )
         .unwrap();
         let aws = AwsCloud::new(aws_sdk_ec2::Client::from_conf(config), settings).unwrap();
@@ -1024,5 +1033,120 @@ defaultNodeClass:
         );
         assert!(err.is_retryable());
         assert_eq!(bodies_of(&http, "CreateFleet").len(), 3);
+    }
+
+    /// `DescribeCapacityReservations` answering `items` (each an `<item>`).
+    fn reservations(items: &[String]) -> ReplayEvent {
+        event(ok(format!(
+            r#"<?xml version="1.0" encoding="UTF-8"?>
+<DescribeCapacityReservationsResponse xmlns="{NS}">
+    <requestId>0d4b6a1c-8e0f-4c5e-9d7b-EXAMPLE</requestId>
+    <capacityReservationSet>{}</capacityReservationSet>
+</DescribeCapacityReservationsResponse>"#,
+            items.join("")
+        )))
+    }
+
+    /// One capacity reservation as EC2 documents it: `kind` is
+    /// `capacity-block` or `default`, `state` e.g. `active` or `expired`.
+    fn reservation_item(id: &str, kind: &str, state: &str, available: u32) -> String {
+        format!(
+            r#"<item>
+            <capacityReservationId>{id}</capacityReservationId>
+            <ownerId>111122223333</ownerId>
+            <capacityReservationArn>arn:aws:ec2:us-east-1:111122223333:capacity-reservation/{id}</capacityReservationArn>
+            <availabilityZoneId>use1-az4</availabilityZoneId>
+            <instanceType>p5.48xlarge</instanceType>
+            <instancePlatform>Linux/UNIX</instancePlatform>
+            <availabilityZone>us-east-1d</availabilityZone>
+            <tenancy>default</tenancy>
+            <totalInstanceCount>4</totalInstanceCount>
+            <availableInstanceCount>{available}</availableInstanceCount>
+            <ebsOptimized>true</ebsOptimized>
+            <ephemeralStorage>false</ephemeralStorage>
+            <state>{state}</state>
+            <startDate>2026-03-01T11:30:00.000Z</startDate>
+            <endDate>2026-03-08T11:30:00.000Z</endDate>
+            <endDateType>limited</endDateType>
+            <instanceMatchCriteria>targeted</instanceMatchCriteria>
+            <createDate>2026-02-20T10:00:00.000Z</createDate>
+            <reservationType>{kind}</reservationType>
+            <tagSet><item><key>team</key><value>ml</value></item></tagSet>
+        </item>"#
+        )
+    }
+
+    #[tokio::test]
+    async fn reservation_selectors_find_active_blocks_and_name_the_terms_that_find_nothing() {
+        let events = vec![
+            reservations(&[reservation_item("cr-0aaa", "capacity-block", "active", 3)]),
+            zones(),
+            reservations(&[reservation_item("cr-0bbb", "capacity-block", "expired", 0)]),
+            reservations(&[]),
+        ];
+        let (aws, http) = cloud_with(
+            events,
+            "  capacityReservationSelectorTerms:\n    - { tags: { team: ml }, pricePerHour: 2.5 }\n    - { id: cr-0bbb }\n    - { tags: { team: nobody } }\n",
+        );
+        let found = aws.capacity_reservations().await.unwrap();
+        assert_eq!(found.reservations.len(), 1, "{found:?}");
+        let r = &found.reservations[0];
+        assert_eq!(
+            (r.id.as_str(), r.zone_id.as_str(), r.instance_type.as_str()),
+            ("cr-0aaa", "use1-az4", "p5.48xlarge")
+        );
+        assert_eq!((r.total, r.available, r.price_per_hour), (4, 3, 2.5));
+        assert_eq!(
+            r.kind,
+            quartermaster::catalog::ReservationKind::CapacityBlock
+        );
+        assert_eq!(r.end.unwrap().to_rfc3339(), "2026-03-08T11:30:00+00:00");
+        assert_eq!(
+            found.problems,
+            [
+                "defaultNodeClass.capacityReservationSelectorTerms[1]: capacity reservation cr-0bbb ended at 2026-03-08 11:30:00 UTC",
+                "defaultNodeClass.capacityReservationSelectorTerms[2]: matches no active or scheduled capacity reservation",
+            ]
+        );
+        let asked = bodies_of(&http, "DescribeCapacityReservations");
+        assert!(
+            asked[0].contains("Filter.1.Name=tag%3Ateam"),
+            "{}",
+            asked[0]
+        );
+        assert!(asked[0].contains("Value.1=active"), "{}", asked[0]);
+        assert!(
+            asked[1].contains("CapacityReservationId.1=cr-0bbb"),
+            "{}",
+            asked[1]
+        );
+    }
+
+    #[tokio::test]
+    async fn a_capacity_block_launch_targets_its_reservation_in_the_capacity_block_market() {
+        let mut events = before_fleet();
+        events.push(fleet_launched());
+        let (aws, http) = cloud(events);
+        let mut reserved = claim("gpu-cb", "g5.xlarge", "use1-az4", CapacityType::Reserved);
+        reserved.reservation = Some("cr-0aaa".into());
+        let mut t = template();
+        t.labels.insert(l::CAPACITY_TYPE.into(), "reserved".into());
+        t.labels
+            .insert(l::CAPACITY_RESERVATION_KIND.into(), "capacity-block".into());
+        aws.launch(&reserved, &t, chrono::Utc::now()).await.unwrap();
+        let lt = &bodies_of(&http, "CreateLaunchTemplate")[0];
+        assert!(
+            lt.contains("LaunchTemplateData.CapacityReservationSpecification.CapacityReservationTarget.CapacityReservationId=cr-0aaa"),
+            "{lt}"
+        );
+        assert!(
+            lt.contains("LaunchTemplateData.InstanceMarketOptions.MarketType=capacity-block"),
+            "{lt}"
+        );
+        let fleet = &bodies_of(&http, "CreateFleet")[0];
+        assert!(
+            fleet.contains("TargetCapacitySpecification.DefaultTargetCapacityType=capacity-block"),
+            "{fleet}"
+        );
     }
 }

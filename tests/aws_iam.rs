@@ -34,6 +34,7 @@ const USED: &[&str] = &[
     "ec2:DescribeSubnets",
     "ec2:DescribeSecurityGroups",
     "ec2:DescribeSpotPriceHistory",
+    "ec2:DescribeCapacityReservations",
     "ec2:CreateLaunchTemplate",
     "ec2:DescribeLaunchTemplates",
     "ec2:DeleteLaunchTemplate",

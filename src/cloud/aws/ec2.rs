@@ -8,6 +8,7 @@
 
 pub mod fleet;
 pub mod gc;
+pub mod reservations;
 pub mod settings;
 pub mod template;
 
@@ -329,7 +330,107 @@ impl AwsCloud {
             root_volume_gib: class.root_volume_gib_for(&claim.offering.instance_type),
             user_data,
             tags,
+            capacity_reservation: template::ReservationTarget::of(claim, template),
         })
+    }
+}
+
+/// What the node classes' `capacityReservationSelectorTerms` found: the
+/// reservations to offer (each once), and every term or reservation that
+/// gives nothing usable, named (for logs and NodePool status).
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct DiscoveredReservations {
+    /// Active and scheduled reservations and Capacity Blocks.
+    pub reservations: Vec<crate::catalog::Reservation>,
+    /// `nodeClasses.<pool>.capacityReservationSelectorTerms[<i>]: <problem>`.
+    pub problems: Vec<String>,
+}
+
+impl AwsCloud {
+    /// Asks EC2 for the reservations every node class selects
+    /// (`DescribeCapacityReservations` per term). A term that matches
+    /// nothing, an ID that does not exist and a reservation that has ended
+    /// are problems, not errors: the other terms still count.
+    ///
+    /// # Errors
+    /// EC2 could not be asked (throttled past retries, unreachable, denied).
+    pub async fn capacity_reservations(&self) -> Result<DiscoveredReservations> {
+        const WHAT: &str = "capacity reservations";
+        let region = self
+            .ec2
+            .config()
+            .region()
+            .map(|r| r.to_string())
+            .unwrap_or_default();
+        let classes = std::iter::once((
+            "defaultNodeClass".to_string(),
+            &self.settings.default_node_class,
+        ))
+        .chain(
+            self.settings
+                .node_classes
+                .iter()
+                .map(|(pool, c)| (format!("nodeClasses.{pool}"), c)),
+        );
+        let mut found = DiscoveredReservations::default();
+        for (path, class) in classes {
+            for (i, term) in class.capacity_reservation_selector_terms.iter().enumerate() {
+                let field = format!("{path}.capacityReservationSelectorTerms[{i}]");
+                let pages: Vec<_> = self
+                    .ec2
+                    .describe_capacity_reservations()
+                    .set_capacity_reservation_ids(
+                        Some(reservations::ids(term)).filter(|v| !v.is_empty()),
+                    )
+                    .set_filters(Some(reservations::filters(term)).filter(|v| !v.is_empty()))
+                    .into_paginator()
+                    .send()
+                    .collect()
+                    .await;
+                let zones = self.zones(WHAT).await?;
+                let mut matched = 0;
+                for page in pages {
+                    let page = match page {
+                        Ok(page) => page,
+                        Err(e)
+                            if aws_sdk_ec2::error::ProvideErrorMetadata::code(&e)
+                                .is_some_and(|c| c.starts_with("InvalidCapacityReservationId")) =>
+                        {
+                            found.problems.push(format!(
+                                "{field}: {} does not exist",
+                                term.id.as_deref().unwrap_or("the reservation")
+                            ));
+                            matched = usize::MAX;
+                            break;
+                        }
+                        Err(e) => {
+                            return Err(step("DescribeCapacityReservations", WHAT).sdk_error(&e))
+                        }
+                    };
+                    for cr in page.capacity_reservations() {
+                        matched += 1;
+                        match reservations::reservation_of(
+                            cr,
+                            &region,
+                            &zones.id_of,
+                            term.price_per_hour.unwrap_or(0.0),
+                        ) {
+                            Ok(r) if !found.reservations.iter().any(|o| o.id == r.id) => {
+                                found.reservations.push(r)
+                            }
+                            Ok(_) => {}
+                            Err(why) => found.problems.push(format!("{field}: {why}")),
+                        }
+                    }
+                }
+                if matched == 0 {
+                    found.problems.push(format!(
+                        "{field}: matches no active or scheduled capacity reservation"
+                    ));
+                }
+            }
+        }
+        Ok(found)
     }
 }
 
@@ -402,10 +503,11 @@ fn instance_of(i: &aws_sdk_ec2::types::Instance, zones: &Zones) -> Option<Instan
         offering: OfferingKey {
             instance_type: i.instance_type()?.as_str().to_string(),
             zone: zone_id.to_string(),
-            capacity_type: if i.instance_lifecycle() == Some(&InstanceLifecycleType::Spot) {
-                CapacityType::Spot
-            } else {
-                CapacityType::OnDemand
+            capacity_type: match i.instance_lifecycle() {
+                Some(InstanceLifecycleType::Spot) => CapacityType::Spot,
+                Some(InstanceLifecycleType::CapacityBlock) => CapacityType::Reserved,
+                _ if i.capacity_reservation_id().is_some() => CapacityType::Reserved,
+                _ => CapacityType::OnDemand,
             },
         },
         price_per_hour: tag(i, l::TAG_PRICE)
@@ -474,9 +576,20 @@ impl CloudProvider for AwsCloud {
             &choices,
             &tags,
         );
-        let launched = match fleet::request(self.ec2.create_fleet(), &name, &choices, &tags, token)
-            .send()
-            .await
+        let capacity_block = lt
+            .capacity_reservation
+            .as_ref()
+            .is_some_and(|r| r.capacity_block);
+        let launched = match fleet::request(
+            self.ec2.create_fleet(),
+            &name,
+            &choices,
+            &tags,
+            token,
+            capacity_block,
+        )
+        .send()
+        .await
         {
             Ok(out) => fleet::outcome(&out, &claim.claim, &choices),
             Err(e) => Err(Step {

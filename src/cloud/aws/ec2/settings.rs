@@ -84,6 +84,30 @@ pub struct NodeClass {
     /// Extra tags on instances, volumes and launch templates.
     #[serde(default)]
     pub tags: BTreeMap<String, String>,
+    /// The on-demand capacity reservations and Capacity Blocks for ML the
+    /// class's nodes may launch into (capacity type `reserved`): a
+    /// reservation is selected when any term matches it.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub capacity_reservation_selector_terms: Vec<CapacityReservationSelectorTerm>,
+}
+
+/// One way to select capacity reservations: by ID, or by tags (every tag
+/// must match; `*` matches any value). Exactly one of the two.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct CapacityReservationSelectorTerm {
+    /// A capacity reservation ID, `cr-...`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub id: Option<String>,
+    /// Tags the reservation must carry.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub tags: BTreeMap<String, String>,
+    /// USD per instance-hour the planner charges for the selected
+    /// reservations' nodes. Default 0: the capacity is already paid for, so
+    /// using it costs nothing more, and the planner uses it before spot and
+    /// on-demand.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub price_per_hour: Option<f64>,
 }
 
 /// Why settings could not be loaded.
@@ -260,6 +284,28 @@ impl NodeClass {
         if let Some(gib) = self.root_volume_gib {
             if !(8..=16384).contains(&gib) {
                 out.push(("rootVolumeGiB", format!("{gib} is not within 8..=16384")));
+            }
+        }
+        for term in &self.capacity_reservation_selector_terms {
+            let field = "capacityReservationSelectorTerms";
+            match (&term.id, term.tags.is_empty()) {
+                (Some(_), false) | (None, true) => {
+                    out.push((field, "each term names either an id or tags".into()))
+                }
+                (Some(id), true) if !id.starts_with("cr-") || id.len() <= 3 => out.push((
+                    field,
+                    format!("{id:?} is not a capacity reservation ID (cr-...)"),
+                )),
+                _ => {}
+            }
+            if term.tags.keys().any(|k| k.is_empty()) {
+                out.push((field, "tag keys must not be empty".into()));
+            }
+            if term
+                .price_per_hour
+                .is_some_and(|p| !(p >= 0.0 && p.is_finite()))
+            {
+                out.push((field, "pricePerHour must be a number >= 0".into()));
             }
         }
         if self.tags.len() > MAX_EXTRA_TAGS {
@@ -536,5 +582,37 @@ nodeClasses:
         );
         let typo = GOOD.replace("serviceCidr", "serviceCIDR");
         assert!(matches!(Settings::from_yaml(&typo), Err(Error::Parse(_))));
+    }
+
+    #[test]
+    fn capacity_reservation_terms_name_an_id_or_tags_and_bad_ones_are_reported() {
+        let with = |terms: &str| {
+            GOOD.replace(
+                "    tags: { team: ml }\n",
+                &format!(
+                    "    tags: {{ team: ml }}\n    capacityReservationSelectorTerms: {terms}\n"
+                ),
+            )
+        };
+        let s = Settings::from_yaml(&with(
+            "[{ id: cr-0123456789abcdef0 }, { tags: { team: ml }, pricePerHour: 12.5 }]",
+        ))
+        .unwrap();
+        let terms = &s.node_class("train").capacity_reservation_selector_terms;
+        assert_eq!(terms[0].id.as_deref(), Some("cr-0123456789abcdef0"));
+        assert_eq!(terms[1].price_per_hour, Some(12.5));
+        for (bad, why) in [
+            ("[{}]", "either an id or tags"),
+            ("[{ id: cr-1, tags: { a: b } }]", "either an id or tags"),
+            ("[{ id: i-0123 }]", "not a capacity reservation ID"),
+            ("[{ id: cr-1, pricePerHour: -1 }]", "pricePerHour"),
+        ] {
+            let err = Settings::from_yaml(&with(bad)).unwrap_err().to_string();
+            assert!(
+                err.contains("nodeClasses.train.capacityReservationSelectorTerms")
+                    && err.contains(why),
+                "{bad}: {err}"
+            );
+        }
     }
 }

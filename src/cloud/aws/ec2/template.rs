@@ -9,11 +9,12 @@ use super::settings::Settings;
 use crate::api::labels as l;
 use crate::cloud::NodeTemplate;
 use aws_sdk_ec2::types::{
-    LaunchTemplateBlockDeviceMappingRequest, LaunchTemplateEbsBlockDeviceRequest,
+    CapacityReservationTarget, LaunchTemplateBlockDeviceMappingRequest,
+    LaunchTemplateCapacityReservationSpecificationRequest, LaunchTemplateEbsBlockDeviceRequest,
     LaunchTemplateHttpTokensState, LaunchTemplateIamInstanceProfileSpecificationRequest,
-    LaunchTemplateInstanceMetadataEndpointState, LaunchTemplateInstanceMetadataOptionsRequest,
-    LaunchTemplateTagSpecificationRequest, RequestLaunchTemplateData, ResourceType, Tag,
-    VolumeType,
+    LaunchTemplateInstanceMarketOptionsRequest, LaunchTemplateInstanceMetadataEndpointState,
+    LaunchTemplateInstanceMetadataOptionsRequest, LaunchTemplateTagSpecificationRequest,
+    MarketType, RequestLaunchTemplateData, ResourceType, Tag, VolumeType,
 };
 use serde::Serialize;
 use sha2::{Digest, Sha256};
@@ -44,6 +45,40 @@ pub struct LaunchTemplate {
     pub user_data: String,
     /// Tags of the template itself (ownership and the node class's extras).
     pub tags: BTreeMap<String, String>,
+    /// The capacity reservation (or Capacity Block) a reserved claim
+    /// launches into; absent otherwise (and then not hashed, so the names
+    /// of other templates do not change).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub capacity_reservation: Option<ReservationTarget>,
+}
+
+/// Where a reserved launch goes: the reservation, and whether it is a
+/// Capacity Block (which EC2 launches with market type `capacity-block`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct ReservationTarget {
+    /// `cr-...`.
+    pub id: String,
+    /// A Capacity Block for ML rather than an on-demand reservation.
+    pub capacity_block: bool,
+}
+
+impl ReservationTarget {
+    /// The target of `claim`: its reservation, a block when its node's
+    /// labels say so; `None` for a claim that is not reserved capacity.
+    pub fn of(
+        claim: &crate::core::ClaimRequest,
+        template: &NodeTemplate,
+    ) -> Option<ReservationTarget> {
+        let id = claim.reservation.clone()?;
+        Some(ReservationTarget {
+            id,
+            capacity_block: template
+                .labels
+                .get(l::CAPACITY_RESERVATION_KIND)
+                .map(String::as_str)
+                == Some(crate::catalog::ReservationKind::CapacityBlock.as_str()),
+        })
+    }
 }
 
 impl LaunchTemplate {
@@ -66,8 +101,26 @@ impl LaunchTemplate {
     /// template's tags on the network interface (which `CreateFleet` cannot
     /// tag itself; the IAM policy only lets us create tagged resources).
     pub fn data(&self) -> RequestLaunchTemplateData {
-        RequestLaunchTemplateData::builder()
-            .image_id(&self.image_id)
+        let mut data = RequestLaunchTemplateData::builder();
+        if let Some(r) = &self.capacity_reservation {
+            data = data.capacity_reservation_specification(
+                LaunchTemplateCapacityReservationSpecificationRequest::builder()
+                    .capacity_reservation_target(
+                        CapacityReservationTarget::builder()
+                            .capacity_reservation_id(&r.id)
+                            .build(),
+                    )
+                    .build(),
+            );
+            if r.capacity_block {
+                data = data.instance_market_options(
+                    LaunchTemplateInstanceMarketOptionsRequest::builder()
+                        .market_type(MarketType::CapacityBlock)
+                        .build(),
+                );
+            }
+        }
+        data.image_id(&self.image_id)
             .iam_instance_profile(
                 LaunchTemplateIamInstanceProfileSpecificationRequest::builder()
                     .name(&self.instance_profile)
@@ -346,6 +399,7 @@ defaultNodeClass:
             root_volume_gib: 200,
             user_data: user_data(&settings(), &template()).unwrap(),
             tags: BTreeMap::new(),
+            capacity_reservation: None,
         };
         let name = lt.name("prod");
         assert!(
@@ -359,6 +413,14 @@ defaultNodeClass:
         };
         assert_ne!(bigger.name("prod"), name);
         assert_ne!(lt.name("staging"), name);
+        let reserved = LaunchTemplate {
+            capacity_reservation: Some(ReservationTarget {
+                id: "cr-1".into(),
+                capacity_block: true,
+            }),
+            ..lt.clone()
+        };
+        assert_ne!(reserved.name("prod"), name);
         assert!(lt.name(&"c".repeat(100)).len() <= 128);
     }
 
@@ -367,5 +429,35 @@ defaultNodeClass:
         let mut t = template();
         t.labels.insert("bad".into(), "a,b".into());
         assert!(kubelet_flags(&t).unwrap_err().contains("bad=a,b"));
+    }
+
+    #[test]
+    fn a_capacity_block_template_targets_the_reservation_with_the_capacity_block_market() {
+        let target = |capacity_block| LaunchTemplate {
+            image_id: "ami-1".into(),
+            instance_profile: "nodes".into(),
+            security_group_ids: vec![],
+            root_volume_gib: 200,
+            user_data: String::new(),
+            tags: BTreeMap::new(),
+            capacity_reservation: Some(ReservationTarget {
+                id: "cr-0123".into(),
+                capacity_block,
+            }),
+        };
+        let data = target(true).data();
+        let spec = data.capacity_reservation_specification().unwrap();
+        assert_eq!(
+            spec.capacity_reservation_target()
+                .unwrap()
+                .capacity_reservation_id(),
+            Some("cr-0123")
+        );
+        assert_eq!(
+            data.instance_market_options().and_then(|m| m.market_type()),
+            Some(&MarketType::CapacityBlock)
+        );
+        // An on-demand reservation is targeted, bought on demand.
+        assert!(target(false).data().instance_market_options().is_none());
     }
 }
