@@ -61,6 +61,9 @@ pub struct Catalog {
     instance_types: BTreeMap<String, InstanceType>,
     offerings: Vec<Offering>,
     market: MarketModel,
+    /// Every reservation handed to [`Catalog::with_reservations`], usable or
+    /// not (a node in a block that is ending still needs its end time).
+    reservations: Vec<Reservation>,
 }
 
 impl Catalog {
@@ -84,6 +87,7 @@ impl Catalog {
             instance_types,
             offerings,
             market: MarketModel::default(),
+            reservations: Vec::new(),
         }
         .with_market(MarketModel::default())
     }
@@ -138,6 +142,7 @@ impl Catalog {
     ) -> Catalog {
         self.offerings
             .retain(|o| o.capacity_type != CapacityType::Reserved);
+        self.reservations = reservations.to_vec();
         for r in reservations {
             if r.unusable_at(now, lead).is_some()
                 || !self.instance_types.contains_key(&r.instance_type)
@@ -157,6 +162,16 @@ impl Catalog {
             });
         }
         self
+    }
+
+    /// Every reservation the catalog was given, usable now or not.
+    pub fn reservations(&self) -> &[Reservation] {
+        &self.reservations
+    }
+
+    /// The reservation of that ID, usable now or not.
+    pub fn reservation(&self, id: &str) -> Option<&Reservation> {
+        self.reservations.iter().find(|r| r.id == id)
     }
 
     /// The market model the catalog prices spot risk with.

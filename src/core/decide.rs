@@ -163,6 +163,12 @@ impl Core {
             self.estimator.observe_nodes(world.nodes, from, now);
         }
         self.last_decide = Some(now);
+        // Nodes whose reservation ends soon are drained like interrupted
+        // ones, whether or not EC2's warning came.
+        let lead = self.config.interruption.reservation_lead;
+        for notice in super::interruption::reservation_endings(world, now, lead) {
+            self.interruptions.handle(&notice, world, now);
+        }
         // Provisioning first: an interrupted node's pods are demand from the
         // notice on, before the interruption step evicts them.
         let mut actions = self.provision(world, now);
@@ -199,10 +205,12 @@ impl Core {
                 .ok()
                 .flatten()
         });
+        let lead = self.config.interruption.reservation_lead;
         [
             self.batcher.next_deadline(),
             self.interruptions.next_deadline(),
             self.consolidation.next_deadline(),
+            super::interruption::next_reservation_ending(world, now, lead),
         ]
         .into_iter()
         .flatten()
