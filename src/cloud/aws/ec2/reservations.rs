@@ -115,6 +115,58 @@ pub fn reservation_of(
     })
 }
 
+/// How often the controller asks EC2 for its reservations: counts change
+/// as instances launch and blocks start, so much more often than prices.
+pub const REFRESH_EVERY: std::time::Duration = std::time::Duration::from_secs(60);
+
+/// Keeps the controller's catalog selling the node classes' reservations:
+/// every `every`, and whenever `prices` sends a refreshed catalog, sends
+/// `prices` with the last reservations found
+/// ([`crate::catalog::Catalog::with_reservations`], no launch within `lead`
+/// of an end) to `catalog`. A failed discovery keeps the last reservations
+/// and logs a warning; the terms that find nothing usable are logged as
+/// warnings whenever the list of them changes. Returns when `cancel` fires.
+pub async fn keep_catalog_reserved(
+    cloud: super::AwsCloud,
+    mut prices: tokio::sync::watch::Receiver<std::sync::Arc<crate::catalog::Catalog>>,
+    catalog: tokio::sync::watch::Sender<std::sync::Arc<crate::catalog::Catalog>>,
+    every: std::time::Duration,
+    lead: std::time::Duration,
+    cancel: tokio_util::sync::CancellationToken,
+) {
+    let lead = chrono::TimeDelta::from_std(lead).unwrap_or(chrono::TimeDelta::zero());
+    let mut ticks = tokio::time::interval(every);
+    ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let mut last: Vec<Reservation> = Vec::new();
+    let mut problems: Vec<String> = Vec::new();
+    loop {
+        tokio::select! {
+            () = cancel.cancelled() => return,
+            _ = ticks.tick() => {
+                match cloud.capacity_reservations().await {
+                    Ok(found) => {
+                        if found.problems != problems {
+                            for p in &found.problems {
+                                tracing::warn!(problem = %p, "capacity reservation selector");
+                            }
+                            problems = found.problems;
+                        }
+                        last = found.reservations;
+                    }
+                    Err(e) => tracing::warn!(
+                        error = %e,
+                        "cannot list capacity reservations; keeping the last ones found"
+                    ),
+                }
+            }
+            changed = prices.changed() => if changed.is_err() { return },
+        }
+        let base = prices.borrow().as_ref().clone();
+        let reserved = base.with_reservations(&last, chrono::Utc::now(), lead);
+        catalog.send_replace(std::sync::Arc::new(reserved));
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
