@@ -123,6 +123,15 @@ pub struct Engine<'a> {
     interruptions_so_far: u32,
     /// GPU-hours lost so far (for the samples).
     lost_gpu_hours_so_far: f64,
+    /// The scenario's reservations (`cloud.reservations`).
+    reservations: Vec<crate::catalog::Reservation>,
+    /// The catalog the core sees while reservations exist: `catalog` with
+    /// what they have left now ([`super::reservations::core_catalog`]).
+    reserved: Option<Catalog>,
+    /// How close to its end a reservation stops taking launches.
+    reservation_lead: std::time::Duration,
+    /// USD paid up front for the reservations.
+    upfront: f64,
 }
 
 impl<'a> Engine<'a> {
@@ -162,7 +171,15 @@ impl<'a> Engine<'a> {
             }
         }
         let cloud_config = scenario.cloud_config().map_err(Error::Cloud)?;
-        let cloud = SimulatedCloud::new(catalog.clone(), cloud_config)
+        let specs = &scenario.cloud.reservations;
+        let reservations = super::reservations::reservations(specs, &scenario.region, start);
+        let cloud_catalog = if reservations.is_empty() {
+            catalog.clone()
+        } else {
+            Arc::new(super::reservations::cloud_catalog(catalog, &reservations))
+        };
+        let reservation_lead = config.interruption.reservation_lead;
+        let cloud = SimulatedCloud::new(cloud_catalog, cloud_config)
             .map_err(|e| Error::Cloud(e.to_string()))?;
         let by_name = jobs
             .iter()
@@ -205,6 +222,10 @@ impl<'a> Engine<'a> {
             static_mode: strategy == StrategyName::Static,
             interruptions_so_far: 0,
             lost_gpu_hours_so_far: 0.0,
+            upfront: super::reservations::upfront_cost(specs),
+            reservations,
+            reserved: None,
+            reservation_lead,
         })
     }
 
@@ -304,8 +325,17 @@ impl<'a> Engine<'a> {
         self.bind();
         if !self.static_mode {
             self.refresh_pending();
+            if !self.reservations.is_empty() {
+                self.reserved = Some(super::reservations::core_catalog(
+                    self.catalog,
+                    &self.reservations,
+                    &self.nodes.managed,
+                    now,
+                    self.reservation_lead,
+                ));
+            }
             let w = world(
-                self.catalog,
+                self.reserved.as_ref().unwrap_or(self.catalog),
                 self.region,
                 &self.pools,
                 &self.pending,
@@ -338,7 +368,7 @@ impl<'a> Engine<'a> {
     /// The world as the core sees it (call [`Engine::refresh_pending`] first).
     fn world(&self) -> World<'_> {
         world(
-            self.catalog,
+            self.reserved.as_ref().unwrap_or(self.catalog),
             self.region,
             &self.pools,
             &self.pending,
@@ -350,7 +380,7 @@ impl<'a> Engine<'a> {
     fn notify(&mut self, notice: &Notice, at: Time) {
         self.refresh_pending();
         let w = world(
-            self.catalog,
+            self.reserved.as_ref().unwrap_or(self.catalog),
             self.region,
             &self.pools,
             &self.pending,
@@ -498,7 +528,8 @@ impl<'a> Engine<'a> {
         match self.cloud.launch(&req, now) {
             Ok(_) => {
                 let node = {
-                    let world = world(self.catalog, self.region, &self.pools, &[], &[]);
+                    let catalog = self.reserved.as_ref().unwrap_or(self.catalog);
+                    let world = world(catalog, self.region, &self.pools, &[], &[]);
                     ManagedNode::launched(&req, &world, now)
                 };
                 if let Some(node) = node {
@@ -748,7 +779,9 @@ impl<'a> Engine<'a> {
             let alive = (end - n.launched_at).num_seconds().max(0) as f64 / 3600.0;
             self.result.provisioned_gpu_hours += alive * extra.gpus;
         }
-        self.result.total_cost = self.cloud.cost_so_far(end);
+        // Reservations are billed up front, used or not.
+        self.result.reserved_upfront_cost = self.upfront;
+        self.result.total_cost = self.cloud.cost_so_far(end) + self.upfront;
         let mut waits: Vec<f64> = Vec::new();
         for j in &self.jobs {
             let mut w = j.waited_s;
