@@ -197,6 +197,7 @@ pub enum PriceSource {
 pub enum ReservationKind {
     /// An on-demand capacity reservation (EC2 reservation type `default`):
     /// open-ended unless it has an end date.
+    #[serde(rename = "capacity-reservation")]
     OnDemand,
     /// An EC2 Capacity Block for ML: a fixed window with a hard end, after
     /// which EC2 reclaims the instances.
@@ -219,6 +220,7 @@ impl ReservationKind {
 /// it. The catalog turns each usable one into a [`CapacityType::Reserved`]
 /// offering (see `Catalog::with_reservations`).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
 pub struct Reservation {
     /// EC2 capacity reservation ID (`cr-0123...`); the node's
     /// `quartermaster.dev/capacity-reservation-id` label.
