@@ -14,6 +14,10 @@ pub const CAPACITY_RESERVATION_ID: &str = "quartermaster.dev/capacity-reservatio
 /// Node label: the kind of reservation a `reserved` node runs in
 /// (`capacity-reservation` or `capacity-block`).
 pub const CAPACITY_RESERVATION_KIND: &str = "quartermaster.dev/capacity-reservation-kind";
+/// Node label: the Elastic Fabric Adapter interfaces the node is launched
+/// with (one per network card, the first also carrying ENA), set when a pod
+/// of its claim requests `vpc.amazonaws.com/efa` on an EFA instance type.
+pub const EFA_INTERFACES: &str = "quartermaster.dev/efa-interfaces";
 /// Node label: instance family, e.g. `p5`.
 pub const INSTANCE_FAMILY: &str = "quartermaster.dev/instance-family";
 /// Node label: short GPU name (`t4`, `a10g`, `l4`, `l40s`, `a100`, `h100`, `h200`).

@@ -331,6 +331,11 @@ impl AwsCloud {
             user_data,
             tags,
             capacity_reservation: template::ReservationTarget::of(claim, template),
+            efa_interfaces: template
+                .labels
+                .get(l::EFA_INTERFACES)
+                .and_then(|n| n.parse().ok())
+                .unwrap_or(0),
         })
     }
 }

@@ -13,8 +13,10 @@ use aws_sdk_ec2::types::{
     LaunchTemplateCapacityReservationSpecificationRequest, LaunchTemplateEbsBlockDeviceRequest,
     LaunchTemplateHttpTokensState, LaunchTemplateIamInstanceProfileSpecificationRequest,
     LaunchTemplateInstanceMarketOptionsRequest, LaunchTemplateInstanceMetadataEndpointState,
-    LaunchTemplateInstanceMetadataOptionsRequest, LaunchTemplateTagSpecificationRequest,
-    MarketType, RequestLaunchTemplateData, ResourceType, Tag, VolumeType,
+    LaunchTemplateInstanceMetadataOptionsRequest,
+    LaunchTemplateInstanceNetworkInterfaceSpecificationRequest,
+    LaunchTemplateTagSpecificationRequest, MarketType, RequestLaunchTemplateData, ResourceType,
+    Tag, VolumeType,
 };
 use serde::Serialize;
 use sha2::{Digest, Sha256};
@@ -50,6 +52,15 @@ pub struct LaunchTemplate {
     /// of other templates do not change).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub capacity_reservation: Option<ReservationTarget>,
+    /// Elastic Fabric Adapter interfaces, one per network card (the first
+    /// `efa`, which also carries ENA; the others `efa-only`); 0: the default
+    /// single ENA interface (and then not hashed, so other names stay).
+    #[serde(skip_serializing_if = "is_zero")]
+    pub efa_interfaces: u32,
+}
+
+fn is_zero(n: &u32) -> bool {
+    *n == 0
 }
 
 /// Where a reserved launch goes: the reservation, and whether it is a
@@ -120,13 +131,31 @@ impl LaunchTemplate {
                 );
             }
         }
+        // EFA interfaces carry the security groups themselves (EC2 refuses
+        // groups both on the instance and on its interfaces); the subnet is
+        // the fleet override's.
+        if self.efa_interfaces > 0 {
+            for card in 0..self.efa_interfaces {
+                let card = i32::try_from(card).unwrap_or(i32::MAX);
+                data = data.network_interfaces(
+                    LaunchTemplateInstanceNetworkInterfaceSpecificationRequest::builder()
+                        .network_card_index(card)
+                        .device_index(if card == 0 { 0 } else { 1 })
+                        .interface_type(if card == 0 { "efa" } else { "efa-only" })
+                        .set_groups(Some(self.security_group_ids.clone()))
+                        .delete_on_termination(true)
+                        .build(),
+                );
+            }
+        } else {
+            data = data.set_security_group_ids(Some(self.security_group_ids.clone()));
+        }
         data.image_id(&self.image_id)
             .iam_instance_profile(
                 LaunchTemplateIamInstanceProfileSpecificationRequest::builder()
                     .name(&self.instance_profile)
                     .build(),
             )
-            .set_security_group_ids(Some(self.security_group_ids.clone()))
             .block_device_mappings(
                 LaunchTemplateBlockDeviceMappingRequest::builder()
                     .device_name(ROOT_DEVICE)
@@ -400,6 +429,7 @@ defaultNodeClass:
             user_data: user_data(&settings(), &template()).unwrap(),
             tags: BTreeMap::new(),
             capacity_reservation: None,
+            efa_interfaces: 0,
         };
         let name = lt.name("prod");
         assert!(
@@ -444,6 +474,7 @@ defaultNodeClass:
                 id: "cr-0123".into(),
                 capacity_block,
             }),
+            efa_interfaces: 0,
         };
         let data = target(true).data();
         let spec = data.capacity_reservation_specification().unwrap();
@@ -459,5 +490,44 @@ defaultNodeClass:
         );
         // An on-demand reservation is targeted, bought on demand.
         assert!(target(false).data().instance_market_options().is_none());
+    }
+
+    #[test]
+    fn an_efa_template_has_one_interface_per_network_card_the_first_with_ena() {
+        let lt = LaunchTemplate {
+            image_id: "ami-1".into(),
+            instance_profile: "nodes".into(),
+            security_group_ids: vec!["sg-1".into()],
+            root_volume_gib: 200,
+            user_data: String::new(),
+            tags: BTreeMap::new(),
+            capacity_reservation: None,
+            efa_interfaces: 4,
+        };
+        let data = lt.data();
+        let nics = data.network_interfaces();
+        let kinds: Vec<(Option<i32>, Option<i32>, Option<&str>)> = nics
+            .iter()
+            .map(|n| (n.network_card_index(), n.device_index(), n.interface_type()))
+            .collect();
+        assert_eq!(
+            kinds,
+            [
+                (Some(0), Some(0), Some("efa")),
+                (Some(1), Some(1), Some("efa-only")),
+                (Some(2), Some(1), Some("efa-only")),
+                (Some(3), Some(1), Some("efa-only")),
+            ]
+        );
+        assert!(nics.iter().all(|n| n.groups() == ["sg-1"]));
+        // The groups are on the interfaces, not the instance.
+        assert!(data.security_group_ids().is_empty());
+        let plain = LaunchTemplate {
+            efa_interfaces: 0,
+            ..lt.clone()
+        };
+        assert!(plain.data().network_interfaces().is_empty());
+        assert_eq!(plain.data().security_group_ids(), ["sg-1"]);
+        assert_ne!(plain.name("prod"), lt.name("prod"));
     }
 }
