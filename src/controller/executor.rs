@@ -530,7 +530,10 @@ mod tests {
             efa_interfaces(&req("p4d.24xlarge"), &world, &[&plain, &efa]),
             Some(p4d.max_efa_interfaces)
         );
-        assert_eq!(efa_interfaces(&req("p4d.24xlarge"), &world, &[&plain]), None);
+        assert_eq!(
+            efa_interfaces(&req("p4d.24xlarge"), &world, &[&plain]),
+            None
+        );
         assert_eq!(efa_interfaces(&req("g5.xlarge"), &world, &[&efa]), None);
     }
 
