@@ -1149,4 +1149,146 @@ defaultNodeClass:
             "{fleet}"
         );
     }
+
+    fn placement_group_created() -> ReplayEvent {
+        event(ok(format!(
+            r#"<?xml version="1.0" encoding="UTF-8"?>
+<CreatePlacementGroupResponse xmlns="{NS}">
+    <requestId>d4904fd9-82c2-4ea5-adfe-a9cc3EXAMPLE</requestId>
+    <placementGroup>
+        <groupName>quartermaster-replay-train-use1-az4</groupName>
+        <state>available</state>
+        <strategy>cluster</strategy>
+        <groupId>pg-0123456789EXAMPLE</groupId>
+    </placementGroup>
+</CreatePlacementGroupResponse>"#
+        )))
+    }
+
+    /// The answers to a launch with 4 EFA interfaces (the placement group
+    /// is ensured between the security groups and the template), and its
+    /// template.
+    fn efa_launch() -> (Vec<ReplayEvent>, NodeTemplate) {
+        let mut events = before_fleet();
+        events.insert(4, placement_group_created());
+        events.push(fleet_launched());
+        let mut t = template();
+        t.labels.insert(l::EFA_INTERFACES.into(), "4".into());
+        (events, t)
+    }
+
+    #[tokio::test]
+    async fn an_efa_launch_goes_into_its_pools_tagged_placement_group_with_every_efa_interface() {
+        let (events, mut t) = efa_launch();
+        let (aws, http) = cloud(events);
+        t.fallbacks = vec![OfferingKey {
+            instance_type: "g5.xlarge".into(),
+            zone: "use1-az6".into(),
+            capacity_type: CapacityType::Spot,
+        }];
+        aws.launch(&spot_claim(), &t, chrono::Utc::now())
+            .await
+            .unwrap();
+        let group = &bodies_of(&http, "CreatePlacementGroup")[0];
+        assert!(
+            group.contains("GroupName=quartermaster-replay-train-use1-az4"),
+            "{group}"
+        );
+        assert!(group.contains("Strategy=cluster"), "{group}");
+        assert!(group.contains("ResourceType=placement-group"), "{group}");
+        assert!(group.contains("Value=replay"), "{group}");
+        let lt = &bodies_of(&http, "CreateLaunchTemplate")[0];
+        assert!(
+            lt.contains(
+                "LaunchTemplateData.Placement.GroupName=quartermaster-replay-train-use1-az4"
+            ),
+            "{lt}"
+        );
+        assert!(
+            lt.contains("NetworkInterface.4.InterfaceType=efa-only"),
+            "{lt}"
+        );
+        assert!(!lt.contains("LaunchTemplateData.SecurityGroupId"), "{lt}");
+        // One zone only: the group's.
+        let fleet = &bodies_of(&http, "CreateFleet")[0];
+        assert!(!fleet.contains("Overrides.2"), "{fleet}");
+        assert!(
+            fleet.contains("quartermaster.dev%2Fplacement-group"),
+            "{fleet}"
+        );
+    }
+
+    #[tokio::test]
+    async fn garbage_collection_deletes_the_placement_groups_no_instance_is_in_once_it_made_efa_launches(
+    ) {
+        let groups = event(ok(format!(
+            r#"<?xml version="1.0" encoding="UTF-8"?>
+<DescribePlacementGroupsResponse xmlns="{NS}">
+    <requestId>d4904fd9-82c2-4ea5-adfe-a9cc3EXAMPLE</requestId>
+    <placementGroupSet>
+        <item><groupName>quartermaster-replay-train-use1-az4</groupName><state>available</state><strategy>cluster</strategy><groupId>pg-1</groupId></item>
+        <item><groupName>quartermaster-replay-train-use1-az6</groupName><state>available</state><strategy>cluster</strategy><groupId>pg-2</groupId></item>
+    </placementGroupSet>
+</DescribePlacementGroupsResponse>"#
+        )));
+        let no_templates = event(ok(format!(
+            r#"<?xml version="1.0" encoding="UTF-8"?>
+<DescribeLaunchTemplatesResponse xmlns="{NS}">
+    <requestId>1afa6e44-eb38-4229-8db6-d5eaEXAMPLE</requestId>
+    <launchTemplates/>
+</DescribeLaunchTemplatesResponse>"#
+        )));
+        let one_instance_in_az4 = event(ok(format!(
+            r#"<?xml version="1.0" encoding="UTF-8"?>
+<DescribeInstancesResponse xmlns="{NS}">
+    <requestId>8f7724cf-496f-496e-8fe3-ef2f0a7e1d11</requestId>
+    <reservationSet>
+        <item>
+            <reservationId>r-1</reservationId>
+            <ownerId>111122223333</ownerId>
+            <instancesSet>
+                <item>
+                    <instanceId>i-0123456789abcdef0</instanceId>
+                    <tagSet>
+                        <item><key>quartermaster.dev/placement-group</key><value>quartermaster-replay-train-use1-az4</value></item>
+                    </tagSet>
+                </item>
+            </instancesSet>
+        </item>
+    </reservationSet>
+</DescribeInstancesResponse>"#
+        )));
+        let deleted = event(ok(format!(
+            r#"<?xml version="1.0" encoding="UTF-8"?>
+<DeletePlacementGroupResponse xmlns="{NS}">
+    <requestId>d4904fd9-82c2-4ea5-adfe-a9cc3EXAMPLE</requestId>
+    <return>true</return>
+</DeletePlacementGroupResponse>"#
+        )));
+        // An EFA launch first: a process that made none does not look.
+        let (mut events, t) = efa_launch();
+        events.extend([no_templates, groups, one_instance_in_az4, deleted]);
+        let (aws, http) = cloud(events);
+        let launched_at = chrono::Utc::now();
+        aws.launch(&spot_claim(), &t, launched_at).await.unwrap();
+        let (gone, failed) = aws
+            .collect_unused_resources(
+                launched_at + chrono::TimeDelta::hours(1),
+                chrono::TimeDelta::minutes(5),
+            )
+            .await
+            .unwrap();
+        assert!(failed.is_empty(), "{failed:?}");
+        assert_eq!(gone, ["quartermaster-replay-train-use1-az6"]);
+        let asked = &bodies_of(&http, "DescribePlacementGroups")[0];
+        assert!(
+            asked.contains("tag%3Aquartermaster.dev%2Fcluster"),
+            "{asked}"
+        );
+        let delete = &bodies_of(&http, "DeletePlacementGroup")[0];
+        assert!(
+            delete.contains("GroupName=quartermaster-replay-train-use1-az6"),
+            "{delete}"
+        );
+    }
 }

@@ -8,6 +8,7 @@
 
 pub mod fleet;
 pub mod gc;
+pub mod placement;
 pub mod reservations;
 pub mod settings;
 pub mod template;
@@ -43,6 +44,9 @@ pub struct AwsCloud {
     /// Launch templates known to exist (created or found by this process),
     /// with when a launch last used them ([`gc`] spares those in use).
     templates: Mutex<HashMap<String, Time>>,
+    /// Placement groups known to exist, with when a launch last used them
+    /// ([`placement`]).
+    placement_groups: Mutex<HashMap<String, Time>>,
 }
 
 impl AwsCloud {
@@ -58,6 +62,7 @@ impl AwsCloud {
             settings,
             zones: tokio::sync::OnceCell::new(),
             templates: Mutex::new(HashMap::new()),
+            placement_groups: Mutex::new(HashMap::new()),
         })
     }
 
@@ -336,6 +341,7 @@ impl AwsCloud {
                 .get(l::EFA_INTERFACES)
                 .and_then(|n| n.parse().ok())
                 .unwrap_or(0),
+            placement_group: None,
         })
     }
 }
@@ -535,9 +541,15 @@ impl CloudProvider for AwsCloud {
         template: &NodeTemplate,
         now: Time,
     ) -> Result<Instance> {
+        // An EFA node goes into its pool's placement group of its zone:
+        // no fallbacks in other zones.
+        let efa = template
+            .labels
+            .get(l::EFA_INTERFACES)
+            .is_some_and(|n| n != "0");
         let offerings: Vec<&OfferingKey> = std::iter::once(&claim.offering)
             .chain(template.fallbacks.iter().filter(|f| {
-                f.capacity_type == claim.offering.capacity_type && **f != claim.offering
+                !efa && f.capacity_type == claim.offering.capacity_type && **f != claim.offering
             }))
             .collect();
         if let Some(existing) = self.of_claim(&claim.claim).await?.into_iter().next() {
@@ -570,10 +582,23 @@ impl CloudProvider for AwsCloud {
                 zones.join(", ")
             )));
         }
-        let lt = self.launch_template(claim, template, class).await?;
+        let mut lt = self.launch_template(claim, template, class).await?;
+        if efa {
+            let group = placement::group_name(
+                &self.settings.cluster_name,
+                &claim.nodepool,
+                &claim.offering.zone,
+            );
+            self.ensure_placement_group(&claim.claim, &group, &claim.nodepool, now)
+                .await?;
+            lt.placement_group = Some(group);
+        }
         let name = lt.name(&self.settings.cluster_name);
         self.ensure_template(claim, &name, &lt, now).await?;
-        let tags = self.launch_tags(claim, class, &name);
+        let mut tags = self.launch_tags(claim, class, &name);
+        if let Some(group) = &lt.placement_group {
+            tags.push((placement::TAG_PLACEMENT_GROUP.into(), group.clone()));
+        }
         let token = fleet::client_token(
             &self.settings.cluster_name,
             &claim.claim,
@@ -666,13 +691,32 @@ impl CloudProvider for AwsCloud {
         Ok(self.of_claim(claim).await?.into_iter().next())
     }
 
-    /// Deletes launch templates no instance or recent launch uses ([`gc`]).
+    /// Deletes launch templates ([`gc`]) and, once this process has made
+    /// an EFA launch, placement groups ([`placement`]) no instance or recent
+    /// launch uses.
     async fn collect_unused_resources(
         &self,
         now: Time,
         grace: chrono::TimeDelta,
     ) -> Result<(Vec<String>, Vec<Error>)> {
-        self.collect_launch_templates(now, grace).await
+        let (mut deleted, mut failed) = self.collect_launch_templates(now, grace).await?;
+        // Only a process that made EFA launches looks for placement groups
+        // (a cluster without EFA nodes never pays the call).
+        let placing = !self
+            .placement_groups
+            .lock()
+            .map_err(|_| poisoned())?
+            .is_empty();
+        if placing {
+            match self.collect_placement_groups(now, grace).await {
+                Ok((groups, errors)) => {
+                    deleted.extend(groups);
+                    failed.extend(errors);
+                }
+                Err(e) => failed.push(e),
+            }
+        }
+        Ok((deleted, failed))
     }
 
     /// Every instance with our cluster tag that is not terminated.

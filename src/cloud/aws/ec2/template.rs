@@ -14,7 +14,7 @@ use aws_sdk_ec2::types::{
     LaunchTemplateHttpTokensState, LaunchTemplateIamInstanceProfileSpecificationRequest,
     LaunchTemplateInstanceMarketOptionsRequest, LaunchTemplateInstanceMetadataEndpointState,
     LaunchTemplateInstanceMetadataOptionsRequest,
-    LaunchTemplateInstanceNetworkInterfaceSpecificationRequest,
+    LaunchTemplateInstanceNetworkInterfaceSpecificationRequest, LaunchTemplatePlacementRequest,
     LaunchTemplateTagSpecificationRequest, MarketType, RequestLaunchTemplateData, ResourceType,
     Tag, VolumeType,
 };
@@ -57,6 +57,10 @@ pub struct LaunchTemplate {
     /// single ENA interface (and then not hashed, so other names stay).
     #[serde(skip_serializing_if = "is_zero")]
     pub efa_interfaces: u32,
+    /// The cluster placement group the instance is launched into (EFA
+    /// nodes); absent otherwise (and then not hashed).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub placement_group: Option<String>,
 }
 
 fn is_zero(n: &u32) -> bool {
@@ -134,6 +138,13 @@ impl LaunchTemplate {
         // EFA interfaces carry the security groups themselves (EC2 refuses
         // groups both on the instance and on its interfaces); the subnet is
         // the fleet override's.
+        if let Some(group) = &self.placement_group {
+            data = data.placement(
+                LaunchTemplatePlacementRequest::builder()
+                    .group_name(group)
+                    .build(),
+            );
+        }
         if self.efa_interfaces > 0 {
             for card in 0..self.efa_interfaces {
                 let card = i32::try_from(card).unwrap_or(i32::MAX);
@@ -430,6 +441,7 @@ defaultNodeClass:
             tags: BTreeMap::new(),
             capacity_reservation: None,
             efa_interfaces: 0,
+            placement_group: None,
         };
         let name = lt.name("prod");
         assert!(
@@ -475,6 +487,7 @@ defaultNodeClass:
                 capacity_block,
             }),
             efa_interfaces: 0,
+            placement_group: None,
         };
         let data = target(true).data();
         let spec = data.capacity_reservation_specification().unwrap();
@@ -503,6 +516,7 @@ defaultNodeClass:
             tags: BTreeMap::new(),
             capacity_reservation: None,
             efa_interfaces: 4,
+            placement_group: Some("quartermaster-prod-train-use1-az4".into()),
         };
         let data = lt.data();
         let nics = data.network_interfaces();
@@ -520,10 +534,15 @@ defaultNodeClass:
             ]
         );
         assert!(nics.iter().all(|n| n.groups() == ["sg-1"]));
+        assert_eq!(
+            data.placement().and_then(|p| p.group_name()),
+            Some("quartermaster-prod-train-use1-az4")
+        );
         // The groups are on the interfaces, not the instance.
         assert!(data.security_group_ids().is_empty());
         let plain = LaunchTemplate {
             efa_interfaces: 0,
+            placement_group: None,
             ..lt.clone()
         };
         assert!(plain.data().network_interfaces().is_empty());
