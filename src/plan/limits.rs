@@ -388,6 +388,56 @@ mod tests {
         }
 
         #[test]
+        fn an_efa_gang_stays_on_one_instance_type_even_when_mixing_with_a_reservation_is_cheaper() {
+            let efa = |name: &str| InstanceType {
+                efa_supported: true,
+                max_efa_interfaces: 4,
+                ..InstanceType::bare(name, 192, 2_097_152).with_gpus("H100", 8, 81_920)
+            };
+            let sold = |it: &str, price: f64| Offering {
+                instance_type: it.into(),
+                ..offering(CapacityType::OnDemand, price)
+            };
+            // Two reserved p5 (free), p5 on demand at 20, p5e on demand at
+            // 11: mixing would cost 22 (2 free p5 + 2 p5e), one type 40.
+            let catalog = Catalog::from_parts(
+                [efa("p5.48xlarge"), efa("p5e.48xlarge")],
+                [sold("p5.48xlarge", 20.0), sold("p5e.48xlarge", 11.0)],
+            )
+            .with_reservations(&[block("cr-1", 2)], now(), TimeDelta::minutes(30));
+            let gang: Vec<Pod> = pods(4)
+                .into_iter()
+                .map(|mut p| {
+                    p.requests.set(l::RESOURCE_EFA, 1);
+                    p.group = Some(crate::cluster::GroupRef {
+                        name: "ml/allreduce".into(),
+                        min_member: 4,
+                    });
+                    p
+                })
+                .collect();
+            let p = run(&catalog, &[pool()], &gang, &[], Strategy::Mip);
+            let types: std::collections::BTreeSet<&str> =
+                p.nodes.iter().map(|n| n.instance_type.as_str()).collect();
+            assert_eq!(p.nodes.len(), 4, "{:?}", p.nodes);
+            assert_eq!(types.len(), 1, "{:?}", p.nodes);
+            assert_eq!(count(&p, CapacityType::Reserved), 2, "{:?}", p.nodes);
+            // Without EFA the same gang mixes, as it should.
+            let plain: Vec<Pod> = gang
+                .iter()
+                .cloned()
+                .map(|mut p| {
+                    p.requests.set(l::RESOURCE_EFA, 0);
+                    p
+                })
+                .collect();
+            let p = run(&catalog, &[pool()], &plain, &[], Strategy::Mip);
+            let types: std::collections::BTreeSet<&str> =
+                p.nodes.iter().map(|n| n.instance_type.as_str()).collect();
+            assert_eq!(types.len(), 2, "{:?}", p.nodes);
+        }
+
+        #[test]
         fn what_a_reservation_can_take_is_shared_by_every_pool() {
             let catalog = catalog(&[block("cr-1", 1)]);
             let mut other = pool();

@@ -357,6 +357,9 @@ fn merge_nodes(
                     && to.pool == from.pool
                     && to.offering.capacity_type == from.offering.capacity_type
                     && (!pinned || to.offering.zone_id == from.offering.zone_id)
+                    && (pods[p].group.is_none()
+                        || pods[p].requests.get(crate::api::labels::RESOURCE_EFA) == 0
+                        || to.offering.instance_type == from.offering.instance_type)
                     && bins[t].1.fits(&pods[p])
                     && pack::compatible(&pods[p], &to.labels, &to.taints)
             });
@@ -684,6 +687,9 @@ fn build(tier: Tier, relaxed: bool, all_integral: bool) -> Model {
     // is no zone for the gang (else choosing it would place the other
     // classes and leave that one out for free).
     let mut gang_class_zones: BTreeMap<String, Vec<BTreeSet<String>>> = BTreeMap::new();
+    // The instance type of each gang whose pods request EFA: one cluster
+    // placement group holds one type (`docs/reserved-capacity.md`).
+    let mut gang_type: BTreeMap<String, BTreeMap<String, Variable>> = BTreeMap::new();
     for w in work {
         let class = &classes[w.class];
         let d = w.pods.len() as f64;
@@ -752,6 +758,25 @@ fn build(tier: Tier, relaxed: bool, all_integral: bool) -> Model {
                         .sum();
                     cons.push(constraint!(in_zone == z * d));
                 }
+                if class.pod.requests.get(crate::api::labels::RESOURCE_EFA) > 0 {
+                    let types: BTreeSet<&str> = ys
+                        .iter()
+                        .map(|(o, _)| cands[*o].offering.instance_type.as_str())
+                        .collect();
+                    let entry = gang_type.entry(g.name.clone()).or_default();
+                    for it in types {
+                        let t = *entry.entry(it.to_string()).or_insert_with(|| {
+                            let def = variable().min(0.0).max(1.0);
+                            vars.add(if relaxed { def } else { def.integer() })
+                        });
+                        let of_type: Expression = ys
+                            .iter()
+                            .filter(|(o, _)| cands[*o].offering.instance_type == it)
+                            .map(|(_, v)| *v)
+                            .sum();
+                        cons.push(constraint!(of_type <= t * d));
+                    }
+                }
             }
         }
         if let Some(spread) = &class.pod.zone_spread {
@@ -804,6 +829,10 @@ fn build(tier: Tier, relaxed: bool, all_integral: bool) -> Model {
         cons.push(constraint!(chosen + left == 1.0));
         objective += left * (UNPLACED_PENALTY * d);
         penalty += left * (UNPLACED_PENALTY * d);
+    }
+    for types in gang_type.values() {
+        let chosen: Expression = types.values().copied().sum();
+        cons.push(constraint!(chosen <= 1.0));
     }
     // Capacity per resource.
     for ((o, r), l) in load {
@@ -882,6 +911,7 @@ fn build(tier: Tier, relaxed: bool, all_integral: bool) -> Model {
                 .map(|(ys, _)| ys.len())
                 .sum::<usize>()
             + gang_zone.values().map(BTreeMap::len).sum::<usize>()
+            + gang_type.values().map(BTreeMap::len).sum::<usize>()
     };
     Model {
         vars,
