@@ -149,17 +149,7 @@ impl Catalog {
             {
                 continue;
             }
-            self.offerings.push(Offering {
-                instance_type: r.instance_type.clone(),
-                region: r.region.clone(),
-                zone_id: r.zone_id.clone(),
-                capacity_type: CapacityType::Reserved,
-                price_per_hour: r.price_per_hour,
-                price_source: PriceSource::Reserved,
-                interruption_bucket: None,
-                market: None,
-                reservation: Some(r.clone()),
-            });
+            self.offerings.push(r.offering());
         }
         self
     }

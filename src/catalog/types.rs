@@ -251,6 +251,21 @@ pub struct Reservation {
 }
 
 impl Reservation {
+    /// The reserved offering that sells it, priced at its stated price.
+    pub fn offering(&self) -> Offering {
+        Offering {
+            instance_type: self.instance_type.clone(),
+            region: self.region.clone(),
+            zone_id: self.zone_id.clone(),
+            capacity_type: CapacityType::Reserved,
+            price_per_hour: self.price_per_hour,
+            price_source: PriceSource::Reserved,
+            interruption_bucket: None,
+            market: None,
+            reservation: Some(self.clone()),
+        }
+    }
+
     /// Why the reservation cannot take a launch at `now` if it is to keep
     /// the node at least `lead` before its end, or `None` when it can: not
     /// started, ended (or ending within `lead`), or full.
