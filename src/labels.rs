@@ -8,6 +8,16 @@ pub const GROUP: &str = "quartermaster.dev";
 pub const NODEPOOL: &str = "quartermaster.dev/nodepool";
 /// Node label: `spot` or `on-demand`.
 pub const CAPACITY_TYPE: &str = "quartermaster.dev/capacity-type";
+/// Node label: the EC2 capacity reservation (or Capacity Block) a
+/// `reserved` node runs in, e.g. `cr-0123456789abcdef0`.
+pub const CAPACITY_RESERVATION_ID: &str = "quartermaster.dev/capacity-reservation-id";
+/// Node label: the kind of reservation a `reserved` node runs in
+/// (`capacity-reservation` or `capacity-block`).
+pub const CAPACITY_RESERVATION_KIND: &str = "quartermaster.dev/capacity-reservation-kind";
+/// Node label: the Elastic Fabric Adapter interfaces the node is launched
+/// with (one per network card, the first also carrying ENA), set when a pod
+/// of its claim requests `vpc.amazonaws.com/efa` on an EFA instance type.
+pub const EFA_INTERFACES: &str = "quartermaster.dev/efa-interfaces";
 /// Node label: instance family, e.g. `p5`.
 pub const INSTANCE_FAMILY: &str = "quartermaster.dev/instance-family";
 /// Node label: short GPU name (`t4`, `a10g`, `l4`, `l40s`, `a100`, `h100`, `h200`).

@@ -275,6 +275,7 @@ fn claim(name: &str, instance_type: &str, zone: &str, capacity_type: CapacityTyp
         price_per_hour: 0.42,
         pods: vec![],
         prewarm_window: None,
+        reservation: None,
     }
 }
 
@@ -1191,6 +1192,12 @@ mod replay {
     /// A provider on `events`, with three attempts and millisecond backoff
     /// so that retries do not slow the test down.
     fn cloud(events: Vec<ReplayEvent>) -> (AwsCloud, StaticReplayClient) {
+        cloud_with(events, "")
+    }
+
+    /// [`cloud`] with `class_extra` (YAML lines) added to the resolved node
+    /// class of pool `train`.
+    fn cloud_with(events: Vec<ReplayEvent>, class_extra: &str) -> (AwsCloud, StaticReplayClient) {
         let http = StaticReplayClient::new(events);
         let config = aws_sdk_ec2::Config::builder()
             .behavior_version(BehaviorVersion::latest())
@@ -1216,13 +1223,15 @@ serviceCidr: 10.100.0.0/16
         .unwrap();
         let aws = AwsCloud::new(aws_sdk_ec2::Client::from_conf(config), settings).unwrap();
         let class: NodeClass = serde_norway::from_str(
-            r#"
+            &(r#"
 name: replay
 images: [{ id: ami-0123456789abcdef0, architecture: x86_64, accelerator: any }]
 subnetSelectorTerms: [{ tags: { test/discovery: replay } }]
 securityGroupSelectorTerms: [{ tags: { test/discovery: replay } }]
 instanceProfile: nodes
-"#,
+"#
+            .to_string()
+                + class_extra),
         )
         .unwrap();
         aws.set_node_classes(HashMap::from([("train".to_string(), Arc::new(class))]));
@@ -1351,5 +1360,262 @@ instanceProfile: nodes
         );
         assert!(err.is_retryable());
         assert_eq!(bodies_of(&http, "CreateFleet").len(), 3);
+    }
+
+    /// `DescribeCapacityReservations` answering `items` (each an `<item>`).
+    fn reservations(items: &[String]) -> ReplayEvent {
+        event(ok(format!(
+            r#"<?xml version="1.0" encoding="UTF-8"?>
+<DescribeCapacityReservationsResponse xmlns="{NS}">
+    <requestId>0d4b6a1c-8e0f-4c5e-9d7b-EXAMPLE</requestId>
+    <capacityReservationSet>{}</capacityReservationSet>
+</DescribeCapacityReservationsResponse>"#,
+            items.join("")
+        )))
+    }
+
+    /// One capacity reservation as EC2 documents it: `kind` is
+    /// `capacity-block` or `default`, `state` e.g. `active` or `expired`.
+    fn reservation_item(id: &str, kind: &str, state: &str, available: u32) -> String {
+        format!(
+            r#"<item>
+            <capacityReservationId>{id}</capacityReservationId>
+            <ownerId>111122223333</ownerId>
+            <capacityReservationArn>arn:aws:ec2:us-east-1:111122223333:capacity-reservation/{id}</capacityReservationArn>
+            <availabilityZoneId>use1-az4</availabilityZoneId>
+            <instanceType>p5.48xlarge</instanceType>
+            <instancePlatform>Linux/UNIX</instancePlatform>
+            <availabilityZone>us-east-1d</availabilityZone>
+            <tenancy>default</tenancy>
+            <totalInstanceCount>4</totalInstanceCount>
+            <availableInstanceCount>{available}</availableInstanceCount>
+            <ebsOptimized>true</ebsOptimized>
+            <ephemeralStorage>false</ephemeralStorage>
+            <state>{state}</state>
+            <startDate>2026-03-01T11:30:00.000Z</startDate>
+            <endDate>2026-03-08T11:30:00.000Z</endDate>
+            <endDateType>limited</endDateType>
+            <instanceMatchCriteria>targeted</instanceMatchCriteria>
+            <createDate>2026-02-20T10:00:00.000Z</createDate>
+            <reservationType>{kind}</reservationType>
+            <tagSet><item><key>team</key><value>ml</value></item></tagSet>
+        </item>"#
+        )
+    }
+
+    #[tokio::test]
+    async fn reservation_selectors_find_active_blocks_and_name_the_terms_that_find_nothing() {
+        let events = vec![
+            reservations(&[reservation_item("cr-0aaa", "capacity-block", "active", 3)]),
+            zones(),
+            reservations(&[reservation_item("cr-0bbb", "capacity-block", "expired", 0)]),
+            reservations(&[]),
+        ];
+        let (aws, http) = cloud_with(
+            events,
+            "capacityReservationSelectorTerms:\n  - { tags: { team: ml }, pricePerHour: 2.5 }\n  - { id: cr-0bbb }\n  - { tags: { team: nobody } }\n",
+        );
+        let found = aws.capacity_reservations().await.unwrap();
+        assert_eq!(found.reservations.len(), 1, "{found:?}");
+        let r = &found.reservations[0];
+        assert_eq!(
+            (r.id.as_str(), r.zone_id.as_str(), r.instance_type.as_str()),
+            ("cr-0aaa", "use1-az4", "p5.48xlarge")
+        );
+        assert_eq!((r.total, r.available, r.price_per_hour), (4, 3, 2.5));
+        assert_eq!(
+            r.kind,
+            quartermaster::catalog::ReservationKind::CapacityBlock
+        );
+        assert_eq!(r.end.unwrap().to_rfc3339(), "2026-03-08T11:30:00+00:00");
+        assert_eq!(
+            found.problems,
+            [
+                "EC2NodeClass/replay.capacityReservationSelectorTerms[1]: capacity reservation cr-0bbb ended at 2026-03-08 11:30:00 UTC",
+                "EC2NodeClass/replay.capacityReservationSelectorTerms[2]: matches no active or scheduled capacity reservation",
+            ]
+        );
+        let asked = bodies_of(&http, "DescribeCapacityReservations");
+        assert!(
+            asked[0].contains("Filter.1.Name=tag%3Ateam"),
+            "{}",
+            asked[0]
+        );
+        assert!(asked[0].contains("Value.1=active"), "{}", asked[0]);
+        assert!(
+            asked[1].contains("CapacityReservationId.1=cr-0bbb"),
+            "{}",
+            asked[1]
+        );
+    }
+
+    #[tokio::test]
+    async fn a_capacity_block_launch_targets_its_reservation_in_the_capacity_block_market() {
+        let mut events = before_fleet();
+        events.push(fleet_launched());
+        let (aws, http) = cloud(events);
+        let mut reserved = claim("gpu-cb", "g5.xlarge", "use1-az4", CapacityType::Reserved);
+        reserved.reservation = Some("cr-0aaa".into());
+        let mut t = template();
+        t.labels.insert(l::CAPACITY_TYPE.into(), "reserved".into());
+        t.labels
+            .insert(l::CAPACITY_RESERVATION_KIND.into(), "capacity-block".into());
+        aws.launch(&reserved, &t, chrono::Utc::now()).await.unwrap();
+        let lt = &bodies_of(&http, "CreateLaunchTemplate")[0];
+        assert!(
+            lt.contains("LaunchTemplateData.CapacityReservationSpecification.CapacityReservationTarget.CapacityReservationId=cr-0aaa"),
+            "{lt}"
+        );
+        assert!(
+            lt.contains("LaunchTemplateData.InstanceMarketOptions.MarketType=capacity-block"),
+            "{lt}"
+        );
+        let fleet = &bodies_of(&http, "CreateFleet")[0];
+        assert!(
+            fleet.contains("TargetCapacitySpecification.DefaultTargetCapacityType=capacity-block"),
+            "{fleet}"
+        );
+    }
+
+    fn placement_group_created() -> ReplayEvent {
+        event(ok(format!(
+            r#"<?xml version="1.0" encoding="UTF-8"?>
+<CreatePlacementGroupResponse xmlns="{NS}">
+    <requestId>d4904fd9-82c2-4ea5-adfe-a9cc3EXAMPLE</requestId>
+    <placementGroup>
+        <groupName>quartermaster-replay-train-use1-az4</groupName>
+        <state>available</state>
+        <strategy>cluster</strategy>
+        <groupId>pg-0123456789EXAMPLE</groupId>
+    </placementGroup>
+</CreatePlacementGroupResponse>"#
+        )))
+    }
+
+    /// The answers to a launch with 4 EFA interfaces (the placement group
+    /// is ensured between the security groups and the template), and its
+    /// template.
+    fn efa_launch() -> (Vec<ReplayEvent>, NodeTemplate) {
+        let mut events = before_fleet();
+        events.insert(4, placement_group_created());
+        events.push(fleet_launched());
+        let mut t = template();
+        t.labels.insert(l::EFA_INTERFACES.into(), "4".into());
+        (events, t)
+    }
+
+    #[tokio::test]
+    async fn an_efa_launch_goes_into_its_pools_tagged_placement_group_with_every_efa_interface() {
+        let (events, mut t) = efa_launch();
+        let (aws, http) = cloud(events);
+        t.fallbacks = vec![OfferingKey {
+            instance_type: "g5.xlarge".into(),
+            zone: "use1-az6".into(),
+            capacity_type: CapacityType::Spot,
+        }];
+        aws.launch(&spot_claim(), &t, chrono::Utc::now())
+            .await
+            .unwrap();
+        let group = &bodies_of(&http, "CreatePlacementGroup")[0];
+        assert!(
+            group.contains("GroupName=quartermaster-replay-train-use1-az4"),
+            "{group}"
+        );
+        assert!(group.contains("Strategy=cluster"), "{group}");
+        assert!(group.contains("ResourceType=placement-group"), "{group}");
+        assert!(group.contains("Value=replay"), "{group}");
+        let lt = &bodies_of(&http, "CreateLaunchTemplate")[0];
+        assert!(
+            lt.contains(
+                "LaunchTemplateData.Placement.GroupName=quartermaster-replay-train-use1-az4"
+            ),
+            "{lt}"
+        );
+        assert!(
+            lt.contains("NetworkInterface.4.InterfaceType=efa-only"),
+            "{lt}"
+        );
+        assert!(!lt.contains("LaunchTemplateData.SecurityGroupId"), "{lt}");
+        // One zone only: the group's.
+        let fleet = &bodies_of(&http, "CreateFleet")[0];
+        assert!(!fleet.contains("Overrides.2"), "{fleet}");
+        assert!(
+            fleet.contains("quartermaster.dev%2Fplacement-group"),
+            "{fleet}"
+        );
+    }
+
+    #[tokio::test]
+    async fn garbage_collection_deletes_the_placement_groups_no_instance_is_in_once_it_made_efa_launches(
+    ) {
+        let groups = event(ok(format!(
+            r#"<?xml version="1.0" encoding="UTF-8"?>
+<DescribePlacementGroupsResponse xmlns="{NS}">
+    <requestId>d4904fd9-82c2-4ea5-adfe-a9cc3EXAMPLE</requestId>
+    <placementGroupSet>
+        <item><groupName>quartermaster-replay-train-use1-az4</groupName><state>available</state><strategy>cluster</strategy><groupId>pg-1</groupId></item>
+        <item><groupName>quartermaster-replay-train-use1-az6</groupName><state>available</state><strategy>cluster</strategy><groupId>pg-2</groupId></item>
+    </placementGroupSet>
+</DescribePlacementGroupsResponse>"#
+        )));
+        let no_templates = event(ok(format!(
+            r#"<?xml version="1.0" encoding="UTF-8"?>
+<DescribeLaunchTemplatesResponse xmlns="{NS}">
+    <requestId>1afa6e44-eb38-4229-8db6-d5eaEXAMPLE</requestId>
+    <launchTemplates/>
+</DescribeLaunchTemplatesResponse>"#
+        )));
+        let one_instance_in_az4 = event(ok(format!(
+            r#"<?xml version="1.0" encoding="UTF-8"?>
+<DescribeInstancesResponse xmlns="{NS}">
+    <requestId>8f7724cf-496f-496e-8fe3-ef2f0a7e1d11</requestId>
+    <reservationSet>
+        <item>
+            <reservationId>r-1</reservationId>
+            <ownerId>111122223333</ownerId>
+            <instancesSet>
+                <item>
+                    <instanceId>i-0123456789abcdef0</instanceId>
+                    <tagSet>
+                        <item><key>quartermaster.dev/placement-group</key><value>quartermaster-replay-train-use1-az4</value></item>
+                    </tagSet>
+                </item>
+            </instancesSet>
+        </item>
+    </reservationSet>
+</DescribeInstancesResponse>"#
+        )));
+        let deleted = event(ok(format!(
+            r#"<?xml version="1.0" encoding="UTF-8"?>
+<DeletePlacementGroupResponse xmlns="{NS}">
+    <requestId>d4904fd9-82c2-4ea5-adfe-a9cc3EXAMPLE</requestId>
+    <return>true</return>
+</DeletePlacementGroupResponse>"#
+        )));
+        // An EFA launch first: a process that made none does not look.
+        let (mut events, t) = efa_launch();
+        events.extend([no_templates, groups, one_instance_in_az4, deleted]);
+        let (aws, http) = cloud(events);
+        let launched_at = chrono::Utc::now();
+        aws.launch(&spot_claim(), &t, launched_at).await.unwrap();
+        let (gone, failed) = aws
+            .collect_unused_resources(
+                launched_at + chrono::TimeDelta::hours(1),
+                chrono::TimeDelta::minutes(5),
+            )
+            .await
+            .unwrap();
+        assert!(failed.is_empty(), "{failed:?}");
+        assert_eq!(gone, ["quartermaster-replay-train-use1-az6"]);
+        let asked = &bodies_of(&http, "DescribePlacementGroups")[0];
+        assert!(
+            asked.contains("tag%3Aquartermaster.dev%2Fcluster"),
+            "{asked}"
+        );
+        let delete = &bodies_of(&http, "DeletePlacementGroup")[0];
+        assert!(
+            delete.contains("GroupName=quartermaster-replay-train-use1-az6"),
+            "{delete}"
+        );
     }
 }

@@ -15,6 +15,7 @@ const MODIFYING: &[&str] = &[
     "ec2:RebootInstances",
     "ec2:ModifyInstanceAttribute",
     "ec2:DeleteLaunchTemplate",
+    "ec2:DeletePlacementGroup",
     "ec2:DeleteTags",
     "ec2:CreateTags",
     "ec2:DetachVolume",
@@ -25,6 +26,7 @@ const CREATING: &[&str] = &[
     "ec2:RunInstances",
     "ec2:CreateFleet",
     "ec2:CreateLaunchTemplate",
+    "ec2:CreatePlacementGroup",
 ];
 
 /// Every call the EC2, node class, pricing and notice code makes.
@@ -34,6 +36,10 @@ const USED: &[&str] = &[
     "ec2:DescribeSubnets",
     "ec2:DescribeSecurityGroups",
     "ec2:DescribeSpotPriceHistory",
+    "ec2:DescribeCapacityReservations",
+    "ec2:DescribePlacementGroups",
+    "ec2:CreatePlacementGroup",
+    "ec2:DeletePlacementGroup",
     "ec2:CreateLaunchTemplate",
     "ec2:DescribeLaunchTemplates",
     "ec2:DeleteLaunchTemplate",
@@ -134,6 +140,7 @@ fn problems(policy: &Value) -> Vec<String> {
                     "volume/",
                     "launch-template/",
                     "network-interface/",
+                    "placement-group/",
                 ]
                 .iter()
                 .any(|kind| r.contains(kind))

@@ -279,6 +279,7 @@ async fn ready_claim_named(
         price_per_hour: 0.5,
         pods: vec![],
         prewarm_window: None,
+        reservation: None,
     };
     let mut claim = claim_for(&req, t(0));
     let instance = cloud
@@ -1407,6 +1408,7 @@ async fn a_restart_in_the_middle_of_a_launch_neither_doubles_nor_leaks_the_insta
         price_per_hour: 1.0,
         pods: vec![],
         prewarm_window: None,
+        reservation: None,
     };
     let claim = claim_for(&req, t(0));
     // The previous process created the claim and launched the instance, then
@@ -1499,6 +1501,7 @@ async fn a_capacity_error_records_the_code_deletes_the_claim_and_tells_the_core(
         price_per_hour: 0.5,
         pods: vec![],
         prewarm_window: None,
+        reservation: None,
     };
     let mut config = SimulatedCloudConfig::new(7, REGION, t(0));
     config.capacity.exhausted.insert(req.offering.clone());
@@ -1673,6 +1676,7 @@ async fn only_the_leader_writes_and_a_follower_leaves_spot_notices_on_the_queue(
             price_per_hour: 0.5,
             pods: vec![],
             prewarm_window: None,
+            reservation: None,
         },
         t(0),
     );
@@ -2126,6 +2130,7 @@ fn a_pool_grace_period_is_copied_onto_its_claims() {
         price_per_hour: 0.5,
         pods: vec![],
         prewarm_window: None,
+        reservation: None,
     };
     let c = executor::build_claim(&req, "gpu-000001", &world, &[], t(0)).unwrap();
     assert_eq!(c.spec.termination_grace_period.as_deref(), Some("45m"));

@@ -89,6 +89,7 @@ fn claim() -> NodeClaim {
         price_per_hour: 1.0,
         pods: vec![],
         prewarm_window: None,
+        reservation: None,
     };
     let pools = [pool()];
     let world = quartermaster::core::World {

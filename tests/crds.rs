@@ -283,6 +283,18 @@ fn cel_rejects_node_classes_a_user_could_get_wrong() {
         ] })),
         "at most one block device mapping",
     );
+    assert_eq!(
+        with(json!({ "capacityReservationSelectorTerms": [
+            { "id": "cr-0123456789abcdef0" }, { "tags": { "team": "ml" }, "pricePerHour": 2.5 }
+        ] })),
+        Vec::<String>::new()
+    );
+    expect(
+        with(json!({ "capacityReservationSelectorTerms": [
+            { "id": "cr-0123456789abcdef0", "tags": { "team": "ml" } }
+        ] })),
+        "names either an id or tags",
+    );
     let pool_ref = |kind: &str| {
         cel_errors(json!({ "template": { "spec": { "nodeClassRef": {
             "group": "quartermaster.dev", "kind": kind, "name": "gpu" } } } }))

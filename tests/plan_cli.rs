@@ -306,3 +306,69 @@ fn plan_explain_says_when_risk_not_price_put_a_pod_on_on_demand() {
         "{why:?}"
     );
 }
+
+#[test]
+fn plan_uses_a_reservation_first_and_explains_the_expired_one() {
+    let pools = std::env::temp_dir().join(format!("qm-reserved-pools-{}.yaml", std::process::id()));
+    let text =
+        std::fs::read_to_string(std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join(POOLS))
+            .unwrap()
+            .replacen(
+                "capacityTypes: [spot, on-demand]",
+                "capacityTypes: [reserved, spot, on-demand]",
+                1,
+            );
+    std::fs::write(&pools, text).unwrap();
+    let reservations = "deploy/examples/plan/reservations.yaml";
+    let v = json(&qm(&[
+        "plan",
+        "--pods",
+        PODS,
+        "--nodepools",
+        pools.to_str().unwrap(),
+        "--reservations",
+        reservations,
+        "--explain",
+        "--output",
+        "json",
+        "--time-limit-ms",
+        "20000",
+    ]));
+    let pretrain = v["nodes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|n| n["pods"][0] == "ml/pretrain")
+        .unwrap();
+    assert_eq!(pretrain["capacity_type"], "reserved", "{pretrain}");
+    assert_eq!(pretrain["reservation"], "cr-0a1b2c3d4e5f60001");
+    assert_eq!(pretrain["price_per_hour"], 0.0);
+    let why: Vec<&str> = v["explanations"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|e| e.as_str())
+        .filter(|e| e.starts_with("reservation "))
+        .collect();
+    assert!(
+        why.iter()
+            .any(|e| e.contains("cr-0a1b2c3d4e5f60001") && e.contains("of its 2 available")),
+        "{why:?}"
+    );
+    assert!(
+        why.iter()
+            .any(|e| e.contains("cr-0a1b2c3d4e5f60002") && e.contains("ended at")),
+        "{why:?}"
+    );
+    let table = qm(&["catalog", "--family", "p5", "--reservations", reservations]);
+    let table = String::from_utf8_lossy(&table.stdout);
+    assert!(
+        table.contains("cr-0a1b2c3d4e5f60001") && table.contains("usable"),
+        "{table}"
+    );
+    assert!(
+        table.contains("not usable: cr-0a1b2c3d4e5f60002 ended"),
+        "{table}"
+    );
+    let _ = std::fs::remove_file(pools);
+}

@@ -1100,3 +1100,68 @@ fn gangs_arriving_as_provisioning_requests_start_whole_once_provisioned_and_chec
     assert_gangs_checkpoint_and_stop_whole(r, &jobs, 0.5);
     assert_eq!(r.jobs_completed as usize + r.unfinished.len(), jobs.len());
 }
+
+#[test]
+fn a_capacity_block_ending_mid_training_is_drained_and_replaced_before_its_end_losing_at_most_a_checkpoint_interval(
+) {
+    use quartermaster::core::Action;
+    use quartermaster::sim::result::LogEvent;
+    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("simulations/capacity-block.yaml");
+    let text = std::fs::read_to_string(&path).unwrap();
+    let dir = path.parent().unwrap();
+    let with = run_text(&text, dir);
+    let r = &with.strategies["quartermaster"];
+    assert_eq!(r.jobs_completed, r.jobs_total, "{:?}", r.unfinished);
+    let start = chrono::DateTime::parse_from_rfc3339("2026-03-02T00:00:00Z").unwrap();
+    let end = start + chrono::Duration::hours(10);
+    let launches: Vec<(
+        quartermaster::core::Time,
+        &quartermaster::core::ClaimRequest,
+    )> = r
+        .log
+        .iter()
+        .filter_map(|(t, e)| match e {
+            LogEvent::Action(Action::Launch(req)) => Some((*t, req)),
+            _ => None,
+        })
+        .collect();
+    let (block, elsewhere): (Vec<_>, Vec<_>) = launches
+        .iter()
+        .partition(|(_, req)| req.reservation.is_some());
+    // The gang starts on the block, the whole block and nothing beyond it.
+    assert_eq!(block.len(), 4, "{launches:?}");
+    assert!(block.iter().all(|(t, _)| *t < end));
+    // Its replacement is launched after the drain starts and before the end.
+    assert_eq!(elsewhere.len(), 4, "{launches:?}");
+    let lead = end - chrono::Duration::minutes(40);
+    assert!(
+        elsewhere.iter().all(|(t, _)| *t >= lead && *t < end),
+        "{elsewhere:?}"
+    );
+    // No node of the block outlives the block.
+    let block_claims: Vec<&str> = block.iter().map(|(_, req)| req.claim.as_str()).collect();
+    let gone: Vec<_> = r
+        .log
+        .iter()
+        .filter(|(_, e)| matches!(e, LogEvent::NodeGone(c) if block_claims.contains(&c.as_str())))
+        .collect();
+    assert_eq!(gone.len(), 4);
+    assert!(gone.iter().all(|(t, _)| *t <= end), "{gone:?}");
+    // Checkpointed on request: each of the 4 pods (8 GPUs) loses less than
+    // one 30-minute checkpoint interval (restart overhead included).
+    assert_eq!(r.interruptions, 4);
+    assert!(r.lost_gpu_hours <= 4.0 * 8.0 * 0.5, "{}", r.lost_gpu_hours);
+    // The block (paid up front at its price) costs less than running the
+    // same hours on demand.
+    let without = run_changed(&text, dir, |s| s.cloud.reservations.clear());
+    let w = &without.strategies["quartermaster"];
+    assert_eq!(w.reserved_upfront_cost, 0.0);
+    assert_eq!(r.reserved_upfront_cost, 1258.56);
+    assert!(
+        r.total_cost < w.total_cost,
+        "with the block {} vs without {}",
+        r.total_cost,
+        w.total_cost
+    );
+    assert!(with.lower_bound_cost <= r.total_cost);
+}

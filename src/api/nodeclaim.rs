@@ -101,7 +101,8 @@ pub struct NodeClaimSpec {
     /// Availability zone ID (the same in every account), e.g. `use1-az4`.
     #[schemars(length(min = 1, max = 32))]
     pub zone: String,
-    /// `spot` or `on-demand`.
+    /// `spot`, `on-demand` or `reserved` (the reservation's ID is the
+    /// `quartermaster.dev/capacity-reservation-id` label).
     pub capacity_type: CapacityType,
     /// USD per instance-hour the planner expected when it chose the offering.
     #[schemars(range(min = 0))]

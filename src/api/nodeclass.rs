@@ -146,6 +146,12 @@ pub struct EC2NodeClassSpec {
             .message("tags must not use keys Quartermaster or AWS set (quartermaster.dev/, kubernetes.io/cluster/, Name, aws:)")
     )]
     pub tags: BTreeMap<String, String>,
+    /// The on-demand capacity reservations and Capacity Blocks for ML the
+    /// class's nodes may launch into (capacity type `reserved`): a
+    /// reservation is selected when any term matches it.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = 30))]
+    pub capacity_reservation_selector_terms: Vec<CapacityReservationSelectorTerm>,
 }
 
 /// Extra tags a node class may add: EC2 allows 50 per resource and the
@@ -214,6 +220,36 @@ pub struct SelectorTerm {
             .message("tag keys must not be empty")
     )]
     pub tags: BTreeMap<String, String>,
+}
+
+/// One way to select capacity reservations: by ID, or by tags (every tag
+/// must match; `*` matches any value). Exactly one of the two.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, KubeSchema)]
+#[x_kube(
+    validation = Rule::new("has(self.id) != has(self.tags)")
+        .message("a capacity reservation selector term names either an id or tags")
+)]
+#[serde(rename_all = "camelCase")]
+pub struct CapacityReservationSelectorTerm {
+    /// A capacity reservation ID, `cr-...`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(regex(pattern = r"^cr-[0-9a-zA-Z]+$"))]
+    pub id: Option<String>,
+    /// Tags the reservation must carry (`*`: any value).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    #[schemars(extend("minProperties" = 1, "maxProperties" = 20))]
+    #[x_kube(
+        validation = Rule::new("self.all(k, k != '')")
+            .message("tag keys must not be empty")
+    )]
+    pub tags: BTreeMap<String, String>,
+    /// USD per instance-hour the planner charges for the selected
+    /// reservations' nodes. Default 0: the capacity is already paid for, so
+    /// using it costs nothing more, and the planner uses it before spot and
+    /// on-demand.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 0.0))]
+    pub price_per_hour: Option<f64>,
 }
 
 /// One EBS volume of a node.
@@ -552,6 +588,30 @@ pub fn node_class_problems(spec: &EC2NodeClassSpec) -> Vec<(String, String)> {
             }
         }
     }
+    for (i, t) in spec.capacity_reservation_selector_terms.iter().enumerate() {
+        let path = format!("capacityReservationSelectorTerms[{i}]");
+        match (&t.id, t.tags.is_empty()) {
+            (Some(_), false) | (None, true) => {
+                bad(path.clone(), "each term names either an id or tags".into())
+            }
+            (Some(id), true) if !id.starts_with("cr-") || id.len() <= 3 => bad(
+                format!("{path}.id"),
+                format!("{id:?} is not a capacity reservation ID (cr-...)"),
+            ),
+            _ => {}
+        }
+        if t.tags.keys().any(|k| k.is_empty()) {
+            bad(format!("{path}.tags"), "tag keys must not be empty".into());
+        }
+        if t.price_per_hour
+            .is_some_and(|p| !(p >= 0.0 && p.is_finite()))
+        {
+            bad(
+                format!("{path}.pricePerHour"),
+                "pricePerHour must be a number >= 0".into(),
+            );
+        }
+    }
     match (&spec.role, &spec.instance_profile) {
         (Some(_), Some(_)) | (None, None) => bad(
             "role".into(),
@@ -678,5 +738,53 @@ spec:
                 "tags"
             ]
         );
+    }
+
+    #[test]
+    fn capacity_reservation_terms_name_an_id_or_tags_and_bad_ones_are_reported() {
+        let with = |terms: &str| {
+            class(&format!(
+                "{MINIMAL}  capacityReservationSelectorTerms: {terms}\n"
+            ))
+            .spec
+        };
+        let c = with("[{ id: cr-0123456789abcdef0 }, { tags: { team: ml }, pricePerHour: 12.5 }]");
+        assert!(node_class_problems(&c).is_empty());
+        let terms = &c.capacity_reservation_selector_terms;
+        assert_eq!(terms[0].id.as_deref(), Some("cr-0123456789abcdef0"));
+        assert_eq!(terms[1].price_per_hour, Some(12.5));
+        for (bad, field, why) in [
+            (
+                "[{}]",
+                "capacityReservationSelectorTerms[0]",
+                "either an id or tags",
+            ),
+            (
+                "[{ id: cr-1, tags: { a: b } }]",
+                "capacityReservationSelectorTerms[0]",
+                "either an id or tags",
+            ),
+            (
+                "[{ id: cr-1 }, { id: i-0123 }]",
+                "capacityReservationSelectorTerms[1].id",
+                "not a capacity reservation ID",
+            ),
+            (
+                "[{ id: cr-1, pricePerHour: -1 }]",
+                "capacityReservationSelectorTerms[0].pricePerHour",
+                "pricePerHour",
+            ),
+            (
+                "[{ tags: { \"\": x } }]",
+                "capacityReservationSelectorTerms[0].tags",
+                "tag keys",
+            ),
+        ] {
+            let problems = node_class_problems(&with(bad));
+            assert!(
+                problems.iter().any(|(f, w)| f == field && w.contains(why)),
+                "{bad}: {problems:?}"
+            );
+        }
     }
 }

@@ -103,10 +103,12 @@ pub struct NodePoolSpec {
     /// Labels, annotations, taints and requirements of the nodes the pool launches.
     #[serde(default, skip_serializing_if = "NodeClaimTemplate::is_empty")]
     pub template: NodeClaimTemplate,
-    /// How nodes may be bought: `spot`, `on-demand` or both (the planner picks
-    /// the cheapest risk-adjusted offering among them).
+    /// How nodes may be bought: `spot`, `on-demand`, `reserved` (the
+    /// capacity reservations and Capacity Blocks the node class selects,
+    /// used before the others up to their available count), or several (the
+    /// planner picks the cheapest risk-adjusted offering among them).
     #[serde(default = "default_capacity_types")]
-    #[schemars(length(min = 1, max = 2))]
+    #[schemars(length(min = 1, max = 3))]
     pub capacity_types: Vec<CapacityType>,
     /// Upper bounds over all the pool's nodes: any resource (`nvidia.com/gpu`,
     /// `cpu`, `memory`, ...), `nodes` (a count) and `costPerHour` (USD per hour,

@@ -304,7 +304,7 @@ fn check_requirement(e: &mut Errors, path: &str, r: &Requirement, catalog: Optio
             l::CAPACITY_TYPE if v.parse::<CapacityType>().is_err() => {
                 e.push(
                     &vpath,
-                    format!("unknown capacity type {v:?} (expected spot or on-demand)"),
+                    format!("unknown capacity type {v:?} (expected spot, on-demand or reserved)"),
                 );
             }
             l::ARCH if v != "amd64" && v != "arm64" => {

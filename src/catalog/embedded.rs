@@ -184,6 +184,7 @@ fn offerings(
                 price_source,
                 interruption_bucket,
                 market: None,
+                reservation: None,
             };
         offerings.push(offering(
             CapacityType::OnDemand,

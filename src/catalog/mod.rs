@@ -61,6 +61,9 @@ pub struct Catalog {
     instance_types: BTreeMap<String, InstanceType>,
     offerings: Vec<Offering>,
     market: MarketModel,
+    /// Every reservation handed to [`Catalog::with_reservations`], usable or
+    /// not (a node in a block that is ending still needs its end time).
+    reservations: Vec<Reservation>,
 }
 
 impl Catalog {
@@ -84,6 +87,7 @@ impl Catalog {
             instance_types,
             offerings,
             market: MarketModel::default(),
+            reservations: Vec::new(),
         }
         .with_market(MarketModel::default())
     }
@@ -104,7 +108,7 @@ impl Catalog {
             .collect();
         for o in &mut self.offerings {
             o.market = match o.capacity_type {
-                CapacityType::OnDemand => None,
+                CapacityType::OnDemand | CapacityType::Reserved => None,
                 CapacityType::Spot => {
                     let od = on_demand.get(&(o.region.clone(), o.instance_type.clone()));
                     let facts = PoolFacts {
@@ -123,6 +127,41 @@ impl Catalog {
         }
         self.market = model;
         self
+    }
+
+    /// The same catalog selling `reservations` as reserved offerings, in
+    /// place of any it sold before: one offering per reservation that can
+    /// take a launch at `now` and keep it at least `lead` before its end
+    /// ([`Reservation::unusable_at`]) and whose instance type the catalog
+    /// knows, priced at the reservation's stated price (0: already paid).
+    pub fn with_reservations(
+        mut self,
+        reservations: &[Reservation],
+        now: chrono::DateTime<chrono::Utc>,
+        lead: chrono::TimeDelta,
+    ) -> Catalog {
+        self.offerings
+            .retain(|o| o.capacity_type != CapacityType::Reserved);
+        self.reservations = reservations.to_vec();
+        for r in reservations {
+            if r.unusable_at(now, lead).is_some()
+                || !self.instance_types.contains_key(&r.instance_type)
+            {
+                continue;
+            }
+            self.offerings.push(r.offering());
+        }
+        self
+    }
+
+    /// Every reservation the catalog was given, usable now or not.
+    pub fn reservations(&self) -> &[Reservation] {
+        &self.reservations
+    }
+
+    /// The reservation of that ID, usable now or not.
+    pub fn reservation(&self, id: &str) -> Option<&Reservation> {
+        self.reservations.iter().find(|r| r.id == id)
     }
 
     /// The market model the catalog prices spot risk with.

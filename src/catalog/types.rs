@@ -4,7 +4,7 @@
 use serde::{Deserialize, Serialize};
 use std::fmt;
 
-/// Spot or on-demand: how an offering is bought.
+/// Spot, on-demand or reserved: how an offering is bought.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
 #[derive(schemars::JsonSchema)]
@@ -13,14 +13,20 @@ pub enum CapacityType {
     Spot,
     /// Regular capacity at the list price.
     OnDemand,
+    /// Capacity already bought: an on-demand capacity reservation or an EC2
+    /// Capacity Block for ML ([`Reservation`]), limited to its available
+    /// count and, for a block, to its window.
+    Reserved,
 }
 
 impl CapacityType {
-    /// The value used in labels, CRDs and CLI output (`spot`, `on-demand`).
+    /// The value used in labels, CRDs and CLI output (`spot`, `on-demand`,
+    /// `reserved`).
     pub fn as_str(self) -> &'static str {
         match self {
             CapacityType::Spot => "spot",
             CapacityType::OnDemand => "on-demand",
+            CapacityType::Reserved => "reserved",
         }
     }
 }
@@ -37,8 +43,9 @@ impl std::str::FromStr for CapacityType {
         match s {
             "spot" => Ok(CapacityType::Spot),
             "on-demand" => Ok(CapacityType::OnDemand),
+            "reserved" => Ok(CapacityType::Reserved),
             other => Err(format!(
-                "unknown capacity type {other:?} (expected spot or on-demand)"
+                "unknown capacity type {other:?} (expected spot, on-demand or reserved)"
             )),
         }
     }
@@ -179,6 +186,106 @@ pub enum PriceSource {
     /// No observation in this zone: `on-demand x (1 - savings% / 100)` from the
     /// Spot Instance Advisor.
     SpotDerived,
+    /// Reserved capacity: already paid, so the marginal price is what the
+    /// node class states for it (0 unless told otherwise).
+    Reserved,
+}
+
+/// Which kind of reserved capacity a [`Reservation`] is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum ReservationKind {
+    /// An on-demand capacity reservation (EC2 reservation type `default`):
+    /// open-ended unless it has an end date.
+    #[serde(rename = "capacity-reservation")]
+    OnDemand,
+    /// An EC2 Capacity Block for ML: a fixed window with a hard end, after
+    /// which EC2 reclaims the instances.
+    CapacityBlock,
+}
+
+impl ReservationKind {
+    /// The name used in CLI output and docs.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ReservationKind::OnDemand => "capacity-reservation",
+            ReservationKind::CapacityBlock => "capacity-block",
+        }
+    }
+}
+
+/// Reserved capacity the account holds for one instance type in one zone:
+/// an on-demand capacity reservation or a Capacity Block for ML, as
+/// discovered (EC2 `DescribeCapacityReservations`) or as a scenario states
+/// it. The catalog turns each usable one into a [`CapacityType::Reserved`]
+/// offering (see `Catalog::with_reservations`).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Reservation {
+    /// EC2 capacity reservation ID (`cr-0123...`); the node's
+    /// `quartermaster.dev/capacity-reservation-id` label.
+    pub id: String,
+    /// Reservation or block.
+    pub kind: ReservationKind,
+    /// Instance type it holds.
+    pub instance_type: String,
+    /// Region.
+    pub region: String,
+    /// Zone ID.
+    pub zone_id: String,
+    /// Instances it holds in all.
+    pub total: u32,
+    /// Instances that can still be launched into it.
+    pub available: u32,
+    /// When it becomes usable (a block's start); `None`: already.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub start: Option<chrono::DateTime<chrono::Utc>>,
+    /// When it ends (a block's end, or a reservation's end date); `None`:
+    /// open-ended.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub end: Option<chrono::DateTime<chrono::Utc>>,
+    /// USD per instance-hour the planner charges for it: 0 (already paid) by
+    /// default, or the price the node class states.
+    #[serde(default)]
+    pub price_per_hour: f64,
+}
+
+impl Reservation {
+    /// The reserved offering that sells it, priced at its stated price.
+    pub fn offering(&self) -> Offering {
+        Offering {
+            instance_type: self.instance_type.clone(),
+            region: self.region.clone(),
+            zone_id: self.zone_id.clone(),
+            capacity_type: CapacityType::Reserved,
+            price_per_hour: self.price_per_hour,
+            price_source: PriceSource::Reserved,
+            interruption_bucket: None,
+            market: None,
+            reservation: Some(self.clone()),
+        }
+    }
+
+    /// Why the reservation cannot take a launch at `now` if it is to keep
+    /// the node at least `lead` before its end, or `None` when it can: not
+    /// started, ended (or ending within `lead`), or full.
+    pub fn unusable_at(
+        &self,
+        now: chrono::DateTime<chrono::Utc>,
+        lead: chrono::TimeDelta,
+    ) -> Option<String> {
+        if let Some(start) = self.start.filter(|s| *s > now) {
+            return Some(format!("{} starts at {start}", self.id));
+        }
+        if let Some(end) = self.end.filter(|e| *e <= now + lead) {
+            return Some(if end <= now {
+                format!("{} ended at {end}", self.id)
+            } else {
+                format!("{} ends at {end}, within the drain lead time", self.id)
+            });
+        }
+        (self.available == 0).then(|| format!("{} has no available instances", self.id))
+    }
 }
 
 /// The Spot Instance Advisor's interruption-frequency bucket, 0..=4
@@ -244,7 +351,7 @@ pub struct Offering {
     /// The availability zone ID (`use1-az4`); zone IDs are the same in every
     /// account, zone names are not.
     pub zone_id: String,
-    /// Spot or on-demand.
+    /// Spot, on-demand or reserved.
     pub capacity_type: CapacityType,
     /// USD per instance-hour.
     pub price_per_hour: f64,
@@ -258,19 +365,24 @@ pub struct Offering {
     /// offerings built outside a catalog.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub market: Option<super::PoolMarket>,
+    /// The reservation it sells (reserved only): its ID, available count and
+    /// window.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reservation: Option<Reservation>,
 }
 
 impl Offering {
     /// Expected interruptions per instance-hour, the one-number summary of
     /// the pool's market ([`PoolMarket::mean_rate_per_hour`](super::PoolMarket::mean_rate_per_hour):
-    /// one over the mean lifetime of a slot kept filled). 0 for on-demand.
+    /// one over the mean lifetime of a slot kept filled). 0 for on-demand and
+    /// reserved.
     /// For spot, the calibrated market's rate in a catalog's offerings (the
     /// default; `docs/market.md`); the advisor bucket's rate
     /// ([`InterruptionBucket::rate_per_hour`], the worst bucket without a
     /// figure) for an offering without a market.
     pub fn interruption_rate_per_hour(&self) -> f64 {
         match (self.capacity_type, &self.market) {
-            (CapacityType::OnDemand, _) => 0.0,
+            (CapacityType::OnDemand | CapacityType::Reserved, _) => 0.0,
             (CapacityType::Spot, Some(m)) => m.mean_rate_per_hour(),
             (CapacityType::Spot, None) => self
                 .interruption_bucket
@@ -325,6 +437,7 @@ mod tests {
             price_source: PriceSource::SpotDerived,
             interruption_bucket: None,
             market: None,
+            reservation: None,
         };
         assert_eq!(
             spot.interruption_rate_per_hour(),

@@ -77,6 +77,11 @@ struct ListArgs {
     /// Output format.
     #[arg(long, value_enum, default_value_t = Output::Table)]
     output: Output,
+    /// YAML list of capacity reservations and Capacity Blocks (as `plan
+    /// --reservations` reads them): the table then lists them as reserved
+    /// offerings, each usable now or not and why.
+    #[arg(long, value_name = "FILE")]
+    reservations: Option<PathBuf>,
 }
 
 /// How `catalog` prints.
@@ -253,10 +258,16 @@ fn run_list(args: &ListArgs) -> anyhow::Result<ExitCode> {
             .then(ka.1.total_cmp(&kb.1))
             .then_with(|| a.instance_type.name.cmp(&b.instance_type.name))
     });
-    let text = match args.output {
+    let mut text = match args.output {
         Output::Table => table(&args.region, &rows, hidden_cpu_types),
         Output::Json => json(&rows)?,
     };
+    if let Some(path) = &args.reservations {
+        let list = super::plan::read_reservations(path)?;
+        if args.output == Output::Table {
+            text.push_str(&reserved_table(&args.region, &list, chrono::Utc::now()));
+        }
+    }
     print(&text)?;
     Ok(ExitCode::SUCCESS)
 }
@@ -314,10 +325,47 @@ fn no_match(args: &ListArgs, in_region: &[&InstanceType]) -> String {
     )
 }
 
+/// The reserved offerings of `region`: one line per reservation, with
+/// whether it can take a launch at `now` and why not (the lead before its
+/// end is the core's default drain lead).
+fn reserved_table(
+    region: &str,
+    list: &[quartermaster::catalog::Reservation],
+    now: chrono::DateTime<chrono::Utc>,
+) -> String {
+    let lead = quartermaster::core::Config::default()
+        .interruption
+        .reservation_lead;
+    let lead = chrono::TimeDelta::from_std(lead).unwrap_or_default();
+    let mut out = format!("\nreserved capacity in {region} (capacity type `reserved`):\n");
+    let when = |t: Option<chrono::DateTime<chrono::Utc>>| {
+        t.map_or("-".to_string(), |t| t.format("%Y-%m-%d %H:%M").to_string())
+    };
+    for r in list.iter().filter(|r| r.region == region) {
+        let state = match r.unusable_at(now, lead) {
+            None => "usable".to_string(),
+            Some(why) => format!("not usable: {why}"),
+        };
+        out.push_str(&format!(
+            "  {:<22} {:<20} {:<16} {:<9} {:>3}/{:<3} {} .. {}  ${:.4}/h  {state}\n",
+            r.id,
+            r.kind.as_str(),
+            r.instance_type,
+            r.zone_id,
+            r.available,
+            r.total,
+            when(r.start),
+            when(r.end),
+            r.price_per_hour,
+        ));
+    }
+    out
+}
+
 /// Marks for prices that were not observed as such, and their footnotes.
 fn price_mark(source: PriceSource) -> &'static str {
     match source {
-        PriceSource::OnDemand | PriceSource::SpotObserved => " ",
+        PriceSource::OnDemand | PriceSource::SpotObserved | PriceSource::Reserved => " ",
         PriceSource::SpotDerived => "*",
         PriceSource::SpotRescaled => "~",
     }

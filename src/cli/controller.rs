@@ -9,7 +9,7 @@ use anyhow::{bail, Context as _};
 use chrono::Utc;
 use prometheus_client::registry::Registry;
 use quartermaster::catalog::Catalog;
-use quartermaster::cloud::aws::{self, ec2::AwsCloud, notices, pricing};
+use quartermaster::cloud::aws::{self, ec2, ec2::AwsCloud, notices, pricing};
 use quartermaster::cloud::simulated::{SimulatedCloud, SimulatedCloudConfig};
 use quartermaster::cloud::{CloudProvider, InstanceNotice, NoticeAcks};
 use quartermaster::controller::events::Events;
@@ -434,7 +434,25 @@ async fn controller(
                 shutdown.clone(),
                 args.price_refresh_interval,
             );
-            tokio::spawn(async move { refresher.run(catalog_tx, &m, every, stop).await });
+            // Prices go through the reservations task, which adds the
+            // reservations the node classes select to every catalog it
+            // forwards. Classes change at runtime, so it always runs: it
+            // sees the classes the reconciler sets (a shared handle) and
+            // makes no EC2 call while no class has selector terms.
+            let (prices_tx, prices_rx) = watch::channel(catalog.clone());
+            let discovery = AwsCloud::from_sdk_config(&sdk, cloud.settings().clone())
+                .context("configuring the EC2 provider")?
+                .sharing_node_classes(cloud.node_classes());
+            let lead = settings.core.interruption.reservation_lead;
+            tokio::spawn(ec2::reservations::keep_catalog_reserved(
+                discovery,
+                prices_rx,
+                catalog_tx,
+                ec2::reservations::REFRESH_EVERY,
+                lead,
+                shutdown.clone(),
+            ));
+            tokio::spawn(async move { refresher.run(prices_tx, &m, every, stop).await });
             match &args.interruption_queue {
                 Some(url) => {
                     let consumer = NoticeFeed {

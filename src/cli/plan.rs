@@ -33,9 +33,16 @@ pub struct Args {
     /// Output format.
     #[arg(long, value_enum, default_value = "table")]
     output: Output,
-    /// Say why each chosen instance type beat the next best.
+    /// Say why each chosen instance type beat the next best, and why each
+    /// reservation was used or not.
     #[arg(long)]
     explain: bool,
+    /// YAML list of capacity reservations and Capacity Blocks to plan with
+    /// (capacity type `reserved`): `id`, `kind`
+    /// (`capacity-reservation` or `capacity-block`), `instanceType`, `region`, `zoneId`, `total`,
+    /// `available`, optional `start`, `end` (RFC 3339) and `pricePerHour`.
+    #[arg(long)]
+    reservations: Option<PathBuf>,
     /// Longest the MIP may search, in milliseconds.
     #[arg(long, default_value_t = 800)]
     time_limit_ms: u64,
@@ -60,6 +67,19 @@ pub enum Output {
 /// Runs `plan`.
 pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     let catalog = Catalog::embedded().context("loading the embedded catalog")?;
+    let catalog = match &args.reservations {
+        Some(path) => {
+            let lead = quartermaster::core::Config::default()
+                .interruption
+                .reservation_lead;
+            catalog.with_reservations(
+                &read_reservations(path)?,
+                chrono::Utc::now(),
+                chrono::TimeDelta::from_std(lead).unwrap_or_default(),
+            )
+        }
+        None => catalog,
+    };
     if !catalog.regions().contains(&args.region.as_str()) {
         bail!(
             "no offerings in region {:?}; known regions: {}",
@@ -105,6 +125,8 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     });
     if args.explain {
         result.explanations = plan::explain(&input, &result);
+        let reservations = plan::explain_reservations(&input, &result);
+        result.explanations.extend(reservations);
     }
     match args.output {
         Output::Json => println!("{}", serde_json::to_string_pretty(&result)?),
@@ -114,6 +136,16 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         return Ok(ExitCode::from(EXIT_UNSCHEDULABLE));
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// The reservations listed in a YAML file (see `--reservations`).
+pub fn read_reservations(
+    path: &PathBuf,
+) -> anyhow::Result<Vec<quartermaster::catalog::Reservation>> {
+    let text =
+        std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
+    serde_norway::from_str(&text)
+        .with_context(|| format!("{} is not a list of reservations", path.display()))
 }
 
 fn read_pools(

@@ -154,6 +154,10 @@ pub fn node_labels_from(
     put(l::ZONE, &offering.zone_id);
     put(l::CAPACITY_TYPE, offering.capacity_type.as_str());
     put(l::NODEPOOL, nodepool);
+    if let Some(r) = &offering.reservation {
+        put(l::CAPACITY_RESERVATION_ID, &r.id);
+        put(l::CAPACITY_RESERVATION_KIND, r.kind.as_str());
+    }
     m
 }
 
@@ -211,6 +215,7 @@ mod tests {
             price_source: PriceSource::SpotObserved,
             interruption_bucket: None,
             market: None,
+            reservation: None,
         };
         let labels = node_labels(&it, &o, "train");
         assert_eq!(labels[l::GPU_NAME], "a100");

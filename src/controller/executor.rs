@@ -72,6 +72,15 @@ pub fn boot_tag(now: Time) -> String {
     String::from_utf8(out).unwrap_or_default()
 }
 
+/// The EFA interfaces a claim's instance gets: every one its type supports
+/// (`maxEfaInterfaces`) when any of its pods requests `vpc.amazonaws.com/efa`;
+/// `None` otherwise (no EFA type, or no pod that needs the fabric).
+pub fn efa_interfaces(req: &ClaimRequest, world: &World, pods: &[&Pod]) -> Option<u32> {
+    let it = world.catalog.instance_type(&req.offering.instance_type)?;
+    let wanted = pods.iter().any(|p| p.requests.get(l::RESOURCE_EFA) > 0);
+    (wanted && it.efa_supported && it.max_efa_interfaces > 0).then_some(it.max_efa_interfaces)
+}
+
 /// The NodeClaim for a launch: our finalizer, the pool label, the node's
 /// labels and taints as [`ManagedNode::launched`] gives them, the pool's
 /// startup taints plus `quartermaster.dev/unregistered`, the expected
@@ -114,6 +123,10 @@ pub fn build_claim(
             (k.to_string(), Quantity(q))
         })
         .collect();
+    let mut labels = node.state.labels.clone();
+    if let Some(n) = efa_interfaces(req, world, pods) {
+        labels.insert(l::EFA_INTERFACES.to_string(), n.to_string());
+    }
     let mut claim = NodeClaim::new(
         name,
         NodeClaimSpec {
@@ -123,7 +136,7 @@ pub fn build_claim(
             capacity_type: req.offering.capacity_type,
             price_per_hour: req.price_per_hour,
             resources,
-            labels: node.state.labels.clone(),
+            labels,
             taints: template.taints.clone(),
             startup_taints,
             termination_grace_period: template.termination_grace_period.clone(),
@@ -450,6 +463,7 @@ mod tests {
             price_per_hour: 0.4,
             pods: vec![],
             prewarm_window: None,
+            reservation: None,
         };
         let now = chrono::Utc.with_ymd_and_hms(2026, 1, 1, 0, 0, 0).unwrap();
         let claim = build_claim(&req, "gpu-000001-x", &world, &[], now).unwrap();
@@ -484,6 +498,48 @@ mod tests {
             build_claim(&bad, "x", &world, &[], now),
             Err(Error::Build(_))
         ));
+    }
+
+    #[test]
+    fn a_claim_gets_every_efa_interface_of_its_type_only_when_a_pod_requests_efa() {
+        let pools = [NodePool::new("train", NodePoolSpec::default())];
+        let world = World {
+            catalog: catalog(),
+            region: "us-east-1",
+            pools: &pools,
+            pending: &[],
+            nodes: &[],
+            pdbs: &[],
+        };
+        let req = |instance_type: &str| ClaimRequest {
+            claim: "train-000001".into(),
+            nodepool: "train".into(),
+            offering: OfferingKey {
+                instance_type: instance_type.into(),
+                zone: "use1-az4".into(),
+                capacity_type: CapacityType::OnDemand,
+            },
+            price_per_hour: 1.0,
+            pods: vec![],
+            prewarm_window: None,
+            reservation: None,
+        };
+        let efa = Pod::new(
+            "ml/allreduce",
+            crate::cluster::Resources::new().with(l::RESOURCE_EFA, 1),
+        );
+        let plain = Pod::new("ml/solo", crate::cluster::Resources::new());
+        let p4d = catalog().instance_type("p4d.24xlarge").unwrap();
+        assert!(p4d.max_efa_interfaces > 0);
+        assert_eq!(
+            efa_interfaces(&req("p4d.24xlarge"), &world, &[&plain, &efa]),
+            Some(p4d.max_efa_interfaces)
+        );
+        assert_eq!(
+            efa_interfaces(&req("p4d.24xlarge"), &world, &[&plain]),
+            None
+        );
+        assert_eq!(efa_interfaces(&req("g5.xlarge"), &world, &[&efa]), None);
     }
 
     #[test]

@@ -190,6 +190,7 @@ mod tests {
             price_per_hour: 0.4,
             pods: Vec::new(),
             prewarm_window: None,
+            reservation: None,
         }
     }
 

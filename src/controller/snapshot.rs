@@ -621,6 +621,12 @@ pub fn request_of(claim: &NodeClaim) -> ClaimRequest {
         price_per_hour: claim.spec.price_per_hour,
         pods: Vec::new(),
         prewarm_window: None,
+        reservation: claim
+            .spec
+            .labels
+            .get(crate::api::labels::CAPACITY_RESERVATION_ID)
+            .filter(|_| claim.spec.capacity_type == crate::catalog::CapacityType::Reserved)
+            .cloned(),
     }
 }
 

@@ -681,6 +681,7 @@ impl Consolidation {
             price_per_hour: new.price_per_hour,
             pods: new.pods.clone(),
             prewarm_window: None,
+            reservation: None,
         })
     }
 }
@@ -848,6 +849,7 @@ mod tests {
                 price_source: PriceSource::SpotObserved,
                 interruption_bucket: bucket.map(InterruptionBucket),
                 market: None,
+                reservation: None,
             }),
         )
     }

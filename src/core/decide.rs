@@ -175,6 +175,12 @@ impl Core {
             self.estimator.observe_nodes(world.nodes, from, now);
         }
         self.last_decide = Some(now);
+        // Nodes whose reservation ends soon are drained like interrupted
+        // ones, whether or not EC2's warning came.
+        let lead = self.config.interruption.reservation_lead;
+        for notice in super::interruption::reservation_endings(world, now, lead) {
+            self.interruptions.handle(&notice, world, now);
+        }
         // Provisioning first: an interrupted node's pods are demand from the
         // notice on, before the interruption step evicts them.
         let mut actions = self.provision(world, now);
@@ -228,12 +234,14 @@ impl Core {
                 .ok()
                 .flatten()
         });
+        let lead = self.config.interruption.reservation_lead;
         [
             self.batcher.next_deadline(),
             self.interruptions.next_deadline(),
             self.consolidation.next_deadline(),
             self.gangs.next_deadline(),
             self.cadence.next_deadline(),
+            super::interruption::next_reservation_ending(world, now, lead),
         ]
         .into_iter()
         .flatten()
@@ -349,6 +357,7 @@ impl Core {
                 price_per_hour: n.price_per_hour,
                 pods: n.pods,
                 prewarm_window: window,
+                reservation: n.reservation,
             }));
         }
         actions
@@ -403,11 +412,21 @@ impl ManagedNode {
         let api_pool = world.pools.iter().find(|p| name(p) == req.nodepool)?;
         let pool = Pool::from_api(api_pool, Resources::new()).ok()?;
         let it = world.catalog.instance_type(&req.offering.instance_type)?;
+        // A reservation that no longer takes launches (its end is near)
+        // still describes the nodes running in it.
         let offering = world
             .catalog
             .offerings_of(world.region, &it.name)
-            .find(|o| offering_key(o) == req.offering)?;
-        let mut labels = crate::cluster::shape::node_labels(it, offering, &pool.name);
+            .find(|o| {
+                offering_key(o) == req.offering
+                    && o.reservation.as_ref().map(|r| &r.id) == req.reservation.as_ref()
+            })
+            .cloned()
+            .or_else(|| {
+                let r = world.catalog.reservation(req.reservation.as_deref()?)?;
+                Some(r.offering()).filter(|o| offering_key(o) == req.offering)
+            })?;
+        let mut labels = crate::cluster::shape::node_labels(it, &offering, &pool.name);
         labels.extend(pool.labels.clone());
         Some(ManagedNode {
             claim: req.claim.clone(),
@@ -656,6 +675,86 @@ mod tests {
     }
 
     #[test]
+    fn a_node_in_a_block_ending_soon_stays_in_the_world_and_is_drained_before_the_end() {
+        let zone = catalog()
+            .offerings_of("us-east-1", "g5.xlarge")
+            .next()
+            .unwrap()
+            .zone_id
+            .clone();
+        let block = crate::catalog::Reservation {
+            id: "cr-1".into(),
+            kind: crate::catalog::ReservationKind::CapacityBlock,
+            instance_type: "g5.xlarge".into(),
+            region: "us-east-1".into(),
+            zone_id: zone.clone(),
+            total: 1,
+            available: 0,
+            start: Some(t(-86_400)),
+            end: Some(t(3600)),
+            price_per_hour: 0.0,
+        };
+        // Within the lead of its end: no longer offered, still known.
+        let lead = chrono::TimeDelta::minutes(40);
+        let reserved =
+            catalog()
+                .clone()
+                .with_reservations(std::slice::from_ref(&block), t(1200), lead);
+        assert!(reserved.offerings().iter().all(|o| o.reservation.is_none()));
+        let pools = [gpu_pool(|s| {
+            s.capacity_types = vec![CapacityType::Reserved, CapacityType::OnDemand]
+        })];
+        let w = World {
+            catalog: &reserved,
+            ..world(&pools, &[], &[])
+        };
+        let req = ClaimRequest {
+            claim: "gpu-000001".into(),
+            nodepool: "gpu".into(),
+            offering: OfferingKey {
+                instance_type: "g5.xlarge".into(),
+                zone,
+                capacity_type: CapacityType::Reserved,
+            },
+            price_per_hour: 0.0,
+            pods: vec![],
+            prewarm_window: None,
+            reservation: Some("cr-1".into()),
+        };
+        let mut node = ManagedNode::launched(&req, &w, t(0)).expect("still described");
+        assert_eq!(node.state.labels[l::CAPACITY_RESERVATION_ID], "cr-1");
+        node.ready_at = Some(t(100));
+        node.state.in_flight = false;
+        let mut train = gpu_pod("ml/train");
+        train.checkpoints = true;
+        node.pods = vec![crate::core::BoundPod {
+            pod: train,
+            ..crate::core::interruption::fixtures::pod("train")
+        }];
+        let nodes = [node];
+        let w = World {
+            catalog: &reserved,
+            ..world(&pools, &[], &nodes)
+        };
+        let mut core = Core::new(Config::default());
+        assert_eq!(core.next_deadline(&w, t(1000)), Some(t(3600 - 2400)));
+        let acts = core.decide(&w, t(1200));
+        assert!(
+            acts.iter()
+                .any(|a| matches!(a, Action::Cordon { claim, .. } if claim == "gpu-000001")),
+            "{acts:?}"
+        );
+        // Its pod, asked to checkpoint, is planned again as soon as the
+        // batch closes, elsewhere, long before the end.
+        let launched = (1..=120).any(|k| {
+            core.decide(&w, t(1200 + k)).iter().any(
+                |a| matches!(a, Action::Launch(r) if r.reservation.is_none() && r.pods == ["ml/train"]),
+            )
+        });
+        assert!(launched);
+    }
+
+    #[test]
     fn a_prewarm_window_launches_its_capacity_before_it_opens_and_not_twice() {
         let pools = [gpu_pool(|s| {
             s.prewarm = vec![PrewarmWindow {
@@ -766,6 +865,7 @@ mod tests {
                     price_per_hour: 0.5,
                     pods: vec![],
                     prewarm_window: None,
+                    reservation: None,
                 };
                 let mut n = ManagedNode::launched(&req, &w0, t(0)).unwrap();
                 n.ready_at = Some(t(300));
@@ -824,6 +924,7 @@ mod tests {
             price_per_hour: 0.5,
             pods: vec![],
             prewarm_window: None,
+            reservation: None,
         };
         let mut node = ManagedNode::launched(&req, &world(pools, &[], &[]), t(0)).unwrap();
         node.ready_at = Some(t(300));

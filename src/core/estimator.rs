@@ -373,6 +373,7 @@ mod tests {
             price_source: PriceSource::SpotObserved,
             interruption_bucket: Some(InterruptionBucket(1)),
             market: None,
+            reservation: None,
         };
         let catalog = Catalog::from_parts([it], [offering]);
         let expected = catalog

@@ -22,7 +22,8 @@ pub const MAX_FALLBACKS: usize = 3;
 /// zone), excluding the offering itself. `pods` are the claim's pods as the
 /// world has them (pending or not); a pod pinned to a zone empties the list.
 pub fn fallbacks(req: &ClaimRequest, world: &World, pods: &[&Pod]) -> Vec<OfferingKey> {
-    if pods.iter().any(|p| pinned_to_zone(p)) {
+    // A reservation is one zone's: its claim stays where it was planned.
+    if req.reservation.is_some() || pods.iter().any(|p| pinned_to_zone(p)) {
         return Vec::new();
     }
     let Some(api_pool) = world
@@ -122,6 +123,7 @@ mod tests {
             price_per_hour: 1.0,
             pods: vec!["ml/a".into()],
             prewarm_window: None,
+            reservation: None,
         }
     }
 

@@ -29,6 +29,11 @@ pub struct Config {
     /// Time kept between the end of the checkpoint wait and the spot
     /// deadline, for evictions and graceful shutdown.
     pub drain_grace: Duration,
+    /// How long before a reservation's end its nodes are drained when EC2's
+    /// expiry warning has not come (EC2 warns 40 minutes before a Capacity
+    /// Block ends); also how close to its end a reservation stops taking
+    /// launches (`Catalog::with_reservations`).
+    pub reservation_lead: Duration,
 }
 
 impl Default for Config {
@@ -36,6 +41,7 @@ impl Default for Config {
         Config {
             unavailable_ttl: Duration::from_secs(10 * 60),
             drain_grace: Duration::from_secs(30),
+            reservation_lead: Duration::from_secs(40 * 60),
         }
     }
 }
@@ -63,6 +69,48 @@ pub fn offering_key(o: &Offering) -> OfferingKey {
         zone: o.zone_id.clone(),
         capacity_type: o.capacity_type,
     }
+}
+
+/// The clock's backstop for reservation ends: a
+/// [`Notice::ReservationEnding`] for every node whose capacity reservation
+/// (its `quartermaster.dev/capacity-reservation-id` label, looked up in the
+/// catalog) ends within `lead` of `now`. Notices for nodes already being
+/// handled are ignored by [`Interruptions::handle`], so EC2's warning and
+/// this backstop never drain a node twice.
+pub fn reservation_endings(world: &World, now: Time, lead: Duration) -> Vec<Notice> {
+    let horizon = after(now, lead);
+    world
+        .nodes
+        .iter()
+        .filter_map(|n| {
+            let id = n
+                .state
+                .labels
+                .get(crate::api::labels::CAPACITY_RESERVATION_ID)?;
+            let end = world.catalog.reservation(id)?.end?;
+            (end <= horizon).then(|| Notice::ReservationEnding {
+                claim: n.claim.clone(),
+                end,
+            })
+        })
+        .collect()
+}
+
+/// The next time a reservation of one of the world's nodes comes within
+/// `lead` of its end (for the drivers' timers), if any is still ahead.
+pub fn next_reservation_ending(world: &World, now: Time, lead: Duration) -> Option<Time> {
+    world
+        .nodes
+        .iter()
+        .filter_map(|n| {
+            let id = n
+                .state
+                .labels
+                .get(crate::api::labels::CAPACITY_RESERVATION_ID)?;
+            world.catalog.reservation(id)?.end.map(|e| before(e, lead))
+        })
+        .filter(|t| *t > now)
+        .min()
 }
 
 /// The NodePool of a node, if the world has it.
@@ -209,6 +257,24 @@ impl Interruptions {
                     }
                 }
                 Some(node.offering.clone())
+            }
+            Notice::ReservationEnding { claim, end } => {
+                let node = claim_of(claim)?;
+                let existing = self.nodes.get(claim).map(|h| h.response);
+                if matches!(existing, Some(Response::Interrupt | Response::Terminated)) {
+                    return None;
+                }
+                let grace = checkpoint_grace(policy(world, node));
+                let until = before(*end, self.config.drain_grace).min(after(now, grace));
+                let r = Response::Interrupt;
+                match self.nodes.get_mut(claim) {
+                    Some(h) => h.restart(r, now, *end, until),
+                    None => {
+                        self.nodes
+                            .insert(claim.clone(), Handling::new(r, now, *end, until));
+                    }
+                }
+                None
             }
             Notice::Rebalance { claim } => {
                 let node = claim_of(claim)?;
@@ -1047,6 +1113,77 @@ mod tests {
         assert_eq!(s.decide(&f.world(), t(121)), []);
     }
 
+    /// Fixture `n1` as a node in Capacity Block `cr-1` ending at `end`,
+    /// with a checkpointing pod, and the catalog knowing the block.
+    fn in_block(end: i64) -> Fixture {
+        let mut n = node("n1").pods([pod("a").checkpoints()]);
+        n.state.labels.insert(
+            crate::api::labels::CAPACITY_RESERVATION_ID.into(),
+            "cr-1".into(),
+        );
+        let mut f = Fixture::new([n]);
+        let block = crate::catalog::Reservation {
+            id: "cr-1".into(),
+            kind: crate::catalog::ReservationKind::CapacityBlock,
+            instance_type: "g5.xlarge".into(),
+            region: REGION.into(),
+            zone_id: "use1-az1".into(),
+            total: 1,
+            available: 0,
+            start: Some(t(-86_400)),
+            end: Some(t(end)),
+            price_per_hour: 0.0,
+        };
+        f.catalog = crate::catalog::Catalog::default().with_reservations(
+            &[block],
+            t(0),
+            chrono::TimeDelta::zero(),
+        );
+        f
+    }
+
+    #[test]
+    fn a_node_is_drained_like_an_interrupted_one_once_its_block_is_within_the_lead_of_its_end() {
+        let lead = Duration::from_secs(40 * 60);
+        let f = in_block(3600);
+        // An hour before the end: nothing yet, but the clock knows when.
+        assert!(reservation_endings(&f.world(), t(0), lead).is_empty());
+        assert_eq!(
+            next_reservation_ending(&f.world(), t(0), lead),
+            Some(t(3600 - 2400))
+        );
+        let at = 3600 - 2400;
+        let notices = reservation_endings(&f.world(), t(at), lead);
+        assert_eq!(
+            notices,
+            [Notice::ReservationEnding {
+                claim: "n1".into(),
+                end: t(3600)
+            }]
+        );
+        let mut s = Interruptions::default();
+        // Not evidence about any spot pool.
+        assert_eq!(s.handle(&notices[0], &f.world(), t(at)), None);
+        assert!(s.is_handling("n1"));
+        assert_eq!(s.pods_needing_replacement(&f.world()).len(), 1);
+        assert_eq!(
+            s.decide(&f.world(), t(at)),
+            [
+                cordon("n1", DisruptionReason::Interrupted),
+                checkpoint("a", "n1", at + 90)
+            ]
+        );
+        // EC2's warning arriving as well changes nothing.
+        s.handle(&notices[0], &f.world(), t(at + 10));
+        assert_eq!(s.decide(&f.world(), t(at + 10)), []);
+        assert_eq!(s.decide(&f.world(), t(at + 90)), [evict("a", "n1")]);
+        // Deleted at the block's end at the latest.
+        assert_eq!(
+            s.decide(&f.world(), t(3600)),
+            [delete("n1", DisruptionReason::Interrupted)]
+        );
+    }
+
     #[test]
     fn evictions_issued_in_one_call_count_against_the_pdb() {
         let mut f = Fixture::new([node("n1").spot().pods([pod("c").pdb(0), pod("d").pdb(0)])]);
@@ -1173,6 +1310,7 @@ mod tests {
             price_source: crate::catalog::PriceSource::SpotObserved,
             interruption_bucket: None,
             market: None,
+            reservation: None,
         };
         assert!(s.blocks(&offering, t(659)));
         assert!(!s.blocks(&offering, t(660)));

@@ -140,6 +140,17 @@ pub enum Notice {
         /// NodeClaim of the instance.
         claim: String,
     },
+    /// The capacity reservation (a Capacity Block for ML, or a reservation
+    /// with an end date) the node runs in ends at `end`: EC2's expiry
+    /// warning, or the core's own clock ([`interruption::reservation_endings`]).
+    /// Handled like a spot interruption with `end` as the deadline, but not
+    /// evidence of any spot pool's rate.
+    ReservationEnding {
+        /// NodeClaim of the instance.
+        claim: String,
+        /// When EC2 takes the reservation's instances back.
+        end: Time,
+    },
     /// Launching this offering failed for lack of capacity.
     InsufficientCapacity {
         /// The offering.
@@ -189,6 +200,9 @@ pub struct ClaimRequest {
     pub pods: Vec<String>,
     /// The pre-warm window it holds capacity for, if any.
     pub prewarm_window: Option<String>,
+    /// The capacity reservation (or Capacity Block) it launches into, for
+    /// reserved capacity.
+    pub reservation: Option<String>,
 }
 
 /// A decision, as data. Executing it is the driver's job.

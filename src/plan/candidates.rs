@@ -13,12 +13,14 @@ use super::Input;
 
 /// The labels [`shape::node_labels_from`] sets per offering (the rest come
 /// from the instance type).
-const OFFERING_LABELS: [&str; 5] = [
+const OFFERING_LABELS: [&str; 7] = [
     l::REGION,
     l::ZONE_ID,
     l::ZONE,
     l::CAPACITY_TYPE,
     l::NODEPOOL,
+    l::CAPACITY_RESERVATION_ID,
+    l::CAPACITY_RESERVATION_KIND,
 ];
 
 /// One offering as a given pool would launch it.
@@ -270,6 +272,17 @@ pub fn pods_per_node(class: &Class, c: &Candidate) -> u32 {
 /// candidates, in the order tolerations, requirements, size.
 pub fn explain_unschedulable(class: &Class, all: &[Candidate], pools: &[Pool]) -> String {
     if all.is_empty() {
+        let reserved_only = pools.iter().any(|p| {
+            p.capacity_types
+                .iter()
+                .all(|c| *c == CapacityType::Reserved)
+        });
+        if reserved_only {
+            return "no NodePool offers any instance type in this region: a pool that allows only \
+                    `reserved` capacity has no usable capacity reservation (check the node class's \
+                    capacityReservationSelectorTerms and the reservations' windows and counts)"
+                .into();
+        }
         // Name each pool's requirements: they are what left nothing (a
         // pool's own, or those its cloud added, e.g. the architectures and
         // accelerators its EC2NodeClass has images for).
@@ -345,6 +358,12 @@ pub fn explain_unschedulable(class: &Class, all: &[Candidate], pools: &[Pool]) -
             .map(|c| c.allocatable.get(r))
             .max()
             .unwrap_or(0);
+        if need > most && r == l::RESOURCE_EFA && most == 0 {
+            return format!(
+                "requests {need} {r} (Elastic Fabric Adapter), but no instance type a compatible \
+                 pool may launch supports EFA; allow an EFA type (p4d, p5, trn1, ...) in the pool"
+            );
+        }
         if need > most {
             return format!(
                 "needs {}; the largest node any compatible pool may launch has {}",
@@ -391,8 +410,29 @@ fn amount(r: &str, amount: i64, named: bool) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::catalog::Catalog;
+    use crate::catalog::{Catalog, InstanceType, PriceSource};
     use crate::cluster::resources::CPU;
+    use crate::cluster::Pod;
+
+    fn catalog(efa: bool) -> Catalog {
+        let it = InstanceType {
+            efa_supported: efa,
+            max_efa_interfaces: if efa { 4 } else { 0 },
+            ..InstanceType::bare("g5.48xlarge", 192, 786_432).with_gpus("A10G", 8, 24_576)
+        };
+        let o = Offering {
+            instance_type: it.name.clone(),
+            region: "us-east-1".into(),
+            zone_id: "use1-az1".into(),
+            capacity_type: CapacityType::OnDemand,
+            price_per_hour: 16.0,
+            price_source: PriceSource::OnDemand,
+            interruption_bucket: None,
+            market: None,
+            reservation: None,
+        };
+        Catalog::from_parts([it], [o])
+    }
 
     fn input<'a>(catalog: &'a Catalog, pools: &'a [Pool]) -> Input<'a> {
         Input {
@@ -405,6 +445,40 @@ mod tests {
             learned_rate: None,
             now: None,
         }
+    }
+
+    fn cands(catalog: &Catalog, pools: &[Pool], pod: &Pod) -> Vec<Candidate> {
+        candidates(&Input {
+            pods: std::slice::from_ref(pod),
+            ..input(catalog, pools)
+        })
+    }
+
+    fn reason(catalog: &Catalog, pools: &[Pool], pod: &Pod) -> String {
+        let all = cands(catalog, pools, pod);
+        explain_unschedulable(&Class::of(pod, 0), &all, pools)
+    }
+
+    #[test]
+    fn an_efa_request_no_pool_type_can_meet_is_a_clear_reason_and_an_efa_type_meets_it() {
+        let pod = Pod::new(
+            "ml/allreduce",
+            Resources::new().with(CPU, 1000).with(l::RESOURCE_EFA, 1),
+        );
+        let pools = [Pool::new("gpu")];
+        let why = reason(&catalog(false), &pools, &pod);
+        assert!(why.contains("Elastic Fabric Adapter"), "{why}");
+        let all = cands(&catalog(true), &pools, &pod);
+        assert_eq!(pods_per_node(&Class::of(&pod, 0), &all[0]), 4);
+    }
+
+    #[test]
+    fn a_reserved_only_pool_without_a_usable_reservation_names_the_selector() {
+        let pod = Pod::new("ml/p", Resources::new().with(CPU, 1000));
+        let mut pool = Pool::new("blocks");
+        pool.capacity_types = vec![CapacityType::Reserved];
+        let why = reason(&catalog(true), &[pool], &pod);
+        assert!(why.contains("capacityReservationSelectorTerms"), "{why}");
     }
 
     #[test]

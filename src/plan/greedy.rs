@@ -136,13 +136,14 @@ pub fn plan(input: &Input) -> Plan {
     // Each node becomes its cheapest option that its pool's limits still
     // allow, in the order the nodes were opened.
     let mut budgets = limits::budgets(input);
+    let mut reserved = limits::ReservedLeft::of(input);
     let mut launched = Vec::new();
     for b in building {
         let cheapest = b
             .options
             .iter()
             .copied()
-            .filter(|&o| budgets[cands[o].pool].affords(&cands[o]))
+            .filter(|&o| budgets[cands[o].pool].affords(&cands[o]) && reserved.affords(&cands[o]))
             .min_by(|a, c| {
                 cands[*a]
                     .price()
@@ -152,6 +153,7 @@ pub fn plan(input: &Input) -> Plan {
         match cheapest {
             Some(o) => {
                 budgets[cands[o].pool].charge(&cands[o]);
+                reserved.charge(&cands[o]);
                 launched.push((o, b.pods));
             }
             None => unschedulable.extend(b.pods.iter().map(|&j| Unschedulable {
@@ -221,6 +223,7 @@ pub fn finish(
             instance_type: c.offering.instance_type.clone(),
             zone: c.offering.zone_id.clone(),
             capacity_type: c.offering.capacity_type,
+            reservation: c.offering.reservation.as_ref().map(|r| r.id.clone()),
             price_per_hour: c.price(),
             interruption_cost_per_hour: risk,
             idle_charge_per_hour: idle,

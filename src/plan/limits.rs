@@ -97,6 +97,67 @@ pub fn budgets(input: &Input) -> Vec<Budget> {
         .collect()
 }
 
+/// Instances each capacity reservation can still take in a plan, by
+/// reservation ID: its available count less the in-flight nodes already
+/// headed for it (a claim whose instance is not launched yet is not in EC2's
+/// count; one that is launched is counted twice until it registers, which
+/// errs on the side of not over-filling). A reservation is shared by every
+/// pool, so this is one budget for all of them.
+#[derive(Clone, Debug, Default)]
+pub struct ReservedLeft(BTreeMap<String, f64>);
+
+impl ReservedLeft {
+    /// What the reservations of the input's region can still take.
+    pub fn of(input: &Input) -> ReservedLeft {
+        let mut left = BTreeMap::new();
+        for o in input.catalog.offerings_in(input.region) {
+            if let Some(r) = &o.reservation {
+                let in_flight = input
+                    .nodes
+                    .iter()
+                    .filter(|n| {
+                        n.in_flight
+                            && n.labels.get(crate::api::labels::CAPACITY_RESERVATION_ID)
+                                == Some(&r.id)
+                    })
+                    .count();
+                left.insert(
+                    r.id.clone(),
+                    (f64::from(r.available) - in_flight as f64).max(0.0),
+                );
+            }
+        }
+        ReservedLeft(left)
+    }
+
+    /// Whether one more node of `c` fits its reservation (always, for a
+    /// candidate that is not reserved capacity).
+    pub fn affords(&self, c: &Candidate) -> bool {
+        self.left_for(c).is_none_or(|n| n >= 1.0 - 1e-9)
+    }
+
+    /// Takes one node of `c` out of its reservation.
+    pub fn charge(&mut self, c: &Candidate) {
+        if let Some(r) = &c.offering.reservation {
+            if let Some(n) = self.0.get_mut(&r.id) {
+                *n = (*n - 1.0).max(0.0);
+            }
+        }
+    }
+
+    /// Nodes `c`'s reservation can still take; `None` when `c` is not
+    /// reserved capacity.
+    pub fn left_for(&self, c: &Candidate) -> Option<f64> {
+        let r = c.offering.reservation.as_ref()?;
+        Some(self.0.get(&r.id).copied().unwrap_or(0.0))
+    }
+
+    /// Every reservation and what it can still take.
+    pub fn iter(&self) -> impl Iterator<Item = (&str, f64)> {
+        self.0.iter().map(|(k, v)| (k.as_str(), *v))
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -155,5 +216,263 @@ mod tests {
         assert_eq!(b.resources["nvidia.com/gpu"], 12.0);
         assert_eq!(b.nodes, Some(2.0));
         assert_eq!(b.cost, Some(9.0));
+    }
+
+    mod reserved {
+        use super::super::ReservedLeft;
+        use crate::api::labels as l;
+        use crate::catalog::{
+            CapacityType, Catalog, InstanceType, Offering, PriceSource, Reservation,
+            ReservationKind,
+        };
+        use crate::cluster::resources::{Resources, CPU};
+        use crate::cluster::{NodeState, Pod, Pool};
+        use crate::plan::{self, Input, Options, Plan, Strategy};
+        use chrono::{TimeDelta, TimeZone, Utc};
+
+        const ZONE: &str = "use1-az1";
+
+        fn now() -> chrono::DateTime<Utc> {
+            Utc.with_ymd_and_hms(2026, 3, 1, 12, 0, 0).unwrap()
+        }
+
+        fn offering(ct: CapacityType, price: f64) -> Offering {
+            Offering {
+                instance_type: "p5.48xlarge".into(),
+                region: "us-east-1".into(),
+                zone_id: ZONE.into(),
+                capacity_type: ct,
+                price_per_hour: price,
+                price_source: PriceSource::OnDemand,
+                interruption_bucket: None,
+                market: None,
+                reservation: None,
+            }
+        }
+
+        pub(crate) fn block(id: &str, available: u32) -> Reservation {
+            Reservation {
+                id: id.into(),
+                kind: ReservationKind::CapacityBlock,
+                instance_type: "p5.48xlarge".into(),
+                region: "us-east-1".into(),
+                zone_id: ZONE.into(),
+                total: available,
+                available,
+                start: Some(now() - TimeDelta::hours(1)),
+                end: Some(now() + TimeDelta::days(2)),
+                price_per_hour: 0.0,
+            }
+        }
+
+        /// One p5 type sold spot (15/h) and on demand (55/h), plus `reserved`.
+        fn catalog(reserved: &[Reservation]) -> Catalog {
+            let p5 = InstanceType::bare("p5.48xlarge", 192, 2_097_152).with_gpus("H100", 8, 81_920);
+            Catalog::from_parts(
+                [p5],
+                [
+                    offering(CapacityType::Spot, 15.0),
+                    offering(CapacityType::OnDemand, 55.0),
+                ],
+            )
+            .with_reservations(reserved, now(), TimeDelta::minutes(30))
+        }
+
+        fn pool() -> Pool {
+            let mut p = Pool::new("train");
+            p.capacity_types = vec![
+                CapacityType::Reserved,
+                CapacityType::Spot,
+                CapacityType::OnDemand,
+            ];
+            p
+        }
+
+        fn pods(n: usize) -> Vec<Pod> {
+            (0..n)
+                .map(|i| {
+                    Pod::new(
+                        &format!("ns/train-{i}"),
+                        Resources::new().with(CPU, 100_000).with(l::RESOURCE_GPU, 8),
+                    )
+                })
+                .collect()
+        }
+
+        fn run(
+            catalog: &Catalog,
+            pools: &[Pool],
+            pods: &[Pod],
+            nodes: &[NodeState],
+            s: Strategy,
+        ) -> Plan {
+            let input = Input {
+                catalog,
+                region: "us-east-1",
+                pools,
+                nodes,
+                pods,
+                unavailable: &|_| false,
+                learned_rate: None,
+                now: Some(now()),
+            };
+            plan::plan(&input, s, &Options::default(), &|| 0.0)
+        }
+
+        fn count(p: &Plan, ct: CapacityType) -> usize {
+            p.nodes.iter().filter(|n| n.capacity_type == ct).count()
+        }
+
+        #[test]
+        fn reserved_capacity_is_used_first_and_never_beyond_its_available_count() {
+            let catalog = catalog(&[block("cr-1", 2)]);
+            for s in [Strategy::Mip, Strategy::Greedy] {
+                let p = run(&catalog, &[pool()], &pods(3), &[], s);
+                assert_eq!(count(&p, CapacityType::Reserved), 2, "{s:?}: {:?}", p.nodes);
+                assert_eq!(p.nodes.len(), 3, "{s:?}: {:?}", p.nodes);
+                assert!(p
+                    .nodes
+                    .iter()
+                    .filter(|n| n.capacity_type == CapacityType::Reserved)
+                    .all(|n| n.reservation.as_deref() == Some("cr-1") && n.price_per_hour == 0.0));
+            }
+        }
+
+        #[test]
+        fn in_flight_nodes_headed_for_a_reservation_use_up_its_count() {
+            let catalog = catalog(&[block("cr-1", 2)]);
+            let in_flight = NodeState {
+                name: "train-000001".into(),
+                nodepool: Some("train".into()),
+                instance_type: Some("p5.48xlarge".into()),
+                zone: ZONE.into(),
+                capacity_type: Some(CapacityType::Reserved),
+                labels: [(l::CAPACITY_RESERVATION_ID.to_string(), "cr-1".to_string())].into(),
+                taints: Vec::new(),
+                allocatable: Resources::new(),
+                used: Resources::new(),
+                price_per_hour: 0.0,
+                in_flight: true,
+                unschedulable: false,
+            };
+            for s in [Strategy::Mip, Strategy::Greedy] {
+                let p = run(
+                    &catalog,
+                    &[pool()],
+                    &pods(2),
+                    std::slice::from_ref(&in_flight),
+                    s,
+                );
+                assert_eq!(count(&p, CapacityType::Reserved), 1, "{s:?}: {:?}", p.nodes);
+            }
+        }
+
+        #[test]
+        fn a_pool_that_does_not_allow_reserved_capacity_never_uses_it() {
+            let catalog = catalog(&[block("cr-1", 2)]);
+            let mut spot_only = pool();
+            spot_only.capacity_types = vec![CapacityType::Spot];
+            let p = run(&catalog, &[spot_only], &pods(2), &[], Strategy::Mip);
+            assert_eq!(count(&p, CapacityType::Reserved), 0, "{:?}", p.nodes);
+        }
+
+        #[test]
+        fn blocks_not_started_ended_ending_within_the_lead_or_full_are_not_offered() {
+            let mut future = block("cr-future", 2);
+            future.start = Some(now() + TimeDelta::hours(1));
+            let mut ended = block("cr-ended", 2);
+            ended.end = Some(now() - TimeDelta::hours(1));
+            let mut ending = block("cr-ending", 2);
+            ending.end = Some(now() + TimeDelta::minutes(10));
+            let full = block("cr-full", 0);
+            let all = [future, ended, ending, full, block("cr-ok", 1)];
+            let catalog = catalog(&all);
+            let offered: Vec<&str> = catalog
+                .offerings()
+                .iter()
+                .filter_map(|o| o.reservation.as_ref().map(|r| r.id.as_str()))
+                .collect();
+            assert_eq!(offered, ["cr-ok"]);
+            let why: Vec<String> = all[..4]
+                .iter()
+                .filter_map(|r| r.unusable_at(now(), TimeDelta::minutes(30)))
+                .collect();
+            assert_eq!(why.len(), 4);
+            assert!(why[1].contains("ended"), "{why:?}");
+            assert!(why[2].contains("lead"), "{why:?}");
+        }
+
+        #[test]
+        fn an_efa_gang_stays_on_one_instance_type_even_when_mixing_with_a_reservation_is_cheaper() {
+            let efa = |name: &str| InstanceType {
+                efa_supported: true,
+                max_efa_interfaces: 4,
+                ..InstanceType::bare(name, 192, 2_097_152).with_gpus("H100", 8, 81_920)
+            };
+            let sold = |it: &str, price: f64| Offering {
+                instance_type: it.into(),
+                ..offering(CapacityType::OnDemand, price)
+            };
+            // Two reserved p5 (free), p5 on demand at 20, p5e on demand at
+            // 11: mixing would cost 22 (2 free p5 + 2 p5e), one type 40.
+            let catalog = Catalog::from_parts(
+                [efa("p5.48xlarge"), efa("p5e.48xlarge")],
+                [sold("p5.48xlarge", 20.0), sold("p5e.48xlarge", 11.0)],
+            )
+            .with_reservations(&[block("cr-1", 2)], now(), TimeDelta::minutes(30));
+            let gang: Vec<Pod> = pods(4)
+                .into_iter()
+                .map(|mut p| {
+                    p.requests.set(l::RESOURCE_EFA, 1);
+                    p.group = Some(crate::cluster::GroupRef {
+                        name: "ml/allreduce".into(),
+                        min_member: 4,
+                    });
+                    p
+                })
+                .collect();
+            let p = run(&catalog, &[pool()], &gang, &[], Strategy::Mip);
+            let types: std::collections::BTreeSet<&str> =
+                p.nodes.iter().map(|n| n.instance_type.as_str()).collect();
+            assert_eq!(p.nodes.len(), 4, "{:?}", p.nodes);
+            assert_eq!(types.len(), 1, "{:?}", p.nodes);
+            assert_eq!(count(&p, CapacityType::Reserved), 2, "{:?}", p.nodes);
+            // Without EFA the same gang mixes, as it should.
+            let plain: Vec<Pod> = gang
+                .iter()
+                .cloned()
+                .map(|mut p| {
+                    p.requests.set(l::RESOURCE_EFA, 0);
+                    p
+                })
+                .collect();
+            let p = run(&catalog, &[pool()], &plain, &[], Strategy::Mip);
+            let types: std::collections::BTreeSet<&str> =
+                p.nodes.iter().map(|n| n.instance_type.as_str()).collect();
+            assert_eq!(types.len(), 2, "{:?}", p.nodes);
+        }
+
+        #[test]
+        fn what_a_reservation_can_take_is_shared_by_every_pool() {
+            let catalog = catalog(&[block("cr-1", 1)]);
+            let mut other = pool();
+            other.name = "other".into();
+            let p = run(&catalog, &[pool(), other], &pods(2), &[], Strategy::Mip);
+            assert_eq!(count(&p, CapacityType::Reserved), 1, "{:?}", p.nodes);
+            let input = Input {
+                catalog: &catalog,
+                region: "us-east-1",
+                pools: &[],
+                nodes: &[],
+                pods: &[],
+                unavailable: &|_| false,
+                learned_rate: None,
+                now: None,
+            };
+            assert_eq!(
+                ReservedLeft::of(&input).iter().collect::<Vec<_>>(),
+                [("cr-1", 1.0)]
+            );
+        }
     }
 }

@@ -76,6 +76,7 @@ pub fn plan(input: &Input, opts: &Options, clock: &dyn Fn() -> f64) -> Plan {
     let classes = classes::classify(pods, &left, input.now);
     let mut unschedulable = Vec::new();
     let mut budgets = limits::budgets(input);
+    let mut reserved = limits::ReservedLeft::of(input);
     let class_of: HashMap<usize, usize> = classes
         .iter()
         .enumerate()
@@ -188,6 +189,7 @@ pub fn plan(input: &Input, opts: &Options, clock: &dyn Fn() -> f64) -> Plan {
             cands: &cands,
             input,
             budgets: &budgets,
+            reserved: &reserved,
             opts,
             time_left: opts.time_limit.as_secs_f64() - (clock() - started),
         });
@@ -224,10 +226,12 @@ pub fn plan(input: &Input, opts: &Options, clock: &dyn Fn() -> f64) -> Plan {
                 planned: &planned,
             };
             let o = right_size(input, &cands, opts, o, &node, taken, &ahead);
+            let o = beside_reservation(&cands, o, &reserved, &ahead);
             ahead[cands[o].pool].charge(&cands[o]);
             let budget = &mut budgets[cands[o].pool];
-            if budget.affords(&cands[o]) {
+            if budget.affords(&cands[o]) && reserved.affords(&cands[o]) {
                 budget.charge(&cands[o]);
+                reserved.charge(&cands[o]);
                 launched.push((o, node));
             } else {
                 for p in node {
@@ -254,8 +258,10 @@ pub fn plan(input: &Input, opts: &Options, clock: &dyn Fn() -> f64) -> Plan {
                 !refused
             });
             budgets = limits::budgets(input);
+            reserved = limits::ReservedLeft::of(input);
             for (o, _) in &launched {
                 budgets[cands[*o].pool].charge(&cands[*o]);
+                reserved.charge(&cands[*o]);
             }
         }
     }
@@ -369,6 +375,9 @@ fn merge_nodes(
                     && to.pool == from.pool
                     && to.offering.capacity_type == from.offering.capacity_type
                     && (!pinned || to.offering.zone_id == from.offering.zone_id)
+                    && (pods[p].group.is_none()
+                        || pods[p].requests.get(crate::api::labels::RESOURCE_EFA) == 0
+                        || to.offering.instance_type == from.offering.instance_type)
                     && bins[t].1.fits(&pods[p])
                     && pack::compatible(&pods[p], &to.labels, &to.taints)
             });
@@ -484,6 +493,8 @@ fn right_size(
                 .iter()
                 .all(|&p| pack::compatible(&pods[p], &c.labels, &c.taints))
             || !budgets[c.pool].affords(c)
+            // A reservation's count is the model's to spend, not right-sizing's.
+            || c.offering.reservation.is_some()
         {
             continue;
         }
@@ -499,6 +510,32 @@ fn right_size(
         }
     }
     best.1
+}
+
+/// Candidate `o`, or, when `o` is reserved capacity its reservation can no
+/// longer take (rounding the LP can buy a node more than the count), the
+/// same pool's on-demand offering of the same type in the same zone, so the
+/// node (and a gang's zone) stays as planned at the on-demand price.
+fn beside_reservation(
+    cands: &[Candidate],
+    o: usize,
+    reserved: &limits::ReservedLeft,
+    budgets: &[Budget],
+) -> usize {
+    if reserved.affords(&cands[o]) {
+        return o;
+    }
+    let from = &cands[o];
+    cands
+        .iter()
+        .position(|c| {
+            c.pool == from.pool
+                && c.offering.capacity_type == crate::catalog::CapacityType::OnDemand
+                && c.offering.instance_type == from.offering.instance_type
+                && c.offering.zone_id == from.offering.zone_id
+                && budgets[c.pool].affords(c)
+        })
+        .unwrap_or(o)
 }
 
 /// The candidates a class's pods are offered in the model: those that can be
@@ -749,6 +786,8 @@ struct Tier<'a> {
     cands: &'a [Candidate],
     input: &'a Input<'a>,
     budgets: &'a [Budget],
+    /// What each capacity reservation can still take.
+    reserved: &'a limits::ReservedLeft,
     opts: &'a Options,
     /// Seconds left of the plan's time limit.
     time_left: f64,
@@ -763,6 +802,7 @@ fn build(tier: Tier, relaxed: bool, all_integral: bool, patterns: Option<&Patter
         cands,
         input,
         budgets,
+        reserved,
         opts,
         ..
     } = tier;
@@ -809,6 +849,9 @@ fn build(tier: Tier, relaxed: bool, all_integral: bool, patterns: Option<&Patter
     // is no zone for the gang (else choosing it would place the other
     // classes and leave that one out for free).
     let mut gang_class_zones: BTreeMap<String, Vec<BTreeSet<String>>> = BTreeMap::new();
+    // The instance type of each gang whose pods request EFA: one cluster
+    // placement group holds one type (`docs/reserved-capacity.md`).
+    let mut gang_type: BTreeMap<String, BTreeMap<String, Variable>> = BTreeMap::new();
     for w in work {
         let class = &classes[w.class];
         let d = w.pods.len() as f64;
@@ -877,6 +920,25 @@ fn build(tier: Tier, relaxed: bool, all_integral: bool, patterns: Option<&Patter
                         .sum();
                     cons.push(constraint!(in_zone == z * d));
                 }
+                if class.pod.requests.get(crate::api::labels::RESOURCE_EFA) > 0 {
+                    let types: BTreeSet<&str> = ys
+                        .iter()
+                        .map(|(o, _)| cands[*o].offering.instance_type.as_str())
+                        .collect();
+                    let entry = gang_type.entry(g.name.clone()).or_default();
+                    for it in types {
+                        let t = *entry.entry(it.to_string()).or_insert_with(|| {
+                            let def = variable().min(0.0).max(1.0);
+                            vars.add(if relaxed { def } else { def.integer() })
+                        });
+                        let of_type: Expression = ys
+                            .iter()
+                            .filter(|(o, _)| cands[*o].offering.instance_type == it)
+                            .map(|(_, v)| *v)
+                            .sum();
+                        cons.push(constraint!(of_type <= t * d));
+                    }
+                }
             }
         }
         if let Some(spread) = &class.pod.zone_spread {
@@ -930,6 +992,10 @@ fn build(tier: Tier, relaxed: bool, all_integral: bool, patterns: Option<&Patter
         objective += left * (UNPLACED_PENALTY * d);
         penalty += left * (UNPLACED_PENALTY * d);
     }
+    for types in gang_type.values() {
+        let chosen: Expression = types.values().copied().sum();
+        cons.push(constraint!(chosen <= 1.0));
+    }
     // Capacity per resource.
     for ((o, r), l) in load {
         let alloc = cands[o].allocatable.get(&r) as f64;
@@ -962,6 +1028,21 @@ fn build(tier: Tier, relaxed: bool, all_integral: bool, patterns: Option<&Patter
                 cons.push(constraint!(*v <= slots));
             }
         }
+    }
+    // Each capacity reservation's available count, over every pool.
+    for (id, left) in reserved.iter() {
+        let used: Expression = n
+            .iter()
+            .filter(|(o, _)| {
+                cands[**o]
+                    .offering
+                    .reservation
+                    .as_ref()
+                    .is_some_and(|r| r.id == id)
+            })
+            .map(|(_, v)| *v)
+            .sum();
+        cons.push(constraint!(used <= left));
     }
     // NodePool limits and spot pool share.
     for (pi, budget) in budgets.iter().enumerate() {
@@ -1021,6 +1102,7 @@ fn build(tier: Tier, relaxed: bool, all_integral: bool, patterns: Option<&Patter
                 .map(|(ys, _)| ys.len())
                 .sum::<usize>()
             + gang_zone.values().map(BTreeMap::len).sum::<usize>()
+            + gang_type.values().map(BTreeMap::len).sum::<usize>()
     };
     Model {
         vars,

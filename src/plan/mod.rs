@@ -122,8 +122,11 @@ pub struct PlannedNode {
     pub instance_type: String,
     /// Zone ID.
     pub zone: String,
-    /// Spot or on-demand.
+    /// Spot, on-demand or reserved.
     pub capacity_type: CapacityType,
+    /// The capacity reservation it launches into (reserved only).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub reservation: Option<String>,
     /// USD per hour.
     pub price_per_hour: f64,
     /// Expected interruption cost of its pods, USD per hour.
@@ -254,6 +257,7 @@ pub fn explain(input: &Input, plan: &Plan) -> Vec<String> {
             c.offering.instance_type == n.instance_type
                 && c.offering.zone_id == n.zone
                 && c.offering.capacity_type == n.capacity_type
+                && c.offering.reservation.as_ref().map(|r| &r.id) == n.reservation.as_ref()
                 && input.pools[c.pool].name == n.nodepool
         })
     };
@@ -326,6 +330,71 @@ pub fn explain(input: &Input, plan: &Plan) -> Vec<String> {
         if let Some(c) = chosen {
             out.extend(risk_decided(input, &cands, &class, c, m));
         }
+    }
+    out
+}
+
+/// One sentence per reservation the catalog knows in the input's region:
+/// how much of it the plan uses, or why it uses none (not usable at the
+/// planning time, no pool allowing reserved capacity may launch it, its
+/// count already taken by in-flight nodes, or no pending pod needs it).
+pub fn explain_reservations(input: &Input, plan: &Plan) -> Vec<String> {
+    let cands = candidates::candidates(input);
+    let left = limits::ReservedLeft::of(input);
+    let mut out = Vec::new();
+    for r in input.catalog.reservations() {
+        if r.region != input.region {
+            continue;
+        }
+        let what = format!(
+            "{} ({} of {} in {})",
+            r.id,
+            r.kind.as_str(),
+            r.instance_type,
+            r.zone_id
+        );
+        let used = plan
+            .nodes
+            .iter()
+            .filter(|n| n.reservation.as_deref() == Some(r.id.as_str()))
+            .count();
+        if used > 0 {
+            out.push(format!(
+                "reservation {what}: the plan uses {used} of its {} available (already paid: ${:.4}/h per node), before any spot or on-demand offering",
+                r.available, r.price_per_hour
+            ));
+            continue;
+        }
+        let why = if let Some(why) = input
+            .now
+            .and_then(|now| r.unusable_at(now, chrono::TimeDelta::zero()))
+        {
+            why
+        } else if !input
+            .pools
+            .iter()
+            .any(|p| p.capacity_types.contains(&CapacityType::Reserved))
+        {
+            "no NodePool allows capacity type reserved".to_string()
+        } else if !cands.iter().any(|c| {
+            c.offering
+                .reservation
+                .as_ref()
+                .is_some_and(|o| o.id == r.id)
+        }) {
+            format!(
+                "no NodePool that allows reserved capacity may launch {} in {} (or it ends within the drain lead time)",
+                r.instance_type, r.zone_id
+            )
+        } else if left.iter().any(|(id, n)| id == r.id && n < 1.0) {
+            "its available instances are taken by nodes already launching".to_string()
+        } else {
+            format!(
+                "no pending pod needs a {} that the plan could put there",
+                r.instance_type
+            )
+        };
+        out.push(format!("reservation {what} is not used: {why}"));
     }
     out
 }
@@ -435,6 +504,7 @@ fn risk_decided(
     );
     let chosen_what = match chosen.offering.capacity_type {
         CapacityType::OnDemand => "on-demand".to_string(),
+        CapacityType::Reserved => "reserved".to_string(),
         CapacityType::Spot => format!("{} spot", chosen.offering.instance_type),
     };
     if let Some(slack) = class.slack_hours {

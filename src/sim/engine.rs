@@ -125,6 +125,15 @@ pub struct Engine<'a> {
     lost_gpu_hours_so_far: f64,
     /// Gangs waiting for their ProvisioningRequest.
     requests: super::provisioning::Requests,
+    /// The scenario's reservations (`cloud.reservations`).
+    reservations: Vec<crate::catalog::Reservation>,
+    /// The catalog the core sees while reservations exist: `catalog` with
+    /// what they have left now ([`super::reservations::core_catalog`]).
+    reserved: Option<Catalog>,
+    /// How close to its end a reservation stops taking launches.
+    reservation_lead: std::time::Duration,
+    /// USD paid up front for the reservations.
+    upfront: f64,
 }
 
 impl<'a> Engine<'a> {
@@ -165,7 +174,15 @@ impl<'a> Engine<'a> {
             }
         }
         let cloud_config = scenario.cloud_config().map_err(Error::Cloud)?;
-        let cloud = SimulatedCloud::new(catalog.clone(), cloud_config)
+        let specs = &scenario.cloud.reservations;
+        let reservations = super::reservations::reservations(specs, &scenario.region, start);
+        let cloud_catalog = if reservations.is_empty() {
+            catalog.clone()
+        } else {
+            Arc::new(super::reservations::cloud_catalog(catalog, &reservations))
+        };
+        let reservation_lead = config.interruption.reservation_lead;
+        let cloud = SimulatedCloud::new(cloud_catalog, cloud_config)
             .map_err(|e| Error::Cloud(e.to_string()))?;
         let by_name = jobs
             .iter()
@@ -209,6 +226,10 @@ impl<'a> Engine<'a> {
             interruptions_so_far: 0,
             lost_gpu_hours_so_far: 0.0,
             requests: Default::default(),
+            upfront: super::reservations::upfront_cost(specs),
+            reservations,
+            reserved: None,
+            reservation_lead,
         })
     }
 
@@ -317,8 +338,17 @@ impl<'a> Engine<'a> {
                 demand = self.pending.iter().cloned().chain(stand_ins).collect();
                 &demand
             };
+            if !self.reservations.is_empty() {
+                self.reserved = Some(super::reservations::core_catalog(
+                    self.catalog,
+                    &self.reservations,
+                    &self.nodes.managed,
+                    now,
+                    self.reservation_lead,
+                ));
+            }
             let w = world(
-                self.catalog,
+                self.reserved.as_ref().unwrap_or(self.catalog),
                 self.region,
                 &self.pools,
                 pending,
@@ -388,7 +418,7 @@ impl<'a> Engine<'a> {
     /// The world as the core sees it (call [`Engine::refresh_pending`] first).
     fn world(&self) -> World<'_> {
         world(
-            self.catalog,
+            self.reserved.as_ref().unwrap_or(self.catalog),
             self.region,
             &self.pools,
             &self.pending,
@@ -400,7 +430,7 @@ impl<'a> Engine<'a> {
     fn notify(&mut self, notice: &Notice, at: Time) {
         self.refresh_pending();
         let w = world(
-            self.catalog,
+            self.reserved.as_ref().unwrap_or(self.catalog),
             self.region,
             &self.pools,
             &self.pending,
@@ -555,7 +585,8 @@ impl<'a> Engine<'a> {
         match self.cloud.launch(&req, now) {
             Ok(_) => {
                 let node = {
-                    let world = world(self.catalog, self.region, &self.pools, &[], &[]);
+                    let catalog = self.reserved.as_ref().unwrap_or(self.catalog);
+                    let world = world(catalog, self.region, &self.pools, &[], &[]);
                     ManagedNode::launched(&req, &world, now)
                 };
                 if let Some(node) = node {
@@ -716,6 +747,7 @@ impl<'a> Engine<'a> {
                         price_per_hour: o.price,
                         pods: Vec::new(),
                         prewarm_window: None,
+                        reservation: None,
                     });
                     if let Some((node, _)) = self.nodes.get_mut(&claim) {
                         node.state.labels.insert(STATIC_GROUP.into(), name.clone());
@@ -740,7 +772,9 @@ impl<'a> Engine<'a> {
             s.cost_per_hour += n.price_per_hour;
             match n.offering.capacity_type {
                 CapacityType::Spot => s.spot_nodes += 1,
-                CapacityType::OnDemand => s.on_demand_nodes += 1,
+                // Reserved nodes are never reclaimed early: counted with
+                // on-demand.
+                CapacityType::OnDemand | CapacityType::Reserved => s.on_demand_nodes += 1,
             }
             let family = prewarm::family_of(&n.offering.instance_type).to_string();
             *s.nodes_by_family.entry(family).or_default() += 1;
@@ -803,7 +837,9 @@ impl<'a> Engine<'a> {
             let alive = (end - n.launched_at).num_seconds().max(0) as f64 / 3600.0;
             self.result.provisioned_gpu_hours += alive * extra.gpus;
         }
-        self.result.total_cost = self.cloud.cost_so_far(end);
+        // Reservations are billed up front, used or not.
+        self.result.reserved_upfront_cost = self.upfront;
+        self.result.total_cost = self.cloud.cost_so_far(end) + self.upfront;
         let mut waits: Vec<f64> = Vec::new();
         for j in &self.jobs {
             let mut w = j.waited_s;

@@ -8,6 +8,7 @@ pub mod gpu_names;
 pub mod jobs;
 pub mod provisioning;
 pub mod report;
+pub mod reservations;
 pub mod result;
 pub mod scenario;
 pub mod seeds;
@@ -276,14 +277,20 @@ pub fn simulate(
         strategies: Default::default(),
     };
     let jobs = &workload.jobs;
+    // With reservations, the bound may use them free at any time and any
+    // count (a relaxation), and adds what they cost up front.
+    let specs = &scenario.cloud.reservations;
+    let reserved = reservations::reservations(specs, &scenario.region, scenario.start);
+    let bound_catalog =
+        (!reserved.is_empty()).then(|| reservations::cloud_catalog(catalog, &reserved));
     let bound = bound::lower_bound(
         jobs,
-        catalog,
+        bound_catalog.as_ref().unwrap_or(catalog),
         &scenario.region,
         &scenario.node_pools,
         scenario.start + scenario.length(),
     );
-    report.lower_bound_cost = bound.cost;
+    report.lower_bound_cost = bound.cost + reservations::upfront_cost(specs);
     report.lower_bound_unplaceable = bound.unplaceable;
     for &s in strategies {
         let run = engine::Engine::new(scenario, catalog, jobs, s)?;

@@ -161,6 +161,7 @@ fn strategy_json(report: &SimReport, r: &StrategyResult) -> Value {
         "ratio_to_on_demand": ratio_to_on_demand(report, r),
         "ratio_to_lower_bound": ratio_to_lower_bound(report, r),
         "nodes_launched": r.nodes_launched,
+        "reserved_upfront_cost": r.reserved_upfront_cost,
         "spot_notices": r.spot_notices,
         "prewarm_ready": r.prewarm_ready.0,
         "prewarm_windows": r.prewarm_ready.1,
@@ -311,6 +312,7 @@ pub(crate) mod fixtures {
     pub fn result(total_cost: f64) -> StrategyResult {
         StrategyResult {
             total_cost,
+            reserved_upfront_cost: 0.0,
             gpu_hours: 10.0,
             lost_gpu_hours: 1.0,
             provisioned_gpu_hours: 20.0,

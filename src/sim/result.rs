@@ -47,6 +47,8 @@ pub struct Unfinished {
 pub struct StrategyResult {
     /// USD spent on nodes.
     pub total_cost: f64,
+    /// Of `total_cost`, what the scenario's reservations cost up front.
+    pub reserved_upfront_cost: f64,
     /// GPU-hours held by running pods (useful or not).
     pub gpu_hours: f64,
     /// GPU-hours of work lost to interruptions and restarts.

@@ -121,6 +121,10 @@ pub struct CloudSpec {
     /// SkyPilot traces replayed onto pools.
     #[serde(default)]
     pub spot_traces: Vec<SpotTraceSpec>,
+    /// Capacity reservations and Capacity Blocks the run may use (pools
+    /// that allow the `reserved` capacity type).
+    #[serde(default)]
+    pub reservations: Vec<super::reservations::ReservationSpec>,
 }
 
 /// `market:` of a scenario.
@@ -359,6 +363,11 @@ impl Scenario {
             problems.push("workloads: at least one workload source is needed".into());
         }
         problems.extend(trace_problems(&s.workloads, catalog));
+        problems.extend(super::reservations::problems(
+            &s.cloud.reservations,
+            catalog,
+            &s.region,
+        ));
         for (i, pool) in s.node_pools.iter().enumerate() {
             for e in validate_node_pool(pool, catalog) {
                 problems.push(format!("nodePools[{i}].{e}"));

@@ -8,6 +8,8 @@
 
 pub mod fleet;
 pub mod gc;
+pub mod placement;
+pub mod reservations;
 pub mod settings;
 pub mod template;
 
@@ -72,6 +74,18 @@ impl NodeClasses {
     pub fn problem(&self, nodepool: &str) -> Option<String> {
         self.0.read().ok()?.not_ready.get(nodepool).cloned()
     }
+
+    /// Every ready class once (pools may share one), by name.
+    pub fn distinct(&self) -> Vec<Arc<NodeClass>> {
+        let Ok(state) = self.0.read() else {
+            return Vec::new();
+        };
+        let mut by_name: BTreeMap<&str, &Arc<NodeClass>> = BTreeMap::new();
+        for class in state.classes.values() {
+            by_name.entry(class.name.as_str()).or_insert(class);
+        }
+        by_name.into_values().cloned().collect()
+    }
 }
 
 /// The EC2 [`CloudProvider`]: one per cluster and region. Cheap to share
@@ -86,6 +100,9 @@ pub struct AwsCloud {
     /// Launch templates known to exist (created or found by this process),
     /// with when a launch last used them ([`gc`] spares those in use).
     templates: Mutex<HashMap<String, Time>>,
+    /// Placement groups known to exist, with when a launch last used them
+    /// ([`placement`]).
+    placement_groups: Mutex<HashMap<String, Time>>,
 }
 
 impl AwsCloud {
@@ -102,6 +119,7 @@ impl AwsCloud {
             node_classes: NodeClasses::default(),
             zones: tokio::sync::OnceCell::new(),
             templates: Mutex::new(HashMap::new()),
+            placement_groups: Mutex::new(HashMap::new()),
         })
     }
 
@@ -139,6 +157,15 @@ impl AwsCloud {
     /// resolves them (the provider itself is owned by the loop).
     pub fn node_classes(&self) -> NodeClasses {
         self.node_classes.clone()
+    }
+
+    /// This provider with `classes` as its node classes: a second provider
+    /// (the reservation discovery task's) then sees every class the
+    /// reconciler sets on the first ([`AwsCloud::node_classes`]).
+    #[must_use]
+    pub fn sharing_node_classes(mut self, classes: NodeClasses) -> AwsCloud {
+        self.node_classes = classes;
+        self
     }
 
     fn cluster_filter(&self) -> Filter {
@@ -361,7 +388,108 @@ impl AwsCloud {
             metadata: class.metadata_options.clone(),
             user_data,
             tags,
+            capacity_reservation: template::ReservationTarget::of(claim, template),
+            efa_interfaces: template
+                .labels
+                .get(l::EFA_INTERFACES)
+                .and_then(|n| n.parse().ok())
+                .unwrap_or(0),
+            placement_group: None,
         })
+    }
+}
+
+/// What the node classes' `capacityReservationSelectorTerms` found: the
+/// reservations to offer (each once), and every term or reservation that
+/// gives nothing usable, named (for logs and NodePool status).
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct DiscoveredReservations {
+    /// Active and scheduled reservations and Capacity Blocks.
+    pub reservations: Vec<crate::catalog::Reservation>,
+    /// `EC2NodeClass/<name>.capacityReservationSelectorTerms[<i>]: <problem>`.
+    pub problems: Vec<String>,
+}
+
+impl AwsCloud {
+    /// Asks EC2 for the reservations every resolved node class selects
+    /// (`DescribeCapacityReservations` per term; no call when no class has
+    /// terms). A term that matches
+    /// nothing, an ID that does not exist and a reservation that has ended
+    /// are problems, not errors: the other terms still count.
+    ///
+    /// # Errors
+    /// EC2 could not be asked (throttled past retries, unreachable, denied).
+    pub async fn capacity_reservations(&self) -> Result<DiscoveredReservations> {
+        const WHAT: &str = "capacity reservations";
+        let region = self
+            .ec2
+            .config()
+            .region()
+            .map(|r| r.to_string())
+            .unwrap_or_default();
+        let classes = self.node_classes.distinct();
+        let mut found = DiscoveredReservations::default();
+        for class in &classes {
+            for (i, term) in class.capacity_reservation_selector_terms.iter().enumerate() {
+                let field = format!(
+                    "EC2NodeClass/{}.capacityReservationSelectorTerms[{i}]",
+                    class.name
+                );
+                let pages: Vec<_> = self
+                    .ec2
+                    .describe_capacity_reservations()
+                    .set_capacity_reservation_ids(
+                        Some(reservations::ids(term)).filter(|v| !v.is_empty()),
+                    )
+                    .set_filters(Some(reservations::filters(term)).filter(|v| !v.is_empty()))
+                    .into_paginator()
+                    .send()
+                    .collect()
+                    .await;
+                let zones = self.zones(WHAT).await?;
+                let mut matched = 0;
+                for page in pages {
+                    let page = match page {
+                        Ok(page) => page,
+                        Err(e)
+                            if aws_sdk_ec2::error::ProvideErrorMetadata::code(&e)
+                                .is_some_and(|c| c.starts_with("InvalidCapacityReservationId")) =>
+                        {
+                            found.problems.push(format!(
+                                "{field}: {} does not exist",
+                                term.id.as_deref().unwrap_or("the reservation")
+                            ));
+                            matched = usize::MAX;
+                            break;
+                        }
+                        Err(e) => {
+                            return Err(step("DescribeCapacityReservations", WHAT).sdk_error(&e))
+                        }
+                    };
+                    for cr in page.capacity_reservations() {
+                        matched += 1;
+                        match reservations::reservation_of(
+                            cr,
+                            &region,
+                            &zones.id_of,
+                            term.price_per_hour.unwrap_or(0.0),
+                        ) {
+                            Ok(r) if !found.reservations.iter().any(|o| o.id == r.id) => {
+                                found.reservations.push(r)
+                            }
+                            Ok(_) => {}
+                            Err(why) => found.problems.push(format!("{field}: {why}")),
+                        }
+                    }
+                }
+                if matched == 0 {
+                    found.problems.push(format!(
+                        "{field}: matches no active or scheduled capacity reservation"
+                    ));
+                }
+            }
+        }
+        Ok(found)
     }
 }
 
@@ -534,10 +662,11 @@ fn instance_of(i: &aws_sdk_ec2::types::Instance, zones: &Zones) -> Option<Instan
         offering: OfferingKey {
             instance_type: i.instance_type()?.as_str().to_string(),
             zone: zone_id.to_string(),
-            capacity_type: if i.instance_lifecycle() == Some(&InstanceLifecycleType::Spot) {
-                CapacityType::Spot
-            } else {
-                CapacityType::OnDemand
+            capacity_type: match i.instance_lifecycle() {
+                Some(InstanceLifecycleType::Spot) => CapacityType::Spot,
+                Some(InstanceLifecycleType::CapacityBlock) => CapacityType::Reserved,
+                _ if i.capacity_reservation_id().is_some() => CapacityType::Reserved,
+                _ => CapacityType::OnDemand,
             },
         },
         price_per_hour: tag(i, l::TAG_PRICE)
@@ -560,9 +689,15 @@ impl CloudProvider for AwsCloud {
         template: &NodeTemplate,
         now: Time,
     ) -> Result<Instance> {
+        // An EFA node goes into its pool's placement group of its zone:
+        // no fallbacks in other zones.
+        let efa = template
+            .labels
+            .get(l::EFA_INTERFACES)
+            .is_some_and(|n| n != "0");
         let offerings: Vec<&OfferingKey> = std::iter::once(&claim.offering)
             .chain(template.fallbacks.iter().filter(|f| {
-                f.capacity_type == claim.offering.capacity_type && **f != claim.offering
+                !efa && f.capacity_type == claim.offering.capacity_type && **f != claim.offering
             }))
             .collect();
         if let Some(existing) = self.of_claim(&claim.claim).await?.into_iter().next() {
@@ -606,10 +741,23 @@ impl CloudProvider for AwsCloud {
                 zones.join(", ")
             )));
         }
-        let lt = self.launch_template(claim, template, class).await?;
+        let mut lt = self.launch_template(claim, template, class).await?;
+        if efa {
+            let group = placement::group_name(
+                &self.settings.cluster_name,
+                &claim.nodepool,
+                &claim.offering.zone,
+            );
+            self.ensure_placement_group(&claim.claim, &group, &claim.nodepool, now)
+                .await?;
+            lt.placement_group = Some(group);
+        }
         let name = lt.name(&self.settings.cluster_name);
         self.ensure_template(claim, &name, &lt, now).await?;
-        let tags = self.launch_tags(claim, class, &name);
+        let mut tags = self.launch_tags(claim, class, &name);
+        if let Some(group) = &lt.placement_group {
+            tags.push((placement::TAG_PLACEMENT_GROUP.into(), group.clone()));
+        }
         let token = fleet::client_token(
             &self.settings.cluster_name,
             &claim.claim,
@@ -617,9 +765,20 @@ impl CloudProvider for AwsCloud {
             &choices,
             &tags,
         );
-        let launched = match fleet::request(self.ec2.create_fleet(), &name, &choices, &tags, token)
-            .send()
-            .await
+        let capacity_block = lt
+            .capacity_reservation
+            .as_ref()
+            .is_some_and(|r| r.capacity_block);
+        let launched = match fleet::request(
+            self.ec2.create_fleet(),
+            &name,
+            &choices,
+            &tags,
+            token,
+            capacity_block,
+        )
+        .send()
+        .await
         {
             Ok(out) => fleet::outcome(&out, &claim.claim, &choices),
             Err(e) => Err(Step {
@@ -705,13 +864,32 @@ impl CloudProvider for AwsCloud {
             .unwrap_or_default()
     }
 
-    /// Deletes launch templates no instance or recent launch uses ([`gc`]).
+    /// Deletes launch templates ([`gc`]) and, once this process has made
+    /// an EFA launch, placement groups ([`placement`]) no instance or recent
+    /// launch uses.
     async fn collect_unused_resources(
         &self,
         now: Time,
         grace: chrono::TimeDelta,
     ) -> Result<(Vec<String>, Vec<Error>)> {
-        self.collect_launch_templates(now, grace).await
+        let (mut deleted, mut failed) = self.collect_launch_templates(now, grace).await?;
+        // Only a process that made EFA launches looks for placement groups
+        // (a cluster without EFA nodes never pays the call).
+        let placing = !self
+            .placement_groups
+            .lock()
+            .map_err(|_| poisoned())?
+            .is_empty();
+        if placing {
+            match self.collect_placement_groups(now, grace).await {
+                Ok((groups, errors)) => {
+                    deleted.extend(groups);
+                    failed.extend(errors);
+                }
+                Err(e) => failed.push(e),
+            }
+        }
+        Ok((deleted, failed))
     }
 
     /// Every instance with our cluster tag that is not terminated.
@@ -725,5 +903,32 @@ impl CloudProvider for AwsCloud {
             ))
             .build();
         self.find("garbage collection", vec![states]).await
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn class(name: &str) -> Arc<NodeClass> {
+        Arc::new(NodeClass {
+            name: name.into(),
+            ..settings::tests::class(Vec::new())
+        })
+    }
+
+    #[test]
+    fn a_class_shared_by_pools_is_distinct_once_and_every_handle_sees_updates() {
+        let classes = NodeClasses::default();
+        let other = classes.clone();
+        assert!(other.distinct().is_empty());
+        let gpu = class("gpu");
+        classes.set(HashMap::from([
+            ("train".to_string(), gpu.clone()),
+            ("infer".to_string(), gpu),
+            ("cpu".to_string(), class("general")),
+        ]));
+        let names: Vec<String> = other.distinct().iter().map(|c| c.name.clone()).collect();
+        assert_eq!(names, ["general", "gpu"]);
     }
 }

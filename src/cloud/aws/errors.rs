@@ -19,6 +19,8 @@ pub const CAPACITY_CODES: &[&str] = &[
     "InsufficientCapacity",
     "InsufficientHostCapacity",
     "InsufficientReservedInstanceCapacity",
+    // A targeted capacity reservation (or Capacity Block) is full.
+    "ReservationCapacityExceeded",
     "InsufficientFreeAddressesInSubnet",
     "UnfulfillableCapacity",
     "MaxSpotInstanceCountExceeded",

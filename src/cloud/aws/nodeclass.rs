@@ -124,6 +124,7 @@ impl Resolved {
             metadata_options: spec.metadata_options.clone(),
             user_data: spec.user_data.clone(),
             tags: spec.tags.clone(),
+            capacity_reservation_selector_terms: spec.capacity_reservation_selector_terms.clone(),
         })
     }
 }

@@ -89,6 +89,7 @@ impl CloudEvent {
             | CloudEvent::Terminated { claim, .. } => Some(claim),
             CloudEvent::Notice { notice, .. } => match notice {
                 Notice::SpotInterruption { claim, .. }
+                | Notice::ReservationEnding { claim, .. }
                 | Notice::Rebalance { claim }
                 | Notice::Terminated { claim } => Some(claim),
                 Notice::InsufficientCapacity { .. } => None,
@@ -110,6 +111,11 @@ impl fmt::Display for CloudEvent {
                     f,
                     "{claim} spot interruption notice, reclaimed at {}",
                     deadline.to_rfc3339()
+                ),
+                Notice::ReservationEnding { claim, end } => write!(
+                    f,
+                    "{claim} capacity reservation ends at {}",
+                    end.to_rfc3339()
                 ),
                 Notice::Rebalance { claim } => write!(f, "{claim} rebalance recommendation"),
                 Notice::Terminated { claim } => write!(f, "{claim} terminated"),

@@ -42,6 +42,7 @@ fn catalog() -> Arc<Catalog> {
                 price_source,
                 interruption_bucket: bucket,
                 market: None,
+                reservation: None,
             };
             offerings.push(offering(
                 CapacityType::OnDemand,
@@ -83,6 +84,7 @@ fn claim(name: &str, offering: OfferingKey) -> ClaimRequest {
         price_per_hour: 0.0,
         pods: Vec::new(),
         prewarm_window: None,
+        reservation: None,
     }
 }
 

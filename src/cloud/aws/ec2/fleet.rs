@@ -78,7 +78,9 @@ pub fn client_token(
 /// priorities in rank order; `prioritized` allocation for on-demand,
 /// `capacity-optimized-prioritized` for spot (EC2 still weighs spot pool
 /// depth, using the ranks as a tie-breaker); `tags` on the instance, its
-/// volumes and the fleet.
+/// volumes and the fleet. Reserved capacity is bought as on-demand (the
+/// launch template targets the reservation) or, for a Capacity Block, as
+/// `capacity-block` (`capacity_block`).
 ///
 /// Every choice must have the capacity type of the first (a fleet buys one
 /// market for a single instance); the caller filters.
@@ -88,6 +90,7 @@ pub fn request(
     choices: &[Choice],
     tags: &[(String, String)],
     token: String,
+    capacity_block: bool,
 ) -> CreateFleetFluentBuilder {
     let spot = choices
         .first()
@@ -120,6 +123,8 @@ pub fn request(
                 .total_target_capacity(1)
                 .default_target_capacity_type(if spot {
                     DefaultTargetCapacityType::Spot
+                } else if capacity_block {
+                    DefaultTargetCapacityType::CapacityBlock
                 } else {
                     DefaultTargetCapacityType::OnDemand
                 })

@@ -107,6 +107,17 @@ impl AwsCloud {
     /// Names and IDs of the launch templates our pending and running
     /// instances were launched from.
     async fn launch_templates_in_use(&self) -> Result<HashSet<String>> {
+        self.live_instance_tags(&[TAG_LAUNCH_TEMPLATE, EC2_TEMPLATE_ID_TAG], WHAT)
+            .await
+    }
+
+    /// The values of tags `keys` on our pending and running instances
+    /// (`what` names the caller in errors).
+    pub(super) async fn live_instance_tags(
+        &self,
+        keys: &[&str],
+        what: &str,
+    ) -> Result<HashSet<String>> {
         let alive = Filter::builder()
             .name("instance-state-name")
             .values("pending")
@@ -123,17 +134,17 @@ impl AwsCloud {
             .await;
         let mut used = HashSet::new();
         for page in pages {
-            let page = page.map_err(|e| step("DescribeInstances", WHAT).sdk_error(&e))?;
+            let page = page.map_err(|e| step("DescribeInstances", what).sdk_error(&e))?;
             let tags = page
                 .reservations()
                 .iter()
                 .flat_map(|r| r.instances())
                 .flat_map(|i| i.tags());
             for t in tags {
-                if let (Some(TAG_LAUNCH_TEMPLATE | EC2_TEMPLATE_ID_TAG), Some(v)) =
-                    (t.key(), t.value())
-                {
-                    used.insert(v.to_string());
+                if let (Some(k), Some(v)) = (t.key(), t.value()) {
+                    if keys.contains(&k) {
+                        used.insert(v.to_string());
+                    }
                 }
             }
         }

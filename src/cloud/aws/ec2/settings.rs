@@ -85,7 +85,14 @@ pub struct NodeClass {
     /// Extra tags on instances, volumes and launch templates.
     #[serde(default)]
     pub tags: BTreeMap<String, String>,
+    /// The on-demand capacity reservations and Capacity Blocks for ML the
+    /// class's nodes may launch into (capacity type `reserved`): a
+    /// reservation is selected when any term matches it.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub capacity_reservation_selector_terms: Vec<CapacityReservationSelectorTerm>,
 }
+
+pub use crate::api::nodeclass::CapacityReservationSelectorTerm;
 
 /// Why settings could not be loaded.
 #[derive(Debug, thiserror::Error)]
@@ -464,6 +471,7 @@ serviceCidr: 10.100.0.0/16
             metadata_options: MetadataOptions::default(),
             user_data: None,
             tags: BTreeMap::new(),
+            capacity_reservation_selector_terms: Vec::new(),
         }
     }
 

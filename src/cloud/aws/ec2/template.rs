@@ -11,11 +11,14 @@ use crate::api::labels as l;
 use crate::api::nodeclass::{BlockDeviceMapping, InstanceStorePolicy, MetadataOptions};
 use crate::cloud::NodeTemplate;
 use aws_sdk_ec2::types::{
-    LaunchTemplateBlockDeviceMappingRequest, LaunchTemplateEbsBlockDeviceRequest,
+    CapacityReservationTarget, LaunchTemplateBlockDeviceMappingRequest,
+    LaunchTemplateCapacityReservationSpecificationRequest, LaunchTemplateEbsBlockDeviceRequest,
     LaunchTemplateHttpTokensState, LaunchTemplateIamInstanceProfileSpecificationRequest,
-    LaunchTemplateInstanceMetadataEndpointState, LaunchTemplateInstanceMetadataOptionsRequest,
-    LaunchTemplateInstanceMetadataProtocolIpv6, LaunchTemplateTagSpecificationRequest,
-    RequestLaunchTemplateData, ResourceType, Tag, VolumeType,
+    LaunchTemplateInstanceMarketOptionsRequest, LaunchTemplateInstanceMetadataEndpointState,
+    LaunchTemplateInstanceMetadataOptionsRequest, LaunchTemplateInstanceMetadataProtocolIpv6,
+    LaunchTemplateInstanceNetworkInterfaceSpecificationRequest, LaunchTemplatePlacementRequest,
+    LaunchTemplateTagSpecificationRequest, MarketType, RequestLaunchTemplateData, ResourceType,
+    Tag, VolumeType,
 };
 use serde::Serialize;
 use sha2::{Digest, Sha256};
@@ -46,6 +49,53 @@ pub struct LaunchTemplate {
     pub user_data: String,
     /// Tags of the template itself (ownership and the node class's extras).
     pub tags: BTreeMap<String, String>,
+    /// The capacity reservation (or Capacity Block) a reserved claim
+    /// launches into; absent otherwise (and then not hashed, so the names
+    /// of other templates do not change).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub capacity_reservation: Option<ReservationTarget>,
+    /// Elastic Fabric Adapter interfaces, one per network card (the first
+    /// `efa`, which also carries ENA; the others `efa-only`); 0: the default
+    /// single ENA interface (and then not hashed, so other names stay).
+    #[serde(skip_serializing_if = "is_zero")]
+    pub efa_interfaces: u32,
+    /// The cluster placement group the instance is launched into (EFA
+    /// nodes); absent otherwise (and then not hashed).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub placement_group: Option<String>,
+}
+
+fn is_zero(n: &u32) -> bool {
+    *n == 0
+}
+
+/// Where a reserved launch goes: the reservation, and whether it is a
+/// Capacity Block (which EC2 launches with market type `capacity-block`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct ReservationTarget {
+    /// `cr-...`.
+    pub id: String,
+    /// A Capacity Block for ML rather than an on-demand reservation.
+    pub capacity_block: bool,
+}
+
+impl ReservationTarget {
+    /// The target of `claim`: its reservation, a block when its node's
+    /// labels say so; `None` for a claim that is not reserved capacity.
+    pub fn of(
+        claim: &crate::core::ClaimRequest,
+        template: &NodeTemplate,
+    ) -> Option<ReservationTarget> {
+        let id = claim.reservation.clone()?;
+        Some(ReservationTarget {
+            id,
+            capacity_block: template
+                .labels
+                .get(l::CAPACITY_RESERVATION_KIND)
+                .map(String::as_str)
+                == Some(crate::catalog::ReservationKind::CapacityBlock.as_str()),
+        })
+    }
 }
 
 impl LaunchTemplate {
@@ -70,14 +120,57 @@ impl LaunchTemplate {
     /// policy only lets us create tagged resources).
     pub fn data(&self) -> RequestLaunchTemplateData {
         let m = &self.metadata;
-        RequestLaunchTemplateData::builder()
-            .image_id(&self.image_id)
+        let mut data = RequestLaunchTemplateData::builder();
+        if let Some(r) = &self.capacity_reservation {
+            data = data.capacity_reservation_specification(
+                LaunchTemplateCapacityReservationSpecificationRequest::builder()
+                    .capacity_reservation_target(
+                        CapacityReservationTarget::builder()
+                            .capacity_reservation_id(&r.id)
+                            .build(),
+                    )
+                    .build(),
+            );
+            if r.capacity_block {
+                data = data.instance_market_options(
+                    LaunchTemplateInstanceMarketOptionsRequest::builder()
+                        .market_type(MarketType::CapacityBlock)
+                        .build(),
+                );
+            }
+        }
+        // EFA interfaces carry the security groups themselves (EC2 refuses
+        // groups both on the instance and on its interfaces); the subnet is
+        // the fleet override's.
+        if let Some(group) = &self.placement_group {
+            data = data.placement(
+                LaunchTemplatePlacementRequest::builder()
+                    .group_name(group)
+                    .build(),
+            );
+        }
+        if self.efa_interfaces > 0 {
+            for card in 0..self.efa_interfaces {
+                let card = i32::try_from(card).unwrap_or(i32::MAX);
+                data = data.network_interfaces(
+                    LaunchTemplateInstanceNetworkInterfaceSpecificationRequest::builder()
+                        .network_card_index(card)
+                        .device_index(if card == 0 { 0 } else { 1 })
+                        .interface_type(if card == 0 { "efa" } else { "efa-only" })
+                        .set_groups(Some(self.security_group_ids.clone()))
+                        .delete_on_termination(true)
+                        .build(),
+                );
+            }
+        } else {
+            data = data.set_security_group_ids(Some(self.security_group_ids.clone()));
+        }
+        data.image_id(&self.image_id)
             .iam_instance_profile(
                 LaunchTemplateIamInstanceProfileSpecificationRequest::builder()
                     .name(&self.instance_profile)
                     .build(),
             )
-            .set_security_group_ids(Some(self.security_group_ids.clone()))
             .set_block_device_mappings(Some(self.block_devices.iter().map(block_device).collect()))
             .metadata_options(
                 LaunchTemplateInstanceMetadataOptionsRequest::builder()
@@ -466,9 +559,9 @@ serviceCidr: 10.100.0.0/16
         assert_eq!(doc["spec"]["kubelet"]["flags"].as_array().unwrap().len(), 2);
     }
 
-    #[test]
-    fn equal_content_shares_a_name_and_changed_content_does_not() {
-        let lt = LaunchTemplate {
+    /// A plain template for the class, for tests to vary.
+    fn launch_template() -> LaunchTemplate {
+        LaunchTemplate {
             image_id: "ami-1".into(),
             instance_profile: "nodes".into(),
             security_group_ids: vec!["sg-1".into()],
@@ -476,7 +569,15 @@ serviceCidr: 10.100.0.0/16
             metadata: MetadataOptions::default(),
             user_data: user_data(&settings(), &class(), &template()).unwrap(),
             tags: BTreeMap::new(),
-        };
+            capacity_reservation: None,
+            efa_interfaces: 0,
+            placement_group: None,
+        }
+    }
+
+    #[test]
+    fn equal_content_shares_a_name_and_changed_content_does_not() {
+        let lt = launch_template();
         let name = lt.name("prod");
         assert!(
             name.starts_with("quartermaster/prod/") && name.len() == 35,
@@ -487,6 +588,14 @@ serviceCidr: 10.100.0.0/16
         bigger.block_devices[0].ebs.volume_size_gib = 500;
         assert_ne!(bigger.name("prod"), name);
         assert_ne!(lt.name("staging"), name);
+        let reserved = LaunchTemplate {
+            capacity_reservation: Some(ReservationTarget {
+                id: "cr-1".into(),
+                capacity_block: true,
+            }),
+            ..lt.clone()
+        };
+        assert_ne!(reserved.name("prod"), name);
         assert!(lt.name(&"c".repeat(100)).len() <= 128);
     }
 
@@ -495,5 +604,69 @@ serviceCidr: 10.100.0.0/16
         let mut t = template();
         t.labels.insert("bad".into(), "a,b".into());
         assert!(kubelet_flags(&t).unwrap_err().contains("bad=a,b"));
+    }
+
+    #[test]
+    fn a_capacity_block_template_targets_the_reservation_with_the_capacity_block_market() {
+        let target = |capacity_block| LaunchTemplate {
+            capacity_reservation: Some(ReservationTarget {
+                id: "cr-0123".into(),
+                capacity_block,
+            }),
+            ..launch_template()
+        };
+        let data = target(true).data();
+        let spec = data.capacity_reservation_specification().unwrap();
+        assert_eq!(
+            spec.capacity_reservation_target()
+                .unwrap()
+                .capacity_reservation_id(),
+            Some("cr-0123")
+        );
+        assert_eq!(
+            data.instance_market_options().and_then(|m| m.market_type()),
+            Some(&MarketType::CapacityBlock)
+        );
+        // An on-demand reservation is targeted, bought on demand.
+        assert!(target(false).data().instance_market_options().is_none());
+    }
+
+    #[test]
+    fn an_efa_template_has_one_interface_per_network_card_the_first_with_ena() {
+        let lt = LaunchTemplate {
+            efa_interfaces: 4,
+            placement_group: Some("quartermaster-prod-train-use1-az4".into()),
+            ..launch_template()
+        };
+        let data = lt.data();
+        let nics = data.network_interfaces();
+        let kinds: Vec<(Option<i32>, Option<i32>, Option<&str>)> = nics
+            .iter()
+            .map(|n| (n.network_card_index(), n.device_index(), n.interface_type()))
+            .collect();
+        assert_eq!(
+            kinds,
+            [
+                (Some(0), Some(0), Some("efa")),
+                (Some(1), Some(1), Some("efa-only")),
+                (Some(2), Some(1), Some("efa-only")),
+                (Some(3), Some(1), Some("efa-only")),
+            ]
+        );
+        assert!(nics.iter().all(|n| n.groups() == ["sg-1"]));
+        assert_eq!(
+            data.placement().and_then(|p| p.group_name()),
+            Some("quartermaster-prod-train-use1-az4")
+        );
+        // The groups are on the interfaces, not the instance.
+        assert!(data.security_group_ids().is_empty());
+        let plain = LaunchTemplate {
+            efa_interfaces: 0,
+            placement_group: None,
+            ..lt.clone()
+        };
+        assert!(plain.data().network_interfaces().is_empty());
+        assert_eq!(plain.data().security_group_ids(), ["sg-1"]);
+        assert_ne!(plain.name("prod"), lt.name("prod"));
     }
 }

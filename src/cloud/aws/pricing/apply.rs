@@ -169,6 +169,8 @@ pub fn apply_prices(base: &Catalog, region: &str, live: &LivePrices) -> (Catalog
                         report.spot_changed += 1;
                     }
                 }
+                // Reserved capacity is priced by its node class, not by AWS.
+                CapacityType::Reserved => {}
             }
         }
         offerings.push(o);
@@ -193,6 +195,7 @@ pub fn apply_prices(base: &Catalog, region: &str, live: &LivePrices) -> (Catalog
                 price_source: PriceSource::SpotObserved,
                 interruption_bucket: None,
                 market: None,
+                reservation: None,
             });
             report.spot_added += 1;
         } else {
@@ -381,6 +384,7 @@ mod tests {
             price_per_hour: price,
             price_source: src,
             market: None,
+            reservation: None,
             interruption_bucket: None,
         }
     }
