@@ -83,11 +83,7 @@ pub fn reservation_endings(world: &World, now: Time, lead: Duration) -> Vec<Noti
         .nodes
         .iter()
         .filter_map(|n| {
-            let id = n
-                .state
-                .labels
-                .get(crate::api::labels::CAPACITY_RESERVATION_ID)?;
-            let end = world.catalog.reservation(id)?.end?;
+            let end = reservation_end(world, n)?;
             (end <= horizon).then(|| Notice::ReservationEnding {
                 claim: n.claim.clone(),
                 end,
@@ -96,19 +92,23 @@ pub fn reservation_endings(world: &World, now: Time, lead: Duration) -> Vec<Noti
         .collect()
 }
 
+/// When the reservation node `n` runs in ends, if it runs in one that
+/// ends.
+fn reservation_end(world: &World, n: &ManagedNode) -> Option<Time> {
+    let id = n
+        .state
+        .labels
+        .get(crate::api::labels::CAPACITY_RESERVATION_ID)?;
+    world.catalog.reservation(id)?.end
+}
+
 /// The next time a reservation of one of the world's nodes comes within
 /// `lead` of its end (for the drivers' timers), if any is still ahead.
 pub fn next_reservation_ending(world: &World, now: Time, lead: Duration) -> Option<Time> {
     world
         .nodes
         .iter()
-        .filter_map(|n| {
-            let id = n
-                .state
-                .labels
-                .get(crate::api::labels::CAPACITY_RESERVATION_ID)?;
-            world.catalog.reservation(id)?.end.map(|e| before(e, lead))
-        })
+        .filter_map(|n| reservation_end(world, n).map(|e| before(e, lead)))
         .filter(|t| *t > now)
         .min()
 }
