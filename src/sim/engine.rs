@@ -852,6 +852,9 @@ impl<'a> Engine<'a> {
             self.result.interruptions += j.interruptions;
             self.result.checkpoints += j.checkpoints;
             self.result.lost_gpu_hours += j.lost_s / 3600.0 * j.gpus();
+            self.result
+                .lost_gpu_hours_by
+                .add_scaled(&j.lost_by, j.gpus() / 3600.0);
         }
         waits.sort_by(f64::total_cmp);
         if !waits.is_empty() {

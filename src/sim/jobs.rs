@@ -48,6 +48,31 @@ pub enum Phase {
     },
 }
 
+/// Lost work by cause, in the unit of its holder (seconds for a job,
+/// GPU-hours for a strategy), so a user sees which lever would help:
+/// checkpoint more often (`rework`), restart faster (`restarts`), or
+/// checkpoint less often (`checkpoint_pauses`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, serde::Serialize)]
+pub struct LostBy {
+    /// Progress made since the last complete checkpoint when the node was
+    /// lost, redone after the restart.
+    pub rework: f64,
+    /// Restart overhead paid (rescheduling, loading the checkpoint) in runs
+    /// that were interrupted again or ended by an interruption.
+    pub restarts: f64,
+    /// Training stopped while requested checkpoints were copied out.
+    pub checkpoint_pauses: f64,
+}
+
+impl LostBy {
+    /// Adds `other` scaled by `k` (seconds of a job to GPU-hours: `gpus / 3600`).
+    pub fn add_scaled(&mut self, other: &LostBy, k: f64) {
+        self.rework += other.rework * k;
+        self.restarts += other.restarts * k;
+        self.checkpoint_pauses += other.checkpoint_pauses * k;
+    }
+}
+
 /// One job and its history.
 #[derive(Debug, Clone)]
 pub struct JobRun {
@@ -66,8 +91,11 @@ pub struct JobRun {
     pub interruptions: u32,
     /// Checkpoints taken (periodic and requested).
     pub checkpoints: u32,
-    /// Seconds of useful work lost to interruptions (plus restart overheads).
+    /// Seconds of useful work lost to interruptions (plus restart overheads
+    /// and checkpoint pauses): the sum of `lost_by`.
     pub lost_s: f64,
+    /// `lost_s` by cause.
+    pub lost_by: LostBy,
     /// Has it ever started.
     pub started: bool,
     /// Seconds its first node took from launch to Ready, nominally (the
@@ -91,6 +119,7 @@ impl JobRun {
             interruptions: 0,
             checkpoints: 0,
             lost_s: 0.0,
+            lost_by: LostBy::default(),
             started: false,
             startup_s: 0.0,
         }
@@ -248,6 +277,7 @@ impl JobRun {
             if let Phase::Running { paused_s, .. } = &mut self.phase {
                 *paused_s += pause;
                 self.lost_s += pause;
+                self.lost_by.checkpoint_pauses += pause;
             }
         }
         let write = self.job.checkpoint_write_s;
@@ -276,7 +306,10 @@ impl JobRun {
             }
             _ => (0.0, 0.0),
         };
-        self.lost_s += (useful - saved).max(0.0) + restart_overhead_paid;
+        let rework = (useful - saved).max(0.0);
+        self.lost_s += rework + restart_overhead_paid;
+        self.lost_by.rework += rework;
+        self.lost_by.restarts += restart_overhead_paid;
         self.saved_s = saved;
         self.writing = None;
         self.interruptions += 1;
@@ -427,6 +460,34 @@ mod tests {
         assert_eq!(sync.finish_time(), Some(t(3660)));
         sync.finish(t(3660));
         assert_eq!(sync.lost_s, 60.0);
+    }
+
+    #[test]
+    fn lost_work_is_split_by_cause_and_the_causes_add_up_to_the_total() {
+        let pause = crate::core::cadence::DEFAULT_CHECKPOINT_PAUSE_S;
+        let mut j = job(10_000.0, Some(1800.0));
+        j.submit(t(0));
+        j.start("n1", t(0));
+        // A requested checkpoint at 1000 s: its pause is lost.
+        j.request_checkpoint(t(1000)).unwrap();
+        // Reclaimed at 2500 s: progress 2500 s less the pause, saved by the
+        // periodic checkpoint of 1800 s: the rest is redone.
+        j.stop(t(2500));
+        let rework = 2500.0 - pause - 1800.0;
+        assert_eq!(j.lost_by.checkpoint_pauses, pause);
+        assert_eq!(j.lost_by.rework, rework);
+        assert_eq!(j.lost_by.restarts, 0.0, "the first start pays no overhead");
+        // Restarted, and reclaimed again 100 s in, inside its 300 s overhead.
+        j.start("n2", t(3000));
+        j.stop(t(3100));
+        assert_eq!(j.lost_by.restarts, 100.0);
+        assert_eq!(j.lost_by.rework, rework, "no progress yet");
+        let by = j.lost_by;
+        assert_eq!(by.rework + by.restarts + by.checkpoint_pauses, j.lost_s);
+        // A strategy adds them up in GPU-hours.
+        let mut total = LostBy::default();
+        total.add_scaled(&by, 2.0 / 3600.0);
+        assert_eq!(total.restarts, 200.0 / 3600.0);
     }
 
     #[test]

@@ -149,6 +149,7 @@ fn strategy_json(report: &SimReport, r: &StrategyResult) -> Value {
         "total_cost": r.total_cost,
         "gpu_hours": r.gpu_hours,
         "lost_gpu_hours": r.lost_gpu_hours,
+        "lost_gpu_hours_by": r.lost_gpu_hours_by,
         "provisioned_gpu_hours": r.provisioned_gpu_hours,
         "mean_pending_s": r.mean_pending_s,
         "p95_pending_s": r.p95_pending_s,
@@ -315,6 +316,11 @@ pub(crate) mod fixtures {
             reserved_upfront_cost: 0.0,
             gpu_hours: 10.0,
             lost_gpu_hours: 1.0,
+            lost_gpu_hours_by: crate::sim::jobs::LostBy {
+                rework: 0.5,
+                restarts: 0.25,
+                checkpoint_pauses: 0.25,
+            },
             provisioned_gpu_hours: 20.0,
             mean_pending_s: 90.0,
             p95_pending_s: 7200.0,
@@ -483,6 +489,9 @@ mod tests {
         assert_eq!(qm["jobs_completed"], 4);
         assert_eq!(qm["unfinished_count"], 0);
         assert_eq!(qm["p95_slowdown"], 1.1);
+        assert_eq!(qm["lost_gpu_hours_by"]["rework"], 0.5);
+        assert_eq!(qm["lost_gpu_hours_by"]["restarts"], 0.25);
+        assert_eq!(qm["lost_gpu_hours_by"]["checkpoint_pauses"], 0.25);
         let greedy = &v["strategies"]["greedy"];
         assert_eq!(greedy["unfinished_count"], 7);
         assert_eq!(greedy["unfinished"][6]["job"], "train-6");

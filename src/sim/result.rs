@@ -53,6 +53,8 @@ pub struct StrategyResult {
     pub gpu_hours: f64,
     /// GPU-hours of work lost to interruptions and restarts.
     pub lost_gpu_hours: f64,
+    /// `lost_gpu_hours` by cause.
+    pub lost_gpu_hours_by: super::jobs::LostBy,
     /// GPU-hours of nodes alive (provisioned).
     pub provisioned_gpu_hours: f64,
     /// Mean seconds a job waited for a node (over all its waits).
