@@ -64,6 +64,17 @@ pub struct Catalog {
     /// Every reservation handed to [`Catalog::with_reservations`], usable or
     /// not (a node in a block that is ending still needs its end time).
     reservations: Vec<Reservation>,
+    /// Which catalog this is, as far as its spot markets go: a new number
+    /// for each catalog built and each market model applied, so a reader
+    /// that caches per pool ([`crate::core::cadence`]) knows when a price
+    /// refresh or a new model made its cache stale.
+    revision: u64,
+}
+
+/// A revision no catalog had before (see [`Catalog::revision`]).
+fn next_revision() -> u64 {
+    static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
+    NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
 }
 
 impl Catalog {
@@ -88,6 +99,7 @@ impl Catalog {
             offerings,
             market: MarketModel::default(),
             reservations: Vec::new(),
+            revision: next_revision(),
         }
         .with_market(MarketModel::default())
     }
@@ -126,7 +138,15 @@ impl Catalog {
             };
         }
         self.market = model;
+        self.revision = next_revision();
         self
+    }
+
+    /// This catalog's revision: equal for a catalog and its clones, new for
+    /// every catalog built or repriced since, so the spot markets of two
+    /// catalogs with the same revision are the same.
+    pub fn revision(&self) -> u64 {
+        self.revision
     }
 
     /// The same catalog selling `reservations` as reserved offerings, in

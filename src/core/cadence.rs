@@ -83,8 +83,11 @@ fn plus(t: Time, s: f64) -> Time {
 pub struct Cadence {
     /// Pod → when its last cadence request was made.
     requested: BTreeMap<String, Time>,
-    /// Spot pool markets, read from the catalog once each.
+    /// Spot pool markets, read from the catalog once each, and the
+    /// catalog revision they were read from (a refreshed catalog, new
+    /// prices or a new model, is read again).
     markets: BTreeMap<OfferingKey, PoolMarket>,
+    markets_revision: u64,
     /// Earliest time a pod falls due after the last decision.
     next: Option<Time>,
 }
@@ -108,6 +111,10 @@ impl Cadence {
     /// caller is already draining (`busy`) are left to the interruption
     /// and disruption steps.
     pub fn decide(&mut self, world: &World, now: Time, busy: &dyn Fn(&str) -> bool) -> Vec<Action> {
+        if self.markets_revision != world.catalog.revision() {
+            self.markets.clear();
+            self.markets_revision = world.catalog.revision();
+        }
         let eligible = |b: &BoundPod| {
             !b.placeholder
                 && b.pod.checkpoints
@@ -323,6 +330,26 @@ mod tests {
         let w = world(&catalog, &answered);
         assert!(requests(&cadence.decide(&w, acked, &|_| false)).is_empty());
         assert!(cadence.next_deadline().unwrap() > acked);
+    }
+
+    #[test]
+    fn a_repriced_catalog_is_read_again_not_served_from_the_cache() {
+        // On the old advisor model's calm market the Young-Daly interval is
+        // far longer than the pod's own: no request.
+        let calm = Catalog::embedded()
+            .unwrap()
+            .with_market(crate::catalog::market::MarketModel::Advisor);
+        let nodes = [node("n1", CapacityType::Spot, vec![pod("ml/a", 8)])];
+        let mut cadence = Cadence::default();
+        assert!(requests(&cadence.decide(&world(&calm, &nodes), t(1700), &|_| false)).is_empty());
+        // The catalog is refreshed with the calibrated market: the same
+        // cadence now reads the new hazard and asks.
+        let calibrated = calm.clone().with_market(Default::default());
+        assert_ne!(calibrated.revision(), calm.revision());
+        let actions = cadence.decide(&world(&calibrated, &nodes), t(1700), &|_| false);
+        assert_eq!(requests(&actions), ["ml/a"]);
+        // A clone is the same catalog: its revision, and its markets.
+        assert_eq!(calm.clone().revision(), calm.revision());
     }
 
     #[test]
