@@ -99,8 +99,9 @@ pub struct Core {
     /// labels of every instance type, on every step).
     families: RefCell<BTreeMap<String, (NodePoolSpec, Vec<String>)>>,
     /// Prior mean rates (the calibrated market's) of the spot pools the
-    /// estimator has evidence for.
-    priors: RefCell<BTreeMap<OfferingKey, f64>>,
+    /// estimator has evidence for, and the catalog revision they were read
+    /// from (a refreshed catalog is read again).
+    priors: RefCell<(u64, BTreeMap<OfferingKey, f64>)>,
     /// Seconds on a monotonic clock, to time the planner; measuring only.
     solve_clock: Option<fn() -> f64>,
     /// The last provisioning plan's report.
@@ -123,7 +124,7 @@ impl Core {
             last_decide: None,
             usable: BTreeSet::new(),
             families: RefCell::new(BTreeMap::new()),
-            priors: RefCell::new(BTreeMap::new()),
+            priors: RefCell::new((0, BTreeMap::new())),
             solve_clock: None,
             last_plan: None,
             cadence: Cadence::default(),
@@ -391,7 +392,11 @@ impl Core {
         if !self.config.learn_rates {
             return BTreeMap::new();
         }
-        let mut priors = self.priors.borrow_mut();
+        let mut cache = self.priors.borrow_mut();
+        if cache.0 != world.catalog.revision() {
+            *cache = (world.catalog.revision(), BTreeMap::new());
+        }
+        let priors = &mut cache.1;
         self.estimator
             .pools()
             .map(|k| {
@@ -908,6 +913,36 @@ mod tests {
             .collect();
         assert_eq!(then, []);
         assert!(core.last_plan().is_some(), "the gang was planned");
+    }
+
+    #[test]
+    fn learned_rates_start_from_the_prior_of_the_catalog_in_hand_not_the_first_one_seen() {
+        let core = {
+            let mut c = Core::new(Config::default());
+            c.estimator.observe_interruption(&OfferingKey {
+                instance_type: "g5.xlarge".into(),
+                zone: "use1-az1".into(),
+                capacity_type: CapacityType::Spot,
+            });
+            c
+        };
+        let key = core.estimator.pools().next().unwrap().clone();
+        let rate_with = |catalog: &Catalog| {
+            let w = World {
+                catalog,
+                ..world(&[], &[], &[])
+            };
+            core.learned_rates(&w)[&key]
+        };
+        let calibrated = catalog().clone();
+        let _ = rate_with(&calibrated);
+        // The catalog is refreshed under another market model: the prior,
+        // and so the learned rate, follow it.
+        let advisor = calibrated.with_market(crate::catalog::market::MarketModel::Advisor);
+        let prior = super::super::estimator::prior_rate(&advisor, "us-east-1", &key);
+        let expected = core.estimator.posterior_from(&key, prior).mean();
+        assert_eq!(rate_with(&advisor), expected);
+        assert_ne!(rate_with(catalog()), expected);
     }
 
     /// A spot g5.xlarge `gpu-1` of pool `gpu`, launched at 0 and Ready at
