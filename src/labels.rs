@@ -77,6 +77,13 @@ pub const TAINT_UNREGISTERED: &str = "quartermaster.dev/unregistered";
 /// Taint put on a node that is being disrupted (interrupted or consolidated).
 pub const TAINT_DISRUPTED: &str = "quartermaster.dev/disrupted";
 
+/// NodeClaim annotation: the hash of its pool's template when it was
+/// created (`core::drift::pool_template_hash`), for drift.
+pub const NODEPOOL_HASH: &str = "quartermaster.dev/nodepool-hash";
+/// NodeClaim annotation: the version of the drift hashes it carries
+/// (`core::drift::HASH_VERSION`).
+pub const DRIFT_HASH_VERSION: &str = "quartermaster.dev/drift-hash-version";
+
 /// Pod/node annotation: never disrupt voluntarily.
 pub const DO_NOT_DISRUPT: &str = "quartermaster.dev/do-not-disrupt";
 /// Pod annotation we set: a checkpoint is requested by this RFC 3339 deadline.

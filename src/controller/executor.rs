@@ -143,6 +143,18 @@ pub fn build_claim(
         },
     );
     claim.metadata.finalizers = Some(vec![l::FINALIZER.to_string()]);
+    // What the pool's template was, for drift (requirements the cloud
+    // added to the world's pool are not in the hash).
+    claim.metadata.annotations = Some(BTreeMap::from([
+        (
+            l::NODEPOOL_HASH.to_string(),
+            crate::core::drift::pool_template_hash(&pool.spec),
+        ),
+        (
+            l::DRIFT_HASH_VERSION.to_string(),
+            crate::core::drift::HASH_VERSION.to_string(),
+        ),
+    ]));
     let mut labels = BTreeMap::from([(l::NODEPOOL.to_string(), req.nodepool.clone())]);
     if let Some(w) = &req.prewarm_window {
         labels.insert(PREWARM_LABEL.to_string(), w.clone());
@@ -150,10 +162,14 @@ pub fn build_claim(
     claim.metadata.labels = Some(labels);
     let fallbacks = fallback::fallbacks(req, world, pods);
     if !fallbacks.is_empty() {
-        claim.metadata.annotations = Some(BTreeMap::from([(
-            FALLBACKS_ANNOTATION.to_string(),
-            format_fallbacks(&fallbacks),
-        )]));
+        claim
+            .metadata
+            .annotations
+            .get_or_insert_with(BTreeMap::new)
+            .insert(
+                FALLBACKS_ANNOTATION.to_string(),
+                format_fallbacks(&fallbacks),
+            );
     }
     Ok(claim)
 }

@@ -388,6 +388,7 @@ impl<C: CloudProvider + Send + Sync + 'static> Driver<C> {
         let created = std::mem::take(&mut self.created);
         let (parts, views, nodes_by_claim) = self.store.read(|s| {
             let mut parts = snapshot::world_parts(s, &catalog, &region, now);
+            snapshot::mark_drift(s, &mut parts.nodes, &|c| self.ctx.cloud.launch_stamp(c));
             // What the cloud can launch for each pool (EC2: the variants its
             // node class has images for) narrows the pool's requirements.
             for pool in &mut parts.pools {
@@ -522,6 +523,7 @@ impl<C: CloudProvider + Send + Sync + 'static> Driver<C> {
                 }
             }
             self.reconcile_claims(&views, &world, now).await;
+            self.write_drift(&views, &world, now).await;
             if self.is_leader() {
                 self.update_pool_statuses(&catalog, now).await;
             }
@@ -666,6 +668,35 @@ impl<C: CloudProvider + Send + Sync + 'static> Driver<C> {
                         node.state.in_flight = false;
                         self.core.observe_ready(&node);
                     }
+                }
+            }
+        }
+    }
+
+    /// Brings each claim's `Drifted` condition in line with what the world
+    /// says drifted (leader only; a failed write is retried next round).
+    async fn write_drift(&mut self, views: &[ClaimView], world: &World<'_>, now: Time) {
+        for view in views {
+            if !self.is_leader() {
+                return;
+            }
+            let name = view.claim.name_any();
+            let drifted = world
+                .nodes
+                .iter()
+                .find(|n| n.claim == name)
+                .and_then(|n| n.drifted);
+            let Some(status) = super::lifecycle::drift_status(&view.claim, drifted, now) else {
+                continue;
+            };
+            match self.ctx.api.patch_node_claim_status(&name, &status).await {
+                Ok(()) => {
+                    if let Some(d) = drifted {
+                        tracing::info!(claim = %name, reason = d.reason(), "NodeClaim drifted: {d}");
+                    }
+                }
+                Err(error) => {
+                    tracing::warn!(claim = %name, %error, "failed to write the Drifted condition")
                 }
             }
         }

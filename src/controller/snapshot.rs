@@ -17,6 +17,7 @@ use crate::catalog::Catalog;
 use crate::cluster::podgroups::{self, PodGroupSpec};
 use crate::cluster::{GangSource, Pod, Resources};
 use crate::controller::intern::Interner;
+use crate::core::drift::{self, ClassStamp, Stamp};
 use crate::core::{BoundPod, ClaimRequest, ManagedNode, OfferingKey, Pdb, Time, World};
 use futures::StreamExt;
 use k8s_openapi::api::core::v1 as core;
@@ -742,6 +743,62 @@ pub fn world_parts(s: &Snapshot, catalog: &Catalog, region: &str, now: Time) -> 
         pending,
         nodes,
         pdbs,
+    }
+}
+
+/// What a claim records it was launched with, for drift: its pool's
+/// template hash and the hash version (annotations, set at creation), its
+/// node class's hash and its image (status, set at launch).
+pub fn launched_stamp(claim: &NodeClaim) -> Stamp {
+    let annotation = |key: &str| {
+        claim
+            .metadata
+            .annotations
+            .as_ref()
+            .and_then(|a| a.get(key))
+            .cloned()
+    };
+    let status = claim.status.as_ref();
+    Stamp {
+        version: annotation(l::DRIFT_HASH_VERSION),
+        pool: annotation(l::NODEPOOL_HASH),
+        node_class: status.and_then(|s| s.node_class_hash.clone()),
+        image: status.and_then(|s| s.image_id.clone()),
+    }
+}
+
+/// Sets [`ManagedNode::drifted`] on every node whose claim no longer
+/// matches what would be launched now (`core::drift::detect_for`): its
+/// pool's template as the API has it, and what `current` (the cloud's
+/// `launch_stamp`) says of its class and image. Claims being deleted and
+/// claims of unknown pools never drift.
+pub fn mark_drift(
+    s: &Snapshot,
+    nodes: &mut [ManagedNode],
+    current: &dyn Fn(&crate::api::NodeClaimSpec) -> Option<ClassStamp>,
+) {
+    for n in nodes {
+        n.drifted = None;
+        let Some(claim) = s.claims.get(&n.claim) else {
+            continue;
+        };
+        let Some(pool) = s.pools.get(&claim.spec.node_pool) else {
+            continue;
+        };
+        if claim.metadata.deletion_timestamp.is_some() {
+            continue;
+        }
+        let class = current(&claim.spec);
+        let now = Stamp {
+            version: Some(drift::HASH_VERSION.to_string()),
+            pool: Some(drift::pool_template_hash(&pool.spec)),
+            node_class: class.as_ref().map(|c| c.hash.clone()),
+            image: class.map(|c| c.image),
+        };
+        let labels = s
+            .node_of(claim)
+            .map_or(&claim.spec.labels, |node| &node.labels);
+        n.drifted = drift::detect_for(&launched_stamp(claim), &now, &pool.spec, labels);
     }
 }
 

@@ -260,6 +260,7 @@ mod tests {
                 })
                 .collect(),
             do_not_disrupt: false,
+            drifted: None,
         }
     }
 

@@ -451,6 +451,7 @@ impl ManagedNode {
             },
             pods: Vec::new(),
             do_not_disrupt: false,
+            drifted: None,
         })
     }
 }
@@ -493,6 +494,7 @@ fn shortfall(pool: &NodePool, placeholders: Vec<Pod>, nodes: &[ManagedNode]) -> 
 
 #[cfg(test)]
 mod tests {
+    use super::super::interruption::fixtures::launches;
     use super::*;
     use crate::api::labels as l;
     use crate::api::{NodePoolSpec, PrewarmWindow, Taint, TaintEffect};
@@ -549,16 +551,6 @@ mod tests {
             nodes,
             pdbs: &[],
         }
-    }
-
-    fn launches(actions: &[Action]) -> Vec<&ClaimRequest> {
-        actions
-            .iter()
-            .filter_map(|a| match a {
-                Action::Launch(c) => Some(c),
-                _ => None,
-            })
-            .collect()
     }
 
     #[test]

@@ -202,6 +202,23 @@ impl NodeClass {
     /// every accelerator); `None` when the class has neither, and then the
     /// planner must not pick such an instance type for the pool.
     pub fn image_for(&self, variant: ImageVariant) -> Option<&str> {
+        self.image_of(variant)
+    }
+
+    /// The hash of what the class launches nodes with, for drift
+    /// (`core::drift`): every field but its name, its images (compared on
+    /// their own, per node) and its capacity reservation selector terms (a
+    /// new reservation is no reason to replace running nodes).
+    pub fn drift_hash(&self) -> String {
+        crate::core::drift::hash_of(&NodeClass {
+            name: String::new(),
+            images: Vec::new(),
+            capacity_reservation_selector_terms: Vec::new(),
+            ..self.clone()
+        })
+    }
+
+    fn image_of(&self, variant: ImageVariant) -> Option<&str> {
         let arch = variant.arch.as_str();
         let exact = self
             .images
