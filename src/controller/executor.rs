@@ -48,19 +48,9 @@ pub type Result<T, E = Error> = std::result::Result<T, E>;
 /// (metrics count such nodes per pool).
 pub const PREWARM_LABEL: &str = "quartermaster.dev/prewarm-window";
 
-/// Appends a suffix unique to this controller process to a claim name the
-/// core chose, so that a restarted controller (whose core counts from zero
-/// again) never reuses a name: providers key idempotent launches on it.
-pub fn unique_claim_name(core_name: &str, boot: &str) -> String {
-    if boot.is_empty() {
-        core_name.to_string()
-    } else {
-        format!("{core_name}-{boot}")
-    }
-}
-
 /// A short lowercase tag for this process (base 36 of the start time in
-/// seconds), for [`unique_claim_name`].
+/// seconds), for the names of the claims its core makes
+/// ([`crate::core::Core::with_claim_tag`]).
 pub fn boot_tag(now: Time) -> String {
     let mut n = now.timestamp().max(0) as u64;
     let mut out = Vec::new();
@@ -212,8 +202,6 @@ pub struct Executor<'a> {
     pub metrics: &'a Arc<Metrics>,
     /// Leadership; checked before every write.
     pub leader: &'a watch::Receiver<bool>,
-    /// This process' tag for claim names ([`unique_claim_name`]).
-    pub boot: &'a str,
     /// Kubernetes Events, when published (tests leave them out).
     pub events: Option<&'a Events>,
     /// HTTP client of checkpoint hooks.
@@ -360,7 +348,7 @@ impl Executor<'_> {
         };
         match action {
             Action::Launch(req) => {
-                let name = unique_claim_name(&req.claim, self.boot);
+                let name = req.claim.clone();
                 let pods: Vec<&Pod> = req
                     .pods
                     .iter()
@@ -559,7 +547,7 @@ mod tests {
     }
 
     #[test]
-    fn claim_names_get_a_per_process_suffix() {
+    fn boot_tags_differ_per_second_and_are_lowercase_alphanumeric() {
         let t = chrono::Utc.with_ymd_and_hms(2026, 1, 1, 0, 0, 0).unwrap();
         let a = boot_tag(t);
         let b = boot_tag(t + chrono::TimeDelta::seconds(1));
@@ -567,10 +555,5 @@ mod tests {
         assert!(a
             .chars()
             .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit()));
-        assert_eq!(
-            unique_claim_name("gpu-000001", &a),
-            format!("gpu-000001-{a}")
-        );
-        assert_eq!(unique_claim_name("gpu-000001", ""), "gpu-000001");
     }
 }

@@ -161,7 +161,6 @@ pub struct Driver<C> {
     settings: Settings,
     store: Arc<Store>,
     core: Core,
-    boot: String,
     last_gc: Option<Time>,
     next_deadline: Option<Time>,
     notices: NoticeHandler,
@@ -216,11 +215,12 @@ impl<C: CloudProvider + Send + Sync + 'static> Driver<C> {
     /// A driver over a synced store; `now` tags this process' claim names.
     pub fn new(ctx: Context<C>, settings: Settings, store: Arc<Store>, now: Time) -> Driver<C> {
         Driver {
-            core: Core::new(settings.core.clone()).with_solve_clock(monotonic_seconds),
+            core: Core::new(settings.core.clone())
+                .with_solve_clock(monotonic_seconds)
+                .with_claim_tag(&executor::boot_tag(now)),
             ctx,
             settings,
             store,
-            boot: executor::boot_tag(now),
             last_gc: None,
             next_deadline: None,
             notices: NoticeHandler::new(),
@@ -506,7 +506,6 @@ impl<C: CloudProvider + Send + Sync + 'static> Driver<C> {
                 api: &self.ctx.api,
                 metrics: &self.ctx.metrics,
                 leader: &self.ctx.leader,
-                boot: &self.boot,
                 events: self.events.as_ref(),
                 hooks: &self.hooks,
                 hook_acks: &self.hook_acks,

@@ -107,6 +107,9 @@ pub struct Core {
     last_plan: Option<PlanReport>,
     /// Checkpoint requests paced by spot risk.
     cadence: Cadence,
+    /// Appended (`-{tag}`) to the names of the claims provisioning makes
+    /// ([`Core::with_claim_tag`]).
+    claim_tag: String,
 }
 
 impl Core {
@@ -127,8 +130,24 @@ impl Core {
             solve_clock: None,
             last_plan: None,
             cadence: Cadence::default(),
+            claim_tag: String::new(),
             config,
         }
+    }
+
+    /// Tags the names of the claims provisioning makes (`{pool}-{n}-{tag}`),
+    /// so that a restarted controller, whose count starts again, never
+    /// reuses a name (providers key idempotent launches on it). The names
+    /// of replacements are unique without it (they hash the node and the
+    /// time). The name a `Launch` carries is the claim's name: decisions
+    /// that wait for a claim (a replacement to be ready) find it by it.
+    pub fn with_claim_tag(mut self, tag: &str) -> Core {
+        self.claim_tag = if tag.is_empty() {
+            String::new()
+        } else {
+            format!("-{tag}")
+        };
+        self
     }
 
     /// Times each provisioning plan with `clock` (seconds on a monotonic
@@ -347,7 +366,7 @@ impl Core {
                 })
                 .flatten();
             actions.push(Action::Launch(ClaimRequest {
-                claim: format!("{}-{:06}", n.nodepool, self.next_claim),
+                claim: format!("{}-{:06}{}", n.nodepool, self.next_claim, self.claim_tag),
                 nodepool: n.nodepool.clone(),
                 offering: OfferingKey {
                     instance_type: n.instance_type.clone(),
@@ -628,6 +647,22 @@ mod tests {
         core.handle_notice(&notice, &world(&pools, &pending, &nodes), t(2));
         let again = relaunched(&mut core, &world(&pools, &pending, &nodes));
         assert_eq!(again, [["ml/a"]]);
+    }
+
+    #[test]
+    fn a_tagged_core_names_the_claims_it_provisions_with_its_tag() {
+        let pools = [gpu_pool(|_| {})];
+        let pending = [gpu_pod("ml/a")];
+        let name = |mut core: Core| {
+            core.decide(&world(&pools, &pending, &[]), t(0));
+            let actions = core.decide(&world(&pools, &pending, &[]), t(1));
+            launches(&actions)[0].claim.clone()
+        };
+        assert_eq!(name(Core::new(Config::default())), "gpu-000001");
+        assert_eq!(
+            name(Core::new(Config::default()).with_claim_tag("t8d6o0")),
+            "gpu-000001-t8d6o0"
+        );
     }
 
     #[test]
