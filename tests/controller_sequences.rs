@@ -2361,10 +2361,11 @@ async fn a_drifted_claim_is_marked_and_replaced_new_node_first_then_cordoned_and
     let (_leader_tx, leader) = watch::channel(true);
     let (_catalog_tx, catalog_rx) = watch::channel(catalog());
     let (_notices_tx, notices) = mpsc::channel(8);
+    let metrics = Arc::new(Metrics::unregistered());
     let ctx = Context {
         api: KubeApi::new(client),
         cloud: Arc::new(cloud),
-        metrics: Arc::new(Metrics::unregistered()),
+        metrics: metrics.clone(),
         catalog: catalog_rx,
         leader,
         ready: Arc::new(AtomicBool::new(true)),
@@ -2458,6 +2459,13 @@ async fn a_drifted_claim_is_marked_and_replaced_new_node_first_then_cordoned_and
     let evict = at(&|(m, p, _)| m == "POST" && p == "/api/v1/namespaces/ml/pods/train-0/eviction")
         .unwrap_or_else(|| panic!("no eviction: {then:#?}"));
     assert!(cordon < evict, "{then:#?}");
+    let replaced = metrics
+        .drift_replacements
+        .get_or_create(&quartermaster::metrics::PoolLabels {
+            nodepool: "gpu".into(),
+        })
+        .get();
+    assert_eq!(replaced, 1);
     assert_eq!(
         patched(&then[cordon].2, "/spec/taints")[0]["key"],
         l::TAINT_DISRUPTED

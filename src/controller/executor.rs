@@ -14,7 +14,7 @@ use super::snapshot::{NodeInfo, PodInfo};
 use crate::api::labels as l;
 use crate::api::{NodeClaim, NodeClaimSpec, Taint, TaintEffect};
 use crate::cluster::Pod;
-use crate::core::{fallback, Action, ClaimRequest, ManagedNode, Time, World};
+use crate::core::{fallback, Action, ClaimRequest, DisruptionReason, ManagedNode, Time, World};
 use crate::metrics::Metrics;
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use std::collections::{BTreeMap, HashMap};
@@ -379,7 +379,7 @@ impl Executor<'_> {
                 }
                 Ok(Outcome::Created(Box::new(created)))
             }
-            Action::Cordon { claim, .. } => {
+            Action::Cordon { claim, reason } => {
                 let Some(node) = targets.nodes.get(claim) else {
                     return Ok(Outcome::Skipped("node not registered"));
                 };
@@ -387,6 +387,18 @@ impl Executor<'_> {
                     .patch_node(node, &NodeChange::cordon())
                     .await
                     .map_err(kube)?;
+                if *reason == DisruptionReason::Drifted {
+                    let nodepool = world
+                        .nodes
+                        .iter()
+                        .find(|n| n.claim == *claim)
+                        .map(|n| n.nodepool.clone())
+                        .unwrap_or_default();
+                    self.metrics
+                        .drift_replacements
+                        .get_or_create(&crate::metrics::PoolLabels { nodepool })
+                        .inc();
+                }
                 Ok(Outcome::Done)
             }
             Action::RequestCheckpoint {

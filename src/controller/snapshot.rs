@@ -1241,6 +1241,67 @@ mod tests {
         )
     }
 
+    #[test]
+    fn a_claim_drifts_by_what_it_recorded_against_the_pool_and_the_clouds_stamp_now() {
+        let pool_hash = drift::pool_template_hash(&pool().spec);
+        let stamped = |name: &str, pool_hash: &str, image: &str, extra: serde_json::Value| {
+            let mut v = json!({
+                "metadata": {"annotations": {
+                    l::NODEPOOL_HASH: pool_hash,
+                    l::DRIFT_HASH_VERSION: drift::HASH_VERSION,
+                }},
+                "status": {"imageID": image, "nodeClassHash": "c1"}
+            });
+            merge(&mut v, extra);
+            claim(name, v)
+        };
+        let claims = vec![
+            stamped("same", &pool_hash, "ami-new", json!({})),
+            stamped("old-image", &pool_hash, "ami-old", json!({})),
+            stamped("old-template", "0123456789abcdef", "ami-new", json!({})),
+            // Being deleted: it is going anyway.
+            stamped(
+                "leaving",
+                "0123456789abcdef",
+                "ami-old",
+                json!({"metadata": {"deletionTimestamp": "2026-01-05T00:10:00Z"}}),
+            ),
+            // From before drift was recorded: nothing to compare.
+            claim("unstamped", json!({})),
+        ];
+        let s = snapshot(vec![], vec![], claims, vec![]);
+        let mut parts = world_parts(&s, catalog(), "us-east-1", t(0));
+        let now = ClassStamp {
+            hash: "c1".into(),
+            image: "ami-new".into(),
+        };
+        mark_drift(&s, &mut parts.nodes, &|_| Some(now.clone()));
+        let drifted: BTreeMap<&str, Option<drift::Drift>> = parts
+            .nodes
+            .iter()
+            .map(|n| (n.claim.as_str(), n.drifted))
+            .collect();
+        assert_eq!(
+            drifted,
+            BTreeMap::from([
+                ("leaving", None),
+                ("old-image", Some(drift::Drift::ImageChanged)),
+                ("old-template", Some(drift::Drift::PoolTemplateChanged)),
+                ("same", None),
+                ("unstamped", None),
+            ])
+        );
+        // A provider without node classes: only the template is compared.
+        mark_drift(&s, &mut parts.nodes, &|_| None);
+        let drifted: Vec<&str> = parts
+            .nodes
+            .iter()
+            .filter(|n| n.drifted.is_some())
+            .map(|n| n.claim.as_str())
+            .collect();
+        assert_eq!(drifted, ["old-template"]);
+    }
+
     fn snapshot(
         pods: Vec<core::Pod>,
         nodes: Vec<core::Node>,

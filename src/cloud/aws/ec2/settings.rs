@@ -493,6 +493,43 @@ serviceCidr: 10.100.0.0/16
     }
 
     #[test]
+    fn the_drift_hash_follows_what_nodes_are_launched_with_not_images_or_reservations() {
+        let base = class(vec![ami("ami-1", "x86_64", "nvidia")]);
+        let hash = base.drift_hash();
+        let same = [
+            class(vec![ami("ami-2", "x86_64", "nvidia")]),
+            NodeClass {
+                name: "renamed".into(),
+                ..base.clone()
+            },
+            NodeClass {
+                capacity_reservation_selector_terms: vec![Default::default()],
+                ..base.clone()
+            },
+        ];
+        for c in &same {
+            assert_eq!(c.drift_hash(), hash, "{c:?}");
+        }
+        let changed = [
+            NodeClass {
+                user_data: Some("echo hi".into()),
+                ..base.clone()
+            },
+            NodeClass {
+                instance_profile: "other".into(),
+                ..base.clone()
+            },
+            NodeClass {
+                tags: BTreeMap::from([("team".into(), "ml".into())]),
+                ..base.clone()
+            },
+        ];
+        for c in &changed {
+            assert_ne!(c.drift_hash(), hash, "{c:?}");
+        }
+    }
+
+    #[test]
     fn each_variant_gets_its_image_and_a_custom_image_serves_its_architecture() {
         let none = BTreeMap::new();
         let v = |it: &str| ImageVariant::of(it, &none);
