@@ -2299,9 +2299,19 @@ async fn the_loop_plans_only_what_the_cloud_can_launch_for_the_pool() {
             .all(|n| n.contains("gpu: ") && n.contains("quartermaster.dev/gpu-name DoesNotExist")),
         "{unplaced:?}"
     );
-    // A pool the cloud cannot launch for at all says why in its status.
+    // A pool the cloud cannot launch for at all is not planned (no claim
+    // waits for a launch that cannot happen; the pod is reported), and says
+    // why in its status.
     let why = "EC2NodeClass gpu is not Ready: SubnetsNotFound: no subnet matches".to_string();
-    let (_, _, ready) = claims_and_unplaced(Vec::new(), Some(why)).await;
+    let (claims, unplaced, ready) = claims_and_unplaced(Vec::new(), Some(why)).await;
+    assert_eq!(claims, 0);
+    assert!(!unplaced.is_empty());
+    assert!(
+        unplaced.iter().all(|n| n.contains(
+            "NodePool gpu launches nothing: EC2NodeClass gpu is not Ready: SubnetsNotFound"
+        )),
+        "{unplaced:?}"
+    );
     assert!(!ready.is_empty());
     assert!(
         ready.iter().all(|c| c["status"] == "False"

@@ -394,6 +394,13 @@ impl<C: CloudProvider + Send + Sync + 'static> Driver<C> {
             for pool in &mut parts.pools {
                 let extra = self.ctx.cloud.pool_requirements(&pool.name_any());
                 pool.spec.template.spec.requirements.extend(extra);
+                // A pool the cloud cannot launch for (its EC2NodeClass is
+                // missing or not Ready) is marked not Ready for this
+                // round's decisions, so that nothing is planned for it; the
+                // status write and the node class reconciler's Event say why.
+                if let Some(why) = self.ctx.cloud.pool_problem(&pool.name_any()) {
+                    status::hold_not_ready(pool, &why, now);
+                }
             }
             for (claim, at) in created {
                 let name = claim.name_any();

@@ -94,6 +94,10 @@ pub struct Core {
     /// same names as before, so the batcher sees nothing new: the step
     /// re-opens a batch itself, or such pods would wait forever.
     usable: BTreeSet<String>,
+    /// Pools marked not Ready at the last provisioning step: when one is
+    /// Ready again, pending pods that could not be planned are planned
+    /// again (the batcher sees nothing new).
+    held: BTreeSet<String>,
     /// Instance families each pool selects, for its pre-warm lead, kept
     /// with the spec they were computed from (recomputing them builds the
     /// labels of every instance type, on every step).
@@ -125,6 +129,7 @@ impl Core {
             next_claim: 0,
             last_decide: None,
             usable: BTreeSet::new(),
+            held: BTreeSet::new(),
             families: RefCell::new(BTreeMap::new()),
             priors: RefCell::new(BTreeMap::new()),
             solve_clock: None,
@@ -295,10 +300,17 @@ impl Core {
             .filter(|n| !self.interruptions.is_handling(&n.claim) && !n.state.unschedulable)
             .map(|n| n.claim.clone())
             .collect();
-        if !no_demand && !self.usable.is_subset(&usable) {
+        let held: BTreeSet<String> = world
+            .pools
+            .iter()
+            .filter(|p| p.is_marked_not_ready())
+            .map(|p| name(p).to_string())
+            .collect();
+        if !no_demand && (!self.usable.is_subset(&usable) || !self.held.is_subset(&held)) {
             self.batcher.trigger(now);
         }
         self.usable = usable;
+        self.held = held;
         if no_demand || !self.batcher.ready(now) {
             return Vec::new();
         }
@@ -306,9 +318,12 @@ impl Core {
         demand.extend(extra);
         self.batcher.take(now);
 
+        // A pool marked not Ready launches nothing; its pods' reasons say
+        // no pool could take them, and its status and Events say why.
         let pools: Vec<Pool> = world
             .pools
             .iter()
+            .filter(|p| !p.is_marked_not_ready())
             .filter_map(|p| Pool::from_api(p, Resources::new()).ok())
             .collect();
         // A draining gang's members on nodes that stay free their room for
@@ -348,7 +363,7 @@ impl Core {
         );
         self.last_plan = Some(PlanReport {
             at: now,
-            unschedulable: result.unschedulable.clone(),
+            unschedulable: with_held_pools(&result.unschedulable, world.pools, pools.is_empty()),
             solve_seconds: result.solve_ms / 1000.0,
         });
         let mut actions = Vec::new();
@@ -477,6 +492,43 @@ impl ManagedNode {
 
 fn name(p: &NodePool) -> &str {
     p.metadata.name.as_deref().unwrap_or_default()
+}
+
+/// The unplaced pods' reasons, with why the pools marked not Ready were not
+/// planned (their `Ready` condition's message): instead of the planner's
+/// reason when no pool was left to plan with, after it otherwise.
+fn with_held_pools(
+    unplaced: &[plan::Unschedulable],
+    pools: &[NodePool],
+    none_left: bool,
+) -> Vec<plan::Unschedulable> {
+    let held: Vec<String> = pools
+        .iter()
+        .filter(|p| p.is_marked_not_ready())
+        .map(|p| {
+            let why = p
+                .status
+                .as_ref()
+                .and_then(|s| {
+                    s.conditions
+                        .iter()
+                        .find(|c| c.type_ == crate::api::nodepool::conditions::READY)
+                })
+                .map_or("is not Ready", |c| c.message.as_str());
+            format!("NodePool {} {why}", name(p))
+        })
+        .collect();
+    unplaced
+        .iter()
+        .map(|u| plan::Unschedulable {
+            pod: u.pod.clone(),
+            reason: match (held.is_empty(), none_left) {
+                (true, _) => u.reason.clone(),
+                (false, true) => held.join("; "),
+                (false, false) => format!("{}; {}", u.reason, held.join("; ")),
+            },
+        })
+        .collect()
 }
 
 /// The placeholder pods a pool still needs: a window holds capacity, so what
@@ -647,6 +699,41 @@ mod tests {
         core.handle_notice(&notice, &world(&pools, &pending, &nodes), t(2));
         let again = relaunched(&mut core, &world(&pools, &pending, &nodes));
         assert_eq!(again, [["ml/a"]]);
+    }
+
+    #[test]
+    fn a_pool_marked_not_ready_is_not_planned_and_the_pods_reason_says_why() {
+        let mut held = gpu_pool(|_| {});
+        held.status = Some(crate::api::NodePoolStatus {
+            conditions: vec![crate::api::Condition {
+                type_: "Ready".into(),
+                status: "False".into(),
+                reason: "NodeClassNotReady".into(),
+                message: "launches nothing: EC2NodeClass default does not exist".into(),
+                last_transition_time: k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(
+                    k8s_openapi::jiff::Timestamp::UNIX_EPOCH,
+                ),
+                observed_generation: None,
+            }],
+            ..Default::default()
+        });
+        let pending = [gpu_pod("ml/a")];
+        let mut core = Core::new(Config::default());
+        for s in 0..3 {
+            let pools = [held.clone()];
+            assert!(launches(&core.decide(&world(&pools, &pending, &[]), t(s))).is_empty());
+        }
+        let report = core.last_plan().expect("planned");
+        assert_eq!(
+            report.unschedulable[0].reason,
+            "NodePool gpu launches nothing: EC2NodeClass default does not exist"
+        );
+        // Ready again: planned.
+        held.status = None;
+        let pools = [held];
+        let launched =
+            (3..6).any(|s| !launches(&core.decide(&world(&pools, &pending, &[]), t(s))).is_empty());
+        assert!(launched);
     }
 
     #[test]

@@ -94,6 +94,9 @@ impl Consolidation {
         {
             return Some(Vec::new());
         }
+        if pool.is_marked_not_ready() {
+            return None;
+        }
         let pools = [Pool::from_api(pool, daemonset_overhead(n)).ok()?];
         let unavailable = |o: &crate::catalog::Offering| r.ctx.interruptions.blocks(o, r.now);
         let p = self.plan_moves(r, &pools, &others, &pods, &unavailable);
@@ -155,6 +158,7 @@ mod tests {
     use super::*;
     use crate::api::Budget;
     use crate::core::drift::Drift;
+    use crate::core::interruption::fixtures::launches;
 
     fn step(c: &mut Consolidation, f: &Fixture, at: i64) -> Vec<Action> {
         c.decide_in(&f.world(), t(at), &Context::new(&Interruptions::default()))
@@ -259,6 +263,21 @@ mod tests {
         let mut c = Consolidation::default();
         assert_eq!(step(&mut c, &f, 0), []);
         assert!(!c.is_disrupting("n1") && !c.is_disrupting("n2"));
+    }
+
+    #[test]
+    fn a_drifted_node_of_a_pool_marked_not_ready_waits_for_it() {
+        let mut f = two_busy(false);
+        let status: crate::api::NodePoolStatus = serde_json::from_value(serde_json::json!({
+            "conditions": [{"type": "Ready", "status": "False", "reason": "NodeClassNotReady",
+                            "message": "", "lastTransitionTime": "2026-01-05T00:00:00Z"}]
+        }))
+        .unwrap();
+        f.pools[0].status = Some(status);
+        let mut c = Consolidation::default();
+        assert_eq!(step(&mut c, &f, 0), []);
+        f.pools[0].status = None;
+        assert_eq!(launches(&step(&mut c, &f, 1)).len(), 1);
     }
 
     #[test]

@@ -664,6 +664,9 @@ impl Consolidation {
         name: Option<&str>,
     ) -> Option<ClaimRequest> {
         let w = r.world;
+        if pool.is_marked_not_ready() {
+            return None;
+        }
         let planner_pool = Pool::from_api(pool, daemonset_overhead(n)).ok()?;
         let pools = [planner_pool];
         let open = |o: &Offering| r.ctx.interruptions.blocks(o, r.now);
