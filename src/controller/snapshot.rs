@@ -333,7 +333,7 @@ impl PodInfo {
             name: pod.name_any().into_boxed_str(),
             node_name,
             unschedulable,
-            do_not_disrupt: annotations.get(l::DO_NOT_DISRUPT).map(String::as_str) == Some("true"),
+            do_not_disrupt: l::do_not_disrupt(annotations),
             checkpoint_completed,
             started: status
                 .and_then(|s| s.start_time.as_ref())
@@ -405,11 +405,7 @@ impl NodeInfo {
             unschedulable: spec.unschedulable.unwrap_or(false),
             ready,
             allocatable,
-            do_not_disrupt: node
-                .annotations()
-                .get(l::DO_NOT_DISRUPT)
-                .map(String::as_str)
-                == Some("true"),
+            do_not_disrupt: l::do_not_disrupt(node.annotations()),
             resource_version: node.metadata.resource_version.clone(),
         }
     }
@@ -1379,6 +1375,12 @@ mod tests {
                 ),
                 pod("other", 0, Some("ip-1"), json!({})),
                 pod(
+                    "karpenter",
+                    0,
+                    Some("ip-1"),
+                    json!({"metadata": {"annotations": {l::KARPENTER_DO_NOT_DISRUPT: "true"}}}),
+                ),
+                pod(
                     "logs",
                     0,
                     Some("ip-1"),
@@ -1404,20 +1406,23 @@ mod tests {
         let pods: Vec<&str> = n.pods.iter().map(|b| b.pod.name.as_str()).collect();
         assert_eq!(
             pods,
-            ["ml/other", "ml/train"],
+            ["ml/karpenter", "ml/other", "ml/train"],
             "the daemonset pod is not a bound pod"
         );
-        let train = &n.pods[1];
+        let train = &n.pods[2];
         assert!(train.do_not_disrupt);
+        assert!(n.pods[0].do_not_disrupt, "Karpenter's annotation holds too");
+        assert!(!n.pods[1].do_not_disrupt);
+        let n = &parts.nodes[0];
         assert_eq!(train.checkpoint_completed, Some(t(600)));
         assert_eq!(train.started, Some(t(360)), "status.startTime");
         assert_eq!(n.pods[0].started, None, "not started yet");
         assert_eq!(train.pdb, None);
-        assert_eq!(n.pods[0].pdb, Some(1));
+        assert_eq!(n.pods[1].pdb, Some(1));
         assert_eq!(parts.pdbs[1].name, "ml/b");
         assert_eq!(parts.pdbs[1].disruptions_allowed, 0);
         // Used counts every pod on the node, the daemonset's included.
-        assert_eq!(n.state.used.get("cpu"), 3000);
+        assert_eq!(n.state.used.get("cpu"), 4000);
         assert_eq!(n.state.used.get(l::RESOURCE_GPU), 1);
         let flight = &parts.nodes[1];
         assert!(flight.state.in_flight && flight.ready_at.is_none() && flight.pods.is_empty());
