@@ -2373,7 +2373,7 @@ async fn a_drifted_claim_is_marked_and_replaced_new_node_first_then_cordoned_and
     let (_notices_tx, notices) = mpsc::channel(8);
     let metrics = Arc::new(Metrics::unregistered());
     let ctx = Context {
-        api: KubeApi::new(client),
+        api: KubeApi::new(client.clone()),
         cloud: Arc::new(cloud),
         metrics: metrics.clone(),
         catalog: catalog_rx,
@@ -2384,6 +2384,7 @@ async fn a_drifted_claim_is_marked_and_replaced_new_node_first_then_cordoned_and
         simulated_nodes: false,
     };
     let mut driver = Driver::new(ctx, loop_settings(Config::default()), s.clone(), t(0));
+    driver.events = Some(quartermaster::controller::events::Events::new(client, None));
     for k in 100..103 {
         driver.round(t(k)).await;
     }
@@ -2408,6 +2409,18 @@ async fn a_drifted_claim_is_marked_and_replaced_new_node_first_then_cordoned_and
         .unwrap()
         .iter()
         .any(|c| c["type"] == conditions::READY));
+    // An Event on the claim says so, once.
+    let events: Vec<&Value> = first
+        .iter()
+        .filter(|(m, p, b)| m == "POST" && p.ends_with("/events") && b["reason"] == "Drifted")
+        .map(|(_, _, b)| b)
+        .collect();
+    assert_eq!(events.len(), 1, "{first:#?}");
+    assert_eq!(events[0]["regarding"]["kind"], "NodeClaim");
+    assert_eq!(events[0]["regarding"]["name"], "gpu-000001");
+    assert!(events[0]["note"]
+        .as_str()
+        .is_some_and(|n| n.contains("template changed")));
     // One replacement, for the drifted node's pod; nothing drained yet.
     let created: Vec<&Value> = first
         .iter()

@@ -699,6 +699,11 @@ impl<C: CloudProvider + Send + Sync + 'static> Driver<C> {
                 Ok(()) => {
                     if let Some(d) = drifted {
                         tracing::info!(claim = %name, reason = d.reason(), "NodeClaim drifted: {d}");
+                        if let Some(ev) = &self.events {
+                            let uid = view.claim.uid();
+                            let claim = super::events::node_claim_ref(&name, uid.as_deref());
+                            ev.drifted(&claim, &d.to_string()).await;
+                        }
                     }
                 }
                 Err(error) => {
