@@ -4,7 +4,8 @@
 //! is first a candidate and is carried out only if it still holds on a fresh
 //! world after a validation period. It does not touch nodes under
 //! interruption handling ([`super::interruption`]) nor nodes the caller
-//! protects (pre-warm windows).
+//! protects (pre-warm windows). Drifted nodes ([`super::drift`]) are
+//! replaced through the same removal path (`consolidation::drifted`).
 //!
 //! The rules are written up in `docs/disruption.md`.
 
