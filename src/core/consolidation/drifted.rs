@@ -23,6 +23,28 @@ impl Consolidation {
     /// replacements (none when their pods fit on the other nodes) and hands
     /// them to [`Consolidation::progress`].
     pub(super) fn replace_drifted(&mut self, r: &Round, out: &mut Vec<Action>) {
+        // A drifted node found cordoned but not being removed (a restarted
+        // controller lost its drain) is drained again: it has counted
+        // against the budget all along, and its replacement, if any, was
+        // launched before it was cordoned.
+        let orphans: Vec<String> = r
+            .world
+            .nodes
+            .iter()
+            .filter(|n| {
+                n.drifted.is_some()
+                    && n.state.unschedulable
+                    && n.ready_at.is_some()
+                    && !n.do_not_disrupt
+                    && !self.disrupting.contains_key(&n.claim)
+                    && !r.ctx.interruptions.is_handling(&n.claim)
+            })
+            .map(|n| n.claim.clone())
+            .collect();
+        for claim in orphans {
+            self.disrupting
+                .insert(claim, Disrupting::new(DisruptionReason::Drifted));
+        }
         let mut drifted: Vec<&ManagedNode> = r
             .world
             .nodes
@@ -278,6 +300,19 @@ mod tests {
         assert_eq!(step(&mut c, &f, 0), []);
         f.pools[0].status = None;
         assert_eq!(launches(&step(&mut c, &f, 1)).len(), 1);
+    }
+
+    #[test]
+    fn a_drifted_node_left_cordoned_by_a_restart_is_drained_again() {
+        let mut f = two_busy(false);
+        *f.node_mut("n1") = drifted(node("n1").cordoned().pods([pod("a").gpus(1)]));
+        // A new core: nothing remembered of the drain.
+        let mut c = Consolidation::default();
+        assert_eq!(
+            kinds(&step(&mut c, &f, 0)),
+            ["cordon n1 (drifted)", "evict a"]
+        );
+        assert!(c.is_disrupting("n1"));
     }
 
     #[test]
