@@ -77,8 +77,26 @@ pub const TAINT_UNREGISTERED: &str = "quartermaster.dev/unregistered";
 /// Taint put on a node that is being disrupted (interrupted or consolidated).
 pub const TAINT_DISRUPTED: &str = "quartermaster.dev/disrupted";
 
+/// NodeClaim annotation: the hash of its pool's template when it was
+/// created (`core::drift::pool_template_hash`), for drift.
+pub const NODEPOOL_HASH: &str = "quartermaster.dev/nodepool-hash";
+/// NodeClaim annotation: the version of the drift hashes it carries
+/// (`core::drift::HASH_VERSION`).
+pub const DRIFT_HASH_VERSION: &str = "quartermaster.dev/drift-hash-version";
+
 /// Pod/node annotation: never disrupt voluntarily.
 pub const DO_NOT_DISRUPT: &str = "quartermaster.dev/do-not-disrupt";
+/// Karpenter's spelling of [`DO_NOT_DISRUPT`], honoured the same way so
+/// that workloads moving from Karpenter keep their protection.
+pub const KARPENTER_DO_NOT_DISRUPT: &str = "karpenter.sh/do-not-disrupt";
+
+/// Whether annotations ask for no voluntary disruption: ours or Karpenter's
+/// do-not-disrupt set to `"true"`.
+pub fn do_not_disrupt(annotations: &std::collections::BTreeMap<String, String>) -> bool {
+    [DO_NOT_DISRUPT, KARPENTER_DO_NOT_DISRUPT]
+        .iter()
+        .any(|k| annotations.get(*k).map(String::as_str) == Some("true"))
+}
 /// Pod annotation we set: a checkpoint is requested by this RFC 3339 deadline.
 pub const CHECKPOINT_REQUESTED: &str = "quartermaster.dev/checkpoint-requested";
 /// Pod annotation the workload sets: its checkpoint is complete.

@@ -108,6 +108,9 @@ pub struct Metrics {
     pub launch_failures: Family<LaunchFailureLabels, Counter>,
     /// Nodes held for pre-warm windows, by pool.
     pub prewarm_nodes: Family<PoolLabels, Gauge>,
+    /// Drifted nodes whose removal started (cordoned once their
+    /// replacement was ready), by pool.
+    pub drift_replacements: Family<PoolLabels, Counter>,
     /// Messages read from the notice queue, by outcome.
     pub notice_messages: Family<MessageLabels, Counter>,
     /// 1 while prices come from the embedded `pricing-data/` because the
@@ -144,6 +147,7 @@ impl Metrics {
             checkpoints_timed_out: Counter::default(),
             launch_failures: Family::default(),
             prewarm_nodes: Family::default(),
+            drift_replacements: Family::default(),
             notice_messages: Family::default(),
             pricing_fallback: Family::default(),
             garbage_collected: Counter::default(),
@@ -212,6 +216,11 @@ impl Metrics {
             "prewarm_nodes",
             "Nodes held for pre-warm windows by pool",
             metrics.prewarm_nodes.clone(),
+        );
+        r.register(
+            "drift_replacements",
+            "Drifted nodes cordoned for replacement by pool",
+            metrics.drift_replacements.clone(),
         );
         r.register(
             "notice_messages",

@@ -351,6 +351,23 @@ async fn each_launch_gets_the_eks_image_its_architecture_and_accelerator_need() 
             Some(format!("ami-{}", variant.replace('/', "-")).as_str()),
             "{name}"
         );
+        // What drift compares a claim against is the image it was launched
+        // with, and the class's hash.
+        let spec = quartermaster::api::NodeClaimSpec {
+            node_pool: c.nodepool.clone(),
+            instance_type: instance_type.into(),
+            zone: "use1-az4".into(),
+            capacity_type: CapacityType::OnDemand,
+            price_per_hour: 1.0,
+            resources: Default::default(),
+            labels: t.labels.clone(),
+            taints: Vec::new(),
+            startup_taints: Vec::new(),
+            termination_grace_period: None,
+        };
+        let stamp = aws.launch_stamp(&spec).expect("the pool has a ready class");
+        assert_eq!(Some(stamp.image.as_str()), found[0].image_id(), "{name}");
+        assert_eq!(stamp.hash.len(), 16);
     }
 }
 

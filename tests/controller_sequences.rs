@@ -188,7 +188,6 @@ async fn execute_as(
         api,
         metrics: &metrics,
         leader: &leader,
-        boot: "",
         events: None,
         hooks: &hooks,
         hook_acks: &acks,
@@ -2300,9 +2299,19 @@ async fn the_loop_plans_only_what_the_cloud_can_launch_for_the_pool() {
             .all(|n| n.contains("gpu: ") && n.contains("quartermaster.dev/gpu-name DoesNotExist")),
         "{unplaced:?}"
     );
-    // A pool the cloud cannot launch for at all says why in its status.
+    // A pool the cloud cannot launch for at all is not planned (no claim
+    // waits for a launch that cannot happen; the pod is reported), and says
+    // why in its status.
     let why = "EC2NodeClass gpu is not Ready: SubnetsNotFound: no subnet matches".to_string();
-    let (_, _, ready) = claims_and_unplaced(Vec::new(), Some(why)).await;
+    let (claims, unplaced, ready) = claims_and_unplaced(Vec::new(), Some(why)).await;
+    assert_eq!(claims, 0);
+    assert!(!unplaced.is_empty());
+    assert!(
+        unplaced.iter().all(|n| n.contains(
+            "NodePool gpu launches nothing: EC2NodeClass gpu is not Ready: SubnetsNotFound"
+        )),
+        "{unplaced:?}"
+    );
     assert!(!ready.is_empty());
     assert!(
         ready.iter().all(|c| c["status"] == "False"
@@ -2311,5 +2320,185 @@ async fn the_loop_plans_only_what_the_cloud_can_launch_for_the_pool() {
                 .as_str()
                 .is_some_and(|m| m.contains("SubnetsNotFound"))),
         "{ready:?}"
+    );
+}
+
+#[tokio::test]
+async fn a_drifted_claim_is_marked_and_replaced_new_node_first_then_cordoned_and_drained() {
+    use quartermaster::controller::run::{Context, Driver};
+    use std::sync::atomic::AtomicBool;
+    use support::api_server::Recorder;
+    use tokio::sync::mpsc;
+
+    let cloud = cloud();
+    let (mut old, provider_id) = ready_claim(&cloud, "ip-10-0-0-1").await;
+    // Launched from a template the pool no longer has (its labels changed
+    // since): the hash the claim carries is not the pool's.
+    old.metadata
+        .annotations
+        .get_or_insert_default()
+        .insert(l::NODEPOOL_HASH.into(), "0123456789abcdef".into());
+    let s = Arc::new(store(
+        vec![gpu_pod("train-0", Some("ip-10-0-0-1"), json!({}))],
+        vec![node(
+            "ip-10-0-0-1",
+            &provider_id,
+            json!([]),
+            true,
+            Some("1"),
+        )],
+        vec![old.clone()],
+    ));
+    // Every write is accepted and kept, in order.
+    let writes: Arc<Mutex<Vec<(String, String, Value)>>> = Arc::default();
+    let seen = writes.clone();
+    let old_json = claim_json(&old);
+    let (client, _server) = Recorder::start(move |served, body| {
+        seen.lock()
+            .unwrap()
+            .push((served.method.clone(), served.path.clone(), body.clone()));
+        match (served.method.as_str(), served.path.as_str()) {
+            ("PATCH", p) if p.starts_with(CLAIMS) => (200, old_json.clone()),
+            ("PATCH", p) if p.starts_with("/api/v1/nodes/") => (
+                200,
+                json!({"apiVersion": "v1", "kind": "Node", "metadata": {"name": "ip-10-0-0-1"}}),
+            ),
+            ("POST", p) if p.ends_with("/eviction") => (201, status_body(201, "", "evicted")),
+            ("PATCH", _) => (200, serde_json::to_value(pool()).unwrap()),
+            _ => echo(body),
+        }
+    });
+    let (_leader_tx, leader) = watch::channel(true);
+    let (_catalog_tx, catalog_rx) = watch::channel(catalog());
+    let (_notices_tx, notices) = mpsc::channel(8);
+    let metrics = Arc::new(Metrics::unregistered());
+    let ctx = Context {
+        api: KubeApi::new(client.clone()),
+        cloud: Arc::new(cloud),
+        metrics: metrics.clone(),
+        catalog: catalog_rx,
+        leader,
+        ready: Arc::new(AtomicBool::new(true)),
+        notices,
+        notice_acks: Default::default(),
+        simulated_nodes: false,
+    };
+    let mut driver = Driver::new(ctx, loop_settings(Config::default()), s.clone(), t(0));
+    driver.events = Some(quartermaster::controller::events::Events::new(client, None));
+    for k in 100..103 {
+        driver.round(t(k)).await;
+    }
+    let taken = |w: &Mutex<Vec<(String, String, Value)>>| std::mem::take(&mut *w.lock().unwrap());
+    let first = taken(&writes);
+    let claim_status = format!("{CLAIMS}/gpu-000001/status");
+    let drifted: Vec<&Value> = first
+        .iter()
+        .filter(|(m, p, _)| m == "PATCH" && *p == claim_status)
+        .map(|(_, _, b)| b)
+        .collect();
+    let cond = drifted
+        .first()
+        .and_then(|b| b["status"]["conditions"].as_array())
+        .and_then(|c| c.iter().find(|c| c["type"] == conditions::DRIFTED))
+        .unwrap_or_else(|| panic!("no Drifted condition written: {first:#?}"));
+    assert_eq!(cond["status"], "True");
+    assert_eq!(cond["reason"], "PoolTemplateChanged");
+    // The condition keeps the claim's other conditions.
+    assert!(drifted[0]["status"]["conditions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .any(|c| c["type"] == conditions::READY));
+    // An Event on the claim says so, once.
+    let events: Vec<&Value> = first
+        .iter()
+        .filter(|(m, p, b)| m == "POST" && p.ends_with("/events") && b["reason"] == "Drifted")
+        .map(|(_, _, b)| b)
+        .collect();
+    assert_eq!(events.len(), 1, "{first:#?}");
+    assert_eq!(events[0]["regarding"]["kind"], "NodeClaim");
+    assert_eq!(events[0]["regarding"]["name"], "gpu-000001");
+    assert!(events[0]["note"]
+        .as_str()
+        .is_some_and(|n| n.contains("template changed")));
+    // One replacement, for the drifted node's pod; nothing drained yet.
+    let created: Vec<&Value> = first
+        .iter()
+        .filter(|(m, p, _)| m == "POST" && p == CLAIMS)
+        .map(|(_, _, b)| b)
+        .collect();
+    assert_eq!(created.len(), 1, "{first:#?}");
+    assert_eq!(created[0]["spec"]["nodePool"], "gpu");
+    assert!(
+        !first
+            .iter()
+            .any(|(_, p, _)| p.starts_with("/api/v1/nodes/") || p.ends_with("/eviction")),
+        "drained before the replacement is ready: {first:#?}"
+    );
+
+    // The replacement is Ready (with the condition written, the old claim
+    // is as the watch would bring it back): the old node is cordoned, then
+    // its pod evicted.
+    let mut marked = old.clone();
+    let status = marked.status.as_mut().unwrap();
+    status
+        .conditions
+        .push(serde_json::from_value(cond.clone()).unwrap());
+    s.apply(marked);
+    let mut ready: NodeClaim = serde_json::from_value(created[0].clone()).unwrap();
+    let name = ready.name_any();
+    let replacement_provider = "aws:///use1-az1/i-0replacement";
+    let mut status = quartermaster::api::NodeClaimStatus {
+        provider_id: Some(replacement_provider.into()),
+        node_name: Some("ip-10-0-0-2".into()),
+        ..Default::default()
+    };
+    for c in [
+        conditions::LAUNCHED,
+        conditions::REGISTERED,
+        conditions::INITIALIZED,
+        conditions::READY,
+    ] {
+        quartermaster::controller::lifecycle::set_condition(&mut status, c, true, c, "", t(150));
+    }
+    ready.status = Some(status);
+    ready.metadata.creation_timestamp =
+        Some(quartermaster::controller::snapshot::to_k8s_time(t(100)));
+    s.apply(ready);
+    s.apply(node(
+        "ip-10-0-0-2",
+        replacement_provider,
+        json!([]),
+        true,
+        Some("1"),
+    ));
+    for k in 200..203 {
+        driver.round(t(k)).await;
+    }
+    let then = taken(&writes);
+    let at = |pred: &dyn Fn(&(String, String, Value)) -> bool| then.iter().position(pred);
+    let cordon = at(&|(m, p, _)| m == "PATCH" && p == "/api/v1/nodes/ip-10-0-0-1")
+        .unwrap_or_else(|| panic!("no cordon: {then:#?}"));
+    let evict = at(&|(m, p, _)| m == "POST" && p == "/api/v1/namespaces/ml/pods/train-0/eviction")
+        .unwrap_or_else(|| panic!("no eviction: {then:#?}"));
+    assert!(cordon < evict, "{then:#?}");
+    let replaced = metrics
+        .drift_replacements
+        .get_or_create(&quartermaster::metrics::PoolLabels {
+            nodepool: "gpu".into(),
+        })
+        .get();
+    assert_eq!(replaced, 1);
+    assert_eq!(
+        patched(&then[cordon].2, "/spec/taints")[0]["key"],
+        l::TAINT_DISRUPTED
+    );
+    // The replacement is neither drifted nor touched; the condition is not
+    // written again.
+    assert!(
+        !then
+            .iter()
+            .any(|(_, p, _)| p.contains(&name) || *p == claim_status),
+        "{then:#?}"
     );
 }

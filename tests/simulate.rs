@@ -1165,3 +1165,77 @@ fn a_capacity_block_ending_mid_training_is_drained_and_replaced_before_its_end_l
     );
     assert!(with.lower_bound_cost <= r.total_cost);
 }
+
+#[test]
+fn an_image_release_replaces_every_older_node_new_node_first_and_the_replacements_are_paid_for() {
+    use quartermaster::core::{Action, DisruptionReason};
+    use quartermaster::sim::result::LogEvent;
+    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("simulations/image-release.yaml");
+    let text = std::fs::read_to_string(&path).unwrap();
+    let dir = path.parent().unwrap();
+    let released = run_text(&text, dir);
+    let never = run_changed(&text, dir, |s| s.cloud.image_releases.clear());
+    let release = chrono::DateTime::parse_from_rfc3339("2026-01-05T04:00:00Z")
+        .unwrap()
+        .with_timezone(&chrono::Utc);
+    for (name, r) in &released.strategies {
+        let n = &never.strategies[name];
+        assert_eq!(n.drift_replacements, 0, "{name}: no release, no drift");
+        // Nodes launched before the release and still there at it.
+        let mut launched = std::collections::BTreeMap::new();
+        let mut gone = std::collections::BTreeMap::new();
+        let mut cordoned = std::collections::BTreeMap::new();
+        for (at, e) in &r.log {
+            match e {
+                LogEvent::Action(Action::Launch(c)) => {
+                    launched.insert(c.claim.clone(), *at);
+                }
+                LogEvent::Action(Action::Cordon { claim, reason }) => {
+                    cordoned.entry(claim.clone()).or_insert((*at, *reason));
+                }
+                LogEvent::NodeGone(claim) => {
+                    gone.insert(claim.clone(), *at);
+                }
+                _ => {}
+            }
+        }
+        let old: Vec<&String> = launched
+            .iter()
+            .filter(|(c, at)| **at < release && gone.get(*c).is_none_or(|g| *g > release))
+            .map(|(c, _)| c)
+            .collect();
+        assert!(old.len() >= 2, "{name}: nodes to replace: {old:?}");
+        let drifted: Vec<&String> = cordoned
+            .iter()
+            .filter(|(_, (_, reason))| *reason == DisruptionReason::Drifted)
+            .map(|(c, _)| c)
+            .collect();
+        assert_eq!(r.drift_replacements as usize, drifted.len(), "{name}");
+        for c in &old {
+            // Each older node is replaced, unless it emptied and left first.
+            let left_on_its_own = gone[*c] <= cordoned.get(*c).map_or(gone[*c], |(at, _)| *at);
+            assert!(
+                drifted.contains(c) || left_on_its_own,
+                "{name}: {c} launched before the release was never replaced"
+            );
+        }
+        assert!(!drifted.is_empty(), "{name}");
+        for c in &drifted {
+            assert!(
+                launched[*c] < release,
+                "{name}: only older nodes drift: {c}"
+            );
+            // New node first: a launch after the release and before the
+            // cordon made room for its pods.
+            let at = cordoned[*c].0;
+            assert!(
+                launched.values().any(|l| *l >= release && *l <= at),
+                "{name}: {c} cordoned at {at} before any replacement was launched"
+            );
+        }
+        assert_every_job_ran(r);
+        // Replacements are extra nodes, and they are paid for.
+        assert!(r.nodes_launched > n.nodes_launched, "{name}");
+        assert!(r.total_cost > n.total_cost, "{name}");
+    }
+}

@@ -32,6 +32,11 @@ pub mod conditions {
     /// response. The message holds the deadline
     /// (see `controller::interruptions`).
     pub const INTERRUPTED: &str = "Interrupted";
+    /// The node no longer matches its pool's template or its node class;
+    /// the reason says which (`PoolTemplateChanged`, `NodeClassChanged`,
+    /// `ImageChanged`, see `core::drift`). Such a node is replaced within
+    /// the pool's disruption budget. Removed when it matches again.
+    pub const DRIFTED: &str = "Drifted";
 }
 
 /// The launch a NodeClaim records: pool, offering, price and the node's
@@ -87,6 +92,13 @@ pub mod conditions {
         type_ = "string",
         priority = 1,
         json_path = ".status.providerID"
+    ),
+    printcolumn(
+        name = "Drifted",
+        type_ = "string",
+        priority = 1,
+        description = "What no longer matches the pool or node class",
+        json_path = ".status.conditions[?(@.type==\"Drifted\")].reason"
     )
 )]
 #[x_kube(validation = Rule::new("self == oldSelf").message("spec is immutable"))]
@@ -156,6 +168,15 @@ pub struct NodeClaimStatus {
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     #[schemars(schema_with = "resource_list_schema")]
     pub allocatable: ResourceList,
+    /// The image (AMI ID) the instance was launched with, when the
+    /// provider has node classes (for drift).
+    #[serde(default, rename = "imageID", skip_serializing_if = "Option::is_none")]
+    pub image_id: Option<String>,
+    /// The hash of the node class the instance was launched with (for
+    /// drift; versioned by the `quartermaster.dev/drift-hash-version`
+    /// annotation).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub node_class_hash: Option<String>,
 }
 
 impl NodeClaimStatus {

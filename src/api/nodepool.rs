@@ -181,6 +181,21 @@ pub struct LimitError {
 /// Leave a limit out to have none.
 pub const MAX_RESOURCE_LIMIT: f64 = 9_007_199_254_740_992.0;
 
+impl NodePool {
+    /// Whether the controller marked the pool not `Ready` (invalid, or its
+    /// EC2NodeClass is missing or not Ready): nothing is launched for it
+    /// (no new nodes, no replacements) until it is Ready again. A pool
+    /// without that condition (the simulator's, one not reconciled yet) is
+    /// not held.
+    pub fn is_marked_not_ready(&self) -> bool {
+        self.status.as_ref().is_some_and(|s| {
+            s.conditions
+                .iter()
+                .any(|c| c.type_ == conditions::READY && c.status == "False")
+        })
+    }
+}
+
 impl NodePoolSpec {
     /// The limit of that name as a number (`nvidia.com/gpu: 16` is 16.0,
     /// `memory: 1Ti` is bytes, `cpu: 500m` is 0.5), `None` when unset.

@@ -399,6 +399,19 @@ pub trait CloudProvider {
         Vec::new()
     }
 
+    /// What a launch of the claim would be made with now, for drift: the
+    /// hash of its pool's node class and the image its instance type gets
+    /// (EC2: from the resolved EC2NodeClass). `None` when the provider has
+    /// no such notion (this default) or the pool has no ready class; such
+    /// claims never drift by class or image.
+    fn launch_stamp(
+        &self,
+        claim: &crate::api::NodeClaimSpec,
+    ) -> Option<crate::core::drift::ClassStamp> {
+        let _ = claim;
+        None
+    }
+
     /// Why the provider cannot launch for `nodepool` at all (EC2: its
     /// EC2NodeClass is missing or not Ready), shown in the pool's status;
     /// `None` when it can (this default).

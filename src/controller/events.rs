@@ -43,6 +43,8 @@ pub mod reasons {
     pub const NODE_CLASS_NOT_READY: &str = "NodeClassNotReady";
     /// An annotation of the pod does not parse and is ignored.
     pub const ANNOTATION_IGNORED: &str = "AnnotationIgnored";
+    /// The NodeClaim no longer matches its pool or node class.
+    pub const DRIFTED: &str = "Drifted";
     // On a ProvisioningRequest, the Event's reason is the condition's reason
     // (`CapacityIsProvisioned`, `CapacityIsNotFound`, ...), as set.
 }
@@ -355,6 +357,20 @@ impl Events {
             reasons::NODE_CLASS_NOT_READY,
             "Launch",
             format!("the NodePool launches nothing: {why}"),
+            None,
+        )
+        .await
+    }
+
+    /// On a NodeClaim: it drifted (`why` says what changed) and its node is
+    /// replaced within the pool's disruption budget.
+    pub async fn drifted(&self, claim: &ObjectReference, why: &str) {
+        self.report(
+            claim,
+            EventType::Normal,
+            reasons::DRIFTED,
+            "Replace",
+            format!("{why}: the node is replaced within the pool's disruption budget"),
             None,
         )
         .await

@@ -14,7 +14,7 @@ use super::snapshot::{NodeInfo, PodInfo};
 use crate::api::labels as l;
 use crate::api::{NodeClaim, NodeClaimSpec, Taint, TaintEffect};
 use crate::cluster::Pod;
-use crate::core::{fallback, Action, ClaimRequest, ManagedNode, Time, World};
+use crate::core::{fallback, Action, ClaimRequest, DisruptionReason, ManagedNode, Time, World};
 use crate::metrics::Metrics;
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use std::collections::{BTreeMap, HashMap};
@@ -48,19 +48,9 @@ pub type Result<T, E = Error> = std::result::Result<T, E>;
 /// (metrics count such nodes per pool).
 pub const PREWARM_LABEL: &str = "quartermaster.dev/prewarm-window";
 
-/// Appends a suffix unique to this controller process to a claim name the
-/// core chose, so that a restarted controller (whose core counts from zero
-/// again) never reuses a name: providers key idempotent launches on it.
-pub fn unique_claim_name(core_name: &str, boot: &str) -> String {
-    if boot.is_empty() {
-        core_name.to_string()
-    } else {
-        format!("{core_name}-{boot}")
-    }
-}
-
 /// A short lowercase tag for this process (base 36 of the start time in
-/// seconds), for [`unique_claim_name`].
+/// seconds), for the names of the claims its core makes
+/// ([`crate::core::Core::with_claim_tag`]).
 pub fn boot_tag(now: Time) -> String {
     let mut n = now.timestamp().max(0) as u64;
     let mut out = Vec::new();
@@ -143,6 +133,18 @@ pub fn build_claim(
         },
     );
     claim.metadata.finalizers = Some(vec![l::FINALIZER.to_string()]);
+    // What the pool's template was, for drift (requirements the cloud
+    // added to the world's pool are not in the hash).
+    claim.metadata.annotations = Some(BTreeMap::from([
+        (
+            l::NODEPOOL_HASH.to_string(),
+            crate::core::drift::pool_template_hash(&pool.spec),
+        ),
+        (
+            l::DRIFT_HASH_VERSION.to_string(),
+            crate::core::drift::HASH_VERSION.to_string(),
+        ),
+    ]));
     let mut labels = BTreeMap::from([(l::NODEPOOL.to_string(), req.nodepool.clone())]);
     if let Some(w) = &req.prewarm_window {
         labels.insert(PREWARM_LABEL.to_string(), w.clone());
@@ -150,10 +152,14 @@ pub fn build_claim(
     claim.metadata.labels = Some(labels);
     let fallbacks = fallback::fallbacks(req, world, pods);
     if !fallbacks.is_empty() {
-        claim.metadata.annotations = Some(BTreeMap::from([(
-            FALLBACKS_ANNOTATION.to_string(),
-            format_fallbacks(&fallbacks),
-        )]));
+        claim
+            .metadata
+            .annotations
+            .get_or_insert_with(BTreeMap::new)
+            .insert(
+                FALLBACKS_ANNOTATION.to_string(),
+                format_fallbacks(&fallbacks),
+            );
     }
     Ok(claim)
 }
@@ -196,8 +202,6 @@ pub struct Executor<'a> {
     pub metrics: &'a Arc<Metrics>,
     /// Leadership; checked before every write.
     pub leader: &'a watch::Receiver<bool>,
-    /// This process' tag for claim names ([`unique_claim_name`]).
-    pub boot: &'a str,
     /// Kubernetes Events, when published (tests leave them out).
     pub events: Option<&'a Events>,
     /// HTTP client of checkpoint hooks.
@@ -344,7 +348,7 @@ impl Executor<'_> {
         };
         match action {
             Action::Launch(req) => {
-                let name = unique_claim_name(&req.claim, self.boot);
+                let name = req.claim.clone();
                 let pods: Vec<&Pod> = req
                     .pods
                     .iter()
@@ -375,7 +379,7 @@ impl Executor<'_> {
                 }
                 Ok(Outcome::Created(Box::new(created)))
             }
-            Action::Cordon { claim, .. } => {
+            Action::Cordon { claim, reason } => {
                 let Some(node) = targets.nodes.get(claim) else {
                     return Ok(Outcome::Skipped("node not registered"));
                 };
@@ -383,6 +387,18 @@ impl Executor<'_> {
                     .patch_node(node, &NodeChange::cordon())
                     .await
                     .map_err(kube)?;
+                if *reason == DisruptionReason::Drifted {
+                    let nodepool = world
+                        .nodes
+                        .iter()
+                        .find(|n| n.claim == *claim)
+                        .map(|n| n.nodepool.clone())
+                        .unwrap_or_default();
+                    self.metrics
+                        .drift_replacements
+                        .get_or_create(&crate::metrics::PoolLabels { nodepool })
+                        .inc();
+                }
                 Ok(Outcome::Done)
             }
             Action::RequestCheckpoint {
@@ -543,7 +559,7 @@ mod tests {
     }
 
     #[test]
-    fn claim_names_get_a_per_process_suffix() {
+    fn boot_tags_differ_per_second_and_are_lowercase_alphanumeric() {
         let t = chrono::Utc.with_ymd_and_hms(2026, 1, 1, 0, 0, 0).unwrap();
         let a = boot_tag(t);
         let b = boot_tag(t + chrono::TimeDelta::seconds(1));
@@ -551,10 +567,5 @@ mod tests {
         assert!(a
             .chars()
             .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit()));
-        assert_eq!(
-            unique_claim_name("gpu-000001", &a),
-            format!("gpu-000001-{a}")
-        );
-        assert_eq!(unique_claim_name("gpu-000001", ""), "gpu-000001");
     }
 }

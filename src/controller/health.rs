@@ -431,6 +431,11 @@ mod tests {
                 outcome: "accepted".into(),
             })
             .inc();
+        m.drift_replacements
+            .get_or_create(&crate::metrics::PoolLabels {
+                nodepool: "p".into(),
+            })
+            .inc();
         m.pricing_fallback
             .get_or_create(&PricingLabels {
                 source: "spot".into(),

@@ -177,6 +177,44 @@ pub fn set_condition(
     }
 }
 
+/// The claim's status with its `Drifted` condition brought in line with
+/// `drifted` (set `True` with the drift as reason, or removed), or `None`
+/// when it already is. Only Ready claims carry the condition: a claim still
+/// launching is left to its lifecycle (and is not replaced for drift), and
+/// a claim being deleted keeps what it has (its drain writes the status).
+pub fn drift_status(
+    claim: &NodeClaim,
+    drifted: Option<crate::core::drift::Drift>,
+    now: Time,
+) -> Option<NodeClaimStatus> {
+    if claim.metadata.deletion_timestamp.is_some() {
+        return None;
+    }
+    let mut status = claim.status.clone().unwrap_or_default();
+    let current = status.condition(conditions::DRIFTED);
+    match drifted.filter(|_| claim.is_ready()) {
+        Some(d) => {
+            if current.is_some_and(|c| c.status == "True" && c.reason == d.reason()) {
+                return None;
+            }
+            let message = format!("{d}: the node is replaced within the pool's disruption budget");
+            set_condition(
+                &mut status,
+                conditions::DRIFTED,
+                true,
+                d.reason(),
+                &message,
+                now,
+            );
+        }
+        None => {
+            current?;
+            status.conditions.retain(|c| c.type_ != conditions::DRIFTED);
+        }
+    }
+    Some(status)
+}
+
 /// The error code of a launch failure for metrics and conditions: the EC2
 /// code the AWS provider writes into its messages (`... failed with CODE:
 /// ...`), else the class of the error.
@@ -459,6 +497,11 @@ impl<C: CloudProvider + Send + Sync> Lifecycle<'_, C> {
                     )
                 };
                 status.provider_id = Some(instance.provider_id.clone());
+                // What it was launched with, for drift.
+                if let Some(stamp) = self.cloud.launch_stamp(&claim.spec) {
+                    status.image_id = Some(stamp.image);
+                    status.node_class_hash = Some(stamp.hash);
+                }
                 set_condition(
                     &mut status,
                     conditions::LAUNCHED,

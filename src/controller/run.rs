@@ -161,7 +161,6 @@ pub struct Driver<C> {
     settings: Settings,
     store: Arc<Store>,
     core: Core,
-    boot: String,
     last_gc: Option<Time>,
     next_deadline: Option<Time>,
     notices: NoticeHandler,
@@ -216,11 +215,12 @@ impl<C: CloudProvider + Send + Sync + 'static> Driver<C> {
     /// A driver over a synced store; `now` tags this process' claim names.
     pub fn new(ctx: Context<C>, settings: Settings, store: Arc<Store>, now: Time) -> Driver<C> {
         Driver {
-            core: Core::new(settings.core.clone()).with_solve_clock(monotonic_seconds),
+            core: Core::new(settings.core.clone())
+                .with_solve_clock(monotonic_seconds)
+                .with_claim_tag(&executor::boot_tag(now)),
             ctx,
             settings,
             store,
-            boot: executor::boot_tag(now),
             last_gc: None,
             next_deadline: None,
             notices: NoticeHandler::new(),
@@ -388,11 +388,19 @@ impl<C: CloudProvider + Send + Sync + 'static> Driver<C> {
         let created = std::mem::take(&mut self.created);
         let (parts, views, nodes_by_claim) = self.store.read(|s| {
             let mut parts = snapshot::world_parts(s, &catalog, &region, now);
+            snapshot::mark_drift(s, &mut parts.nodes, &|c| self.ctx.cloud.launch_stamp(c));
             // What the cloud can launch for each pool (EC2: the variants its
             // node class has images for) narrows the pool's requirements.
             for pool in &mut parts.pools {
                 let extra = self.ctx.cloud.pool_requirements(&pool.name_any());
                 pool.spec.template.spec.requirements.extend(extra);
+                // A pool the cloud cannot launch for (its EC2NodeClass is
+                // missing or not Ready) is marked not Ready for this
+                // round's decisions, so that nothing is planned for it; the
+                // status write and the node class reconciler's Event say why.
+                if let Some(why) = self.ctx.cloud.pool_problem(&pool.name_any()) {
+                    status::hold_not_ready(pool, &why, now);
+                }
             }
             for (claim, at) in created {
                 let name = claim.name_any();
@@ -505,7 +513,6 @@ impl<C: CloudProvider + Send + Sync + 'static> Driver<C> {
                 api: &self.ctx.api,
                 metrics: &self.ctx.metrics,
                 leader: &self.ctx.leader,
-                boot: &self.boot,
                 events: self.events.as_ref(),
                 hooks: &self.hooks,
                 hook_acks: &self.hook_acks,
@@ -522,6 +529,7 @@ impl<C: CloudProvider + Send + Sync + 'static> Driver<C> {
                 }
             }
             self.reconcile_claims(&views, &world, now).await;
+            self.write_drift(&views, &world, now).await;
             if self.is_leader() {
                 self.update_pool_statuses(&catalog, now).await;
             }
@@ -666,6 +674,40 @@ impl<C: CloudProvider + Send + Sync + 'static> Driver<C> {
                         node.state.in_flight = false;
                         self.core.observe_ready(&node);
                     }
+                }
+            }
+        }
+    }
+
+    /// Brings each claim's `Drifted` condition in line with what the world
+    /// says drifted (leader only; a failed write is retried next round).
+    async fn write_drift(&mut self, views: &[ClaimView], world: &World<'_>, now: Time) {
+        for view in views {
+            if !self.is_leader() {
+                return;
+            }
+            let name = view.claim.name_any();
+            let drifted = world
+                .nodes
+                .iter()
+                .find(|n| n.claim == name)
+                .and_then(|n| n.drifted);
+            let Some(status) = super::lifecycle::drift_status(&view.claim, drifted, now) else {
+                continue;
+            };
+            match self.ctx.api.patch_node_claim_status(&name, &status).await {
+                Ok(()) => {
+                    if let Some(d) = drifted {
+                        tracing::info!(claim = %name, reason = d.reason(), "NodeClaim drifted: {d}");
+                        if let Some(ev) = &self.events {
+                            let uid = view.claim.uid();
+                            let claim = super::events::node_claim_ref(&name, uid.as_deref());
+                            ev.drifted(&claim, &d.to_string()).await;
+                        }
+                    }
+                }
+                Err(error) => {
+                    tracing::warn!(claim = %name, %error, "failed to write the Drifted condition")
                 }
             }
         }

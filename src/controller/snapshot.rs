@@ -17,6 +17,7 @@ use crate::catalog::Catalog;
 use crate::cluster::podgroups::{self, PodGroupSpec};
 use crate::cluster::{GangSource, Pod, Resources};
 use crate::controller::intern::Interner;
+use crate::core::drift::{self, ClassStamp, Stamp};
 use crate::core::{BoundPod, ClaimRequest, ManagedNode, OfferingKey, Pdb, Time, World};
 use futures::StreamExt;
 use k8s_openapi::api::core::v1 as core;
@@ -332,7 +333,7 @@ impl PodInfo {
             name: pod.name_any().into_boxed_str(),
             node_name,
             unschedulable,
-            do_not_disrupt: annotations.get(l::DO_NOT_DISRUPT).map(String::as_str) == Some("true"),
+            do_not_disrupt: l::do_not_disrupt(annotations),
             checkpoint_completed,
             started: status
                 .and_then(|s| s.start_time.as_ref())
@@ -404,11 +405,7 @@ impl NodeInfo {
             unschedulable: spec.unschedulable.unwrap_or(false),
             ready,
             allocatable,
-            do_not_disrupt: node
-                .annotations()
-                .get(l::DO_NOT_DISRUPT)
-                .map(String::as_str)
-                == Some("true"),
+            do_not_disrupt: l::do_not_disrupt(node.annotations()),
             resource_version: node.metadata.resource_version.clone(),
         }
     }
@@ -742,6 +739,62 @@ pub fn world_parts(s: &Snapshot, catalog: &Catalog, region: &str, now: Time) -> 
         pending,
         nodes,
         pdbs,
+    }
+}
+
+/// What a claim records it was launched with, for drift: its pool's
+/// template hash and the hash version (annotations, set at creation), its
+/// node class's hash and its image (status, set at launch).
+pub fn launched_stamp(claim: &NodeClaim) -> Stamp {
+    let annotation = |key: &str| {
+        claim
+            .metadata
+            .annotations
+            .as_ref()
+            .and_then(|a| a.get(key))
+            .cloned()
+    };
+    let status = claim.status.as_ref();
+    Stamp {
+        version: annotation(l::DRIFT_HASH_VERSION),
+        pool: annotation(l::NODEPOOL_HASH),
+        node_class: status.and_then(|s| s.node_class_hash.clone()),
+        image: status.and_then(|s| s.image_id.clone()),
+    }
+}
+
+/// Sets [`ManagedNode::drifted`] on every node whose claim no longer
+/// matches what would be launched now (`core::drift::detect_for`): its
+/// pool's template as the API has it, and what `current` (the cloud's
+/// `launch_stamp`) says of its class and image. Claims being deleted and
+/// claims of unknown pools never drift.
+pub fn mark_drift(
+    s: &Snapshot,
+    nodes: &mut [ManagedNode],
+    current: &dyn Fn(&crate::api::NodeClaimSpec) -> Option<ClassStamp>,
+) {
+    for n in nodes {
+        n.drifted = None;
+        let Some(claim) = s.claims.get(&n.claim) else {
+            continue;
+        };
+        let Some(pool) = s.pools.get(&claim.spec.node_pool) else {
+            continue;
+        };
+        if claim.metadata.deletion_timestamp.is_some() {
+            continue;
+        }
+        let class = current(&claim.spec);
+        let now = Stamp {
+            version: Some(drift::HASH_VERSION.to_string()),
+            pool: Some(drift::pool_template_hash(&pool.spec)),
+            node_class: class.as_ref().map(|c| c.hash.clone()),
+            image: class.map(|c| c.image),
+        };
+        let labels = s
+            .node_of(claim)
+            .map_or(&claim.spec.labels, |node| &node.labels);
+        n.drifted = drift::detect_for(&launched_stamp(claim), &now, &pool.spec, labels);
     }
 }
 
@@ -1184,6 +1237,67 @@ mod tests {
         )
     }
 
+    #[test]
+    fn a_claim_drifts_by_what_it_recorded_against_the_pool_and_the_clouds_stamp_now() {
+        let pool_hash = drift::pool_template_hash(&pool().spec);
+        let stamped = |name: &str, pool_hash: &str, image: &str, extra: serde_json::Value| {
+            let mut v = json!({
+                "metadata": {"annotations": {
+                    l::NODEPOOL_HASH: pool_hash,
+                    l::DRIFT_HASH_VERSION: drift::HASH_VERSION,
+                }},
+                "status": {"imageID": image, "nodeClassHash": "c1"}
+            });
+            merge(&mut v, extra);
+            claim(name, v)
+        };
+        let claims = vec![
+            stamped("same", &pool_hash, "ami-new", json!({})),
+            stamped("old-image", &pool_hash, "ami-old", json!({})),
+            stamped("old-template", "0123456789abcdef", "ami-new", json!({})),
+            // Being deleted: it is going anyway.
+            stamped(
+                "leaving",
+                "0123456789abcdef",
+                "ami-old",
+                json!({"metadata": {"deletionTimestamp": "2026-01-05T00:10:00Z"}}),
+            ),
+            // From before drift was recorded: nothing to compare.
+            claim("unstamped", json!({})),
+        ];
+        let s = snapshot(vec![], vec![], claims, vec![]);
+        let mut parts = world_parts(&s, catalog(), "us-east-1", t(0));
+        let now = ClassStamp {
+            hash: "c1".into(),
+            image: "ami-new".into(),
+        };
+        mark_drift(&s, &mut parts.nodes, &|_| Some(now.clone()));
+        let drifted: BTreeMap<&str, Option<drift::Drift>> = parts
+            .nodes
+            .iter()
+            .map(|n| (n.claim.as_str(), n.drifted))
+            .collect();
+        assert_eq!(
+            drifted,
+            BTreeMap::from([
+                ("leaving", None),
+                ("old-image", Some(drift::Drift::ImageChanged)),
+                ("old-template", Some(drift::Drift::PoolTemplateChanged)),
+                ("same", None),
+                ("unstamped", None),
+            ])
+        );
+        // A provider without node classes: only the template is compared.
+        mark_drift(&s, &mut parts.nodes, &|_| None);
+        let drifted: Vec<&str> = parts
+            .nodes
+            .iter()
+            .filter(|n| n.drifted.is_some())
+            .map(|n| n.claim.as_str())
+            .collect();
+        assert_eq!(drifted, ["old-template"]);
+    }
+
     fn snapshot(
         pods: Vec<core::Pod>,
         nodes: Vec<core::Node>,
@@ -1261,6 +1375,12 @@ mod tests {
                 ),
                 pod("other", 0, Some("ip-1"), json!({})),
                 pod(
+                    "karpenter",
+                    0,
+                    Some("ip-1"),
+                    json!({"metadata": {"annotations": {l::KARPENTER_DO_NOT_DISRUPT: "true"}}}),
+                ),
+                pod(
                     "logs",
                     0,
                     Some("ip-1"),
@@ -1286,20 +1406,23 @@ mod tests {
         let pods: Vec<&str> = n.pods.iter().map(|b| b.pod.name.as_str()).collect();
         assert_eq!(
             pods,
-            ["ml/other", "ml/train"],
+            ["ml/karpenter", "ml/other", "ml/train"],
             "the daemonset pod is not a bound pod"
         );
-        let train = &n.pods[1];
+        let train = &n.pods[2];
         assert!(train.do_not_disrupt);
+        assert!(n.pods[0].do_not_disrupt, "Karpenter's annotation holds too");
+        assert!(!n.pods[1].do_not_disrupt);
+        let n = &parts.nodes[0];
         assert_eq!(train.checkpoint_completed, Some(t(600)));
         assert_eq!(train.started, Some(t(360)), "status.startTime");
         assert_eq!(n.pods[0].started, None, "not started yet");
         assert_eq!(train.pdb, None);
-        assert_eq!(n.pods[0].pdb, Some(1));
+        assert_eq!(n.pods[1].pdb, Some(1));
         assert_eq!(parts.pdbs[1].name, "ml/b");
         assert_eq!(parts.pdbs[1].disruptions_allowed, 0);
         // Used counts every pod on the node, the daemonset's included.
-        assert_eq!(n.state.used.get("cpu"), 3000);
+        assert_eq!(n.state.used.get("cpu"), 4000);
         assert_eq!(n.state.used.get(l::RESOURCE_GPU), 1);
         let flight = &parts.nodes[1];
         assert!(flight.state.in_flight && flight.ready_at.is_none() && flight.pods.is_empty());

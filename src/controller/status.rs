@@ -134,6 +134,24 @@ pub fn mark_not_ready(
     }
 }
 
+/// Marks `pool` (the round's copy, not the API's) not `Ready` with reason
+/// [`reasons::NODE_CLASS_NOT_READY`] and `why`, so that the core plans
+/// nothing for it ([`NodePool::is_marked_not_ready`]).
+pub fn hold_not_ready(pool: &mut NodePool, why: &str, now: Time) {
+    let status = pool.status.get_or_insert_with(NodePoolStatus::default);
+    let ready = condition(
+        &status.conditions,
+        READY,
+        false,
+        reasons::NODE_CLASS_NOT_READY,
+        &format!("launches nothing: {why}"),
+        pool.metadata.generation,
+        now,
+    );
+    status.conditions.retain(|c| c.type_ != READY);
+    status.conditions.push(ready);
+}
+
 /// Whether `new` differs from what the pool shows (so it is worth a patch).
 pub fn status_changed(current: Option<&NodePoolStatus>, new: &NodePoolStatus) -> bool {
     current != Some(new)

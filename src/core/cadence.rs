@@ -267,6 +267,7 @@ mod tests {
                 })
                 .collect(),
             do_not_disrupt: false,
+            drifted: None,
         }
     }
 

@@ -94,6 +94,10 @@ pub struct Core {
     /// same names as before, so the batcher sees nothing new: the step
     /// re-opens a batch itself, or such pods would wait forever.
     usable: BTreeSet<String>,
+    /// Pools marked not Ready at the last provisioning step: when one is
+    /// Ready again, pending pods that could not be planned are planned
+    /// again (the batcher sees nothing new).
+    held: BTreeSet<String>,
     /// Instance families each pool selects, for its pre-warm lead, kept
     /// with the spec they were computed from (recomputing them builds the
     /// labels of every instance type, on every step).
@@ -108,6 +112,9 @@ pub struct Core {
     last_plan: Option<PlanReport>,
     /// Checkpoint requests paced by spot risk.
     cadence: Cadence,
+    /// Appended (`-{tag}`) to the names of the claims provisioning makes
+    /// ([`Core::with_claim_tag`]).
+    claim_tag: String,
 }
 
 impl Core {
@@ -123,13 +130,30 @@ impl Core {
             next_claim: 0,
             last_decide: None,
             usable: BTreeSet::new(),
+            held: BTreeSet::new(),
             families: RefCell::new(BTreeMap::new()),
             priors: RefCell::new((0, BTreeMap::new())),
             solve_clock: None,
             last_plan: None,
             cadence: Cadence::default(),
+            claim_tag: String::new(),
             config,
         }
+    }
+
+    /// Tags the names of the claims provisioning makes (`{pool}-{n}-{tag}`),
+    /// so that a restarted controller, whose count starts again, never
+    /// reuses a name (providers key idempotent launches on it). The names
+    /// of replacements are unique without it (they hash the node and the
+    /// time). The name a `Launch` carries is the claim's name: decisions
+    /// that wait for a claim (a replacement to be ready) find it by it.
+    pub fn with_claim_tag(mut self, tag: &str) -> Core {
+        self.claim_tag = if tag.is_empty() {
+            String::new()
+        } else {
+            format!("-{tag}")
+        };
+        self
     }
 
     /// Times each provisioning plan with `clock` (seconds on a monotonic
@@ -277,10 +301,17 @@ impl Core {
             .filter(|n| !self.interruptions.is_handling(&n.claim) && !n.state.unschedulable)
             .map(|n| n.claim.clone())
             .collect();
-        if !no_demand && !self.usable.is_subset(&usable) {
+        let held: BTreeSet<String> = world
+            .pools
+            .iter()
+            .filter(|p| p.is_marked_not_ready())
+            .map(|p| name(p).to_string())
+            .collect();
+        if !no_demand && (!self.usable.is_subset(&usable) || !self.held.is_subset(&held)) {
             self.batcher.trigger(now);
         }
         self.usable = usable;
+        self.held = held;
         if no_demand || !self.batcher.ready(now) {
             return Vec::new();
         }
@@ -288,9 +319,12 @@ impl Core {
         demand.extend(extra);
         self.batcher.take(now);
 
+        // A pool marked not Ready launches nothing; its pods' reasons say
+        // no pool could take them, and its status and Events say why.
         let pools: Vec<Pool> = world
             .pools
             .iter()
+            .filter(|p| !p.is_marked_not_ready())
             .filter_map(|p| Pool::from_api(p, Resources::new()).ok())
             .collect();
         // A draining gang's members on nodes that stay free their room for
@@ -330,7 +364,7 @@ impl Core {
         );
         self.last_plan = Some(PlanReport {
             at: now,
-            unschedulable: result.unschedulable.clone(),
+            unschedulable: with_held_pools(&result.unschedulable, world.pools, pools.is_empty()),
             solve_seconds: result.solve_ms / 1000.0,
         });
         let mut actions = Vec::new();
@@ -348,7 +382,7 @@ impl Core {
                 })
                 .flatten();
             actions.push(Action::Launch(ClaimRequest {
-                claim: format!("{}-{:06}", n.nodepool, self.next_claim),
+                claim: format!("{}-{:06}{}", n.nodepool, self.next_claim, self.claim_tag),
                 nodepool: n.nodepool.clone(),
                 offering: OfferingKey {
                     instance_type: n.instance_type.clone(),
@@ -456,12 +490,50 @@ impl ManagedNode {
             },
             pods: Vec::new(),
             do_not_disrupt: false,
+            drifted: None,
         })
     }
 }
 
 fn name(p: &NodePool) -> &str {
     p.metadata.name.as_deref().unwrap_or_default()
+}
+
+/// The unplaced pods' reasons, with why the pools marked not Ready were not
+/// planned (their `Ready` condition's message): instead of the planner's
+/// reason when no pool was left to plan with, after it otherwise.
+fn with_held_pools(
+    unplaced: &[plan::Unschedulable],
+    pools: &[NodePool],
+    none_left: bool,
+) -> Vec<plan::Unschedulable> {
+    let held: Vec<String> = pools
+        .iter()
+        .filter(|p| p.is_marked_not_ready())
+        .map(|p| {
+            let why = p
+                .status
+                .as_ref()
+                .and_then(|s| {
+                    s.conditions
+                        .iter()
+                        .find(|c| c.type_ == crate::api::nodepool::conditions::READY)
+                })
+                .map_or("is not Ready", |c| c.message.as_str());
+            format!("NodePool {} {why}", name(p))
+        })
+        .collect();
+    unplaced
+        .iter()
+        .map(|u| plan::Unschedulable {
+            pod: u.pod.clone(),
+            reason: match (held.is_empty(), none_left) {
+                (true, _) => u.reason.clone(),
+                (false, true) => held.join("; "),
+                (false, false) => format!("{}; {}", u.reason, held.join("; ")),
+            },
+        })
+        .collect()
 }
 
 /// The placeholder pods a pool still needs: a window holds capacity, so what
@@ -498,6 +570,7 @@ fn shortfall(pool: &NodePool, placeholders: Vec<Pod>, nodes: &[ManagedNode]) -> 
 
 #[cfg(test)]
 mod tests {
+    use super::super::interruption::fixtures::launches;
     use super::*;
     use crate::api::labels as l;
     use crate::api::{NodePoolSpec, PrewarmWindow, Taint, TaintEffect};
@@ -554,16 +627,6 @@ mod tests {
             nodes,
             pdbs: &[],
         }
-    }
-
-    fn launches(actions: &[Action]) -> Vec<&ClaimRequest> {
-        actions
-            .iter()
-            .filter_map(|a| match a {
-                Action::Launch(c) => Some(c),
-                _ => None,
-            })
-            .collect()
     }
 
     #[test]
@@ -641,6 +704,57 @@ mod tests {
         core.handle_notice(&notice, &world(&pools, &pending, &nodes), t(2));
         let again = relaunched(&mut core, &world(&pools, &pending, &nodes));
         assert_eq!(again, [["ml/a"]]);
+    }
+
+    #[test]
+    fn a_pool_marked_not_ready_is_not_planned_and_the_pods_reason_says_why() {
+        let mut held = gpu_pool(|_| {});
+        held.status = Some(crate::api::NodePoolStatus {
+            conditions: vec![crate::api::Condition {
+                type_: "Ready".into(),
+                status: "False".into(),
+                reason: "NodeClassNotReady".into(),
+                message: "launches nothing: EC2NodeClass default does not exist".into(),
+                last_transition_time: k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(
+                    k8s_openapi::jiff::Timestamp::UNIX_EPOCH,
+                ),
+                observed_generation: None,
+            }],
+            ..Default::default()
+        });
+        let pending = [gpu_pod("ml/a")];
+        let mut core = Core::new(Config::default());
+        for s in 0..3 {
+            let pools = [held.clone()];
+            assert!(launches(&core.decide(&world(&pools, &pending, &[]), t(s))).is_empty());
+        }
+        let report = core.last_plan().expect("planned");
+        assert_eq!(
+            report.unschedulable[0].reason,
+            "NodePool gpu launches nothing: EC2NodeClass default does not exist"
+        );
+        // Ready again: planned.
+        held.status = None;
+        let pools = [held];
+        let launched =
+            (3..6).any(|s| !launches(&core.decide(&world(&pools, &pending, &[]), t(s))).is_empty());
+        assert!(launched);
+    }
+
+    #[test]
+    fn a_tagged_core_names_the_claims_it_provisions_with_its_tag() {
+        let pools = [gpu_pool(|_| {})];
+        let pending = [gpu_pod("ml/a")];
+        let name = |mut core: Core| {
+            core.decide(&world(&pools, &pending, &[]), t(0));
+            let actions = core.decide(&world(&pools, &pending, &[]), t(1));
+            launches(&actions)[0].claim.clone()
+        };
+        assert_eq!(name(Core::new(Config::default())), "gpu-000001");
+        assert_eq!(
+            name(Core::new(Config::default()).with_claim_tag("t8d6o0")),
+            "gpu-000001-t8d6o0"
+        );
     }
 
     #[test]

@@ -348,6 +348,7 @@ mod tests {
             },
             pods: Vec::new(),
             do_not_disrupt: false,
+            drifted: None,
         };
         let k = spot("g5.xlarge", "use1-az1");
         let nodes = [

@@ -501,7 +501,7 @@ impl Interruptions {
     }
 }
 
-fn policy<'a>(world: &World<'a>, node: &ManagedNode) -> Option<&'a InterruptionPolicy> {
+pub(crate) fn policy<'a>(world: &World<'a>, node: &ManagedNode) -> Option<&'a InterruptionPolicy> {
     pool_of(world, node).map(|p| &p.spec.interruption)
 }
 
@@ -513,7 +513,7 @@ pub(crate) fn checkpoint_grace(policy: Option<&InterruptionPolicy>) -> Duration 
 
 /// Whether the pod gets checkpoint signals: it opted in, or its pool has a
 /// checkpoint hook. Placeholders never do.
-fn opted_in(p: &super::BoundPod, pool_hook: bool) -> bool {
+pub(crate) fn opted_in(p: &super::BoundPod, pool_hook: bool) -> bool {
     !p.placeholder && (p.pod.checkpoints || pool_hook)
 }
 
@@ -721,6 +721,7 @@ pub(crate) mod fixtures {
             },
             pods: Vec::new(),
             do_not_disrupt: false,
+            drifted: None,
         }
     }
 
@@ -851,6 +852,17 @@ pub(crate) mod fixtures {
             self.pod.checkpoint_duration_s = Some(secs);
             self
         }
+    }
+
+    /// The launches among `actions`.
+    pub fn launches(actions: &[crate::core::Action]) -> Vec<&crate::core::ClaimRequest> {
+        actions
+            .iter()
+            .filter_map(|a| match a {
+                crate::core::Action::Launch(c) => Some(c),
+                _ => None,
+            })
+            .collect()
     }
 
     /// A NodePool with the default spec changed by `edit`.

@@ -13,6 +13,7 @@ pub mod budgets;
 pub mod cadence;
 pub mod consolidation;
 mod decide;
+pub mod drift;
 pub mod estimator;
 pub mod fallback;
 pub mod gang;
@@ -91,6 +92,9 @@ pub struct ManagedNode {
     pub pods: Vec<BoundPod>,
     /// The node carries `quartermaster.dev/do-not-disrupt`.
     pub do_not_disrupt: bool,
+    /// What no longer matches its pool or node class, if anything
+    /// ([`drift::detect`], filled by the driver): such a node is replaced.
+    pub drifted: Option<drift::Drift>,
 }
 
 /// A PodDisruptionBudget, reduced to what eviction decisions need.
@@ -171,6 +175,9 @@ pub enum DisruptionReason {
     Underutilized,
     /// The instance is gone already.
     Terminated,
+    /// It no longer matches its pool's template or node class
+    /// ([`drift`]): replaced, new node first.
+    Drifted,
 }
 
 impl fmt::Display for DisruptionReason {
@@ -181,6 +188,7 @@ impl fmt::Display for DisruptionReason {
             DisruptionReason::Empty => "empty",
             DisruptionReason::Underutilized => "underutilized",
             DisruptionReason::Terminated => "instance terminated",
+            DisruptionReason::Drifted => "drifted",
         })
     }
 }

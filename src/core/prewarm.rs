@@ -836,6 +836,7 @@ mod tests {
             },
             pods: Vec::new(),
             do_not_disrupt: false,
+            drifted: None,
         };
         l.observe_node(&node);
         assert_eq!(l.observations("g5"), 0, "not Ready yet");

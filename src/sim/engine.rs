@@ -15,9 +15,11 @@ use crate::api::NodePool;
 use crate::catalog::{CapacityType, Catalog};
 use crate::cloud::simulated::{CloudEvent, SimulatedCloud};
 use crate::cluster::{Operator, Pod, Requirement, Resources};
+use crate::core::drift::Stamp;
 use crate::core::prewarm;
 use crate::core::{
-    Action, BoundPod, ClaimRequest, Config, Core, ManagedNode, Notice, OfferingKey, Time, World,
+    Action, BoundPod, ClaimRequest, Config, Core, DisruptionReason, ManagedNode, Notice,
+    OfferingKey, Time, World,
 };
 use crate::plan::{pack, Strategy};
 use chrono::Duration as Span;
@@ -44,6 +46,8 @@ pub enum Error {
 struct NodeExtra {
     jobs: BTreeSet<usize>,
     gpus: f64,
+    /// How many images had been released when it was launched.
+    image: usize,
 }
 
 /// The nodes alive, sorted by claim, as one slice the core's [`World`]
@@ -134,6 +138,10 @@ pub struct Engine<'a> {
     reservation_lead: std::time::Duration,
     /// USD paid up front for the reservations.
     upfront: f64,
+    /// When new node images are released (`cloud.imageReleases`), in order.
+    image_releases: Vec<Time>,
+    /// How many of them have been released.
+    images_released: usize,
 }
 
 impl<'a> Engine<'a> {
@@ -230,6 +238,8 @@ impl<'a> Engine<'a> {
             reservations,
             reserved: None,
             reservation_lead,
+            image_releases: scenario.image_releases(),
+            images_released: 0,
         })
     }
 
@@ -268,6 +278,9 @@ impl<'a> Engine<'a> {
         }
         if let Some(c) = self.cloud.next_event_time() {
             t = t.min(c);
+        }
+        if let Some(r) = self.image_releases.get(self.images_released) {
+            t = t.min(*r);
         }
         if !self.static_mode {
             self.refresh_pending();
@@ -327,6 +340,7 @@ impl<'a> Engine<'a> {
         for event in self.cloud.advance(now) {
             self.on_cloud_event(event);
         }
+        self.release_images(now);
         self.bind();
         if !self.static_mode {
             let stand_ins = self.provisioning_step();
@@ -546,7 +560,10 @@ impl<'a> Engine<'a> {
             .push((now, LogEvent::Action(action.clone())));
         match action {
             Action::Launch(req) => self.launch(req),
-            Action::Cordon { claim, .. } => {
+            Action::Cordon { claim, reason } => {
+                if reason == DisruptionReason::Drifted {
+                    self.result.drift_replacements += 1;
+                }
                 if let Some((n, _)) = self.nodes.get_mut(&claim) {
                     n.state.unschedulable = true;
                 }
@@ -601,6 +618,7 @@ impl<'a> Engine<'a> {
                         NodeExtra {
                             jobs: BTreeSet::new(),
                             gpus,
+                            image: self.images_released,
                         },
                     );
                 }
@@ -613,6 +631,31 @@ impl<'a> Engine<'a> {
                     self.notify(&notice, now);
                 }
             }
+        }
+    }
+
+    /// Releases the images due by `now`: every node launched before the
+    /// latest release is drifted (as the controller finds it: what it was
+    /// launched with against what its class resolves to now).
+    fn release_images(&mut self, now: Time) {
+        let before = self.images_released;
+        while self
+            .image_releases
+            .get(self.images_released)
+            .is_some_and(|t| *t <= now)
+        {
+            self.images_released += 1;
+        }
+        if self.images_released == before {
+            return;
+        }
+        let stamp = |generation: usize| Stamp {
+            image: Some(format!("ami-sim-{generation}")),
+            ..Stamp::default()
+        };
+        let current = stamp(self.images_released);
+        for (n, extra) in self.nodes.managed.iter_mut().zip(&self.nodes.extra) {
+            n.drifted = crate::core::drift::detect(&stamp(extra.image), &current);
         }
     }
 

@@ -93,6 +93,16 @@ pub struct PriceChangeSpec {
     pub price_per_hour: f64,
 }
 
+/// A new node image released from a point in the run on: every node's
+/// EC2NodeClass resolves to it (as a new release behind `al2023@latest`),
+/// so the nodes launched before drift and are replaced.
+#[derive(Debug, Clone, Deserialize, PartialEq)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct ImageReleaseSpec {
+    /// Offset from the start (Go duration).
+    pub after: String,
+}
+
 /// How the simulated cloud behaves beyond the catalog's figures.
 #[derive(Debug, Clone, Default, Deserialize, PartialEq)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
@@ -125,6 +135,9 @@ pub struct CloudSpec {
     /// that allow the `reserved` capacity type).
     #[serde(default)]
     pub reservations: Vec<super::reservations::ReservationSpec>,
+    /// New node images released during the run (drift, `core::drift`).
+    #[serde(default)]
+    pub image_releases: Vec<ImageReleaseSpec>,
 }
 
 /// `market:` of a scenario.
@@ -422,6 +435,11 @@ impl Scenario {
                 ));
             }
         }
+        for (i, r) in s.cloud.image_releases.iter().enumerate() {
+            if let Err(e) = bounded_duration(&r.after) {
+                problems.push(format!("cloud.imageReleases[{i}].after: {e}"));
+            }
+        }
         if let Some(lead) = &s.cloud.rebalance_lead {
             if let Err(e) = bounded_duration(lead) {
                 problems.push(format!("cloud.rebalanceLead: {e}"));
@@ -433,6 +451,21 @@ impl Scenario {
         } else {
             Err(Error::Invalid(problems))
         }
+    }
+
+    /// When the scenario's images are released, in order (releases whose
+    /// offset does not parse are left out: [`Scenario::parse`] refuses them).
+    pub fn image_releases(&self) -> Vec<Time> {
+        let mut at: Vec<Time> = self
+            .cloud
+            .image_releases
+            .iter()
+            .filter_map(|r| bounded_duration(&r.after).ok())
+            .filter_map(|d| chrono::TimeDelta::from_std(d).ok())
+            .map(|d| self.start + d)
+            .collect();
+        at.sort();
+        at
     }
 
     /// The simulated cloud this scenario describes: storms, price

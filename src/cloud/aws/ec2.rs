@@ -856,6 +856,20 @@ impl CloudProvider for AwsCloud {
         self.node_classes.problem(nodepool)
     }
 
+    /// The pool's class's [`NodeClass::drift_hash`] and the image the
+    /// claim's variant gets from it; `None` without a ready class.
+    fn launch_stamp(
+        &self,
+        claim: &crate::api::NodeClaimSpec,
+    ) -> Option<crate::core::drift::ClassStamp> {
+        let class = self.node_class(&claim.node_pool)?;
+        let variant = ImageVariant::of(&claim.instance_type, &claim.labels);
+        Some(crate::core::drift::ClassStamp {
+            hash: class.drift_hash(),
+            image: class.image_for(variant)?.to_string(),
+        })
+    }
+
     /// The pool's node class's [`NodeClass::image_requirements`]; none for a
     /// pool without a ready class (it does not launch at all).
     fn pool_requirements(&self, nodepool: &str) -> Vec<crate::api::Requirement> {

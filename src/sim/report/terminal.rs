@@ -78,6 +78,7 @@ pub fn table(report: &SimReport) -> String {
     }
     unfinished(&mut out, report);
     prewarm(&mut out, report);
+    drift(&mut out, report);
     out
 }
 
@@ -145,6 +146,27 @@ fn prewarm(out: &mut String, report: &SimReport) {
     for (name, r) in seen {
         let (ready, total) = r.prewarm_ready;
         let _ = writeln!(out, "  {name:<width$}  {ready}/{total}");
+    }
+}
+
+/// The drifted nodes each strategy replaced, when a scenario released new
+/// images (the replacements' cost is in the cost column).
+fn drift(out: &mut String, report: &SimReport) {
+    let seen: Vec<_> = ordered(report)
+        .into_iter()
+        .filter(|(_, r)| r.drift_replacements > 0)
+        .collect();
+    if seen.is_empty() {
+        return;
+    }
+    let _ = writeln!(
+        out,
+        "
+drifted nodes replaced (new images):"
+    );
+    let width = seen.iter().map(|(n, _)| n.len()).max().unwrap_or(0);
+    for (name, r) in seen {
+        let _ = writeln!(out, "  {name:<width$}  {}", r.drift_replacements);
     }
 }
 
@@ -323,6 +345,19 @@ mod tests {
         let t = table(&report());
         let section = t.split("pre-warm windows ready at start:").nth(1).unwrap();
         assert_eq!(section.trim(), "quartermaster  3/4");
+    }
+
+    #[test]
+    fn table_shows_drift_replacements_only_for_strategies_that_had_some() {
+        let mut r = report();
+        assert!(!table(&r).contains("drifted nodes"));
+        r.strategies.get_mut("greedy").unwrap().drift_replacements = 4;
+        let t = table(&r);
+        let section = t
+            .split("drifted nodes replaced (new images):")
+            .nth(1)
+            .unwrap();
+        assert_eq!(section.trim(), "greedy  4");
     }
 
     #[test]

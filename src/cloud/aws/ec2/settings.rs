@@ -202,6 +202,23 @@ impl NodeClass {
     /// every accelerator); `None` when the class has neither, and then the
     /// planner must not pick such an instance type for the pool.
     pub fn image_for(&self, variant: ImageVariant) -> Option<&str> {
+        self.image_of(variant)
+    }
+
+    /// The hash of what the class launches nodes with, for drift
+    /// (`core::drift`): every field but its name, its images (compared on
+    /// their own, per node) and its capacity reservation selector terms (a
+    /// new reservation is no reason to replace running nodes).
+    pub fn drift_hash(&self) -> String {
+        crate::core::drift::hash_of(&NodeClass {
+            name: String::new(),
+            images: Vec::new(),
+            capacity_reservation_selector_terms: Vec::new(),
+            ..self.clone()
+        })
+    }
+
+    fn image_of(&self, variant: ImageVariant) -> Option<&str> {
         let arch = variant.arch.as_str();
         let exact = self
             .images
@@ -472,6 +489,43 @@ serviceCidr: 10.100.0.0/16
             user_data: None,
             tags: BTreeMap::new(),
             capacity_reservation_selector_terms: Vec::new(),
+        }
+    }
+
+    #[test]
+    fn the_drift_hash_follows_what_nodes_are_launched_with_not_images_or_reservations() {
+        let base = class(vec![ami("ami-1", "x86_64", "nvidia")]);
+        let hash = base.drift_hash();
+        let same = [
+            class(vec![ami("ami-2", "x86_64", "nvidia")]),
+            NodeClass {
+                name: "renamed".into(),
+                ..base.clone()
+            },
+            NodeClass {
+                capacity_reservation_selector_terms: vec![Default::default()],
+                ..base.clone()
+            },
+        ];
+        for c in &same {
+            assert_eq!(c.drift_hash(), hash, "{c:?}");
+        }
+        let changed = [
+            NodeClass {
+                user_data: Some("echo hi".into()),
+                ..base.clone()
+            },
+            NodeClass {
+                instance_profile: "other".into(),
+                ..base.clone()
+            },
+            NodeClass {
+                tags: BTreeMap::from([("team".into(), "ml".into())]),
+                ..base.clone()
+            },
+        ];
+        for c in &changed {
+            assert_ne!(c.drift_hash(), hash, "{c:?}");
         }
     }
 

@@ -4,7 +4,8 @@
 //! is first a candidate and is carried out only if it still holds on a fresh
 //! world after a validation period. It does not touch nodes under
 //! interruption handling ([`super::interruption`]) nor nodes the caller
-//! protects (pre-warm windows).
+//! protects (pre-warm windows). Drifted nodes ([`super::drift`]) are
+//! replaced through the same removal path (`consolidation::drifted`).
 //!
 //! The rules are written up in `docs/disruption.md`.
 
@@ -16,6 +17,8 @@ use crate::cluster::{NodeState, Pod, Pool, Resources};
 use crate::plan::{self, Strategy};
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
+
+mod drifted;
 
 /// Knobs of consolidation.
 #[derive(Debug, Clone, PartialEq)]
@@ -85,11 +88,41 @@ struct Observed {
 #[derive(Debug, Clone)]
 struct Disrupting {
     reason: DisruptionReason,
-    /// The replacement claim to wait for, and when it was launched.
-    replacement: Option<(String, Time)>,
+    /// The replacement claims to wait for, and when they were launched.
+    replacement: Option<(Vec<String>, Time)>,
     cordoned: bool,
+    /// Checkpoint requests made when the drain started (drift only), by
+    /// pod, with when they were made.
+    requested: BTreeMap<String, Time>,
+    /// Until when pods asked to checkpoint are waited for.
+    checkpoint_until: Option<Time>,
     evicted: BTreeSet<String>,
     deleted: bool,
+}
+
+impl Disrupting {
+    /// Nothing done yet.
+    fn new(reason: DisruptionReason) -> Disrupting {
+        Disrupting {
+            reason,
+            replacement: None,
+            cordoned: false,
+            requested: BTreeMap::new(),
+            checkpoint_until: None,
+            evicted: BTreeSet::new(),
+            deleted: false,
+        }
+    }
+
+    /// Whether pod `p` was asked to checkpoint and is still given time: it
+    /// has not acknowledged since and its wait has not ended.
+    fn waits_for(&self, p: &super::BoundPod, now: Time) -> bool {
+        let Some(asked) = self.requested.get(&p.pod.name) else {
+            return false;
+        };
+        let acked = p.checkpoint_completed.is_some_and(|done| done >= *asked);
+        !acked && self.checkpoint_until.is_some_and(|until| now < until)
+    }
 }
 
 /// Consolidation state: what each node has looked like since when, the
@@ -271,14 +304,13 @@ impl Consolidation {
     /// [`Consolidation::decide`] with everything it reads besides the world
     /// in one [`Context`], including learned interruption rates.
     pub fn decide_in(&mut self, world: &World, now: Time, ctx: &Context) -> Vec<Action> {
-        let interruptions = ctx.interruptions;
         self.observe(world, now);
         let timeout = self.config.replacement_timeout;
         self.disrupting.retain(|claim, d| {
             world.nodes.iter().any(|n| &n.claim == claim)
                 && d.replacement
                     .as_ref()
-                    .is_none_or(|(r, at)| ready(world, r) || now < after(*at, timeout))
+                    .is_none_or(|(r, at)| all_ready(world, r) || now < after(*at, timeout))
         });
         let round = Round {
             world,
@@ -296,7 +328,8 @@ impl Consolidation {
                 self.candidate = Some((decision, at));
             }
         }
-        self.progress(world, interruptions, &mut out);
+        self.replace_drifted(&round, &mut out);
+        self.progress(&round, &mut out);
         out
     }
 
@@ -316,11 +349,17 @@ impl Consolidation {
             .values()
             .filter_map(|d| d.replacement.as_ref())
             .map(|(_, at)| after(*at, self.config.replacement_timeout));
+        let checkpoints = self
+            .disrupting
+            .values()
+            .filter(|d| !d.deleted && !d.requested.is_empty())
+            .filter_map(|d| d.checkpoint_until);
         validation
             .into_iter()
             .chain(self.budget_change)
             .chain(eligible)
             .chain(timeouts)
+            .chain(checkpoints)
             .filter(pending)
             .min()
     }
@@ -415,18 +454,15 @@ impl Consolidation {
             Some(Decision::Replace { replacement, .. }) if wanted.is_some() => {
                 let name = replacement.claim.clone();
                 out.push(Action::Launch(replacement));
-                Some((name, r.now))
+                Some((vec![name], r.now))
             }
             _ => return,
         };
         self.disrupting.insert(
             claim,
             Disrupting {
-                reason: DisruptionReason::Underutilized,
                 replacement,
-                cordoned: false,
-                evicted: BTreeSet::new(),
-                deleted: false,
+                ..Disrupting::new(DisruptionReason::Underutilized)
             },
         );
     }
@@ -464,31 +500,32 @@ impl Consolidation {
             self.disrupting.insert(
                 claim,
                 Disrupting {
-                    reason,
-                    replacement: None,
                     cordoned: true,
-                    evicted: BTreeSet::new(),
                     deleted: true,
+                    ..Disrupting::new(reason)
                 },
             );
         }
     }
 
-    /// Carries on the removals under way: once a replacement is ready, cordon;
-    /// evict within PDBs (never do-not-disrupt pods); delete once empty. A
+    /// Carries on the removals under way: once every replacement is ready,
+    /// cordon (and, for drift, ask opted-in pods to checkpoint); evict
+    /// within PDBs (never do-not-disrupt pods, nor pods asked to checkpoint
+    /// before they acknowledge or their wait ends); delete once empty. A
     /// node that gets an interruption notice meanwhile is left to
     /// `interruptions`.
-    fn progress(&mut self, world: &World, interruptions: &Interruptions, out: &mut Vec<Action>) {
+    fn progress(&mut self, r: &Round, out: &mut Vec<Action>) {
+        let (world, now) = (r.world, r.now);
         let mut pdb_left: Vec<u32> = world.pdbs.iter().map(|p| p.disruptions_allowed).collect();
         for (claim, d) in &mut self.disrupting {
             let Some(n) = world.nodes.iter().find(|n| &n.claim == claim) else {
                 continue;
             };
             if d.deleted
-                || interruptions.is_handling(claim)
+                || r.ctx.interruptions.is_handling(claim)
                 || d.replacement
                     .as_ref()
-                    .is_some_and(|(r, _)| !ready(world, r))
+                    .is_some_and(|(r, _)| !all_ready(world, r))
             {
                 continue;
             }
@@ -498,9 +535,12 @@ impl Consolidation {
                     claim: claim.clone(),
                     reason: d.reason,
                 });
+                if d.reason == DisruptionReason::Drifted {
+                    drifted::request_checkpoints(d, world, n, now, out);
+                }
             }
             for p in &n.pods {
-                if p.do_not_disrupt || d.evicted.contains(&p.pod.name) {
+                if p.do_not_disrupt || d.evicted.contains(&p.pod.name) || d.waits_for(p, now) {
                     continue;
                 }
                 if let Some(left) = p.pdb.and_then(|i| pdb_left.get_mut(i)) {
@@ -543,7 +583,18 @@ impl Consolidation {
             && !n.state.unschedulable
             && !r.ctx.interruptions.is_handling(&n.claim)
             && !self.disrupting.contains_key(&n.claim)
+            && !self.is_replacement(&n.claim)
             && !(r.ctx.protected)(n)
+    }
+
+    /// Whether the claim was launched to replace a node still being
+    /// removed: it waits for that node's pods, empty or not.
+    fn is_replacement(&self, claim: &str) -> bool {
+        self.disrupting.values().any(|d| {
+            d.replacement
+                .as_ref()
+                .is_some_and(|(r, _)| r.iter().any(|c| c == claim))
+        })
     }
 
     /// How many more of the pool's nodes may be disrupted now.
@@ -578,31 +629,11 @@ impl Consolidation {
         pool: &NodePool,
         name: Option<&str>,
     ) -> Option<Decision> {
-        let blocked = n.pods.iter().any(|p| {
-            !p.placeholder
-                && (p.do_not_disrupt
-                    || p.pdb
-                        .and_then(|i| r.world.pdbs.get(i))
-                        .is_some_and(|b| b.disruptions_allowed == 0))
-        });
-        if blocked {
+        if blocked(r, n) {
             return None;
         }
         let pods: Vec<Pod> = real_pods(n).cloned().collect();
-        let others: Vec<NodeState> = r
-            .world
-            .nodes
-            .iter()
-            .filter(|o| {
-                o.claim != n.claim
-                    && o.ready_at.is_some()
-                    && !o.state.in_flight
-                    && !o.state.unschedulable
-                    && !self.disrupting.contains_key(&o.claim)
-                    && !r.ctx.interruptions.is_handling(&o.claim)
-            })
-            .map(|o| o.state.clone())
-            .collect();
+        let others = self.destinations(r, n);
         let all: Vec<usize> = (0..pods.len()).collect();
         if plan::pack::place_on_existing(&pods, &all, &others)
             .1
@@ -634,27 +665,15 @@ impl Consolidation {
         name: Option<&str>,
     ) -> Option<ClaimRequest> {
         let w = r.world;
+        if pool.is_marked_not_ready() {
+            return None;
+        }
         let planner_pool = Pool::from_api(pool, daemonset_overhead(n)).ok()?;
         let pools = [planner_pool];
         let open = |o: &Offering| r.ctx.interruptions.blocks(o, r.now);
         let riskier = spot_guard(w, n, &pools, &open, &r.ctx);
         let unavailable = |o: &Offering| open(o) || riskier(o);
-        let input = plan::Input {
-            catalog: w.catalog,
-            region: w.region,
-            pools: &pools,
-            nodes: others,
-            pods,
-            unavailable: &unavailable,
-            learned_rate: r.ctx.learned_rate,
-            now: None,
-        };
-        let p = plan::plan(
-            &input,
-            self.config.strategy,
-            &plan::Options::default(),
-            &|| 0.0,
-        );
+        let p = self.plan_moves(r, &pools, others, pods, &unavailable);
         let [new] = p.nodes.as_slice() else {
             return None;
         };
@@ -663,26 +682,61 @@ impl Consolidation {
         if !p.unschedulable.is_empty() || !cheap_enough {
             return None;
         }
-        let offering = w
-            .catalog
-            .offerings_in(w.region)
-            .find(|o| {
-                o.instance_type == new.instance_type
-                    && o.zone_id == new.zone
-                    && o.capacity_type == new.capacity_type
+        let name = name
+            .map(str::to_string)
+            .unwrap_or_else(|| replacement_name(&n.nodepool, &n.claim, r.now));
+        request_for(w, n, new, name)
+    }
+}
+
+impl Consolidation {
+    /// The nodes that may take `n`'s pods: the other ready, schedulable
+    /// nodes that stay (not being removed, interrupted or drifted) and are
+    /// not waiting for another node's pods as its replacement.
+    fn destinations(&self, r: &Round, n: &ManagedNode) -> Vec<NodeState> {
+        r.world
+            .nodes
+            .iter()
+            .filter(|o| {
+                o.claim != n.claim
+                    && o.drifted.is_none()
+                    && o.ready_at.is_some()
+                    && !o.state.in_flight
+                    && !o.state.unschedulable
+                    && !self.disrupting.contains_key(&o.claim)
+                    && !self.is_replacement(&o.claim)
+                    && !r.ctx.interruptions.is_handling(&o.claim)
             })
-            .map(offering_key)?;
-        Some(ClaimRequest {
-            claim: name
-                .map(str::to_string)
-                .unwrap_or_else(|| replacement_name(&n.nodepool, &n.claim, r.now)),
-            nodepool: n.nodepool.clone(),
-            offering,
-            price_per_hour: new.price_per_hour,
-            pods: new.pods.clone(),
-            prewarm_window: None,
-            reservation: None,
-        })
+            .map(|o| o.state.clone())
+            .collect()
+    }
+
+    /// The planner's new nodes (of `pools`) for `pods` that `others` cannot
+    /// take, without the offerings `unavailable` rules out.
+    fn plan_moves(
+        &self,
+        r: &Round,
+        pools: &[Pool],
+        others: &[NodeState],
+        pods: &[Pod],
+        unavailable: &dyn Fn(&Offering) -> bool,
+    ) -> plan::Plan {
+        let input = plan::Input {
+            catalog: r.world.catalog,
+            region: r.world.region,
+            pools,
+            nodes: others,
+            pods,
+            unavailable,
+            learned_rate: r.ctx.learned_rate,
+            now: None,
+        };
+        plan::plan(
+            &input,
+            self.config.strategy,
+            &plan::Options::default(),
+            &|| 0.0,
+        )
     }
 }
 
@@ -730,6 +784,46 @@ fn spot_guard<'c>(
     }
 }
 
+/// Whether one of the node's real pods holds it: `do-not-disrupt`, or a
+/// PDB that allows no disruption now.
+fn blocked(r: &Round, n: &ManagedNode) -> bool {
+    n.pods.iter().any(|p| {
+        !p.placeholder
+            && (p.do_not_disrupt
+                || p.pdb
+                    .and_then(|i| r.world.pdbs.get(i))
+                    .is_some_and(|b| b.disruptions_allowed == 0))
+    })
+}
+
+/// The launch of a planned node that takes pods of `n` (same pool), named
+/// `name`; `None` when the catalog no longer has its offering.
+fn request_for(
+    w: &World,
+    n: &ManagedNode,
+    new: &plan::PlannedNode,
+    name: String,
+) -> Option<ClaimRequest> {
+    let offering = w
+        .catalog
+        .offerings_in(w.region)
+        .find(|o| {
+            o.instance_type == new.instance_type
+                && o.zone_id == new.zone
+                && o.capacity_type == new.capacity_type
+        })
+        .map(offering_key)?;
+    Some(ClaimRequest {
+        claim: name,
+        nodepool: n.nodepool.clone(),
+        offering,
+        price_per_hour: new.price_per_hour,
+        pods: new.pods.clone(),
+        prewarm_window: None,
+        reservation: None,
+    })
+}
+
 /// The node's pods that are real work (not pre-warm placeholders).
 fn real_pods(n: &ManagedNode) -> impl Iterator<Item = &Pod> {
     n.pods.iter().filter(|p| !p.placeholder).map(|p| &p.pod)
@@ -757,6 +851,11 @@ fn daemonset_overhead(n: &ManagedNode) -> Resources {
         o.set(&k, 0);
     }
     o
+}
+
+/// Whether every claim is a ready node in the world.
+fn all_ready(world: &World, claims: &[String]) -> bool {
+    claims.iter().all(|c| ready(world, c))
 }
 
 /// Whether the claim is a ready node in the world.
@@ -831,9 +930,9 @@ mod tests {
     }
 
     /// `(instance type, zone, capacity type, USD/h, advisor bucket)`.
-    type Row = (&'static str, &'static str, CapacityType, f64, Option<u8>);
+    pub(super) type Row = (&'static str, &'static str, CapacityType, f64, Option<u8>);
 
-    fn catalog(rows: &[Row]) -> Catalog {
+    pub(super) fn catalog(rows: &[Row]) -> Catalog {
         Catalog::from_parts(
             [
                 gpu_type("g5.xlarge", 4, "A10G"),
