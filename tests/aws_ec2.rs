@@ -511,9 +511,12 @@ async fn the_reconciler_writes_each_class_status_and_hands_pools_only_ready_clas
                "spec": {"template": {"spec": {"nodeClassRef":
                    {"group": "quartermaster.dev", "kind": "EC2NodeClass", "name": class}}}}})
     };
+    let mut gpu_spec = w.node_class_spec();
+    gpu_spec.capacity_reservation_selector_terms =
+        serde_json::from_value(json!([{"tags": {"team": "nobody"}}])).unwrap();
     let classes = list(
         "EC2NodeClass",
-        vec![class("gpu", &w.node_class_spec()), class("broken", &broken)],
+        vec![class("gpu", &gpu_spec), class("broken", &broken)],
     );
     let pools = list(
         "NodePool",
@@ -540,6 +543,11 @@ async fn the_reconciler_writes_each_class_status_and_hands_pools_only_ready_clas
         w.resolver(),
         aws.node_classes(),
     );
+    // What the reservations task found at its last discovery.
+    let nothing =
+        "capacityReservationSelectorTerms[0]: matches no active or scheduled capacity reservation";
+    aws.node_classes()
+        .set_reservation_findings([("gpu".to_string(), vec![nothing.to_string()])].into());
     reconciler.round(true, chrono::Utc::now()).await.unwrap();
 
     let writes = writes.lock().unwrap().clone();
@@ -561,6 +569,18 @@ async fn the_reconciler_writes_each_class_status_and_hands_pools_only_ready_clas
     };
     let gpu = status_of("gpu");
     assert_eq!(ready(&gpu)["status"], "True", "{gpu:#}");
+    // A selector that finds nothing is in its own condition: the class
+    // still launches spot and on-demand.
+    let reservations = gpu["conditions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["type"] == "CapacityReservationsReady")
+        .cloned()
+        .unwrap_or_else(|| panic!("no CapacityReservationsReady: {gpu:#}"));
+    assert_eq!(reservations["status"], "False");
+    assert_eq!(reservations["reason"], "CapacityReservationsUnusable");
+    assert_eq!(reservations["message"], nothing);
     assert_eq!(
         gpu["amis"].as_array().unwrap().len(),
         ImageVariant::ALL.len()
@@ -1435,6 +1455,14 @@ instanceProfile: nodes
                 "EC2NodeClass/replay.capacityReservationSelectorTerms[2]: matches no active or scheduled capacity reservation",
             ]
         );
+        // The same problems by class, for the class's status.
+        assert_eq!(
+            found.by_class["replay"],
+            [
+                "capacityReservationSelectorTerms[1]: capacity reservation cr-0bbb ended at 2026-03-08 11:30:00 UTC",
+                "capacityReservationSelectorTerms[2]: matches no active or scheduled capacity reservation",
+            ]
+        );
         let asked = bodies_of(&http, "DescribeCapacityReservations");
         assert!(
             asked[0].contains("Filter.1.Name=tag%3Ateam"),
@@ -1447,6 +1475,46 @@ instanceProfile: nodes
             "{}",
             asked[1]
         );
+    }
+
+    #[tokio::test]
+    async fn the_reservations_task_hands_each_classs_findings_to_the_node_classes_for_status() {
+        let events = vec![reservations(&[]), zones()];
+        let (aws, _http) = cloud_with(
+            events,
+            "capacityReservationSelectorTerms:\n  - { tags: { team: nobody } }\n",
+        );
+        let classes = aws.node_classes();
+        assert_eq!(
+            classes.reservation_findings("replay"),
+            None,
+            "not asked yet"
+        );
+        let base = Arc::new(quartermaster::catalog::Catalog::default());
+        let (_prices_tx, prices_rx) = tokio::sync::watch::channel(base.clone());
+        let (catalog_tx, mut catalog_rx) = tokio::sync::watch::channel(base);
+        let cancel = tokio_util::sync::CancellationToken::new();
+        let task = tokio::spawn(
+            quartermaster::cloud::aws::ec2::reservations::keep_catalog_reserved(
+                aws,
+                prices_rx,
+                catalog_tx,
+                Duration::from_secs(3600),
+                Duration::from_secs(2400),
+                cancel.clone(),
+            ),
+        );
+        catalog_rx
+            .changed()
+            .await
+            .expect("a catalog after the first discovery");
+        cancel.cancel();
+        task.await.unwrap();
+        assert_eq!(
+            classes.reservation_findings("replay").unwrap(),
+            ["capacityReservationSelectorTerms[0]: matches no active or scheduled capacity reservation"]
+        );
+        assert_eq!(classes.reservation_findings("other"), None);
     }
 
     #[tokio::test]

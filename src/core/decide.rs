@@ -674,6 +674,66 @@ mod tests {
         );
     }
 
+    /// Decides for `pending` every 30 s for ten minutes with `catalog`,
+    /// checks that nothing is ever launched, and returns why the last plan
+    /// could not place the first pod.
+    fn launches_nothing_round_after_round(
+        pools: &[NodePool],
+        pending: &[Pod],
+        catalog: &Catalog,
+    ) -> String {
+        let w = World {
+            catalog,
+            ..world(pools, pending, &[])
+        };
+        let mut core = Core::new(Config::default());
+        for k in 0..20 {
+            let acts = core.decide(&w, t(k * 30));
+            assert!(launches(&acts).is_empty(), "round {k}: {acts:?}");
+            core.batcher.trigger(t(k * 30));
+        }
+        let report = core.last_plan().expect("the pods were planned");
+        assert_eq!(report.unschedulable[0].pod, pending[0].name);
+        report.unschedulable[0].reason.clone()
+    }
+
+    #[test]
+    fn a_block_that_has_ended_or_an_efa_request_no_type_meets_launches_nothing_and_says_why() {
+        let block = crate::catalog::Reservation {
+            id: "cr-ended".into(),
+            kind: crate::catalog::ReservationKind::CapacityBlock,
+            instance_type: "g5.xlarge".into(),
+            region: "us-east-1".into(),
+            zone_id: "use1-az4".into(),
+            total: 4,
+            available: 4,
+            start: Some(t(-86_400)),
+            end: Some(t(-60)),
+            price_per_hour: 0.0,
+        };
+        let ended =
+            catalog()
+                .clone()
+                .with_reservations(&[block], t(0), chrono::TimeDelta::minutes(40));
+        let reserved_only = [gpu_pool(|s| {
+            s.capacity_types = vec![CapacityType::Reserved]
+        })];
+        let why = launches_nothing_round_after_round(&reserved_only, &[gpu_pod("ml/a")], &ended);
+        assert!(why.contains("capacityReservationSelectorTerms"), "{why}");
+
+        let mut efa = gpu_pod("ml/allreduce");
+        efa.requests = efa.requests.clone().with(l::RESOURCE_EFA, 1);
+        let small = [gpu_pool(|s| {
+            s.template.spec.requirements = vec![crate::api::Requirement::new(
+                l::INSTANCE_TYPE,
+                crate::api::Operator::In,
+                &["g5.xlarge", "g6.xlarge"],
+            )]
+        })];
+        let why = launches_nothing_round_after_round(&small, &[efa], catalog());
+        assert!(why.contains("Elastic Fabric Adapter"), "{why}");
+    }
+
     #[test]
     fn a_node_in_a_block_ending_soon_stays_in_the_world_and_is_drained_before_the_end() {
         let zone = catalog()
