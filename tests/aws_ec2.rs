@@ -486,6 +486,38 @@ async fn a_missing_subnet_tag_a_malformed_alias_or_an_unknown_role_gets_a_reason
 }
 
 #[tokio::test]
+async fn the_efa_rule_is_missing_until_the_group_allows_all_traffic_from_itself() {
+    let w = World::new().await;
+    // A new group has the default egress rule only.
+    let r = w.resolve(&w.node_class_spec()).await;
+    let p = r.efa_rule.unwrap_err();
+    assert_eq!(p.reason, reasons::EFA_RULE_MISSING, "{p:?}");
+    assert!(p.message.contains(&w.security_group), "{p:?}");
+    assert!(
+        p.message.contains("inbound from") && !p.message.contains("outbound"),
+        "{p:?}"
+    );
+    w.ec2
+        .authorize_security_group_ingress()
+        .group_id(&w.security_group)
+        .ip_permissions(
+            aws_sdk_ec2::types::IpPermission::builder()
+                .ip_protocol("-1")
+                .user_id_group_pairs(
+                    aws_sdk_ec2::types::UserIdGroupPair::builder()
+                        .group_id(&w.security_group)
+                        .build(),
+                )
+                .build(),
+        )
+        .send()
+        .await
+        .unwrap();
+    let r = w.resolve(&w.node_class_spec()).await;
+    assert_eq!(r.efa_rule, Ok(()));
+}
+
+#[tokio::test]
 async fn the_reconciler_writes_each_class_status_and_hands_pools_only_ready_classes() {
     use quartermaster::controller::events::Events;
     use quartermaster::controller::kube_api::KubeApi;
@@ -508,7 +540,7 @@ async fn the_reconciler_writes_each_class_status_and_hands_pools_only_ready_clas
     let pool = |name: &str, class: &str| {
         json!({"apiVersion": "quartermaster.dev/v1alpha1", "kind": "NodePool",
                "metadata": {"name": name, "uid": format!("uid-{name}")},
-               "spec": {"template": {"spec": {"nodeClassRef":
+               "spec": {"template": {"spec": {"efa": name == "train", "nodeClassRef":
                    {"group": "quartermaster.dev", "kind": "EC2NodeClass", "name": class}}}}})
     };
     let mut gpu_spec = w.node_class_spec();
@@ -558,29 +590,29 @@ async fn the_reconciler_writes_each_class_status_and_hands_pools_only_ready_clas
             .map(|(_, body)| body["status"].clone())
             .unwrap_or_else(|| panic!("no status written for {name}: {writes:#?}"))
     };
-    let ready = |status: &Value| {
+    let condition = |status: &Value, type_: &str| {
         status["conditions"]
             .as_array()
             .unwrap()
             .iter()
-            .find(|c| c["type"] == "Ready")
+            .find(|c| c["type"] == type_)
             .cloned()
-            .unwrap()
     };
+    let ready = |status: &Value| condition(status, "Ready").unwrap();
     let gpu = status_of("gpu");
     assert_eq!(ready(&gpu)["status"], "True", "{gpu:#}");
     // A selector that finds nothing is in its own condition: the class
     // still launches spot and on-demand.
-    let reservations = gpu["conditions"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|c| c["type"] == "CapacityReservationsReady")
-        .cloned()
+    let reservations = condition(&gpu, "CapacityReservationsReady")
         .unwrap_or_else(|| panic!("no CapacityReservationsReady: {gpu:#}"));
     assert_eq!(reservations["status"], "False");
     assert_eq!(reservations["reason"], "CapacityReservationsUnusable");
     assert_eq!(reservations["message"], nothing);
+    // The pool asking for EFA uses this class: its group lacks the rule.
+    let efa = condition(&gpu, "SecurityGroupsAllowEFA")
+        .unwrap_or_else(|| panic!("no SecurityGroupsAllowEFA: {gpu:#}"));
+    assert_eq!(efa["status"], "False");
+    assert_eq!(efa["reason"], "EFASecurityGroupRuleMissing");
     assert_eq!(
         gpu["amis"].as_array().unwrap().len(),
         ImageVariant::ALL.len()
@@ -589,6 +621,15 @@ async fn the_reconciler_writes_each_class_status_and_hands_pools_only_ready_clas
     assert_eq!(gpu["instanceProfile"], w.instance_profile.as_str());
     let bad = status_of("broken");
     assert_eq!(ready(&bad)["status"], "False");
+    // No pool asking for EFA uses it, and it has no reservation terms.
+    assert!(
+        condition(&bad, "SecurityGroupsAllowEFA").is_none(),
+        "{bad:#}"
+    );
+    assert!(
+        condition(&bad, "CapacityReservationsReady").is_none(),
+        "{bad:#}"
+    );
     let message = ready(&bad)["message"].as_str().unwrap().to_string();
     assert!(message.starts_with("RoleNotFound: role"), "{message}");
     let event = writes

@@ -45,6 +45,10 @@ pub mod conditions {
     /// terms, once it was asked about). Advisory: `False` does not make the
     /// class un-`Ready`; its pools launch spot and on-demand as before.
     pub const CAPACITY_RESERVATIONS_READY: &str = "CapacityReservationsReady";
+    /// The security groups allow all traffic to and from themselves, as
+    /// Elastic Fabric Adapter needs (only on a class a pool with
+    /// `template.spec.efa` uses). Advisory, like the one above.
+    pub const SECURITY_GROUPS_ALLOW_EFA: &str = "SecurityGroupsAllowEFA";
 }
 
 /// How to launch the EC2 instances of the NodePools that reference it.
@@ -409,7 +413,8 @@ pub struct EC2NodeClassStatus {
     /// Conditions: `Ready`, `AMIsReady`, `SubnetsReady`,
     /// `SecurityGroupsReady`, `InstanceProfileReady`; advisory (not part of
     /// `Ready`): `CapacityReservationsReady` on a class with reservation
-    /// selector terms.
+    /// selector terms, `SecurityGroupsAllowEFA` on a class a pool asking for
+    /// EFA uses.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     #[schemars(extend("x-kubernetes-list-type" = "map", "x-kubernetes-list-map-keys" = ["type"]))]
     pub conditions: Vec<Condition>,

@@ -112,6 +112,29 @@ pub fn reservations_condition(
     })
 }
 
+/// The `SecurityGroupsAllowEFA` condition of a class some pool asking for
+/// EFA uses (`uses_efa`), from whether its security groups allow EFA's
+/// traffic; `None` for a class no such pool uses.
+pub fn efa_condition(
+    uses_efa: bool,
+    resolved: &Resolved,
+    previous: Option<&EC2NodeClassStatus>,
+    generation: Option<i64>,
+    now: Time,
+) -> Option<crate::api::Condition> {
+    if !uses_efa {
+        return None;
+    }
+    let old = previous
+        .map(|s| s.conditions.as_slice())
+        .unwrap_or_default();
+    let type_ = c::SECURITY_GROUPS_ALLOW_EFA;
+    Some(match &resolved.efa_rule {
+        Ok(()) => condition(old, type_, true, RESOLVED, "", generation, now),
+        Err(p) => condition(old, type_, false, p.reason, &p.message, generation, now),
+    })
+}
+
 /// Each pool's class, and why the others have none.
 #[derive(Debug, Default)]
 pub struct PoolClasses {
@@ -193,6 +216,17 @@ impl Reconciler {
                 class.metadata.generation,
                 now,
             );
+            let uses_efa = pools.iter().any(|p| {
+                let template = &p.spec.template.spec;
+                template.efa && template.node_class_name() == name
+            });
+            status.conditions.extend(efa_condition(
+                uses_efa,
+                &resolved,
+                class.status.as_ref(),
+                class.metadata.generation,
+                now,
+            ));
             status.conditions.extend(reservations_condition(
                 class.spec.capacity_reservation_selector_terms.len(),
                 self.classes.reservation_findings(&name).as_deref(),
@@ -285,6 +319,7 @@ mod tests {
                 name: None,
             }]),
             instance_profile: Ok("nodes".into()),
+            efa_rule: Ok(()),
         }
     }
 
@@ -385,6 +420,28 @@ mod tests {
         assert_eq!(reservations_condition(2, None, None, Some(1), at(2)), None);
         // Ready is about launching at all, which a reservation does not gate.
         assert!(ok.is_ready());
+    }
+
+    #[test]
+    fn the_efa_rule_is_reported_only_for_a_class_a_pool_asking_for_efa_uses() {
+        let mut r = resolved();
+        assert_eq!(efa_condition(false, &r, None, Some(1), at(0)), None);
+        let ok = efa_condition(true, &r, None, Some(1), at(0)).unwrap();
+        assert_eq!(
+            (ok.type_.as_str(), ok.status.as_str()),
+            (c::SECURITY_GROUPS_ALLOW_EFA, "True")
+        );
+        r.efa_rule = Err(Problem {
+            reason: reasons::EFA_RULE_MISSING,
+            message: "security groups sg-1 have no rule ...".into(),
+        });
+        let missing = efa_condition(true, &r, None, Some(1), at(1)).unwrap();
+        assert_eq!(
+            (missing.status.as_str(), missing.reason.as_str()),
+            ("False", reasons::EFA_RULE_MISSING)
+        );
+        // Advisory: the class is still Ready.
+        assert!(node_class_status(&r, None, Some(1), at(1)).is_ready());
     }
 
     fn pool(name: &str, class: Option<&str>) -> NodePool {

@@ -376,7 +376,7 @@ fn merge_nodes(
                     && to.offering.capacity_type == from.offering.capacity_type
                     && (!pinned || to.offering.zone_id == from.offering.zone_id)
                     && (pods[p].group.is_none()
-                        || pods[p].requests.get(crate::api::labels::RESOURCE_EFA) == 0
+                        || !(efa_bound(input, &pods[p], from) || efa_bound(input, &pods[p], to))
                         || to.offering.instance_type == from.offering.instance_type)
                     && bins[t].1.fits(&pods[p])
                     && pack::compatible(&pods[p], &to.labels, &to.taints)
@@ -407,6 +407,15 @@ fn merge_nodes(
         .filter(|(_, b)| !b.pods.is_empty())
         .map(|(o, b)| (o, b.pods))
         .collect()
+}
+
+/// Whether gang member `pod` on a node of `c` must share its instance type
+/// with its whole gang: it requests EFA, or `c` is an EFA type of a pool
+/// that launches EFA types with the fabric (`Pool::efa`). Such a node goes
+/// into a cluster placement group, and one group holds one type.
+pub(crate) fn efa_bound(input: &Input, pod: &crate::cluster::Pod, c: &Candidate) -> bool {
+    let efa = crate::api::labels::RESOURCE_EFA;
+    pod.requests.get(efa) > 0 || (input.pools[c.pool].efa && c.allocatable.get(efa) > 0)
 }
 
 /// The expected interruption cost of pod `p` on a node of `c`, USD per
@@ -920,7 +929,10 @@ fn build(tier: Tier, relaxed: bool, all_integral: bool, patterns: Option<&Patter
                         .sum();
                     cons.push(constraint!(in_zone == z * d));
                 }
-                if class.pod.requests.get(crate::api::labels::RESOURCE_EFA) > 0 {
+                if ys
+                    .iter()
+                    .any(|(o, _)| efa_bound(input, &class.pod, &cands[*o]))
+                {
                     let types: BTreeSet<&str> = ys
                         .iter()
                         .map(|(o, _)| cands[*o].offering.instance_type.as_str())

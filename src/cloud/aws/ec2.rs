@@ -294,7 +294,7 @@ impl AwsCloud {
             .await
             .map_err(|e| step("DescribeSecurityGroups", claim).sdk_error(&e))?
             .into_iter()
-            .map(|(id, _)| id)
+            .filter_map(|g| g.group_id)
             .collect();
         if ids.is_empty() {
             return Err(Error::Other(format!(
@@ -592,7 +592,7 @@ pub(crate) async fn find_security_groups(
     ec2: &aws_sdk_ec2::Client,
     terms: &[SelectorTerm],
 ) -> Result<
-    Vec<(String, Option<String>)>,
+    Vec<aws_sdk_ec2::types::SecurityGroup>,
     aws_sdk_ec2::error::SdkError<
         aws_sdk_ec2::operation::describe_security_groups::DescribeSecurityGroupsError,
     >,
@@ -607,14 +607,17 @@ pub(crate) async fn find_security_groups(
             .collect()
             .await;
         for page in pages {
-            out.extend(page?.security_groups().iter().filter_map(|g| {
-                g.group_id()
-                    .map(|id| (id.to_string(), g.group_name().map(str::to_string)))
-            }));
+            out.extend(
+                page?
+                    .security_groups()
+                    .iter()
+                    .filter(|g| g.group_id().is_some())
+                    .cloned(),
+            );
         }
     }
-    out.sort();
-    out.dedup_by(|a, b| a.0 == b.0);
+    out.sort_by(|a, b| a.group_id().cmp(&b.group_id()));
+    out.dedup_by(|a, b| a.group_id() == b.group_id());
     Ok(out)
 }
 
