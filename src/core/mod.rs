@@ -16,6 +16,7 @@ mod decide;
 pub mod estimator;
 pub mod fallback;
 pub mod gang;
+pub mod gang_launch;
 pub mod interruption;
 pub mod prewarm;
 pub mod provisioning;
@@ -171,6 +172,9 @@ pub enum DisruptionReason {
     Underutilized,
     /// The instance is gone already.
     Terminated,
+    /// Launched for an EFA gang another member of which failed to launch:
+    /// released so that the gang is planned again whole.
+    GangLaunchFailed,
 }
 
 impl fmt::Display for DisruptionReason {
@@ -181,6 +185,7 @@ impl fmt::Display for DisruptionReason {
             DisruptionReason::Empty => "empty",
             DisruptionReason::Underutilized => "underutilized",
             DisruptionReason::Terminated => "instance terminated",
+            DisruptionReason::GangLaunchFailed => "another member of its gang failed to launch",
         })
     }
 }
