@@ -1534,6 +1534,30 @@ async fn a_restart_in_the_middle_of_a_launch_neither_doubles_nor_leaks_the_insta
     assert_eq!(alive, ["gpu-000001-abc"]);
 }
 
+/// Reconciles claim `name` of the store at 1 against `cloud`, which has no
+/// capacity for it: the API is scripted for the claim's `Launched=False`
+/// (InsufficientInstanceCapacity) status and its deletion.
+async fn reconcile_out_of_capacity(
+    s: &Store,
+    cloud: &Mutex<SimulatedCloud>,
+    metrics: &Metrics,
+    name: &str,
+) -> Step {
+    let claim = s.read(|s| s.claims[name].clone());
+    let api = Scenario::new()
+        .expect(Method::PATCH, &format!("{CLAIMS}/{name}/status"), |body| {
+            let c = &body["status"]["conditions"][0];
+            assert_eq!(c["type"], conditions::LAUNCHED);
+            assert_eq!(c["status"], "False");
+            assert_eq!(c["reason"], "InsufficientInstanceCapacity");
+        })
+        .respond(200, claim_json(&claim))
+        .expect(Method::DELETE, &format!("{CLAIMS}/{name}"), |_| {})
+        .respond(200, status_body(200, "", "deleting"))
+        .run();
+    reconcile_scripted(api, s, cloud, metrics, name, t(1)).await
+}
+
 #[tokio::test]
 async fn a_capacity_error_records_the_code_deletes_the_claim_and_tells_the_core() {
     let catalog = catalog();
@@ -1561,29 +1585,8 @@ async fn a_capacity_error_records_the_code_deletes_the_claim_and_tells_the_core(
     let cloud = Mutex::new(SimulatedCloud::new(catalog.clone(), config).unwrap());
     let claim = claim_for(&req, t(0));
     let s = store(vec![], vec![], vec![claim.clone()]);
-    let (client, verifier) = Scenario::new()
-        .expect(
-            Method::PATCH,
-            &format!("{CLAIMS}/gpu-000003/status"),
-            |body| {
-                let c = &body["status"]["conditions"][0];
-                assert_eq!(c["type"], conditions::LAUNCHED);
-                assert_eq!(c["status"], "False");
-                assert_eq!(c["reason"], "InsufficientInstanceCapacity");
-            },
-        )
-        .respond(200, claim_json(&claim))
-        .expect(Method::DELETE, &format!("{CLAIMS}/gpu-000003"), |_| {})
-        .respond(200, status_body(200, "", "deleting"))
-        .run();
-    let api = KubeApi::new(client);
     let metrics = Metrics::unregistered();
-    let view = s.read(|s| s.claim_view(&s.claims["gpu-000003"]));
-    let step = lifecycle(&api, &cloud, &metrics)
-        .reconcile(&view, t(1))
-        .await
-        .unwrap();
-    verifier.finish().await;
+    let step = reconcile_out_of_capacity(&s, &cloud, &metrics, "gpu-000003").await;
     assert_eq!(
         step,
         Step::LaunchFailed {
@@ -2595,4 +2598,106 @@ async fn without_ec2s_warning_the_clock_drains_a_block_node_and_a_late_look_chec
         "{acts:?}"
     );
     execute_scripted(&s, &acts, "ip-10-0-0-1", late).await;
+}
+
+/// A pending 8-GPU pod `ml/<name>` requesting EFA, member of the gang
+/// `ml/allreduce` of two.
+fn efa_member(name: &str) -> core::Pod {
+    let mut pod = gpu_pod(
+        name,
+        None,
+        json!({l::POD_GROUP: "allreduce", l::POD_GROUP_SIZE: "2"}),
+    );
+    let requests = &mut pod.spec.as_mut().unwrap().containers[0]
+        .resources
+        .as_mut()
+        .unwrap()
+        .requests
+        .as_mut()
+        .unwrap();
+    for (r, q) in [
+        (l::RESOURCE_GPU, "8"),
+        (l::RESOURCE_EFA, "1"),
+        ("cpu", "16"),
+    ] {
+        requests.insert(
+            r.into(),
+            k8s_openapi::apimachinery::pkg::api::resource::Quantity(q.into()),
+        );
+    }
+    pod
+}
+
+#[tokio::test]
+async fn a_gang_member_out_of_capacity_for_its_placement_group_releases_the_other_and_the_gang_is_planned_again(
+) {
+    let mut efa_pool = pool();
+    efa_pool.spec.template.spec.requirements[0].values = vec!["p5".into()];
+    efa_pool.spec.capacity_types = vec![quartermaster::catalog::CapacityType::OnDemand];
+    let s = store_with(
+        vec![efa_pool.clone()],
+        vec![efa_member("w-0"), efa_member("w-1")],
+        vec![],
+        vec![],
+    );
+    let catalog = catalog();
+    let mut core = Core::new(Config::default());
+    decide_at(&mut core, &s, &catalog, t(0));
+    let first = decide_at(&mut core, &s, &catalog, t(2));
+    let reqs: Vec<ClaimRequest> = launches(&first).into_iter().cloned().collect();
+    assert_eq!(reqs.len(), 2, "{first:?}");
+    for r in &reqs {
+        s.apply(claim_in(r, t(2), &catalog, &[efa_pool.clone()]));
+    }
+    // EC2 had room for the first member's placement, not the second's.
+    let mut config = SimulatedCloudConfig::new(7, REGION, t(0));
+    config.capacity.exhausted.insert(reqs[1].offering.clone());
+    let full = Mutex::new(SimulatedCloud::new(catalog.clone(), config).unwrap());
+    let metrics = Metrics::unregistered();
+    let step = reconcile_out_of_capacity(&s, &full, &metrics, &reqs[1].claim).await;
+    let Step::LaunchFailed {
+        notice: Some(notice),
+        ..
+    } = step
+    else {
+        panic!("a capacity error: {step:?}");
+    };
+    let gone = s.read(|s| s.claims[&reqs[1].claim].clone());
+    s.delete(&gone);
+    notify(&mut core, &s, &catalog, &notice, t(3));
+    // The other member's claim, still in flight, is deleted through the API.
+    let acts = decide_at(&mut core, &s, &catalog, t(3));
+    let deletes: Vec<&Action> = acts
+        .iter()
+        .filter(|a| matches!(a, Action::Delete { .. }))
+        .collect();
+    assert_eq!(
+        deletes,
+        [&Action::Delete {
+            claim: reqs[0].claim.clone(),
+            reason: quartermaster::core::DisruptionReason::GangLaunchFailed
+        }],
+        "{acts:?}"
+    );
+    execute_scripted(&s, &acts, "none", t(3)).await;
+    let released = s.read(|s| s.claims[&reqs[0].claim].clone());
+    s.delete(&released);
+    // Both members are planned again together, away from the offering
+    // that had no capacity.
+    let mut again: Vec<ClaimRequest> = launches(&acts).into_iter().cloned().collect();
+    for k in 4..8 {
+        let acts = decide_at(&mut core, &s, &catalog, t(k));
+        again.extend(launches(&acts).into_iter().cloned());
+        execute_scripted(&s, &acts, "none", t(k)).await;
+    }
+    let mut pods: Vec<&str> = again
+        .iter()
+        .flat_map(|r| r.pods.iter().map(String::as_str))
+        .collect();
+    pods.sort();
+    assert_eq!(pods, ["ml/w-0", "ml/w-1"], "{again:?}");
+    assert!(
+        again.iter().all(|r| r.offering != reqs[1].offering),
+        "{again:?}"
+    );
 }

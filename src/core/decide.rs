@@ -151,6 +151,9 @@ impl Core {
     /// pool's rate; a capacity error re-opens provisioning so that the pods
     /// are planned again without the exhausted offering.
     pub fn handle_notice(&mut self, notice: &Notice, world: &World, now: Time) {
+        if let Notice::InsufficientCapacity { offering } = notice {
+            self.gang_launches.out_of_capacity(offering);
+        }
         if let Some(key) = self.interruptions.handle(notice, world, now) {
             if matches!(notice, Notice::SpotInterruption { .. }) {
                 self.estimator.observe_interruption(&key);

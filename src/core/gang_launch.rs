@@ -10,7 +10,7 @@
 //! It decides only about nodes that never became Ready: a member whose node
 //! is gone after it ran is the gang drains' business ([`super::gang`]).
 
-use super::{Action, DisruptionReason, World};
+use super::{Action, DisruptionReason, OfferingKey, World};
 use crate::cluster::Pod;
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -18,9 +18,13 @@ use std::collections::{BTreeMap, BTreeSet};
 /// flight and which became Ready.
 #[derive(Debug, Clone, Default)]
 struct Launch {
-    claims: BTreeSet<String>,
+    /// Each claim, with its offering.
+    claims: BTreeMap<String, OfferingKey>,
     seen: BTreeSet<String>,
     ready: BTreeSet<String>,
+    /// Claims whose offering had a capacity error since they were launched
+    /// (such a claim is deleted at once, possibly before it was seen).
+    out_of_capacity: BTreeSet<String>,
 }
 
 /// The launches of EFA gangs not yet Ready whole.
@@ -63,21 +67,36 @@ impl GangLaunches {
                     efa_gang_member(world, &req.nodepool, &req.offering.instance_type, pod);
                 if let (true, Some(g)) = (member, &pod.group) {
                     let launch = self.gangs.entry(g.name.clone()).or_default();
-                    launch.claims.insert(req.claim.clone());
+                    launch
+                        .claims
+                        .insert(req.claim.clone(), req.offering.clone());
+                }
+            }
+        }
+    }
+
+    /// Takes in a capacity error for `offering`: the gangs' claims of it
+    /// that are gone failed, seen before or not.
+    pub fn out_of_capacity(&mut self, offering: &OfferingKey) {
+        for launch in self.gangs.values_mut() {
+            for (claim, o) in &launch.claims {
+                if o == offering {
+                    launch.out_of_capacity.insert(claim.clone());
                 }
             }
         }
     }
 
     /// Deletes of the in-flight claims of every gang one of whose claims
-    /// was seen in flight and is gone before it became Ready; such gangs,
-    /// and gangs whose claims all became Ready, are forgotten. Claims not
-    /// seen yet (the driver is still creating them) are waited for.
+    /// is gone before it became Ready, after it was seen in flight or a
+    /// capacity error for its offering; such gangs, and gangs whose claims
+    /// all became Ready, are forgotten. Other claims not seen yet (the
+    /// driver is still creating them) are waited for.
     pub fn release(&mut self, world: &World) -> Vec<Action> {
         let mut out = Vec::new();
         self.gangs.retain(|_, launch| {
             let mut failed = false;
-            for claim in &launch.claims {
+            for claim in launch.claims.keys() {
                 match world.nodes.iter().find(|n| &n.claim == claim) {
                     Some(n) if n.state.in_flight => {
                         launch.seen.insert(claim.clone());
@@ -86,14 +105,18 @@ impl GangLaunches {
                         launch.seen.insert(claim.clone());
                         launch.ready.insert(claim.clone());
                     }
-                    None => failed |= launch.seen.contains(claim) && !launch.ready.contains(claim),
+                    None => {
+                        failed |= (launch.seen.contains(claim)
+                            || launch.out_of_capacity.contains(claim))
+                            && !launch.ready.contains(claim)
+                    }
                 }
             }
             if failed {
                 let in_flight = world
                     .nodes
                     .iter()
-                    .filter(|n| launch.claims.contains(&n.claim) && n.state.in_flight);
+                    .filter(|n| launch.claims.contains_key(&n.claim) && n.state.in_flight);
                 for n in in_flight {
                     out.push(Action::Delete {
                         claim: n.claim.clone(),
@@ -112,7 +135,7 @@ impl GangLaunches {
 mod tests {
     use super::*;
     use crate::core::interruption::fixtures::{node, Fixture, NodeExt};
-    use crate::core::{ClaimRequest, OfferingKey};
+    use crate::core::ClaimRequest;
 
     fn member(name: &str) -> Pod {
         let mut p = Pod::new(
@@ -126,15 +149,19 @@ mod tests {
         p
     }
 
+    fn p5() -> OfferingKey {
+        OfferingKey {
+            instance_type: "p5.48xlarge".into(),
+            zone: "use1-az1".into(),
+            capacity_type: crate::catalog::CapacityType::OnDemand,
+        }
+    }
+
     fn launch(claim: &str, pod: &str) -> Action {
         Action::Launch(ClaimRequest {
             claim: claim.into(),
             nodepool: "gpu".into(),
-            offering: OfferingKey {
-                instance_type: "p5.48xlarge".into(),
-                zone: "use1-az1".into(),
-                capacity_type: crate::catalog::CapacityType::OnDemand,
-            },
+            offering: p5(),
             price_per_hour: 1.0,
             pods: vec![pod.into()],
             prewarm_window: None,
@@ -159,6 +186,13 @@ mod tests {
         g
     }
 
+    fn release_of(claim: &str) -> Action {
+        Action::Delete {
+            claim: claim.into(),
+            reason: DisruptionReason::GangLaunchFailed,
+        }
+    }
+
     #[test]
     fn claims_not_seen_yet_are_waited_for_and_a_gang_ready_whole_is_forgotten() {
         let mut g = recorded();
@@ -177,14 +211,18 @@ mod tests {
         let f = Fixture::new([node("a").not_ready(), node("b").not_ready()]);
         assert!(g.release(&f.world()).is_empty());
         let f = Fixture::new([node("b").not_ready()]);
-        assert_eq!(
-            g.release(&f.world()),
-            [Action::Delete {
-                claim: "b".into(),
-                reason: DisruptionReason::GangLaunchFailed
-            }]
-        );
+        assert_eq!(g.release(&f.world()), [release_of("b")]);
         assert!(g.gangs.is_empty(), "released once");
         assert!(g.release(&f.world()).is_empty());
+    }
+
+    #[test]
+    fn a_member_out_of_capacity_before_it_was_seen_releases_the_others_too() {
+        let mut g = recorded();
+        // The driver created both claims and launched them in one round:
+        // `a` failed (and was deleted) before the core saw it.
+        g.out_of_capacity(&p5());
+        let f = Fixture::new([node("b").not_ready()]);
+        assert_eq!(g.release(&f.world()), [release_of("b")]);
     }
 }
