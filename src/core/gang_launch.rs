@@ -1,14 +1,15 @@
 //! EFA gangs launched together into a placement group: which claims the
 //! provisioner launched for each such gang, so that when one of them is
 //! gone before it ever became Ready (EC2 had no capacity for the placement
-//! group, or the launch or registration timed out), the members still in
-//! flight are released (deleted) and the gang is planned again whole,
+//! group, or the launch or registration timed out), the other members'
+//! claims (in flight, or Ready since) are released (deleted, their pods
+//! evicted by the claims' drain) and the gang is planned again whole,
 //! rather than left partly launched. Memory only: a restarted core knows no
 //! launches, and a gang then falls back to the planner's rule (its pending
 //! members are placed on in-flight nodes whole or not at all).
 //!
-//! It decides only about nodes that never became Ready: a member whose node
-//! is gone after it ran is the gang drains' business ([`super::gang`]).
+//! A launch is followed until all its claims are Ready: a member whose node
+//! is gone after that is the gang drains' business ([`super::gang`]).
 
 use super::{Action, DisruptionReason, OfferingKey, World};
 use crate::cluster::Pod;
@@ -87,8 +88,8 @@ impl GangLaunches {
         }
     }
 
-    /// Deletes of the in-flight claims of every gang one of whose claims
-    /// is gone before it became Ready, after it was seen in flight or a
+    /// Deletes of the other claims (in flight or Ready) of every gang one
+    /// of whose claims is gone before it became Ready, after it was seen in flight or a
     /// capacity error for its offering; such gangs, and gangs whose claims
     /// all became Ready, are forgotten. Other claims not seen yet (the
     /// driver is still creating them) are waited for.
@@ -113,11 +114,13 @@ impl GangLaunches {
                 }
             }
             if failed {
-                let in_flight = world
+                // Members already Ready go too: their pods alone cannot
+                // start the gang, and would hold the rest back.
+                let members = world
                     .nodes
                     .iter()
-                    .filter(|n| launch.claims.contains_key(&n.claim) && n.state.in_flight);
-                for n in in_flight {
+                    .filter(|n| launch.claims.contains_key(&n.claim));
+                for n in members {
                     out.push(Action::Delete {
                         claim: n.claim.clone(),
                         reason: DisruptionReason::GangLaunchFailed,
@@ -224,5 +227,16 @@ mod tests {
         g.out_of_capacity(&p5());
         let f = Fixture::new([node("b").not_ready()]);
         assert_eq!(g.release(&f.world()), [release_of("b")]);
+    }
+
+    #[test]
+    fn a_member_ready_already_is_released_with_the_gang() {
+        let mut g = recorded();
+        let f = Fixture::new([node("a"), node("b").not_ready()]);
+        assert!(g.release(&f.world()).is_empty());
+        // `b` times out registering: `a`, Ready and perhaps running its
+        // member, cannot start the gang alone.
+        let f = Fixture::new([node("a")]);
+        assert_eq!(g.release(&f.world()), [release_of("a")]);
     }
 }
