@@ -167,11 +167,8 @@ impl NoticeHandler {
             return Handled::settled(NoticeOutcome::Recorded);
         }
         if let NoticeKind::ReservationEnding { .. } = n.kind {
-            let handled = reservation_ending(n, views);
-            if handled.outcome != NoticeOutcome::Retry {
-                self.remember(key);
-            }
-            return handled;
+            self.remember(key);
+            return reservation_ending(n, views);
         }
         let view = views.iter().find(|v| {
             v.claim
