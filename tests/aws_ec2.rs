@@ -503,6 +503,38 @@ async fn a_missing_subnet_tag_a_malformed_alias_or_an_unknown_role_gets_a_reason
 }
 
 #[tokio::test]
+async fn the_efa_rule_is_missing_until_the_group_allows_all_traffic_from_itself() {
+    let w = World::new().await;
+    // A new group has the default egress rule only.
+    let r = w.resolve(&w.node_class_spec()).await;
+    let p = r.efa_rule.unwrap_err();
+    assert_eq!(p.reason, reasons::EFA_RULE_MISSING, "{p:?}");
+    assert!(p.message.contains(&w.security_group), "{p:?}");
+    assert!(
+        p.message.contains("inbound from") && !p.message.contains("outbound"),
+        "{p:?}"
+    );
+    w.ec2
+        .authorize_security_group_ingress()
+        .group_id(&w.security_group)
+        .ip_permissions(
+            aws_sdk_ec2::types::IpPermission::builder()
+                .ip_protocol("-1")
+                .user_id_group_pairs(
+                    aws_sdk_ec2::types::UserIdGroupPair::builder()
+                        .group_id(&w.security_group)
+                        .build(),
+                )
+                .build(),
+        )
+        .send()
+        .await
+        .unwrap();
+    let r = w.resolve(&w.node_class_spec()).await;
+    assert_eq!(r.efa_rule, Ok(()));
+}
+
+#[tokio::test]
 async fn the_reconciler_writes_each_class_status_and_hands_pools_only_ready_classes() {
     use quartermaster::controller::events::Events;
     use quartermaster::controller::kube_api::KubeApi;
@@ -525,12 +557,15 @@ async fn the_reconciler_writes_each_class_status_and_hands_pools_only_ready_clas
     let pool = |name: &str, class: &str| {
         json!({"apiVersion": "quartermaster.dev/v1alpha1", "kind": "NodePool",
                "metadata": {"name": name, "uid": format!("uid-{name}")},
-               "spec": {"template": {"spec": {"nodeClassRef":
+               "spec": {"template": {"spec": {"efa": name == "train", "nodeClassRef":
                    {"group": "quartermaster.dev", "kind": "EC2NodeClass", "name": class}}}}})
     };
+    let mut gpu_spec = w.node_class_spec();
+    gpu_spec.capacity_reservation_selector_terms =
+        serde_json::from_value(json!([{"tags": {"team": "nobody"}}])).unwrap();
     let classes = list(
         "EC2NodeClass",
-        vec![class("gpu", &w.node_class_spec()), class("broken", &broken)],
+        vec![class("gpu", &gpu_spec), class("broken", &broken)],
     );
     let pools = list(
         "NodePool",
@@ -557,6 +592,11 @@ async fn the_reconciler_writes_each_class_status_and_hands_pools_only_ready_clas
         w.resolver(),
         aws.node_classes(),
     );
+    // What the reservations task found at its last discovery.
+    let nothing =
+        "capacityReservationSelectorTerms[0]: matches no active or scheduled capacity reservation";
+    aws.node_classes()
+        .set_reservation_findings([("gpu".to_string(), vec![nothing.to_string()])].into());
     reconciler.round(true, chrono::Utc::now()).await.unwrap();
 
     let writes = writes.lock().unwrap().clone();
@@ -567,17 +607,29 @@ async fn the_reconciler_writes_each_class_status_and_hands_pools_only_ready_clas
             .map(|(_, body)| body["status"].clone())
             .unwrap_or_else(|| panic!("no status written for {name}: {writes:#?}"))
     };
-    let ready = |status: &Value| {
+    let condition = |status: &Value, type_: &str| {
         status["conditions"]
             .as_array()
             .unwrap()
             .iter()
-            .find(|c| c["type"] == "Ready")
+            .find(|c| c["type"] == type_)
             .cloned()
-            .unwrap()
     };
+    let ready = |status: &Value| condition(status, "Ready").unwrap();
     let gpu = status_of("gpu");
     assert_eq!(ready(&gpu)["status"], "True", "{gpu:#}");
+    // A selector that finds nothing is in its own condition: the class
+    // still launches spot and on-demand.
+    let reservations = condition(&gpu, "CapacityReservationsReady")
+        .unwrap_or_else(|| panic!("no CapacityReservationsReady: {gpu:#}"));
+    assert_eq!(reservations["status"], "False");
+    assert_eq!(reservations["reason"], "CapacityReservationsUnusable");
+    assert_eq!(reservations["message"], nothing);
+    // The pool asking for EFA uses this class: its group lacks the rule.
+    let efa = condition(&gpu, "SecurityGroupsAllowEFA")
+        .unwrap_or_else(|| panic!("no SecurityGroupsAllowEFA: {gpu:#}"));
+    assert_eq!(efa["status"], "False");
+    assert_eq!(efa["reason"], "EFASecurityGroupRuleMissing");
     assert_eq!(
         gpu["amis"].as_array().unwrap().len(),
         ImageVariant::ALL.len()
@@ -586,6 +638,15 @@ async fn the_reconciler_writes_each_class_status_and_hands_pools_only_ready_clas
     assert_eq!(gpu["instanceProfile"], w.instance_profile.as_str());
     let bad = status_of("broken");
     assert_eq!(ready(&bad)["status"], "False");
+    // No pool asking for EFA uses it, and it has no reservation terms.
+    assert!(
+        condition(&bad, "SecurityGroupsAllowEFA").is_none(),
+        "{bad:#}"
+    );
+    assert!(
+        condition(&bad, "CapacityReservationsReady").is_none(),
+        "{bad:#}"
+    );
     let message = ready(&bad)["message"].as_str().unwrap().to_string();
     assert!(message.starts_with("RoleNotFound: role"), "{message}");
     let event = writes
@@ -1452,6 +1513,14 @@ instanceProfile: nodes
                 "EC2NodeClass/replay.capacityReservationSelectorTerms[2]: matches no active or scheduled capacity reservation",
             ]
         );
+        // The same problems by class, for the class's status.
+        assert_eq!(
+            found.by_class["replay"],
+            [
+                "capacityReservationSelectorTerms[1]: capacity reservation cr-0bbb ended at 2026-03-08 11:30:00 UTC",
+                "capacityReservationSelectorTerms[2]: matches no active or scheduled capacity reservation",
+            ]
+        );
         let asked = bodies_of(&http, "DescribeCapacityReservations");
         assert!(
             asked[0].contains("Filter.1.Name=tag%3Ateam"),
@@ -1464,6 +1533,46 @@ instanceProfile: nodes
             "{}",
             asked[1]
         );
+    }
+
+    #[tokio::test]
+    async fn the_reservations_task_hands_each_classs_findings_to_the_node_classes_for_status() {
+        let events = vec![reservations(&[]), zones()];
+        let (aws, _http) = cloud_with(
+            events,
+            "capacityReservationSelectorTerms:\n  - { tags: { team: nobody } }\n",
+        );
+        let classes = aws.node_classes();
+        assert_eq!(
+            classes.reservation_findings("replay"),
+            None,
+            "not asked yet"
+        );
+        let base = Arc::new(quartermaster::catalog::Catalog::default());
+        let (_prices_tx, prices_rx) = tokio::sync::watch::channel(base.clone());
+        let (catalog_tx, mut catalog_rx) = tokio::sync::watch::channel(base);
+        let cancel = tokio_util::sync::CancellationToken::new();
+        let task = tokio::spawn(
+            quartermaster::cloud::aws::ec2::reservations::keep_catalog_reserved(
+                aws,
+                prices_rx,
+                catalog_tx,
+                Duration::from_secs(3600),
+                Duration::from_secs(2400),
+                cancel.clone(),
+            ),
+        );
+        catalog_rx
+            .changed()
+            .await
+            .expect("a catalog after the first discovery");
+        cancel.cancel();
+        task.await.unwrap();
+        assert_eq!(
+            classes.reservation_findings("replay").unwrap(),
+            ["capacityReservationSelectorTerms[0]: matches no active or scheduled capacity reservation"]
+        );
+        assert_eq!(classes.reservation_findings("other"), None);
     }
 
     #[tokio::test]

@@ -184,7 +184,7 @@ async fn events_routed_by_the_templates_rules_become_notices_and_are_deleted() {
         .await
         .expect("create_event_bus");
     let rules = template_rules();
-    assert_eq!(rules.len(), 4, "{rules:?}");
+    assert_eq!(rules.len(), 5, "{rules:?}");
     for (id, pattern) in &rules {
         let name = unique(&format!("qm-{id}"));
         events
@@ -213,6 +213,7 @@ async fn events_routed_by_the_templates_rules_become_notices_and_are_deleted() {
 
     let (spot_id, rebalance_id, retired_id) =
         (unique("i-spot"), unique("i-rebal"), unique("i-ret"));
+    let block_id = unique("cr-block");
     let entry = |source: &str, detail_type: &str, resource: &str, detail: serde_json::Value| {
         aws_sdk_eventbridge::types::PutEventsRequestEntry::builder()
             .event_bus_name(&bus)
@@ -249,6 +250,15 @@ async fn events_routed_by_the_templates_rules_become_notices_and_are_deleted() {
                 "affectedEntities": [{"entityValue": retired_id}]
             }),
         ))
+        .entries(entry(
+            "aws.ec2",
+            "Capacity Block Expiration Warning",
+            &format!("arn:aws:ec2:us-east-1:123456789012:capacity-reservation/{block_id}"),
+            serde_json::json!({
+                "capacity-reservation-id": block_id,
+                "end-date": "2024-06-01T11:30:00Z"
+            }),
+        ))
         // No rule matches a Health issue: it must not reach the queue.
         .entries(entry(
             "aws.health",
@@ -265,12 +275,12 @@ async fn events_routed_by_the_templates_rules_become_notices_and_are_deleted() {
     let (tx, mut rx) = mpsc::channel(16);
     let acks = NoticeAcks::default();
     let mut consumer = consumer(&moto, &url, &acks);
-    let summary = poll_until(&mut consumer, &tx, &metrics, 3).await;
+    let summary = poll_until(&mut consumer, &tx, &metrics, 4).await;
     assert_eq!(
         summary,
         PollSummary {
-            accepted: 3,
-            notices: 3,
+            accepted: 4,
+            notices: 4,
             ..PollSummary::default()
         }
     );
@@ -296,13 +306,21 @@ async fn events_routed_by_the_templates_rules_become_notices_and_are_deleted() {
             start: Some(chrono::Utc.with_ymd_and_hms(2023, 1, 27, 6, 0, 0).unwrap())
         }
     );
-    assert_eq!(count(&metrics, "accepted"), 3);
+    // A Capacity Block's warning is one notice about the reservation.
+    assert_eq!(
+        find(&block_id).kind,
+        NoticeKind::ReservationEnding {
+            end: chrono::Utc.with_ymd_and_hms(2024, 6, 1, 11, 30, 0).unwrap()
+        }
+    );
+    assert_eq!(count(&metrics, "accepted"), 4);
     // Handed over is not recorded: every message is still on the queue.
-    assert_eq!(messages_left(&sqs, &url).await, 3);
-    assert_eq!(consumer.in_flight(), 3);
-    // The controller records two and finds the third is not ours: all go.
+    assert_eq!(messages_left(&sqs, &url).await, 4);
+    assert_eq!(consumer.in_flight(), 4);
+    // The controller records three and finds the fourth is not ours: all go.
     acks.push(spot, NoticeOutcome::Recorded);
     acks.push(find(&rebalance_id), NoticeOutcome::Recorded);
+    acks.push(find(&block_id), NoticeOutcome::Recorded);
     acks.push(find(&retired_id), NoticeOutcome::Foreign);
     // Nothing else arrived (the Health issue matched no rule), and every
     // settled message is gone from the queue.
@@ -310,7 +328,7 @@ async fn events_routed_by_the_templates_rules_become_notices_and_are_deleted() {
     assert_eq!(again.messages(), 0, "{again:?}");
     assert_eq!(consumer.in_flight(), 0);
     assert_eq!(messages_left(&sqs, &url).await, 0);
-    assert_eq!(count(&metrics, "recorded"), 2);
+    assert_eq!(count(&metrics, "recorded"), 3);
     assert_eq!(count(&metrics, "foreign"), 1);
 }
 
@@ -324,9 +342,16 @@ async fn malformed_and_unknown_messages_are_counted_and_deleted() {
         "source": "aws.ec2", "account": "123456789012", "time": "2024-01-01T00:00:00Z",
         "region": "us-east-1", "resources": [], "detail": {"State": "available"}
     });
+    // A Capacity Block warning naming no reservation cannot be acted on.
+    let block_without_reservation = serde_json::json!({
+        "version": "0", "id": unique("e-block"), "detail-type": "Capacity Block Expiration Warning",
+        "source": "aws.ec2", "account": "123456789012", "time": "2024-01-01T00:00:00Z",
+        "region": "us-east-1", "resources": [], "detail": {"end-date": "2024-01-01T00:40:00Z"}
+    });
     for body in [
         "this is not an event".to_string(),
         r#"{"detail-type": "EC2 Spot Instance Interruption Warning"}"#.to_string(),
+        block_without_reservation.to_string(),
         unknown.to_string(),
     ] {
         sqs.send_message()
@@ -339,17 +364,17 @@ async fn malformed_and_unknown_messages_are_counted_and_deleted() {
     let metrics = Metrics::unregistered();
     let (tx, mut rx) = mpsc::channel(16);
     let mut consumer = consumer(&moto, &url, &NoticeAcks::default());
-    let summary = poll_until(&mut consumer, &tx, &metrics, 3).await;
+    let summary = poll_until(&mut consumer, &tx, &metrics, 4).await;
     assert_eq!(
         summary,
         PollSummary {
-            malformed: 2,
+            malformed: 3,
             unknown: 1,
             ..PollSummary::default()
         }
     );
     assert!(drain(&mut rx).is_empty());
-    assert_eq!(count(&metrics, "malformed"), 2);
+    assert_eq!(count(&metrics, "malformed"), 3);
     assert_eq!(count(&metrics, "unknown"), 1);
     assert_eq!(messages_left(&sqs, &url).await, 0);
 }

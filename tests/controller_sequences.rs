@@ -116,6 +116,23 @@ fn node(
     .unwrap()
 }
 
+/// The opted-in pod `ml/train-0` on `ip-10-0-0-1`, with the checkpoint
+/// annotation `key` (requested or completed) at `at`.
+fn checkpointing_pod(key: &str, at: Time) -> core::Pod {
+    let mut annotations = json!({l::CHECKPOINT_ENABLED: "true"});
+    annotations[key] = json!(quartermaster::controller::checkpoint::rfc3339(at));
+    gpu_pod("train-0", Some("ip-10-0-0-1"), annotations)
+}
+
+/// A Ready one-GPU node as it is once cordoned for a disruption.
+fn cordoned(name: &str, provider_id: &str) -> core::Node {
+    let taints = json!([{"key": l::TAINT_GPU, "effect": "NoSchedule"},
+        {"key": l::TAINT_DISRUPTED, "effect": "NoSchedule"}]);
+    let mut n = node(name, provider_id, taints, true, Some("1"));
+    n.spec.as_mut().unwrap().unschedulable = Some(true);
+    n
+}
+
 /// The value a JSON patch sets at `path` (`null` when it does not).
 fn patched<'a>(body: &'a Value, path: &str) -> &'a Value {
     body.as_array()
@@ -125,10 +142,20 @@ fn patched<'a>(body: &'a Value, path: &str) -> &'a Value {
         .map_or(&Value::Null, |op| &op["value"])
 }
 
-/// A store holding these objects, synced.
+/// A store holding these objects and [`pool`], synced.
 fn store(pods: Vec<core::Pod>, nodes: Vec<core::Node>, claims: Vec<NodeClaim>) -> Store {
+    store_with(vec![pool()], pods, nodes, claims)
+}
+
+/// A store holding these pools and objects, synced.
+fn store_with(
+    pools: Vec<NodePool>,
+    pods: Vec<core::Pod>,
+    nodes: Vec<core::Node>,
+    claims: Vec<NodeClaim>,
+) -> Store {
     let s = Store::new();
-    s.reset(vec![pool()]);
+    s.reset(pools);
     s.reset(pods);
     s.reset(nodes);
     s.reset(claims);
@@ -203,12 +230,15 @@ async fn execute_as(
 
 /// The claim the executor builds for a launch (as the API server stores it).
 fn claim_for(req: &ClaimRequest, at: Time) -> NodeClaim {
-    let catalog = catalog();
-    let pools = [pool()];
+    claim_in(req, at, &catalog(), &[pool()])
+}
+
+/// [`claim_for`], with this catalog and these pools.
+fn claim_in(req: &ClaimRequest, at: Time, catalog: &Catalog, pools: &[NodePool]) -> NodeClaim {
     let world = quartermaster::core::World {
-        catalog: &catalog,
+        catalog,
         region: REGION,
-        pools: &pools,
+        pools,
         pending: &[],
         nodes: &[],
         pdbs: &[],
@@ -240,6 +270,63 @@ async fn reconcile_scripted(
     step
 }
 
+/// The core's decisions at `now` over what the store holds, with `catalog`.
+fn decide_at(core: &mut Core, s: &Store, catalog: &Catalog, now: Time) -> Vec<Action> {
+    let parts = world_parts(&snapshot(s), catalog, REGION, now);
+    core.decide(&parts.world(catalog, REGION), now)
+}
+
+/// Hands the core `notice` at `now`, over what the store holds.
+fn notify(core: &mut Core, s: &Store, catalog: &Catalog, notice: &Notice, now: Time) {
+    let parts = world_parts(&snapshot(s), catalog, REGION, now);
+    core.handle_notice(notice, &parts.world(catalog, REGION), now);
+}
+
+/// Executes `actions` at `now` against an API scripted for exactly them
+/// ([`script_for`], `node` the one cordoned) and checks that every scripted
+/// request was made.
+async fn execute_scripted(s: &Store, actions: &[Action], node: &str, now: Time) {
+    let (client, verifier) = script_for(actions, node).run();
+    execute(&KubeApi::new(client), actions, &snapshot(s), now).await;
+    verifier.finish().await;
+}
+
+/// The decisions at `now` once `ml/train-0` acknowledged its checkpoint at
+/// `ack_at`: they evict it.
+fn acknowledged(
+    core: &mut Core,
+    s: &Store,
+    catalog: &Catalog,
+    ack_at: Time,
+    now: Time,
+) -> Vec<Action> {
+    s.apply(checkpointing_pod(l::CHECKPOINT_COMPLETED, ack_at));
+    let acts = decide_at(core, s, catalog, now);
+    assert!(
+        acts.iter()
+            .any(|a| matches!(a, Action::Evict { pod, .. } if pod == "ml/train-0")),
+        "{acts:?}"
+    );
+    acts
+}
+
+/// One round at `now` on node `ip-10-0-0-1` that must evict nothing: the
+/// core decides, the executor writes through an API scripted for it.
+async fn step_without_evictions(
+    core: &mut Core,
+    s: &Store,
+    catalog: &Catalog,
+    now: Time,
+) -> Vec<Action> {
+    let acts = decide_at(core, s, catalog, now);
+    assert!(
+        !acts.iter().any(|a| matches!(a, Action::Evict { .. })),
+        "{acts:?}"
+    );
+    execute_scripted(s, &acts, "ip-10-0-0-1", now).await;
+    acts
+}
+
 fn launches(actions: &[Action]) -> Vec<&ClaimRequest> {
     actions
         .iter()
@@ -262,7 +349,13 @@ async fn ready_claim_named(
     name: &str,
     node: &str,
 ) -> (NodeClaim, String) {
-    let req = ClaimRequest {
+    let claim = claim_for(&spot_request(name), t(0));
+    ready(cloud, &spot_request(name), claim, node).await
+}
+
+/// The request for a spot g5.xlarge of pool `gpu` named `name`.
+fn spot_request(name: &str) -> ClaimRequest {
+    ClaimRequest {
         claim: name.into(),
         nodepool: "gpu".into(),
         offering: quartermaster::core::OfferingKey {
@@ -279,10 +372,19 @@ async fn ready_claim_named(
         pods: vec![],
         prewarm_window: None,
         reservation: None,
-    };
-    let mut claim = claim_for(&req, t(0));
+    }
+}
+
+/// `claim` (built for `req`) launched in `cloud` at 0 and registered on
+/// `node`, Ready; with its provider ID.
+async fn ready(
+    cloud: &Mutex<SimulatedCloud>,
+    req: &ClaimRequest,
+    mut claim: NodeClaim,
+    node: &str,
+) -> (NodeClaim, String) {
     let instance = cloud
-        .launch(&req, &NodeTemplate::from(&claim.spec), t(0))
+        .launch(req, &NodeTemplate::from(&claim.spec), t(0))
         .await
         .unwrap();
     let mut status = quartermaster::api::NodeClaimStatus {
@@ -611,17 +713,12 @@ async fn an_interruption_leads_to_a_checkpoint_request_then_evictions_after_the_
     let mut core = Core::new(Config::default());
     let notice_at = t(1000);
     let deadline = notice_at + chrono::TimeDelta::seconds(120);
-    let snap = snapshot(&s);
-    let parts = world_parts(&snap, &catalog, REGION, notice_at);
-    core.handle_notice(
-        &Notice::SpotInterruption {
-            claim: name.clone(),
-            deadline,
-        },
-        &parts.world(&catalog, REGION),
-        notice_at,
-    );
-    let first = core.decide(&parts.world(&catalog, REGION), notice_at);
+    let notice = Notice::SpotInterruption {
+        claim: name.clone(),
+        deadline,
+    };
+    notify(&mut core, &s, &catalog, &notice, notice_at);
+    let first = decide_at(&mut core, &s, &catalog, notice_at);
     assert!(
         first
             .iter()
@@ -638,76 +735,40 @@ async fn an_interruption_leads_to_a_checkpoint_request_then_evictions_after_the_
         !first.iter().any(|a| matches!(a, Action::Evict { .. })),
         "no eviction before the ack: {first:?}"
     );
-    let (client, verifier) = script_for(&first, "ip-10-0-0-1").run();
-    execute(&KubeApi::new(client), &first, &snap, notice_at).await;
-    verifier.finish().await;
+    execute_scripted(&s, &first, "ip-10-0-0-1", notice_at).await;
 
     // The cordon and the request are in the cluster now.
-    let mut cordoned = node(
-        "ip-10-0-0-1",
-        &provider_id,
-        json!([{"key": l::TAINT_GPU, "effect": "NoSchedule"}, {"key": l::TAINT_DISRUPTED, "effect": "NoSchedule"}]),
-        true,
-        Some("1"),
-    );
-    cordoned.spec.as_mut().unwrap().unschedulable = Some(true);
-    s.apply(cordoned);
-    let requested = json!({l::CHECKPOINT_ENABLED: "true",
-        l::CHECKPOINT_REQUESTED: quartermaster::controller::checkpoint::rfc3339(deadline)});
-    s.apply(gpu_pod("train-0", Some("ip-10-0-0-1"), requested));
+    s.apply(cordoned("ip-10-0-0-1", &provider_id));
+    s.apply(checkpointing_pod(l::CHECKPOINT_REQUESTED, deadline));
     // While the workload has not answered, the pod stays.
     for k in 1..5 {
         let now = notice_at + chrono::TimeDelta::seconds(k);
-        let parts = world_parts(&snapshot(&s), &catalog, REGION, now);
-        let acts = core.decide(&parts.world(&catalog, REGION), now);
+        let acts = decide_at(&mut core, &s, &catalog, now);
         assert!(
             !acts
                 .iter()
                 .any(|a| matches!(a, Action::Evict { .. } | Action::Delete { .. })),
             "{acts:?}"
         );
-        let (client, verifier) = script_for(&acts, "ip-10-0-0-1").run();
-        execute(&KubeApi::new(client), &acts, &snapshot(&s), now).await;
-        verifier.finish().await;
+        execute_scripted(&s, &acts, "ip-10-0-0-1", now).await;
     }
 
     // The workload acknowledges: the pod is evicted.
     let ack_at = notice_at + chrono::TimeDelta::seconds(10);
-    s.apply(gpu_pod(
-        "train-0",
-        Some("ip-10-0-0-1"),
-        json!({l::CHECKPOINT_ENABLED: "true", l::CHECKPOINT_COMPLETED: quartermaster::controller::checkpoint::rfc3339(ack_at)}),
-    ));
     let now = ack_at + chrono::TimeDelta::seconds(1);
-    let parts = world_parts(&snapshot(&s), &catalog, REGION, now);
-    let acts = core.decide(&parts.world(&catalog, REGION), now);
-    assert!(
-        acts.iter()
-            .any(|a| matches!(a, Action::Evict { pod, .. } if pod == "ml/train-0")),
-        "{acts:?}"
-    );
+    let acts = acknowledged(&mut core, &s, &catalog, ack_at, now);
     assert!(
         !acts.iter().any(|a| matches!(a, Action::Delete { .. })),
         "not before the pod left: {acts:?}"
     );
-    let (client, verifier) = script_for(&acts, "ip-10-0-0-1").run();
-    execute(&KubeApi::new(client), &acts, &snapshot(&s), now).await;
-    verifier.finish().await;
+    execute_scripted(&s, &acts, "ip-10-0-0-1", now).await;
 
     // The pod is gone: the claim is deleted.
     s.delete(&gpu_pod("train-0", Some("ip-10-0-0-1"), json!({})));
     let mut deleted = false;
     for k in 2..30 {
         let now = ack_at + chrono::TimeDelta::seconds(k);
-        let parts = world_parts(&snapshot(&s), &catalog, REGION, now);
-        let acts = core.decide(&parts.world(&catalog, REGION), now);
-        assert!(
-            !acts.iter().any(|a| matches!(a, Action::Evict { .. })),
-            "{acts:?}"
-        );
-        let (client, verifier) = script_for(&acts, "ip-10-0-0-1").run();
-        execute(&KubeApi::new(client), &acts, &snapshot(&s), now).await;
-        verifier.finish().await;
+        let acts = step_without_evictions(&mut core, &s, &catalog, now).await;
         if acts
             .iter()
             .any(|a| matches!(a, Action::Delete { claim, .. } if *claim == name))
@@ -1194,14 +1255,12 @@ async fn a_notice_on_one_gang_member_asks_every_member_to_checkpoint_by_one_dead
     let catalog = catalog();
     let mut core = Core::new(Config::default());
     let notice_at = t(1000);
-    let snap = snapshot(&s);
-    let parts = world_parts(&snap, &catalog, REGION, notice_at);
     let notice = Notice::SpotInterruption {
         claim: "gpu-a".into(),
         deadline: notice_at + chrono::TimeDelta::seconds(120),
     };
-    core.handle_notice(&notice, &parts.world(&catalog, REGION), notice_at);
-    let first = core.decide(&parts.world(&catalog, REGION), notice_at);
+    notify(&mut core, &s, &catalog, &notice, notice_at);
+    let first = decide_at(&mut core, &s, &catalog, notice_at);
     let deadlines: Vec<(String, Time)> = first
         .iter()
         .filter_map(|a| match a {
@@ -1224,9 +1283,7 @@ async fn a_notice_on_one_gang_member_asks_every_member_to_checkpoint_by_one_dead
     );
     // Both annotations are written, each on its own pod, with one deadline
     // (the cordon is only the doomed node's).
-    let (client, verifier) = script_for(&first, "ip-10-0-0-1").run();
-    execute(&KubeApi::new(client), &first, &snap, notice_at).await;
-    verifier.finish().await;
+    execute_scripted(&s, &first, "ip-10-0-0-1", notice_at).await;
 
     // The doomed member acknowledges: nobody leaves while the other writes.
     let acked = |at: Time| {
@@ -1234,15 +1291,13 @@ async fn a_notice_on_one_gang_member_asks_every_member_to_checkpoint_by_one_dead
     };
     s.apply(gpu_pod("train-0", Some("ip-10-0-0-1"), acked(t(1010))));
     let now = t(1011);
-    let parts = world_parts(&snapshot(&s), &catalog, REGION, now);
-    let acts = core.decide(&parts.world(&catalog, REGION), now);
+    let acts = decide_at(&mut core, &s, &catalog, now);
     assert_eq!(pod_actions(&acts), [], "{acts:?}");
 
     // The other acknowledges: the gang is evicted whole, through the API.
     s.apply(gpu_pod("train-1", Some("ip-10-0-0-2"), acked(t(1020))));
     let now = t(1021);
-    let parts = world_parts(&snapshot(&s), &catalog, REGION, now);
-    let acts = core.decide(&parts.world(&catalog, REGION), now);
+    let acts = decide_at(&mut core, &s, &catalog, now);
     assert_eq!(
         pod_actions(&acts),
         [
@@ -1255,9 +1310,7 @@ async fn a_notice_on_one_gang_member_asks_every_member_to_checkpoint_by_one_dead
         .into_iter()
         .filter(|a| matches!(a, Action::Evict { .. }))
         .collect();
-    let (client, verifier) = script_for(&evictions, "ip-10-0-0-1").run();
-    execute(&KubeApi::new(client), &evictions, &snapshot(&s), now).await;
-    verifier.finish().await;
+    execute_scripted(&s, &evictions, "ip-10-0-0-1", now).await;
 }
 
 #[tokio::test]
@@ -1480,6 +1533,30 @@ async fn a_restart_in_the_middle_of_a_launch_neither_doubles_nor_leaks_the_insta
     assert_eq!(alive, ["gpu-000001-abc"]);
 }
 
+/// Reconciles claim `name` of the store at 1 against `cloud`, which has no
+/// capacity for it: the API is scripted for the claim's `Launched=False`
+/// (InsufficientInstanceCapacity) status and its deletion.
+async fn reconcile_out_of_capacity(
+    s: &Store,
+    cloud: &Mutex<SimulatedCloud>,
+    metrics: &Metrics,
+    name: &str,
+) -> Step {
+    let claim = s.read(|s| s.claims[name].clone());
+    let api = Scenario::new()
+        .expect(Method::PATCH, &format!("{CLAIMS}/{name}/status"), |body| {
+            let c = &body["status"]["conditions"][0];
+            assert_eq!(c["type"], conditions::LAUNCHED);
+            assert_eq!(c["status"], "False");
+            assert_eq!(c["reason"], "InsufficientInstanceCapacity");
+        })
+        .respond(200, claim_json(&claim))
+        .expect(Method::DELETE, &format!("{CLAIMS}/{name}"), |_| {})
+        .respond(200, status_body(200, "", "deleting"))
+        .run();
+    reconcile_scripted(api, s, cloud, metrics, name, t(1)).await
+}
+
 #[tokio::test]
 async fn a_capacity_error_records_the_code_deletes_the_claim_and_tells_the_core() {
     let catalog = catalog();
@@ -1507,29 +1584,8 @@ async fn a_capacity_error_records_the_code_deletes_the_claim_and_tells_the_core(
     let cloud = Mutex::new(SimulatedCloud::new(catalog.clone(), config).unwrap());
     let claim = claim_for(&req, t(0));
     let s = store(vec![], vec![], vec![claim.clone()]);
-    let (client, verifier) = Scenario::new()
-        .expect(
-            Method::PATCH,
-            &format!("{CLAIMS}/gpu-000003/status"),
-            |body| {
-                let c = &body["status"]["conditions"][0];
-                assert_eq!(c["type"], conditions::LAUNCHED);
-                assert_eq!(c["status"], "False");
-                assert_eq!(c["reason"], "InsufficientInstanceCapacity");
-            },
-        )
-        .respond(200, claim_json(&claim))
-        .expect(Method::DELETE, &format!("{CLAIMS}/gpu-000003"), |_| {})
-        .respond(200, status_body(200, "", "deleting"))
-        .run();
-    let api = KubeApi::new(client);
     let metrics = Metrics::unregistered();
-    let view = s.read(|s| s.claim_view(&s.claims["gpu-000003"]));
-    let step = lifecycle(&api, &cloud, &metrics)
-        .reconcile(&view, t(1))
-        .await
-        .unwrap();
-    verifier.finish().await;
+    let step = reconcile_out_of_capacity(&s, &cloud, &metrics, "gpu-000003").await;
     assert_eq!(
         step,
         Step::LaunchFailed {
@@ -2500,5 +2556,337 @@ async fn a_drifted_claim_is_marked_and_replaced_new_node_first_then_cordoned_and
             .iter()
             .any(|(_, p, _)| p.contains(&name) || *p == claim_status),
         "{then:#?}"
+    );
+}
+
+/// The Capacity Block of the block tests.
+const BLOCK: &str = "cr-0b10c000000000001";
+
+/// [`pool`], also allowing reserved capacity (so that a replacement that
+/// is not in the ending block shows it was refused, not never offered).
+fn reserved_pool() -> NodePool {
+    let mut p = pool();
+    p.spec
+        .capacity_types
+        .insert(0, quartermaster::catalog::CapacityType::Reserved);
+    p
+}
+
+/// The embedded catalog with [`BLOCK`], two g5.xlarge (one taken) in
+/// `zone` ending at `end`, as the controller's reservations task hands it
+/// over at `now`.
+fn block_catalog(zone: &str, end: Time, now: Time) -> Arc<Catalog> {
+    let block = quartermaster::catalog::Reservation {
+        id: BLOCK.into(),
+        kind: quartermaster::catalog::ReservationKind::CapacityBlock,
+        instance_type: "g5.xlarge".into(),
+        region: REGION.into(),
+        zone_id: zone.into(),
+        total: 2,
+        available: 1,
+        start: None,
+        end: Some(end),
+        price_per_hour: 0.0,
+    };
+    let lead = chrono::TimeDelta::minutes(40);
+    Arc::new((*catalog()).clone().with_reservations(&[block], now, lead))
+}
+
+/// A node `ip-10-0-0-1` in [`BLOCK`] (ending at `end`), launched into it at
+/// 0, with an opted-in pod `ml/train-0`: the store, the claim's name, its
+/// provider ID and the block's zone.
+async fn block_node(end: Time) -> (Store, String, String, String) {
+    let mut req = spot_request("gpu-block");
+    req.offering.capacity_type = quartermaster::catalog::CapacityType::Reserved;
+    req.reservation = Some(BLOCK.into());
+    req.price_per_hour = 0.0;
+    let zone = req.offering.zone.clone();
+    let at_launch = block_catalog(&zone, end, t(0));
+    let cloud = Mutex::new(
+        SimulatedCloud::new(
+            at_launch.clone(),
+            SimulatedCloudConfig::new(7, REGION, t(0)),
+        )
+        .unwrap(),
+    );
+    let claim = claim_in(&req, t(0), &at_launch, &[reserved_pool()]);
+    assert_eq!(claim.spec.labels[l::CAPACITY_RESERVATION_ID], BLOCK);
+    let (claim, provider_id) = ready(&cloud, &req, claim, "ip-10-0-0-1").await;
+    let gpu_taint = json!([{"key": l::TAINT_GPU, "effect": "NoSchedule"}]);
+    let s = store_with(
+        vec![reserved_pool()],
+        vec![gpu_pod(
+            "train-0",
+            Some("ip-10-0-0-1"),
+            json!({l::CHECKPOINT_ENABLED: "true"}),
+        )],
+        vec![node(
+            "ip-10-0-0-1",
+            &provider_id,
+            gpu_taint,
+            true,
+            Some("1"),
+        )],
+        vec![claim.clone()],
+    );
+    (s, claim.name_any(), provider_id, zone)
+}
+
+/// The deadlines of the checkpoint requests among `actions`, by pod.
+fn checkpoint_deadlines(actions: &[Action]) -> Vec<(String, Time)> {
+    actions
+        .iter()
+        .filter_map(|a| match a {
+            Action::RequestCheckpoint { pod, deadline, .. } => Some((pod.clone(), *deadline)),
+            _ => None,
+        })
+        .collect()
+}
+
+fn cordons(actions: &[Action], claim: &str) -> usize {
+    actions
+        .iter()
+        .filter(|a| matches!(a, Action::Cordon { claim: c, .. } if c == claim))
+        .count()
+}
+
+#[tokio::test]
+async fn ec2s_block_expiry_warning_drains_the_blocks_node_checkpoint_replacement_then_eviction() {
+    let end = t(20_000);
+    let (s, claim, provider_id, zone) = block_node(end).await;
+    // EC2's warning comes a little before the clock's own 40-minute lead.
+    let warning_at = end - chrono::TimeDelta::minutes(41);
+    let catalog = block_catalog(&zone, end, warning_at);
+    let mut core = Core::new(Config::default());
+    let before = decide_at(&mut core, &s, &catalog, warning_at);
+    assert_eq!(cordons(&before, &claim), 0, "{before:?}");
+
+    // The warning names the block; the controller finds its claim by
+    // label, without writing anything.
+    let warning = quartermaster::cloud::InstanceNotice {
+        instance_id: BLOCK.into(),
+        kind: quartermaster::cloud::NoticeKind::ReservationEnding { end },
+        time: warning_at,
+        id: "e-block".into(),
+    };
+    let views = s.read(|s| {
+        s.claims
+            .values()
+            .map(|c| s.claim_view(c))
+            .collect::<Vec<_>>()
+    });
+    let (client, verifier) = Scenario::new().run();
+    let mut handler = quartermaster::controller::interruptions::NoticeHandler::new();
+    let handled = handler
+        .handle(&warning, &views, &KubeApi::new(client), true, warning_at)
+        .await;
+    verifier.finish().await;
+    assert_eq!(
+        handled.outcome,
+        quartermaster::cloud::NoticeOutcome::Recorded
+    );
+    let expected = Notice::ReservationEnding {
+        claim: claim.clone(),
+        end,
+    };
+    assert_eq!(handled.notices, std::slice::from_ref(&expected));
+    notify(&mut core, &s, &catalog, &expected, warning_at);
+
+    // Cordon and checkpoint request at once, within the pool's grace
+    // (90 s, well before the block's end less the drain grace); no
+    // eviction before the acknowledgement.
+    let first = decide_at(&mut core, &s, &catalog, warning_at);
+    assert_eq!(cordons(&first, &claim), 1, "{first:?}");
+    assert_eq!(
+        checkpoint_deadlines(&first),
+        [(
+            "ml/train-0".to_string(),
+            warning_at + chrono::TimeDelta::seconds(90)
+        )],
+        "{first:?}"
+    );
+    assert!(!first.iter().any(|a| matches!(a, Action::Evict { .. })));
+    execute_scripted(&s, &first, "ip-10-0-0-1", warning_at).await;
+    s.apply(cordoned("ip-10-0-0-1", &provider_id));
+    let deadline = warning_at + chrono::TimeDelta::seconds(90);
+    s.apply(checkpointing_pod(l::CHECKPOINT_REQUESTED, deadline));
+
+    // The pod is demand again from the warning on: its replacement is
+    // launched while it writes its checkpoint, outside the ending block
+    // (which takes no launch this close to its end).
+    let mut replacement = None;
+    for k in 1..5 {
+        let now = warning_at + chrono::TimeDelta::seconds(k);
+        let acts = step_without_evictions(&mut core, &s, &catalog, now).await;
+        if let Some(r) = launches(&acts).first() {
+            replacement = Some((*r).clone());
+        }
+        if replacement.is_some() {
+            break;
+        }
+    }
+    let replacement = replacement.expect("a replacement is launched before the eviction");
+    assert_eq!(replacement.pods, ["ml/train-0"]);
+    assert_ne!(
+        replacement.offering.capacity_type,
+        quartermaster::catalog::CapacityType::Reserved,
+        "{replacement:?}"
+    );
+    assert_eq!(replacement.reservation, None);
+
+    // The workload acknowledges: the pod is evicted, well before the end.
+    let ack_at = warning_at + chrono::TimeDelta::seconds(30);
+    let now = ack_at + chrono::TimeDelta::seconds(1);
+    let acts = acknowledged(&mut core, &s, &catalog, ack_at, now);
+    execute_scripted(&s, &acts, "ip-10-0-0-1", now).await;
+}
+
+#[tokio::test]
+async fn without_ec2s_warning_the_clock_drains_a_block_node_and_a_late_look_checkpoints_by_the_blocks_end(
+) {
+    let end = t(20_000);
+    let (s, claim, _, zone) = block_node(end).await;
+    let lead = chrono::TimeDelta::minutes(40);
+    let catalog = block_catalog(&zone, end, end - lead);
+    let mut core = Core::new(Config::default());
+    let early = end - lead - chrono::TimeDelta::seconds(1);
+    let acts = decide_at(&mut core, &s, &catalog, early);
+    assert_eq!(cordons(&acts, &claim), 0, "{acts:?}");
+    assert_eq!(
+        core.next_deadline(
+            &world_parts(&snapshot(&s), &catalog, REGION, early).world(&catalog, REGION),
+            early
+        ),
+        Some(end - lead),
+        "the controller wakes up at the lead"
+    );
+    let at_lead = decide_at(&mut core, &s, &catalog, end - lead);
+    assert_eq!(cordons(&at_lead, &claim), 1, "{at_lead:?}");
+    assert_eq!(
+        checkpoint_deadlines(&at_lead),
+        [(
+            "ml/train-0".to_string(),
+            end - lead + chrono::TimeDelta::seconds(90)
+        )]
+    );
+    execute_scripted(&s, &at_lead, "ip-10-0-0-1", end - lead).await;
+
+    // A controller that first sees the node a minute before the end (a
+    // restart, a long outage) asks for the checkpoint by the block's end
+    // less the drain grace, not by its usual grace period.
+    let late = end - chrono::TimeDelta::seconds(60);
+    let catalog = block_catalog(&zone, end, late);
+    let mut restarted = Core::new(Config::default());
+    let acts = decide_at(&mut restarted, &s, &catalog, late);
+    assert_eq!(
+        checkpoint_deadlines(&acts),
+        [(
+            "ml/train-0".to_string(),
+            end - chrono::TimeDelta::seconds(30)
+        )],
+        "{acts:?}"
+    );
+    execute_scripted(&s, &acts, "ip-10-0-0-1", late).await;
+}
+
+/// A pending 8-GPU pod `ml/<name>` requesting EFA, member of the gang
+/// `ml/allreduce` of two.
+fn efa_member(name: &str) -> core::Pod {
+    let mut pod = gpu_pod(
+        name,
+        None,
+        json!({l::POD_GROUP: "allreduce", l::POD_GROUP_SIZE: "2"}),
+    );
+    let requests = &mut pod.spec.as_mut().unwrap().containers[0]
+        .resources
+        .as_mut()
+        .unwrap()
+        .requests
+        .as_mut()
+        .unwrap();
+    for (r, q) in [
+        (l::RESOURCE_GPU, "8"),
+        (l::RESOURCE_EFA, "1"),
+        ("cpu", "16"),
+    ] {
+        requests.insert(
+            r.into(),
+            k8s_openapi::apimachinery::pkg::api::resource::Quantity(q.into()),
+        );
+    }
+    pod
+}
+
+#[tokio::test]
+async fn a_gang_member_out_of_capacity_for_its_placement_group_releases_the_other_and_the_gang_is_planned_again(
+) {
+    let mut efa_pool = pool();
+    efa_pool.spec.template.spec.requirements[0].values = vec!["p5".into()];
+    efa_pool.spec.capacity_types = vec![quartermaster::catalog::CapacityType::OnDemand];
+    let s = store_with(
+        vec![efa_pool.clone()],
+        vec![efa_member("w-0"), efa_member("w-1")],
+        vec![],
+        vec![],
+    );
+    let catalog = catalog();
+    let mut core = Core::new(Config::default());
+    decide_at(&mut core, &s, &catalog, t(0));
+    let first = decide_at(&mut core, &s, &catalog, t(2));
+    let reqs: Vec<ClaimRequest> = launches(&first).into_iter().cloned().collect();
+    assert_eq!(reqs.len(), 2, "{first:?}");
+    for r in &reqs {
+        s.apply(claim_in(r, t(2), &catalog, &[efa_pool.clone()]));
+    }
+    // EC2 had room for the first member's placement, not the second's.
+    let mut config = SimulatedCloudConfig::new(7, REGION, t(0));
+    config.capacity.exhausted.insert(reqs[1].offering.clone());
+    let full = Mutex::new(SimulatedCloud::new(catalog.clone(), config).unwrap());
+    let metrics = Metrics::unregistered();
+    let step = reconcile_out_of_capacity(&s, &full, &metrics, &reqs[1].claim).await;
+    let Step::LaunchFailed {
+        notice: Some(notice),
+        ..
+    } = step
+    else {
+        panic!("a capacity error: {step:?}");
+    };
+    let gone = s.read(|s| s.claims[&reqs[1].claim].clone());
+    s.delete(&gone);
+    notify(&mut core, &s, &catalog, &notice, t(3));
+    // The other member's claim, still in flight, is deleted through the API.
+    let acts = decide_at(&mut core, &s, &catalog, t(3));
+    let deletes: Vec<&Action> = acts
+        .iter()
+        .filter(|a| matches!(a, Action::Delete { .. }))
+        .collect();
+    assert_eq!(
+        deletes,
+        [&Action::Delete {
+            claim: reqs[0].claim.clone(),
+            reason: quartermaster::core::DisruptionReason::GangLaunchFailed
+        }],
+        "{acts:?}"
+    );
+    execute_scripted(&s, &acts, "none", t(3)).await;
+    let released = s.read(|s| s.claims[&reqs[0].claim].clone());
+    s.delete(&released);
+    // Both members are planned again together, away from the offering
+    // that had no capacity.
+    let mut again: Vec<ClaimRequest> = launches(&acts).into_iter().cloned().collect();
+    for k in 4..8 {
+        let acts = decide_at(&mut core, &s, &catalog, t(k));
+        again.extend(launches(&acts).into_iter().cloned());
+        execute_scripted(&s, &acts, "none", t(k)).await;
+    }
+    let mut pods: Vec<&str> = again
+        .iter()
+        .flat_map(|r| r.pods.iter().map(String::as_str))
+        .collect();
+    pods.sort();
+    assert_eq!(pods, ["ml/w-0", "ml/w-1"], "{again:?}");
+    assert!(
+        again.iter().all(|r| r.offering != reqs[1].offering),
+        "{again:?}"
     );
 }

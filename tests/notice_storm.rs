@@ -345,7 +345,7 @@ impl Controller {
                 .handle(&n, &views, api, true, chrono::Utc::now())
                 .await;
             self.acks.push(&n, handled.outcome);
-            self.hear(handled.notice);
+            self.hear(handled.notices);
         }
     }
 }

@@ -40,6 +40,15 @@ pub mod conditions {
     pub const SECURITY_GROUPS_READY: &str = "SecurityGroupsReady";
     /// The instance profile (or the role's) exists.
     pub const INSTANCE_PROFILE_READY: &str = "InstanceProfileReady";
+    /// Every `capacityReservationSelectorTerms` term found an active or
+    /// scheduled reservation at the last discovery (only on a class with
+    /// terms, once it was asked about). Advisory: `False` does not make the
+    /// class un-`Ready`; its pools launch spot and on-demand as before.
+    pub const CAPACITY_RESERVATIONS_READY: &str = "CapacityReservationsReady";
+    /// The security groups allow all traffic to and from themselves, as
+    /// Elastic Fabric Adapter needs (only on a class a pool with
+    /// `template.spec.efa` uses). Advisory, like the one above.
+    pub const SECURITY_GROUPS_ALLOW_EFA: &str = "SecurityGroupsAllowEFA";
 }
 
 /// How to launch the EC2 instances of the NodePools that reference it.
@@ -402,7 +411,10 @@ impl NodeClassReference {
 #[serde(rename_all = "camelCase")]
 pub struct EC2NodeClassStatus {
     /// Conditions: `Ready`, `AMIsReady`, `SubnetsReady`,
-    /// `SecurityGroupsReady`, `InstanceProfileReady`.
+    /// `SecurityGroupsReady`, `InstanceProfileReady`; advisory (not part of
+    /// `Ready`): `CapacityReservationsReady` on a class with reservation
+    /// selector terms, `SecurityGroupsAllowEFA` on a class a pool asking for
+    /// EFA uses.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     #[schemars(extend("x-kubernetes-list-type" = "map", "x-kubernetes-list-map-keys" = ["type"]))]
     pub conditions: Vec<Condition>,

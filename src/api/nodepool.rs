@@ -376,6 +376,15 @@ pub struct NodeClaimTemplateSpec {
     /// the EC2NodeClass named `default`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub node_class_ref: Option<super::NodeClassReference>,
+    /// Launch the pool's Elastic Fabric Adapter types (p4d, p5, trn1, ...)
+    /// with every EFA interface they have and in the pool's cluster
+    /// placement group, even when no pod requests `vpc.amazonaws.com/efa`
+    /// (for workloads that use the fabric without asking the scheduler for
+    /// it). A gang in such a pool stays on one instance type. Types without
+    /// EFA launch as usual. The pool's EC2NodeClass is then checked for the
+    /// security group rule EFA needs (condition `SecurityGroupsAllowEFA`).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub efa: bool,
 }
 
 impl NodeClaimTemplateSpec {

@@ -174,7 +174,9 @@ impl From<&crate::api::NodeClaimSpec> for NodeTemplate {
 /// which NodeClaim the instance belongs to.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct InstanceNotice {
-    /// Provider instance ID (`i-0123456789abcdef0` on EC2).
+    /// Provider instance ID (`i-0123456789abcdef0` on EC2); for a
+    /// [`NoticeKind::ReservationEnding`], the capacity reservation's ID
+    /// (`cr-...`): that notice is about every instance in it.
     pub instance_id: String,
     /// What happened.
     pub kind: NoticeKind,
@@ -256,6 +258,13 @@ pub enum NoticeKind {
         /// When the change starts.
         start: Option<Time>,
     },
+    /// The capacity reservation named by [`InstanceNotice::instance_id`]
+    /// (a Capacity Block for ML) ends at `end`; every instance in it goes
+    /// then (EC2's Capacity Block expiry warning).
+    ReservationEnding {
+        /// When the reservation ends.
+        end: Time,
+    },
 }
 
 impl InstanceNotice {
@@ -263,7 +272,9 @@ impl InstanceNotice {
     /// instance's NodeClaim. A state change to stopping/terminated becomes
     /// [`Notice::Terminated`]; pending/running say nothing new. A scheduled
     /// change is treated as a rebalance recommendation: the pool's rebalance
-    /// action decides whether to drain ahead of it.
+    /// action decides whether to drain ahead of it. A reservation's end is
+    /// [`Notice::ReservationEnding`] for `claim`, one of the claims in the
+    /// reservation (the driver finds them by their reservation label).
     pub fn to_notice(&self, claim: &str) -> Option<Notice> {
         let claim = claim.to_string();
         match &self.kind {
@@ -276,6 +287,9 @@ impl InstanceNotice {
             }
             NoticeKind::StateChange { state } => {
                 (!state.is_alive()).then_some(Notice::Terminated { claim })
+            }
+            NoticeKind::ReservationEnding { end } => {
+                Some(Notice::ReservationEnding { claim, end: *end })
             }
         }
     }
@@ -519,6 +533,13 @@ mod tests {
             })
             .to_notice("c"),
             Some(Notice::Terminated { claim: "c".into() })
+        );
+        assert_eq!(
+            notice(NoticeKind::ReservationEnding { end: t }).to_notice("c"),
+            Some(Notice::ReservationEnding {
+                claim: "c".into(),
+                end: t
+            })
         );
         assert_eq!(instance_id_of("aws:///us-east-1a/i-0abc"), "i-0abc");
     }

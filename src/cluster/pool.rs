@@ -45,6 +45,10 @@ pub struct Pool {
     pub max_spot_pool_share: Option<f64>,
     /// Requests of the daemonsets that run on every node of the pool.
     pub daemonset_overhead: Resources,
+    /// The pool launches its EFA types with EFA interfaces whether or not
+    /// a pod requests the fabric (`spec.template.spec.efa`): its gangs
+    /// then stay on one instance type, as EFA-requesting gangs do.
+    pub efa: bool,
 }
 
 impl Pool {
@@ -63,6 +67,7 @@ impl Pool {
             risk_aversion: 1.0,
             max_spot_pool_share: None,
             daemonset_overhead: Resources::new(),
+            efa: false,
         }
     }
 }
@@ -137,6 +142,7 @@ impl Pool {
             risk_aversion: spec.risk.risk_aversion,
             max_spot_pool_share: spec.risk.max_spot_pool_share,
             daemonset_overhead,
+            efa: spec.template.spec.efa,
             name,
         })
     }

@@ -63,11 +63,17 @@ pub fn boot_tag(now: Time) -> String {
 }
 
 /// The EFA interfaces a claim's instance gets: every one its type supports
-/// (`maxEfaInterfaces`) when any of its pods requests `vpc.amazonaws.com/efa`;
-/// `None` otherwise (no EFA type, or no pod that needs the fabric).
+/// (`maxEfaInterfaces`) when any of its pods requests `vpc.amazonaws.com/efa`
+/// or its pool asks for EFA (`spec.template.spec.efa`); `None` otherwise
+/// (no EFA type, or neither pod nor pool wants the fabric).
 pub fn efa_interfaces(req: &ClaimRequest, world: &World, pods: &[&Pod]) -> Option<u32> {
     let it = world.catalog.instance_type(&req.offering.instance_type)?;
-    let wanted = pods.iter().any(|p| p.requests.get(l::RESOURCE_EFA) > 0);
+    let pool_wants = world
+        .pools
+        .iter()
+        .find(|p| p.metadata.name.as_deref() == Some(req.nodepool.as_str()))
+        .is_some_and(|p| p.spec.template.spec.efa);
+    let wanted = pool_wants || pods.iter().any(|p| p.requests.get(l::RESOURCE_EFA) > 0);
     (wanted && it.efa_supported && it.max_efa_interfaces > 0).then_some(it.max_efa_interfaces)
 }
 
@@ -517,7 +523,7 @@ mod tests {
     }
 
     #[test]
-    fn a_claim_gets_every_efa_interface_of_its_type_only_when_a_pod_requests_efa() {
+    fn a_claim_gets_every_efa_interface_of_its_type_only_when_a_pod_or_its_pool_asks_for_efa() {
         let pools = [NodePool::new("train", NodePoolSpec::default())];
         let world = World {
             catalog: catalog(),
@@ -556,6 +562,20 @@ mod tests {
             None
         );
         assert_eq!(efa_interfaces(&req("g5.xlarge"), &world, &[&efa]), None);
+        // A pool that asks for EFA gets it on its EFA types without a pod
+        // asking; its other types launch as usual.
+        let mut asking = pools[0].clone();
+        asking.spec.template.spec.efa = true;
+        let pools = [asking];
+        let world = World {
+            pools: &pools,
+            ..world
+        };
+        assert_eq!(
+            efa_interfaces(&req("p4d.24xlarge"), &world, &[&plain]),
+            Some(p4d.max_efa_interfaces)
+        );
+        assert_eq!(efa_interfaces(&req("g5.xlarge"), &world, &[&plain]), None);
     }
 
     #[test]

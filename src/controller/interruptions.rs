@@ -71,19 +71,20 @@ pub fn recorded_deadline(view: &ClaimView) -> Option<Time> {
 pub struct Handled {
     /// For the feed.
     pub outcome: NoticeOutcome,
-    /// For the core, when it is to hear of it now.
-    pub notice: Option<Notice>,
-    /// The claim's pool and the kind of notice, for the `interruptions`
+    /// For the core, what it is to hear of now (one per claim in the
+    /// reservation for a reservation's end; at most one otherwise).
+    pub notices: Vec<Notice>,
+    /// The claims' pools and the kind of notice, for the `interruptions`
     /// metric, when the notice was acted on (first time only).
-    pub counted: Option<(String, &'static str)>,
+    pub counted: Vec<(String, &'static str)>,
 }
 
 impl Handled {
     fn settled(outcome: NoticeOutcome) -> Handled {
         Handled {
             outcome,
-            notice: None,
-            counted: None,
+            notices: Vec::new(),
+            counted: Vec::new(),
         }
     }
 }
@@ -95,6 +96,7 @@ fn kind_name(kind: &NoticeKind) -> &'static str {
         NoticeKind::Rebalance => "rebalance",
         NoticeKind::StateChange { .. } => "state-change",
         NoticeKind::ScheduledChange { .. } => "scheduled-change",
+        NoticeKind::ReservationEnding { .. } => "reservation-ending",
     }
 }
 
@@ -164,6 +166,10 @@ impl NoticeHandler {
         if self.seen_set.contains(&key) {
             return Handled::settled(NoticeOutcome::Recorded);
         }
+        if let NoticeKind::ReservationEnding { .. } = n.kind {
+            self.remember(key);
+            return reservation_ending(n, views);
+        }
         let view = views.iter().find(|v| {
             v.claim
                 .status
@@ -188,12 +194,12 @@ impl NoticeHandler {
             return Handled::settled(NoticeOutcome::Foreign);
         };
         let claim = view.claim.name_any();
-        let counted = Some((view.claim.spec.node_pool.clone(), kind_name(&n.kind)));
+        let counted = vec![(view.claim.spec.node_pool.clone(), kind_name(&n.kind))];
         let NoticeKind::SpotInterruption { deadline } = n.kind else {
             self.remember(key);
             return Handled {
                 outcome: NoticeOutcome::Recorded,
-                notice: n.to_notice(&claim),
+                notices: n.to_notice(&claim).into_iter().collect(),
                 counted,
             };
         };
@@ -213,10 +219,40 @@ impl NoticeHandler {
         tracing::info!(%claim, %deadline, "spot interruption recorded");
         Handled {
             outcome: NoticeOutcome::Recorded,
-            notice: Some(Notice::SpotInterruption { claim, deadline }),
+            notices: vec![Notice::SpotInterruption { claim, deadline }],
             counted,
         }
     }
+}
+
+/// A reservation's end (`n.instance_id` is the reservation's ID) for every
+/// claim in it, by the claims' reservation label, launching or not: each
+/// is drained like an interrupted one (the core's [`Notice::ReservationEnding`]).
+/// Nothing is written first: a restarted controller drains the same nodes
+/// from the catalog's end of the reservation (the core's clock backstop),
+/// so the notice is `Recorded` at once, or `Foreign` when no claim of ours
+/// is in the reservation.
+fn reservation_ending(n: &InstanceNotice, views: &[ClaimView]) -> Handled {
+    let reservation = crate::api::labels::CAPACITY_RESERVATION_ID;
+    let mut handled = Handled::settled(NoticeOutcome::Foreign);
+    for v in views {
+        let in_it = v.claim.spec.labels.get(reservation) == Some(&n.instance_id);
+        if !in_it || v.claim.metadata.deletion_timestamp.is_some() {
+            continue;
+        }
+        let claim = v.claim.name_any();
+        handled.outcome = NoticeOutcome::Recorded;
+        handled.notices.extend(n.to_notice(&claim));
+        handled
+            .counted
+            .push((v.claim.spec.node_pool.clone(), kind_name(&n.kind)));
+    }
+    if handled.notices.is_empty() {
+        tracing::debug!(reservation = %n.instance_id, "reservation ending without a claim of ours");
+    } else {
+        tracing::info!(reservation = %n.instance_id, claims = handled.notices.len(), "capacity reservation ending");
+    }
+    handled
 }
 
 /// Writes the record of a spot interruption: the claim's `Interrupted`
@@ -251,6 +287,21 @@ mod tests {
     use chrono::TimeZone;
 
     fn view(name: &str, status: Option<NodeClaimStatus>) -> ClaimView {
+        view_in(name, None, status)
+    }
+
+    /// A claim, in capacity reservation `reservation` when given.
+    fn view_in(
+        name: &str,
+        reservation: Option<&str>,
+        status: Option<NodeClaimStatus>,
+    ) -> ClaimView {
+        let labels = reservation
+            .map(|r| {
+                let key = crate::api::labels::CAPACITY_RESERVATION_ID.to_string();
+                [(key, r.to_string())].into()
+            })
+            .unwrap_or_default();
         let mut claim = NodeClaim::new(
             name,
             NodeClaimSpec {
@@ -260,7 +311,7 @@ mod tests {
                 capacity_type: CapacityType::Spot,
                 price_per_hour: 0.4,
                 resources: Default::default(),
-                labels: Default::default(),
+                labels,
                 taints: vec![],
                 startup_taints: vec![],
                 termination_grace_period: None,
@@ -292,5 +343,39 @@ mod tests {
             }]
         );
         assert!(h.resume(&views).is_empty(), "the core hears of it once");
+    }
+
+    #[test]
+    fn a_reservation_ending_is_a_notice_for_every_claim_in_the_reservation() {
+        let now = chrono::Utc.with_ymd_and_hms(2026, 1, 1, 0, 0, 0).unwrap();
+        let end = now + chrono::TimeDelta::minutes(40);
+        let mut leaving = view_in("d", Some("cr-1"), None);
+        leaving.claim.metadata.deletion_timestamp = Some(super::super::snapshot::to_k8s_time(now));
+        let views = [
+            view_in("a", Some("cr-1"), None),
+            view_in("b", Some("cr-2"), None),
+            view("c", None),
+            view_in("e", Some("cr-1"), None),
+            leaving,
+        ];
+        let notice = |reservation: &str| InstanceNotice {
+            instance_id: reservation.into(),
+            kind: NoticeKind::ReservationEnding { end },
+            time: now,
+            id: format!("e-{reservation}"),
+        };
+        let handled = reservation_ending(&notice("cr-1"), &views);
+        assert_eq!(handled.outcome, NoticeOutcome::Recorded);
+        assert_eq!(
+            handled.notices,
+            ["a", "e"].map(|claim| Notice::ReservationEnding {
+                claim: claim.into(),
+                end
+            })
+        );
+        assert_eq!(handled.counted.len(), 2);
+        // A reservation none of our claims is in is not ours.
+        let foreign = reservation_ending(&notice("cr-9"), &views);
+        assert_eq!(foreign, Handled::settled(NoticeOutcome::Foreign));
     }
 }

@@ -77,6 +77,64 @@ pub fn node_class_status(
     }
 }
 
+/// Reason of `CapacityReservationsReady=False`: some selector term found
+/// nothing usable (matches nothing, names a reservation that does not exist
+/// or has ended); the message lists them.
+pub const RESERVATIONS_UNUSABLE: &str = "CapacityReservationsUnusable";
+
+/// The `CapacityReservationsReady` condition of a class with `terms`
+/// reservation selector terms, from what the last discovery found
+/// (`findings`: the terms' problems, [`NodeClasses::reservation_findings`]).
+/// `None` when the class has no terms or was not asked about yet.
+pub fn reservations_condition(
+    terms: usize,
+    findings: Option<&[String]>,
+    previous: Option<&EC2NodeClassStatus>,
+    generation: Option<i64>,
+    now: Time,
+) -> Option<crate::api::Condition> {
+    let findings = findings.filter(|_| terms > 0)?;
+    let old = previous
+        .map(|s| s.conditions.as_slice())
+        .unwrap_or_default();
+    let type_ = c::CAPACITY_RESERVATIONS_READY;
+    Some(match findings {
+        [] => condition(old, type_, true, RESOLVED, "", generation, now),
+        problems => condition(
+            old,
+            type_,
+            false,
+            RESERVATIONS_UNUSABLE,
+            &problems.join("; "),
+            generation,
+            now,
+        ),
+    })
+}
+
+/// The `SecurityGroupsAllowEFA` condition of a class some pool asking for
+/// EFA uses (`uses_efa`), from whether its security groups allow EFA's
+/// traffic; `None` for a class no such pool uses.
+pub fn efa_condition(
+    uses_efa: bool,
+    resolved: &Resolved,
+    previous: Option<&EC2NodeClassStatus>,
+    generation: Option<i64>,
+    now: Time,
+) -> Option<crate::api::Condition> {
+    if !uses_efa {
+        return None;
+    }
+    let old = previous
+        .map(|s| s.conditions.as_slice())
+        .unwrap_or_default();
+    let type_ = c::SECURITY_GROUPS_ALLOW_EFA;
+    Some(match &resolved.efa_rule {
+        Ok(()) => condition(old, type_, true, RESOLVED, "", generation, now),
+        Err(p) => condition(old, type_, false, p.reason, &p.message, generation, now),
+    })
+}
+
 /// Each pool's class, and why the others have none.
 #[derive(Debug, Default)]
 pub struct PoolClasses {
@@ -152,12 +210,30 @@ impl Reconciler {
         for class in &classes {
             let name = class.name_any();
             let resolved = self.resolver.resolve(&class.spec).await;
-            let status = node_class_status(
+            let mut status = node_class_status(
                 &resolved,
                 class.status.as_ref(),
                 class.metadata.generation,
                 now,
             );
+            let uses_efa = pools.iter().any(|p| {
+                let template = &p.spec.template.spec;
+                template.efa && template.node_class_name() == name
+            });
+            status.conditions.extend(efa_condition(
+                uses_efa,
+                &resolved,
+                class.status.as_ref(),
+                class.metadata.generation,
+                now,
+            ));
+            status.conditions.extend(reservations_condition(
+                class.spec.capacity_reservation_selector_terms.len(),
+                self.classes.reservation_findings(&name).as_deref(),
+                class.status.as_ref(),
+                class.metadata.generation,
+                now,
+            ));
             match resolved.node_class(&name, &class.spec) {
                 Some(launch) => {
                     ready.insert(name.clone(), Arc::new(launch));
@@ -243,6 +319,7 @@ mod tests {
                 name: None,
             }]),
             instance_profile: Ok("nodes".into()),
+            efa_rule: Ok(()),
         }
     }
 
@@ -296,6 +373,75 @@ mod tests {
         };
         assert_eq!(time(&s, c::AMIS_READY), time(&ok, c::AMIS_READY));
         assert_ne!(time(&s, c::READY), time(&ok, c::READY));
+    }
+
+    #[test]
+    fn reservation_problems_show_in_their_own_condition_without_unreadying_the_class() {
+        let ok = node_class_status(&resolved(), None, Some(1), at(0));
+        let found_nothing = [
+            "capacityReservationSelectorTerms[0]: matches no active or scheduled capacity reservation".to_string(),
+            "capacityReservationSelectorTerms[1]: capacity reservation cr-0bbb ended at 2026-03-08 11:30:00 UTC".to_string(),
+        ];
+        let cond = reservations_condition(2, Some(&found_nothing), Some(&ok), Some(1), at(1))
+            .expect("a class with terms that was asked about");
+        assert_eq!(
+            (
+                cond.type_.as_str(),
+                cond.status.as_str(),
+                cond.reason.as_str()
+            ),
+            (
+                c::CAPACITY_RESERVATIONS_READY,
+                "False",
+                RESERVATIONS_UNUSABLE
+            )
+        );
+        assert!(
+            cond.message.contains("[0]: matches no active"),
+            "{}",
+            cond.message
+        );
+        assert!(
+            cond.message.contains("cr-0bbb ended at"),
+            "{}",
+            cond.message
+        );
+        // Every term found something: True.
+        let fine = reservations_condition(2, Some(&[]), Some(&ok), Some(1), at(2)).unwrap();
+        assert_eq!(
+            (fine.status.as_str(), fine.reason.as_str()),
+            ("True", RESOLVED)
+        );
+        // No terms, or not asked about yet: no condition.
+        assert_eq!(
+            reservations_condition(0, Some(&[]), None, Some(1), at(2)),
+            None
+        );
+        assert_eq!(reservations_condition(2, None, None, Some(1), at(2)), None);
+        // Ready is about launching at all, which a reservation does not gate.
+        assert!(ok.is_ready());
+    }
+
+    #[test]
+    fn the_efa_rule_is_reported_only_for_a_class_a_pool_asking_for_efa_uses() {
+        let mut r = resolved();
+        assert_eq!(efa_condition(false, &r, None, Some(1), at(0)), None);
+        let ok = efa_condition(true, &r, None, Some(1), at(0)).unwrap();
+        assert_eq!(
+            (ok.type_.as_str(), ok.status.as_str()),
+            (c::SECURITY_GROUPS_ALLOW_EFA, "True")
+        );
+        r.efa_rule = Err(Problem {
+            reason: reasons::EFA_RULE_MISSING,
+            message: "security groups sg-1 have no rule ...".into(),
+        });
+        let missing = efa_condition(true, &r, None, Some(1), at(1)).unwrap();
+        assert_eq!(
+            (missing.status.as_str(), missing.reason.as_str()),
+            ("False", reasons::EFA_RULE_MISSING)
+        );
+        // Advisory: the class is still Ready.
+        assert!(node_class_status(&r, None, Some(1), at(1)).is_ready());
     }
 
     fn pool(name: &str, class: Option<&str>) -> NodePool {

@@ -610,7 +610,7 @@ impl<C: CloudProvider + Send + Sync + 'static> Driver<C> {
                 .handle(&n, views, &self.ctx.api, leader, now)
                 .await;
             self.ctx.notice_acks.push(&n, handled.outcome);
-            if let Some((pool, kind)) = handled.counted {
+            for (pool, kind) in handled.counted {
                 self.ctx
                     .metrics
                     .interruptions
@@ -620,7 +620,7 @@ impl<C: CloudProvider + Send + Sync + 'static> Driver<C> {
                     })
                     .inc();
             }
-            if let Some(notice) = handled.notice {
+            for notice in handled.notices {
                 tracing::info!(instance = %n.instance_id, ?notice, "cloud notice");
                 self.core.handle_notice(&notice, world, now);
             }

@@ -84,6 +84,8 @@ pub struct Core {
     consolidation: Consolidation,
     /// Gangs checkpointing and draining together.
     gangs: GangDrains,
+    /// EFA gangs' launches not Ready whole yet.
+    gang_launches: super::gang_launch::GangLaunches,
     estimator: InterruptionEstimator,
     latency: LaunchLatency,
     next_claim: u64,
@@ -125,6 +127,7 @@ impl Core {
             interruptions: Interruptions::new(config.interruption.clone()),
             consolidation: Consolidation::new(config.consolidation.clone()),
             gangs: GangDrains::new(),
+            gang_launches: Default::default(),
             estimator: InterruptionEstimator::default(),
             latency: LaunchLatency::new(),
             next_claim: 0,
@@ -173,6 +176,9 @@ impl Core {
     /// pool's rate; a capacity error re-opens provisioning so that the pods
     /// are planned again without the exhausted offering.
     pub fn handle_notice(&mut self, notice: &Notice, world: &World, now: Time) {
+        if let Notice::InsufficientCapacity { offering } = notice {
+            self.gang_launches.out_of_capacity(offering);
+        }
         if let Some(key) = self.interruptions.handle(notice, world, now) {
             if matches!(notice, Notice::SpotInterruption { .. }) {
                 self.estimator.observe_interruption(&key);
@@ -206,9 +212,20 @@ impl Core {
         for notice in super::interruption::reservation_endings(world, now, lead) {
             self.interruptions.handle(&notice, world, now);
         }
+        // An EFA gang one member of which failed to launch releases the
+        // others' in-flight nodes, and is planned again whole.
+        let released = self.gang_launches.release(world);
+        let gone: BTreeSet<&str> = released
+            .iter()
+            .filter_map(|a| match a {
+                Action::Delete { claim, .. } => Some(claim.as_str()),
+                _ => None,
+            })
+            .collect();
         // Provisioning first: an interrupted node's pods are demand from the
         // notice on, before the interruption step evicts them.
-        let mut actions = self.provision(world, now);
+        let mut actions = self.provision(world, now, &gone);
+        actions.extend(released);
         actions.extend(self.interruptions.decide(world, now));
         if self.config.checkpoint_cadence {
             let interruptions = &self.interruptions;
@@ -275,7 +292,10 @@ impl Core {
         .min()
     }
 
-    fn provision(&mut self, world: &World, now: Time) -> Vec<Action> {
+    /// Plans the pending pods (and replacements) once a batch closes, on
+    /// usable nodes other than `gone` (claims being released this round)
+    /// and new ones.
+    fn provision(&mut self, world: &World, now: Time, gone: &BTreeSet<&str>) -> Vec<Action> {
         // The pending pods are only copied once a batch closes: most rounds
         // only watch them.
         let mut extra: Vec<Pod> = self.interruptions.pods_needing_replacement(world);
@@ -298,7 +318,11 @@ impl Core {
         let usable: BTreeSet<String> = world
             .nodes
             .iter()
-            .filter(|n| !self.interruptions.is_handling(&n.claim) && !n.state.unschedulable)
+            .filter(|n| {
+                !self.interruptions.is_handling(&n.claim)
+                    && !n.state.unschedulable
+                    && !gone.contains(n.claim.as_str())
+            })
             .map(|n| n.claim.clone())
             .collect();
         let held: BTreeSet<String> = world
@@ -395,6 +419,7 @@ impl Core {
                 reservation: n.reservation,
             }));
         }
+        self.gang_launches.record(world, &demand, &actions);
         actions
     }
 }
@@ -791,6 +816,142 @@ mod tests {
             "{} s is not whole ticks of the given clock",
             report.solve_seconds
         );
+    }
+
+    /// Decides for `pending` every 30 s for ten minutes with `catalog`,
+    /// checks that nothing is ever launched, and returns why the last plan
+    /// could not place the first pod.
+    fn launches_nothing_round_after_round(
+        pools: &[NodePool],
+        pending: &[Pod],
+        catalog: &Catalog,
+    ) -> String {
+        let w = World {
+            catalog,
+            ..world(pools, pending, &[])
+        };
+        let mut core = Core::new(Config::default());
+        for k in 0..20 {
+            let acts = core.decide(&w, t(k * 30));
+            assert!(launches(&acts).is_empty(), "round {k}: {acts:?}");
+            core.batcher.trigger(t(k * 30));
+        }
+        let report = core.last_plan().expect("the pods were planned");
+        assert_eq!(report.unschedulable[0].pod, pending[0].name);
+        report.unschedulable[0].reason.clone()
+    }
+
+    #[test]
+    fn a_block_that_has_ended_or_an_efa_request_no_type_meets_launches_nothing_and_says_why() {
+        let block = crate::catalog::Reservation {
+            id: "cr-ended".into(),
+            kind: crate::catalog::ReservationKind::CapacityBlock,
+            instance_type: "g5.xlarge".into(),
+            region: "us-east-1".into(),
+            zone_id: "use1-az4".into(),
+            total: 4,
+            available: 4,
+            start: Some(t(-86_400)),
+            end: Some(t(-60)),
+            price_per_hour: 0.0,
+        };
+        let ended =
+            catalog()
+                .clone()
+                .with_reservations(&[block], t(0), chrono::TimeDelta::minutes(40));
+        let reserved_only = [gpu_pool(|s| {
+            s.capacity_types = vec![CapacityType::Reserved]
+        })];
+        let why = launches_nothing_round_after_round(&reserved_only, &[gpu_pod("ml/a")], &ended);
+        assert!(why.contains("capacityReservationSelectorTerms"), "{why}");
+
+        let mut efa = gpu_pod("ml/allreduce");
+        efa.requests = efa.requests.clone().with(l::RESOURCE_EFA, 1);
+        let small = [gpu_pool(|s| {
+            s.template.spec.requirements = vec![crate::api::Requirement::new(
+                l::INSTANCE_TYPE,
+                crate::api::Operator::In,
+                &["g5.xlarge", "g6.xlarge"],
+            )]
+        })];
+        let why = launches_nothing_round_after_round(&small, &[efa], catalog());
+        assert!(why.contains("Elastic Fabric Adapter"), "{why}");
+    }
+
+    #[test]
+    fn an_efa_gang_whose_member_fails_to_launch_releases_the_others_and_is_planned_again_whole() {
+        let pools = [gpu_pool(|s| {
+            s.capacity_types = vec![CapacityType::OnDemand];
+            s.template.spec.requirements = vec![crate::api::Requirement::new(
+                l::INSTANCE_FAMILY,
+                crate::api::Operator::In,
+                &["p4d", "p5"],
+            )];
+        })];
+        let member = |name: &str| {
+            let mut p = gpu_pod(name);
+            p.requests = p
+                .requests
+                .clone()
+                .with(l::RESOURCE_GPU, 8)
+                .with(l::RESOURCE_EFA, 1);
+            p.group = Some(crate::cluster::GroupRef {
+                name: "ml/allreduce".into(),
+                min_member: 2,
+            });
+            p
+        };
+        let pending = [member("ml/w-0"), member("ml/w-1")];
+        let mut core = Core::new(Config::default());
+        core.decide(&world(&pools, &pending, &[]), t(0));
+        let first = core.decide(&world(&pools, &pending, &[]), t(1));
+        let reqs = launches(&first);
+        assert_eq!(reqs.len(), 2, "{first:?}");
+        let w = world(&pools, &pending, &[]);
+        let nodes: Vec<ManagedNode> = reqs
+            .iter()
+            .map(|r| ManagedNode::launched(r, &w, t(1)).unwrap())
+            .collect();
+        // Both in flight: nothing to do.
+        let acts = core.decide(&world(&pools, &pending, &nodes), t(2));
+        assert!(acts.is_empty(), "{acts:?}");
+        // The first member's launch fails for lack of capacity: its claim
+        // is deleted and the core told.
+        let failed = reqs[0].offering.clone();
+        let left = [nodes[1].clone()];
+        let w = world(&pools, &pending, &left);
+        core.handle_notice(
+            &Notice::InsufficientCapacity {
+                offering: failed.clone(),
+            },
+            &w,
+            t(3),
+        );
+        let acts = core.decide(&w, t(3));
+        assert!(
+            acts.iter().any(|a| matches!(a,
+                Action::Delete { claim, reason: crate::core::DisruptionReason::GangLaunchFailed }
+                    if *claim == nodes[1].claim)),
+            "the other member's node is released: {acts:?}"
+        );
+        // The gang is planned again whole, away from the offering that failed.
+        let again: Vec<ClaimRequest> = (3..6)
+            .flat_map(|k| {
+                let acts = core.decide(&world(&pools, &pending, &left), t(k));
+                launches(&acts).into_iter().cloned().collect::<Vec<_>>()
+            })
+            .collect();
+        let pods: BTreeSet<&str> = again
+            .iter()
+            .flat_map(|r| r.pods.iter().map(String::as_str))
+            .collect();
+        assert_eq!(pods, BTreeSet::from(["ml/w-0", "ml/w-1"]), "{again:?}");
+        assert!(again.iter().all(|r| r.offering != failed), "{again:?}");
+        let places: BTreeSet<(&str, &str)> = again
+            .iter()
+            .map(|r| (r.offering.zone.as_str(), r.offering.instance_type.as_str()))
+            .collect();
+        assert_eq!(places.len(), 1, "one zone and type: {again:?}");
     }
 
     #[test]

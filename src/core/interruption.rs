@@ -204,6 +204,10 @@ pub struct Interruptions {
     config: Config,
     nodes: BTreeMap<String, Handling>,
     unavailable: BTreeMap<OfferingKey, Time>,
+    /// Reservations known to be ending (a [`Notice::ReservationEnding`]),
+    /// by ID, with their end: they take no launch, even when EC2's warning
+    /// comes before the catalog's own lead says so.
+    ending: BTreeMap<String, Time>,
     last_decide: Option<Time>,
 }
 
@@ -260,6 +264,13 @@ impl Interruptions {
             }
             Notice::ReservationEnding { claim, end } => {
                 let node = claim_of(claim)?;
+                if let Some(id) = node
+                    .state
+                    .labels
+                    .get(crate::api::labels::CAPACITY_RESERVATION_ID)
+                {
+                    self.ending.insert(id.clone(), *end);
+                }
                 let existing = self.nodes.get(claim).map(|h| h.response);
                 if matches!(existing, Some(Response::Interrupt | Response::Terminated)) {
                     return None;
@@ -322,6 +333,7 @@ impl Interruptions {
     /// Nodes that left the world are forgotten.
     pub fn decide(&mut self, world: &World, now: Time) -> Vec<Action> {
         self.unavailable.retain(|_, until| *until > now);
+        self.ending.retain(|_, end| *end > now);
         self.nodes
             .retain(|claim, _| world.nodes.iter().any(|n| &n.claim == claim));
         self.last_decide = Some(now);
@@ -430,10 +442,16 @@ impl Interruptions {
         self.unavailable.get(key).is_some_and(|until| *until > now)
     }
 
-    /// [`Interruptions::is_unavailable`] for a catalog offering: the filter
-    /// to hand the planner as `Input::unavailable`.
+    /// [`Interruptions::is_unavailable`] for a catalog offering, or a
+    /// reserved offering whose reservation is ending: the filter to hand the
+    /// planner as `Input::unavailable`.
     pub fn blocks(&self, offering: &Offering, now: Time) -> bool {
-        self.is_unavailable(&offering_key(offering), now)
+        let ending = offering
+            .reservation
+            .as_ref()
+            .and_then(|r| self.ending.get(&r.id))
+            .is_some_and(|end| *end > now);
+        ending || self.is_unavailable(&offering_key(offering), now)
     }
 
     /// The offerings unavailable at `now`.
@@ -1194,6 +1212,30 @@ mod tests {
             s.decide(&f.world(), t(3600)),
             [delete("n1", DisruptionReason::Interrupted)]
         );
+    }
+
+    #[test]
+    fn a_block_warned_of_before_the_lead_takes_no_launch_until_its_end() {
+        // The catalog (lead zero) still offers the block an hour before its
+        // end; EC2's warning about it says otherwise.
+        let f = in_block(3600);
+        let offering = f.catalog.reservation("cr-1").unwrap().offering();
+        let mut s = Interruptions::default();
+        assert!(!s.blocks(&offering, t(0)));
+        let warning = Notice::ReservationEnding {
+            claim: "n1".into(),
+            end: t(3600),
+        };
+        s.handle(&warning, &f.world(), t(0));
+        assert!(s.blocks(&offering, t(0)));
+        assert!(s.blocks(&offering, t(3599)));
+        // Another reservation of the same type and zone still takes launches.
+        let mut other = offering.clone();
+        other.reservation.as_mut().unwrap().id = "cr-2".into();
+        assert!(!s.blocks(&other, t(0)));
+        // Forgotten once the block has ended.
+        s.decide(&f.world(), t(3600));
+        assert!(!s.blocks(&offering, t(3600)));
     }
 
     #[test]

@@ -17,6 +17,7 @@ pub mod drift;
 pub mod estimator;
 pub mod fallback;
 pub mod gang;
+pub mod gang_launch;
 pub mod interruption;
 pub mod prewarm;
 pub mod provisioning;
@@ -178,6 +179,9 @@ pub enum DisruptionReason {
     /// It no longer matches its pool's template or node class
     /// ([`drift`]): replaced, new node first.
     Drifted,
+    /// Launched for an EFA gang another member of which failed to launch:
+    /// released so that the gang is planned again whole.
+    GangLaunchFailed,
 }
 
 impl fmt::Display for DisruptionReason {
@@ -189,6 +193,7 @@ impl fmt::Display for DisruptionReason {
             DisruptionReason::Underutilized => "underutilized",
             DisruptionReason::Terminated => "instance terminated",
             DisruptionReason::Drifted => "drifted",
+            DisruptionReason::GangLaunchFailed => "another member of its gang failed to launch",
         })
     }
 }

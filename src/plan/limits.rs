@@ -402,8 +402,10 @@ mod tests {
             assert!(why[2].contains("lead"), "{why:?}");
         }
 
-        #[test]
-        fn an_efa_gang_stays_on_one_instance_type_even_when_mixing_with_a_reservation_is_cheaper() {
+        /// Two reserved p5 (free), p5 on demand at 20, p5e on demand at 11,
+        /// both EFA types: for a gang of four, mixing would cost 22 (2 free
+        /// p5 + 2 p5e), one type 40.
+        fn efa_catalog() -> Catalog {
             let efa = |name: &str| InstanceType {
                 efa_supported: true,
                 max_efa_interfaces: 4,
@@ -413,14 +415,16 @@ mod tests {
                 instance_type: it.into(),
                 ..offering(CapacityType::OnDemand, price)
             };
-            // Two reserved p5 (free), p5 on demand at 20, p5e on demand at
-            // 11: mixing would cost 22 (2 free p5 + 2 p5e), one type 40.
-            let catalog = Catalog::from_parts(
+            Catalog::from_parts(
                 [efa("p5.48xlarge"), efa("p5e.48xlarge")],
                 [sold("p5.48xlarge", 20.0), sold("p5e.48xlarge", 11.0)],
             )
-            .with_reservations(&[block("cr-1", 2)], now(), TimeDelta::minutes(30));
-            let gang: Vec<Pod> = pods(4)
+            .with_reservations(&[block("cr-1", 2)], now(), TimeDelta::minutes(30))
+        }
+
+        /// A gang `ml/allreduce` of four 8-GPU pods requesting EFA.
+        fn efa_gang() -> Vec<Pod> {
+            pods(4)
                 .into_iter()
                 .map(|mut p| {
                     p.requests.set(l::RESOURCE_EFA, 1);
@@ -430,12 +434,49 @@ mod tests {
                     });
                     p
                 })
-                .collect();
-            let p = run(&catalog, &[pool()], &gang, &[], Strategy::Mip);
-            let types: std::collections::BTreeSet<&str> =
-                p.nodes.iter().map(|n| n.instance_type.as_str()).collect();
+                .collect()
+        }
+
+        /// How many instance types a plan's nodes are of.
+        fn types(p: &Plan) -> usize {
+            p.nodes
+                .iter()
+                .map(|n| n.instance_type.clone())
+                .collect::<std::collections::BTreeSet<String>>()
+                .len()
+        }
+
+        #[test]
+        fn a_rounded_lp_keeps_an_efa_gang_on_one_instance_type() {
+            let (catalog, gang) = (efa_catalog(), efa_gang());
+            let input = Input {
+                catalog: &catalog,
+                region: "us-east-1",
+                pools: &[pool()],
+                nodes: &[],
+                pods: &gang,
+                unavailable: &|_| false,
+                learned_rate: None,
+                now: Some(now()),
+            };
+            // No branching: the LP relaxation, rounded, as in the simulator
+            // and for large models. Its gang-type choice is fractional.
+            let opts = Options {
+                max_branch_and_bound_integers: 0,
+                ..Options::default()
+            };
+            let p = plan::plan(&input, Strategy::Mip, &opts, &|| 0.0);
+            assert_eq!(p.solved_by, plan::SolvedBy::LpRounding);
             assert_eq!(p.nodes.len(), 4, "{:?}", p.nodes);
-            assert_eq!(types.len(), 1, "{:?}", p.nodes);
+            assert_eq!(types(&p), 1, "{:?}", p.nodes);
+        }
+
+        #[test]
+        fn an_efa_gang_stays_on_one_instance_type_even_when_mixing_with_a_reservation_is_cheaper() {
+            let (catalog, gang) = (efa_catalog(), efa_gang());
+            let p = run(&catalog, &[pool()], &gang, &[], Strategy::Mip);
+            assert_eq!(p.nodes.len(), 4, "{:?}", p.nodes);
+            assert_eq!(types(&p), 1, "{:?}", p.nodes);
             assert_eq!(count(&p, CapacityType::Reserved), 2, "{:?}", p.nodes);
             // Without EFA the same gang mixes, as it should.
             let plain: Vec<Pod> = gang
@@ -447,9 +488,14 @@ mod tests {
                 })
                 .collect();
             let p = run(&catalog, &[pool()], &plain, &[], Strategy::Mip);
-            let types: std::collections::BTreeSet<&str> =
-                p.nodes.iter().map(|n| n.instance_type.as_str()).collect();
-            assert_eq!(types.len(), 2, "{:?}", p.nodes);
+            assert_eq!(types(&p), 2, "{:?}", p.nodes);
+            // In a pool that launches its EFA types with the fabric anyway,
+            // the same gang goes into one placement group: one type.
+            let mut efa_pool = pool();
+            efa_pool.efa = true;
+            let p = run(&catalog, &[efa_pool], &plain, &[], Strategy::Mip);
+            assert_eq!(p.nodes.len(), 4, "{:?}", p.nodes);
+            assert_eq!(types(&p), 1, "{:?}", p.nodes);
         }
 
         #[test]

@@ -376,7 +376,7 @@ fn merge_nodes(
                     && to.offering.capacity_type == from.offering.capacity_type
                     && (!pinned || to.offering.zone_id == from.offering.zone_id)
                     && (pods[p].group.is_none()
-                        || pods[p].requests.get(crate::api::labels::RESOURCE_EFA) == 0
+                        || !(efa_bound(input, &pods[p], from) || efa_bound(input, &pods[p], to))
                         || to.offering.instance_type == from.offering.instance_type)
                     && bins[t].1.fits(&pods[p])
                     && pack::compatible(&pods[p], &to.labels, &to.taints)
@@ -407,6 +407,15 @@ fn merge_nodes(
         .filter(|(_, b)| !b.pods.is_empty())
         .map(|(o, b)| (o, b.pods))
         .collect()
+}
+
+/// Whether gang member `pod` on a node of `c` must share its instance type
+/// with its whole gang: it requests EFA, or `c` is an EFA type of a pool
+/// that launches EFA types with the fabric (`Pool::efa`). Such a node goes
+/// into a cluster placement group, and one group holds one type.
+pub(crate) fn efa_bound(input: &Input, pod: &crate::cluster::Pod, c: &Candidate) -> bool {
+    let efa = crate::api::labels::RESOURCE_EFA;
+    pod.requests.get(efa) > 0 || (input.pools[c.pool].efa && c.allocatable.get(efa) > 0)
 }
 
 /// The expected interruption cost of pod `p` on a node of `c`, USD per
@@ -920,7 +929,10 @@ fn build(tier: Tier, relaxed: bool, all_integral: bool, patterns: Option<&Patter
                         .sum();
                     cons.push(constraint!(in_zone == z * d));
                 }
-                if class.pod.requests.get(crate::api::labels::RESOURCE_EFA) > 0 {
+                if ys
+                    .iter()
+                    .any(|(o, _)| efa_bound(input, &class.pod, &cands[*o]))
+                {
                     let types: BTreeSet<&str> = ys
                         .iter()
                         .map(|(o, _)| cands[*o].offering.instance_type.as_str())
@@ -1204,13 +1216,15 @@ fn solve(tier: Tier) -> Solved {
         }
     };
     let solved_by = found.how;
+    let mut ys = found.ys;
+    one_offering_place_per_efa_gang(&tier, &mut ys);
 
     // Round placements per class (largest remainder) and hand pods out:
     // per candidate, the pods of each class of the tier.
     let mut on: BTreeMap<usize, Vec<Vec<usize>>> = BTreeMap::new();
     let mut unplaced: HashMap<usize, Vec<usize>> = HashMap::new();
     for (wi, w) in work.iter().enumerate() {
-        let values: Vec<(usize, f64)> = found.ys.get(wi).cloned().unwrap_or_default();
+        let values: Vec<(usize, f64)> = ys.get(wi).cloned().unwrap_or_default();
         let counts = round_counts(&values, w.pods.len());
         let mut next = 0;
         for (o, cnt) in counts {
@@ -1276,6 +1290,79 @@ fn solve(tier: Tier) -> Solved {
         assigned,
         unplaced,
         solved_by,
+    }
+}
+
+/// Keeps each EFA gang's placements (classes of a gang some of whose
+/// options are [`efa_bound`]) in one zone and one instance type, so that
+/// rounding cannot split it over placement groups: the LP relaxation (and
+/// the rounded fallback the simulator and large models use) may spread a
+/// gang's members over types and zones, which the branched model's gang
+/// constraints forbid. The (zone, type) holding most of the gang's
+/// placements wins (ties: the first in order); each class keeps its total
+/// on that pair's candidates, in proportion to what it had there. A class
+/// with nothing there is left unplaced, and the gang with it (the caller
+/// unplaces partial gangs whole). A no-op on integral solutions, which
+/// already keep a gang on one pair.
+fn one_offering_place_per_efa_gang(tier: &Tier, ys: &mut [Vec<(usize, f64)>]) {
+    let Tier {
+        work,
+        classes,
+        cands,
+        input,
+        ..
+    } = *tier;
+    let place = |o: usize| {
+        (
+            cands[o].offering.zone_id.as_str(),
+            cands[o].offering.instance_type.as_str(),
+        )
+    };
+    let mut gangs: BTreeMap<&str, Vec<usize>> = BTreeMap::new();
+    for (wi, w) in work.iter().enumerate() {
+        let pod = &classes[w.class].pod;
+        if let Some(g) = &pod.group {
+            if w.options
+                .iter()
+                .any(|(o, _)| efa_bound(input, pod, &cands[*o]))
+            {
+                gangs.entry(g.name.as_str()).or_default().push(wi);
+            }
+        }
+    }
+    for members in gangs.values() {
+        let mut mass: BTreeMap<(&str, &str), f64> = BTreeMap::new();
+        for &wi in members {
+            for &(o, v) in ys.get(wi).map(Vec::as_slice).unwrap_or_default() {
+                *mass.entry(place(o)).or_default() += v;
+            }
+        }
+        let Some(best) = mass
+            .iter()
+            .filter(|(_, m)| **m > 1e-9)
+            .fold(None::<(&(&str, &str), f64)>, |best, (k, m)| match best {
+                Some((_, bm)) if bm >= *m => best,
+                _ => Some((k, *m)),
+            })
+            .map(|(k, _)| *k)
+        else {
+            continue;
+        };
+        for &wi in members {
+            let Some(values) = ys.get_mut(wi) else {
+                continue;
+            };
+            let total: f64 = values.iter().map(|(_, v)| v).sum();
+            let kept: f64 = values
+                .iter()
+                .filter(|(o, _)| place(*o) == best)
+                .map(|(_, v)| v)
+                .sum();
+            let scale = if kept > 1e-9 { total / kept } else { 0.0 };
+            for (o, v) in values.iter_mut() {
+                *v = if place(*o) == best { *v * scale } else { 0.0 };
+            }
+        }
     }
 }
 

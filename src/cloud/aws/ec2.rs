@@ -39,13 +39,18 @@ struct Zones {
 /// (which launches with them) and the reconciler that resolves them, with
 /// why the other pools have none.
 #[derive(Debug, Clone, Default)]
-pub struct NodeClasses(Arc<RwLock<PoolClassState>>);
+pub struct NodeClasses(Arc<RwLock<PoolClassState>>, ReservationFindings);
 
 #[derive(Debug, Default)]
 struct PoolClassState {
     classes: HashMap<String, Arc<NodeClass>>,
     not_ready: BTreeMap<String, String>,
 }
+
+/// What the last reservation discovery found wrong with each class's
+/// `capacityReservationSelectorTerms` (kept apart from the pools' classes,
+/// which the reconciler replaces every round).
+type ReservationFindings = Arc<RwLock<BTreeMap<String, Vec<String>>>>;
 
 impl NodeClasses {
     /// Replaces every pool's class (and forgets why others had none).
@@ -73,6 +78,22 @@ impl NodeClasses {
     /// Why `nodepool` has no ready class, if the last resolution said so.
     pub fn problem(&self, nodepool: &str) -> Option<String> {
         self.0.read().ok()?.not_ready.get(nodepool).cloned()
+    }
+
+    /// Records what reservation discovery found: each class asked about,
+    /// with the problems of its terms (none: every term found something
+    /// usable). Classes not in `findings` were not asked.
+    pub fn set_reservation_findings(&self, findings: BTreeMap<String, Vec<String>>) {
+        if let Ok(mut f) = self.1.write() {
+            *f = findings;
+        }
+    }
+
+    /// The problems of `class`'s reservation selector terms at the last
+    /// discovery (empty: none), or `None` when it was not asked about (no
+    /// terms, not Ready, or no discovery yet).
+    pub fn reservation_findings(&self, class: &str) -> Option<Vec<String>> {
+        self.1.read().ok()?.get(class).cloned()
     }
 
     /// Every ready class once (pools may share one), by name.
@@ -273,7 +294,7 @@ impl AwsCloud {
             .await
             .map_err(|e| step("DescribeSecurityGroups", claim).sdk_error(&e))?
             .into_iter()
-            .map(|(id, _)| id)
+            .filter_map(|g| g.group_id)
             .collect();
         if ids.is_empty() {
             return Err(Error::Other(format!(
@@ -408,6 +429,9 @@ pub struct DiscoveredReservations {
     pub reservations: Vec<crate::catalog::Reservation>,
     /// `EC2NodeClass/<name>.capacityReservationSelectorTerms[<i>]: <problem>`.
     pub problems: Vec<String>,
+    /// Each class asked about, with its problems as
+    /// `capacityReservationSelectorTerms[<i>]: <problem>` (for its status).
+    pub by_class: BTreeMap<String, Vec<String>>,
 }
 
 impl AwsCloud {
@@ -429,12 +453,15 @@ impl AwsCloud {
             .unwrap_or_default();
         let classes = self.node_classes.distinct();
         let mut found = DiscoveredReservations::default();
+        let mut problems: Vec<(String, String)> = Vec::new();
         for class in &classes {
+            if class.capacity_reservation_selector_terms.is_empty() {
+                continue;
+            }
+            found.by_class.entry(class.name.clone()).or_default();
             for (i, term) in class.capacity_reservation_selector_terms.iter().enumerate() {
-                let field = format!(
-                    "EC2NodeClass/{}.capacityReservationSelectorTerms[{i}]",
-                    class.name
-                );
+                let field = format!("capacityReservationSelectorTerms[{i}]");
+                let mut problem = |message: String| problems.push((class.name.clone(), message));
                 let pages: Vec<_> = self
                     .ec2
                     .describe_capacity_reservations()
@@ -455,7 +482,7 @@ impl AwsCloud {
                             if aws_sdk_ec2::error::ProvideErrorMetadata::code(&e)
                                 .is_some_and(|c| c.starts_with("InvalidCapacityReservationId")) =>
                         {
-                            found.problems.push(format!(
+                            problem(format!(
                                 "{field}: {} does not exist",
                                 term.id.as_deref().unwrap_or("the reservation")
                             ));
@@ -478,16 +505,22 @@ impl AwsCloud {
                                 found.reservations.push(r)
                             }
                             Ok(_) => {}
-                            Err(why) => found.problems.push(format!("{field}: {why}")),
+                            Err(why) => problem(format!("{field}: {why}")),
                         }
                     }
                 }
                 if matched == 0 {
-                    found.problems.push(format!(
+                    problem(format!(
                         "{field}: matches no active or scheduled capacity reservation"
                     ));
                 }
             }
+        }
+        for (class, message) in problems {
+            found
+                .problems
+                .push(format!("EC2NodeClass/{class}.{message}"));
+            found.by_class.entry(class).or_default().push(message);
         }
         Ok(found)
     }
@@ -559,7 +592,7 @@ pub(crate) async fn find_security_groups(
     ec2: &aws_sdk_ec2::Client,
     terms: &[SelectorTerm],
 ) -> Result<
-    Vec<(String, Option<String>)>,
+    Vec<aws_sdk_ec2::types::SecurityGroup>,
     aws_sdk_ec2::error::SdkError<
         aws_sdk_ec2::operation::describe_security_groups::DescribeSecurityGroupsError,
     >,
@@ -574,14 +607,17 @@ pub(crate) async fn find_security_groups(
             .collect()
             .await;
         for page in pages {
-            out.extend(page?.security_groups().iter().filter_map(|g| {
-                g.group_id()
-                    .map(|id| (id.to_string(), g.group_name().map(str::to_string)))
-            }));
+            out.extend(
+                page?
+                    .security_groups()
+                    .iter()
+                    .filter(|g| g.group_id().is_some())
+                    .cloned(),
+            );
         }
     }
-    out.sort();
-    out.dedup_by(|a, b| a.0 == b.0);
+    out.sort_by(|a, b| a.group_id().cmp(&b.group_id()));
+    out.dedup_by(|a, b| a.group_id() == b.group_id());
     Ok(out)
 }
 

@@ -36,6 +36,9 @@ pub mod reasons {
     pub const INSTANCE_PROFILE_NOT_FOUND: &str = "InstanceProfileNotFound";
     /// The role does not exist, or has no instance profile.
     pub const ROLE_NOT_FOUND: &str = "RoleNotFound";
+    /// The security groups do not allow all traffic to and from themselves,
+    /// which Elastic Fabric Adapter needs.
+    pub const EFA_RULE_MISSING: &str = "EFASecurityGroupRuleMissing";
     /// An AWS call failed (permissions, throttling): retried next round.
     pub const AWS_ERROR: &str = "AWSError";
 }
@@ -78,6 +81,10 @@ pub struct Resolved {
     pub security_groups: Result<Vec<ResolvedSecurityGroup>, Problem>,
     /// The instance profile name.
     pub instance_profile: Result<String, Problem>,
+    /// Whether the security groups allow all traffic to and from
+    /// themselves, as EFA needs ([`efa_rule_problem`]); advisory, reported
+    /// only for classes of pools that ask for EFA.
+    pub efa_rule: Result<(), Problem>,
 }
 
 impl Resolved {
@@ -88,7 +95,8 @@ impl Resolved {
             amis: Err(problem.clone()),
             subnets: Err(problem.clone()),
             security_groups: Err(problem.clone()),
-            instance_profile: Err(problem),
+            instance_profile: Err(problem.clone()),
+            efa_rule: Err(problem),
         }
     }
 
@@ -181,11 +189,13 @@ impl Resolver {
                 format!("{field}: {why}"),
             ));
         }
+        let (security_groups, efa_rule) = self.security_groups(spec).await;
         Resolved {
             amis: self.amis(&spec.ami_selector_terms).await,
             subnets: self.subnets(spec).await,
-            security_groups: self.security_groups(spec).await,
+            security_groups,
             instance_profile: self.instance_profile(spec).await,
+            efa_rule,
         }
     }
 
@@ -353,27 +363,46 @@ impl Resolver {
         Ok(out)
     }
 
+    /// The security groups, and whether they allow EFA's traffic.
     async fn security_groups(
         &self,
         spec: &EC2NodeClassSpec,
-    ) -> Result<Vec<ResolvedSecurityGroup>, Problem> {
+    ) -> (
+        Result<Vec<ResolvedSecurityGroup>, Problem>,
+        Result<(), Problem>,
+    ) {
         let terms = &spec.security_group_selector_terms;
-        let found = find_security_groups(&self.ec2, terms)
-            .await
-            .map_err(|e| Problem::aws("ec2:DescribeSecurityGroups", &e, &e))?;
+        let found = match find_security_groups(&self.ec2, terms).await {
+            Ok(found) => found,
+            Err(e) => {
+                let p = Problem::aws("ec2:DescribeSecurityGroups", &e, &e);
+                return (Err(p.clone()), Err(p));
+            }
+        };
         if found.is_empty() {
-            return Err(Problem::new(
+            let p = Problem::new(
                 reasons::SECURITY_GROUPS_NOT_FOUND,
                 format!(
                     "no security group matches securityGroupSelectorTerms {}",
                     describe_terms(terms)
                 ),
-            ));
+            );
+            return (Err(p.clone()), Err(p));
         }
-        Ok(found
+        let efa = match efa_rule_problem(&found) {
+            None => Ok(()),
+            Some(why) => Err(Problem::new(reasons::EFA_RULE_MISSING, why)),
+        };
+        let groups = found
             .into_iter()
-            .map(|(id, name)| ResolvedSecurityGroup { id, name })
-            .collect())
+            .filter_map(|g| {
+                Some(ResolvedSecurityGroup {
+                    id: g.group_id?,
+                    name: g.group_name,
+                })
+            })
+            .collect();
+        (Ok(groups), efa)
     }
 
     /// The instance profile: the named one if it exists, else the first
@@ -427,5 +456,113 @@ impl Resolver {
                 ),
             )
         })
+    }
+}
+
+/// Why `groups` (a node class's security groups, all on each interface)
+/// lack what Elastic Fabric Adapter needs, if they do: an inbound rule
+/// allowing all traffic (protocol `-1`) from one of the groups themselves,
+/// and an outbound one to one of them (or to `0.0.0.0/0`, the default
+/// egress rule). EFA's OS-bypass traffic is not IP: a CIDR rule does not
+/// let it in.
+pub fn efa_rule_problem(groups: &[aws_sdk_ec2::types::SecurityGroup]) -> Option<String> {
+    use aws_sdk_ec2::types::IpPermission;
+    let ids: Vec<&str> = groups.iter().filter_map(|g| g.group_id()).collect();
+    let all = |p: &IpPermission| p.ip_protocol() == Some("-1");
+    let from_ours = |p: &IpPermission| {
+        all(p)
+            && p.user_id_group_pairs()
+                .iter()
+                .any(|pair| pair.group_id().is_some_and(|id| ids.contains(&id)))
+    };
+    let anywhere = |p: &IpPermission| {
+        all(p)
+            && p.ip_ranges()
+                .iter()
+                .any(|r| r.cidr_ip() == Some("0.0.0.0/0"))
+    };
+    let inbound = groups
+        .iter()
+        .flat_map(|g| g.ip_permissions())
+        .any(from_ours);
+    let outbound = groups
+        .iter()
+        .flat_map(|g| g.ip_permissions_egress())
+        .any(|p| from_ours(p) || anywhere(p));
+    let missing: Vec<&str> = [
+        (!inbound).then_some("inbound from"),
+        (!outbound).then_some("outbound to"),
+    ]
+    .into_iter()
+    .flatten()
+    .collect();
+    (!missing.is_empty()).then(|| {
+        format!(
+            "security groups {} have no rule allowing all traffic (protocol -1) {} themselves, \
+             as EFA needs all traffic allowed both ways between the groups' members",
+            ids.join(", "),
+            missing.join(" nor ")
+        )
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use aws_sdk_ec2::types::{IpPermission, IpRange, SecurityGroup, UserIdGroupPair};
+
+    fn all_traffic(group: Option<&str>, cidr: Option<&str>) -> IpPermission {
+        IpPermission::builder()
+            .ip_protocol("-1")
+            .set_user_id_group_pairs(
+                group.map(|g| vec![UserIdGroupPair::builder().group_id(g).build()]),
+            )
+            .set_ip_ranges(cidr.map(|c| vec![IpRange::builder().cidr_ip(c).build()]))
+            .build()
+    }
+
+    fn group(id: &str, inbound: Vec<IpPermission>, outbound: Vec<IpPermission>) -> SecurityGroup {
+        SecurityGroup::builder()
+            .group_id(id)
+            .set_ip_permissions(Some(inbound))
+            .set_ip_permissions_egress(Some(outbound))
+            .build()
+    }
+
+    #[test]
+    fn efa_needs_all_traffic_in_from_and_out_to_the_groups_themselves() {
+        let default_egress = || all_traffic(None, Some("0.0.0.0/0"));
+        // Self-referencing inbound, default egress: fine.
+        let ok = group(
+            "sg-1",
+            vec![all_traffic(Some("sg-1"), None)],
+            vec![default_egress()],
+        );
+        assert_eq!(efa_rule_problem(&[ok]), None);
+        // Another of the class's groups may carry the rule.
+        let nodes = group("sg-1", vec![], vec![default_egress()]);
+        let efa = group("sg-2", vec![all_traffic(Some("sg-1"), None)], vec![]);
+        assert_eq!(efa_rule_problem(&[nodes.clone(), efa]), None);
+        // A CIDR rule, or a group outside the class, is not enough.
+        let cidr = group(
+            "sg-1",
+            vec![all_traffic(None, Some("10.0.0.0/8"))],
+            vec![default_egress()],
+        );
+        let why = efa_rule_problem(&[cidr]).unwrap();
+        assert!(
+            why.contains("sg-1") && why.contains("inbound from"),
+            "{why}"
+        );
+        assert!(!why.contains("outbound"), "{why}");
+        let elsewhere = group("sg-1", vec![all_traffic(Some("sg-9"), None)], vec![]);
+        let why = efa_rule_problem(&[elsewhere]).unwrap();
+        assert!(why.contains("inbound from nor outbound to"), "{why}");
+        // Only TCP from itself is not all traffic.
+        let tcp = IpPermission::builder()
+            .ip_protocol("tcp")
+            .user_id_group_pairs(UserIdGroupPair::builder().group_id("sg-1").build())
+            .build();
+        assert!(efa_rule_problem(&[group("sg-1", vec![tcp], vec![default_egress()])]).is_some());
     }
 }

@@ -125,7 +125,9 @@ pub const REFRESH_EVERY: std::time::Duration = std::time::Duration::from_secs(60
 /// ([`crate::catalog::Catalog::with_reservations`], no launch within `lead`
 /// of an end) to `catalog`. A failed discovery keeps the last reservations
 /// and logs a warning; the terms that find nothing usable are logged as
-/// warnings whenever the list of them changes. Returns when `cancel` fires.
+/// warnings whenever the list of them changes, and handed to the node
+/// classes' shared state for their status
+/// ([`super::NodeClasses::reservation_findings`]). Returns when `cancel` fires.
 pub async fn keep_catalog_reserved(
     cloud: super::AwsCloud,
     mut prices: tokio::sync::watch::Receiver<std::sync::Arc<crate::catalog::Catalog>>,
@@ -145,6 +147,7 @@ pub async fn keep_catalog_reserved(
             _ = ticks.tick() => {
                 match cloud.capacity_reservations().await {
                     Ok(found) => {
+                        cloud.node_classes.set_reservation_findings(found.by_class.clone());
                         if found.problems != problems {
                             for p in &found.problems {
                                 tracing::warn!(problem = %p, "capacity reservation selector");

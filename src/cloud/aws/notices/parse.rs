@@ -2,7 +2,7 @@
 //! delivers it to an SQS target) into [`InstanceNotice`]s. Pure: text in,
 //! notices out; no clock, no I/O.
 //!
-//! The four event types and the fields read:
+//! The five event types and the fields read:
 //! - `EC2 Spot Instance Interruption Warning` (`aws.ec2`): `detail.instance-id`;
 //!   the deadline is the event `time` plus two minutes (the warning's lead).
 //! - `EC2 Instance Rebalance Recommendation` (`aws.ec2`): `detail.instance-id`.
@@ -13,6 +13,13 @@
 //!   `detail.affectedEntities[].entityValue` that is an instance ID, with
 //!   `detail.startTime` (RFC 2822 as AWS Health writes it,
 //!   `Sat, 05 Jun 2016 15:10:09 GMT`, or RFC 3339).
+//! - `Capacity Block Expiration Warning` (`aws.ec2`; the EC2 user guide also
+//!   spells it `Capacity Block Reservation Expiration Warning`), sent 40
+//!   minutes before a Capacity Block ends: one notice about the whole
+//!   reservation, `detail.capacity-reservation-id`, ending at
+//!   `detail.end-date` (RFC 3339; absent, the event `time` plus 40 minutes).
+//!   The user guide's example writes the envelope's keys as
+//!   `customer_event_id` and `detail_type`; both spellings are read.
 
 use crate::cloud::{InstanceNotice, InstanceState, NoticeKind};
 use crate::core::Time;
@@ -30,6 +37,16 @@ pub const REBALANCE: &str = "EC2 Instance Rebalance Recommendation";
 pub const STATE_CHANGE: &str = "EC2 Instance State-change Notification";
 /// `detail-type` of AWS Health events.
 pub const HEALTH: &str = "AWS Health Event";
+/// `detail-type` of the warning EC2 sends 40 minutes before a Capacity
+/// Block ends (the EventBridge event reference's name).
+pub const CAPACITY_BLOCK_EXPIRING: &str = "Capacity Block Expiration Warning";
+/// The same warning as the EC2 user guide's example names it.
+pub const CAPACITY_BLOCK_RESERVATION_EXPIRING: &str =
+    "Capacity Block Reservation Expiration Warning";
+
+/// How long before a Capacity Block's end EC2 sends its expiry warning:
+/// the end assumed when the warning does not say.
+pub const CAPACITY_BLOCK_WARNING_LEAD: chrono::TimeDelta = chrono::TimeDelta::minutes(40);
 
 /// What one message turned out to be.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -76,8 +93,9 @@ pub enum ParseError {
 /// detail-type says what it holds.
 #[derive(Deserialize)]
 struct Envelope {
+    #[serde(alias = "customer_event_id")]
     id: String,
-    #[serde(rename = "detail-type")]
+    #[serde(rename = "detail-type", alias = "detail_type")]
     detail_type: String,
     source: String,
     time: Time,
@@ -96,6 +114,14 @@ struct StateDetail {
     #[serde(rename = "instance-id")]
     instance_id: String,
     state: String,
+}
+
+#[derive(Deserialize)]
+struct CapacityBlockDetail {
+    #[serde(rename = "capacity-reservation-id")]
+    capacity_reservation_id: String,
+    #[serde(default, rename = "end-date")]
+    end_date: Option<String>,
 }
 
 #[derive(Deserialize)]
@@ -121,7 +147,8 @@ struct AffectedEntity {
 /// [`ParseError::NotAnEvent`] when the body is not an EventBridge event
 /// (not JSON, no `id`/`detail-type`/`source`/`time`);
 /// [`ParseError::BadDetail`] when a known event type lacks a field it must
-/// have (`instance-id`, `state`) or holds an unknown state or bad time.
+/// have (`instance-id`, `state`, `capacity-reservation-id`) or holds an
+/// unknown state, a bad time or a reservation ID that is not `cr-...`.
 pub fn parse_message(body: &str) -> Result<Parsed, ParseError> {
     let event: Envelope =
         serde_json::from_str(body).map_err(|e| ParseError::NotAnEvent(e.to_string()))?;
@@ -155,6 +182,24 @@ pub fn parse_message(body: &str) -> Result<Parsed, ParseError> {
             let state = instance_state(&d.state)
                 .ok_or_else(|| bad(format!("unknown instance state {:?}", d.state)))?;
             vec![notice(d.instance_id, NoticeKind::StateChange { state })]
+        }
+        ("aws.ec2", CAPACITY_BLOCK_EXPIRING | CAPACITY_BLOCK_RESERVATION_EXPIRING) => {
+            let d: CapacityBlockDetail =
+                serde_json::from_value(event.detail.clone()).map_err(detail)?;
+            if !d.capacity_reservation_id.starts_with("cr-") {
+                return Err(bad(format!(
+                    "capacity-reservation-id {:?} is not a capacity reservation ID (cr-...)",
+                    d.capacity_reservation_id
+                )));
+            }
+            let end = match d.end_date.as_deref() {
+                Some(s) => health_time(s).ok_or_else(|| bad(format!("bad end-date {s:?}")))?,
+                None => event.time + CAPACITY_BLOCK_WARNING_LEAD,
+            };
+            vec![notice(
+                d.capacity_reservation_id,
+                NoticeKind::ReservationEnding { end },
+            )]
         }
         ("aws.health", HEALTH) => {
             let d: HealthDetail = serde_json::from_value(event.detail.clone()).map_err(detail)?;
@@ -204,7 +249,7 @@ fn instance_state(name: &str) -> Option<InstanceState> {
     })
 }
 
-/// A Health event time: RFC 2822 (`Sat, 05 Jun 2016 15:10:09 GMT`, what
+/// A Health event time (or a Capacity Block's `end-date`): RFC 2822 (`Sat, 05 Jun 2016 15:10:09 GMT`, what
 /// AWS Health sends) or RFC 3339.
 /// The weekday is optional in RFC 2822 and ignored here: a weekday that
 /// does not match the date (aws-node-termination-handler's documented
@@ -372,6 +417,81 @@ mod tests {
         let body = HEALTH_EVENT.replace("Sat, 05 Jun 2016 15:10:09 GMT", "soon");
         let err = parse_message(&body).unwrap_err();
         assert!(matches!(err, ParseError::BadDetail { .. }), "{err}");
+    }
+
+    /// The EC2 user guide's Capacity Block expiry warning, with the
+    /// envelope EventBridge puts around every event it delivers.
+    const BLOCK_EXPIRING: &str = r#"{
+        "version": "0",
+        "id": "3f0c1a52-0000-4e1b-9d2e-2b5c8c0c0a11",
+        "detail-type": "Capacity Block Expiration Warning",
+        "source": "aws.ec2",
+        "account": "123456789012",
+        "time": "2021-02-18T10:50:00Z",
+        "region": "us-east-1",
+        "resources": ["arn:aws:ec2:us-east-1:123456789012:capacity-reservation/cr-0123456789abcdef0"],
+        "detail": {
+            "capacity-reservation-id": "cr-0123456789abcdef0",
+            "end-date": "2021-02-18T11:30:00Z"
+        }
+    }"#;
+
+    #[test]
+    fn capacity_block_expiry_warning_is_one_notice_about_the_reservation_with_its_end() {
+        let n = only_notice(BLOCK_EXPIRING);
+        assert_eq!(n.instance_id, "cr-0123456789abcdef0");
+        assert_eq!(n.kind, NoticeKind::ReservationEnding { end: at(11, 30, 0) });
+        assert_eq!(n.id, "3f0c1a52-0000-4e1b-9d2e-2b5c8c0c0a11");
+        // The user guide's spelling of the detail-type and of the envelope.
+        let guide = BLOCK_EXPIRING
+            .replace(
+                r#""detail-type": "Capacity Block Expiration Warning""#,
+                r#""detail_type": "Capacity Block Reservation Expiration Warning""#,
+            )
+            .replace(r#""id":"#, r#""customer_event_id":"#);
+        let n = only_notice(&guide);
+        assert_eq!(n.kind, NoticeKind::ReservationEnding { end: at(11, 30, 0) });
+        assert_eq!(n.id, "3f0c1a52-0000-4e1b-9d2e-2b5c8c0c0a11");
+    }
+
+    #[test]
+    fn capacity_block_warning_without_an_end_date_ends_forty_minutes_after_it() {
+        let body = BLOCK_EXPIRING.replace(
+            r#",
+            "end-date": "2021-02-18T11:30:00Z""#,
+            "",
+        );
+        assert!(!body.contains("end-date"), "{body}");
+        assert_eq!(
+            only_notice(&body).kind,
+            NoticeKind::ReservationEnding { end: at(11, 30, 0) }
+        );
+    }
+
+    #[test]
+    fn capacity_block_warning_without_a_reservation_or_with_a_bad_one_is_malformed() {
+        for (from, to, says) in [
+            (
+                "capacity-reservation-id",
+                "reservation",
+                "capacity-reservation-id",
+            ),
+            (
+                r#"cr-0123456789abcdef0","#,
+                r#"i-0123456789abcdef0","#,
+                "not a capacity reservation",
+            ),
+            ("2021-02-18T11:30:00Z", "at half past", "end-date"),
+        ] {
+            let err = parse_message(&BLOCK_EXPIRING.replacen(from, to, 2)).unwrap_err();
+            assert!(
+                matches!(&err, ParseError::BadDetail { detail_type, event_id, .. }
+                    if detail_type == CAPACITY_BLOCK_EXPIRING
+                        && event_id == "3f0c1a52-0000-4e1b-9d2e-2b5c8c0c0a11"),
+                "{err}"
+            );
+            assert!(err.to_string().contains(says), "{to}: {err}");
+        }
     }
 
     #[test]
