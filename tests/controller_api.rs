@@ -736,6 +736,55 @@ async fn a_failed_launch_is_an_events_k8s_io_warning_on_the_node_pool() {
 }
 
 #[tokio::test]
+async fn repeated_checkpoint_requests_to_a_pod_are_one_event_with_a_series() {
+    // A checkpoint cadence asks the same pod every few minutes: the second
+    // request patches the first Event's series (kube's recorder keeps the
+    // first note), so the note must not carry the first request's deadline.
+    fn no_time(note: &str) {
+        assert!(
+            !note.chars().any(|c| c.is_ascii_digit()),
+            "a time in the note goes stale: {note}"
+        )
+    }
+    let (client, verifier) = Scenario::new()
+        .expect(
+            Method::POST,
+            "/apis/events.k8s.io/v1/namespaces/ml/events",
+            |body| {
+                assert_eq!(body["reason"], "CheckpointRequested");
+                assert_eq!(body["regarding"]["name"], "trainer-0");
+                assert_eq!(body["related"]["name"], "train-abc12");
+                let note = body["note"].as_str().unwrap_or_default();
+                assert!(note.contains("node disruption"), "{note}");
+                assert!(
+                    note.contains("quartermaster.dev/checkpoint-requested"),
+                    "{note}"
+                );
+                no_time(note);
+            },
+        )
+        .respond_with(echo)
+        .expect(
+            Method::PATCH,
+            "/apis/events.k8s.io/v1/namespaces/ml/events/trainer-0.*",
+            move |body| {
+                assert_eq!(body["series"]["count"], 2, "{body}");
+                no_time(body["note"].as_str().unwrap_or_default());
+            },
+        )
+        .respond_with(echo)
+        .run();
+    let events = Events::new(client, None);
+    let pod = pod_ref("ml/trainer-0", None);
+    for _ in 0..2 {
+        events
+            .checkpoint_requested(&pod, "train-abc12", "node disruption")
+            .await;
+    }
+    verifier.finish().await;
+}
+
+#[tokio::test]
 async fn an_unplaceable_pod_gets_a_warning_in_its_namespace() {
     let (client, verifier) = Scenario::new()
         .expect(

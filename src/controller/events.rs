@@ -9,7 +9,6 @@
 //! on; nothing the controller does depends on them.
 
 use crate::api::labels::GROUP;
-use crate::core::Time;
 use k8s_openapi::api::core::v1::ObjectReference;
 use kube::runtime::events::{Event, EventType, Recorder, Reporter};
 use kube::Client;
@@ -252,22 +251,21 @@ impl Events {
         .await
     }
 
-    /// On a pod: it was asked to checkpoint by `deadline`.
-    pub async fn checkpoint_requested(
-        &self,
-        pod: &ObjectReference,
-        claim: &str,
-        deadline: Time,
-        why: &str,
-    ) {
+    /// On a pod: it was asked to checkpoint (`why`: the node's disruption).
+    /// The note leaves the deadline to the pod's
+    /// `quartermaster.dev/checkpoint-requested` annotation: kube's recorder
+    /// merges a pod's requests within six minutes into one Event with a
+    /// series count and keeps the first note, so a deadline in it would
+    /// go stale as a checkpoint cadence asks again.
+    pub async fn checkpoint_requested(&self, pod: &ObjectReference, claim: &str, why: &str) {
         self.report(
             pod,
             EventType::Normal,
             reasons::CHECKPOINT_REQUESTED,
             "RequestCheckpoint",
             format!(
-                "checkpoint requested by {} ({why})",
-                super::checkpoint::rfc3339(deadline)
+                "checkpoint requested ({why}); the deadline is in the pod's {} annotation",
+                crate::labels::CHECKPOINT_REQUESTED
             ),
             Some(node_claim_ref(claim, None)),
         )

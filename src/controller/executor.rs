@@ -276,13 +276,8 @@ impl Executor<'_> {
             .await
             .map_err(|e| Error::Checkpoint(e.to_string()))?;
         if let Some(ev) = self.events {
-            ev.checkpoint_requested(
-                &events::pod_ref(pod, None),
-                claim,
-                deadline,
-                "node disruption",
-            )
-            .await;
+            ev.checkpoint_requested(&events::pod_ref(pod, None), claim, "node disruption")
+                .await;
         }
         if let Some(target) = hook {
             let (hooks, acks, metrics, pod) = (

@@ -79,8 +79,9 @@ impl Scenario {
     }
 
     /// Expects a request with this method and path (`path?k=v&...` also
-    /// checks those query pairs, ignoring others); `check` gets the body as
-    /// JSON (`null` when empty) and asserts on it.
+    /// checks those query pairs, ignoring others; a path ending in `*`
+    /// matches any path it starts); `check` gets the body as JSON (`null`
+    /// when empty) and asserts on it.
     pub fn expect(
         self,
         method: Method,
@@ -243,12 +244,22 @@ async fn serve(
     }
 }
 
+/// Whether `actual` is the step's `expected` path: equal, or, for an
+/// expected path ending in `*`, starting with what comes before it (for
+/// names the code under test generates, such as an Event's).
+fn path_matches(expected: &str, actual: &str) -> bool {
+    match expected.strip_suffix('*') {
+        Some(prefix) => actual.starts_with(prefix),
+        None => actual == expected,
+    }
+}
+
 /// Checks one request against its step and makes the response.
 async fn answer(step: Step, request: Request<Body>) -> Result<(u16, Value), String> {
     let expected = step.describe();
     let (parts, body) = request.into_parts();
     let got = format!("{} {}", parts.method, parts.uri);
-    if parts.method != step.method || parts.uri.path() != step.path {
+    if parts.method != step.method || !path_matches(&step.path, parts.uri.path()) {
         return Err(format!("expected {expected}, got {got}"));
     }
     let query = parse_query(parts.uri.query().unwrap_or(""));
