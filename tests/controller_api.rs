@@ -785,6 +785,54 @@ async fn repeated_checkpoint_requests_to_a_pod_are_one_event_with_a_series() {
 }
 
 #[tokio::test]
+async fn a_pods_new_reason_is_a_new_event_and_only_a_repeat_folds_into_a_series() {
+    // kube's recorder alone would fold the second reason into the first
+    // Event (same object, reason and action) and keep the old message.
+    let first = "Quartermaster cannot place the pod: no NodePool tolerates taint x";
+    let second = "Quartermaster cannot place the pod: NodePool gpu reached its limit";
+    let posted = |note: &'static str| {
+        move |body: &Value| {
+            assert_eq!(body["reason"], "NotPlaceable");
+            assert_eq!(body["note"], note);
+            assert_eq!(body["series"], Value::Null, "{body}");
+        }
+    };
+    let (client, verifier) = Scenario::new()
+        .expect(
+            Method::POST,
+            "/apis/events.k8s.io/v1/namespaces/ml/events",
+            posted(first),
+        )
+        .respond_with(echo)
+        .expect(
+            Method::POST,
+            "/apis/events.k8s.io/v1/namespaces/ml/events",
+            posted(second),
+        )
+        .respond_with(echo)
+        .expect(
+            Method::PATCH,
+            "/apis/events.k8s.io/v1/namespaces/ml/events/trainer-0.*",
+            move |body| {
+                assert_eq!(body["note"], first);
+                assert_eq!(body["series"]["count"], 2, "{body}");
+            },
+        )
+        .respond_with(echo)
+        .run();
+    let events = Events::new(client, None);
+    let pod = pod_ref("ml/trainer-0", None);
+    for why in [
+        "no NodePool tolerates taint x",
+        "NodePool gpu reached its limit",
+        "no NodePool tolerates taint x",
+    ] {
+        events.not_placeable(&pod, why).await;
+    }
+    verifier.finish().await;
+}
+
+#[tokio::test]
 async fn an_unplaceable_pod_gets_a_warning_in_its_namespace() {
     let (client, verifier) = Scenario::new()
         .expect(

@@ -3,7 +3,8 @@
 //! cannot be placed, what was launched for them, checkpoint requests,
 //! evictions) and on NodePools (failed launches, failed validation, limits
 //! reached). Written through kube-runtime's [`Recorder`], which folds
-//! repeats into one Event's series.
+//! repeats into one Event's series; one recorder per distinct note, so that
+//! only true repeats fold (see [`Events`]).
 //!
 //! Events are best-effort: the reporting methods log a failure and carry
 //! on; nothing the controller does depends on them.
@@ -12,6 +13,9 @@ use crate::api::labels::GROUP;
 use k8s_openapi::api::core::v1::ObjectReference;
 use kube::runtime::events::{Event, EventType, Recorder, Reporter};
 use kube::Client;
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
 
 /// `reportingController` of our Events.
 pub const CONTROLLER: &str = "quartermaster.dev/controller";
@@ -51,10 +55,26 @@ pub mod reasons {
 /// Longest Event note the API accepts (1 kB).
 const MAX_NOTE: usize = 1024;
 
+/// How long kube's recorder keeps an Event to fold repeats into (its
+/// cache's time to live): a note unused for longer needs no recorder.
+const SERIES_WINDOW: Duration = Duration::from_secs(6 * 60);
+
 /// Publishes our Events.
+///
+/// kube-runtime's recorder folds every Event with the same type, reason and
+/// action about the same object within six minutes into one series and
+/// keeps the first note: its key has no note, where client-go's has. A
+/// NodePool's second `LaunchFailed` with another error, or a pod's
+/// `NotPlaceable` whose reason changed, would show the old message twice.
+/// So each distinct note gets its own recorder: repeats of one note fold,
+/// a new note is a new Event.
 #[derive(Clone)]
 pub struct Events {
-    recorder: Recorder,
+    client: Client,
+    reporter: Reporter,
+    /// Recorder of each note published within [`SERIES_WINDOW`], with when
+    /// it was last used.
+    recorders: Arc<Mutex<HashMap<String, (Recorder, Instant)>>>,
 }
 
 /// A reference to the pod `namespace/name` (a bare name means `default`),
@@ -128,8 +148,30 @@ impl Events {
             instance,
         };
         Events {
-            recorder: Recorder::new(client, reporter),
+            client,
+            reporter,
+            recorders: Arc::default(),
         }
+    }
+
+    /// The recorder of `note`: the one its earlier Events went through
+    /// (so a repeat folds into their series), or a new one. Recorders of
+    /// notes unused for [`SERIES_WINDOW`] are dropped.
+    fn recorder_for(&self, note: &str) -> Recorder {
+        let now = Instant::now();
+        let mut recorders = self
+            .recorders
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        recorders.retain(|_, (_, used)| now.duration_since(*used) < SERIES_WINDOW);
+        let (recorder, used) = recorders.entry(note.to_string()).or_insert_with(|| {
+            (
+                Recorder::new(self.client.clone(), self.reporter.clone()),
+                now,
+            )
+        });
+        *used = now;
+        recorder.clone()
     }
 
     /// Publishes one Event about `regarding`.
@@ -145,14 +187,16 @@ impl Events {
         note: String,
         related: Option<ObjectReference>,
     ) -> kube::Result<()> {
+        let note = bounded(note);
+        let recorder = self.recorder_for(&note);
         let event = Event {
             type_,
             reason: reason.into(),
-            note: Some(bounded(note)),
+            note: Some(note),
             action: action.into(),
             secondary: related,
         };
-        self.recorder.publish(&event, regarding).await
+        recorder.publish(&event, regarding).await
     }
 
     /// [`Events::publish`], logging a failure instead of returning it.
