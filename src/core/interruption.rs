@@ -92,14 +92,19 @@ pub fn reservation_endings(world: &World, now: Time, lead: Duration) -> Vec<Noti
         .collect()
 }
 
-/// When the reservation node `n` runs in ends, if it runs in one that
-/// ends.
+/// When EC2 takes node `n` back because its reservation ends: the end of
+/// the Capacity Block it runs in. An on-demand capacity reservation's end
+/// takes nothing back (its instances run on as plain on-demand ones, as
+/// Karpenter also leaves them), so its nodes are not drained.
 fn reservation_end(world: &World, n: &ManagedNode) -> Option<Time> {
     let id = n
         .state
         .labels
         .get(crate::api::labels::CAPACITY_RESERVATION_ID)?;
-    world.catalog.reservation(id)?.end
+    let r = world.catalog.reservation(id)?;
+    (r.kind == crate::catalog::ReservationKind::CapacityBlock)
+        .then_some(r.end)
+        .flatten()
 }
 
 /// The next time a reservation of one of the world's nodes comes within
@@ -1146,6 +1151,11 @@ mod tests {
     /// Fixture `n1` as a node in Capacity Block `cr-1` ending at `end`,
     /// with a checkpointing pod, and the catalog knowing the block.
     fn in_block(end: i64) -> Fixture {
+        in_reservation(crate::catalog::ReservationKind::CapacityBlock, end)
+    }
+
+    /// [`in_block`] for a reservation of `kind`.
+    fn in_reservation(kind: crate::catalog::ReservationKind, end: i64) -> Fixture {
         let mut n = node("n1").pods([pod("a").checkpoints()]);
         n.state.labels.insert(
             crate::api::labels::CAPACITY_RESERVATION_ID.into(),
@@ -1154,7 +1164,7 @@ mod tests {
         let mut f = Fixture::new([n]);
         let block = crate::catalog::Reservation {
             id: "cr-1".into(),
-            kind: crate::catalog::ReservationKind::CapacityBlock,
+            kind,
             instance_type: "g5.xlarge".into(),
             region: REGION.into(),
             zone_id: "use1-az1".into(),
@@ -1212,6 +1222,17 @@ mod tests {
             s.decide(&f.world(), t(3600)),
             [delete("n1", DisruptionReason::Interrupted)]
         );
+    }
+
+    #[test]
+    fn a_node_of_an_on_demand_reservation_with_an_end_date_is_left_running_at_its_end() {
+        // EC2 keeps such instances running as plain on-demand ones.
+        let lead = Duration::from_secs(40 * 60);
+        let f = in_reservation(crate::catalog::ReservationKind::OnDemand, 3600);
+        assert_eq!(next_reservation_ending(&f.world(), t(0), lead), None);
+        for at in [1200, 3600, 7200] {
+            assert!(reservation_endings(&f.world(), t(at), lead).is_empty());
+        }
     }
 
     #[test]
