@@ -690,6 +690,27 @@ fn script_for(actions: &[Action], node: &str) -> Scenario {
     sc
 }
 
+/// `actions` cordon `claim` and ask `ml/train-0` to checkpoint, evicting
+/// nothing before its acknowledgement.
+fn expect_drain_starts_with_a_checkpoint_request(actions: &[Action], claim: &str) {
+    assert!(
+        actions
+            .iter()
+            .any(|a| matches!(a, Action::Cordon { claim: c, .. } if c == claim)),
+        "{actions:?}"
+    );
+    assert!(
+        actions
+            .iter()
+            .any(|a| matches!(a, Action::RequestCheckpoint { pod, .. } if pod == "ml/train-0")),
+        "{actions:?}"
+    );
+    assert!(
+        !actions.iter().any(|a| matches!(a, Action::Evict { .. })),
+        "no eviction before the ack: {actions:?}"
+    );
+}
+
 #[tokio::test]
 async fn an_interruption_leads_to_a_checkpoint_request_then_evictions_after_the_ack_then_deletion()
 {
@@ -719,22 +740,7 @@ async fn an_interruption_leads_to_a_checkpoint_request_then_evictions_after_the_
     };
     notify(&mut core, &s, &catalog, &notice, notice_at);
     let first = decide_at(&mut core, &s, &catalog, notice_at);
-    assert!(
-        first
-            .iter()
-            .any(|a| matches!(a, Action::Cordon { claim, .. } if *claim == name)),
-        "{first:?}"
-    );
-    assert!(
-        first
-            .iter()
-            .any(|a| matches!(a, Action::RequestCheckpoint { pod, .. } if pod == "ml/train-0")),
-        "{first:?}"
-    );
-    assert!(
-        !first.iter().any(|a| matches!(a, Action::Evict { .. })),
-        "no eviction before the ack: {first:?}"
-    );
+    expect_drain_starts_with_a_checkpoint_request(&first, &name);
     execute_scripted(&s, &first, "ip-10-0-0-1", notice_at).await;
 
     // The cordon and the request are in the cluster now.
@@ -802,6 +808,66 @@ async fn an_interruption_leads_to_a_checkpoint_request_then_evictions_after_the_
     assert_eq!(step, Step::Finalized);
     let instance = cloud.describe(&name).await.unwrap().unwrap();
     assert_eq!(instance.state, InstanceState::ShuttingDown);
+}
+
+#[tokio::test]
+async fn a_node_left_with_our_cordon_by_a_restart_is_drained_again_checkpoint_first() {
+    let cloud = cloud();
+    let (claim, provider_id) = ready_claim(&cloud, "ip-10-0-0-1").await;
+    let name = claim.name_any();
+    let opted_in = json!({l::CHECKPOINT_ENABLED: "true"});
+    let s = store(
+        vec![gpu_pod("train-0", Some("ip-10-0-0-1"), opted_in)],
+        vec![cordoned("ip-10-0-0-1", &provider_id)],
+        vec![claim.clone()],
+    );
+    let catalog = catalog();
+    // A new controller: the drain that cordoned the node was lost with the
+    // old one.
+    let mut core = Core::new(Config::default());
+    let now = t(1000);
+    let first = decide_at(&mut core, &s, &catalog, now);
+    expect_drain_starts_with_a_checkpoint_request(&first, &name);
+    // The node is cordoned already: only the checkpoint request is written.
+    let writes: Vec<Action> = first
+        .iter()
+        .filter(|a| !matches!(a, Action::Cordon { .. }))
+        .cloned()
+        .collect();
+    let (client, verifier) = script_for(&writes, "ip-10-0-0-1").run();
+    execute(&KubeApi::new(client), &first, &snapshot(&s), now).await;
+    verifier.finish().await;
+    s.apply(checkpointing_pod(l::CHECKPOINT_REQUESTED, now));
+    step_without_evictions(&mut core, &s, &catalog, now + chrono::TimeDelta::seconds(1)).await;
+    let ack_at = now + chrono::TimeDelta::seconds(10);
+    let acts = acknowledged(&mut core, &s, &catalog, ack_at, ack_at);
+    execute_scripted(&s, &acts, "ip-10-0-0-1", ack_at).await;
+
+    // A node cordoned by someone else (no disrupted taint) is theirs.
+    let mut theirs = node(
+        "ip-10-0-0-1",
+        &provider_id,
+        json!([{"key": l::TAINT_GPU, "effect": "NoSchedule"}]),
+        true,
+        Some("1"),
+    );
+    theirs.spec.as_mut().unwrap().unschedulable = Some(true);
+    s.apply(theirs);
+    let mut core = Core::new(Config::default());
+    for k in [0, 60, 3600] {
+        let now = ack_at + chrono::TimeDelta::seconds(k);
+        let acts = decide_at(&mut core, &s, &catalog, now);
+        assert!(
+            !acts.iter().any(|a| matches!(
+                a,
+                Action::Cordon { .. }
+                    | Action::RequestCheckpoint { .. }
+                    | Action::Evict { .. }
+                    | Action::Delete { .. }
+            )),
+            "{acts:?}"
+        );
+    }
 }
 
 /// A Volcano PodGroup `ml/<name>` of `min` members needing `min_resources`

@@ -706,7 +706,8 @@ pub fn world_parts(s: &Snapshot, catalog: &Catalog, region: &str, now: Time) -> 
                 m.offering.capacity_type = ct;
                 m.state.capacity_type = Some(ct);
             }
-            m.state.unschedulable |= node.unschedulable || node.has_taint(l::TAINT_DISRUPTED);
+            m.disrupted = !deleting && node.has_taint(l::TAINT_DISRUPTED);
+            m.state.unschedulable |= node.unschedulable || m.disrupted;
             m.do_not_disrupt = node.do_not_disrupt;
             if m.ready_at.is_some() && !node.allocatable.is_empty() {
                 m.state.allocatable = node.allocatable.clone();

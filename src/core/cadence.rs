@@ -268,6 +268,7 @@ mod tests {
                 .collect(),
             do_not_disrupt: false,
             drifted: None,
+            disrupted: false,
         }
     }
 

@@ -516,6 +516,7 @@ impl ManagedNode {
             pods: Vec::new(),
             do_not_disrupt: false,
             drifted: None,
+            disrupted: false,
         })
     }
 }

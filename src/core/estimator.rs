@@ -349,6 +349,7 @@ mod tests {
             pods: Vec::new(),
             do_not_disrupt: false,
             drifted: None,
+            disrupted: false,
         };
         let k = spot("g5.xlarge", "use1-az1");
         let nodes = [

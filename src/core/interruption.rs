@@ -745,6 +745,7 @@ pub(crate) mod fixtures {
             pods: Vec::new(),
             do_not_disrupt: false,
             drifted: None,
+            disrupted: false,
         }
     }
 
@@ -762,8 +763,10 @@ pub(crate) mod fixtures {
         fn do_not_disrupt(self) -> Self;
         /// Launched but not ready yet.
         fn not_ready(self) -> Self;
-        /// Cordoned.
+        /// Cordoned (by someone: `kubectl cordon`).
         fn cordoned(self) -> Self;
+        /// Cordoned and tainted `quartermaster.dev/disrupted` by us.
+        fn disrupted(self) -> Self;
     }
 
     impl NodeExt for ManagedNode {
@@ -806,6 +809,10 @@ pub(crate) mod fixtures {
         fn cordoned(mut self) -> Self {
             self.state.unschedulable = true;
             self
+        }
+        fn disrupted(mut self) -> Self {
+            self.disrupted = true;
+            self.cordoned()
         }
     }
 

@@ -96,6 +96,11 @@ pub struct ManagedNode {
     /// What no longer matches its pool or node class, if anything
     /// ([`drift::detect`], filled by the driver): such a node is replaced.
     pub drifted: Option<drift::Drift>,
+    /// The node carries `quartermaster.dev/disrupted` (our cordon, not a
+    /// user's `kubectl cordon`) and its claim is not being deleted (that is
+    /// its finalizer's): a disruption of ours started on it. One that no
+    /// in-memory drain owns was lost with a restarted controller.
+    pub disrupted: bool,
 }
 
 /// A PodDisruptionBudget, reduced to what eviction decisions need.

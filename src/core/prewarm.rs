@@ -837,6 +837,7 @@ mod tests {
             pods: Vec::new(),
             do_not_disrupt: false,
             drifted: None,
+            disrupted: false,
         };
         l.observe_node(&node);
         assert_eq!(l.observations("g5"), 0, "not Ready yet");

@@ -566,6 +566,7 @@ impl<'a> Engine<'a> {
                 }
                 if let Some((n, _)) = self.nodes.get_mut(&claim) {
                     n.state.unschedulable = true;
+                    n.disrupted = true;
                 }
             }
             Action::RequestCheckpoint { pod, .. } => {

@@ -7,14 +7,14 @@
 //! `do-not-disrupt` (its own or a pod's), by a PDB that allows nothing, by
 //! interruption handling or by a pre-warm window waits.
 
-use super::super::interruption::{checkpoint_done, checkpoint_grace, opted_in, policy, pool_of};
+use super::super::interruption::pool_of;
 use super::{
-    after, blocked, daemonset_overhead, real_pods, replacement_name, request_for, Consolidation,
+    blocked, daemonset_overhead, real_pods, replacement_name, request_for, Consolidation,
     Disrupting, Round,
 };
 use crate::api::NodePool;
 use crate::cluster::{Pod, Pool};
-use crate::core::{Action, ClaimRequest, DisruptionReason, ManagedNode, Time, World};
+use crate::core::{Action, ClaimRequest, DisruptionReason, ManagedNode};
 use crate::plan;
 use std::collections::BTreeMap;
 
@@ -23,28 +23,6 @@ impl Consolidation {
     /// replacements (none when their pods fit on the other nodes) and hands
     /// them to [`Consolidation::progress`].
     pub(super) fn replace_drifted(&mut self, r: &Round, out: &mut Vec<Action>) {
-        // A drifted node found cordoned but not being removed (a restarted
-        // controller lost its drain) is drained again: it has counted
-        // against the budget all along, and its replacement, if any, was
-        // launched before it was cordoned.
-        let orphans: Vec<String> = r
-            .world
-            .nodes
-            .iter()
-            .filter(|n| {
-                n.drifted.is_some()
-                    && n.state.unschedulable
-                    && n.ready_at.is_some()
-                    && !n.do_not_disrupt
-                    && !self.disrupting.contains_key(&n.claim)
-                    && !r.ctx.interruptions.is_handling(&n.claim)
-            })
-            .map(|n| n.claim.clone())
-            .collect();
-        for claim in orphans {
-            self.disrupting
-                .insert(claim, Disrupting::new(DisruptionReason::Drifted));
-        }
         let mut drifted: Vec<&ManagedNode> = r
             .world
             .nodes
@@ -137,38 +115,6 @@ impl Consolidation {
                 request_for(r.world, n, new, replacement_name(&n.nodepool, &key, r.now))
             })
             .collect()
-    }
-}
-
-/// Asks the opted-in pods of a drifted node that is starting to drain to
-/// checkpoint by the end of its pool's `checkpointGracePeriod`, each one
-/// whose checkpoint can be complete by then; the others are evicted
-/// without waiting, as on a rebalance drain.
-pub(super) fn request_checkpoints(
-    d: &mut Disrupting,
-    world: &World,
-    n: &ManagedNode,
-    now: Time,
-    out: &mut Vec<Action>,
-) {
-    let policy = policy(world, n);
-    let hook = policy.is_some_and(|p| p.checkpoint_hook.is_some());
-    let until = after(now, checkpoint_grace(policy));
-    d.checkpoint_until = Some(until);
-    for p in n
-        .pods
-        .iter()
-        .filter(|p| opted_in(p, hook) && !p.do_not_disrupt)
-    {
-        if checkpoint_done(&p.pod, now) > until {
-            continue;
-        }
-        d.requested.insert(p.pod.name.clone(), now);
-        out.push(Action::RequestCheckpoint {
-            pod: p.pod.name.clone(),
-            claim: n.claim.clone(),
-            deadline: until,
-        });
     }
 }
 
@@ -305,7 +251,7 @@ mod tests {
     #[test]
     fn a_drifted_node_left_cordoned_by_a_restart_is_drained_again() {
         let mut f = two_busy(false);
-        *f.node_mut("n1") = drifted(node("n1").cordoned().pods([pod("a").gpus(1)]));
+        *f.node_mut("n1") = drifted(node("n1").disrupted().pods([pod("a").gpus(1)]));
         // A new core: nothing remembered of the drain.
         let mut c = Consolidation::default();
         assert_eq!(

@@ -9,7 +9,10 @@
 //!
 //! The rules are written up in `docs/disruption.md`.
 
-use super::interruption::{after, offering_key, pool_of, Interruptions};
+use super::interruption::{
+    after, checkpoint_done, checkpoint_grace, offering_key, opted_in, policy, pool_of,
+    Interruptions,
+};
 use super::{Action, ClaimRequest, DisruptionReason, ManagedNode, Time, World};
 use crate::api::{ConsolidationPolicy, NodePool};
 use crate::catalog::{CapacityType, InterruptionBucket, Offering};
@@ -91,8 +94,8 @@ struct Disrupting {
     /// The replacement claims to wait for, and when they were launched.
     replacement: Option<(Vec<String>, Time)>,
     cordoned: bool,
-    /// Checkpoint requests made when the drain started (drift only), by
-    /// pod, with when they were made.
+    /// Checkpoint requests made when the drain started, by pod, with when
+    /// they were made.
     requested: BTreeMap<String, Time>,
     /// Until when pods asked to checkpoint are waited for.
     checkpoint_until: Option<Time>,
@@ -122,6 +125,41 @@ impl Disrupting {
         };
         let acked = p.checkpoint_completed.is_some_and(|done| done >= *asked);
         !acked && self.checkpoint_until.is_some_and(|until| now < until)
+    }
+
+    /// Asks the opted-in pods of a node that is starting to drain (whatever
+    /// the reason: underutilized, drifted, picked up again after a restart)
+    /// to checkpoint by the end of its pool's `checkpointGracePeriod`, each
+    /// one whose checkpoint can be complete by then; the others are evicted
+    /// without waiting, as on a rebalance drain. Without this a training
+    /// pod on a consolidated node would lose its work since its last
+    /// checkpoint.
+    fn request_checkpoints(
+        &mut self,
+        world: &World,
+        n: &ManagedNode,
+        now: Time,
+        out: &mut Vec<Action>,
+    ) {
+        let policy = policy(world, n);
+        let hook = policy.is_some_and(|p| p.checkpoint_hook.is_some());
+        let until = after(now, checkpoint_grace(policy));
+        self.checkpoint_until = Some(until);
+        for p in n
+            .pods
+            .iter()
+            .filter(|p| opted_in(p, hook) && !p.do_not_disrupt)
+        {
+            if checkpoint_done(&p.pod, now) > until {
+                continue;
+            }
+            self.requested.insert(p.pod.name.clone(), now);
+            out.push(Action::RequestCheckpoint {
+                pod: p.pod.name.clone(),
+                claim: n.claim.clone(),
+                deadline: until,
+            });
+        }
     }
 }
 
@@ -317,6 +355,7 @@ impl Consolidation {
             now,
             ctx: *ctx,
         };
+        self.resume_orphans(&round);
         let mut out = Vec::new();
         if self.candidate.is_none() {
             self.candidate = self.find(&round).map(|d| (d, now));
@@ -467,6 +506,44 @@ impl Consolidation {
         );
     }
 
+    /// Picks up the drains a restarted controller lost: a ready node that
+    /// carries our disruption taint ([`ManagedNode::disrupted`]) with no
+    /// drain of ours nor interruption handling owning it is drained again
+    /// (cordon, checkpoint requests, evictions within PDBs, deletion),
+    /// whether consolidation or drift had cordoned it. Without this it
+    /// would stay cordoned for good, holding its pool's budget and its
+    /// capacity.
+    ///
+    /// It is drained again rather than un-cordoned (as Karpenter removes
+    /// its `disrupted` taint from an abandoned disruption) because here the
+    /// cordon is the point of no return: it comes only after the decision
+    /// was validated on a fresh world and its replacements were Ready, and
+    /// evictions and checkpoint requests may have followed. Un-cordoning
+    /// would keep a half-drained node and its already running replacement
+    /// both, and a drain that no restart cut short does not re-check
+    /// either once cordoned: pods that find no place are pending and get
+    /// new capacity like any other. A node held by `do-not-disrupt` stays
+    /// as it is. The reason it was cordoned for is not recorded: drift when
+    /// it is drifted, else empty or underutilized by its pods.
+    fn resume_orphans(&mut self, r: &Round) {
+        for n in r.world.nodes {
+            let owned =
+                self.disrupting.contains_key(&n.claim) || r.ctx.interruptions.is_handling(&n.claim);
+            if !n.disrupted || n.ready_at.is_none() || n.do_not_disrupt || owned {
+                continue;
+            }
+            let reason = if n.drifted.is_some() {
+                DisruptionReason::Drifted
+            } else if real_pods(n).next().is_none() {
+                DisruptionReason::Empty
+            } else {
+                DisruptionReason::Underutilized
+            };
+            self.disrupting
+                .insert(n.claim.clone(), Disrupting::new(reason));
+        }
+    }
+
     /// Cordons and deletes the empty nodes that are still empty and
     /// eligible, within their pools' budgets.
     fn remove_empty(&mut self, r: &Round, claims: Vec<String>, out: &mut Vec<Action>) {
@@ -509,7 +586,7 @@ impl Consolidation {
     }
 
     /// Carries on the removals under way: once every replacement is ready,
-    /// cordon (and, for drift, ask opted-in pods to checkpoint); evict
+    /// cordon and ask opted-in pods to checkpoint; evict
     /// within PDBs (never do-not-disrupt pods, nor pods asked to checkpoint
     /// before they acknowledge or their wait ends); delete once empty. A
     /// node that gets an interruption notice meanwhile is left to
@@ -535,9 +612,7 @@ impl Consolidation {
                     claim: claim.clone(),
                     reason: d.reason,
                 });
-                if d.reason == DisruptionReason::Drifted {
-                    drifted::request_checkpoints(d, world, n, now, out);
-                }
+                d.request_checkpoints(world, n, now, out);
             }
             for p in &n.pods {
                 if p.do_not_disrupt || d.evicted.contains(&p.pod.name) || d.waits_for(p, now) {
@@ -918,6 +993,126 @@ mod tests {
         }
     }
 
+    /// The actions of the round at 75 s after rounds at 0 and 60 s: a node
+    /// stable since 0 s under the default `consolidateAfter` (1m) is a
+    /// candidate at 60 s and carried out after the validation period.
+    fn validated(c: &mut Consolidation, f: &Fixture) -> Vec<Action> {
+        step(c, f, 0);
+        step(c, f, 60);
+        step(c, f, 75)
+    }
+
+    fn checkpoint(pod: &str, claim: &str, deadline: i64) -> Action {
+        Action::RequestCheckpoint {
+            pod: pod.into(),
+            claim: claim.into(),
+            deadline: t(deadline),
+        }
+    }
+
+    /// n1 (an opted-in pod `a` and a plain `b`) is underutilized: both fit
+    /// on n2, which is held by `do-not-disrupt`. Its drain starts at 75 s.
+    fn checkpointer_on_an_underutilized_node() -> (Fixture, Consolidation) {
+        let mut f = Fixture::new([
+            node("n1").pods([pod("a").checkpoints(), pod("b")]),
+            node("n2").do_not_disrupt().pods([pod("c")]),
+        ]);
+        f.pools = vec![pool_with("gpu", |s| s.disruption.budgets = budget("1"))];
+        let mut c = Consolidation::default();
+        assert_eq!(
+            validated(&mut c, &f),
+            [
+                cordon("n1", DisruptionReason::Underutilized),
+                checkpoint("a", "n1", 75 + 90),
+                evict("b", "n1"),
+            ]
+        );
+        // The driver's fresh world: b is gone, a is still checkpointing.
+        *f.node_mut("n1") = node("n1").disrupted().pods([pod("a").checkpoints()]);
+        (f, c)
+    }
+
+    #[test]
+    fn an_underutilized_drain_evicts_a_checkpointing_pod_once_it_acknowledges() {
+        let (mut f, mut c) = checkpointer_on_an_underutilized_node();
+        assert_eq!(c.next_deadline(), Some(t(165)), "its grace period");
+        assert_eq!(step(&mut c, &f, 100), [], "not before it acknowledges");
+        *f.node_mut("n1") = node("n1")
+            .disrupted()
+            .pods([pod("a").checkpoints().acked(t(110))]);
+        assert_eq!(step(&mut c, &f, 111), [evict("a", "n1")]);
+        f.node_mut("n1").pods.clear();
+        assert_eq!(
+            step(&mut c, &f, 112),
+            [delete("n1", DisruptionReason::Underutilized)]
+        );
+    }
+
+    #[test]
+    fn an_underutilized_drain_evicts_a_checkpointing_pod_that_never_acknowledges_at_its_deadline() {
+        let (f, mut c) = checkpointer_on_an_underutilized_node();
+        assert_eq!(step(&mut c, &f, 164), []);
+        assert_eq!(step(&mut c, &f, 165), [evict("a", "n1")]);
+    }
+
+    #[test]
+    fn a_node_left_cordoned_by_a_restart_is_drained_again_asking_checkpointers_first() {
+        let f = Fixture::new([
+            node("n1")
+                .disrupted()
+                .pods([pod("a").checkpoints(), pod("b")]),
+            node("n2").disrupted(),
+            node("n3"),
+        ]);
+        // A new core: nothing remembered of the drains.
+        let mut c = Consolidation::default();
+        assert_eq!(
+            step(&mut c, &f, 0),
+            [
+                cordon("n1", DisruptionReason::Underutilized),
+                checkpoint("a", "n1", 90),
+                evict("b", "n1"),
+                cordon("n2", DisruptionReason::Empty),
+                delete("n2", DisruptionReason::Empty),
+            ]
+        );
+        assert!(c.is_disrupting("n1") && c.is_disrupting("n2"));
+        assert_eq!(step(&mut c, &f, 1), [], "nothing twice");
+    }
+
+    #[test]
+    fn a_node_cordoned_by_someone_else_or_held_by_do_not_disrupt_is_left_as_it_is() {
+        let f = Fixture::new([
+            node("n1").cordoned().pods([pod("a")]),
+            node("n2").disrupted().do_not_disrupt().pods([pod("b")]),
+            node("n3").pods([pod("c").do_not_disrupt()]),
+        ]);
+        let mut c = Consolidation::default();
+        for at in [0, 60, 75, 3600] {
+            assert_eq!(step(&mut c, &f, at), []);
+        }
+        assert!(!c.is_disrupting("n1") && !c.is_disrupting("n2"));
+    }
+
+    #[test]
+    fn a_node_left_cordoned_under_interruption_handling_is_left_to_it() {
+        let f = Fixture::new([node("n1").spot().disrupted().pods([pod("a")]), node("n2")]);
+        let mut interruptions = Interruptions::default();
+        let notice = crate::core::Notice::SpotInterruption {
+            claim: "n1".into(),
+            deadline: t(120),
+        };
+        interruptions.handle(&notice, &f.world(), t(0));
+        let mut c = Consolidation::default();
+        let ctx = Context::new(&interruptions);
+        let acted = c.decide_in(&f.world(), t(0), &ctx);
+        assert!(
+            acted.iter().all(|a| !matches!(a, Action::Cordon { claim, .. } | Action::Evict { claim, .. } if claim == "n1")),
+            "{acted:?}"
+        );
+        assert!(!c.is_disrupting("n1"));
+    }
+
     fn budget(nodes: &str) -> Vec<Budget> {
         vec![Budget {
             nodes: nodes.into(),
@@ -1065,10 +1260,8 @@ mod tests {
         ]);
         f.pools = vec![pool_with("gpu", |s| s.disruption.budgets = budget("1"))];
         let mut c = Consolidation::default();
-        step(&mut c, &f, 0);
-        step(&mut c, &f, 60);
         assert_eq!(
-            step(&mut c, &f, 75),
+            validated(&mut c, &f),
             [
                 cordon("n2", DisruptionReason::Empty),
                 delete("n2", DisruptionReason::Empty),
@@ -1095,10 +1288,8 @@ mod tests {
             pool_with("cpu", |_| {}),
         ];
         let mut c = Consolidation::default();
-        step(&mut c, &f, 0);
-        step(&mut c, &f, 60);
         assert_eq!(
-            step(&mut c, &f, 75),
+            validated(&mut c, &f),
             [
                 cordon("n2", DisruptionReason::Empty),
                 delete("n2", DisruptionReason::Empty),
@@ -1211,10 +1402,8 @@ mod tests {
         f.pdbs = vec![pdb("ml/ab", 1)];
         f.pools = vec![pool_with("gpu", |s| s.disruption.budgets = budget("1"))];
         let mut c = Consolidation::default();
-        step(&mut c, &f, 0);
-        step(&mut c, &f, 60);
         assert_eq!(
-            step(&mut c, &f, 75),
+            validated(&mut c, &f),
             [
                 cordon("n1", DisruptionReason::Underutilized),
                 evict("a", "n1")
