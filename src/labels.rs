@@ -116,6 +116,11 @@ pub const CHECKPOINT_DURATION: &str = "quartermaster.dev/checkpoint-duration";
 /// Pod annotation: seconds one requested checkpoint pauses training (a
 /// duration such as `10s`; the default assumes asynchronous checkpoints).
 pub const CHECKPOINT_PAUSE: &str = "quartermaster.dev/checkpoint-pause";
+/// Pod annotation, `"true"` (the default) or `"false"`: whether an
+/// interruption loses the pod's work since its last checkpoint (the
+/// planner's risk model). A serving replica that holds no work of its own
+/// says `"false"`: an interruption costs it only the time it is down.
+pub const HOLDS_WORK: &str = "quartermaster.dev/holds-work";
 /// Pod annotation: when the pod's work must be done (RFC 3339). Spot is not
 /// used for it once its slack no longer covers spot's expected delays.
 pub const DEADLINE: &str = "quartermaster.dev/deadline";

@@ -80,6 +80,11 @@ pub struct Pod {
     pub deadline: Option<chrono::DateTime<chrono::Utc>>,
     /// Whether the pod opted in to checkpoint signals.
     pub checkpoints: bool,
+    /// Whether an interruption loses the pod's work since its last
+    /// checkpoint (`quartermaster.dev/holds-work`, default true). A pod
+    /// that holds none (a serving replica) loses only the time it is down,
+    /// and the planner prices only that.
+    pub holds_work: bool,
     /// Pod labels (for spread and anti-affinity selectors).
     pub labels: BTreeMap<String, String>,
 }
@@ -101,6 +106,7 @@ impl Pod {
             checkpoint_pause_s: None,
             deadline: None,
             checkpoints: false,
+            holds_work: true,
             labels: BTreeMap::new(),
         }
     }
@@ -262,6 +268,17 @@ impl Pod {
                 })
                 .ok()
         });
+        let holds_work = match annotations.get(l::HOLDS_WORK).map(String::as_str) {
+            None | Some("true") => true,
+            Some("false") => false,
+            Some(v) => {
+                ignore(format!(
+                    "annotation {}={v:?} is not \"true\" or \"false\"",
+                    l::HOLDS_WORK
+                ));
+                true
+            }
+        };
         let pod = Pod {
             requests,
             affinity: NodeAffinity { terms },
@@ -276,6 +293,7 @@ impl Pod {
             deadline,
             checkpoints: annotations.get(l::CHECKPOINT_ENABLED).map(String::as_str) == Some("true")
                 || annotations.contains_key(l::CHECKPOINT_HOOK),
+            holds_work,
             labels,
             name,
         };
@@ -543,6 +561,41 @@ spec:
         );
         let e = Pod::from_k8s(&p, &BTreeMap::new()).unwrap_err().to_string();
         assert!(e.contains("ml/bad") && e.contains("lots"), "{e}");
+    }
+
+    #[test]
+    fn a_pod_holds_work_unless_it_says_otherwise_and_a_bad_value_is_named() {
+        let read = |meta: &str| {
+            let p = pod_yaml(&format!(
+                "metadata: {meta}\nspec: {{containers: [{{name: a}}]}}\n"
+            ));
+            Pod::from_k8s_lenient(&p, &BTreeMap::new()).unwrap()
+        };
+        let owned = |kind: &str, annotations: &str| {
+            format!(
+                "{{name: p, namespace: ml, annotations: {{{annotations}}}, ownerReferences: [{{apiVersion: apps/v1, kind: {kind}, name: o, uid: u, controller: true}}]}}"
+            )
+        };
+        assert!(read("{name: p, namespace: ml}").0.holds_work);
+        // A Deployment's replica is not assumed to hold no work (some keep
+        // state in memory): its owner says so.
+        assert!(read(&owned("ReplicaSet", "")).0.holds_work);
+        let told = read(&owned(
+            "ReplicaSet",
+            "quartermaster.dev/holds-work: \"false\"",
+        ));
+        assert!(!told.0.holds_work);
+        let told = read(&owned("Job", "quartermaster.dev/holds-work: \"true\""));
+        assert!(told.0.holds_work);
+        let (pod, ignored) = read(&owned("ReplicaSet", "quartermaster.dev/holds-work: maybe"));
+        assert!(pod.holds_work);
+        assert_eq!(ignored.len(), 1);
+        assert!(
+            ignored[0].problem.contains("quartermaster.dev/holds-work")
+                && ignored[0].problem.contains("maybe"),
+            "{}",
+            ignored[0]
+        );
     }
 
     #[test]

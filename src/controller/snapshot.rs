@@ -122,12 +122,14 @@ impl PodShape {
             checkpoint_pause_s,
             deadline,
             checkpoints,
+            holds_work,
             labels,
         } = &self.pod;
         let bits = |s: &Option<f64>| s.map(f64::to_bits);
         (
             (name, requests, affinity, tolerations, zone_spread),
             (hostname_anti_affinity, group, deadline, checkpoints, labels),
+            holds_work,
             (
                 bits(checkpoint_interval_s),
                 bits(expected_runtime_s),

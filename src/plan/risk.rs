@@ -63,8 +63,13 @@ pub fn checkpoint_write_s(pod: &Pod) -> f64 {
 /// - checkpointing pod whose checkpoint does not fit: half the interval
 ///   plus the write time (a periodic checkpoint is complete one write time
 ///   after the progress it saves);
-/// - no checkpoints: half its expected run.
+/// - no checkpoints: half its expected run;
+/// - a pod that holds no work ([`Pod::holds_work`], a serving replica):
+///   none.
 pub fn lost_work_s(pod: &Pod) -> f64 {
+    if !pod.holds_work {
+        return 0.0;
+    }
     let runtime = pod.expected_runtime_s.unwrap_or(DEFAULT_EXPECTED_RUNTIME_S);
     match pod.checkpoint_interval_s.filter(|i| *i > 0.0) {
         Some(interval) => {
@@ -169,6 +174,18 @@ mod tests {
         let mut none = pod(1);
         none.checkpoint_interval_s = None;
         assert_eq!(lost_work_s(&none), 2.0 * 3600.0);
+    }
+
+    #[test]
+    fn a_pod_that_holds_no_work_stakes_only_its_restart_and_relaunch() {
+        let mut serving = pod(1);
+        serving.checkpoint_interval_s = None;
+        assert_eq!(lost_work_s(&serving), 2.0 * 3600.0);
+        serving.holds_work = false;
+        assert_eq!(lost_work_s(&serving), 0.0);
+        let e = exposure(&serving);
+        assert!((e.lost_hours - (300.0 + 360.0) / 3600.0).abs() < 1e-12);
+        assert_eq!(e.runtime_hours, 4.0);
     }
 
     #[test]

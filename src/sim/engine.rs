@@ -317,7 +317,10 @@ impl<'a> Engine<'a> {
             self.finishes.pop();
             if self.jobs[i].finish_time() == Some(t) {
                 self.release(i, t);
+                let lost_before = self.jobs[i].lost_s;
                 self.jobs[i].finish(t);
+                let job = &self.jobs[i];
+                self.lost_gpu_hours_so_far += (job.lost_s - lost_before) / 3600.0 * job.gpus();
                 self.result.jobs_completed += 1;
             }
         }
@@ -876,6 +879,7 @@ impl<'a> Engine<'a> {
                 self.result.gpu_hours +=
                     (end - since).num_seconds().max(0) as f64 / 3600.0 * self.jobs[i].gpus();
             }
+            self.jobs[i].settle_restart(end);
         }
         for (n, extra) in self.nodes.iter() {
             let alive = (end - n.launched_at).num_seconds().max(0) as f64 / 3600.0;

@@ -232,7 +232,12 @@ impl JobRun {
                 paused_s,
                 ..
             } => {
-                let left = (self.job.work_s - base_s).max(0.0) + self.overhead() + paused_s;
+                let mut left = (self.job.work_s - base_s).max(0.0);
+                // A serving replica ends with its demand: a restart's
+                // overhead is time it is down, not time added at the end.
+                if !self.job.stateless {
+                    left += self.overhead() + paused_s;
+                }
                 Some(*since + chrono::Duration::milliseconds((left * 1000.0).ceil() as i64))
             }
             _ => None,
@@ -242,7 +247,21 @@ impl JobRun {
     /// The job finishes.
     pub fn finish(&mut self, now: Time) {
         self.count_periodic_checkpoints(now);
+        self.settle_restart(now);
         self.phase = Phase::Done { at: now };
+    }
+
+    /// Charges the restart overhead the current run has paid by `now` as
+    /// lost work, when the run ends: interrupted, finished, or cut off by
+    /// the end of the simulation. (A restart that ran to the finish pays
+    /// its whole overhead too: node time that moved no work forward.)
+    pub fn settle_restart(&mut self, now: Time) {
+        let paid = match &self.phase {
+            Phase::Running { since, .. } => self.overhead().min(secs(*since, now).max(0.0)),
+            _ => 0.0,
+        };
+        self.lost_s += paid;
+        self.lost_by.restarts += paid;
     }
 
     fn count_periodic_checkpoints(&mut self, now: Time) {
@@ -300,16 +319,10 @@ impl JobRun {
         }
         self.count_periodic_checkpoints(now);
         let saved = self.saved(now);
-        let (restart_overhead_paid, useful) = match &self.phase {
-            Phase::Running { since, .. } => {
-                (self.overhead().min(secs(*since, now)), self.progress(now))
-            }
-            _ => (0.0, 0.0),
-        };
-        let rework = (useful - saved).max(0.0);
-        self.lost_s += rework + restart_overhead_paid;
+        let rework = (self.progress(now) - saved).max(0.0);
+        self.lost_s += rework;
         self.lost_by.rework += rework;
-        self.lost_by.restarts += restart_overhead_paid;
+        self.settle_restart(now);
         self.saved_s = saved;
         self.writing = None;
         self.interruptions += 1;
@@ -382,6 +395,11 @@ mod tests {
         let run = JobRun::new(spec.jobs(&[row], t(0), &sliced).remove(0));
         assert_eq!(run.job.pod.requests.get("nvidia.com/gpu.shared"), 1);
         assert_eq!(run.gpus(), 0.25);
+        // A serving replica, and the planner is told: a reclaim stakes its
+        // restart and relaunch, not half of its hour of run.
+        assert!(run.job.stateless && !run.job.pod.holds_work);
+        let e = crate::plan::risk::exposure(&run.job.pod);
+        assert!(e.lost_hours < 0.25, "{e:?}");
     }
 
     #[test]
@@ -396,12 +414,18 @@ mod tests {
         j.stop(t(6400));
         assert_eq!(j.lost_s, 0.0, "no work to redo");
         assert_eq!(j.saved_s, 6400.0);
-        // Down for 600 s, then the restart overhead: it serves on to the
-        // end of its demand plus that overhead, and pays nothing else.
+        // Down for 600 s, then the restart overhead: it is down for that
+        // too, and still ends with its demand.
         j.start("n2", t(7000));
-        assert_eq!(j.finish_time(), Some(t(10_000 + 300)));
+        assert_eq!(j.finish_time(), Some(t(10_000)));
         j.stop(t(7100));
         assert_eq!(j.lost_s, 100.0, "the part of the overhead it paid");
+        // Restarted in the last moments of its demand: it ends with the
+        // demand, having paid only the overhead it had time for.
+        j.start("n3", t(9_900));
+        assert_eq!(j.finish_time(), Some(t(10_000)));
+        j.finish(t(10_000));
+        assert_eq!(j.lost_s, 200.0);
         // A batch job with no checkpoints loses everything instead.
         let mut b = job(10_000.0, None);
         b.submit(t(0));
@@ -482,12 +506,18 @@ mod tests {
         j.stop(t(3100));
         assert_eq!(j.lost_by.restarts, 100.0);
         assert_eq!(j.lost_by.rework, rework, "no progress yet");
+        // Restarted once more and run to the finish: that restart's whole
+        // overhead is lost too, though nothing interrupted it.
+        j.start("n3", t(3200));
+        let done = j.finish_time().unwrap();
+        j.finish(done);
+        assert_eq!(j.lost_by.restarts, 100.0 + 300.0);
         let by = j.lost_by;
         assert_eq!(by.rework + by.restarts + by.checkpoint_pauses, j.lost_s);
         // A strategy adds them up in GPU-hours.
         let mut total = LostBy::default();
         total.add_scaled(&by, 2.0 / 3600.0);
-        assert_eq!(total.restarts, 200.0 / 3600.0);
+        assert_eq!(total.restarts, 800.0 / 3600.0);
     }
 
     #[test]

@@ -37,7 +37,9 @@ pub struct SimJob {
     /// A serving replica (inference, the serving trace): it holds no work
     /// of its own, so an interruption loses none, only the time it is down,
     /// and it ends when its demand does (`submit + work_s`), however long
-    /// it waited.
+    /// it waited. Trace replicas tell the planner so
+    /// ([`Pod::holds_work`]); the `inference` workload's do not yet (the
+    /// README's "Where the calibrated market leaves us" says why).
     pub stateless: bool,
     /// GPUs it holds when its pod asks for time-sliced shares
     /// (`nvidia.com/gpu.shared`, whose size the pod does not say): its
@@ -585,14 +587,17 @@ impl TraceSpec {
     pub fn jobs(&self, rows: &[TraceJob], start: Time, fractional: &FractionalGpu) -> Vec<SimJob> {
         self.replayed(rows)
             .map(|r| SimJob {
-                pod: r.to_pod("trace", fractional),
+                pod: Pod {
+                    // The trace's pods are long-running serving instances.
+                    holds_work: false,
+                    ..r.to_pod("trace", fractional)
+                },
                 gpu_share: fractional.request(r.gpus).and_then(|g| g.gpu_share),
                 submit: start + Span::milliseconds((r.submit_s * 1000.0) as i64),
                 work_s: r.duration_s,
                 checkpoint_interval_s: None,
                 checkpoint_write_s: 0.0,
                 restart_overhead_s: 60.0,
-                // The trace's pods are long-running serving instances.
                 stateless: true,
             })
             .collect()
