@@ -387,8 +387,15 @@ async fn ready(
         .launch(req, &NodeTemplate::from(&claim.spec), t(0))
         .await
         .unwrap();
+    claim.status = Some(ready_status(&instance.provider_id, node, t(60)));
+    (claim, instance.provider_id)
+}
+
+/// The status of a claim whose instance `provider_id` registered as
+/// `node` and went through every condition to Ready at `at`.
+fn ready_status(provider_id: &str, node: &str, at: Time) -> quartermaster::api::NodeClaimStatus {
     let mut status = quartermaster::api::NodeClaimStatus {
-        provider_id: Some(instance.provider_id.clone()),
+        provider_id: Some(provider_id.into()),
         node_name: Some(node.into()),
         ..Default::default()
     };
@@ -398,10 +405,9 @@ async fn ready(
         conditions::INITIALIZED,
         conditions::READY,
     ] {
-        quartermaster::controller::lifecycle::set_condition(&mut status, c, true, c, "", t(60));
+        quartermaster::controller::lifecycle::set_condition(&mut status, c, true, c, "", at);
     }
-    claim.status = Some(status);
-    (claim, instance.provider_id)
+    status
 }
 
 fn claim_json(c: &NodeClaim) -> Value {
@@ -2570,20 +2576,7 @@ async fn a_drifted_claim_is_marked_and_replaced_new_node_first_then_cordoned_and
     let mut ready: NodeClaim = serde_json::from_value(created[0].clone()).unwrap();
     let name = ready.name_any();
     let replacement_provider = "aws:///use1-az1/i-0replacement";
-    let mut status = quartermaster::api::NodeClaimStatus {
-        provider_id: Some(replacement_provider.into()),
-        node_name: Some("ip-10-0-0-2".into()),
-        ..Default::default()
-    };
-    for c in [
-        conditions::LAUNCHED,
-        conditions::REGISTERED,
-        conditions::INITIALIZED,
-        conditions::READY,
-    ] {
-        quartermaster::controller::lifecycle::set_condition(&mut status, c, true, c, "", t(150));
-    }
-    ready.status = Some(status);
+    ready.status = Some(ready_status(replacement_provider, "ip-10-0-0-2", t(150)));
     ready.metadata.creation_timestamp =
         Some(quartermaster::controller::snapshot::to_k8s_time(t(100)));
     s.apply(ready);
