@@ -37,15 +37,6 @@ pub struct NodeState {
 impl NodeState {
     /// Allocatable minus what is used (never negative).
     pub fn free(&self) -> Resources {
-        let mut f = self.allocatable.minus(&self.used);
-        let negative: Vec<String> = f
-            .iter()
-            .filter(|(_, v)| *v < 0)
-            .map(|(k, _)| k.to_string())
-            .collect();
-        for k in negative {
-            f.set(&k, 0);
-        }
-        f
+        self.allocatable.minus(&self.used).at_least_zero()
     }
 }

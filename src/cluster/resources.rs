@@ -157,6 +157,13 @@ impl Resources {
         r
     }
 
+    /// `self` with every negative amount (overcommitted) raised to zero.
+    pub fn at_least_zero(mut self) -> Resources {
+        // Zero amounts are not stored: keeping the positive ones is it.
+        self.0.retain(|(_, v)| *v > 0);
+        self
+    }
+
     /// `self` plus `other`.
     pub fn plus(&self, other: &Resources) -> Resources {
         let mut r = self.clone();
@@ -276,6 +283,19 @@ mod tests {
         let cpu_only = Resources::new().with(CPU, 7000);
         assert_eq!(pod.copies_in(&cpu_only), 0);
         assert_eq!(pod.first_shortfall(&cpu_only), Some("nvidia.com/gpu"));
+    }
+
+    #[test]
+    fn overcommitted_amounts_are_raised_to_zero_and_the_rest_kept() {
+        let used = Resources::new().with(CPU, 3000).with("memory", 10);
+        let free = Resources::new()
+            .with(CPU, 2000)
+            .with("memory", 50)
+            .minus(&used)
+            .at_least_zero();
+        assert_eq!(free.get(CPU), 0);
+        assert_eq!(free.get("memory"), 40);
+        assert_eq!(free.iter().count(), 1);
     }
 
     /// The map from name to amount that `Resources` stood for before it

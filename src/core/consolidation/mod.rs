@@ -917,15 +917,7 @@ fn daemonset_overhead(n: &ManagedNode) -> Resources {
     for p in &n.pods {
         o.sub(&p.pod.requests);
     }
-    let negative: Vec<String> = o
-        .iter()
-        .filter(|(_, v)| *v < 0)
-        .map(|(k, _)| k.to_string())
-        .collect();
-    for k in negative {
-        o.set(&k, 0);
-    }
-    o
+    o.at_least_zero()
 }
 
 /// Whether every claim is a ready node in the world.
