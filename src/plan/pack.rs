@@ -211,15 +211,40 @@ pub fn pack_new(
         .map(|_| Bin::new(allocatable.clone()))
         .collect();
     let mut misfits = Vec::new();
+    // Free room as numbers over the resources these pods ask for, beside
+    // each bin: `Bin::fits` looks resources up by name, and trying it on
+    // every full bin made packing slow on 20,000 pods. Only turns full bins
+    // away fast; `Bin::fits` decides.
+    let names: Vec<&str> = idx
+        .iter()
+        .flat_map(|&i| {
+            pods[i]
+                .requests
+                .iter()
+                .filter(|(_, v)| *v > 0)
+                .map(|(r, _)| r)
+        })
+        .collect::<std::collections::BTreeSet<_>>()
+        .into_iter()
+        .collect();
+    let amounts = |r: &Resources| -> Vec<i64> { names.iter().map(|n| r.get(n)).collect() };
+    let mut room: Vec<Vec<i64>> = bins.iter().map(|b| amounts(&b.free)).collect();
     for i in idx {
         let p = &pods[i];
-        if let Some(b) = bins.iter_mut().find(|b| b.fits(p)) {
-            b.put(i, p);
+        let need = amounts(&p.requests);
+        let found = bins
+            .iter()
+            .zip(&room)
+            .position(|(b, free)| free.iter().zip(&need).all(|(f, q)| q <= f) && b.fits(p));
+        if let Some(at) = found {
+            bins[at].put(i, p);
+            room[at].iter_mut().zip(&need).for_each(|(f, q)| *f -= q);
             continue;
         }
         let mut b = Bin::new(allocatable.clone());
         if b.fits(p) {
             b.put(i, p);
+            room.push(amounts(&b.free));
             bins.push(b);
         } else {
             misfits.push(i);
