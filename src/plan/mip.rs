@@ -409,7 +409,10 @@ fn merge_nodes(
                 let to = &cands[bins[t].0];
                 t != x
                     && !gone[t]
-                    && room[t].iter().zip(&need[&p]).all(|(f, q)| q <= f)
+                    && room[t]
+                        .iter()
+                        .zip(&need[&p])
+                        .all(|(f, q)| *q == 0 || q <= f)
                     && (!pinned || to.offering.zone_id == from.offering.zone_id)
                     && (pods[p].group.is_none()
                         || !(efa_bound(input, &pods[p], from) || efa_bound(input, &pods[p], to))

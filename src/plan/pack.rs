@@ -214,7 +214,8 @@ pub fn pack_new(
     // Free room as numbers over the resources these pods ask for, beside
     // each bin: `Bin::fits` looks resources up by name, and trying it on
     // every full bin made packing slow on 20,000 pods. Only turns full bins
-    // away fast; `Bin::fits` decides.
+    // away fast (a resource the pod does not ask for is not compared, as
+    // `Bin::fits` does not); `Bin::fits` decides.
     let names: Vec<&str> = idx
         .iter()
         .flat_map(|&i| {
@@ -232,10 +233,9 @@ pub fn pack_new(
     for i in idx {
         let p = &pods[i];
         let need = amounts(&p.requests);
-        let found = bins
-            .iter()
-            .zip(&room)
-            .position(|(b, free)| free.iter().zip(&need).all(|(f, q)| q <= f) && b.fits(p));
+        let found = bins.iter().zip(&room).position(|(b, free)| {
+            free.iter().zip(&need).all(|(f, q)| *q == 0 || q <= f) && b.fits(p)
+        });
         if let Some(at) = found {
             bins[at].put(i, p);
             room[at].iter_mut().zip(&need).for_each(|(f, q)| *f -= q);
@@ -332,5 +332,20 @@ mod tests {
         // Largest first: p1 fills "d", p0 takes "e", p2 is left.
         assert_eq!(owned.0, vec![(1, 1), (0, 2)]);
         assert_eq!(owned.1, vec![2]);
+    }
+
+    #[test]
+    fn packing_new_nodes_compares_only_what_each_pod_asks_for() {
+        // A node short of GPUs (overhead above what it has) still holds the
+        // two CPU pods together; the GPU pod fits no node of this shape.
+        let alloc = Resources::new()
+            .with(CPU, 4000)
+            .with(crate::cluster::resources::PODS, 110)
+            .with(l::RESOURCE_GPU, -1);
+        let cpu = |name: &str| Pod::new(name, Resources::new().with(CPU, 1000));
+        let pods = vec![pod("gpu", 1, None), cpu("a"), cpu("b")];
+        let (nodes, misfits) = pack_new(&pods, &[0, 1, 2], &alloc, 0);
+        assert_eq!(nodes, vec![vec![1, 2]]);
+        assert_eq!(misfits, vec![0]);
     }
 }
