@@ -1115,9 +1115,11 @@ fn the_bound_counts_the_pods_zone_spread_puts_in_a_dear_zone() {
 /// class kept the LP 2-3% over the bound: it never offered CPU classes the
 /// general pool's accelerator nodes whose spare room the LP over every
 /// candidate fills, nor accelerator classes the general pool's copy of
-/// their best node. This plan was 5.1% over its bound, and is 4.1% now.
+/// their best node; and rounding packed the pods past what the LP filled
+/// of each offering into nodes of their own. This plan was 5.1% over its
+/// bound, 4.1% with widening alone, and is 3.6% now.
 #[test]
-fn the_benchmark_plan_is_within_four_and_a_half_percent_of_its_lower_bound() {
+fn the_benchmark_plan_is_within_four_percent_of_its_lower_bound() {
     let pods = plan::workload::pods(2000, 1);
     let pools = plan::workload::pools();
     let input = input(&pods, &pools, &[], None);
@@ -1129,7 +1131,7 @@ fn the_benchmark_plan_is_within_four_and_a_half_percent_of_its_lower_bound() {
     assert!(p.unschedulable.is_empty(), "{:?}", p.unschedulable);
     let bound = p.lower_bound_per_hour.expect("a bound");
     assert!(
-        p.risk_adjusted_cost_per_hour <= bound * 1.045,
+        p.risk_adjusted_cost_per_hour <= bound * 1.04,
         "the plan costs ${:.2}/h, {:.1}% over its bound ${bound:.2}/h",
         p.risk_adjusted_cost_per_hour,
         100.0 * (p.risk_adjusted_cost_per_hour / bound - 1.0)
