@@ -564,16 +564,20 @@ fn with_held_pools(
 
 /// The placeholder pods a pool still needs: a window holds capacity, so what
 /// the pool's nodes (ready or in flight, not leaving) already have counts
-/// against it, whether or not real pods use it.
+/// against it, whether or not real pods use it; spot nodes only where the
+/// pool holds its windows on spot ([`prewarm::holds_on_spot`]: a reclaim
+/// just before the window opens must not leave it short).
 fn shortfall(pool: &NodePool, placeholders: Vec<Pod>, nodes: &[ManagedNode]) -> Vec<Pod> {
     if placeholders.is_empty() {
         return placeholders;
     }
+    let on_spot = prewarm::holds_on_spot(pool);
     let mut held = Resources::new();
-    for n in nodes
-        .iter()
-        .filter(|n| n.nodepool == name(pool) && !n.state.unschedulable)
-    {
+    for n in nodes.iter().filter(|n| {
+        n.nodepool == name(pool)
+            && !n.state.unschedulable
+            && (on_spot || n.offering.capacity_type != crate::catalog::CapacityType::Spot)
+    }) {
         held.add(&n.state.allocatable);
     }
     placeholders
@@ -1035,9 +1039,11 @@ mod tests {
         assert!(launched);
     }
 
-    #[test]
-    fn a_prewarm_window_launches_its_capacity_before_it_opens_and_not_twice() {
-        let pools = [gpu_pool(|s| {
+    /// The GPU pool allowing `capacity_types`, with an "office" window of 8
+    /// GPUs at 08:00 Berlin on weekdays.
+    fn office_pool(capacity_types: Vec<CapacityType>) -> NodePool {
+        gpu_pool(|s| {
+            s.capacity_types = capacity_types;
             s.prewarm = vec![PrewarmWindow {
                 name: "office".into(),
                 schedule: "0 8 * * 1-5".into(),
@@ -1045,7 +1051,15 @@ mod tests {
                 duration: "10h".into(),
                 capacity: [(l::RESOURCE_GPU.to_string(), Quantity("8".into()))].into(),
             }];
-        })];
+        })
+    }
+
+    #[test]
+    fn a_prewarm_window_launches_its_capacity_before_it_opens_and_not_twice() {
+        let pools = [office_pool(vec![
+            CapacityType::Spot,
+            CapacityType::OnDemand,
+        ])];
         let mut core = Core::new(Config::default());
         // Monday 06:00 UTC is 07:00 in Berlin: an hour early, nothing yet.
         let early = t(6 * 3600);
@@ -1087,6 +1101,71 @@ mod tests {
             let at = warm + chrono::Duration::seconds(s);
             assert!(launches(&core.decide(&world(&pools, &[], &nodes), at)).is_empty());
         }
+    }
+
+    /// The claims the core launches for the "office" window (8 GPUs at
+    /// 08:00 Berlin) of a pool allowing `capacity_types`, two minutes before
+    /// it opens, given the pool's `nodes`.
+    fn window_launches(
+        capacity_types: Vec<CapacityType>,
+        nodes: &[ManagedNode],
+    ) -> (Vec<ClaimRequest>, Vec<NodePool>) {
+        let pools = vec![office_pool(capacity_types)];
+        let mut core = Core::new(Config::default());
+        let warm = t(7 * 3600 - 120);
+        core.decide(&world(&pools, &[], nodes), warm);
+        let actions = core.decide(
+            &world(&pools, &[], nodes),
+            warm + chrono::Duration::seconds(1),
+        );
+        let claims = launches(&actions).into_iter().cloned().collect();
+        (claims, pools)
+    }
+
+    #[test]
+    fn a_window_is_held_off_spot_unless_its_pool_allows_only_spot() {
+        let both = || vec![CapacityType::Spot, CapacityType::OnDemand];
+        let (claims, pools) = window_launches(both(), &[]);
+        assert!(!claims.is_empty());
+        assert!(
+            claims
+                .iter()
+                .all(|c| c.offering.capacity_type == CapacityType::OnDemand),
+            "{:?}",
+            claims.iter().map(|c| &c.offering).collect::<Vec<_>>()
+        );
+        let w = world(&pools, &[], &[]);
+        let held: Vec<ManagedNode> = claims
+            .iter()
+            .map(|c| ManagedNode::launched(c, &w, t(7 * 3600 - 120)).unwrap())
+            .collect();
+        // Held on on-demand nodes, the window launches nothing more; on
+        // spot nodes, which a reclaim can take just before it opens, it
+        // launches its capacity again.
+        assert!(window_launches(both(), &held).0.is_empty());
+        let mut on_spot = held.clone();
+        for n in &mut on_spot {
+            n.offering.capacity_type = CapacityType::Spot;
+            n.state
+                .labels
+                .insert(l::CAPACITY_TYPE.into(), CapacityType::Spot.as_str().into());
+        }
+        assert!(!window_launches(both(), &on_spot).0.is_empty());
+        // A pool that allows only spot holds its window on spot: once
+        // launched, nothing more.
+        let (claims, pools) = window_launches(vec![CapacityType::Spot], &[]);
+        assert!(!claims.is_empty());
+        assert!(claims
+            .iter()
+            .all(|c| c.offering.capacity_type == CapacityType::Spot));
+        let w = world(&pools, &[], &[]);
+        let held: Vec<ManagedNode> = claims
+            .iter()
+            .map(|c| ManagedNode::launched(c, &w, t(7 * 3600 - 120)).unwrap())
+            .collect();
+        assert!(window_launches(vec![CapacityType::Spot], &held)
+            .0
+            .is_empty());
     }
 
     /// A spot notice on `gpu-1` at 1000 (due at 1120), and the decisions
