@@ -1123,7 +1123,7 @@ mod tests {
     }
 
     #[test]
-    fn a_window_is_held_off_spot_unless_its_pool_allows_only_spot() {
+    fn a_window_is_held_off_spot_when_its_pool_may_launch_on_demand() {
         let both = || vec![CapacityType::Spot, CapacityType::OnDemand];
         let (claims, pools) = window_launches(both(), &[]);
         assert!(!claims.is_empty());
@@ -1151,8 +1151,8 @@ mod tests {
                 .insert(l::CAPACITY_TYPE.into(), CapacityType::Spot.as_str().into());
         }
         assert!(!window_launches(both(), &on_spot).0.is_empty());
-        // A pool that allows only spot holds its window on spot: once
-        // launched, nothing more.
+        // A pool that may not launch on-demand holds its window on spot:
+        // once launched, nothing more.
         let (claims, pools) = window_launches(vec![CapacityType::Spot], &[]);
         assert!(!claims.is_empty());
         assert!(claims
@@ -1166,6 +1166,11 @@ mod tests {
         assert!(window_launches(vec![CapacityType::Spot], &held)
             .0
             .is_empty());
+        // Nor does a pool of spot and reserved capacity (a reservation can
+        // be used up) hold its windows off spot.
+        let spot_and_reserved = office_pool(vec![CapacityType::Spot, CapacityType::Reserved]);
+        assert!(prewarm::holds_on_spot(&spot_and_reserved));
+        assert!(!prewarm::holds_on_spot(&office_pool(both())));
     }
 
     /// A spot notice on `gpu-1` at 1000 (due at 1120), and the decisions

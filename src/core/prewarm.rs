@@ -279,24 +279,22 @@ pub fn is_placeholder(pod: &str) -> bool {
     pod.starts_with(PLACEHOLDER_PREFIX)
 }
 
-/// Whether `pool`'s windows are held on spot capacity: only when the pool
-/// allows nothing else. A window holds capacity for work that is about to
-/// arrive, and a spot node reclaimed minutes before the window opens leaves
-/// it short while its replacement boots (`inference-prewarm` with serving
-/// replicas on spot missed the start of 3 windows in 6 weeks that way), so
-/// a pool that may launch on-demand or reserved nodes holds its windows on
-/// them.
+/// Whether `pool`'s windows may be held on spot capacity: unless the pool
+/// may launch on-demand nodes. A window holds capacity for work that is
+/// about to arrive, and a spot node reclaimed minutes before the window
+/// opens leaves it short while its replacement boots (`inference-prewarm`
+/// with serving replicas on spot missed the start of 3 windows in 6 weeks
+/// that way). Reserved capacity alone is no such fallback (a reservation
+/// can be used up), so a pool of spot and reserved capacity still holds its
+/// windows on either.
 pub fn holds_on_spot(pool: &NodePool) -> bool {
-    pool.spec
-        .capacity_types
-        .iter()
-        .all(|c| *c == CapacityType::Spot)
+    !pool.spec.capacity_types.contains(&CapacityType::OnDemand)
 }
 
 /// The window's `capacity` as placeholder pods the planner can place,
 /// named `prewarm/<pool>/<window>/<i>`, pinned to the pool (a
-/// `quartermaster.dev/nodepool In [pool]` requirement), off spot unless the
-/// pool allows only spot ([`holds_on_spot`]), and tolerating its taints.
+/// `quartermaster.dev/nodepool In [pool]` requirement), off spot when the
+/// pool may launch on-demand ([`holds_on_spot`]), and tolerating its taints.
 ///
 /// The split: one pod per accelerator unit (`nvidia.com/gpu: 16` is 16 pods
 /// of one GPU; the largest count among GPU, MIG, Neuron and NeuronCore
