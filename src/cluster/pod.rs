@@ -111,6 +111,13 @@ impl Pod {
         }
     }
 
+    /// Whether its zone is part of its constraints: a gang member (a gang
+    /// starts in one zone) or a pod spread over zones. Such pods keep their
+    /// zone when the planner moves or re-plans them.
+    pub fn zone_bound(&self) -> bool {
+        self.group.is_some() || self.zone_spread.is_some()
+    }
+
     /// Converts a Kubernetes Pod. `group_sizes` gives Volcano PodGroup
     /// `minMember` by `namespace/name`.
     ///

@@ -238,9 +238,7 @@ pub fn plan(input: &Input, opts: &Options, clock: &dyn Fn() -> f64) -> Plan {
                 let mut at = nodes.len();
                 while at > limit {
                     at -= 1;
-                    let free = nodes[at]
-                        .iter()
-                        .all(|&p| pods[p].group.is_none() && pods[p].zone_spread.is_none());
+                    let free = nodes[at].iter().all(|&p| !pods[p].zone_bound());
                     if free {
                         for p in nodes.remove(at) {
                             overflowed[class_of[&p]].push(p);
@@ -426,7 +424,7 @@ fn merge_nodes(
         // new nodes: a merge that saves less than that is not made.
         let mut added_risk = 0.0;
         for &p in &moving {
-            let pinned = pods[p].group.is_some() || pods[p].zone_spread.is_some();
+            let pinned = pods[p].zone_bound();
             let group = &groups[&(from.pool, from.offering.capacity_type)];
             let target = group.iter().copied().find(|&t| {
                 let to = &cands[bins[t].0];
@@ -642,7 +640,7 @@ fn prune(
         .zip(&risks)
         .map(|(&(i, k), r)| cands[i].price() / k as f64 + r)
         .collect();
-    let zoned = class.pod.group.is_some() || class.pod.zone_spread.is_some();
+    let zoned = class.pod.zone_bound();
     let group = |i: usize| {
         let c = &cands[i];
         (
@@ -1002,8 +1000,7 @@ fn build(tier: Tier, relaxed: bool, all_integral: bool, patterns: Option<&Patter
     for w in work {
         let class = &classes[w.class];
         let d = w.pods.len() as f64;
-        let integral = !relaxed
-            && (all_integral || class.pod.group.is_some() || class.pod.zone_spread.is_some());
+        let integral = !relaxed && (all_integral || class.pod.zone_bound());
         let mut ys = Vec::new();
         for &(o, k) in &w.options {
             let def = variable().min(0.0).max(d);
@@ -1247,7 +1244,7 @@ fn build(tier: Tier, relaxed: bool, all_integral: bool, patterns: Option<&Patter
                 .zip(work)
                 .filter(|(_, w)| {
                     let c = &classes[w.class];
-                    all_integral || c.pod.group.is_some() || c.pod.zone_spread.is_some()
+                    all_integral || c.pod.zone_bound()
                 })
                 .map(|(ys, _)| ys.len())
                 .sum::<usize>()
