@@ -4,18 +4,24 @@
 //! NodePools allow. Every strategy pays at least this, so "vs bound" in the
 //! report says how far a strategy is from the impossible best.
 //!
-//! Why it is a bound: each offering charges a pod one fixed resource's share
-//! of the node (the accelerator's for accelerated types, the CPU's for the
-//! others), and on any node the shares of one resource add up to at most the
-//! whole node; so a node's price covers what its pods are charged, and the
+//! A pod's share of a node weighs its parts of the node's accelerator units,
+//! CPU and memory, with weights that sum to one and are the same for every
+//! pod on nodes of that instance type and room (a node *kind*).
+//!
+//! Why it is a bound: on any node, the pods' parts of each resource add up to
+//! at most the whole node, so with weights summing to one their shares add up
+//! to at most one and the node's price covers what its pods are charged; the
 //! cheapest charge over the offerings a pod may use is at most what it costs
-//! wherever it actually ran. (Charging each pod its largest share instead
-//! would not be a bound: a GPU-heavy and a CPU-heavy pod can share a node.)
+//! wherever it actually ran. That holds for *any* such weights, so the bound
+//! picks, kind by kind, the weights that make it highest for this workload: a
+//! kind that memory-heavy pods would use is charged by memory. (Charging each
+//! pod its own largest share instead would not be a bound: a GPU-heavy and a
+//! CPU-heavy pod can share a node.)
 
 use super::workload::SimJob;
 use crate::api::NodePool;
 use crate::catalog::Catalog;
-use crate::cluster::resources::CPU;
+use crate::cluster::resources::{CPU, MEMORY};
 use crate::cluster::{NodeAffinity, Pod, Resources, Toleration};
 use crate::plan::candidates::{candidates, pods_per_node, Candidate};
 use crate::plan::classes::Class;
@@ -33,36 +39,201 @@ pub struct Bound {
     pub unplaceable: usize,
 }
 
-/// The share of a node of `c` that `pod` is charged: its part of the
-/// accelerator resource the node advertises, or of its CPU when the node has
-/// no accelerator.
-fn share(pod: &Pod, c: &Candidate) -> f64 {
-    match &c.accelerator_resource {
+/// Weights of a node kind's charge over its accelerator units, CPU and
+/// memory; they sum to one.
+type Weights = [f64; 3];
+
+/// The weights the bound tries for each kind: every split of one into
+/// quarters over the three resources (the three single resources included).
+const WEIGHTS: [Weights; 15] = [
+    [1.0, 0.0, 0.0],
+    [0.0, 1.0, 0.0],
+    [0.0, 0.0, 1.0],
+    [0.75, 0.25, 0.0],
+    [0.75, 0.0, 0.25],
+    [0.5, 0.5, 0.0],
+    [0.5, 0.25, 0.25],
+    [0.5, 0.0, 0.5],
+    [0.25, 0.75, 0.0],
+    [0.25, 0.5, 0.25],
+    [0.25, 0.25, 0.5],
+    [0.25, 0.0, 0.75],
+    [0.0, 0.75, 0.25],
+    [0.0, 0.5, 0.5],
+    [0.0, 0.25, 0.75],
+];
+
+/// The parts of a node of `c` that one `pod` takes: of the accelerator
+/// resource the node advertises (0 on a node without one), of its CPU and
+/// of its memory.
+fn shares(pod: &Pod, c: &Candidate) -> [f64; 3] {
+    let part = |name: &str| {
+        let room = c.allocatable.get(name);
+        if room > 0 {
+            pod.requests.get(name) as f64 / room as f64
+        } else {
+            0.0
+        }
+    };
+    let accelerator = match &c.accelerator_resource {
         Some(resource) if c.accelerator_units > 0 => {
             pod.requests.get(resource) as f64 / c.accelerator_units as f64
         }
-        _ => {
-            let cpu = c.allocatable.get(CPU);
-            if cpu > 0 {
-                pod.requests.get(CPU) as f64 / cpu as f64
-            } else {
-                0.0
-            }
-        }
+        _ => 0.0,
+    };
+    [accelerator, part(CPU), part(MEMORY)]
+}
+
+/// Where pods of one shape may run on one node kind: the cheapest price
+/// among the kind's offerings that admit it, and its shares of such a node.
+#[derive(Debug, Clone, Copy)]
+struct Place {
+    kind: usize,
+    price: f64,
+    shares: [f64; 3],
+}
+
+impl Place {
+    fn charge(&self, w: &Weights) -> f64 {
+        self.price * (w[0] * self.shares[0] + w[1] * self.shares[1] + w[2] * self.shares[2])
     }
 }
 
-/// The bound of `jobs` run in `region` by `node_pools` (invalid pools place
-/// nothing), for a window that ends at `end`: each job is charged from its
-/// submission for its run time or the rest of the window, whichever is
-/// shorter.
-pub fn lower_bound(
-    jobs: &[SimJob],
-    catalog: &Catalog,
-    region: &str,
-    node_pools: &[NodePool],
-    end: crate::core::Time,
-) -> Bound {
+/// What the bound charges per hour each shape of `shapes` (by its
+/// representative pod), with the weights chosen per kind; `None` where no
+/// offering holds and admits it.
+#[derive(Debug, Clone)]
+struct Charges {
+    per_shape: Vec<Option<f64>>,
+    /// Each kind's weights.
+    weights: Vec<Weights>,
+    /// Each candidate's kind.
+    kind_of: Vec<usize>,
+}
+
+/// The charges of `shapes` (a pod and the hours its jobs may run) over
+/// `cands`, with each kind's weights raised, one kind at a time, to what
+/// makes the bound highest given the others (the weights start where a
+/// charge is the accelerator's share, or the CPU's on a node without one).
+fn charges(shapes: &[(&Pod, f64)], cands: &[Candidate]) -> Charges {
+    // Kinds: candidates of one instance type and the same room share weights.
+    type Kind = (String, Option<String>, i64, i64, i64);
+    let mut kinds: HashMap<Kind, usize> = HashMap::new();
+    let mut weights: Vec<Weights> = Vec::new();
+    let kind_of: Vec<usize> = cands
+        .iter()
+        .map(|c| {
+            let key = (
+                c.offering.instance_type.clone(),
+                c.accelerator_resource.clone(),
+                c.accelerator_units,
+                c.allocatable.get(CPU),
+                c.allocatable.get(MEMORY),
+            );
+            *kinds.entry(key).or_insert_with(|| {
+                let accelerated = c.accelerator_resource.is_some() && c.accelerator_units > 0;
+                weights.push(if accelerated { WEIGHTS[0] } else { WEIGHTS[1] });
+                weights.len() - 1
+            })
+        })
+        .collect();
+    // Each shape's options, one per kind that admits it.
+    let options: Vec<Vec<Place>> = shapes
+        .iter()
+        .map(|(pod, _)| {
+            let class = Class::of(pod, 0);
+            let mut by_kind: Vec<Place> = Vec::new();
+            for (c, &kind) in cands.iter().zip(&kind_of) {
+                if pods_per_node(&class, c) == 0 {
+                    continue;
+                }
+                match by_kind.iter_mut().find(|o| o.kind == kind) {
+                    Some(o) => o.price = o.price.min(c.price()),
+                    None => by_kind.push(Place {
+                        kind,
+                        price: c.price(),
+                        shares: shares(pod, c),
+                    }),
+                }
+            }
+            by_kind
+        })
+        .collect();
+    // The shapes each kind may hold, as (shape, its option there).
+    let mut users: Vec<Vec<(usize, usize)>> = vec![Vec::new(); weights.len()];
+    for (s, opts) in options.iter().enumerate() {
+        for (i, o) in opts.iter().enumerate() {
+            users[o.kind].push((s, i));
+        }
+    }
+    let cheapest_but = |s: usize, kind: usize, weights: &[Weights]| {
+        options[s]
+            .iter()
+            .filter(|o| o.kind != kind)
+            .map(|o| o.charge(&weights[o.kind]))
+            .fold(f64::INFINITY, f64::min)
+    };
+    let total_weight: f64 = shapes.iter().map(|(_, h)| h).sum::<f64>().max(1.0);
+    for _round in 0..20 {
+        let mut changed = false;
+        for kind in 0..weights.len() {
+            if users[kind].is_empty() {
+                continue;
+            }
+            let others: Vec<f64> = users[kind]
+                .iter()
+                .map(|&(s, _)| cheapest_but(s, kind, &weights))
+                .collect();
+            // What the shapes using this kind add to the bound under `w`,
+            // and (to break ties towards charges that may bind later) what
+            // they would be charged on this kind.
+            let score = |w: &Weights| {
+                users[kind].iter().zip(&others).fold(
+                    (0.0, 0.0),
+                    |(bound, own), (&(s, i), &other)| {
+                        let here = options[s][i].charge(w);
+                        let hours = shapes[s].1;
+                        (bound + hours * here.min(other), own + hours * here)
+                    },
+                )
+            };
+            let mut best = (weights[kind], score(&weights[kind]));
+            for w in &WEIGHTS {
+                let (bound, own) = score(w);
+                let tolerance = 1e-12 * total_weight * (1.0 + best.1 .0.abs());
+                if bound > best.1 .0 + tolerance
+                    || (bound >= best.1 .0 - tolerance && own > best.1 .1 + tolerance)
+                {
+                    best = (*w, (bound, own));
+                }
+            }
+            if best.0 != weights[kind] {
+                weights[kind] = best.0;
+                changed = true;
+            }
+        }
+        if !changed {
+            break;
+        }
+    }
+    let per_shape = options
+        .iter()
+        .map(|opts| {
+            opts.iter()
+                .map(|o| o.charge(&weights[o.kind]))
+                .min_by(f64::total_cmp)
+        })
+        .collect();
+    Charges {
+        per_shape,
+        weights,
+        kind_of,
+    }
+}
+
+/// Every offering `node_pools` may launch in `region`, as the planner sees
+/// it with nothing running (invalid pools offer nothing).
+fn pool_candidates(catalog: &Catalog, region: &str, node_pools: &[NodePool]) -> Vec<Candidate> {
     let pools: Vec<crate::cluster::Pool> = node_pools
         .iter()
         .filter_map(|p| crate::cluster::Pool::from_api(p, Resources::new()).ok())
@@ -77,12 +248,28 @@ pub fn lower_bound(
         learned_rate: None,
         now: None,
     };
-    let cands = candidates(&input);
+    candidates(&input)
+}
+
+/// The bound of `jobs` run in `region` by `node_pools` (invalid pools place
+/// nothing), for a window that ends at `end`: each job is charged from its
+/// submission for its run time or the rest of the window, whichever is
+/// shorter.
+pub fn lower_bound(
+    jobs: &[SimJob],
+    catalog: &Catalog,
+    region: &str,
+    node_pools: &[NodePool],
+    end: crate::core::Time,
+) -> Bound {
+    let cands = pool_candidates(catalog, region, node_pools);
     // Pods of one shape and the same constraints cost the same per hour:
     // long runs have many jobs and few shapes.
     type Shape<'p> = (&'p Resources, &'p [Toleration], &'p NodeAffinity, bool);
-    let mut per_hour: HashMap<Shape, Option<f64>> = HashMap::new();
-    let mut bound = Bound::default();
+    let mut index: HashMap<Shape, usize> = HashMap::new();
+    // Each shape's pod, hours and jobs.
+    let mut shapes: Vec<(&Pod, f64)> = Vec::new();
+    let mut jobs_of: Vec<usize> = Vec::new();
     for job in jobs {
         let pod = &job.pod;
         let shape = (
@@ -91,20 +278,37 @@ pub fn lower_bound(
             &pod.affinity,
             pod.hostname_anti_affinity,
         );
-        let charge = *per_hour.entry(shape).or_insert_with(|| {
-            let class = Class::of(pod, 0);
-            cands
-                .iter()
-                .filter(|c| pods_per_node(&class, c) > 0)
-                .map(|c| c.price() * share(pod, c))
-                .min_by(f64::total_cmp)
+        let s = *index.entry(shape).or_insert_with(|| {
+            shapes.push((pod, 0.0));
+            jobs_of.push(0);
+            shapes.len() - 1
         });
+        let window_s = (end - job.submit).num_milliseconds().max(0) as f64 / 1000.0;
+        shapes[s].1 += job.work_s.min(window_s) / 3600.0;
+        jobs_of[s] += 1;
+    }
+    let charges = charges(&shapes, &cands);
+    // Say where the weights moved off a charge by the accelerator (or by CPU
+    // without one): why the bound is higher than one resource's shares.
+    let mut said = vec![false; charges.weights.len()];
+    for (c, &kind) in cands.iter().zip(&charges.kind_of) {
+        let w = charges.weights[kind];
+        if !std::mem::replace(&mut said[kind], true) && w != WEIGHTS[0] && w != WEIGHTS[1] {
+            tracing::debug!(
+                instance_type = %c.offering.instance_type,
+                pool = c.pool,
+                accelerator = w[0],
+                cpu = w[1],
+                memory = w[2],
+                "lower bound: a kind's charge weights"
+            );
+        }
+    }
+    let mut bound = Bound::default();
+    for (s, charge) in charges.per_shape.iter().enumerate() {
         match charge {
-            Some(usd_per_hour) => {
-                let window_s = (end - job.submit).num_milliseconds().max(0) as f64 / 1000.0;
-                bound.cost += usd_per_hour * job.work_s.min(window_s) / 3600.0;
-            }
-            None => bound.unplaceable += 1,
+            Some(usd_per_hour) => bound.cost += usd_per_hour * shapes[s].1,
+            None => bound.unplaceable += jobs_of[s],
         }
     }
     bound
@@ -113,7 +317,6 @@ pub fn lower_bound(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::cluster::resources::MEMORY;
     use chrono::TimeZone;
 
     fn t(h: i64) -> crate::core::Time {
@@ -136,14 +339,19 @@ spec:
     }
 
     fn job(gpus: i64, submit_h: i64, work_h: f64) -> SimJob {
+        job_of(
+            Resources::new()
+                .with(CPU, 1000)
+                .with(MEMORY, 1 << 30)
+                .with(crate::labels::RESOURCE_GPU, gpus),
+            submit_h,
+            work_h,
+        )
+    }
+
+    fn job_of(requests: Resources, submit_h: i64, work_h: f64) -> SimJob {
         SimJob {
-            pod: Pod::new(
-                "ml/j",
-                Resources::new()
-                    .with(CPU, 1000)
-                    .with(MEMORY, 1 << 30)
-                    .with(crate::labels::RESOURCE_GPU, gpus),
-            ),
+            pod: Pod::new("ml/j", requests),
             submit: t(submit_h),
             work_s: work_h * 3600.0,
             checkpoint_interval_s: None,
@@ -208,5 +416,124 @@ spec:
         assert!(b.cost > 0.0);
         let none = lower_bound(&jobs, &catalog, "us-east-1", &[], t(24));
         assert_eq!((none.cost, none.unplaceable), (0.0, 2));
+    }
+
+    const GIB: i64 = 1 << 30;
+
+    #[test]
+    fn a_job_that_needs_a_node_for_its_memory_is_charged_its_memory_share() {
+        // 8 vCPU and 120 GiB: by CPU it is a sliver of a big node, but no
+        // node of these families holds more than its memory allows.
+        let catalog = Catalog::embedded().unwrap();
+        let requests = Resources::new().with(CPU, 8000).with(MEMORY, 120 * GIB);
+        let b = lower_bound(
+            &[job_of(requests.clone(), 0, 10.0)],
+            &catalog,
+            "us-east-1",
+            &[pool("m7i, r7i")],
+            t(24),
+        );
+        // By hand: the cheapest offering that holds the pod, charged the
+        // larger of its CPU and memory parts (with one shape, the best
+        // weights of each kind are all on that part).
+        let (mut by_cpu, mut by_largest) = (f64::INFINITY, f64::INFINITY);
+        for o in catalog.offerings_in("us-east-1") {
+            if !(o.instance_type.starts_with("m7i.") || o.instance_type.starts_with("r7i.")) {
+                continue;
+            }
+            let it = catalog.instance_type(&o.instance_type).unwrap();
+            let room = crate::cluster::shape::allocatable(it, &Default::default());
+            if requests.copies_in(&room) == 0 {
+                continue;
+            }
+            let cpu = 8000.0 / room.get(CPU) as f64;
+            let memory = (120 * GIB) as f64 / room.get(MEMORY) as f64;
+            by_cpu = by_cpu.min(o.price_per_hour * cpu);
+            by_largest = by_largest.min(o.price_per_hour * cpu.max(memory));
+        }
+        assert!(by_largest.is_finite());
+        assert!(
+            (b.cost - 10.0 * by_largest).abs() < 1e-6,
+            "{b:?} vs {by_largest}"
+        );
+        assert!(
+            b.cost > 10.0 * by_cpu * 1.5,
+            "memory binds here: {b:?} against {by_cpu}/h by CPU"
+        );
+    }
+
+    #[test]
+    fn no_mix_of_pods_on_a_node_is_charged_more_than_the_node_costs() {
+        // A GPU pod, a CPU-heavy and a memory-heavy pod, each with enough
+        // hours to pull the weights of the kinds they use towards their
+        // resource; then every mix of them that fits any node of the pool
+        // must be charged at most that node's price, under the weights
+        // chosen and under any the bound may choose.
+        let catalog = Catalog::embedded().unwrap();
+        let cands = pool_candidates(&catalog, "us-east-1", &[pool("g5")]);
+        let gpu = Pod::new(
+            "ml/gpu",
+            Resources::new()
+                .with(CPU, 2000)
+                .with(MEMORY, 8 * GIB)
+                .with(crate::labels::RESOURCE_GPU, 1),
+        );
+        let cpu = Pod::new(
+            "ml/cpu",
+            Resources::new().with(CPU, 30000).with(MEMORY, 16 * GIB),
+        );
+        let memory = Pod::new(
+            "ml/mem",
+            Resources::new().with(CPU, 2000).with(MEMORY, 150 * GIB),
+        );
+        let shapes = [(&gpu, 100.0), (&cpu, 300.0), (&memory, 300.0)];
+        let charges = charges(&shapes, &cands);
+        let moved = charges
+            .weights
+            .iter()
+            .filter(|w| w[1] < 1.0 && w[0] < 1.0)
+            .count();
+        assert!(
+            moved > 0,
+            "some kind charges by memory: {:?}",
+            charges.weights
+        );
+        let mut checked = 0;
+        // The weights chosen, and every weight the bound may choose.
+        let tried = cands.iter().zip(&charges.kind_of).flat_map(|(c, &kind)| {
+            std::iter::once((c, charges.weights[kind])).chain(WEIGHTS.iter().map(move |w| (c, *w)))
+        });
+        for (c, w) in tried {
+            let one = |pod: &Pod| {
+                let s = shares(pod, c);
+                c.price() * (w[0] * s[0] + w[1] * s[1] + w[2] * s[2])
+            };
+            let most = |pod: &Pod| pod.requests.copies_in(&c.allocatable).min(64);
+            for a in 0..=most(&gpu) {
+                for b in 0..=most(&cpu) {
+                    for m in 0..=most(&memory) {
+                        let mut used = Resources::new();
+                        for (pod, n) in [(&gpu, a), (&cpu, b), (&memory, m)] {
+                            for _ in 0..n {
+                                used.add(&pod.requests);
+                            }
+                        }
+                        if used.copies_in(&c.allocatable) == 0 {
+                            continue;
+                        }
+                        let charged =
+                            a as f64 * one(&gpu) + b as f64 * one(&cpu) + m as f64 * one(&memory);
+                        assert!(
+                            charged <= c.price() * (1.0 + 1e-9),
+                            "{} x{a} gpu, x{b} cpu, x{m} memory: {charged} > {}",
+                            c.offering.instance_type,
+                            c.price()
+                        );
+                        checked += 1;
+                    }
+                }
+            }
+        }
+        assert!(checked > 1000, "{checked} mixes checked");
     }
 }
