@@ -17,6 +17,12 @@
 //! kind that memory-heavy pods would use is charged by memory. (Charging each
 //! pod its own largest share instead would not be a bound: a GPU-heavy and a
 //! CPU-heavy pod can share a node.)
+//!
+//! A share is then rounded up by a *dual feasible function* of bin packing
+//! (Fekete and Schepers, 2001): `u_k(x) = floor((k+1) x) / k`, or `x` where
+//! `(k+1) x` is whole. Shares that add up to at most one still do after
+//! `u_k`, so the bound stays a bound, and a pod of which only two fit on a
+//! node (a share just over a third) is charged half of it, not a third.
 
 use super::workload::SimJob;
 use crate::api::NodePool;
@@ -84,6 +90,55 @@ fn shares(pod: &Pod, c: &Candidate) -> [f64; 3] {
     [accelerator, part(CPU), part(MEMORY)]
 }
 
+/// How a kind charges a pod: weights over its parts, and the dual feasible
+/// function `u_k` applied to the weighted share (`rounding` is `k`; 0 leaves
+/// the share as it is).
+#[derive(Debug, Clone, Copy, PartialEq)]
+struct Rule {
+    weights: Weights,
+    rounding: u32,
+}
+
+/// The largest `k` of `u_k` the bound tries.
+const MAX_ROUNDING: u32 = 10;
+
+impl Rule {
+    /// Where the bound starts: the accelerator's share, or the CPU's on a
+    /// node without an accelerator.
+    fn start(accelerated: bool) -> Rule {
+        Rule {
+            weights: if accelerated { WEIGHTS[0] } else { WEIGHTS[1] },
+            rounding: 0,
+        }
+    }
+
+    /// Every rule the bound may choose.
+    fn all() -> impl Iterator<Item = Rule> {
+        WEIGHTS
+            .iter()
+            .flat_map(|&weights| (0..=MAX_ROUNDING).map(move |rounding| Rule { weights, rounding }))
+    }
+
+    /// The charged share of a node for `parts` (accelerator, CPU, memory).
+    fn share(&self, parts: &[f64; 3]) -> f64 {
+        let w = &self.weights;
+        let x = w[0] * parts[0] + w[1] * parts[1] + w[2] * parts[2];
+        if self.rounding == 0 {
+            return x;
+        }
+        let k = f64::from(self.rounding);
+        let y = (k + 1.0) * x;
+        // Where `y` is whole, or a rounding error above whole, `u_k(x) = x`;
+        // just under whole it is the lower step: either way never more than
+        // the exact `u_k`.
+        if y.fract() < 1e-9 {
+            x
+        } else {
+            y.floor() / k
+        }
+    }
+}
+
 /// Where pods of one shape may run on one node kind: the cheapest price
 /// among the kind's offerings that admit it, and its shares of such a node.
 #[derive(Debug, Clone, Copy)]
@@ -94,32 +149,31 @@ struct Place {
 }
 
 impl Place {
-    fn charge(&self, w: &Weights) -> f64 {
-        self.price * (w[0] * self.shares[0] + w[1] * self.shares[1] + w[2] * self.shares[2])
+    fn charge(&self, rule: &Rule) -> f64 {
+        self.price * rule.share(&self.shares)
     }
 }
 
 /// What the bound charges per hour each shape of `shapes` (by its
-/// representative pod), with the weights chosen per kind; `None` where no
+/// representative pod), with the rules chosen per kind; `None` where no
 /// offering holds and admits it.
 #[derive(Debug, Clone)]
 struct Charges {
     per_shape: Vec<Option<f64>>,
-    /// Each kind's weights.
-    weights: Vec<Weights>,
+    /// Each kind's rule.
+    rules: Vec<Rule>,
     /// Each candidate's kind.
     kind_of: Vec<usize>,
 }
 
 /// The charges of `shapes` (a pod and the hours its jobs may run) over
-/// `cands`, with each kind's weights raised, one kind at a time, to what
-/// makes the bound highest given the others (the weights start where a
-/// charge is the accelerator's share, or the CPU's on a node without one).
+/// `cands`, with each kind's rule raised, one kind at a time, to what makes
+/// the bound highest given the others ([`Rule::start`] first).
 fn charges(shapes: &[(&Pod, f64)], cands: &[Candidate]) -> Charges {
-    // Kinds: candidates of one instance type and the same room share weights.
+    // Kinds: candidates of one instance type and the same room share a rule.
     type Kind = (String, Option<String>, i64, i64, i64);
     let mut kinds: HashMap<Kind, usize> = HashMap::new();
-    let mut weights: Vec<Weights> = Vec::new();
+    let mut rules: Vec<Rule> = Vec::new();
     let kind_of: Vec<usize> = cands
         .iter()
         .map(|c| {
@@ -132,8 +186,8 @@ fn charges(shapes: &[(&Pod, f64)], cands: &[Candidate]) -> Charges {
             );
             *kinds.entry(key).or_insert_with(|| {
                 let accelerated = c.accelerator_resource.is_some() && c.accelerator_units > 0;
-                weights.push(if accelerated { WEIGHTS[0] } else { WEIGHTS[1] });
-                weights.len() - 1
+                rules.push(Rule::start(accelerated));
+                rules.len() - 1
             })
         })
         .collect();
@@ -160,55 +214,55 @@ fn charges(shapes: &[(&Pod, f64)], cands: &[Candidate]) -> Charges {
         })
         .collect();
     // The shapes each kind may hold, as (shape, its option there).
-    let mut users: Vec<Vec<(usize, usize)>> = vec![Vec::new(); weights.len()];
+    let mut users: Vec<Vec<(usize, usize)>> = vec![Vec::new(); rules.len()];
     for (s, opts) in options.iter().enumerate() {
         for (i, o) in opts.iter().enumerate() {
             users[o.kind].push((s, i));
         }
     }
-    let cheapest_but = |s: usize, kind: usize, weights: &[Weights]| {
+    let cheapest_but = |s: usize, kind: usize, rules: &[Rule]| {
         options[s]
             .iter()
             .filter(|o| o.kind != kind)
-            .map(|o| o.charge(&weights[o.kind]))
+            .map(|o| o.charge(&rules[o.kind]))
             .fold(f64::INFINITY, f64::min)
     };
     let total_weight: f64 = shapes.iter().map(|(_, h)| h).sum::<f64>().max(1.0);
     for _round in 0..20 {
         let mut changed = false;
-        for kind in 0..weights.len() {
+        for kind in 0..rules.len() {
             if users[kind].is_empty() {
                 continue;
             }
             let others: Vec<f64> = users[kind]
                 .iter()
-                .map(|&(s, _)| cheapest_but(s, kind, &weights))
+                .map(|&(s, _)| cheapest_but(s, kind, &rules))
                 .collect();
             // What the shapes using this kind add to the bound under `w`,
             // and (to break ties towards charges that may bind later) what
             // they would be charged on this kind.
-            let score = |w: &Weights| {
+            let score = |rule: &Rule| {
                 users[kind].iter().zip(&others).fold(
                     (0.0, 0.0),
                     |(bound, own), (&(s, i), &other)| {
-                        let here = options[s][i].charge(w);
+                        let here = options[s][i].charge(rule);
                         let hours = shapes[s].1;
                         (bound + hours * here.min(other), own + hours * here)
                     },
                 )
             };
-            let mut best = (weights[kind], score(&weights[kind]));
-            for w in &WEIGHTS {
-                let (bound, own) = score(w);
+            let mut best = (rules[kind], score(&rules[kind]));
+            for rule in Rule::all() {
+                let (bound, own) = score(&rule);
                 let tolerance = 1e-12 * total_weight * (1.0 + best.1 .0.abs());
                 if bound > best.1 .0 + tolerance
                     || (bound >= best.1 .0 - tolerance && own > best.1 .1 + tolerance)
                 {
-                    best = (*w, (bound, own));
+                    best = (rule, (bound, own));
                 }
             }
-            if best.0 != weights[kind] {
-                weights[kind] = best.0;
+            if best.0 != rules[kind] {
+                rules[kind] = best.0;
                 changed = true;
             }
         }
@@ -220,13 +274,13 @@ fn charges(shapes: &[(&Pod, f64)], cands: &[Candidate]) -> Charges {
         .iter()
         .map(|opts| {
             opts.iter()
-                .map(|o| o.charge(&weights[o.kind]))
+                .map(|o| o.charge(&rules[o.kind]))
                 .min_by(f64::total_cmp)
         })
         .collect();
     Charges {
         per_shape,
-        weights,
+        rules,
         kind_of,
     }
 }
@@ -288,19 +342,22 @@ pub fn lower_bound(
         jobs_of[s] += 1;
     }
     let charges = charges(&shapes, &cands);
-    // Say where the weights moved off a charge by the accelerator (or by CPU
-    // without one): why the bound is higher than one resource's shares.
-    let mut said = vec![false; charges.weights.len()];
+    // Say where a rule moved off the start: why the bound is higher than
+    // one resource's shares.
+    let mut said = vec![false; charges.rules.len()];
     for (c, &kind) in cands.iter().zip(&charges.kind_of) {
-        let w = charges.weights[kind];
-        if !std::mem::replace(&mut said[kind], true) && w != WEIGHTS[0] && w != WEIGHTS[1] {
+        let rule = charges.rules[kind];
+        let w = rule.weights;
+        let start = Rule::start(c.accelerator_resource.is_some() && c.accelerator_units > 0);
+        if !std::mem::replace(&mut said[kind], true) && rule != start {
             tracing::debug!(
                 instance_type = %c.offering.instance_type,
                 pool = c.pool,
                 accelerator = w[0],
                 cpu = w[1],
                 memory = w[2],
-                "lower bound: a kind's charge weights"
+                rounding = rule.rounding,
+                "lower bound: a kind's charge rule"
             );
         }
     }
@@ -421,11 +478,13 @@ spec:
     const GIB: i64 = 1 << 30;
 
     #[test]
-    fn a_job_that_needs_a_node_for_its_memory_is_charged_its_memory_share() {
-        // 8 vCPU and 120 GiB: by CPU it is a sliver of a big node, but no
-        // node of these families holds more than its memory allows.
+    fn a_job_that_needs_a_node_for_its_memory_is_charged_the_node_over_how_many_fit() {
+        // 16 vCPU and 200 GiB: by CPU a sliver of a big node, but no node
+        // of these families holds more such pods than its memory allows
+        // (at most 7). With one shape, the best rule of each kind charges
+        // exactly the node's price over the pods that fit on it.
         let catalog = Catalog::embedded().unwrap();
-        let requests = Resources::new().with(CPU, 8000).with(MEMORY, 120 * GIB);
+        let requests = Resources::new().with(CPU, 16000).with(MEMORY, 200 * GIB);
         let b = lower_bound(
             &[job_of(requests.clone(), 0, 10.0)],
             &catalog,
@@ -433,28 +492,24 @@ spec:
             &[pool("m7i, r7i")],
             t(24),
         );
-        // By hand: the cheapest offering that holds the pod, charged the
-        // larger of its CPU and memory parts (with one shape, the best
-        // weights of each kind are all on that part).
-        let (mut by_cpu, mut by_largest) = (f64::INFINITY, f64::INFINITY);
+        let (mut by_cpu, mut per_pod) = (f64::INFINITY, f64::INFINITY);
         for o in catalog.offerings_in("us-east-1") {
             if !(o.instance_type.starts_with("m7i.") || o.instance_type.starts_with("r7i.")) {
                 continue;
             }
             let it = catalog.instance_type(&o.instance_type).unwrap();
             let room = crate::cluster::shape::allocatable(it, &Default::default());
-            if requests.copies_in(&room) == 0 {
+            let fit = requests.copies_in(&room);
+            if fit == 0 {
                 continue;
             }
-            let cpu = 8000.0 / room.get(CPU) as f64;
-            let memory = (120 * GIB) as f64 / room.get(MEMORY) as f64;
-            by_cpu = by_cpu.min(o.price_per_hour * cpu);
-            by_largest = by_largest.min(o.price_per_hour * cpu.max(memory));
+            by_cpu = by_cpu.min(o.price_per_hour * 16000.0 / room.get(CPU) as f64);
+            per_pod = per_pod.min(o.price_per_hour / f64::from(fit));
         }
-        assert!(by_largest.is_finite());
+        assert!(per_pod.is_finite());
         assert!(
-            (b.cost - 10.0 * by_largest).abs() < 1e-6,
-            "{b:?} vs {by_largest}"
+            (b.cost - 10.0 * per_pod).abs() < 1e-6,
+            "{b:?} vs {per_pod}/h"
         );
         assert!(
             b.cost > 10.0 * by_cpu * 1.5,
@@ -465,10 +520,9 @@ spec:
     #[test]
     fn no_mix_of_pods_on_a_node_is_charged_more_than_the_node_costs() {
         // A GPU pod, a CPU-heavy and a memory-heavy pod, each with enough
-        // hours to pull the weights of the kinds they use towards their
+        // hours to pull the rules of the kinds they use towards their
         // resource; then every mix of them that fits any node of the pool
-        // must be charged at most that node's price, under the weights
-        // chosen and under any the bound may choose.
+        // must be charged at most that node's price.
         let catalog = Catalog::embedded().unwrap();
         let cands = pool_candidates(&catalog, "us-east-1", &[pool("g5")]);
         let gpu = Pod::new(
@@ -489,25 +543,27 @@ spec:
         let shapes = [(&gpu, 100.0), (&cpu, 300.0), (&memory, 300.0)];
         let charges = charges(&shapes, &cands);
         let moved = charges
-            .weights
+            .rules
             .iter()
-            .filter(|w| w[1] < 1.0 && w[0] < 1.0)
+            .filter(|r| r.weights[1] < 1.0 && r.weights[0] < 1.0)
             .count();
         assert!(
             moved > 0,
             "some kind charges by memory: {:?}",
-            charges.weights
+            charges.rules
         );
+        // One candidate of each kind (a kind's candidates differ only in
+        // price): every mix that fits must be charged at most one node,
+        // under the rule chosen and under every rule the bound may choose.
+        let mut seen = vec![false; charges.rules.len()];
         let mut checked = 0;
-        // The weights chosen, and every weight the bound may choose.
-        let tried = cands.iter().zip(&charges.kind_of).flat_map(|(c, &kind)| {
-            std::iter::once((c, charges.weights[kind])).chain(WEIGHTS.iter().map(move |w| (c, *w)))
-        });
-        for (c, w) in tried {
-            let one = |pod: &Pod| {
-                let s = shares(pod, c);
-                c.price() * (w[0] * s[0] + w[1] * s[1] + w[2] * s[2])
-            };
+        for (c, &kind) in cands.iter().zip(&charges.kind_of) {
+            if std::mem::replace(&mut seen[kind], true) {
+                continue;
+            }
+            let rules: Vec<Rule> = std::iter::once(charges.rules[kind])
+                .chain(Rule::all())
+                .collect();
             let most = |pod: &Pod| pod.requests.copies_in(&c.allocatable).min(64);
             for a in 0..=most(&gpu) {
                 for b in 0..=most(&cpu) {
@@ -521,19 +577,23 @@ spec:
                         if used.copies_in(&c.allocatable) == 0 {
                             continue;
                         }
-                        let charged =
-                            a as f64 * one(&gpu) + b as f64 * one(&cpu) + m as f64 * one(&memory);
-                        assert!(
-                            charged <= c.price() * (1.0 + 1e-9),
-                            "{} x{a} gpu, x{b} cpu, x{m} memory: {charged} > {}",
-                            c.offering.instance_type,
-                            c.price()
-                        );
-                        checked += 1;
+                        for rule in &rules {
+                            let one = |pod: &Pod| rule.share(&shares(pod, c));
+                            let charged = a as f64 * one(&gpu)
+                                + b as f64 * one(&cpu)
+                                + m as f64 * one(&memory);
+                            assert!(
+                                charged <= 1.0 + 1e-9,
+                                "{} x{a} gpu, x{b} cpu, x{m} memory under {rule:?}: \
+                                 {charged} nodes",
+                                c.offering.instance_type,
+                            );
+                            checked += 1;
+                        }
                     }
                 }
             }
         }
-        assert!(checked > 1000, "{checked} mixes checked");
+        assert!(checked > 10_000, "{checked} mixes and rules checked");
     }
 }
