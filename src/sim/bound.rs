@@ -103,9 +103,10 @@ struct Rule {
 const MAX_ROUNDING: u32 = 10;
 
 impl Rule {
-    /// Where the bound starts: the accelerator's share, or the CPU's on a
-    /// node without an accelerator.
-    fn start(accelerated: bool) -> Rule {
+    /// Where the bound starts on nodes of `c`: the accelerator's share, or
+    /// the CPU's on a node without an accelerator.
+    fn start(c: &Candidate) -> Rule {
+        let accelerated = c.accelerator_resource.is_some() && c.accelerator_units > 0;
         Rule {
             weights: if accelerated { WEIGHTS[0] } else { WEIGHTS[1] },
             rounding: 0,
@@ -162,8 +163,9 @@ struct Charges {
     per_shape: Vec<Option<f64>>,
     /// Each kind's rule.
     rules: Vec<Rule>,
-    /// Each candidate's kind.
-    kind_of: Vec<usize>,
+    /// Each kind's first candidate (a kind's candidates differ only in
+    /// price and zone).
+    first: Vec<usize>,
 }
 
 /// The charges of `shapes` (a pod and the hours its jobs may run) over
@@ -174,9 +176,11 @@ fn charges(shapes: &[(&Pod, f64)], cands: &[Candidate]) -> Charges {
     type Kind = (String, Option<String>, i64, i64, i64);
     let mut kinds: HashMap<Kind, usize> = HashMap::new();
     let mut rules: Vec<Rule> = Vec::new();
+    let mut first: Vec<usize> = Vec::new();
     let kind_of: Vec<usize> = cands
         .iter()
-        .map(|c| {
+        .enumerate()
+        .map(|(i, c)| {
             let key = (
                 c.offering.instance_type.clone(),
                 c.accelerator_resource.clone(),
@@ -185,8 +189,8 @@ fn charges(shapes: &[(&Pod, f64)], cands: &[Candidate]) -> Charges {
                 c.allocatable.get(MEMORY),
             );
             *kinds.entry(key).or_insert_with(|| {
-                let accelerated = c.accelerator_resource.is_some() && c.accelerator_units > 0;
-                rules.push(Rule::start(accelerated));
+                rules.push(Rule::start(c));
+                first.push(i);
                 rules.len() - 1
             })
         })
@@ -281,7 +285,7 @@ fn charges(shapes: &[(&Pod, f64)], cands: &[Candidate]) -> Charges {
     Charges {
         per_shape,
         rules,
-        kind_of,
+        first,
     }
 }
 
@@ -344,12 +348,10 @@ pub fn lower_bound(
     let charges = charges(&shapes, &cands);
     // Say where a rule moved off the start: why the bound is higher than
     // one resource's shares.
-    let mut said = vec![false; charges.rules.len()];
-    for (c, &kind) in cands.iter().zip(&charges.kind_of) {
-        let rule = charges.rules[kind];
+    for (rule, &i) in charges.rules.iter().zip(&charges.first) {
+        let c = &cands[i];
         let w = rule.weights;
-        let start = Rule::start(c.accelerator_resource.is_some() && c.accelerator_units > 0);
-        if !std::mem::replace(&mut said[kind], true) && rule != start {
+        if *rule != Rule::start(c) {
             tracing::debug!(
                 instance_type = %c.offering.instance_type,
                 pool = c.pool,
@@ -555,15 +557,10 @@ spec:
         // One candidate of each kind (a kind's candidates differ only in
         // price): every mix that fits must be charged at most one node,
         // under the rule chosen and under every rule the bound may choose.
-        let mut seen = vec![false; charges.rules.len()];
         let mut checked = 0;
-        for (c, &kind) in cands.iter().zip(&charges.kind_of) {
-            if std::mem::replace(&mut seen[kind], true) {
-                continue;
-            }
-            let rules: Vec<Rule> = std::iter::once(charges.rules[kind])
-                .chain(Rule::all())
-                .collect();
+        for (chosen, &i) in charges.rules.iter().zip(&charges.first) {
+            let c = &cands[i];
+            let rules: Vec<Rule> = std::iter::once(*chosen).chain(Rule::all()).collect();
             let most = |pod: &Pod| pod.requests.copies_in(&c.allocatable).min(64);
             for a in 0..=most(&gpu) {
                 for b in 0..=most(&cpu) {
