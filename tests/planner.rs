@@ -1117,9 +1117,10 @@ fn the_bound_counts_the_pods_zone_spread_puts_in_a_dear_zone() {
 /// candidate fills, nor accelerator classes the general pool's copy of
 /// their best node; and rounding packed the pods past what the LP filled
 /// of each offering into nodes of their own. This plan was 5.1% over its
-/// bound, 4.1% with widening alone, and is 3.6% now.
+/// bound, 4.1% with widening alone, 3.6% with the second round, and is
+/// 3.0% since the bound's cover rows count the last nodes the LP left out.
 #[test]
-fn the_benchmark_plan_is_within_four_percent_of_its_lower_bound() {
+fn the_benchmark_plan_is_within_three_and_a_half_percent_of_its_lower_bound() {
     let pods = plan::workload::pods(2000, 1);
     let pools = plan::workload::pools();
     let input = input(&pods, &pools, &[], None);
@@ -1131,9 +1132,53 @@ fn the_benchmark_plan_is_within_four_percent_of_its_lower_bound() {
     assert!(p.unschedulable.is_empty(), "{:?}", p.unschedulable);
     let bound = p.lower_bound_per_hour.expect("a bound");
     assert!(
-        p.risk_adjusted_cost_per_hour <= bound * 1.04,
+        p.risk_adjusted_cost_per_hour <= bound * 1.035,
         "the plan costs ${:.2}/h, {:.1}% over its bound ${bound:.2}/h",
         p.risk_adjusted_cost_per_hour,
         100.0 * (p.risk_adjusted_cost_per_hour / bound - 1.0)
+    );
+}
+
+#[test]
+fn the_bound_counts_each_classs_last_node_when_no_other_class_can_fill_it() {
+    // Five pods pinned to each of two zones, four to an m6i.4xlarge: the LP
+    // buys 1.25 nodes per zone, but each zone's fifth pod needs a node of
+    // its own that nothing else can share, so every plan buys four nodes.
+    // The bound's cover rows say so; the LP alone said two and a half.
+    let pinned = |prefix: &str, zone: &str| {
+        cpu_pods(prefix, 5, 3900, 8)
+            .into_iter()
+            .map(|mut p| {
+                p.affinity
+                    .terms
+                    .push(vec![Requirement::new(l::ZONE_ID, Operator::In, &[zone])]);
+                p
+            })
+            .collect::<Vec<_>>()
+    };
+    let mut pods = pinned("a", "use1-az1");
+    pods.extend(pinned("b", "use1-az2"));
+    let inst = shrunk(
+        &[
+            ("m6i.4xlarge", "use1-az1", CapacityType::OnDemand),
+            ("m6i.4xlarge", "use1-az2", CapacityType::OnDemand),
+        ],
+        vec![Pool::new("cpu")],
+        pods,
+    );
+    let plan = expect_optimal(&inst);
+    assert_eq!(plan.nodes.len(), 4, "{:?}", plan.nodes);
+    let node_price = plan.nodes[0].price_per_hour;
+    let input = inst.input();
+    let all: Vec<usize> = (0..inst.pods.len()).collect();
+    let bound = plan::bound::lower_bound(&input, &all, &Options::default());
+    assert!(
+        bound >= 4.0 * node_price - 1e-6,
+        "bound {bound} below four nodes at {node_price}"
+    );
+    assert!(
+        bound <= plan.risk_adjusted_cost_per_hour + 1e-6,
+        "bound {bound} above the plan {}",
+        plan.risk_adjusted_cost_per_hour
     );
 }

@@ -19,6 +19,8 @@
 //!
 //! See `docs/planner.md`.
 
+mod cover;
+
 use super::candidates::{self, Candidate};
 use super::classes::{self, Class};
 use super::{pod_risk_cost, Input, Options};
@@ -41,6 +43,10 @@ struct Col {
     /// Cost of one node before pods: price, plus the idle charge on all of
     /// its accelerators.
     node: f64,
+    /// Its price alone (what the cover rows count).
+    price: f64,
+    /// The cover rows it counts in (indices into the covers).
+    covers: Vec<usize>,
     /// Allocatable per bound resource.
     alloc: Vec<f64>,
     /// `(class, cost per pod)`: expected interruption cost minus the idle
@@ -88,11 +94,35 @@ pub fn lower_bound(input: &Input, placed: &[usize], opts: &Options) -> f64 {
         })
         .collect();
     let charge = opts.idle_accelerator_charge;
-    let cols: Vec<Col> = cands
+    let (at, mut cols): (Vec<usize>, Vec<Col>) = cands
         .iter()
-        .filter_map(|c| column(input, &classes, (&resources, &scale), charge, c))
-        .collect();
-    let lp = lp_bound(&classes, (&resources, &scale), &cols).unwrap_or(0.0);
+        .enumerate()
+        .filter_map(|(o, c)| Some((o, column(input, &classes, (&resources, &scale), charge, c)?)))
+        .unzip();
+    let mut usable = vec![Vec::new(); classes.len()];
+    for (&o, col) in at.iter().zip(&cols) {
+        for &(c, _) in &col.pods {
+            usable[c].push(o);
+        }
+    }
+    let covers = cover::covers(&classes, &cands, &usable);
+    let mut of_class = vec![Vec::new(); classes.len()];
+    for (k, cover) in covers.iter().enumerate() {
+        for &c in &cover.classes {
+            of_class[c].push(k);
+        }
+    }
+    for col in &mut cols {
+        col.covers = col
+            .pods
+            .iter()
+            .flat_map(|&(c, _)| of_class[c].iter().copied())
+            .collect();
+        col.covers.sort_unstable();
+        col.covers.dedup();
+    }
+    let cover: Vec<f64> = covers.iter().map(|c| c.price).collect();
+    let lp = lp_bound(&classes, (&resources, &scale), &cols, &cover).unwrap_or(0.0);
     lp.max(whole)
 }
 
@@ -215,6 +245,8 @@ fn column(
     }
     Some(Col {
         node: c.price() * (1.0 + if idle_on { charge } else { 0.0 }),
+        price: c.price(),
+        covers: Vec::new(),
         alloc: resources
             .iter()
             .zip(scale)
@@ -278,14 +310,21 @@ fn whole_nodes(input: &Input, class: &Class, cands: &[Candidate]) -> f64 {
 /// The LP relaxation's value over all columns by row generation on its dual,
 /// or `None` when the LP could not be solved or did not settle.
 ///
+/// The primal has, beside the demand and capacity rows, the cover rows
+/// ([`cover`]): `sum_{o in k} price[o] n[o] >= cover[k]`, valid for every
+/// integral plan; they put back what the LP's fractional nodes miss when a
+/// demand's last node is not full and nothing else can fill it.
+///
 /// Dual (demand rows are equalities: every pod is placed once): maximise
-/// `sum d[c] pi[c]` over free `pi` and `mu >= 0` subject to, for
-/// every candidate `o`, `sum_r alloc[o,r] mu[o,r] <= node[o]` and, for every
-/// class `c` it takes, `pi[c] - sum_r req[c,r] mu[o,r] <= cost[c,o]`.
+/// `sum d[c] pi[c] + sum cover[k] lambda[k]` over free `pi`, `mu >= 0` and
+/// `lambda >= 0` subject to, for every candidate `o`, `sum_r alloc[o,r]
+/// mu[o,r] + price[o] sum_{k it counts in} lambda[k] <= node[o]` and, for
+/// every class `c` it takes, `pi[c] - sum_r req[c,r] mu[o,r] <= cost[c,o]`.
 fn lp_bound(
     classes: &[Class],
     (resources, scale): (&[String], &[f64]),
     cols: &[Col],
+    cover: &[f64],
 ) -> Option<f64> {
     let req: Vec<Vec<f64>> = classes
         .iter()
@@ -322,15 +361,30 @@ fn lp_bound(
         rows.extend(mine.iter().take(START_PER_CLASS).map(|m| m.1));
     }
     for _ in 0..MAX_ROUNDS {
-        let (pi, mu) = solve_dual(&req, &demand, cols, &rows)?;
-        // Tighten pi so that every row in the model holds exactly (the
-        // solver's answer is only feasible to its tolerance).
+        let (pi, mu, lambda) = solve_dual(&req, &demand, cols, &rows, cover)?;
+        // Tighten lambda, then pi, so that every row in the model holds
+        // exactly (the solver's answer is only feasible to its tolerance):
+        // lambda shrinks until no row's price share exceeds its node, and
+        // each row's mu is scaled into what lambda leaves of the node.
+        let shrink = rows
+            .iter()
+            .map(|&x| {
+                let share = lambda_share(&cols[x], &lambda);
+                if share > cols[x].node {
+                    cols[x].node / share
+                } else {
+                    1.0
+                }
+            })
+            .fold(1.0, f64::min);
+        let lambda: Vec<f64> = lambda.iter().map(|l| l * shrink).collect();
         let mut pi = pi;
         for (&x, m) in rows.iter().zip(&mu) {
             let col = &cols[x];
+            let budget = (col.node - lambda_share(col, &lambda)).max(0.0);
             let used: f64 = m.iter().zip(&col.alloc).map(|(u, a)| u * a).sum();
-            let scale = if used > col.node && used > 0.0 {
-                col.node / used
+            let scale = if used > budget && used > 0.0 {
+                budget / used
             } else {
                 1.0
             };
@@ -340,21 +394,34 @@ fn lp_bound(
             }
         }
         let violated: Vec<usize> = (0..cols.len())
-            .filter(|x| !rows.contains(x) && !priced_out(&cols[*x], &pi, &req))
+            .filter(|x| !rows.contains(x) && !priced_out(&cols[*x], &pi, &lambda, &req))
             .collect();
         if violated.is_empty() {
-            return Some(pi.iter().zip(&demand).map(|(p, d)| p * d).sum());
+            let demand_part: f64 = pi.iter().zip(&demand).map(|(p, d)| p * d).sum();
+            let cover_part: f64 = lambda.iter().zip(cover).map(|(l, w)| l * w).sum();
+            return Some(demand_part + cover_part);
         }
         rows.extend(violated);
     }
     None
 }
 
-/// Whether column `col` cannot improve the LP at duals `pi`: some `mu >= 0`
-/// with `alloc . mu <= node` covers every class's `pi - cost`. Checked with
-/// a relaxation (one resource at a time bounds what a node can hold), so a
-/// `false` may be pessimistic; a `true` is exact.
-fn priced_out(col: &Col, pi: &[f64], req: &[Vec<f64>]) -> bool {
+/// What the cover duals `lambda` take of column `col`'s node cost: its
+/// price times the sum over the cover rows it counts in.
+fn lambda_share(col: &Col, lambda: &[f64]) -> f64 {
+    col.price * col.covers.iter().map(|&k| lambda[k]).sum::<f64>()
+}
+
+/// Whether column `col` cannot improve the LP at duals `pi` and `lambda`:
+/// some `mu >= 0` with `alloc . mu <= node - price sum lambda` covers every
+/// class's `pi - cost`. Checked with a relaxation (one resource at a time
+/// bounds what a node can hold), so a `false` may be pessimistic; a `true`
+/// is exact.
+fn priced_out(col: &Col, pi: &[f64], lambda: &[f64], req: &[Vec<f64>]) -> bool {
+    let budget = col.node - lambda_share(col, lambda);
+    if budget < 0.0 {
+        return false;
+    }
     let gains: Vec<(usize, f64)> = col
         .pods
         .iter()
@@ -373,22 +440,34 @@ fn priced_out(col: &Col, pi: &[f64], req: &[Vec<f64>]) -> bool {
                     .iter()
                     .map(|&(c, g)| g / req[c][r])
                     .fold(0.0, f64::max)
-                <= col.node
+                <= budget
     })
 }
 
-/// Solves the restricted dual over `rows`: `pi` per class and `mu` per row
-/// and resource.
+/// The restricted dual's answer: `pi` per class, `mu` per row and
+/// resource, `lambda` per cover row.
+type Duals = (Vec<f64>, Vec<Vec<f64>>, Vec<f64>);
+
+/// Solves the restricted dual over `rows`: `pi` per class, `mu` per row
+/// and resource, and `lambda` per cover row.
 fn solve_dual(
     req: &[Vec<f64>],
     demand: &[f64],
     cols: &[Col],
     rows: &BTreeSet<usize>,
-) -> Option<(Vec<f64>, Vec<Vec<f64>>)> {
+    cover: &[f64],
+) -> Option<Duals> {
     let mut vars = ProblemVariables::new();
     let pi: Vec<_> = demand
         .iter()
         .map(|_| vars.add(variable().min(-DUAL_BOX).max(DUAL_BOX)))
+        .collect();
+    // A row's price share is at most its node cost, so lambda is at most
+    // node / price (1 plus the idle charge); the box keeps the LP bounded
+    // before rows reach a class.
+    let lambda: Vec<Option<_>> = cover
+        .iter()
+        .map(|&w| (w > 0.0).then(|| vars.add(variable().min(0.0).max(2.0))))
         .collect();
     let resources = req.first().map_or(0, Vec::len);
     // A resource the node does not have is not priced (its `mu` would be
@@ -401,7 +480,16 @@ fn solve_dual(
                 .collect()
         })
         .collect();
-    let objective: Expression = pi.iter().zip(demand).map(|(p, d)| *p * *d).sum();
+    let objective: Expression = pi
+        .iter()
+        .zip(demand)
+        .map(|(p, d)| *p * *d)
+        .sum::<Expression>()
+        + lambda
+            .iter()
+            .zip(cover)
+            .filter_map(|(l, w)| l.map(|l| l * *w))
+            .sum::<Expression>();
     let mut problem = vars.maximise(objective).using(microlp);
     for (&x, m) in rows.iter().zip(&mu) {
         let col = &cols[x];
@@ -409,7 +497,12 @@ fn solve_dual(
             .iter()
             .zip(&col.alloc)
             .filter_map(|(u, a)| u.map(|u| u * *a))
-            .sum();
+            .sum::<Expression>()
+            + col
+                .covers
+                .iter()
+                .filter_map(|&k| lambda[k].map(|l| l * col.price))
+                .sum::<Expression>();
         problem.add_constraint(constraint!(used <= col.node));
         for &(c, cost) in &col.pods {
             let covered: Expression = m
@@ -429,6 +522,10 @@ fn solve_dual(
                     .map(|u| u.map_or(0.0, |u| s.value(u).max(0.0)))
                     .collect()
             })
+            .collect(),
+        lambda
+            .iter()
+            .map(|l| l.map_or(0.0, |l| s.value(l).max(0.0)))
             .collect(),
     ))
 }
