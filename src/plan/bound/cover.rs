@@ -103,13 +103,14 @@ fn cheapest_cover(demand: i64, options: &[(i64, f64)]) -> f64 {
     if demand <= 0 {
         return 0.0;
     }
-    let unit = (demand + UNITS_MAX - 1) / UNITS_MAX;
+    // Rounded up without overflow (`demand` is positive here).
+    let unit = (demand - 1) / UNITS_MAX + 1;
     let need = (demand / unit) as usize;
     // Per size, the cheapest; then drop sizes a larger one beats on price.
     let mut sized: Vec<(usize, f64)> = options
         .iter()
         .filter(|(s, _)| *s > 0)
-        .map(|&(s, p)| ((((s + unit - 1) / unit) as usize).min(need), p))
+        .map(|&(s, p)| ((((s - 1) / unit + 1) as usize).min(need), p))
         .collect();
     sized.sort_by(|a, b| b.0.cmp(&a.0).then(a.1.total_cmp(&b.1)));
     let mut front: Vec<(usize, f64)> = Vec::new();
