@@ -407,6 +407,17 @@ fn merge_nodes(
             .total_cmp(&cands[bins[*a].0].price())
             .then(b.cmp(a))
     });
+    let zones: Vec<&str> = bins
+        .iter()
+        .map(|(o, _)| cands[*o].offering.zone_id.as_str())
+        .collect();
+    let zone_of = |t: usize| zones[t];
+    let mut spread = Spread::default();
+    for (t, (_, b)) in bins.iter().enumerate() {
+        for &p in &b.pods {
+            spread.add(&pods[p], zone_of(t), 1);
+        }
+    }
     let mut gone = vec![false; bins.len()];
     for x in order {
         let from = &cands[bins[x].0];
@@ -424,14 +435,16 @@ fn merge_nodes(
         // new nodes: a merge that saves less than that is not made.
         let mut added_risk = 0.0;
         for &p in &moving {
-            let pinned = pods[p].zone_bound();
             let group = &groups[&(from.pool, from.offering.capacity_type)];
             let target = group.iter().copied().find(|&t| {
                 let to = &cands[bins[t].0];
                 t != x
                     && !gone[t]
                     && pack::Quick::may_fit(&need[&p], &room[t])
-                    && (!pinned || to.offering.zone_id == from.offering.zone_id)
+                    && (to.offering.zone_id == from.offering.zone_id
+                        || !pods[p].zone_bound()
+                        || (pods[p].group.is_none()
+                            && spread.may_move(&pods[p], zone_of(x), zone_of(t))))
                     && (pods[p].group.is_none()
                         || !(efa_bound(input, &pods[p], from) || efa_bound(input, &pods[p], to))
                         || to.offering.instance_type == from.offering.instance_type)
@@ -442,6 +455,8 @@ fn merge_nodes(
                 Some(t) => {
                     bins[t].1.put(p, &pods[p]);
                     pack::Quick::take(&mut room[t], &need[&p]);
+                    spread.add(&pods[p], zone_of(x), -1);
+                    spread.add(&pods[p], zone_of(t), 1);
                     moved.push((p, t));
                     added_risk += pod_risk(input, &pods[p], &cands[bins[t].0])
                         - pod_risk(input, &pods[p], from);
@@ -458,6 +473,8 @@ fn merge_nodes(
             for &(p, t) in moved.iter().rev() {
                 bins[t].1.take_last(&pods[p]);
                 pack::Quick::give(&mut room[t], &need[&p]);
+                spread.add(&pods[p], zone_of(t), -1);
+                spread.add(&pods[p], zone_of(x), 1);
             }
             bins[x].1.pods = moving;
         }
@@ -466,6 +483,48 @@ fn merge_nodes(
         .filter(|(_, b)| !b.pods.is_empty())
         .map(|(o, b)| (o, b.pods))
         .collect()
+}
+
+/// The plan's zone-spread pods per selector and zone, so that
+/// [`merge_nodes`] may move a spread pod to another zone without breaking
+/// its skew: a move is allowed when it raises no zone above the selector's
+/// highest count and lowers none below its lowest, so the spread between
+/// them (over any set of zones) never grows. The rounded LP leaves each
+/// zone's share of a spread class a few pods past whole nodes (a seventh
+/// 56-slice p5.48xlarge for 3 MIG pods), and those few can often go to
+/// another zone's part-filled node. Counted over the plan's new nodes,
+/// as the model counts the skew.
+#[derive(Default)]
+struct Spread<'a>(HashMap<&'a str, BTreeMap<&'a str, i64>>);
+
+impl<'a> Spread<'a> {
+    /// Counts `by` more pods like `pod` in `zone` (nothing for a pod that
+    /// does not spread).
+    fn add(&mut self, pod: &'a crate::cluster::Pod, zone: &'a str, by: i64) {
+        if let Some(s) = &pod.zone_spread {
+            *self
+                .0
+                .entry(&s.selector)
+                .or_default()
+                .entry(zone)
+                .or_default() += by;
+        }
+    }
+
+    /// Whether `pod` may move from zone `from` to zone `to`.
+    fn may_move(&self, pod: &crate::cluster::Pod, from: &str, to: &str) -> bool {
+        let Some(counts) = pod
+            .zone_spread
+            .as_ref()
+            .and_then(|s| self.0.get(s.selector.as_str()))
+        else {
+            return false;
+        };
+        let at = |z: &str| counts.get(z).copied().unwrap_or(0);
+        let most = counts.values().copied().max().unwrap_or(0);
+        let least = counts.values().copied().min().unwrap_or(0);
+        at(to) < most && at(from) > least
+    }
 }
 
 /// Whether gang member `pod` on a node of `c` must share its instance type
@@ -1636,7 +1695,91 @@ fn round_counts(values: &[(usize, f64)], max: usize) -> Vec<(usize, usize)> {
 
 #[cfg(test)]
 mod tests {
-    use super::round_counts;
+    use super::{candidates, merge_nodes, round_counts, Input};
+    use crate::catalog::{CapacityType, Catalog};
+    use crate::cluster::resources::{CPU, MEMORY};
+    use crate::cluster::{Pod, Pool, Resources, ZoneSpread};
+
+    #[test]
+    fn a_spread_pod_moves_to_another_zone_only_where_its_skew_still_holds() {
+        // Four 3900m pods to an m6i.4xlarge. `web` spreads with skew 1 over
+        // three zones (named here by order): 2, 1 and 2 pods. az3's second
+        // `web` pod sits alone on a node; az2 has room and the fewest `web`
+        // pods, so the pod may go there (2, 2, 1) and its node is dropped.
+        let catalog = Catalog::embedded().unwrap();
+        let pools = [Pool::new("cpu")];
+        let pod = |name: &str, spread: bool| {
+            let mut p = Pod::new(name, Resources::new().with(CPU, 3900).with(MEMORY, 8 << 30));
+            if spread {
+                p.zone_spread = Some(ZoneSpread {
+                    max_skew: 1,
+                    selector: "app=web".into(),
+                });
+            }
+            p
+        };
+        let pods = vec![
+            pod("web-0", true), // 0: az1
+            pod("web-1", true), // 1: az1
+            pod("x-0", false),  // 2: az1
+            pod("x-1", false),  // 3: az1
+            pod("web-2", true), // 4: az2
+            pod("x-2", false),  // 5: az2
+            pod("web-3", true), // 6: az3
+            pod("x-3", false),  // 7: az3
+            pod("x-4", false),  // 8: az3
+            pod("x-5", false),  // 9: az3
+            pod("web-4", true), // 10: az3, alone
+        ];
+        let input = Input {
+            catalog: &catalog,
+            region: "us-east-1",
+            pools: &pools,
+            nodes: &[],
+            pods: &pods,
+            unavailable: &|_| false,
+            learned_rate: None,
+            now: None,
+        };
+        let cands = candidates::candidates(&input);
+        // The first three zones offering on-demand m6i.4xlarge.
+        let at: Vec<usize> = (0..cands.len())
+            .filter(|&i| {
+                cands[i].offering.instance_type == "m6i.4xlarge"
+                    && cands[i].offering.capacity_type == CapacityType::OnDemand
+            })
+            .collect();
+        assert!(at.len() >= 3, "{} zones", at.len());
+        let (az1, az2, az3) = (at[0], at[1], at[2]);
+        let launched = vec![
+            (az1, vec![0, 1, 2, 3]),
+            (az2, vec![4, 5]),
+            (az3, vec![6, 7, 8, 9]),
+            (az3, vec![10]),
+        ];
+        let merged = merge_nodes(&input, &cands, launched);
+        assert_eq!(
+            merged,
+            vec![
+                (az1, vec![0, 1, 2, 3]),
+                (az2, vec![4, 5, 10]),
+                (az3, vec![6, 7, 8, 9])
+            ]
+        );
+
+        // 2, 2 and 1 `web` pods (`x-2` is a `web` pod now): az3's lone pod
+        // may not leave the zone with the fewest, nor go to az2, which has
+        // the most; az2's two may not both go to az3. Nothing merges.
+        let mut more = pods.clone();
+        more[5] = pod("web-5", true);
+        let input = Input {
+            pods: &more,
+            ..input
+        };
+        let launched = vec![(az1, vec![0, 1, 2, 3]), (az2, vec![4, 5]), (az3, vec![10])];
+        let merged = merge_nodes(&input, &cands, launched.clone());
+        assert_eq!(merged, launched);
+    }
 
     #[test]
     fn rounding_keeps_the_total_and_favours_larger_fractions() {
