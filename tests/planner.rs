@@ -987,8 +987,13 @@ fn pods_of_three_shapes_that_fill_two_nodes_get_two_nodes_not_three() {
     let mut pods = cpu_pods("a", 2, 2500, 7);
     pods.extend(cpu_pods("b", 2, 7000, 5));
     pods.extend(cpu_pods("c", 2, 4000, 31));
+    // Two zones, so that no zone's cover row (which would also say two)
+    // pins them.
     let inst = shrunk(
-        &[("m6i.4xlarge", "use1-az1", CapacityType::OnDemand)],
+        &[
+            ("m6i.4xlarge", "use1-az1", CapacityType::OnDemand),
+            ("m6i.4xlarge", "use1-az2", CapacityType::OnDemand),
+        ],
         vec![Pool::new("cpu")],
         pods,
     );
@@ -1117,10 +1122,12 @@ fn the_bound_counts_the_pods_zone_spread_puts_in_a_dear_zone() {
 /// candidate fills, nor accelerator classes the general pool's copy of
 /// their best node; and rounding packed the pods past what the LP filled
 /// of each offering into nodes of their own. This plan was 5.1% over its
-/// bound, 4.1% with widening alone, 3.6% with the second round, and is
-/// 3.0% since the bound's cover rows count the last nodes the LP left out.
+/// bound, 4.1% with widening alone, 3.6% with the second round, 3.0% once
+/// the bound's cover rows counted the last nodes the LP left out, and is
+/// 2.45% since its half rows keep two pods that each take over half of a
+/// node apart.
 #[test]
-fn the_benchmark_plan_is_within_three_and_a_half_percent_of_its_lower_bound() {
+fn the_benchmark_plan_is_within_two_and_three_quarter_percent_of_its_lower_bound() {
     let pods = plan::workload::pods(2000, 1);
     let pools = plan::workload::pools();
     let input = input(&pods, &pools, &[], None);
@@ -1132,7 +1139,7 @@ fn the_benchmark_plan_is_within_three_and_a_half_percent_of_its_lower_bound() {
     assert!(p.unschedulable.is_empty(), "{:?}", p.unschedulable);
     let bound = p.lower_bound_per_hour.expect("a bound");
     assert!(
-        p.risk_adjusted_cost_per_hour <= bound * 1.035,
+        p.risk_adjusted_cost_per_hour <= bound * 1.0275,
         "the plan costs ${:.2}/h, {:.1}% over its bound ${bound:.2}/h",
         p.risk_adjusted_cost_per_hour,
         100.0 * (p.risk_adjusted_cost_per_hour / bound - 1.0)
@@ -1166,19 +1173,45 @@ fn the_bound_counts_each_classs_last_node_when_no_other_class_can_fill_it() {
         vec![Pool::new("cpu")],
         pods,
     );
-    let plan = expect_optimal(&inst);
-    assert_eq!(plan.nodes.len(), 4, "{:?}", plan.nodes);
+    expect_whole_nodes_in_the_bound(&inst, 4);
+}
+
+/// The optimal plan of `inst` has `nodes` nodes of one price, and the bound
+/// counts all of them without going over the plan.
+fn expect_whole_nodes_in_the_bound(inst: &oracle::Instance, nodes: usize) {
+    let plan = expect_optimal(inst);
+    assert_eq!(plan.nodes.len(), nodes, "{:?}", plan.nodes);
     let node_price = plan.nodes[0].price_per_hour;
     let input = inst.input();
     let all: Vec<usize> = (0..inst.pods.len()).collect();
     let bound = plan::bound::lower_bound(&input, &all, &Options::default());
     assert!(
-        bound >= 4.0 * node_price - 1e-6,
-        "bound {bound} below four nodes at {node_price}"
+        bound >= nodes as f64 * node_price - 1e-6,
+        "bound {bound} below {nodes} nodes at {node_price}"
     );
     assert!(
         bound <= plan.risk_adjusted_cost_per_hour + 1e-6,
         "bound {bound} above the plan {}",
         plan.risk_adjusted_cost_per_hour
     );
+}
+
+#[test]
+fn the_bound_never_puts_two_pods_that_each_take_over_half_a_node_on_one_node() {
+    // A 9 vCPU pod and an 8.5 vCPU pod, each over half of an m6i.4xlarge:
+    // every plan needs two nodes, while the LP's capacity rows fit both in
+    // 1.1 nodes. The bound's half row (one such pod per node) says two.
+    let mut pods = cpu_pods("a", 1, 9000, 8);
+    pods.extend(cpu_pods("b", 1, 8500, 8));
+    // Two zones, so that no zone's cover row (which would also say two)
+    // pins them.
+    let inst = shrunk(
+        &[
+            ("m6i.4xlarge", "use1-az1", CapacityType::OnDemand),
+            ("m6i.4xlarge", "use1-az2", CapacityType::OnDemand),
+        ],
+        vec![Pool::new("cpu")],
+        pods,
+    );
+    expect_whole_nodes_in_the_bound(&inst, 2);
 }

@@ -52,6 +52,12 @@ struct Col {
     /// `(class, cost per pod)`: expected interruption cost minus the idle
     /// charge the pod's accelerators take off.
     pods: Vec<(usize, f64)>,
+    /// Half rows: sets (indices into `pods`, two or more) of classes whose
+    /// pods each take more than half of some resource of the node, so that
+    /// one node holds at most one of their pods in all (`sum_{c in set}
+    /// y[c,o] <= n[o]`, valid for whole pods). Without them the LP fits a
+    /// 70 GiB and a 60 GiB pod "into" a 115 GiB node.
+    halves: Vec<Vec<usize>>,
 }
 
 /// A lower bound on `risk_adjusted_cost_per_hour` of new nodes holding the
@@ -243,7 +249,21 @@ fn column(
     if pods.is_empty() {
         return None;
     }
+    let mut halves: Vec<Vec<usize>> = Vec::new();
+    for r in resources {
+        let room = c.allocatable.get(r);
+        let big: Vec<usize> = pods
+            .iter()
+            .enumerate()
+            .filter(|(_, (ci, _))| 2 * classes[*ci].pod.requests.get(r) > room)
+            .map(|(e, _)| e)
+            .collect();
+        if big.len() > 1 && !halves.contains(&big) {
+            halves.push(big);
+        }
+    }
     Some(Col {
+        halves,
         node: c.price() * (1.0 + if idle_on { charge } else { 0.0 }),
         price: c.price(),
         covers: Vec::new(),
@@ -361,7 +381,7 @@ fn lp_bound(
         rows.extend(mine.iter().take(START_PER_CLASS).map(|m| m.1));
     }
     for _ in 0..MAX_ROUNDS {
-        let (pi, mu, lambda) = solve_dual(&req, &demand, cols, &rows, cover)?;
+        let (pi, mu, lambda, rho) = solve_dual(&req, &demand, cols, &rows, cover)?;
         // Tighten lambda, then pi, so that every row in the model holds
         // exactly (the solver's answer is only feasible to its tolerance):
         // lambda shrinks until no row's price share exceeds its node, and
@@ -379,18 +399,26 @@ fn lp_bound(
             .fold(1.0, f64::min);
         let lambda: Vec<f64> = lambda.iter().map(|l| l * shrink).collect();
         let mut pi = pi;
-        for (&x, m) in rows.iter().zip(&mu) {
+        for ((&x, m), h) in rows.iter().zip(&mu).zip(&rho) {
             let col = &cols[x];
             let budget = (col.node - lambda_share(col, &lambda)).max(0.0);
-            let used: f64 = m.iter().zip(&col.alloc).map(|(u, a)| u * a).sum();
+            let used: f64 =
+                m.iter().zip(&col.alloc).map(|(u, a)| u * a).sum::<f64>() + h.iter().sum::<f64>();
             let scale = if used > budget && used > 0.0 {
                 budget / used
             } else {
                 1.0
             };
-            for &(c, cost) in &col.pods {
-                let covered: f64 = m.iter().zip(&req[c]).map(|(u, q)| u * scale * q).sum();
-                pi[c] = pi[c].min(cost + covered);
+            for (e, &(c, cost)) in col.pods.iter().enumerate() {
+                let halves: f64 = col
+                    .halves
+                    .iter()
+                    .zip(h)
+                    .filter(|(set, _)| set.contains(&e))
+                    .map(|(_, v)| v)
+                    .sum();
+                let covered: f64 = m.iter().zip(&req[c]).map(|(u, q)| u * q).sum::<f64>() + halves;
+                pi[c] = pi[c].min(cost + covered * scale);
             }
         }
         let violated: Vec<usize> = (0..cols.len())
@@ -422,31 +450,51 @@ fn priced_out(col: &Col, pi: &[f64], lambda: &[f64], req: &[Vec<f64>]) -> bool {
     if budget < 0.0 {
         return false;
     }
-    let gains: Vec<(usize, f64)> = col
+    // (entry, class, gain)
+    let gains: Vec<(usize, usize, f64)> = col
         .pods
         .iter()
-        .map(|&(c, cost)| (c, pi[c] - cost))
-        .filter(|(_, g)| *g > 0.0)
+        .enumerate()
+        .map(|(e, &(c, cost))| (e, c, pi[c] - cost))
+        .filter(|(_, _, g)| *g > 0.0)
         .collect();
     if gains.is_empty() {
         return true;
     }
-    // The most pods' worth of gain one node can hold, by its tightest
-    // resource: pricing that resource alone at mu = gain per unit covers all.
+    // The half row an entry is first in, if any.
+    let half_of = |e: usize| col.halves.iter().position(|set| set.contains(&e));
+    // Certificates: one resource priced at the most gain per unit over the
+    // entries it must cover (every entry, or those in no half row), each
+    // half row's dual taking the most gain its entries have left.
     col.alloc.iter().enumerate().any(|(r, &alloc)| {
-        gains.iter().all(|&(c, _)| req[c][r] > 0.0)
-            && alloc
-                * gains
-                    .iter()
-                    .map(|&(c, g)| g / req[c][r])
-                    .fold(0.0, f64::max)
-                <= budget
+        [true, false].iter().any(|&all| {
+            let priced = |e: usize| all || half_of(e).is_none();
+            if gains.iter().any(|&(e, c, _)| priced(e) && req[c][r] <= 0.0) {
+                return false;
+            }
+            let mu = gains
+                .iter()
+                .filter(|&&(e, _, _)| priced(e))
+                .map(|&(_, c, g)| g / req[c][r])
+                .fold(0.0, f64::max);
+            let mut rho = vec![0.0_f64; col.halves.len()];
+            for &(e, c, g) in &gains {
+                let left = g - req[c][r] * mu;
+                if left > 0.0 {
+                    match half_of(e) {
+                        Some(h) => rho[h] = rho[h].max(left),
+                        None => return false,
+                    }
+                }
+            }
+            alloc * mu + rho.iter().sum::<f64>() <= budget
+        })
     })
 }
 
 /// The restricted dual's answer: `pi` per class, `mu` per row and
-/// resource, `lambda` per cover row.
-type Duals = (Vec<f64>, Vec<Vec<f64>>, Vec<f64>);
+/// resource, `lambda` per cover row, `rho` per row and half row.
+type Duals = (Vec<f64>, Vec<Vec<f64>>, Vec<f64>, Vec<Vec<f64>>);
 
 /// Solves the restricted dual over `rows`: `pi` per class, `mu` per row
 /// and resource, and `lambda` per cover row.
@@ -480,6 +528,16 @@ fn solve_dual(
                 .collect()
         })
         .collect();
+    let rho: Vec<Vec<_>> = rows
+        .iter()
+        .map(|&x| {
+            cols[x]
+                .halves
+                .iter()
+                .map(|_| vars.add(variable().min(0.0)))
+                .collect()
+        })
+        .collect();
     let objective: Expression = pi
         .iter()
         .zip(demand)
@@ -491,7 +549,7 @@ fn solve_dual(
             .filter_map(|(l, w)| l.map(|l| l * *w))
             .sum::<Expression>();
     let mut problem = vars.maximise(objective).using(microlp);
-    for (&x, m) in rows.iter().zip(&mu) {
+    for ((&x, m), h) in rows.iter().zip(&mu).zip(&rho) {
         let col = &cols[x];
         let used: Expression = m
             .iter()
@@ -502,14 +560,22 @@ fn solve_dual(
                 .covers
                 .iter()
                 .filter_map(|&k| lambda[k].map(|l| l * col.price))
-                .sum::<Expression>();
+                .sum::<Expression>()
+            + h.iter().copied().sum::<Expression>();
         problem.add_constraint(constraint!(used <= col.node));
-        for &(c, cost) in &col.pods {
+        for (e, &(c, cost)) in col.pods.iter().enumerate() {
             let covered: Expression = m
                 .iter()
                 .zip(&req[c])
                 .filter_map(|(u, q)| u.map(|u| u * *q))
-                .sum();
+                .sum::<Expression>()
+                + col
+                    .halves
+                    .iter()
+                    .zip(h)
+                    .filter(|(set, _)| set.contains(&e))
+                    .map(|(_, v)| *v)
+                    .sum::<Expression>();
             problem.add_constraint(constraint!(pi[c] - covered <= cost));
         }
     }
@@ -526,6 +592,9 @@ fn solve_dual(
         lambda
             .iter()
             .map(|l| l.map_or(0.0, |l| s.value(l).max(0.0)))
+            .collect(),
+        rho.iter()
+            .map(|h| h.iter().map(|v| s.value(*v).max(0.0)).collect())
             .collect(),
     ))
 }
