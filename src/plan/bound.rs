@@ -12,8 +12,12 @@
 //!   generation (the dual view of column generation): the restricted dual over
 //!   a few candidates per class is solved, every other candidate is priced
 //!   out with the demand rows' duals `pi`, candidates that could improve are
-//!   added, until none can. The final `pi` is dual feasible for the full LP,
-//!   so `sum pods(c) * pi[c]` is a lower bound by weak duality;
+//!   added, until none can. The final duals are feasible for the full LP,
+//!   so their objective is a lower bound by weak duality. Beside demand and
+//!   capacity, the LP has rows every integral plan keeps: cover rows (the
+//!   last node a class or a zone's pinned pods needs whole, `bound::cover`) and
+//!   half rows (one pod per node among classes that each take over half of
+//!   a resource);
 //! - per class, the cheapest whole nodes that hold its pods alone (small
 //!   classes only): every plan pays at least that for the nodes holding them.
 //!
@@ -335,11 +339,15 @@ fn whole_nodes(input: &Input, class: &Class, cands: &[Candidate]) -> f64 {
 /// integral plan; they put back what the LP's fractional nodes miss when a
 /// demand's last node is not full and nothing else can fill it.
 ///
+/// It also has the half rows of each candidate (see [`Col::halves`]):
+/// `sum_{c in h} y[c,o] <= n[o]`.
+///
 /// Dual (demand rows are equalities: every pod is placed once): maximise
-/// `sum d[c] pi[c] + sum cover[k] lambda[k]` over free `pi`, `mu >= 0` and
-/// `lambda >= 0` subject to, for every candidate `o`, `sum_r alloc[o,r]
-/// mu[o,r] + price[o] sum_{k it counts in} lambda[k] <= node[o]` and, for
-/// every class `c` it takes, `pi[c] - sum_r req[c,r] mu[o,r] <= cost[c,o]`.
+/// `sum d[c] pi[c] + sum cover[k] lambda[k]` over free `pi`, `mu >= 0`,
+/// `lambda >= 0` and `rho >= 0` subject to, for every candidate `o`,
+/// `sum_r alloc[o,r] mu[o,r] + price[o] sum_{k it counts in} lambda[k] +
+/// sum_h rho[o,h] <= node[o]` and, for every class `c` it takes, `pi[c] -
+/// sum_r req[c,r] mu[o,r] - sum_{h holding c} rho[o,h] <= cost[c,o]`.
 fn lp_bound(
     classes: &[Class],
     (resources, scale): (&[String], &[f64]),
@@ -441,10 +449,10 @@ fn lambda_share(col: &Col, lambda: &[f64]) -> f64 {
 }
 
 /// Whether column `col` cannot improve the LP at duals `pi` and `lambda`:
-/// some `mu >= 0` with `alloc . mu <= node - price sum lambda` covers every
-/// class's `pi - cost`. Checked with a relaxation (one resource at a time
-/// bounds what a node can hold), so a `false` may be pessimistic; a `true`
-/// is exact.
+/// some `mu >= 0` and `rho >= 0` with `alloc . mu + sum rho <= node -
+/// price sum lambda` cover every class's `pi - cost` (`req . mu` plus the
+/// `rho` of its half rows). Checked with certificates that price one
+/// resource at a time, so a `false` may be pessimistic; a `true` is exact.
 fn priced_out(col: &Col, pi: &[f64], lambda: &[f64], req: &[Vec<f64>]) -> bool {
     let budget = col.node - lambda_share(col, lambda);
     if budget < 0.0 {
@@ -497,7 +505,7 @@ fn priced_out(col: &Col, pi: &[f64], lambda: &[f64], req: &[Vec<f64>]) -> bool {
 type Duals = (Vec<f64>, Vec<Vec<f64>>, Vec<f64>, Vec<Vec<f64>>);
 
 /// Solves the restricted dual over `rows`: `pi` per class, `mu` per row
-/// and resource, and `lambda` per cover row.
+/// and resource, `lambda` per cover row and `rho` per row and half row.
 fn solve_dual(
     req: &[Vec<f64>],
     demand: &[f64],

@@ -361,7 +361,8 @@ pub fn plan(input: &Input, opts: &Options, clock: &dyn Fn() -> f64) -> Plan {
 /// pods on a p4de and eleven on a p5 where one p4de holds all 22). Dearest
 /// nodes first (ties: later first), each dropped when all its pods fit, first
 /// fit, on other nodes of the same pool and capacity type (the same zone for
-/// gang members and zone-spread pods); spot nodes of a pool with a share
+/// gang members, and for zone-spread pods unless [`Spread`] lets them move
+/// without breaking their skew); spot nodes of a pool with a share
 /// limit stay, and so does a node whose price is no more than what its pods'
 /// expected interruptions would cost more where they move (CPU pods on a
 /// cheap CPU node beside a spot GPU node that is often reclaimed).
