@@ -56,6 +56,8 @@ struct Col {
     /// `(class, cost per pod)`: expected interruption cost minus the idle
     /// charge the pod's accelerators take off.
     pods: Vec<(usize, f64)>,
+    /// Per entry of `pods`, the whole pods of that class one node holds.
+    whole: Vec<u32>,
     /// Half rows: sets (indices into `pods`, two or more) of classes whose
     /// pods each take more than half of some resource of the node, so that
     /// one node holds at most one of their pods in all (`sum_{c in set}
@@ -111,8 +113,8 @@ pub fn lower_bound(input: &Input, placed: &[usize], opts: &Options) -> f64 {
         .unzip();
     let mut usable = vec![Vec::new(); classes.len()];
     for (&o, col) in at.iter().zip(&cols) {
-        for &(c, _) in &col.pods {
-            usable[c].push(o);
+        for (&(c, _), &k) in col.pods.iter().zip(&col.whole) {
+            usable[c].push((o, k));
         }
     }
     let covers = cover::covers(&classes, &cands, &usable);
@@ -232,11 +234,14 @@ fn column(
 ) -> Option<Col> {
     let aversion = input.pools[c.pool].risk_aversion;
     let idle_on = c.accelerator_units > 0;
-    let pods: Vec<(usize, f64)> = classes
+    let (pods, whole): (Vec<(usize, f64)>, Vec<u32>) = classes
         .iter()
         .enumerate()
-        .filter(|(_, class)| candidates::pods_per_node(class, c) > 0)
-        .map(|(ci, class)| {
+        .filter_map(|(ci, class)| {
+            let whole = candidates::pods_per_node(class, c);
+            (whole > 0).then_some((ci, class, whole))
+        })
+        .map(|(ci, class, whole)| {
             // Priced as `cost::node_cost` prices a pod.
             let k = super::cost::pods_like_it(&class.pod, c);
             let risk = pod_risk_cost(&class.exposure, c, k, aversion);
@@ -247,9 +252,9 @@ fn column(
                 }
                 _ => 0.0,
             };
-            (ci, risk - credit)
+            ((ci, risk - credit), whole)
         })
-        .collect();
+        .unzip();
     if pods.is_empty() {
         return None;
     }
@@ -271,6 +276,7 @@ fn column(
         node: c.price() * (1.0 + if idle_on { charge } else { 0.0 }),
         price: c.price(),
         covers: Vec::new(),
+        whole,
         alloc: resources
             .iter()
             .zip(scale)

@@ -15,7 +15,7 @@
 //!   most, the cheapest whole nodes whose capacity of it covers their total
 //!   request. This is the last node of a zone's share of a spread class.
 
-use super::super::candidates::{self, Candidate};
+use super::super::candidates::Candidate;
 use super::super::classes::Class;
 use std::collections::BTreeMap;
 
@@ -34,20 +34,22 @@ pub(super) struct Cover {
 }
 
 /// The cover rows worth adding for `classes` over `cands`; `usable[c]`
-/// lists the candidates (indices into `cands`) that take pods of class `c`.
-pub(super) fn covers(classes: &[Class], cands: &[Candidate], usable: &[Vec<usize>]) -> Vec<Cover> {
+/// lists the candidates (indices into `cands`) that take pods of class `c`,
+/// each with how many of them one node holds.
+pub(super) fn covers(
+    classes: &[Class],
+    cands: &[Candidate],
+    usable: &[Vec<(usize, u32)>],
+) -> Vec<Cover> {
     let mut out = Vec::new();
     // Per class: its pods per node on each candidate.
     for (ci, class) in classes.iter().enumerate() {
         let options: Vec<(i64, f64)> = usable[ci]
             .iter()
-            .map(|&o| {
-                let k = candidates::pods_per_node(class, &cands[o]);
-                (i64::from(k), cands[o].price())
-            })
+            .map(|&(o, k)| (i64::from(k), cands[o].price()))
             .collect();
         let price = cheapest_cover(class.pods.len() as i64, &options);
-        if price > 0.0 {
+        if price > 0.0 && price.is_finite() {
             out.push(Cover {
                 classes: vec![ci],
                 price,
@@ -57,7 +59,9 @@ pub(super) fn covers(classes: &[Class], cands: &[Candidate], usable: &[Vec<usize
     // Per zone: the classes that can only be there.
     let mut by_zone: BTreeMap<&str, Vec<usize>> = BTreeMap::new();
     for (ci, mine) in usable.iter().enumerate() {
-        let mut zones = mine.iter().map(|&o| cands[o].offering.zone_id.as_str());
+        let mut zones = mine
+            .iter()
+            .map(|&(o, _)| cands[o].offering.zone_id.as_str());
         if let Some(z) = zones.next() {
             if zones.all(|other| other == z) {
                 by_zone.entry(z).or_default().push(ci);
@@ -65,7 +69,10 @@ pub(super) fn covers(classes: &[Class], cands: &[Candidate], usable: &[Vec<usize
         }
     }
     for group in by_zone.into_values().filter(|g| g.len() > 1) {
-        let mut cols: Vec<usize> = group.iter().flat_map(|&c| usable[c].clone()).collect();
+        let mut cols: Vec<usize> = group
+            .iter()
+            .flat_map(|&c| usable[c].iter().map(|&(o, _)| o))
+            .collect();
         cols.sort_unstable();
         cols.dedup();
         let mut demand: BTreeMap<&str, i64> = BTreeMap::new();
@@ -91,7 +98,6 @@ pub(super) fn covers(classes: &[Class], cands: &[Candidate], usable: &[Vec<usize
             });
         }
     }
-    out.retain(|c| c.price.is_finite());
     out
 }
 
