@@ -464,6 +464,15 @@ fn spot_training_on_the_calibrated_market_is_interrupted_yet_cheaper_than_greedy
     for run in &report.runs {
         let s = |n: &str| &run.strategies[n];
         let (qm, od) = (s("quartermaster"), s("on-demand"));
+        for r in run.strategies.values() {
+            assert_lost_work_by_shape_adds_up(r);
+        }
+        assert!(
+            qm.lost_by_shape["8 GPUs, gang of 4"].interruptions > 0,
+            "seed {}: a reclaim stops gangs of 8-GPU pods too: {:?}",
+            run.seed,
+            qm.lost_by_shape.keys()
+        );
         assert!(
             qm.interruptions > 0,
             "seed {}: the market reclaims",
@@ -506,6 +515,39 @@ fn spot_training_on_the_calibrated_market_is_interrupted_yet_cheaper_than_greedy
         mean("quartermaster", seeds::p95_slowdown),
         mean("greedy", seeds::p95_slowdown)
     );
+}
+
+/// The per-shape breakdown of lost work covers every job once: its jobs,
+/// lost GPU-hours (and their causes) and interruptions add up to the
+/// strategy's totals.
+fn assert_lost_work_by_shape_adds_up(r: &quartermaster::sim::result::StrategyResult) {
+    let shapes = r.lost_by_shape.values();
+    let jobs: u32 = shapes.clone().map(|s| s.jobs).sum();
+    let stops: u32 = shapes.clone().map(|s| s.interruptions).sum();
+    let lost: f64 = shapes.clone().map(|s| s.lost_gpu_hours).sum();
+    let rework: f64 = shapes.clone().map(|s| s.lost_gpu_hours_by.rework).sum();
+    assert_eq!(jobs, r.jobs_total);
+    assert_eq!(stops, r.interruptions);
+    assert!(
+        (lost - r.lost_gpu_hours).abs() < 1e-6 * (1.0 + lost),
+        "{lost} vs {}",
+        r.lost_gpu_hours
+    );
+    let total_rework = r.lost_gpu_hours_by.rework;
+    assert!(
+        (rework - total_rework).abs() < 1e-6 * (1.0 + rework),
+        "{rework} vs {total_rework}"
+    );
+    for (name, s) in &r.lost_by_shape {
+        assert!(
+            s.work_gpu_hours > 0.0 || name.starts_with("no GPU"),
+            "{name}: {s:?}"
+        );
+        assert!(
+            s.lost_gpu_hours <= s.work_gpu_hours + 1e-9 || s.interruptions > 0,
+            "{name}: {s:?}"
+        );
+    }
 }
 
 /// Issue 11's targets for `spot-trace-replay.yaml`, the spot-training week

@@ -150,6 +150,7 @@ fn strategy_json(report: &SimReport, r: &StrategyResult) -> Value {
         "gpu_hours": r.gpu_hours,
         "lost_gpu_hours": r.lost_gpu_hours,
         "lost_gpu_hours_by": r.lost_gpu_hours_by,
+        "lost_gpu_hours_by_shape": by_shape(r),
         "provisioned_gpu_hours": r.provisioned_gpu_hours,
         "mean_pending_s": r.mean_pending_s,
         "p95_pending_s": r.p95_pending_s,
@@ -171,6 +172,29 @@ fn strategy_json(report: &SimReport, r: &StrategyResult) -> Value {
         "unfinished": unfinished,
         "unfinished_count": r.unfinished.len(),
     })
+}
+
+/// `lost_gpu_hours_by_shape`: per job shape its jobs, work, lost GPU-hours
+/// (with causes), interruptions and lost share of its work (`null` without
+/// work).
+fn by_shape(r: &StrategyResult) -> Value {
+    let shapes: serde_json::Map<String, Value> = r
+        .lost_by_shape
+        .iter()
+        .map(|(name, s)| {
+            let share = (s.work_gpu_hours > 0.0).then(|| s.lost_gpu_hours / s.work_gpu_hours);
+            let v = json!({
+                "jobs": s.jobs,
+                "work_gpu_hours": s.work_gpu_hours,
+                "lost_gpu_hours": s.lost_gpu_hours,
+                "lost_gpu_hours_by": s.lost_gpu_hours_by,
+                "lost_share": share,
+                "interruptions": s.interruptions,
+            });
+            (name.clone(), v)
+        })
+        .collect();
+    Value::Object(shapes)
 }
 
 /// Every unfinished job of every strategy, one row each:
@@ -322,6 +346,22 @@ pub(crate) mod fixtures {
                 restarts: 0.25,
                 checkpoint_pauses: 0.25,
             },
+            lost_by_shape: [(
+                crate::sim::result::shape_name(8.0, 4),
+                crate::sim::result::ShapeLoss {
+                    jobs: 4,
+                    work_gpu_hours: 8.0,
+                    lost_gpu_hours: 1.0,
+                    lost_gpu_hours_by: crate::sim::jobs::LostBy {
+                        rework: 0.5,
+                        restarts: 0.25,
+                        checkpoint_pauses: 0.25,
+                    },
+                    interruptions: 3,
+                },
+            )]
+            .into_iter()
+            .collect(),
             provisioned_gpu_hours: 20.0,
             mean_pending_s: 90.0,
             p95_pending_s: 7200.0,
@@ -495,6 +535,12 @@ mod tests {
         assert_eq!(qm["lost_gpu_hours_by"]["rework"], 0.5);
         assert_eq!(qm["lost_gpu_hours_by"]["restarts"], 0.25);
         assert_eq!(qm["lost_gpu_hours_by"]["checkpoint_pauses"], 0.25);
+        let gang = &qm["lost_gpu_hours_by_shape"]["8 GPUs, gang of 4"];
+        assert_eq!(gang["jobs"], 4);
+        assert_eq!(gang["lost_gpu_hours"], 1.0);
+        assert_eq!(gang["lost_share"], 0.125);
+        assert_eq!(gang["lost_gpu_hours_by"]["rework"], 0.5);
+        assert_eq!(gang["interruptions"], 3);
         let greedy = &v["strategies"]["greedy"];
         assert_eq!(greedy["unfinished_count"], 7);
         assert_eq!(greedy["unfinished"][6]["job"], "train-6");

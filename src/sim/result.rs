@@ -42,6 +42,48 @@ pub struct Unfinished {
     pub reason: String,
 }
 
+/// Lost work of the jobs of one shape (GPUs per pod and gang size), so a
+/// user sees which jobs lose it: a reclaim stops a whole gang, and a big
+/// pod's checkpoint may not fit the notice.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize)]
+pub struct ShapeLoss {
+    /// Jobs (pods) of this shape.
+    pub jobs: u32,
+    /// GPU-hours of work they ask for (their run times, finished or not).
+    pub work_gpu_hours: f64,
+    /// GPU-hours of their work lost.
+    pub lost_gpu_hours: f64,
+    /// The same by cause.
+    pub lost_gpu_hours_by: super::jobs::LostBy,
+    /// Times one of them stopped running (its node went, it was evicted, or
+    /// another member of its gang stopped).
+    pub interruptions: u32,
+}
+
+/// The name of a job shape: its GPUs per pod (`"no GPU"`, `"0.5 GPU"`,
+/// `"1 GPU"`, `"8 GPUs"`), and `", gang of N"` for a gang's members.
+///
+/// ```
+/// use quartermaster::sim::result::shape_name;
+/// assert_eq!(shape_name(8.0, 4), "8 GPUs, gang of 4");
+/// assert_eq!(shape_name(0.5, 1), "0.5 GPU");
+/// assert_eq!(shape_name(0.0, 1), "no GPU");
+/// ```
+pub fn shape_name(gpus: f64, gang: u32) -> String {
+    let gpus = if gpus <= 0.0 {
+        "no GPU".to_string()
+    } else if gpus <= 1.0 {
+        format!("{gpus} GPU")
+    } else {
+        format!("{gpus} GPUs")
+    };
+    if gang > 1 {
+        format!("{gpus}, gang of {gang}")
+    } else {
+        gpus
+    }
+}
+
 /// The outcome of one strategy.
 #[derive(Debug, Clone, Default, PartialEq, Serialize)]
 pub struct StrategyResult {
@@ -55,6 +97,8 @@ pub struct StrategyResult {
     pub lost_gpu_hours: f64,
     /// `lost_gpu_hours` by cause.
     pub lost_gpu_hours_by: super::jobs::LostBy,
+    /// `lost_gpu_hours` by job shape ([`shape_name`]).
+    pub lost_by_shape: BTreeMap<String, ShapeLoss>,
     /// GPU-hours of nodes alive (provisioned).
     pub provisioned_gpu_hours: f64,
     /// Mean seconds a job waited for a node (over all its waits).
