@@ -14,16 +14,7 @@ fn bench(c: &mut Criterion) {
     group.sample_size(10);
     for n in [500, 2000] {
         let pods = workload::pods(n, 1);
-        let input = Input {
-            catalog: &catalog,
-            region: "us-east-1",
-            pools: &pools,
-            nodes: &[],
-            pods: &pods,
-            unavailable: &|_| false,
-            learned_rate: None,
-            now: None,
-        };
+        let input = Input::offline(&catalog, "us-east-1", &pools, &pods);
         for strategy in [Strategy::Mip, Strategy::Greedy] {
             group.bench_with_input(
                 BenchmarkId::new(format!("{strategy:?}").to_lowercase(), n),

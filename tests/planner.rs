@@ -57,14 +57,8 @@ fn input<'a>(
     learned_rate: Option<&'a plan::RateFn<'a>>,
 ) -> Input<'a> {
     Input {
-        catalog: catalog(),
-        region: REGION,
-        pools,
-        nodes,
-        pods,
-        unavailable: &|_| false,
         learned_rate,
-        now: None,
+        ..Input::offline(catalog(), REGION, pools, pods).with_nodes(nodes)
     }
 }
 

@@ -113,16 +113,7 @@ fn every_pod_is_placed_once_or_explained_and_limits_hold() {
             }
         }
         let pods = workload::pods(rng.random_range(20..=300), seed);
-        let input = Input {
-            catalog: &catalog,
-            region: "us-east-1",
-            pools: &pools,
-            nodes: &[],
-            pods: &pods,
-            unavailable: &|_| false,
-            learned_rate: None,
-            now: None,
-        };
+        let input = Input::offline(&catalog, "us-east-1", &pools, &pods);
         for strategy in [Strategy::Mip, Strategy::Greedy] {
             let p = plan::plan(&input, strategy, &Options::default(), &|| 0.0);
             check(&p, &input, &format!("seed {seed} {strategy:?}"));

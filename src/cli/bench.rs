@@ -166,16 +166,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     }
     let pools = workload::pools();
     let pending = workload::pods(pods, seed);
-    let input = Input {
-        catalog: &catalog,
-        region: &region,
-        pools: &pools,
-        nodes: &[],
-        pods: &pending,
-        unavailable: &|_| false,
-        learned_rate: None,
-        now: None,
-    };
+    let input = Input::offline(&catalog, &region, &pools, &pending);
     let options = Options {
         lower_bound: true,
         ..Options::default()

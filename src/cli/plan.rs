@@ -104,16 +104,9 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         eprintln!("warning: {i}");
     }
 
-    let input = Input {
-        catalog: &catalog,
-        region: &args.region,
-        pools: &pools,
-        nodes: &nodes,
-        pods: &pods,
-        unavailable: &|_| false,
-        learned_rate: None,
-        now: Some(chrono::Utc::now()),
-    };
+    let input = Input::offline(&catalog, &args.region, &pools, &pods)
+        .with_nodes(&nodes)
+        .at(chrono::Utc::now());
     let options = Options {
         time_limit: Duration::from_millis(args.time_limit_ms),
         lower_bound: true,

@@ -632,16 +632,7 @@ mod tests {
             max_skew: 1,
             selector: "app=web".into(),
         });
-        let input = Input {
-            catalog: &catalog,
-            region: "us-east-1",
-            pools: &pools,
-            nodes: &[],
-            pods: std::slice::from_ref(&pod),
-            unavailable: &|_| false,
-            learned_rate: None,
-            now: None,
-        };
+        let input = Input::offline(&catalog, "us-east-1", &pools, std::slice::from_ref(&pod));
         let cands = candidates::candidates(&input);
         let zones: BTreeSet<&str> = cands.iter().map(|c| c.offering.zone_id.as_str()).collect();
         assert!(zones.len() > 2);

@@ -435,16 +435,7 @@ mod tests {
     }
 
     fn input<'a>(catalog: &'a Catalog, pools: &'a [Pool]) -> Input<'a> {
-        Input {
-            catalog,
-            region: "us-east-1",
-            pools,
-            nodes: &[],
-            pods: &[],
-            unavailable: &|_| false,
-            learned_rate: None,
-            now: None,
-        }
+        Input::offline(catalog, "us-east-1", pools, &[])
     }
 
     fn cands(catalog: &Catalog, pools: &[Pool], pod: &Pod) -> Vec<Candidate> {

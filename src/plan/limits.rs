@@ -184,16 +184,7 @@ mod tests {
 
     fn budgets_of(pool: Pool, nodes: &[NodeState]) -> Vec<Budget> {
         let catalog = Catalog::default();
-        budgets(&Input {
-            catalog: &catalog,
-            region: "us-east-1",
-            pools: &[pool],
-            nodes,
-            pods: &[],
-            unavailable: &|_| false,
-            learned_rate: None,
-            now: None,
-        })
+        budgets(&Input::offline(&catalog, "us-east-1", &[pool], &[]).with_nodes(nodes))
     }
 
     #[test]
@@ -306,16 +297,9 @@ mod tests {
             nodes: &[NodeState],
             s: Strategy,
         ) -> Plan {
-            let input = Input {
-                catalog,
-                region: "us-east-1",
-                pools,
-                nodes,
-                pods,
-                unavailable: &|_| false,
-                learned_rate: None,
-                now: Some(now()),
-            };
+            let input = Input::offline(catalog, "us-east-1", pools, pods)
+                .with_nodes(nodes)
+                .at(now());
             plan::plan(&input, s, &Options::default(), &|| 0.0)
         }
 
@@ -449,16 +433,8 @@ mod tests {
         #[test]
         fn a_rounded_lp_keeps_an_efa_gang_on_one_instance_type() {
             let (catalog, gang) = (efa_catalog(), efa_gang());
-            let input = Input {
-                catalog: &catalog,
-                region: "us-east-1",
-                pools: &[pool()],
-                nodes: &[],
-                pods: &gang,
-                unavailable: &|_| false,
-                learned_rate: None,
-                now: Some(now()),
-            };
+            let pools = [pool()];
+            let input = Input::offline(&catalog, "us-east-1", &pools, &gang).at(now());
             // No branching: the LP relaxation, rounded, as in the simulator
             // and for large models. Its gang-type choice is fractional.
             let opts = Options {
@@ -505,16 +481,7 @@ mod tests {
             other.name = "other".into();
             let p = run(&catalog, &[pool(), other], &pods(2), &[], Strategy::Mip);
             assert_eq!(count(&p, CapacityType::Reserved), 1, "{:?}", p.nodes);
-            let input = Input {
-                catalog: &catalog,
-                region: "us-east-1",
-                pools: &[],
-                nodes: &[],
-                pods: &[],
-                unavailable: &|_| false,
-                learned_rate: None,
-                now: None,
-            };
+            let input = Input::offline(&catalog, "us-east-1", &[], &[]);
             assert_eq!(
                 ReservedLeft::of(&input).iter().collect::<Vec<_>>(),
                 [("cr-1", 1.0)]

@@ -1732,16 +1732,7 @@ mod tests {
             pod("x-5", false),  // 9: az3
             pod("web-4", true), // 10: az3, alone
         ];
-        let input = Input {
-            catalog: &catalog,
-            region: "us-east-1",
-            pools: &pools,
-            nodes: &[],
-            pods: &pods,
-            unavailable: &|_| false,
-            learned_rate: None,
-            now: None,
-        };
+        let input = Input::offline(&catalog, "us-east-1", &pools, &pods);
         let cands = candidates::candidates(&input);
         // The first three zones offering on-demand m6i.4xlarge.
         let at: Vec<usize> = (0..cands.len())

@@ -113,6 +113,50 @@ pub struct Input<'a> {
     pub now: Option<chrono::DateTime<chrono::Utc>>,
 }
 
+/// Every offering available: the default of [`Input::offline`].
+fn never_unavailable(_: &Offering) -> bool {
+    false
+}
+
+impl<'a> Input<'a> {
+    /// An input that plans `pods` from scratch, as `plan`, `bench` and the
+    /// simulator's bound do: no existing nodes, every offering available,
+    /// the catalog's interruption rates, and no clock (deadlines are not
+    /// read). [`Input::with_nodes`] and [`Input::at`] add the rest.
+    pub fn offline(
+        catalog: &'a Catalog,
+        region: &'a str,
+        pools: &'a [Pool],
+        pods: &'a [Pod],
+    ) -> Input<'a> {
+        Input {
+            catalog,
+            region,
+            pools,
+            nodes: &[],
+            pods,
+            unavailable: &never_unavailable,
+            learned_rate: None,
+            now: None,
+        }
+    }
+
+    /// The same input with existing nodes and in-flight claims, whose room
+    /// is used before anything is launched.
+    pub fn with_nodes(self, nodes: &'a [NodeState]) -> Input<'a> {
+        Input { nodes, ..self }
+    }
+
+    /// The same input planned at `now`, so that pods with a deadline leave
+    /// spot when their slack runs out.
+    pub fn at(self, now: chrono::DateTime<chrono::Utc>) -> Input<'a> {
+        Input {
+            now: Some(now),
+            ..self
+        }
+    }
+}
+
 /// A node to launch.
 #[derive(Debug, Clone, Serialize)]
 pub struct PlannedNode {

@@ -296,16 +296,7 @@ fn pool_candidates(catalog: &Catalog, region: &str, node_pools: &[NodePool]) -> 
         .iter()
         .filter_map(|p| crate::cluster::Pool::from_api(p, Resources::new()).ok())
         .collect();
-    let input = Input {
-        catalog,
-        region,
-        pools: &pools,
-        nodes: &[],
-        pods: &[],
-        unavailable: &|_| false,
-        learned_rate: None,
-        now: None,
-    };
+    let input = Input::offline(catalog, region, &pools, &[]);
     candidates(&input)
 }
 

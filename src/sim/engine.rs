@@ -973,16 +973,7 @@ impl<'a> Engine<'a> {
             .iter()
             .filter_map(|p| crate::cluster::Pool::from_api(p, Resources::new()).ok())
             .collect();
-        let input = crate::plan::Input {
-            catalog: self.catalog,
-            region: self.region,
-            pools: &pools,
-            nodes: &[],
-            pods: &pods,
-            unavailable: &|_| false,
-            learned_rate: None,
-            now: None,
-        };
+        let input = crate::plan::Input::offline(self.catalog, self.region, &pools, &pods);
         crate::plan::plan(&input, Strategy::Greedy, &Default::default(), &|| 0.0)
             .unschedulable
             .into_iter()

@@ -44,16 +44,7 @@ pub struct Instance {
 impl Instance {
     /// The planner's input for this instance.
     pub fn input(&self) -> Input<'_> {
-        Input {
-            catalog: &self.catalog,
-            region: REGION,
-            pools: &self.pools,
-            nodes: &[],
-            pods: &self.pods,
-            unavailable: &|_| false,
-            learned_rate: None,
-            now: None,
-        }
+        Input::offline(&self.catalog, REGION, &self.pools, &self.pods)
     }
 }
 
@@ -218,16 +209,7 @@ pub fn instance(source: &Source, seed: u64) -> Instance {
     // At most twelve candidates (offerings as the pools launch them), so
     // that the exhaustive search stays quick.
     while offerings.len() > 1 {
-        let input = Input {
-            catalog: &catalog,
-            region: REGION,
-            pools: &pools,
-            nodes: &[],
-            pods: &[],
-            unavailable: &|_| false,
-            learned_rate: None,
-            now: None,
-        };
+        let input = Input::offline(&catalog, REGION, &pools, &[]);
         if candidates::candidates(&input).len() <= 12 {
             break;
         }
