@@ -76,6 +76,7 @@ pub fn table(report: &SimReport) -> String {
             q.pods
         );
     }
+    lost_by_shape(&mut out, report);
     unfinished(&mut out, report);
     prewarm(&mut out, report);
     drift(&mut out, report);
@@ -108,6 +109,51 @@ fn row(report: &SimReport, name: &str, r: &StrategyResult) -> Vec<String> {
         opt(r.p95_slowdown, |x| format!("{x:.2}")),
         format!("{}/{}", r.jobs_completed, r.jobs_total),
     ]
+}
+
+/// How many job shapes the table names per strategy that lost work.
+const SHAPES_SHOWN: usize = 3;
+
+/// Per strategy that lost work: the job shapes that lost the most, each
+/// with its lost GPU-hours and their share of the shape's work (the JSON's
+/// `lost_gpu_hours_by_shape` has them all).
+fn lost_by_shape(out: &mut String, report: &SimReport) {
+    let mut lines = Vec::new();
+    for (name, r) in ordered(report) {
+        let mut shapes: Vec<_> = r
+            .lost_by_shape
+            .iter()
+            .filter(|(_, s)| s.lost_gpu_hours >= 0.05)
+            .collect();
+        if shapes.is_empty() {
+            continue;
+        }
+        shapes.sort_by(|a, b| b.1.lost_gpu_hours.total_cmp(&a.1.lost_gpu_hours));
+        let parts: Vec<String> = shapes
+            .iter()
+            .take(SHAPES_SHOWN)
+            .map(|(shape, s)| {
+                let share = if s.work_gpu_hours > 0.0 {
+                    format!(" ({:.1}%)", 100.0 * s.lost_gpu_hours / s.work_gpu_hours)
+                } else {
+                    String::new()
+                };
+                format!("{shape}: {:.1}{share}", s.lost_gpu_hours)
+            })
+            .collect();
+        lines.push((name, parts.join("; ")));
+    }
+    let width = lines.iter().map(|(n, _)| n.len()).max().unwrap_or(0);
+    if !lines.is_empty() {
+        let _ = writeln!(
+            out,
+            "
+GPU-hours lost by job shape (share of that shape's work), the {SHAPES_SHOWN} largest:"
+        );
+        for (name, shapes) in lines {
+            let _ = writeln!(out, "  {name:<width$}  {shapes}");
+        }
+    }
 }
 
 /// Per strategy with unfinished jobs: a count and up to five examples.
@@ -327,6 +373,41 @@ mod tests {
         assert_eq!(
             second,
             "warning: GPU hint \"g2\" (3 pods) maps to no GPU we know"
+        );
+    }
+
+    #[test]
+    fn table_names_the_job_shapes_that_lost_the_most_work_for_strategies_that_lost_any() {
+        let mut r = report();
+        let t = table(&r);
+        assert!(
+            t.contains("\n  quartermaster  8 GPUs, gang of 4: 1.0 (12.5%)\n"),
+            "{t}"
+        );
+        let od = r.strategies.get_mut("on-demand").unwrap();
+        od.lost_by_shape.clear();
+        let qm = r.strategies.get_mut("quartermaster").unwrap();
+        for (i, lost) in [0.5, 3.0, 2.0, 0.0].into_iter().enumerate() {
+            let shape = crate::sim::result::ShapeLoss {
+                jobs: 1,
+                work_gpu_hours: 10.0,
+                lost_gpu_hours: lost,
+                ..Default::default()
+            };
+            qm.lost_by_shape.insert(
+                crate::sim::result::shape_name(f64::from(i as u8 + 1), 1),
+                shape,
+            );
+        }
+        let t = table(&r);
+        assert!(
+            t.contains("\n  quartermaster  2 GPUs: 3.0 (30.0%); 3 GPUs: 2.0 (20.0%); 8 GPUs, gang of 4: 1.0 (12.5%)\n"),
+            "the three largest, largest first: {t}"
+        );
+        assert!(!t.contains("  on-demand  "), "on-demand lost nothing: {t}");
+        assert!(
+            t.contains("\n  greedy         8 GPUs, gang of 4: 1.0"),
+            "names padded to the longest: {t}"
         );
     }
 
