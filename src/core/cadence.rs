@@ -25,7 +25,7 @@ use crate::catalog::market::PoolMarket;
 use crate::catalog::CapacityType;
 use crate::cluster::Pod;
 use crate::plan::risk;
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeMap;
 
 /// Seconds a requested checkpoint pauses training when the pod does not
 /// say (`quartermaster.dev/checkpoint-pause`): an asynchronous checkpoint
@@ -81,8 +81,11 @@ fn plus(t: Time, s: f64) -> Time {
 /// a pod falls due.
 #[derive(Debug, Default)]
 pub struct Cadence {
-    /// Pod → when its last cadence request was made.
-    requested: BTreeMap<String, Time>,
+    /// Pod → when its last cadence request was made, and the last round
+    /// that saw the pod still asked for (older entries are dropped).
+    requested: BTreeMap<String, (Time, u64)>,
+    /// Rounds of [`Cadence::decide`] so far.
+    round: u64,
     /// Spot pool markets, read from the catalog once each, and the
     /// catalog revision they were read from (a refreshed catalog, new
     /// prices or a new model, is read again).
@@ -100,11 +103,16 @@ impl Cadence {
             return 0.0;
         }
         let key = &node.offering;
-        let market = self
-            .markets
-            .entry(key.clone())
-            .or_insert_with(|| world.catalog.market(&key.instance_type, &key.zone));
-        market.hazard(hours(node.ready_at.unwrap_or(node.launched_at), now))
+        let age = hours(node.ready_at.unwrap_or(node.launched_at), now);
+        // Looked up before inserting: this runs for every spot node on
+        // every decision, and an entry would clone the key each time.
+        if let Some(market) = self.markets.get(key) {
+            return market.hazard(age);
+        }
+        let market = world.catalog.market(&key.instance_type, &key.zone);
+        let hazard = market.hazard(age);
+        self.markets.insert(key.clone(), market);
+        hazard
     }
 
     /// Checkpoint requests due at `now` (see the module doc). Nodes the
@@ -144,7 +152,8 @@ impl Cadence {
             .collect();
 
         let mut actions = Vec::new();
-        let mut present: BTreeSet<&str> = BTreeSet::new();
+        self.round = self.round.wrapping_add(1);
+        let round = self.round;
         self.next = None;
         for (k, n) in world.nodes.iter().enumerate() {
             if node_hazard[k] <= 0.0 || n.state.in_flight || n.state.unschedulable || busy(&n.claim)
@@ -168,10 +177,11 @@ impl Cadence {
                 if every > WORTH_IT * own {
                     continue;
                 }
-                present.insert(pod.name.as_str());
                 let start = b.started.or(n.ready_at).unwrap_or(n.launched_at);
                 let last = b.checkpoint_completed.map_or(start, |c| c.max(start));
-                if let Some(asked) = self.requested.get(&pod.name).copied() {
+                if let Some((asked, seen)) = self.requested.get_mut(&pod.name) {
+                    *seen = round;
+                    let asked = *asked;
                     if asked > last && seconds(asked, now) < write + ACK_SLACK_S {
                         // Still writing: look again when it should be done.
                         let again = plus(asked, write + ACK_SLACK_S);
@@ -181,7 +191,7 @@ impl Cadence {
                 }
                 let due = plus(last, every);
                 if due <= now {
-                    self.requested.insert(pod.name.clone(), now);
+                    self.requested.insert(pod.name.clone(), (now, round));
                     actions.push(Action::RequestCheckpoint {
                         pod: pod.name.clone(),
                         claim: n.claim.clone(),
@@ -194,7 +204,7 @@ impl Cadence {
                 }
             }
         }
-        self.requested.retain(|p, _| present.contains(p.as_str()));
+        self.requested.retain(|_, (_, seen)| *seen == round);
         actions
     }
 

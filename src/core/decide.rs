@@ -244,8 +244,16 @@ impl Core {
                 .find(|p| name(p) == n.nodepool)
                 .is_some_and(|p| prewarm::protects(p, now, leads[name(p)]).unwrap_or(false))
         };
-        let rates = self.learned_rates(world);
-        let learned = |o: &Offering| rates.get(&offering_key(o)).copied();
+        // Worked out only if consolidation prices a spot node: most rounds
+        // do not, and the posterior of every pool is not free.
+        let rates = std::cell::OnceCell::new();
+        let (learn, priors, estimator) = (self.config.learn_rates, &self.priors, &self.estimator);
+        let learned = |o: &Offering| {
+            rates
+                .get_or_init(|| learned_rates(learn, priors, estimator, world))
+                .get(&offering_key(o))
+                .copied()
+        };
         let ctx = consolidation::Context {
             interruptions: &self.interruptions,
             protected: &protected,
@@ -448,24 +456,40 @@ impl Core {
     /// Learned rates of the spot pools with evidence (empty when learning is
     /// off): the planner's and consolidation's override of advisor rates.
     fn learned_rates(&self, world: &World) -> BTreeMap<OfferingKey, f64> {
-        if !self.config.learn_rates {
-            return BTreeMap::new();
-        }
-        let mut cache = self.priors.borrow_mut();
-        if cache.0 != world.catalog.revision() {
-            *cache = (world.catalog.revision(), BTreeMap::new());
-        }
-        let priors = &mut cache.1;
-        self.estimator
-            .pools()
-            .map(|k| {
-                let prior = *priors.entry(k.clone()).or_insert_with(|| {
-                    super::estimator::prior_rate(world.catalog, world.region, k)
-                });
-                (k.clone(), self.estimator.posterior_from(k, prior).mean())
-            })
-            .collect()
+        learned_rates(
+            self.config.learn_rates,
+            &self.priors,
+            &self.estimator,
+            world,
+        )
     }
+}
+
+/// [`Core::learned_rates`] from the parts of the core it reads, so that a
+/// round can borrow them beside consolidation's own state.
+fn learned_rates(
+    learn: bool,
+    priors: &RefCell<(u64, BTreeMap<OfferingKey, f64>)>,
+    estimator: &super::estimator::InterruptionEstimator,
+    world: &World,
+) -> BTreeMap<OfferingKey, f64> {
+    if !learn {
+        return BTreeMap::new();
+    }
+    let mut cache = priors.borrow_mut();
+    if cache.0 != world.catalog.revision() {
+        *cache = (world.catalog.revision(), BTreeMap::new());
+    }
+    let priors = &mut cache.1;
+    estimator
+        .pools()
+        .map(|k| {
+            let prior = *priors
+                .entry(k.clone())
+                .or_insert_with(|| super::estimator::prior_rate(world.catalog, world.region, k));
+            (k.clone(), estimator.posterior_from(k, prior).mean())
+        })
+        .collect()
 }
 
 impl ManagedNode {

@@ -78,6 +78,10 @@ pub fn offering_key(o: &Offering) -> OfferingKey {
 /// handled are ignored by [`Interruptions::handle`], so EC2's warning and
 /// this backstop never drain a node twice.
 pub fn reservation_endings(world: &World, now: Time, lead: Duration) -> Vec<Notice> {
+    // Every decision asks: without reservations, no node needs a look.
+    if world.catalog.reservations().is_empty() {
+        return Vec::new();
+    }
     let horizon = after(now, lead);
     world
         .nodes
@@ -110,6 +114,9 @@ fn reservation_end(world: &World, n: &ManagedNode) -> Option<Time> {
 /// The next time a reservation of one of the world's nodes comes within
 /// `lead` of its end (for the drivers' timers), if any is still ahead.
 pub fn next_reservation_ending(world: &World, now: Time, lead: Duration) -> Option<Time> {
+    if world.catalog.reservations().is_empty() {
+        return None;
+    }
     world
         .nodes
         .iter()

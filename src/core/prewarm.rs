@@ -454,6 +454,10 @@ pub fn family_of(instance_type: &str) -> &str {
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct LaunchLatency {
     samples: BTreeMap<String, VecDeque<Duration>>,
+    /// The p90 of each family with enough samples, kept as they come:
+    /// the lead time is read on every decision, samples arrive once per
+    /// launch.
+    p90s: BTreeMap<String, Duration>,
 }
 
 impl LaunchLatency {
@@ -473,6 +477,12 @@ impl LaunchLatency {
             s.pop_front();
         }
         s.push_back(d);
+        if s.len() >= MIN_OBSERVATIONS {
+            let mut sorted: Vec<Duration> = s.iter().copied().collect();
+            sorted.sort_unstable();
+            let rank = (sorted.len() * 9).div_ceil(10);
+            self.p90s.insert(family.to_string(), sorted[rank - 1]);
+        }
     }
 
     /// Records a node's launch once it is Ready (nothing before).
@@ -495,15 +505,10 @@ impl LaunchLatency {
     /// launch-to-ready times, or [`default_launch_latency`] with fewer than
     /// [`MIN_OBSERVATIONS`].
     pub fn p90(&self, family: &str) -> Duration {
-        match self.samples.get(family) {
-            Some(s) if s.len() >= MIN_OBSERVATIONS => {
-                let mut sorted: Vec<Duration> = s.iter().copied().collect();
-                sorted.sort_unstable();
-                let rank = (sorted.len() * 9).div_ceil(10);
-                sorted[rank - 1]
-            }
-            _ => default_launch_latency(family),
-        }
+        self.p90s
+            .get(family)
+            .copied()
+            .unwrap_or_else(|| default_launch_latency(family))
     }
 
     /// The lead time for capacity of any of `families`: the largest p90, so

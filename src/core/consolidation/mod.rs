@@ -257,33 +257,32 @@ impl Consolidation {
                 o.pods.len() == real_pods(n).count()
                     && real_pods(n).all(|p| o.pods.binary_search(&p.name).is_ok())
             };
-            match self.observed.get_mut(&n.claim) {
-                Some(o) if same(o) => {}
-                Some(o) => {
+            let eligible_at = |since: Time| {
+                consolidate_after
+                    .iter()
+                    .find(|(name, _)| *name == n.nodepool)
+                    .and_then(|(_, after)| *after)
+                    .map(|d| after(since, d))
+            };
+            // One lookup for a node seen before (the common case).
+            if let Some(o) = self.observed.get_mut(&n.claim) {
+                if !same(o) {
                     o.pods = sorted_names(n);
                     o.since = now;
                 }
-                None => {
-                    self.observed.insert(
-                        n.claim.clone(),
-                        Observed {
-                            pods: sorted_names(n),
-                            since: now,
-                            eligible_at: None,
-                            round,
-                        },
-                    );
-                }
-            }
-            let Some(o) = self.observed.get_mut(&n.claim) else {
+                o.round = round;
+                o.eligible_at = eligible_at(o.since);
                 continue;
-            };
-            o.round = round;
-            o.eligible_at = consolidate_after
-                .iter()
-                .find(|(name, _)| *name == n.nodepool)
-                .and_then(|(_, after)| *after)
-                .map(|d| after(o.since, d));
+            }
+            self.observed.insert(
+                n.claim.clone(),
+                Observed {
+                    pods: sorted_names(n),
+                    since: now,
+                    eligible_at: eligible_at(now),
+                    round,
+                },
+            );
         }
         // Nodes gone or not Ready (any more) are forgotten.
         self.observed.retain(|_, o| o.round == round);
