@@ -8,6 +8,7 @@ mod terminal;
 
 pub use charts::write_charts;
 pub(crate) use terminal::columns;
+pub(crate) use terminal::shape_lines;
 pub use terminal::table;
 
 use super::result::{SimReport, StrategyResult};
@@ -177,7 +178,7 @@ fn strategy_json(report: &SimReport, r: &StrategyResult) -> Value {
 /// `lost_gpu_hours_by_shape`: per job shape its jobs, work, lost GPU-hours
 /// (with causes), interruptions and lost share of its work (`null` without
 /// work).
-fn by_shape(r: &StrategyResult) -> Value {
+pub(crate) fn by_shape(r: &StrategyResult) -> Value {
     let shapes: serde_json::Map<String, Value> = r
         .lost_by_shape
         .iter()

@@ -126,6 +126,24 @@ impl SeedsReport {
         )
     }
 
+    /// `strategy`'s lost work by job shape summed over the seeds (only
+    /// `lost_by_shape` is set): a shape's share of its work over every
+    /// seed, which one week's few gangs make noisy.
+    pub fn pooled_by_shape(&self, strategy: &str) -> StrategyResult {
+        let mut pooled = StrategyResult::default();
+        for r in self.runs.iter().filter_map(|r| r.strategies.get(strategy)) {
+            for (shape, s) in &r.lost_by_shape {
+                let p = pooled.lost_by_shape.entry(shape.clone()).or_default();
+                p.jobs += s.jobs;
+                p.work_gpu_hours += s.work_gpu_hours;
+                p.lost_gpu_hours += s.lost_gpu_hours;
+                p.lost_gpu_hours_by.add_scaled(&s.lost_gpu_hours_by, 1.0);
+                p.interruptions += s.interruptions;
+            }
+        }
+        pooled
+    }
+
     /// In how many seeds `a`'s `measure` is at most `b`'s, out of the seeds
     /// where both are defined.
     pub fn at_most(&self, a: &str, b: &str, measure: Measure) -> (usize, usize) {
@@ -243,6 +261,17 @@ pub fn table(report: &SeedsReport) -> String {
         };
         let _ = writeln!(out, "quartermaster {what} {other} in {wins} of {n} seeds");
     }
+    let pooled: Vec<(String, StrategyResult)> = report
+        .strategies()
+        .into_iter()
+        .map(|name| {
+            let r = report.pooled_by_shape(&name);
+            (name, r)
+        })
+        .collect();
+    let pooled: Vec<(&str, &StrategyResult)> =
+        pooled.iter().map(|(n, r)| (n.as_str(), r)).collect();
+    super::report::shape_lines(&mut out, ", summed over the seeds", &pooled);
     out
 }
 
@@ -254,10 +283,12 @@ pub fn summary_json(report: &SeedsReport) -> Value {
         .strategies()
         .into_iter()
         .map(|name| {
-            let measures: serde_json::Map<String, Value> = MEASURES
+            let mut measures: serde_json::Map<String, Value> = MEASURES
                 .iter()
                 .map(|(key, m)| (key.to_string(), Spread::json(report.spread(&name, *m))))
                 .collect();
+            let pooled = super::report::by_shape(&report.pooled_by_shape(&name));
+            measures.insert("lost_gpu_hours_by_shape".to_string(), pooled);
             (name, Value::Object(measures))
         })
         .collect();
@@ -301,6 +332,49 @@ mod tests {
             );
         }
         r
+    }
+
+    #[test]
+    fn lost_work_by_shape_is_summed_over_the_seeds_and_its_share_taken_of_the_sums() {
+        let mut report = two_seeds();
+        let gang = crate::sim::result::shape_name(8.0, 4);
+        for (run, (work, lost, stops)) in report
+            .runs
+            .iter_mut()
+            .zip([(100.0, 30.0, 3), (300.0, 10.0, 1)])
+        {
+            let qm = run.strategies.get_mut("quartermaster").unwrap();
+            qm.lost_by_shape.insert(
+                gang.clone(),
+                crate::sim::result::ShapeLoss {
+                    jobs: 4,
+                    work_gpu_hours: work,
+                    lost_gpu_hours: lost,
+                    interruptions: stops,
+                    ..Default::default()
+                },
+            );
+        }
+        let pooled = report.pooled_by_shape("quartermaster");
+        let g = &pooled.lost_by_shape[&gang];
+        assert_eq!(
+            (g.jobs, g.work_gpu_hours, g.lost_gpu_hours, g.interruptions),
+            (8, 400.0, 40.0, 4)
+        );
+        assert!(report.pooled_by_shape("greedy").lost_by_shape.is_empty());
+        let j = summary_json(&report);
+        let shape = &j["strategies"]["quartermaster"]["lost_gpu_hours_by_shape"][&gang];
+        assert_eq!(
+            shape["lost_share"], 0.1,
+            "40 of 400, not the mean of 30% and 3.3%"
+        );
+        assert_eq!(shape["jobs"], 8);
+        let t = table(&report);
+        assert!(
+            t.contains("summed over the seeds")
+                && t.contains("  quartermaster  8 GPUs, gang of 4: 40.0 (10.0%)"),
+            "{t}"
+        );
     }
 
     fn two_seeds() -> SeedsReport {

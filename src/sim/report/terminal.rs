@@ -118,8 +118,15 @@ const SHAPES_SHOWN: usize = 3;
 /// with its lost GPU-hours and their share of the shape's work (the JSON's
 /// `lost_gpu_hours_by_shape` has them all).
 fn lost_by_shape(out: &mut String, report: &SimReport) {
+    shape_lines(out, "", &ordered(report));
+}
+
+/// The lines of [`lost_by_shape`] for `results` (in that order), under a
+/// heading that says `over` after "GPU-hours lost by job shape"; nothing
+/// when none lost work. `simulate --seeds` uses it for sums over seeds.
+pub(crate) fn shape_lines(out: &mut String, over: &str, results: &[(&str, &StrategyResult)]) {
     let mut lines = Vec::new();
-    for (name, r) in ordered(report) {
+    for (name, r) in results {
         let mut shapes: Vec<_> = r
             .lost_by_shape
             .iter()
@@ -141,14 +148,13 @@ fn lost_by_shape(out: &mut String, report: &SimReport) {
                 format!("{shape}: {:.1}{share}", s.lost_gpu_hours)
             })
             .collect();
-        lines.push((name, parts.join("; ")));
+        lines.push((*name, parts.join("; ")));
     }
     let width = lines.iter().map(|(n, _)| n.len()).max().unwrap_or(0);
     if !lines.is_empty() {
         let _ = writeln!(
             out,
-            "
-GPU-hours lost by job shape (share of that shape's work), the {SHAPES_SHOWN} largest:"
+            "\nGPU-hours lost by job shape{over} (share of that shape's work), the {SHAPES_SHOWN} largest:"
         );
         for (name, shapes) in lines {
             let _ = writeln!(out, "  {name:<width$}  {shapes}");
