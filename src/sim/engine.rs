@@ -904,18 +904,19 @@ impl<'a> Engine<'a> {
                 .lost_gpu_hours_by
                 .add_scaled(&j.lost_by, j.gpus() / 3600.0);
             let gang = j.job.pod.group.as_ref().map_or(1, |g| g.min_member);
-            let shape = self
-                .result
+            let mut by = super::jobs::LostBy::default();
+            by.add_scaled(&j.lost_by, j.gpus() / 3600.0);
+            self.result
                 .lost_by_shape
                 .entry(super::result::shape_name(j.gpus(), gang))
-                .or_default();
-            shape.jobs += 1;
-            shape.work_gpu_hours += j.job.work_s / 3600.0 * j.gpus();
-            shape.lost_gpu_hours += j.lost_s / 3600.0 * j.gpus();
-            shape
-                .lost_gpu_hours_by
-                .add_scaled(&j.lost_by, j.gpus() / 3600.0);
-            shape.interruptions += j.interruptions;
+                .or_default()
+                .add(&super::result::ShapeLoss {
+                    jobs: 1,
+                    work_gpu_hours: j.job.work_s / 3600.0 * j.gpus(),
+                    lost_gpu_hours: j.lost_s / 3600.0 * j.gpus(),
+                    lost_gpu_hours_by: by,
+                    interruptions: j.interruptions,
+                });
         }
         waits.sort_by(f64::total_cmp);
         if !waits.is_empty() {

@@ -11,9 +11,9 @@ pub(crate) use terminal::columns;
 pub(crate) use terminal::shape_lines;
 pub use terminal::table;
 
-use super::result::{SimReport, StrategyResult};
+use super::result::{ShapeLoss, SimReport, StrategyResult};
 use serde_json::{json, Value};
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 
@@ -151,7 +151,7 @@ fn strategy_json(report: &SimReport, r: &StrategyResult) -> Value {
         "gpu_hours": r.gpu_hours,
         "lost_gpu_hours": r.lost_gpu_hours,
         "lost_gpu_hours_by": r.lost_gpu_hours_by,
-        "lost_gpu_hours_by_shape": by_shape(r),
+        "lost_gpu_hours_by_shape": by_shape(&r.lost_by_shape),
         "provisioned_gpu_hours": r.provisioned_gpu_hours,
         "mean_pending_s": r.mean_pending_s,
         "p95_pending_s": r.p95_pending_s,
@@ -178,18 +178,16 @@ fn strategy_json(report: &SimReport, r: &StrategyResult) -> Value {
 /// `lost_gpu_hours_by_shape`: per job shape its jobs, work, lost GPU-hours
 /// (with causes), interruptions and lost share of its work (`null` without
 /// work).
-pub(crate) fn by_shape(r: &StrategyResult) -> Value {
-    let shapes: serde_json::Map<String, Value> = r
-        .lost_by_shape
+pub(crate) fn by_shape(shapes: &BTreeMap<String, ShapeLoss>) -> Value {
+    let shapes: serde_json::Map<String, Value> = shapes
         .iter()
         .map(|(name, s)| {
-            let share = (s.work_gpu_hours > 0.0).then(|| s.lost_gpu_hours / s.work_gpu_hours);
             let v = json!({
                 "jobs": s.jobs,
                 "work_gpu_hours": s.work_gpu_hours,
                 "lost_gpu_hours": s.lost_gpu_hours,
                 "lost_gpu_hours_by": s.lost_gpu_hours_by,
-                "lost_share": share,
+                "lost_share": s.lost_share(),
                 "interruptions": s.interruptions,
             });
             (name.clone(), v)

@@ -60,6 +60,23 @@ pub struct ShapeLoss {
     pub interruptions: u32,
 }
 
+impl ShapeLoss {
+    /// Adds `other`'s jobs, work, losses and interruptions to these.
+    pub fn add(&mut self, other: &ShapeLoss) {
+        self.jobs += other.jobs;
+        self.work_gpu_hours += other.work_gpu_hours;
+        self.lost_gpu_hours += other.lost_gpu_hours;
+        self.lost_gpu_hours_by
+            .add_scaled(&other.lost_gpu_hours_by, 1.0);
+        self.interruptions += other.interruptions;
+    }
+
+    /// Lost GPU-hours over the work's GPU-hours; `None` without work.
+    pub fn lost_share(&self) -> Option<f64> {
+        (self.work_gpu_hours > 0.0).then(|| self.lost_gpu_hours / self.work_gpu_hours)
+    }
+}
+
 /// The name of a job shape: its GPUs per pod (`"no GPU"`, `"0.5 GPU"`,
 /// `"1 GPU"`, `"8 GPUs"`), and `", gang of N"` for a gang's members.
 ///

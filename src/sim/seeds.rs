@@ -6,8 +6,9 @@
 //! [`SimReport`]s and renders as a table and JSON.
 
 use super::report::{ordered, ratio_to_on_demand};
-use super::result::{SimReport, StrategyResult};
+use super::result::{ShapeLoss, SimReport, StrategyResult};
 use serde_json::{json, Value};
+use std::collections::BTreeMap;
 use std::fmt::Write as _;
 
 /// Mean, least and greatest of one measure over the seeds where it is
@@ -126,19 +127,14 @@ impl SeedsReport {
         )
     }
 
-    /// `strategy`'s lost work by job shape summed over the seeds (only
-    /// `lost_by_shape` is set): a shape's share of its work over every
-    /// seed, which one week's few gangs make noisy.
-    pub fn pooled_by_shape(&self, strategy: &str) -> StrategyResult {
-        let mut pooled = StrategyResult::default();
+    /// `strategy`'s lost work by job shape summed over the seeds: a shape's
+    /// share of its work over every seed, which one week's few gangs make
+    /// noisy.
+    pub fn pooled_by_shape(&self, strategy: &str) -> BTreeMap<String, ShapeLoss> {
+        let mut pooled: BTreeMap<String, ShapeLoss> = BTreeMap::new();
         for r in self.runs.iter().filter_map(|r| r.strategies.get(strategy)) {
             for (shape, s) in &r.lost_by_shape {
-                let p = pooled.lost_by_shape.entry(shape.clone()).or_default();
-                p.jobs += s.jobs;
-                p.work_gpu_hours += s.work_gpu_hours;
-                p.lost_gpu_hours += s.lost_gpu_hours;
-                p.lost_gpu_hours_by.add_scaled(&s.lost_gpu_hours_by, 1.0);
-                p.interruptions += s.interruptions;
+                pooled.entry(shape.clone()).or_default().add(s);
             }
         }
         pooled
@@ -261,16 +257,16 @@ pub fn table(report: &SeedsReport) -> String {
         };
         let _ = writeln!(out, "quartermaster {what} {other} in {wins} of {n} seeds");
     }
-    let pooled: Vec<(String, StrategyResult)> = report
+    let pooled: Vec<(String, BTreeMap<String, ShapeLoss>)> = report
         .strategies()
         .into_iter()
         .map(|name| {
-            let r = report.pooled_by_shape(&name);
-            (name, r)
+            let shapes = report.pooled_by_shape(&name);
+            (name, shapes)
         })
         .collect();
-    let pooled: Vec<(&str, &StrategyResult)> =
-        pooled.iter().map(|(n, r)| (n.as_str(), r)).collect();
+    let pooled: Vec<(&str, &BTreeMap<String, ShapeLoss>)> =
+        pooled.iter().map(|(n, s)| (n.as_str(), s)).collect();
     super::report::shape_lines(&mut out, ", summed over the seeds", &pooled);
     out
 }
@@ -356,12 +352,12 @@ mod tests {
             );
         }
         let pooled = report.pooled_by_shape("quartermaster");
-        let g = &pooled.lost_by_shape[&gang];
+        let g = &pooled[&gang];
         assert_eq!(
             (g.jobs, g.work_gpu_hours, g.lost_gpu_hours, g.interruptions),
             (8, 400.0, 40.0, 4)
         );
-        assert!(report.pooled_by_shape("greedy").lost_by_shape.is_empty());
+        assert!(report.pooled_by_shape("greedy").is_empty());
         let j = summary_json(&report);
         let shape = &j["strategies"]["quartermaster"]["lost_gpu_hours_by_shape"][&gang];
         assert_eq!(

@@ -2,7 +2,8 @@
 //! jobs and pre-warm readiness.
 
 use super::{ordered, ratio_to_lower_bound, ratio_to_on_demand};
-use crate::sim::result::{SimReport, StrategyResult};
+use crate::sim::result::{ShapeLoss, SimReport, StrategyResult};
+use std::collections::BTreeMap;
 use std::fmt::Write as _;
 
 /// How many unfinished jobs the table shows per strategy.
@@ -118,17 +119,25 @@ const SHAPES_SHOWN: usize = 3;
 /// with its lost GPU-hours and their share of the shape's work (the JSON's
 /// `lost_gpu_hours_by_shape` has them all).
 fn lost_by_shape(out: &mut String, report: &SimReport) {
-    shape_lines(out, "", &ordered(report));
+    let shapes: Vec<_> = ordered(report)
+        .into_iter()
+        .map(|(name, r)| (name, &r.lost_by_shape))
+        .collect();
+    shape_lines(out, "", &shapes);
 }
 
-/// The lines of [`lost_by_shape`] for `results` (in that order), under a
-/// heading that says `over` after "GPU-hours lost by job shape"; nothing
-/// when none lost work. `simulate --seeds` uses it for sums over seeds.
-pub(crate) fn shape_lines(out: &mut String, over: &str, results: &[(&str, &StrategyResult)]) {
+/// The lines of [`lost_by_shape`] for each strategy's shapes in `results`
+/// (in that order), under a heading that says `over` after "GPU-hours lost
+/// by job shape"; nothing when none lost work. `simulate --seeds` uses it
+/// for sums over seeds.
+pub(crate) fn shape_lines(
+    out: &mut String,
+    over: &str,
+    results: &[(&str, &BTreeMap<String, ShapeLoss>)],
+) {
     let mut lines = Vec::new();
-    for (name, r) in results {
-        let mut shapes: Vec<_> = r
-            .lost_by_shape
+    for (name, by_shape) in results {
+        let mut shapes: Vec<_> = by_shape
             .iter()
             .filter(|(_, s)| s.lost_gpu_hours >= 0.05)
             .collect();
@@ -140,11 +149,9 @@ pub(crate) fn shape_lines(out: &mut String, over: &str, results: &[(&str, &Strat
             .iter()
             .take(SHAPES_SHOWN)
             .map(|(shape, s)| {
-                let share = if s.work_gpu_hours > 0.0 {
-                    format!(" ({:.1}%)", 100.0 * s.lost_gpu_hours / s.work_gpu_hours)
-                } else {
-                    String::new()
-                };
+                let share = s
+                    .lost_share()
+                    .map_or(String::new(), |x| format!(" ({:.1}%)", 100.0 * x));
                 format!("{shape}: {:.1}{share}", s.lost_gpu_hours)
             })
             .collect();
