@@ -630,6 +630,7 @@ fn every_job_of_every_scenario_finishes_or_is_explained_and_costs_at_least_the_b
         let r = run(&format!("simulations/{name}"));
         assert!(r.lower_bound_cost > 0.0, "{name}: a bound");
         for (strategy, s) in &r.strategies {
+            assert_bill_adds_up(&format!("{name} {strategy}"), s);
             // The clairvoyant bound is a bound: nobody pays less.
             assert!(
                 s.total_cost >= r.lower_bound_cost,
@@ -661,6 +662,89 @@ fn every_job_of_every_scenario_finishes_or_is_explained_and_costs_at_least_the_b
             }
         }
     }
+}
+
+/// Where `s`'s bill went: no part is negative, and the parts add up to its
+/// cost; on-demand capacity is never interrupted, so loses no work.
+fn assert_bill_adds_up(what: &str, s: &quartermaster::sim::result::StrategyResult) {
+    let c = &s.cost_by;
+    for (part, x) in c.parts() {
+        assert!(x >= 0.0, "{what}: {part} {x}");
+    }
+    assert!(
+        (c.total() - s.total_cost).abs() <= 1e-6 * s.total_cost.max(1.0),
+        "{what}: parts {:?} sum to {} of {}",
+        c,
+        c.total(),
+        s.total_cost
+    );
+    assert_eq!(c.reserved_upfront, s.reserved_upfront_cost, "{what}");
+    if s.interruptions == 0 && s.checkpoints == 0 {
+        assert_eq!(c.lost_work, 0.0, "{what}");
+    }
+}
+
+/// One two-hour one-GPU job on one on-demand g5.4xlarge.
+const ONE_JOB: &str = r#"
+name: bill-test
+start: 2026-01-05T00:00:00Z
+duration: 6h
+seed: 3
+strategies: [on-demand]
+nodePools:
+- apiVersion: quartermaster.dev/v1alpha1
+  kind: NodePool
+  metadata: {name: train}
+  spec:
+    capacityTypes: [on-demand]
+    template:
+      spec:
+        taints: [{key: nvidia.com/gpu, effect: NoSchedule}]
+        requirements: [{key: node.kubernetes.io/instance-type, operator: In, values: [g5.4xlarge]}]
+    disruption: {consolidationPolicy: WhenEmpty, consolidateAfter: 10m}
+workloads:
+- training: {name: t, jobs: 1, perHour: 1, gpus: [1], runTime: {median: 2h, p90: 2h}}
+"#;
+
+#[test]
+fn the_bill_splits_into_the_jobs_work_at_spot_prices_the_on_demand_premium_boot_and_idle() {
+    let catalog = Catalog::embedded().unwrap();
+    let od = catalog.on_demand_price("us-east-1", "g5.4xlarge").unwrap();
+    let jobs = jobs_of(ONE_JOB);
+    assert_eq!(jobs.len(), 1);
+    let work_h = jobs[0].work_s / 3600.0;
+    let r = run_text(ONE_JOB, Path::new("."));
+    let s = &r.strategies["on-demand"];
+    assert_eq!(s.jobs_completed, 1);
+    assert_eq!(s.nodes_launched, 1);
+    assert_bill_adds_up("one job", s);
+    let c = &s.cost_by;
+    // The job held the node's only GPU for its run time: that is the work
+    // and its premium, at the on-demand price.
+    let held = od * work_h;
+    assert!(
+        (c.work + c.on_demand_premium - held).abs() < 1e-6,
+        "{c:?}: held ${held}"
+    );
+    // Its spot price is what the work costs without the premium: the spot
+    // price of g5.4xlarge in the node's zone, one of the region's.
+    let spot_share = c.work / held;
+    let spot_prices: Vec<f64> = catalog
+        .offerings_of("us-east-1", "g5.4xlarge")
+        .filter(|o| o.capacity_type == quartermaster::catalog::CapacityType::Spot)
+        .map(|o| o.price_per_hour / od)
+        .collect();
+    assert!(
+        spot_prices.iter().any(|p| (p - spot_share).abs() < 1e-9),
+        "{spot_share} not among {spot_prices:?}"
+    );
+    // The node boots, and waits idle for consolidateAfter once empty: both
+    // are paid for, and no more than the node's whole life beyond the job.
+    assert!(c.booting > 0.0, "{c:?}");
+    assert!(c.idle >= od * 10.0 / 60.0 - 1e-9, "{c:?}");
+    assert_eq!(c.lost_work, 0.0);
+    let beyond = s.total_cost - held;
+    assert!((c.booting + c.idle - beyond).abs() < 1e-6, "{c:?}");
 }
 
 /// Spot and on-demand on the calibrated market: one-GPU training jobs

@@ -142,6 +142,8 @@ pub struct Engine<'a> {
     image_releases: Vec<Time>,
     /// How many of them have been released.
     images_released: usize,
+    /// Each node's books, for where the bill went.
+    books: super::bill::Books,
 }
 
 impl<'a> Engine<'a> {
@@ -240,6 +242,7 @@ impl<'a> Engine<'a> {
             reservation_lead,
             image_releases: scenario.image_releases(),
             images_released: 0,
+            books: Default::default(),
         })
     }
 
@@ -316,11 +319,14 @@ impl<'a> Engine<'a> {
             }
             self.finishes.pop();
             if self.jobs[i].finish_time() == Some(t) {
+                let node = self.running_on(i);
                 self.release(i, t);
                 let lost_before = self.jobs[i].lost_s;
                 self.jobs[i].finish(t);
                 let job = &self.jobs[i];
-                self.lost_gpu_hours_so_far += (job.lost_s - lost_before) / 3600.0 * job.gpus();
+                let lost_s = job.lost_s - lost_before;
+                self.lost_gpu_hours_so_far += lost_s / 3600.0 * job.gpus();
+                self.book_lost(i, node.as_deref(), lost_s);
                 self.result.jobs_completed += 1;
             }
         }
@@ -459,6 +465,9 @@ impl<'a> Engine<'a> {
     fn on_cloud_event(&mut self, event: CloudEvent) {
         match event {
             CloudEvent::Ready { claim, at } => {
+                if let Some(book) = self.books.get_mut(&claim) {
+                    book.ready(at);
+                }
                 if let Some((n, _)) = self.nodes.get_mut(&claim) {
                     n.ready_at = Some(at);
                     n.state.in_flight = false;
@@ -483,6 +492,9 @@ impl<'a> Engine<'a> {
     }
 
     fn remove_node(&mut self, claim: &str, at: Time) {
+        if let Some(book) = self.books.get_mut(claim) {
+            book.gone(at);
+        }
         if let Some((node, extra)) = self.nodes.remove(claim) {
             self.result
                 .log
@@ -513,14 +525,18 @@ impl<'a> Engine<'a> {
                 node: node.clone(),
             };
             self.result.log.push((at, stopped));
+            let node = node.clone();
             self.detach(k);
-            self.result.gpu_hours +=
-                (at - since).num_seconds().max(0) as f64 / 3600.0 * self.jobs[k].gpus();
+            let held_s = (at - since).num_seconds().max(0) as f64;
+            self.result.gpu_hours += held_s / 3600.0 * self.jobs[k].gpus();
+            self.book_held(k, &node, held_s);
             let lost_before = self.jobs[k].lost_s;
             self.jobs[k].stop(at);
+            let lost_s = self.jobs[k].lost_s - lost_before;
+            self.book_lost(k, Some(&node), lost_s);
             let job = &mut self.jobs[k];
             self.interruptions_so_far += 1;
-            self.lost_gpu_hours_so_far += (job.lost_s - lost_before) / 3600.0 * job.gpus();
+            self.lost_gpu_hours_so_far += lost_s / 3600.0 * job.gpus();
             // The workload's expected run time is what is left of it (what
             // the planner's risk and deadline rules read).
             job.job.pod.expected_runtime_s = Some((job.job.work_s - job.saved_s).max(0.0));
@@ -535,10 +551,45 @@ impl<'a> Engine<'a> {
 
     /// Frees a job's room on its node (it finished or left).
     fn release(&mut self, i: usize, at: Time) {
-        if let Phase::Running { since, .. } = &self.jobs[i].phase {
-            self.result.gpu_hours +=
-                (at - *since).num_seconds().max(0) as f64 / 3600.0 * self.jobs[i].gpus();
+        if let Phase::Running { since, node, .. } = &self.jobs[i].phase {
+            let held_s = (at - *since).num_seconds().max(0) as f64;
+            let node = node.clone();
+            self.result.gpu_hours += held_s / 3600.0 * self.jobs[i].gpus();
+            self.book_held(i, &node, held_s);
             self.detach(i);
+        }
+    }
+
+    /// The claim job `i` runs on, if it runs.
+    fn running_on(&self, i: usize) -> Option<String> {
+        match &self.jobs[i].phase {
+            Phase::Running { node, .. } => Some(node.clone()),
+            _ => None,
+        }
+    }
+
+    /// Job `i`'s share of node `claim` (see [`super::bill::NodeBook::share`]).
+    fn share_of(&mut self, i: usize, claim: &str) -> Option<(f64, &mut super::bill::NodeBook)> {
+        let job = &self.jobs[i];
+        let (gpus, cpu) = (
+            job.gpus(),
+            job.job.pod.requests.get(crate::cluster::resources::CPU),
+        );
+        let book = self.books.get_mut(claim)?;
+        Some((book.share(gpus, cpu), book))
+    }
+
+    /// Job `i` held its share of node `claim` for `seconds`.
+    fn book_held(&mut self, i: usize, claim: &str, seconds: f64) {
+        if let Some((share, book)) = self.share_of(i, claim) {
+            book.held(share, seconds);
+        }
+    }
+
+    /// Job `i` lost `seconds` of work done on node `claim`.
+    fn book_lost(&mut self, i: usize, claim: Option<&str>, seconds: f64) {
+        if let Some((share, book)) = claim.and_then(|c| self.share_of(i, c)) {
+            book.lost(share, seconds);
         }
     }
 
@@ -579,8 +630,11 @@ impl<'a> Engine<'a> {
                         self.acks.push(Reverse((ack, i)));
                     }
                     // The pause puts its finish later, and counts as lost.
+                    let lost_s = self.jobs[i].lost_s - lost_before;
+                    let node = self.running_on(i);
+                    self.book_lost(i, node.as_deref(), lost_s);
                     let job = &self.jobs[i];
-                    self.lost_gpu_hours_so_far += (job.lost_s - lost_before) / 3600.0 * job.gpus();
+                    self.lost_gpu_hours_so_far += lost_s / 3600.0 * job.gpus();
                     if let Some(t) = job.finish_time() {
                         self.finishes.push(Reverse((t, i)));
                     }
@@ -617,6 +671,16 @@ impl<'a> Engine<'a> {
                         .and_then(|t| t.accelerator.as_ref())
                         .map_or(0.0, |a| a.count as f64);
                     self.result.nodes_launched += 1;
+                    let book = super::bill::NodeBook::new(
+                        self.catalog,
+                        self.region,
+                        &req.offering,
+                        req.price_per_hour,
+                        gpus,
+                        node.state.allocatable.get(crate::cluster::resources::CPU),
+                        now,
+                    );
+                    self.books.open(&req.claim, book);
                     self.nodes.insert(
                         node,
                         NodeExtra {
@@ -875,11 +939,19 @@ impl<'a> Engine<'a> {
             .filter(|&i| matches!(self.jobs[i].phase, Phase::Running { .. }))
             .collect();
         for i in running {
-            if let Phase::Running { since, .. } = self.jobs[i].phase {
-                self.result.gpu_hours +=
-                    (end - since).num_seconds().max(0) as f64 / 3600.0 * self.jobs[i].gpus();
+            if let Phase::Running {
+                since, ref node, ..
+            } = self.jobs[i].phase
+            {
+                let node = node.clone();
+                let held_s = (end - since).num_seconds().max(0) as f64;
+                self.result.gpu_hours += held_s / 3600.0 * self.jobs[i].gpus();
+                self.book_held(i, &node, held_s);
+                let lost_before = self.jobs[i].lost_s;
+                self.jobs[i].settle_restart(end);
+                let lost_s = self.jobs[i].lost_s - lost_before;
+                self.book_lost(i, Some(&node), lost_s);
             }
-            self.jobs[i].settle_restart(end);
         }
         for (n, extra) in self.nodes.iter() {
             let alive = (end - n.launched_at).num_seconds().max(0) as f64 / 3600.0;
@@ -887,7 +959,15 @@ impl<'a> Engine<'a> {
         }
         // Reservations are billed up front, used or not.
         self.result.reserved_upfront_cost = self.upfront;
-        self.result.total_cost = self.cloud.cost_so_far(end) + self.upfront;
+        let cloud_cost = self.cloud.cost_so_far(end);
+        self.result.total_cost = cloud_cost + self.upfront;
+        let cloud = &self.cloud;
+        self.result.cost_by = self.books.split(
+            |claim| cloud.cost_of(claim, end).unwrap_or(0.0),
+            cloud_cost,
+            self.upfront,
+            end,
+        );
         let mut waits: Vec<f64> = Vec::new();
         for j in &self.jobs {
             let mut w = j.waited_s;

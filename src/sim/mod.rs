@@ -2,6 +2,7 @@
 //! production, on a simulated cloud in virtual time, one run per strategy on
 //! the same jobs and the same random interruptions.
 
+pub mod bill;
 pub mod bound;
 pub mod engine;
 pub mod gpu_names;

@@ -165,6 +165,7 @@ fn strategy_json(report: &SimReport, r: &StrategyResult) -> Value {
         "ratio_to_lower_bound": ratio_to_lower_bound(report, r),
         "nodes_launched": r.nodes_launched,
         "reserved_upfront_cost": r.reserved_upfront_cost,
+        "cost_by": r.cost_by,
         "spot_notices": r.spot_notices,
         "drift_replacements": r.drift_replacements,
         "prewarm_ready": r.prewarm_ready.0,
@@ -329,7 +330,7 @@ fn write_file(path: &Path, bytes: &[u8]) -> Result<()> {
 pub(crate) mod fixtures {
     //! Hand-made reports for the rendering tests.
 
-    use crate::sim::result::{Sample, SimReport, StrategyResult, Unfinished};
+    use crate::sim::result::{CostBy, Sample, SimReport, StrategyResult, Unfinished};
     use std::collections::BTreeMap;
 
     /// A strategy result with the given cost and simple, checkable totals:
@@ -338,6 +339,12 @@ pub(crate) mod fixtures {
         StrategyResult {
             total_cost,
             reserved_upfront_cost: 0.0,
+            cost_by: CostBy {
+                work: total_cost * 0.5,
+                idle: total_cost * 0.25,
+                booting: total_cost * 0.25,
+                ..CostBy::default()
+            },
             gpu_hours: 10.0,
             lost_gpu_hours: 1.0,
             lost_gpu_hours_by: crate::sim::jobs::LostBy {
@@ -526,6 +533,8 @@ mod tests {
         assert_eq!(qm["gpu_utilisation"], 0.5);
         assert_eq!(qm["ratio_to_on_demand"], 0.35);
         assert_eq!(qm["ratio_to_lower_bound"], 1.4);
+        assert_eq!(qm["cost_by"]["work"], 17.5);
+        assert_eq!(qm["cost_by"]["booting"], 8.75);
         assert_eq!(qm["prewarm_ready"], 3);
         assert_eq!(qm["prewarm_windows"], 4);
         assert_eq!(qm["jobs_completed"], 4);

@@ -42,6 +42,47 @@ pub struct Unfinished {
     pub reason: String,
 }
 
+/// Where a strategy's bill went; the parts sum to its `total_cost`
+/// (`sim::bill`). Set beside the lower bound, which prices only `work` at
+/// the cheapest shares the pools allow, they say what the gap is made of.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize)]
+pub struct CostBy {
+    /// Capacity pods held for work they kept, on-demand priced as spot of
+    /// the same type and zone: the bound's counterpart.
+    pub work: f64,
+    /// On on-demand nodes, what that work paid above the spot price.
+    pub on_demand_premium: f64,
+    /// Capacity pods held for work they later lost (re-done after a stop,
+    /// restarts, checkpoint pauses).
+    pub lost_work: f64,
+    /// Capacity of Ready nodes that no pod held (a pod holds its share of
+    /// a node's GPUs, or of its CPU on a node without GPUs).
+    pub idle: f64,
+    /// Nodes from launch to Ready (or to their end if never Ready).
+    pub booting: f64,
+    /// Reservations paid up front, used or not.
+    pub reserved_upfront: f64,
+}
+
+impl CostBy {
+    /// The parts by the names the report gives them, in its order.
+    pub fn parts(&self) -> [(&'static str, f64); 6] {
+        [
+            ("work", self.work),
+            ("on-demand premium", self.on_demand_premium),
+            ("lost work", self.lost_work),
+            ("idle", self.idle),
+            ("booting", self.booting),
+            ("reserved up front", self.reserved_upfront),
+        ]
+    }
+
+    /// The sum of the parts: the strategy's `total_cost`.
+    pub fn total(&self) -> f64 {
+        self.parts().iter().map(|(_, x)| x).sum()
+    }
+}
+
 /// Lost work of the jobs of one shape (GPUs per pod and gang size), so a
 /// user sees which jobs lose it: a reclaim stops a whole gang, and a big
 /// pod's checkpoint may not fit the notice.
@@ -108,6 +149,8 @@ pub struct StrategyResult {
     pub total_cost: f64,
     /// Of `total_cost`, what the scenario's reservations cost up front.
     pub reserved_upfront_cost: f64,
+    /// `total_cost` by what it paid for.
+    pub cost_by: CostBy,
     /// GPU-hours held by running pods (useful or not).
     pub gpu_hours: f64,
     /// GPU-hours of work lost to interruptions and restarts.

@@ -77,6 +77,7 @@ pub fn table(report: &SimReport) -> String {
             q.pods
         );
     }
+    bill(&mut out, report);
     lost_by_shape(&mut out, report);
     unfinished(&mut out, report);
     prewarm(&mut out, report);
@@ -110,6 +111,39 @@ fn row(report: &SimReport, name: &str, r: &StrategyResult) -> Vec<String> {
         opt(r.p95_slowdown, |x| format!("{x:.2}")),
         format!("{}/{}", r.jobs_completed, r.jobs_total),
     ]
+}
+
+/// Per strategy, what its bill paid for (`CostBy`), each part with its
+/// share of the bill; parts under a cent are left out. `work` is what the
+/// lower bound prices, so the other parts and `work` above the bound are
+/// the gap.
+fn bill(out: &mut String, report: &SimReport) {
+    let results = ordered(report);
+    if results.is_empty() {
+        return;
+    }
+    let width = results.iter().map(|(n, _)| n.len()).max().unwrap_or(0);
+    let _ = writeln!(
+        out,
+        "\nwhere the bill went (work is kept work at spot prices, what the bound prices at the cheapest shares):"
+    );
+    for (name, r) in results {
+        let shown: Vec<String> = r
+            .cost_by
+            .parts()
+            .iter()
+            .filter(|(part, x)| *part == "work" || *x >= 0.005)
+            .map(|(part, x)| {
+                let share = if r.total_cost > 0.0 {
+                    format!(" ({:.0}%)", 100.0 * x / r.total_cost)
+                } else {
+                    String::new()
+                };
+                format!("{part} {}{share}", usd(*x))
+            })
+            .collect();
+        let _ = writeln!(out, "  {name:<width$}  {}", shown.join(", "));
+    }
 }
 
 /// How many job shapes the table names per strategy that lost work.
@@ -366,6 +400,27 @@ mod tests {
     }
 
     #[test]
+    fn table_says_where_each_strategys_bill_went_leaving_out_parts_under_a_cent() {
+        let mut r = report();
+        r.strategies.get_mut("greedy").unwrap().cost_by.lost_work = 0.004;
+        let t = table(&r);
+        let head = t.find("where the bill went").expect("a bill section");
+        let line = t[head..]
+            .lines()
+            .find(|l| l.trim_start().starts_with("quartermaster"))
+            .unwrap();
+        assert!(
+            line.ends_with("work $17.50 (50%), idle $8.75 (25%), booting $8.75 (25%)"),
+            "{line}"
+        );
+        let greedy = t[head..]
+            .lines()
+            .find(|l| l.trim_start().starts_with("greedy"))
+            .unwrap();
+        assert!(!greedy.contains("lost work"), "{greedy}");
+    }
+
+    #[test]
     fn table_shows_the_trace_queue_time_beside_ours() {
         let mut r = report();
         assert!(!table(&r).contains("trace queue"));
@@ -417,7 +472,11 @@ mod tests {
             t.contains("\n  quartermaster  2 GPUs: 3.0 (30.0%); 3 GPUs: 2.0 (20.0%); 8 GPUs, gang of 4: 1.0 (12.5%)\n"),
             "the three largest, largest first: {t}"
         );
-        assert!(!t.contains("  on-demand  "), "on-demand lost nothing: {t}");
+        let shapes = &t[t.find("GPU-hours lost by job shape").unwrap()..];
+        assert!(
+            !shapes.contains("  on-demand  "),
+            "on-demand lost nothing: {t}"
+        );
         assert!(
             t.contains("\n  greedy         8 GPUs, gang of 4: 1.0"),
             "names padded to the longest: {t}"
