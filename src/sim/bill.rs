@@ -7,6 +7,8 @@
 
 use super::result::CostBy;
 use crate::catalog::{CapacityType, Catalog};
+use crate::cluster::resources::{CPU, MEMORY};
+use crate::cluster::Resources;
 use crate::core::Time;
 use std::collections::BTreeMap;
 
@@ -27,21 +29,23 @@ pub struct NodeBook {
     /// sells none); 0 on spot and reserved nodes.
     premium: f64,
     /// GPUs of the node (a pod's share is its GPUs over these), or 0 for a
-    /// node without GPUs, where a pod's share is its CPU over `cpu_milli`.
+    /// node without GPUs, where a pod's share is the larger of its CPU over
+    /// `cpu_milli` and its memory over `memory`.
     gpus: f64,
     cpu_milli: f64,
+    memory: f64,
 }
 
 impl NodeBook {
     /// The books of a node launched at `at` on `offering` at
-    /// `price_per_hour` with `gpus` GPUs and `cpu_milli` allocatable CPU.
+    /// `price_per_hour` with `gpus` GPUs and `allocatable` CPU and memory.
     pub fn new(
         catalog: &Catalog,
         region: &str,
         offering: &crate::core::OfferingKey,
         price_per_hour: f64,
         gpus: f64,
-        cpu_milli: i64,
+        allocatable: &Resources,
         at: Time,
     ) -> NodeBook {
         let premium = if offering.capacity_type == CapacityType::OnDemand && price_per_hour > 0.0 {
@@ -59,11 +63,11 @@ impl NodeBook {
         } else {
             0.0
         };
-        NodeBook::blank(at, premium, gpus, cpu_milli)
+        NodeBook::blank(at, premium, gpus, allocatable)
     }
 
     /// The books of a node launched at `at`, with nothing held yet.
-    fn blank(at: Time, premium: f64, gpus: f64, cpu_milli: i64) -> NodeBook {
+    fn blank(at: Time, premium: f64, gpus: f64, allocatable: &Resources) -> NodeBook {
         NodeBook {
             launched: at,
             ready: None,
@@ -72,7 +76,8 @@ impl NodeBook {
             lost_s: 0.0,
             premium,
             gpus,
-            cpu_milli: cpu_milli as f64,
+            cpu_milli: allocatable.get(CPU) as f64,
+            memory: allocatable.get(MEMORY) as f64,
         }
     }
 
@@ -87,14 +92,15 @@ impl NodeBook {
     }
 
     /// A pod's share of this node: its `gpus` of the node's GPUs, or on a
-    /// node without GPUs its `cpu_milli` of the node's CPU; at most 1.
-    pub fn share(&self, gpus: f64, cpu_milli: i64) -> f64 {
+    /// node without GPUs the larger of its parts of the node's CPU and
+    /// memory (a memory-heavy pod fills a node its CPU would not); at most
+    /// 1.
+    pub fn share(&self, gpus: f64, requests: &Resources) -> f64 {
+        let part = |asked: i64, room: f64| if room > 0.0 { asked as f64 / room } else { 0.0 };
         let share = if self.gpus > 0.0 {
             gpus / self.gpus
-        } else if self.cpu_milli > 0.0 {
-            cpu_milli as f64 / self.cpu_milli
         } else {
-            0.0
+            part(requests.get(CPU), self.cpu_milli).max(part(requests.get(MEMORY), self.memory))
         };
         share.clamp(0.0, 1.0)
     }
@@ -184,8 +190,16 @@ mod tests {
         chrono::Utc.with_ymd_and_hms(2026, 1, 5, 0, 0, 0).unwrap() + chrono::Duration::minutes(min)
     }
 
+    const GIB: i64 = 1 << 30;
+
     fn book(gpus: f64, premium: f64) -> NodeBook {
-        NodeBook::blank(t(0), premium, gpus, 8000)
+        NodeBook::blank(t(0), premium, gpus, &room(8000, 32))
+    }
+
+    fn room(cpu_milli: i64, memory_gib: i64) -> Resources {
+        Resources::new()
+            .with(CPU, cpu_milli)
+            .with(MEMORY, memory_gib * GIB)
     }
 
     #[test]
@@ -194,8 +208,8 @@ mod tests {
         // for 60 minutes of which 12 were lost, the rest idle.
         let mut b = book(2.0, 0.0);
         b.ready(t(10));
-        let share = b.share(1.0, 4000);
-        assert_eq!(share, 0.5);
+        let share = b.share(1.0, &room(8000, 32));
+        assert_eq!(share, 0.5, "GPUs decide on a GPU node");
         b.held(share, 3600.0);
         b.lost(share, 720.0);
         b.gone(t(100));
@@ -214,7 +228,13 @@ mod tests {
     fn on_demand_work_carries_the_premium_over_spot_and_cpu_nodes_share_by_cpu() {
         let mut b = book(0.0, 0.6);
         b.ready(t(0));
-        let share = b.share(0.0, 8000);
+        assert_eq!(b.share(0.0, &room(2000, 8)), 0.25);
+        assert_eq!(
+            b.share(0.0, &room(2000, 24)),
+            0.75,
+            "a memory-heavy pod holds its memory's part"
+        );
+        let share = b.share(0.0, &room(8000, 1));
         assert_eq!(share, 1.0, "a pod asking the whole CPU holds the node");
         b.held(share, 3600.0);
         let mut by = CostBy::default();
@@ -247,7 +267,7 @@ mod tests {
             zone: spot.zone_id.clone(),
             capacity_type: CapacityType::OnDemand,
         };
-        let b = NodeBook::new(&catalog, "us-east-1", &key, od, 1.0, 4000, t(0));
+        let b = NodeBook::new(&catalog, "us-east-1", &key, od, 1.0, &room(4000, 16), t(0));
         assert!((b.premium - (1.0 - spot.price_per_hour / od)).abs() < 1e-12);
         assert!(b.premium > 0.0);
         let on_spot = crate::core::OfferingKey {
@@ -260,7 +280,7 @@ mod tests {
             &on_spot,
             spot.price_per_hour,
             1.0,
-            4000,
+            &room(4000, 16),
             t(0),
         );
         assert_eq!(b.premium, 0.0);

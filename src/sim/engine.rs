@@ -570,13 +570,10 @@ impl<'a> Engine<'a> {
 
     /// Job `i`'s share of node `claim` (see [`super::bill::NodeBook::share`]).
     fn share_of(&mut self, i: usize, claim: &str) -> Option<(f64, &mut super::bill::NodeBook)> {
-        let job = &self.jobs[i];
-        let (gpus, cpu) = (
-            job.gpus(),
-            job.job.pod.requests.get(crate::cluster::resources::CPU),
-        );
+        let gpus = self.jobs[i].gpus();
+        let requests = &self.jobs[i].job.pod.requests;
         let book = self.books.get_mut(claim)?;
-        Some((book.share(gpus, cpu), book))
+        Some((book.share(gpus, requests), book))
     }
 
     /// Job `i` held its share of node `claim` for `seconds`.
@@ -677,7 +674,7 @@ impl<'a> Engine<'a> {
                         &req.offering,
                         req.price_per_hour,
                         gpus,
-                        node.state.allocatable.get(crate::cluster::resources::CPU),
+                        &node.state.allocatable,
                         now,
                     );
                     self.books.open(&req.claim, book);

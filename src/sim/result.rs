@@ -56,7 +56,8 @@ pub struct CostBy {
     /// restarts, checkpoint pauses).
     pub lost_work: f64,
     /// Capacity of Ready nodes that no pod held (a pod holds its share of
-    /// a node's GPUs, or of its CPU on a node without GPUs).
+    /// a node's GPUs, or on a node without GPUs the larger of its parts of
+    /// the node's CPU and memory).
     pub idle: f64,
     /// Nodes from launch to Ready (or to their end if never Ready).
     pub booting: f64,
