@@ -7,6 +7,7 @@ mod charts;
 mod terminal;
 
 pub use charts::write_charts;
+pub(crate) use terminal::bill_lines;
 pub(crate) use terminal::columns;
 pub(crate) use terminal::shape_lines;
 pub use terminal::table;

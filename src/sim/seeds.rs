@@ -6,7 +6,7 @@
 //! [`SimReport`]s and renders as a table and JSON.
 
 use super::report::{ordered, ratio_to_on_demand};
-use super::result::{ShapeLoss, SimReport, StrategyResult};
+use super::result::{CostBy, ShapeLoss, SimReport, StrategyResult};
 use serde_json::{json, Value};
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
@@ -140,6 +140,19 @@ impl SeedsReport {
         pooled
     }
 
+    /// `strategy`'s bill by part (`CostBy`), the mean over the seeds it ran
+    /// in; `None` if it ran in none.
+    pub fn mean_cost_by(&self, strategy: &str) -> Option<CostBy> {
+        let bills: Vec<&CostBy> = self
+            .runs
+            .iter()
+            .filter_map(|r| r.strategies.get(strategy))
+            .map(|r| &r.cost_by)
+            .collect();
+        let sum = bills.iter().fold(CostBy::default(), |sum, b| sum.plus(b));
+        (!bills.is_empty()).then(|| sum.scaled(1.0 / bills.len() as f64))
+    }
+
     /// In how many seeds `a`'s `measure` is at most `b`'s, out of the seeds
     /// where both are defined.
     pub fn at_most(&self, a: &str, b: &str, measure: Measure) -> (usize, usize) {
@@ -268,6 +281,16 @@ pub fn table(report: &SeedsReport) -> String {
     let pooled: Vec<(&str, &BTreeMap<String, ShapeLoss>)> =
         pooled.iter().map(|(n, s)| (n.as_str(), s)).collect();
     super::report::shape_lines(&mut out, ", summed over the seeds", &pooled);
+    let bills: Vec<(String, CostBy)> = report
+        .strategies()
+        .into_iter()
+        .filter_map(|name| {
+            let by = report.mean_cost_by(&name)?;
+            Some((name, by))
+        })
+        .collect();
+    let bills: Vec<(&str, &CostBy)> = bills.iter().map(|(n, b)| (n.as_str(), b)).collect();
+    super::report::bill_lines(&mut out, ", the mean over the seeds", &bills);
     out
 }
 
@@ -285,6 +308,7 @@ pub fn summary_json(report: &SeedsReport) -> Value {
                 .collect();
             let pooled = super::report::by_shape(&report.pooled_by_shape(&name));
             measures.insert("lost_gpu_hours_by_shape".to_string(), pooled);
+            measures.insert("cost_by".to_string(), json!(report.mean_cost_by(&name)));
             (name, Value::Object(measures))
         })
         .collect();
@@ -328,6 +352,33 @@ mod tests {
             );
         }
         r
+    }
+
+    #[test]
+    fn the_bill_by_part_is_the_mean_over_the_seeds_in_table_and_json() {
+        let mut report = two_seeds();
+        for (run, (work, idle)) in report.runs.iter_mut().zip([(10.0, 2.0), (30.0, 6.0)]) {
+            let qm = run.strategies.get_mut("quartermaster").unwrap();
+            qm.cost_by = CostBy {
+                work,
+                idle,
+                ..CostBy::default()
+            };
+        }
+        let mean = report.mean_cost_by("quartermaster").unwrap();
+        assert_eq!((mean.work, mean.idle), (20.0, 4.0));
+        assert!(report.mean_cost_by("nobody").is_none());
+        let t = table(&report);
+        assert!(
+            t.contains("where the bill went, the mean over the seeds"),
+            "{t}"
+        );
+        assert!(
+            t.contains("quartermaster  work $20.00 (83%), idle $4.00 (17%)"),
+            "{t}"
+        );
+        let j = summary_json(&report);
+        assert_eq!(j["strategies"]["quartermaster"]["cost_by"]["idle"], 4.0);
     }
 
     #[test]

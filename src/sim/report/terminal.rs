@@ -2,7 +2,7 @@
 //! jobs and pre-warm readiness.
 
 use super::{ordered, ratio_to_lower_bound, ratio_to_on_demand};
-use crate::sim::result::{ShapeLoss, SimReport, StrategyResult};
+use crate::sim::result::{CostBy, ShapeLoss, SimReport, StrategyResult};
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
 
@@ -118,24 +118,35 @@ fn row(report: &SimReport, name: &str, r: &StrategyResult) -> Vec<String> {
 /// lower bound prices, so the other parts and `work` above the bound are
 /// the gap.
 fn bill(out: &mut String, report: &SimReport) {
-    let results = ordered(report);
-    if results.is_empty() {
+    let bills: Vec<_> = ordered(report)
+        .into_iter()
+        .map(|(name, r)| (name, &r.cost_by))
+        .collect();
+    bill_lines(out, "", &bills);
+}
+
+/// The lines of [`bill`] for each strategy's parts in `bills` (in that
+/// order), under a heading that says `over` after "where the bill went";
+/// nothing without strategies. `simulate --seeds` uses it for the means
+/// over seeds.
+pub(crate) fn bill_lines(out: &mut String, over: &str, bills: &[(&str, &CostBy)]) {
+    if bills.is_empty() {
         return;
     }
-    let width = results.iter().map(|(n, _)| n.len()).max().unwrap_or(0);
+    let width = bills.iter().map(|(n, _)| n.len()).max().unwrap_or(0);
     let _ = writeln!(
         out,
-        "\nwhere the bill went (work is kept work at spot prices, what the bound prices at the cheapest shares):"
+        "\nwhere the bill went{over} (work is kept work at spot prices, what the bound prices at the cheapest shares):"
     );
-    for (name, r) in results {
-        let shown: Vec<String> = r
-            .cost_by
+    for (name, by) in bills {
+        let total = by.total();
+        let shown: Vec<String> = by
             .parts()
             .iter()
             .filter(|(part, x)| *part == "work" || *x >= 0.005)
             .map(|(part, x)| {
-                let share = if r.total_cost > 0.0 {
-                    format!(" ({:.0}%)", 100.0 * x / r.total_cost)
+                let share = if total > 0.0 {
+                    format!(" ({:.0}%)", 100.0 * x / total)
                 } else {
                     String::new()
                 };
