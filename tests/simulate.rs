@@ -684,6 +684,49 @@ fn assert_bill_adds_up(what: &str, s: &quartermaster::sim::result::StrategyResul
     }
 }
 
+/// One-GPU training on g5 whose prices fall to a fraction of the catalog's
+/// a minute in.
+const CHEAPER_LATER: &str = r#"
+name: cheaper-later
+start: 2026-01-05T00:00:00Z
+duration: 12h
+seed: 5
+nodePools:
+- apiVersion: quartermaster.dev/v1alpha1
+  kind: NodePool
+  metadata: {name: train}
+  spec:
+    capacityTypes: [spot, on-demand]
+    template:
+      spec:
+        taints: [{key: nvidia.com/gpu, effect: NoSchedule}]
+        requirements: [{key: quartermaster.dev/instance-family, operator: In, values: [g5]}]
+    disruption: {consolidationPolicy: WhenEmpty, consolidateAfter: 5m}
+cloud:
+  priceChanges:
+  - {after: 1m, instanceType: g5.4xlarge, capacityType: on-demand, pricePerHour: 0.1}
+  - {after: 1m, instanceType: g5.4xlarge, capacityType: spot, pricePerHour: 0.05}
+workloads:
+- training: {name: t, jobs: 8, perHour: 2, gpus: [1], runTime: {median: 2h, p90: 3h}}
+"#;
+
+#[test]
+fn the_bound_holds_when_a_scenario_lowers_prices_during_the_run() {
+    let r = run_text(CHEAPER_LATER, Path::new("."));
+    assert!(r.lower_bound_cost > 0.0);
+    assert_eq!(r.strategies.len(), 4);
+    for (strategy, s) in &r.strategies {
+        // Priced at the catalog's prices the bound was seven times what
+        // every strategy paid.
+        assert!(
+            s.total_cost >= r.lower_bound_cost,
+            "{strategy}: ${:.2} under the bound ${:.2}",
+            s.total_cost,
+            r.lower_bound_cost
+        );
+    }
+}
+
 /// One two-hour one-GPU job on one on-demand g5.4xlarge.
 const ONE_JOB: &str = r#"
 name: bill-test

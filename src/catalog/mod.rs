@@ -142,6 +142,17 @@ impl Catalog {
         self
     }
 
+    /// The same catalog with each offering priced at `price(offering)`
+    /// (spot markets recomputed): the simulator's lower bound prices each
+    /// offering at the lowest a scenario's price changes take it to.
+    pub fn repriced(mut self, price: impl Fn(&Offering) -> f64) -> Catalog {
+        for o in &mut self.offerings {
+            o.price_per_hour = price(o);
+        }
+        let market = self.market.clone();
+        self.with_market(market)
+    }
+
     /// This catalog's revision: equal for a catalog and its clones, new for
     /// every catalog built or repriced since, so the spot markets of two
     /// catalogs with the same revision are the same.

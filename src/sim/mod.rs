@@ -282,8 +282,27 @@ pub fn simulate(
     // count (a relaxation), and adds what they cost up front.
     let specs = &scenario.cloud.reservations;
     let reserved = reservations::reservations(specs, &scenario.region, scenario.start);
-    let bound_catalog =
+    let mut bound_catalog =
         (!reserved.is_empty()).then(|| reservations::cloud_catalog(catalog, &reserved));
+    // With price changes, the bound prices each offering at the lowest of
+    // its prices over the run: a job may run whenever its pool is cheapest.
+    let changes = scenario
+        .cloud_config()
+        .map(|c| c.price_changes)
+        .unwrap_or_default();
+    if !changes.is_empty() {
+        let base = bound_catalog.take().unwrap_or_else(|| (**catalog).clone());
+        bound_catalog = Some(base.repriced(|o| {
+            changes
+                .iter()
+                .filter(|c| {
+                    c.target
+                        .matches(&o.instance_type, &o.zone_id, o.capacity_type)
+                })
+                .map(|c| c.price_per_hour)
+                .fold(o.price_per_hour, f64::min)
+        }));
+    }
     let bound = bound::lower_bound(
         jobs,
         bound_catalog.as_ref().unwrap_or(catalog),
