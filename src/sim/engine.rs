@@ -527,9 +527,7 @@ impl<'a> Engine<'a> {
             self.result.log.push((at, stopped));
             let node = node.clone();
             self.detach(k);
-            let held_s = (at - since).num_seconds().max(0) as f64;
-            self.result.gpu_hours += held_s / 3600.0 * self.jobs[k].gpus();
-            self.book_held(k, &node, held_s);
+            self.ran(k, &node, since, at);
             let lost_before = self.jobs[k].lost_s;
             self.jobs[k].stop(at);
             let lost_s = self.jobs[k].lost_s - lost_before;
@@ -552,10 +550,8 @@ impl<'a> Engine<'a> {
     /// Frees a job's room on its node (it finished or left).
     fn release(&mut self, i: usize, at: Time) {
         if let Phase::Running { since, node, .. } = &self.jobs[i].phase {
-            let held_s = (at - *since).num_seconds().max(0) as f64;
-            let node = node.clone();
-            self.result.gpu_hours += held_s / 3600.0 * self.jobs[i].gpus();
-            self.book_held(i, &node, held_s);
+            let (since, node) = (*since, node.clone());
+            self.ran(i, &node, since, at);
             self.detach(i);
         }
     }
@@ -576,10 +572,13 @@ impl<'a> Engine<'a> {
         Some((book.share(gpus, requests), book))
     }
 
-    /// Job `i` held its share of node `claim` for `seconds`.
-    fn book_held(&mut self, i: usize, claim: &str, seconds: f64) {
+    /// Job `i` ran on node `claim` from `since` to `at`: its GPU-hours, and
+    /// its share of the node held in the node's books.
+    fn ran(&mut self, i: usize, claim: &str, since: Time, at: Time) {
+        let held_s = (at - since).num_seconds().max(0) as f64;
+        self.result.gpu_hours += held_s / 3600.0 * self.jobs[i].gpus();
         if let Some((share, book)) = self.share_of(i, claim) {
-            book.held(share, seconds);
+            book.held(share, held_s);
         }
     }
 
@@ -941,9 +940,7 @@ impl<'a> Engine<'a> {
             } = self.jobs[i].phase
             {
                 let node = node.clone();
-                let held_s = (end - since).num_seconds().max(0) as f64;
-                self.result.gpu_hours += held_s / 3600.0 * self.jobs[i].gpus();
-                self.book_held(i, &node, held_s);
+                self.ran(i, &node, since, end);
                 let lost_before = self.jobs[i].lost_s;
                 self.jobs[i].settle_restart(end);
                 let lost_s = self.jobs[i].lost_s - lost_before;

@@ -78,28 +78,15 @@ impl CostBy {
         ]
     }
 
-    /// `self` with every part times `k` (a mean over runs).
-    pub fn scaled(&self, k: f64) -> CostBy {
-        CostBy {
-            work: self.work * k,
-            on_demand_premium: self.on_demand_premium * k,
-            lost_work: self.lost_work * k,
-            idle: self.idle * k,
-            booting: self.booting * k,
-            reserved_upfront: self.reserved_upfront * k,
-        }
-    }
-
-    /// `self` plus `other`, part by part.
-    pub fn plus(&self, other: &CostBy) -> CostBy {
-        CostBy {
-            work: self.work + other.work,
-            on_demand_premium: self.on_demand_premium + other.on_demand_premium,
-            lost_work: self.lost_work + other.lost_work,
-            idle: self.idle + other.idle,
-            booting: self.booting + other.booting,
-            reserved_upfront: self.reserved_upfront + other.reserved_upfront,
-        }
+    /// Adds `other` scaled by `k`, part by part (a mean over runs), as
+    /// [`LostBy::add_scaled`](super::jobs::LostBy::add_scaled) does.
+    pub fn add_scaled(&mut self, other: &CostBy, k: f64) {
+        self.work += other.work * k;
+        self.on_demand_premium += other.on_demand_premium * k;
+        self.lost_work += other.lost_work * k;
+        self.idle += other.idle * k;
+        self.booting += other.booting * k;
+        self.reserved_upfront += other.reserved_upfront * k;
     }
 
     /// The sum of the parts: the strategy's `total_cost`.

@@ -149,8 +149,11 @@ impl SeedsReport {
             .filter_map(|r| r.strategies.get(strategy))
             .map(|r| &r.cost_by)
             .collect();
-        let sum = bills.iter().fold(CostBy::default(), |sum, b| sum.plus(b));
-        (!bills.is_empty()).then(|| sum.scaled(1.0 / bills.len() as f64))
+        let mut mean = CostBy::default();
+        for b in &bills {
+            mean.add_scaled(b, 1.0 / bills.len() as f64);
+        }
+        (!bills.is_empty()).then_some(mean)
     }
 
     /// In how many seeds `a`'s `measure` is at most `b`'s, out of the seeds
