@@ -29,6 +29,8 @@ pub const LIMIT_COST_PER_HOUR: &str = "costPerHour";
 
 /// Pattern of `consolidateAfter`: a duration or `Never`.
 pub const CONSOLIDATE_AFTER_PATTERN: &str = r"^(([0-9]+(\.[0-9]+)?(ms|s|m|h))+|Never)$";
+/// Pattern of `expireAfter`: a duration or `Never`.
+pub const EXPIRE_AFTER_PATTERN: &str = CONSOLIDATE_AFTER_PATTERN;
 /// Pattern of a disruption budget's `nodes`: a count (`3`) or a percentage (`10%`).
 pub const BUDGET_NODES_PATTERN: &str = r"^((100|[0-9]{1,2})%|[0-9]+)$";
 /// Pattern of a MIG profile name (`1g.10gb`).
@@ -371,6 +373,15 @@ pub struct NodeClaimTemplateSpec {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(regex(pattern = DURATION_PATTERN), length(max = 32))]
     pub termination_grace_period: Option<String>,
+    /// How long a node may live (Go duration, e.g. `720h`, or `Never`), as
+    /// Karpenter's field: a node older than this is replaced through the
+    /// checkpoint-first drain (replacement launched first where the pool
+    /// allows, checkpoints requested, pods evicted). Unset: nodes never
+    /// expire (Karpenter's own default is `720h`; `quartermaster convert`
+    /// writes it out when a Karpenter pool leaves it unset).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(regex(pattern = EXPIRE_AFTER_PATTERN), length(max = 32))]
+    pub expire_after: Option<String>,
     /// The EC2NodeClass the pool's nodes are launched with
     /// (`group: quartermaster.dev, kind: EC2NodeClass, name: ...`). Unset:
     /// the EC2NodeClass named `default`.
@@ -403,6 +414,7 @@ impl NodeClaimTemplateSpec {
             && self.startup_taints.is_empty()
             && self.requirements.is_empty()
             && self.termination_grace_period.is_none()
+            && self.expire_after.is_none()
     }
 }
 

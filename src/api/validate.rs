@@ -85,6 +85,11 @@ pub fn validate_node_pool(pool: &NodePool, catalog: &Catalog) -> Vec<FieldError>
     if let Some(d) = &spec.template.spec.termination_grace_period {
         check_duration(&mut e, "spec.template.spec.terminationGracePeriod", d, "");
     }
+    if let Some(d) = spec.template.spec.expire_after.as_deref() {
+        if d != "Never" {
+            check_duration(&mut e, "spec.template.spec.expireAfter", d, " or Never");
+        }
+    }
     check_capacity_types(&mut e, spec);
     check_limits(&mut e, &spec.limits);
     if let Some(w) = spec.weight {

@@ -528,3 +528,14 @@ fn families_a_pool_cannot_launch_in_a_region_are_named() {
     );
     assert!(families_without_offerings(&g5.spec, &catalog, "us-east-1").is_empty());
 }
+
+#[test]
+fn expire_after_takes_a_duration_or_never() {
+    expect_valid("template: { spec: { expireAfter: 720h } }");
+    expect_valid("template: { spec: { expireAfter: Never } }");
+    expect_error(
+        "template: { spec: { expireAfter: 30d } }",
+        "spec.template.spec.expireAfter",
+        "or Never",
+    );
+}
