@@ -1,0 +1,286 @@
+//! Karpenter v1 set-ups in Quartermaster's terms: `quartermaster convert`
+//! reads Karpenter `NodePool`s (`karpenter.sh/v1`) and `EC2NodeClass`es
+//! (`karpenter.k8s.aws/v1`) and gives our `NodePool`s and `EC2NodeClass`es
+//! (`quartermaster.dev/v1alpha1`), with a [`Note`] for every field that
+//! could not be carried over (and what to do instead) or that was carried
+//! with a remark (a Karpenter default written out, a unit converted).
+//!
+//! Each object is walked as a plain value and every key is accounted for:
+//! a field is carried, reported as not carried, or reported as unknown.
+//! Nothing is dropped silently. The mapping, field by field, and the
+//! choices behind it are in `docs/migrating-from-karpenter.md`.
+//!
+//! Pure: text or values in, documents and notes out; the CLI
+//! (`cli::convert`) reads the files and prints.
+
+mod fields;
+mod metadata;
+mod nodeclass;
+mod nodepool;
+mod requirements;
+
+use serde::Deserialize;
+use serde_json::Value;
+use std::fmt;
+
+pub use requirements::{gpu_memory_in_gib, KOp, NATIVE_KEYS};
+
+/// API version of Karpenter's NodePool that is converted.
+pub const NODE_POOL_API_VERSION: &str = "karpenter.sh/v1";
+/// API version of Karpenter's EC2NodeClass that is converted.
+pub const NODE_CLASS_API_VERSION: &str = "karpenter.k8s.aws/v1";
+/// Karpenter's core API group.
+pub const GROUP: &str = "karpenter.sh";
+/// Karpenter's AWS API group (and label domain).
+pub const AWS_GROUP: &str = "karpenter.k8s.aws";
+/// Our API version, written on every converted object.
+pub const OUR_API_VERSION: &str = "quartermaster.dev/v1alpha1";
+
+/// Whether a note is a remark on something carried or a loss.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum NoteKind {
+    /// Carried over, with something the user should know (a Karpenter
+    /// default written out, a unit converted, server-set metadata left out).
+    Info,
+    /// Not carried over: the output lacks it or means something else; the
+    /// message says what to do instead.
+    NotCarried,
+}
+
+/// One remark on one field of an input document.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Note {
+    /// Info or loss.
+    pub kind: NoteKind,
+    /// Path of the field in the input document, e.g.
+    /// `spec.template.spec.requirements[2].minValues`.
+    pub path: String,
+    /// What happened to it and what to do.
+    pub message: String,
+}
+
+impl fmt::Display for Note {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let what = match self.kind {
+            NoteKind::Info => "note",
+            NoteKind::NotCarried => "not carried",
+        };
+        if self.path.is_empty() {
+            write!(f, "{what}: {}", self.message)
+        } else {
+            write!(f, "{}: {what}: {}", self.path, self.message)
+        }
+    }
+}
+
+/// One input object and what became of it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Converted {
+    /// 1-based position of the YAML document in its file.
+    pub document: usize,
+    /// 1-based position in a `List` document's `items`, if it came from one.
+    pub item: Option<usize>,
+    /// The input's kind (`NodePool`, `EC2NodeClass`, or whatever it was).
+    pub kind: String,
+    /// The input's `metadata.name` (`unnamed` when it has none).
+    pub name: String,
+    /// Our object, `None` when the input could not be converted at all.
+    pub output: Option<Value>,
+    /// What the conversion says about the input, in field order.
+    pub notes: Vec<Note>,
+}
+
+impl Converted {
+    /// `document 2 (NodePool gpu)` or `document 1, item 3 (EC2NodeClass default)`.
+    pub fn label(&self) -> String {
+        let at = match self.item {
+            Some(i) => format!("document {}, item {i}", self.document),
+            None => format!("document {}", self.document),
+        };
+        format!("{at} ({} {})", self.kind, self.name)
+    }
+
+    /// Whether everything was carried over (notes may still remark on it).
+    pub fn carried_everything(&self) -> bool {
+        self.output.is_some() && self.notes.iter().all(|n| n.kind == NoteKind::Info)
+    }
+}
+
+/// Input that is not YAML.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum Error {
+    /// A document is not valid YAML (the parser cannot go on after it).
+    #[error("document {document}: invalid YAML: {message}")]
+    Yaml {
+        /// 1-based document number.
+        document: usize,
+        /// The parser's message, with the line.
+        message: String,
+    },
+    /// A document is YAML that JSON cannot hold (a non-string key, ...).
+    #[error("document {document}: {message}")]
+    NotJson {
+        /// 1-based document number.
+        document: usize,
+        /// Why.
+        message: String,
+    },
+}
+
+/// Converts every document of a multi-document YAML text. Empty documents
+/// are skipped.
+///
+/// # Errors
+///
+/// [`Error`] when the text is not YAML: nothing is converted then, so that
+/// a half-read file never yields half a set-up.
+pub fn convert(text: &str) -> Result<Vec<Converted>, Error> {
+    let mut values = Vec::new();
+    for (i, doc) in serde_norway::Deserializer::from_str(text).enumerate() {
+        let document = i + 1;
+        let yaml = serde_norway::Value::deserialize(doc).map_err(|e| Error::Yaml {
+            document,
+            message: e.to_string(),
+        })?;
+        let json = serde_json::to_value(&yaml).map_err(|e| Error::NotJson {
+            document,
+            message: e.to_string(),
+        })?;
+        values.push(json);
+    }
+    Ok(values
+        .iter()
+        .enumerate()
+        .filter(|(_, v)| !v.is_null())
+        .flat_map(|(i, v)| convert_value(v, i + 1))
+        .collect())
+}
+
+/// Converts one document's value: a Karpenter object, or a `List` of them.
+pub fn convert_value(value: &Value, document: usize) -> Vec<Converted> {
+    let items = value.get("items").and_then(Value::as_array);
+    let kind = str_field(value, "kind");
+    match items {
+        Some(items) if kind.ends_with("List") => items
+            .iter()
+            .enumerate()
+            .map(|(i, item)| convert_object(item, document, Some(i + 1)))
+            .collect(),
+        _ => vec![convert_object(value, document, None)],
+    }
+}
+
+fn str_field<'v>(v: &'v Value, key: &str) -> &'v str {
+    v.get(key).and_then(Value::as_str).unwrap_or("")
+}
+
+fn convert_object(value: &Value, document: usize, item: Option<usize>) -> Converted {
+    let api_version = str_field(value, "apiVersion");
+    let kind = str_field(value, "kind");
+    let name = value
+        .pointer("/metadata/name")
+        .and_then(Value::as_str)
+        .unwrap_or("unnamed");
+    let mut notes = fields::Notes::default();
+    let output = match (api_version, kind) {
+        (NODE_POOL_API_VERSION, "NodePool") => nodepool::convert(value, &mut notes),
+        (NODE_CLASS_API_VERSION, "EC2NodeClass") => nodeclass::convert(value, &mut notes),
+        (OUR_API_VERSION, _) => {
+            notes.info(
+                "",
+                "already a Quartermaster object: passed through unchanged (check it with quartermaster validate)",
+            );
+            Some(value.clone())
+        }
+        _ => {
+            notes.lost("", not_convertible(api_version, kind));
+            None
+        }
+    };
+    Converted {
+        document,
+        item,
+        kind: if kind.is_empty() { "object" } else { kind }.to_string(),
+        name: name.to_string(),
+        output,
+        notes: notes.0,
+    }
+}
+
+/// Why a document is not converted.
+fn not_convertible(api_version: &str, kind: &str) -> String {
+    let group = api_version.split('/').next().unwrap_or("");
+    let karpenter = group == GROUP || group == AWS_GROUP;
+    match kind {
+        _ if karpenter && api_version != NODE_POOL_API_VERSION && api_version != NODE_CLASS_API_VERSION => format!(
+            "{api_version} {kind} is an older Karpenter API: move it to karpenter.sh/v1 NodePool or karpenter.k8s.aws/v1 EC2NodeClass first (Karpenter's v1 upgrade guide; a v1 cluster serves it converted with kubectl get -o yaml), then convert that"
+        ),
+        "NodeClaim" if karpenter => "NodeClaims record Karpenter's launches and are not converted: Quartermaster creates its own NodeClaims (quartermaster.dev) for the nodes it launches".into(),
+        "" => "not a Kubernetes object (no kind): left out".into(),
+        _ => format!(
+            "{kind} ({api_version}) is not a Karpenter v1 NodePool or EC2NodeClass: left out"
+        ),
+    }
+}
+
+/// The converted objects as one multi-document YAML text, in input order.
+///
+/// # Errors
+///
+/// A message if an object cannot be written as YAML (it always can).
+pub fn to_yaml(converted: &[Converted]) -> Result<String, String> {
+    let mut out = String::new();
+    for c in converted {
+        let Some(v) = &c.output else { continue };
+        out.push_str("---\n");
+        out.push_str(&serde_norway::to_string(v).map_err(|e| e.to_string())?);
+    }
+    Ok(out)
+}
+
+/// Serializes `object` to a value without the fields whose value equals
+/// the default's (`fields` at `/spec`), so that the output says what the
+/// input said and little of what it did not.
+fn without_defaults<T: serde::Serialize>(object: &T, defaults: &Value, keys: &[&str]) -> Value {
+    let mut v = serde_json::to_value(object).unwrap_or(Value::Null);
+    if let Some(spec) = v.get_mut("spec").and_then(Value::as_object_mut) {
+        for k in keys {
+            if spec.get(*k).is_some_and(|x| Some(x) == defaults.get(*k)) {
+                spec.remove(*k);
+            }
+        }
+    }
+    if let Some(o) = v.as_object_mut() {
+        if o.get("status").is_some_and(Value::is_null) {
+            o.remove("status");
+        }
+    }
+    v
+}
+
+/// Helpers the submodules' tests share.
+#[cfg(test)]
+pub(crate) mod testing {
+    use super::{convert, NoteKind};
+
+    /// The one object `yaml` converts to, and its notes as (path, kind).
+    pub fn one<T: serde::de::DeserializeOwned>(yaml: &str) -> (T, Vec<(String, NoteKind)>) {
+        let mut out = convert(yaml).unwrap();
+        assert_eq!(out.len(), 1);
+        let c = out.remove(0);
+        let object = serde_json::from_value(c.output.unwrap()).unwrap();
+        (
+            object,
+            c.notes.into_iter().map(|n| (n.path, n.kind)).collect(),
+        )
+    }
+
+    /// The paths of the notes that say something was not carried.
+    pub fn lost(notes: &[(String, NoteKind)]) -> Vec<&str> {
+        notes
+            .iter()
+            .filter(|(_, k)| *k == NoteKind::NotCarried)
+            .map(|(p, _)| p.as_str())
+            .collect()
+    }
+}
