@@ -35,9 +35,35 @@ pub(super) fn is_karpenter_key(key: &str) -> bool {
         .any(|g| domain == *g || domain.ends_with(&format!(".{g}")))
 }
 
+/// Walks an object's top level: `apiVersion` and `kind` (already read to
+/// dispatch on it), `metadata`, `spec` (through `spec`, or `missing` with
+/// `why` reported when absent) and `status` (left out, noted).
+pub(super) fn object<S>(
+    doc: &Value,
+    notes: &mut Notes,
+    why: &str,
+    missing: impl FnOnce() -> S,
+    spec: impl FnOnce(&Value, &str, &mut Notes) -> S,
+) -> (ObjectMeta, S) {
+    let mut top = Fields::of(doc, "", notes);
+    top.take("apiVersion");
+    top.take("kind");
+    let metadata = convert(&mut top, notes);
+    let spec = match top.take("spec") {
+        Some(s) => spec(s, &top.at("spec"), notes),
+        None => {
+            notes.lost("spec", format!("missing: {why}"));
+            missing()
+        }
+    };
+    skip_status(&mut top, notes);
+    top.finish(notes);
+    (metadata, spec)
+}
+
 /// The object's metadata in ours. A missing name is reported (the output
 /// then has none, and `quartermaster validate` refuses it).
-pub(super) fn convert(object: &mut Fields<'_>, notes: &mut Notes) -> ObjectMeta {
+fn convert(object: &mut Fields<'_>, notes: &mut Notes) -> ObjectMeta {
     let path = object.at("metadata");
     let Some(value) = object.take("metadata") else {
         notes.lost(&path, "missing: an object needs metadata.name");
@@ -113,7 +139,7 @@ pub(super) fn convert(object: &mut Fields<'_>, notes: &mut Notes) -> ObjectMeta 
 }
 
 /// Notes the object's `status`, if any: the controller writes its own.
-pub(super) fn skip_status(object: &mut Fields<'_>, notes: &mut Notes) {
+fn skip_status(object: &mut Fields<'_>, notes: &mut Notes) {
     if object.take("status").is_some_and(|s| s != &Value::Null) {
         notes.info(
             &object.at("status"),

@@ -24,22 +24,13 @@ const MAX_BLOCK_DEVICES: usize = 10;
 
 /// Our EC2NodeClass for a Karpenter one, as a value.
 pub(super) fn convert(doc: &Value, notes: &mut Notes) -> Option<Value> {
-    let mut top = Fields::of(doc, "", notes);
-    top.take("apiVersion");
-    top.take("kind");
-    let metadata = metadata::convert(&mut top, notes);
-    let spec = match top.take("spec") {
-        Some(s) => spec(s, &top.at("spec"), notes),
-        None => {
-            notes.lost(
-                "spec",
-                "missing: subnets, security groups and a role are required",
-            );
-            empty_spec()
-        }
-    };
-    metadata::skip_status(&mut top, notes);
-    top.finish(notes);
+    let (metadata, spec) = metadata::object(
+        doc,
+        notes,
+        "subnets, security groups and a role are required",
+        empty_spec,
+        spec,
+    );
     let class = EC2NodeClass {
         metadata,
         spec,

@@ -29,19 +29,13 @@ const REASONS: &[&str] = &["Underutilized", "Empty", "Drifted"];
 /// Our NodePool for a Karpenter one, as a value without the fields
 /// Karpenter has no word for left at their defaults.
 pub(super) fn convert(doc: &Value, notes: &mut Notes) -> Option<Value> {
-    let mut top = Fields::of(doc, "", notes);
-    top.take("apiVersion");
-    top.take("kind");
-    let metadata = metadata::convert(&mut top, notes);
-    let spec = match top.take("spec") {
-        Some(s) => spec(s, &top.at("spec"), notes),
-        None => {
-            notes.lost("spec", "missing: the pool gets every default");
-            NodePoolSpec::default()
-        }
-    };
-    metadata::skip_status(&mut top, notes);
-    top.finish(notes);
+    let (metadata, spec) = metadata::object(
+        doc,
+        notes,
+        "the pool gets every default",
+        NodePoolSpec::default,
+        spec,
+    );
     let pool = NodePool {
         metadata,
         spec,
