@@ -246,3 +246,35 @@ fn converted_pools_plan_the_families_and_capacity_types_karpenter_allowed() {
         );
     }
 }
+
+/// Karpenter's node-only kubelet settings reach the node: the converted
+/// class's user data, merged by the launch code the controller uses, holds
+/// the user's script, then a NodeConfig with the settings, then ours.
+#[test]
+fn carried_kubelet_settings_reach_the_launched_user_data_before_ours() {
+    use quartermaster::cloud::aws::ec2::settings::{NodeClass, Settings};
+    use quartermaster::cloud::aws::ec2::template::user_data;
+    let karpenter_class = "apiVersion: karpenter.k8s.aws/v1\nkind: EC2NodeClass\nmetadata: {name: c}\nspec:\n  amiSelectorTerms: [{alias: al2023@latest}]\n  role: nodes\n  subnetSelectorTerms: [{tags: {a: b}}]\n  securityGroupSelectorTerms: [{tags: {a: b}}]\n  userData: |\n    #!/bin/bash\n    echo before-join\n  kubelet:\n    clusterDNS: [169.254.20.10]\n    imageGCHighThresholdPercent: 85\n";
+    let c = karpenter::convert(karpenter_class).unwrap().remove(0);
+    assert!(c.carried_everything(), "{:#?}", c.notes);
+    let ours: EC2NodeClass = serde_json::from_value(c.output.unwrap()).unwrap();
+    let class: NodeClass = serde_json::from_value(serde_json::json!({
+        "name": "c",
+        "images": [],
+        "subnetSelectorTerms": [],
+        "securityGroupSelectorTerms": [],
+        "instanceProfile": "nodes",
+        "userData": ours.spec.user_data,
+    }))
+    .unwrap();
+    let settings = Settings::from_yaml(
+        "clusterName: prod\nclusterEndpoint: https://x.eks.example\ncertificateAuthority: Q0E=\nserviceCidr: 10.100.0.0/16\n",
+    )
+    .unwrap();
+    let data = user_data(&settings, &class, &Default::default()).unwrap();
+    let script = data.find("echo before-join").expect("the user's script");
+    let kubelet = data.find("- 169.254.20.10").expect("the kubelet settings");
+    let cluster = data.find("apiServerEndpoint").expect("our NodeConfig");
+    assert!(script < kubelet && kubelet < cluster, "{data}");
+    assert!(data.contains("imageGCHighThresholdPercent: 85"), "{data}");
+}

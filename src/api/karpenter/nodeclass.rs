@@ -9,12 +9,12 @@
 use super::fields::{as_integer, describe, entry, index, join, Fields, Notes};
 use super::metadata;
 use crate::api::nodeclass::{
-    AmiAlias, AmiSelectorTerm, BlockDevice, BlockDeviceMapping, CapacityReservationSelectorTerm,
-    EC2NodeClass, EC2NodeClassSpec, InstanceStorePolicy, MetadataOptions, SelectorTerm,
-    MAX_EXTRA_TAGS,
+    user_data_mime_boundary, AmiAlias, AmiSelectorTerm, BlockDevice, BlockDeviceMapping,
+    CapacityReservationSelectorTerm, EC2NodeClass, EC2NodeClassSpec, InstanceStorePolicy,
+    MetadataOptions, SelectorTerm, MAX_EXTRA_TAGS,
 };
 use crate::api::quantity::parse_quantity;
-use serde_json::Value;
+use serde_json::{Map, Value};
 
 /// Karpenter's instance metadata hop limit when unset: pods (one hop
 /// further) cannot reach the instance metadata service.
@@ -111,9 +111,10 @@ fn spec(v: &Value, path: &str, notes: &mut Notes) -> EC2NodeClassSpec {
     out.role = f.string("role", notes).filter(|r| !r.is_empty());
     out.instance_profile = f.string("instanceProfile", notes).filter(|p| !p.is_empty());
     out.tags = tags(&mut f, notes);
-    if let Some(k) = f.take("kubelet") {
-        kubelet(k, &f.at("kubelet"), notes);
-    }
+    let kubelet_config = f
+        .take("kubelet")
+        .map(|k| kubelet(k, &f.at("kubelet"), notes))
+        .unwrap_or_default();
     if let Some(list) = f.list("blockDeviceMappings", notes) {
         let path = f.at("blockDeviceMappings");
         out.block_device_mappings = list
@@ -142,8 +143,8 @@ fn spec(v: &Value, path: &str, notes: &mut Notes) -> EC2NodeClassSpec {
             ),
         }
     }
-    out.user_data = f.string("userData", notes);
-    if out.user_data.is_some() {
+    let user_data = f.string("userData", notes);
+    if user_data.is_some() {
         if let Some(Family::Other(name)) = &family {
             notes.lost(
                 &f.at("userData"),
@@ -151,6 +152,7 @@ fn spec(v: &Value, path: &str, notes: &mut Notes) -> EC2NodeClassSpec {
             );
         }
     }
+    out.user_data = with_kubelet_config(user_data, kubelet_config, &f.at("kubelet"), notes);
     out.metadata_options =
         metadata_options(f.take("metadataOptions"), &f.at("metadataOptions"), notes);
     if f.boolean("detailedMonitoring", notes) == Some(true) {
@@ -352,23 +354,129 @@ fn tags(f: &mut Fields<'_>, notes: &mut Notes) -> std::collections::BTreeMap<Str
     tags
 }
 
-/// Karpenter's kubelet settings, each reported: our EC2NodeClass has none.
-fn kubelet(v: &Value, path: &str, notes: &mut Notes) {
+/// Karpenter's kubelet settings that only the kubelet reads (they do not
+/// change what fits on a node): carried into the user data as a nodeadm
+/// `NodeConfig`, as Karpenter itself passes them on AL2023.
+pub const NODE_ONLY_KUBELET: &[&str] = &[
+    "clusterDNS",
+    "evictionSoft",
+    "evictionSoftGracePeriod",
+    "evictionMaxPodGracePeriod",
+    "imageGCHighThresholdPercent",
+    "imageGCLowThresholdPercent",
+    "cpuCFSQuota",
+];
+/// Karpenter's kubelet settings that change what fits on a node, which the
+/// planner computes from EKS's defaults: reported, not carried.
+pub const ALLOCATABLE_KUBELET: &[&str] = &[
+    "maxPods",
+    "podsPerCore",
+    "systemReserved",
+    "kubeReserved",
+    "evictionHard",
+];
+
+/// Largest user data our EC2NodeClass takes.
+const MAX_USER_DATA: usize = 16384;
+/// MIME boundary of user data the conversion composes.
+const BOUNDARY: &str = "QUARTERMASTER-CONVERTED";
+
+/// Karpenter's kubelet settings: the node-only ones to carry (as a
+/// `spec.kubelet.config` map), the others reported.
+fn kubelet(v: &Value, path: &str, notes: &mut Notes) -> Map<String, Value> {
     let Value::Object(m) = v else {
         notes.lost(path, format!("expected a mapping, found {}", describe(v)));
-        return;
+        return Map::new();
     };
-    for k in m.keys() {
-        let allocatable = matches!(
-            k.as_str(),
-            "maxPods" | "podsPerCore" | "systemReserved" | "kubeReserved" | "evictionHard"
-        );
-        let why = if allocatable {
-            format!("Quartermaster's EC2NodeClass has no kubelet settings, and its planner computes what fits on a node with EKS's defaults (max pods from the ENI limits, kube-reserved by the EKS formula, no system-reserved, eviction at 100Mi): a nodeadm NodeConfig in userData (spec.kubelet.config.{k}) would change the kubelet but not what the planner expects; leave it out or keep the difference small")
+    let mut carried = Map::new();
+    for (k, value) in m {
+        if NODE_ONLY_KUBELET.contains(&k.as_str()) {
+            carried.insert(k.clone(), value.clone());
+        } else if ALLOCATABLE_KUBELET.contains(&k.as_str()) {
+            notes.lost(
+                &join(path, k),
+                format!("Quartermaster's EC2NodeClass has no kubelet settings, and its planner computes what fits on a node with EKS's defaults (max pods from the ENI limits, kube-reserved by the EKS formula, no system-reserved, eviction at 100Mi): a nodeadm NodeConfig in userData (spec.kubelet.config.{k}) would change the kubelet but not what the planner expects; leave it out or keep the difference small"),
+            );
         } else {
-            format!("Quartermaster's EC2NodeClass has no kubelet settings: put a nodeadm NodeConfig with spec.kubelet.config.{k} in userData (it is merged before Quartermaster's, which leaves kubelet.config alone)")
-        };
-        notes.lost(&join(path, k), why);
+            notes.lost(
+                &join(path, k),
+                "not a kubelet setting this conversion knows: left out; if the kubelet has it, set it in userData with a nodeadm NodeConfig (spec.kubelet.config)",
+            );
+        }
+    }
+    carried
+}
+
+/// The class's user data with the carried kubelet settings appended as a
+/// nodeadm `NodeConfig` part (after the user's own parts, so that the
+/// `kubelet` field wins over a `NodeConfig` the user data already has, as
+/// in Karpenter). Each carried setting gets a note.
+fn with_kubelet_config(
+    user_data: Option<String>,
+    config: Map<String, Value>,
+    kubelet_path: &str,
+    notes: &mut Notes,
+) -> Option<String> {
+    if config.is_empty() {
+        return user_data;
+    }
+    let node_config = serde_json::json!({
+        "apiVersion": "node.eks.aws/v1alpha1",
+        "kind": "NodeConfig",
+        "spec": {"kubelet": {"config": config}},
+    });
+    let yaml = serde_norway::to_string(&node_config).unwrap_or_default();
+    let part = |kind: &str, body: &str, boundary: &str| {
+        format!(
+            "--{boundary}\nContent-Type: {kind}\n\n{}\n",
+            body.trim_end()
+        )
+    };
+    let composed = match &user_data {
+        None => Some(yaml.clone()),
+        Some(data) => match user_data_mime_boundary(data) {
+            Some(b) => data.rfind(&format!("--{b}--")).map(|end| {
+                let mut out = data.clone();
+                out.insert_str(end, &part("application/node.eks.aws", &yaml, &b));
+                out
+            }),
+            None => {
+                let kind = if data.contains("node.eks.aws/") {
+                    "application/node.eks.aws"
+                } else {
+                    "text/x-shellscript; charset=\"us-ascii\""
+                };
+                Some(format!(
+                    "MIME-Version: 1.0\nContent-Type: multipart/mixed; boundary=\"{BOUNDARY}\"\n\n{}{}--{BOUNDARY}--\n",
+                    part(kind, data, BOUNDARY),
+                    part("application/node.eks.aws", &yaml, BOUNDARY)
+                ))
+            }
+        },
+    };
+    let problem = match &composed {
+        None => Some("the user data is MIME multi-part without its closing boundary, so no part could be added".to_string()),
+        Some(c) if c.len() > MAX_USER_DATA => Some(format!(
+            "with it the user data would pass Quartermaster's {MAX_USER_DATA}-byte limit"
+        )),
+        Some(_) => None,
+    };
+    for k in config.keys() {
+        let path = join(kubelet_path, k);
+        match &problem {
+            None => notes.info(
+                &path,
+                format!("carried in userData as a nodeadm NodeConfig (spec.kubelet.config.{k}), merged before Quartermaster's own, as Karpenter passes it on AL2023"),
+            ),
+            Some(why) => notes.lost(
+                &path,
+                format!("{why}: left out; add a NodeConfig with spec.kubelet.config.{k} to userData by hand"),
+            ),
+        }
+    }
+    match problem {
+        None => composed,
+        Some(_) => user_data,
     }
 }
 
@@ -673,6 +781,8 @@ mod tests {
             "",
         );
         let (c, notes): (EC2NodeClass, _) = one(&yaml);
+        assert!(notes.contains(&("spec.kubelet.clusterDNS".into(), NoteKind::Info)));
+        assert!(c.spec.user_data.unwrap().contains("clusterDNS"));
         assert_eq!(c.spec.tags.len(), 1);
         assert!(c.spec.block_device_mappings.is_empty());
         assert_eq!(c.spec.capacity_reservation_selector_terms.len(), 1);
@@ -685,7 +795,6 @@ mod tests {
                 "spec.capacityReservationSelectorTerms[1].ownerID",
                 "spec.tags[Name]",
                 "spec.kubelet.maxPods",
-                "spec.kubelet.clusterDNS",
                 "spec.blockDeviceMappings[0].ebs.volumeSize",
                 "spec.instanceStorePolicy",
                 "spec.metadataOptions.httpEndpoint",
@@ -697,5 +806,47 @@ mod tests {
                 "spec.extra",
             ]
         );
+    }
+
+    #[test]
+    fn node_only_kubelet_settings_travel_in_the_user_data_as_a_node_config() {
+        let config: Map<String, Value> = serde_json::from_str(
+            r#"{"clusterDNS": ["169.254.20.10"], "imageGCHighThresholdPercent": 85}"#,
+        )
+        .unwrap();
+        let node_config = |text: &str| {
+            let at = text.find("apiVersion: node.eks.aws/v1alpha1").unwrap();
+            let doc: Value =
+                serde_norway::from_str(text[at..].split("\n--").next().unwrap()).unwrap();
+            doc["spec"]["kubelet"]["config"].clone()
+        };
+        let mut notes = Notes::default();
+        let alone = with_kubelet_config(None, config.clone(), "k", &mut notes).unwrap();
+        assert_eq!(node_config(&alone), Value::Object(config.clone()));
+        assert_eq!(notes.0.len(), 2);
+        assert!(notes.0.iter().all(|n| n.kind == NoteKind::Info));
+
+        let script = "#!/bin/bash\necho hi\n".to_string();
+        let both = with_kubelet_config(Some(script), config.clone(), "k", &mut notes).unwrap();
+        assert_eq!(user_data_mime_boundary(&both).as_deref(), Some(BOUNDARY));
+        let shell = both.find("echo hi").unwrap();
+        assert!(shell < both.find("kind: NodeConfig").unwrap(), "{both}");
+        assert!(both.contains("Content-Type: text/x-shellscript"));
+        assert!(both.trim_end().ends_with(&format!("--{BOUNDARY}--")));
+        assert_eq!(node_config(&both), Value::Object(config.clone()));
+
+        let mime = "MIME-Version: 1.0\nContent-Type: multipart/mixed; boundary=\"XX\"\n\n--XX\nContent-Type: text/x-shellscript\n\necho two\n--XX--\n";
+        let added =
+            with_kubelet_config(Some(mime.into()), config.clone(), "k", &mut notes).unwrap();
+        assert_eq!(added.matches("--XX\n").count(), 2, "{added}");
+        assert!(added.trim_end().ends_with("--XX--"));
+        assert_eq!(node_config(&added), Value::Object(config.clone()));
+
+        let mut notes = Notes::default();
+        let open = "Content-Type: multipart/mixed; boundary=\"YY\"\n\n--YY\n\necho\n";
+        let kept = with_kubelet_config(Some(open.into()), config, "k", &mut notes);
+        assert_eq!(kept.as_deref(), Some(open));
+        assert_eq!(notes.0.len(), 2);
+        assert!(notes.0.iter().all(|n| n.kind == NoteKind::NotCarried));
     }
 }
