@@ -284,3 +284,129 @@ pub(crate) mod testing {
             .collect()
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// What `kubectl get nodepools.karpenter.sh,ec2nodeclasses.karpenter.k8s.aws
+    /// -o yaml` prints: a List, with the API server's defaults, bookkeeping
+    /// and status filled in.
+    const EXPORT: &str = r#"
+apiVersion: v1
+kind: List
+metadata: {resourceVersion: ""}
+items:
+- apiVersion: karpenter.sh/v1
+  kind: NodePool
+  metadata:
+    annotations:
+      karpenter.sh/nodepool-hash: "6821555240594823858"
+      karpenter.sh/nodepool-hash-version: v3
+    creationTimestamp: "2025-06-01T10:00:00Z"
+    generation: 1
+    name: default
+    resourceVersion: "1234"
+    uid: 5a3b2c1d-0000-4000-8000-000000000000
+  spec:
+    disruption:
+      budgets: [{nodes: 10%}]
+      consolidateAfter: 0s
+      consolidationPolicy: WhenEmptyOrUnderutilized
+    template:
+      spec:
+        expireAfter: 720h
+        nodeClassRef: {group: karpenter.k8s.aws, kind: EC2NodeClass, name: default}
+        requirements:
+        - {key: karpenter.sh/capacity-type, operator: In, values: [spot]}
+        - {key: karpenter.k8s.aws/instance-family, operator: In, values: [g6]}
+  status:
+    conditions: [{type: Ready, status: "True"}]
+    resources: {cpu: "0", nodes: "0"}
+- apiVersion: karpenter.k8s.aws/v1
+  kind: EC2NodeClass
+  metadata:
+    finalizers: [karpenter.k8s.aws/termination]
+    name: default
+    uid: 6b4c3d2e-0000-4000-8000-000000000000
+  spec:
+    amiSelectorTerms: [{alias: al2023@latest}]
+    metadataOptions: {httpEndpoint: enabled, httpProtocolIPv6: disabled, httpPutResponseHopLimit: 1, httpTokens: required}
+    role: KarpenterNodeRole-prod
+    securityGroupSelectorTerms: [{tags: {karpenter.sh/discovery: prod}}]
+    subnetSelectorTerms: [{tags: {karpenter.sh/discovery: prod}}]
+  status:
+    amis: [{id: ami-0123456789abcdef0, name: x}]
+    instanceProfile: prod_123
+"#;
+
+    #[test]
+    fn a_kubectl_export_converts_completely_leaving_out_only_what_the_cluster_wrote() {
+        let out = convert(EXPORT).unwrap();
+        let labels: Vec<String> = out.iter().map(Converted::label).collect();
+        assert_eq!(
+            labels,
+            [
+                "document 1, item 1 (NodePool default)",
+                "document 1, item 2 (EC2NodeClass default)"
+            ]
+        );
+        for c in &out {
+            assert!(c.carried_everything(), "{}: {:#?}", c.label(), c.notes);
+            let metadata = &c.output.as_ref().unwrap()["metadata"];
+            assert_eq!(metadata.as_object().unwrap().len(), 1, "{metadata}");
+            assert!(c.output.as_ref().unwrap().get("status").is_none());
+        }
+        let noted: Vec<&str> = out[0].notes.iter().map(|n| n.path.as_str()).collect();
+        assert_eq!(
+            noted,
+            [
+                "metadata.annotations[karpenter.sh/nodepool-hash]",
+                "metadata.annotations[karpenter.sh/nodepool-hash-version]",
+                "metadata.uid",
+                "metadata.resourceVersion",
+                "metadata.generation",
+                "metadata.creationTimestamp",
+                "status"
+            ]
+        );
+        let yaml = to_yaml(&out).unwrap();
+        assert_eq!(
+            yaml.matches("apiVersion: quartermaster.dev/v1alpha1")
+                .count(),
+            2
+        );
+    }
+
+    #[test]
+    fn other_kinds_and_older_apis_are_named_and_ours_pass_through() {
+        let text = "apiVersion: karpenter.sh/v1beta1\nkind: NodePool\nmetadata: {name: old}\n---\napiVersion: karpenter.sh/v1\nkind: NodeClaim\nmetadata: {name: c}\n---\napiVersion: v1\nkind: ConfigMap\nmetadata: {name: m}\n---\n---\napiVersion: quartermaster.dev/v1alpha1\nkind: NodePool\nmetadata: {name: q}\nspec: {}\n";
+        let out = convert(text).unwrap();
+        let seen: Vec<(usize, bool, bool)> = out
+            .iter()
+            .map(|c| (c.document, c.output.is_some(), c.carried_everything()))
+            .collect();
+        assert_eq!(
+            seen,
+            [
+                (1, false, false),
+                (2, false, false),
+                (3, false, false),
+                (5, true, true)
+            ],
+            "the empty fourth document is skipped"
+        );
+        assert!(out[0].notes[0].message.contains("older Karpenter API"));
+        assert!(out[1].notes[0]
+            .message
+            .contains("Quartermaster creates its own NodeClaims"));
+        assert!(out[2].notes[0].message.contains("ConfigMap (v1) is not"));
+        assert_eq!(out[3].output.as_ref().unwrap()["metadata"]["name"], "q");
+    }
+
+    #[test]
+    fn text_that_is_not_yaml_converts_nothing() {
+        let e = convert("apiVersion: karpenter.sh/v1\n---\nkind: [NodePool\n").unwrap_err();
+        assert!(matches!(e, Error::Yaml { document: 2, .. }), "{e}");
+    }
+}
