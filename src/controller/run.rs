@@ -337,10 +337,10 @@ impl<C: CloudProvider + Send + Sync + 'static> Driver<C> {
     async fn report_unreadable(&mut self) {
         let fresh = self.store.read(|s| self.unreadable.fresh(s));
         for (pod, problems) in fresh {
-            tracing::warn!(%pod, ?problems, "pod annotations ignored");
+            tracing::warn!(%pod, ?problems, "pod annotations unreadable");
             if let Some(events) = &self.events {
                 events
-                    .annotation_ignored(&super::events::pod_ref(&pod, None), &problems)
+                    .annotation_unreadable(&super::events::pod_ref(&pod, None), &problems)
                     .await;
             }
         }
