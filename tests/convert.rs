@@ -113,8 +113,10 @@ fn karpenter_view(catalog: &Catalog) -> BTreeMap<String, (BTreeSet<String>, BTre
 #[test]
 fn a_karpenter_gpu_setup_converts_completely_and_validates() {
     let catalog = Catalog::embedded().unwrap();
-    let all = converted();
+    let mut all = converted();
     assert_eq!(all.len(), 3);
+    // The strict reader and validation `quartermaster validate` runs.
+    karpenter::check(&mut all, &catalog);
     for c in &all {
         assert!(c.carried_everything(), "{}: {:#?}", c.label(), c.notes);
     }

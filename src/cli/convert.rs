@@ -3,13 +3,17 @@
 //! and on stderr every field that could not be carried over, with its path
 //! and what to do instead, as `FILE: document N (Kind name): path: not
 //! carried: ...` (and `note:` lines for what was carried with a remark).
-//! The conversion itself is `quartermaster::api::karpenter`.
+//! Each converted object is then checked as `quartermaster validate` would
+//! check it; a problem there is reported like a field not carried. The
+//! conversion itself is `quartermaster::api::karpenter`.
 //!
 //! Exit status: 0 when everything was carried, [`EXIT_NOT_CARRIED`] when
 //! something was not (the output is printed either way), [`EXIT_UNREADABLE`]
 //! when a file cannot be read or is not YAML (nothing is printed then).
 
+use anyhow::Context;
 use quartermaster::api::karpenter::{self, Converted};
+use quartermaster::catalog::Catalog;
 use std::io::Read;
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -52,6 +56,10 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     if unreadable {
         eprintln!("nothing converted: every file must be readable YAML");
         return Ok(ExitCode::from(EXIT_UNREADABLE));
+    }
+    let catalog = Catalog::embedded().context("loading the embedded catalog")?;
+    for (_, converted) in &mut files {
+        karpenter::check(converted, &catalog);
     }
     let mut objects = 0;
     let mut lost = 0;

@@ -27,6 +27,7 @@ impl Notes {
             kind,
             path: path.to_string(),
             message: why.into(),
+            line: None,
         });
     }
 }

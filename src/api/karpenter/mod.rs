@@ -19,7 +19,8 @@ mod nodeclass;
 mod nodepool;
 mod requirements;
 
-use serde::Deserialize;
+use super::read::{self, Document, Kind};
+use crate::catalog::Catalog;
 use serde_json::Value;
 use std::fmt;
 
@@ -33,8 +34,6 @@ pub const NODE_CLASS_API_VERSION: &str = "karpenter.k8s.aws/v1";
 pub const GROUP: &str = "karpenter.sh";
 /// Karpenter's AWS API group (and label domain).
 pub const AWS_GROUP: &str = "karpenter.k8s.aws";
-/// Our API version, written on every converted object.
-pub const OUR_API_VERSION: &str = "quartermaster.dev/v1alpha1";
 
 /// Whether a note is a remark on something carried or a loss.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -57,6 +56,9 @@ pub struct Note {
     pub path: String,
     /// What happened to it and what to do.
     pub message: String,
+    /// The line of the input file the field is on (its nearest ancestor's
+    /// when it is absent), when known.
+    pub line: Option<usize>,
 }
 
 impl fmt::Display for Note {
@@ -65,11 +67,14 @@ impl fmt::Display for Note {
             NoteKind::Info => "note",
             NoteKind::NotCarried => "not carried",
         };
-        if self.path.is_empty() {
-            write!(f, "{what}: {}", self.message)
-        } else {
-            write!(f, "{}: {what}: {}", self.path, self.message)
+        if !self.path.is_empty() {
+            write!(f, "{}: ", self.path)?;
         }
+        write!(f, "{what}: {}", self.message)?;
+        if let Some(l) = self.line {
+            write!(f, " (line {l})")?;
+        }
+        Ok(())
     }
 }
 
@@ -109,64 +114,89 @@ impl Converted {
 /// Input that is not YAML.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum Error {
-    /// A document is not valid YAML (the parser cannot go on after it).
-    #[error("document {document}: invalid YAML: {message}")]
-    Yaml {
-        /// 1-based document number.
-        document: usize,
-        /// The parser's message, with the line.
-        message: String,
-    },
-    /// A document is YAML that JSON cannot hold (a non-string key, ...).
-    #[error("document {document}: {message}")]
-    NotJson {
-        /// 1-based document number.
-        document: usize,
-        /// Why.
-        message: String,
-    },
+    /// A document is not valid YAML (the parser cannot go on after it),
+    /// with its document number and line.
+    #[error("{0}")]
+    Yaml(read::Problem),
 }
 
-/// Converts every document of a multi-document YAML text. Empty documents
-/// are skipped.
+/// Converts every document of a multi-document YAML text, read with the
+/// strict reader's splitter ([`read::documents`]), so that every note
+/// carries the line of its field. Empty documents are skipped.
 ///
 /// # Errors
 ///
 /// [`Error`] when the text is not YAML: nothing is converted then, so that
 /// a half-read file never yields half a set-up.
 pub fn convert(text: &str) -> Result<Vec<Converted>, Error> {
-    let mut values = Vec::new();
-    for (i, doc) in serde_norway::Deserializer::from_str(text).enumerate() {
-        let document = i + 1;
-        let yaml = serde_norway::Value::deserialize(doc).map_err(|e| Error::Yaml {
-            document,
-            message: e.to_string(),
-        })?;
-        let json = serde_json::to_value(&yaml).map_err(|e| Error::NotJson {
-            document,
-            message: e.to_string(),
-        })?;
-        values.push(json);
-    }
-    Ok(values
-        .iter()
-        .enumerate()
-        .filter(|(_, v)| !v.is_null())
-        .flat_map(|(i, v)| convert_value(v, i + 1))
-        .collect())
+    let docs = read::documents(text).map_err(|(_, p)| Error::Yaml(p))?;
+    Ok(docs.iter().flat_map(convert_document).collect())
 }
 
-/// Converts one document's value: a Karpenter object, or a `List` of them.
-pub fn convert_value(value: &Value, document: usize) -> Vec<Converted> {
+/// Converts one document: a Karpenter object, or a `List` of them (as
+/// `kubectl get -o yaml` prints).
+pub fn convert_document(doc: &Document) -> Vec<Converted> {
+    let value = &doc.value;
     let items = value.get("items").and_then(Value::as_array);
-    let kind = str_field(value, "kind");
-    match items {
-        Some(items) if kind.ends_with("List") => items
+    let list = str_field(value, "kind").ends_with("List");
+    let mut out: Vec<Converted> = match items {
+        Some(items) if list => items
             .iter()
             .enumerate()
-            .map(|(i, item)| convert_object(item, document, Some(i + 1)))
+            .map(|(i, item)| convert_object(item, doc.number, Some(i + 1)))
             .collect(),
-        _ => vec![convert_object(value, document, None)],
+        _ => vec![convert_object(value, doc.number, None)],
+    };
+    for c in &mut out {
+        let prefix = c.item.map(|i| format!("items[{}]", i - 1));
+        for n in &mut c.notes {
+            let path = match &prefix {
+                Some(p) => fields::join(p, &n.path),
+                None => n.path.clone(),
+            };
+            n.line = doc.line_of(&path);
+        }
+    }
+    out
+}
+
+/// Checks each converted object with the strict reader and the validation
+/// `quartermaster validate` and the controller run ([`read::node_pool`],
+/// [`read::node_class`]); each problem becomes a note that something was
+/// not carried (the object is still printed: the problem is to be fixed
+/// in it, or in the Karpenter field it came from). Checks that need the
+/// catalog are skipped when it has no instance types.
+pub fn check(converted: &mut [Converted], catalog: &Catalog) {
+    for c in converted.iter_mut() {
+        let Some(output) = &c.output else { continue };
+        let Ok(text) = serde_norway::to_string(output) else {
+            continue;
+        };
+        let Ok(docs) = read::documents(&text) else {
+            continue;
+        };
+        let Some(doc) = docs.first() else { continue };
+        let problems = match Kind::of(doc) {
+            Kind::NodePool => read::node_pool(doc, catalog).err(),
+            Kind::EC2NodeClass => read::node_class(doc).err(),
+            _ => None,
+        };
+        for p in problems.into_iter().flatten() {
+            let at = if p.path.is_empty() {
+                String::new()
+            } else {
+                format!("{}: ", p.path)
+            };
+            c.notes.push(Note {
+                kind: NoteKind::NotCarried,
+                path: String::new(),
+                message: format!(
+                    "the converted {} does not pass Quartermaster's validation: {at}{}; fix it in the output, or the Karpenter field it came from",
+                    c.kind, p.message
+                ),
+                line: None,
+            });
+        }
     }
 }
 
@@ -185,7 +215,7 @@ fn convert_object(value: &Value, document: usize, item: Option<usize>) -> Conver
     let output = match (api_version, kind) {
         (NODE_POOL_API_VERSION, "NodePool") => nodepool::convert(value, &mut notes),
         (NODE_CLASS_API_VERSION, "EC2NodeClass") => nodeclass::convert(value, &mut notes),
-        (OUR_API_VERSION, _) => {
+        (read::API_VERSION, _) => {
             notes.info(
                 "",
                 "already a Quartermaster object: passed through unchanged (check it with quartermaster validate)",
@@ -405,8 +435,42 @@ items:
     }
 
     #[test]
+    fn notes_carry_the_line_of_their_field_in_lists_too() {
+        let out = convert(EXPORT).unwrap();
+        let hash = &out[0].notes[0];
+        assert_eq!(
+            hash.path,
+            "metadata.annotations[karpenter.sh/nodepool-hash]"
+        );
+        assert_eq!(hash.line, Some(10), "{hash}");
+        assert!(hash.to_string().ends_with("(line 10)"));
+    }
+
+    #[test]
+    fn what_karpenter_accepts_and_our_validation_refuses_is_reported_after_conversion() {
+        let text = "apiVersion: karpenter.sh/v1\nkind: NodePool\nmetadata: {name: odd}\nspec:\n  template:\n    spec:\n      expireAfter: Never\n      nodeClassRef: {group: karpenter.k8s.aws, kind: EC2NodeClass, name: default}\n      requirements:\n      - {key: karpenter.sh/capacity-type, operator: In, values: [spot]}\n      - {key: karpenter.k8s.aws/instance-family, operator: In, values: [p5, x9z]}\n  disruption: {consolidateAfter: 1m}\n";
+        let mut out = convert(text).unwrap();
+        assert!(out[0].carried_everything());
+        check(&mut out, &Catalog::embedded().unwrap());
+        assert!(!out[0].carried_everything());
+        let last = out[0].notes.last().unwrap();
+        assert!(
+            last.message.contains(
+                "spec.template.spec.requirements[0].values[1]: unknown instance family \"x9z\""
+            ),
+            "{last}"
+        );
+        let mut clean = convert(EXPORT).unwrap();
+        check(&mut clean, &Catalog::embedded().unwrap());
+        assert!(clean.iter().all(Converted::carried_everything));
+    }
+
+    #[test]
     fn text_that_is_not_yaml_converts_nothing() {
         let e = convert("apiVersion: karpenter.sh/v1\n---\nkind: [NodePool\n").unwrap_err();
-        assert!(matches!(e, Error::Yaml { document: 2, .. }), "{e}");
+        assert!(
+            matches!(&e, Error::Yaml(p) if p.document == 2 && p.line.is_some()),
+            "{e}"
+        );
     }
 }
