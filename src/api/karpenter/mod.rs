@@ -24,7 +24,7 @@ use crate::catalog::Catalog;
 use serde_json::Value;
 use std::fmt;
 
-pub use requirements::{gpu_memory_in_gib, KOp, NATIVE_KEYS, NODEPOOL as NODEPOOL_LABEL};
+pub use requirements::{gpu_memory_in_gib, KOp, NODEPOOL as NODEPOOL_LABEL};
 
 /// API version of Karpenter's NodePool that is converted.
 pub const NODE_POOL_API_VERSION: &str = "karpenter.sh/v1";

@@ -5,8 +5,9 @@
 //! `instance-gpu-count`, the capacity reservation's ID and type, and
 //! `instance-gpu-memory` where a bound in whole GiB selects the same MiB)
 //! become ours, so that the pool reads as Quartermaster's everywhere; the
-//! other Karpenter labels Quartermaster's nodes carry ([`NATIVE_KEYS`]) are
-//! kept as they are. `Gte`/`Lte` become `Gt`/`Lt` of the neighbouring
+//! other Karpenter labels Quartermaster's nodes carry (those among the
+//! catalog's instance-type labels, [`crate::catalog::INSTANCE_TYPE_KEYS`])
+//! are kept as they are. `Gte`/`Lte` become `Gt`/`Lt` of the neighbouring
 //! integer. What has no equivalent (`minValues`, labels no node of ours
 //! carries) is reported.
 
@@ -38,23 +39,6 @@ pub const CAPACITY_RESERVATION_ID: &str = "karpenter.k8s.aws/capacity-reservatio
 /// `capacity-block` (ours, `capacity-reservation-kind`, says
 /// `capacity-reservation` or `capacity-block`).
 pub const CAPACITY_RESERVATION_TYPE: &str = "karpenter.k8s.aws/capacity-reservation-type";
-
-/// Karpenter's well-known labels that Quartermaster's nodes carry under
-/// Karpenter's own name and with Karpenter's values (memory in MiB), so
-/// that requirements on them are kept as they are.
-pub const NATIVE_KEYS: &[&str] = &[
-    GPU_MEMORY,
-    "karpenter.k8s.aws/instance-category",
-    "karpenter.k8s.aws/instance-generation",
-    "karpenter.k8s.aws/instance-size",
-    "karpenter.k8s.aws/instance-cpu",
-    "karpenter.k8s.aws/instance-memory",
-    "karpenter.k8s.aws/instance-gpu-manufacturer",
-    "karpenter.k8s.aws/instance-accelerator-name",
-    "karpenter.k8s.aws/instance-accelerator-count",
-    "karpenter.k8s.aws/instance-local-nvme",
-    "karpenter.k8s.aws/instance-network-bandwidth",
-];
 
 /// Karpenter's keys translated to ours as they are (same values).
 const RENAMED: &[(&str, &str)] = &[
@@ -100,8 +84,11 @@ pub(super) struct KRequirement {
 }
 
 /// What a pool's requirements become.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub(super) struct Converted {
+    /// The label keys Quartermaster's nodes carry because of their
+    /// instance type (the catalog's); a Karpenter key among them is kept.
+    native: &'static [&'static str],
     /// Our requirements, in input order.
     pub requirements: Vec<Requirement>,
     /// The capacity types, once a requirement named them; `None`: none did.
@@ -109,6 +96,17 @@ pub(super) struct Converted {
     /// Labels Karpenter would have put on the nodes from a requirement
     /// (`team In [ml]` on a label no node has: every node gets `team: ml`).
     pub labels: BTreeMap<String, String>,
+}
+
+impl Default for Converted {
+    fn default() -> Self {
+        Converted {
+            native: crate::catalog::INSTANCE_TYPE_KEYS,
+            requirements: Vec::new(),
+            capacity_types: None,
+            labels: BTreeMap::new(),
+        }
+    }
 }
 
 impl Converted {
@@ -201,20 +199,29 @@ impl Converted {
                 .collect();
             return push(self, l::CAPACITY_RESERVATION_KIND, values);
         }
+        let native = self.native.contains(&key);
         if key == GPU_MEMORY {
+            let why = format!(
+                "{} counts whole GiB rounded down, and no bound on it selects exactly these MiB",
+                l::GPU_MEMORY_GIB
+            );
             match gpu_memory_in_gib(r.op, &r.values) {
                 Some(req) => self.requirements.push(req),
-                None => {
+                None if native => {
                     notes.info(
                         path,
-                        format!("kept as {GPU_MEMORY} in MiB (Quartermaster's nodes carry it): {} counts whole GiB rounded down, and no bound on it selects exactly these MiB", l::GPU_MEMORY_GIB),
+                        format!("kept as {GPU_MEMORY} in MiB (Quartermaster's nodes carry it): {why}"),
                     );
                     push(self, key, values);
                 }
+                None => notes.lost(
+                    path,
+                    format!("{why}, and Quartermaster's nodes do not carry {GPU_MEMORY}: left out; bound {} by whole GiB (or {} in MiB, on NVIDIA types) instead", l::GPU_MEMORY_GIB, l::GFD_MEMORY),
+                ),
             }
             return;
         }
-        if NATIVE_KEYS.contains(&key) {
+        if native {
             return push(self, key, values);
         }
         if key == NODEPOOL || key == l::NODEPOOL || key == l::HOSTNAME {
@@ -408,12 +415,18 @@ mod tests {
     use crate::api::karpenter::NoteKind;
     use serde_json::json;
 
+    /// The Karpenter labels the tests take Quartermaster's nodes to carry.
+    const NATIVE: &[&str] = &[GPU_MEMORY, "karpenter.k8s.aws/instance-generation"];
+
     fn convert(reqs: Value, labels: &[(&str, &str)]) -> (Converted, Vec<(String, NoteKind)>) {
         let labels: BTreeMap<String, String> = labels
             .iter()
             .map(|(k, v)| (k.to_string(), v.to_string()))
             .collect();
-        let mut c = Converted::default();
+        let mut c = Converted {
+            native: NATIVE,
+            ..Converted::default()
+        };
         let mut notes = Notes::default();
         for (i, r) in reqs.as_array().unwrap().iter().enumerate() {
             c.add_value(r, &format!("r[{i}]"), &labels, &mut notes);
@@ -562,6 +575,29 @@ mod tests {
                 "{op:?}: only {translated} bounds translated"
             );
         }
+    }
+
+    #[test]
+    fn karpenter_keys_our_nodes_lack_are_reported_even_gpu_memory() {
+        let mut c = Converted {
+            native: &[],
+            ..Converted::default()
+        };
+        let mut notes = Notes::default();
+        for (i, r) in [
+            json!({"key": GPU_MEMORY, "operator": "Gt", "values": ["20000"]}),
+            json!({"key": GPU_MEMORY, "operator": "Gte", "values": ["24576"]}),
+            json!({"key": "karpenter.k8s.aws/instance-generation", "operator": "Gt", "values": ["4"]}),
+        ]
+        .iter()
+        .enumerate()
+        {
+            c.add_value(r, &format!("r[{i}]"), &BTreeMap::new(), &mut notes);
+        }
+        assert_eq!(shown(&c), ["quartermaster.dev/gpu-memory-gib Gt [23]"]);
+        let lost: Vec<&str> = notes.0.iter().map(|n| n.path.as_str()).collect();
+        assert_eq!(lost, ["r[0]", "r[2]"]);
+        assert!(notes.0.iter().all(|n| n.kind == NoteKind::NotCarried));
     }
 
     #[test]
