@@ -1858,20 +1858,42 @@ type Writes = Arc<Mutex<Vec<(String, String, Value)>>>;
 /// A loop over `pods` whose every write is accepted (objects echoed back)
 /// and kept, with Events on, run for `rounds` rounds of ten seconds.
 async fn run_loop(pods: Vec<core::Pod>, core: Config, rounds: i64) -> Writes {
+    run_loop_with(vec![pool()], pods, core, rounds).await
+}
+
+/// [`run_loop`] with these pools.
+async fn run_loop_with(
+    pools: Vec<NodePool>,
+    pods: Vec<core::Pod>,
+    core: Config,
+    rounds: i64,
+) -> Writes {
     use quartermaster::controller::events::Events;
     use quartermaster::controller::run::{Context, Driver};
     use std::sync::atomic::AtomicBool;
     use support::api_server::Recorder;
     use tokio::sync::mpsc;
 
-    let s = Arc::new(store(pods, vec![], vec![]));
+    let s = Arc::new(store_with(pools, pods, vec![], vec![]));
     let writes: Writes = Arc::default();
     let seen = writes.clone();
     let (client, _server) = Recorder::start(move |served, body| {
         seen.lock()
             .unwrap()
             .push((served.method.clone(), served.path.clone(), body.clone()));
-        echo(body)
+        // A status patch answers with the whole pool, as the API server does.
+        match served
+            .path
+            .strip_suffix("/status")
+            .and_then(|p| p.split_once("/nodepools/"))
+        {
+            Some((_, name)) => (
+                200,
+                json!({"apiVersion": "quartermaster.dev/v1alpha1", "kind": "NodePool",
+                       "metadata": {"name": name}, "spec": {}, "status": body["status"]}),
+            ),
+            None => echo(body),
+        }
     });
     let (_leader_tx, leader) = watch::channel(true);
     let (_catalog_tx, catalog_rx) = watch::channel(catalog());
@@ -1897,15 +1919,17 @@ async fn run_loop(pods: Vec<core::Pod>, core: Config, rounds: i64) -> Writes {
 
 /// The Events of `reason` the loop posted in namespace `ml`.
 fn posted_events(writes: &Writes, reason: &str) -> Vec<Value> {
+    posted_events_in(writes, "ml", reason)
+}
+
+/// The Events of `reason` the loop posted in `namespace`.
+fn posted_events_in(writes: &Writes, namespace: &str, reason: &str) -> Vec<Value> {
+    let path = format!("/apis/events.k8s.io/v1/namespaces/{namespace}/events");
     writes
         .lock()
         .unwrap()
         .iter()
-        .filter(|(method, path, body)| {
-            method == "POST"
-                && path == "/apis/events.k8s.io/v1/namespaces/ml/events"
-                && body["reason"] == reason
-        })
+        .filter(|(method, p, body)| method == "POST" && *p == path && body["reason"] == reason)
         .map(|(_, _, body)| body.clone())
         .collect()
 }
@@ -1985,6 +2009,59 @@ async fn a_pod_asking_for_a_gpu_only_through_a_dra_claim_is_reported_not_placeab
         .map(|(_, _, b)| b.clone())
         .collect();
     assert_eq!(claims.len(), 1, "{claims:#?}");
+}
+
+#[tokio::test]
+async fn an_invalid_pool_gets_its_condition_and_one_event_naming_every_problem_and_launches_nothing(
+) {
+    use quartermaster::controller::events::reasons;
+    let mut bad = pool();
+    bad.spec.limits.insert(
+        "nodes".into(),
+        k8s_openapi::apimachinery::pkg::api::resource::Quantity("lots".into()),
+    );
+    bad.spec.weight = Some(500);
+    let pods = vec![gpu_pod("train-0", None, json!({}))];
+    let writes = run_loop_with(vec![bad], pods, Config::default(), 4).await;
+    let status: Vec<Value> = writes
+        .lock()
+        .unwrap()
+        .iter()
+        .filter(|(m, p, _)| m == "PATCH" && p.ends_with("/nodepools/gpu/status"))
+        .map(|(_, _, b)| b.clone())
+        .collect();
+    assert!(!status.is_empty(), "{writes:#?}");
+    let conditions = status[0]["status"]["conditions"]
+        .as_array()
+        .unwrap()
+        .clone();
+    let valid = conditions
+        .iter()
+        .find(|c| c["type"] == "ValidationSucceeded")
+        .unwrap();
+    assert_eq!(valid["status"], "False");
+    let message = valid["message"].as_str().unwrap();
+    assert!(
+        message.contains("spec.limits[nodes]") && message.contains("spec.weight"),
+        "{message}"
+    );
+    // One Event (the events of a cluster-scoped object go to `default`),
+    // naming both problems, however many rounds see the pool.
+    let events = posted_events_in(&writes, "default", reasons::VALIDATION_FAILED);
+    assert_eq!(events.len(), 1, "{writes:#?}");
+    assert_eq!(events[0]["regarding"]["kind"], "NodePool");
+    let note = events[0]["note"].as_str().unwrap();
+    assert!(
+        note.contains("spec.limits[nodes]") && note.contains("spec.weight"),
+        "{note}"
+    );
+    // The pool is not widened into launching anything.
+    assert!(posted_events(&writes, reasons::NOMINATED).is_empty());
+    assert!(!writes
+        .lock()
+        .unwrap()
+        .iter()
+        .any(|(m, p, _)| m == "POST" && p.ends_with("/nodeclaims")));
 }
 
 /// An API server with no objects: every list is empty, watches stay open,
