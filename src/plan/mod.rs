@@ -258,11 +258,11 @@ impl Plan {
 /// measures solve time for reporting and bounds the MIP's whole plan by
 /// `options.time_limit`.
 pub fn plan(input: &Input, strategy: Strategy, options: &Options, now: &dyn Fn() -> f64) -> Plan {
-    if input.pods.iter().any(|p| !p.not_placeable.is_empty()) {
+    if input.pods.iter().any(|p| held_reason(p).is_some()) {
         // Pods whose needs the planner does not understand are reported,
         // never placed as though those needs were absent.
         let (held, placeable): (Vec<&Pod>, Vec<&Pod>) =
-            input.pods.iter().partition(|p| !p.not_placeable.is_empty());
+            input.pods.iter().partition(|p| held_reason(p).is_some());
         let pods: Vec<Pod> = placeable.into_iter().cloned().collect();
         let mut p = plan(
             &Input {
@@ -276,7 +276,7 @@ pub fn plan(input: &Input, strategy: Strategy, options: &Options, now: &dyn Fn()
         p.unschedulable
             .extend(held.into_iter().map(|pod| Unschedulable {
                 pod: pod.name.clone(),
-                reason: format!("not placeable: {}", pod.not_placeable.join("; ")),
+                reason: format!("not placeable: {}", held_reason(pod).unwrap_or_default()),
             }));
         return p;
     }
@@ -294,6 +294,22 @@ pub fn plan(input: &Input, strategy: Strategy, options: &Options, now: &dyn Fn()
         p.optimal = p.risk_adjusted_cost_per_hour <= lb * (1.0 + options.mip_gap) + 1e-9;
     }
     p
+}
+
+/// Why a pod is held back from planning, if it is: needs the planner does
+/// not understand ([`Pod::not_placeable`]), or DRA claims that were not
+/// matched against the cluster's DRA objects (a caller that read none).
+fn held_reason(p: &Pod) -> Option<String> {
+    if !p.not_placeable.is_empty() {
+        return Some(p.not_placeable.join("; "));
+    }
+    (!p.resource_claims.is_empty() && p.devices.is_none()).then(|| {
+        let names: Vec<&str> = p.resource_claims.iter().map(|c| c.name.as_str()).collect();
+        format!(
+            "it asks for devices through DRA resource claims ({}), which were not matched against DeviceClasses and ResourceClaims",
+            names.join(", ")
+        )
+    })
 }
 
 /// Indices (into `input.pods`) of the pods `plan` launches new nodes for.
