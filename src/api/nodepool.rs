@@ -18,8 +18,8 @@ mod policies;
 
 pub use disruption::{Budget, BudgetNodes, ConsolidationPolicy, Disruption};
 pub use policies::{
-    CheckpointHook, GpuSharing, GpuSharingMode, InterruptionPolicy, PrewarmWindow, RebalanceAction,
-    RiskPolicy,
+    CheckpointHook, DraPolicy, FirstAvailable, GpuSharing, GpuSharingMode, InterruptionPolicy,
+    PrewarmWindow, RebalanceAction, RiskPolicy,
 };
 
 /// Key in `spec.limits`: most nodes the pool may have.
@@ -146,6 +146,10 @@ pub struct NodePoolSpec {
     /// How much spot interruption risk the pool accepts.
     #[serde(default)]
     pub risk: RiskPolicy,
+    /// Which DRA drivers its nodes run and how DRA claims' alternatives
+    /// are chosen (`docs/dra.md`).
+    #[serde(default, skip_serializing_if = "DraPolicy::is_default")]
+    pub dra: DraPolicy,
 }
 
 impl Default for NodePoolSpec {
@@ -160,6 +164,7 @@ impl Default for NodePoolSpec {
             gpu_sharing: GpuSharing::default(),
             prewarm: Vec::new(),
             risk: RiskPolicy::default(),
+            dra: DraPolicy::default(),
         }
     }
 }

@@ -49,6 +49,21 @@ pub struct Pool {
     /// a pod requests the fabric (`spec.template.spec.efa`): its gangs
     /// then stay on one instance type, as EFA-requesting gangs do.
     pub efa: bool,
+    /// The DRA drivers its nodes run (`None`: every driver with device
+    /// templates; empty: none). Nodes launched for DRA claims offer these
+    /// drivers' devices in place of the device plugin's.
+    pub dra_drivers: Option<Vec<String>>,
+    /// How DRA `firstAvailable` alternatives are chosen for its nodes.
+    pub first_available: crate::api::FirstAvailable,
+}
+
+impl Pool {
+    /// Whether its nodes run the DRA driver `driver`.
+    pub fn runs_dra_driver(&self, driver: &str) -> bool {
+        self.dra_drivers
+            .as_ref()
+            .is_none_or(|d| d.iter().any(|x| x == driver))
+    }
 }
 
 impl Pool {
@@ -68,6 +83,8 @@ impl Pool {
             max_spot_pool_share: None,
             daemonset_overhead: Resources::new(),
             efa: false,
+            dra_drivers: None,
+            first_available: crate::api::FirstAvailable::InOrder,
         }
     }
 }
@@ -143,6 +160,8 @@ impl Pool {
             max_spot_pool_share: spec.risk.max_spot_pool_share,
             daemonset_overhead,
             efa: spec.template.spec.efa,
+            dra_drivers: spec.dra.drivers.clone(),
+            first_available: spec.dra.first_available,
             name,
         })
     }

@@ -3,7 +3,7 @@
 //! have, and the explanation of why a pod fits none of them.
 
 use crate::api::labels as l;
-use crate::catalog::{mig, AcceleratorKind, CapacityType, Offering};
+use crate::catalog::{mig, AcceleratorKind, CapacityType, DeviceTemplate, Offering};
 use crate::cluster::requirements::untolerated;
 use crate::cluster::shape::{self, GpuSharing};
 use crate::cluster::{Labels, Pool, Resources, Taint};
@@ -87,6 +87,10 @@ pub fn candidates(input: &Input) -> Vec<Candidate> {
     // Each instance type's labels once per call, not once per offering and
     // pool: building them dominated planning in long simulations.
     let mut type_labels: std::collections::HashMap<&str, Labels> = Default::default();
+    // Nodes serving DRA claims are offered only when a pod has some.
+    let dra = input.pods.iter().any(|p| p.devices.is_some());
+    let mut templates: std::collections::HashMap<(&str, Option<&str>), Vec<DeviceTemplate>> =
+        Default::default();
     for (pi, pool) in pools.iter().enumerate() {
         // Requirements on labels only the instance type sets are checked once
         // per type, before any offering's labels are built: most offerings
@@ -156,7 +160,7 @@ pub fn candidates(input: &Input) -> Vec<Candidate> {
                 .map(|m| m.mean_rate_per_hour())
                 .filter(|mean| *mean > 0.0)
                 .map(|mean| rate / mean);
-            out.push(Candidate {
+            let candidate = Candidate {
                 pool: pi,
                 weight: pool.weight,
                 rate,
@@ -168,10 +172,58 @@ pub fn candidates(input: &Input) -> Vec<Candidate> {
                 taints: pool.taints.clone(),
                 accelerator_resource,
                 accelerator_units,
-            });
+            };
+            let mut variant = None;
+            if dra {
+                let mig = match &pool.sharing {
+                    GpuSharing::Mig { profile } => Some(profile.as_str()),
+                    _ => None,
+                };
+                let served: Vec<DeviceTemplate> = templates
+                    .entry((it.name.as_str(), mig))
+                    .or_insert_with(|| catalog.device_templates(it, mig))
+                    .iter()
+                    .filter(|t| pool.runs_dra_driver(&t.driver))
+                    .cloned()
+                    .collect();
+                if !served.is_empty() {
+                    variant = Some(serving_dra(&candidate, &served));
+                }
+            }
+            // The plain node first: ties go to it.
+            out.push(candidate);
+            out.extend(variant);
         }
     }
     out
+}
+
+/// The same offering launched to serve DRA claims: its devices offered
+/// through the DRA drivers of `served` instead of the device plugin
+/// ([`shape::with_dra_devices`]), labelled `quartermaster.dev/dra`. Its
+/// capacity keeps the plugin's counts too, so that pool limits on
+/// `nvidia.com/gpu` count its GPUs.
+fn serving_dra(c: &Candidate, served: &[DeviceTemplate]) -> Candidate {
+    let mut labels = c.labels.clone();
+    labels.insert(l::DRA.to_string(), "true".to_string());
+    let allocatable = shape::with_dra_devices(&c.allocatable, served);
+    let mut capacity = c.capacity.clone();
+    for t in served {
+        capacity.set(&t.resource(), i64::from(t.count));
+    }
+    // The accelerator its idle devices are charged in: the GPU or Neuron
+    // devices, not the EFA interfaces.
+    let accelerator = served
+        .iter()
+        .find(|t| t.driver != crate::catalog::devices::EFA_DRIVER);
+    Candidate {
+        allocatable,
+        capacity,
+        labels,
+        accelerator_resource: accelerator.map(DeviceTemplate::resource),
+        accelerator_units: accelerator.map_or(0, |t| i64::from(t.count)),
+        ..c.clone()
+    }
 }
 
 fn accelerator_resource(

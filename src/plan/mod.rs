@@ -10,6 +10,7 @@ pub mod bound;
 pub mod candidates;
 pub mod classes;
 pub mod cost;
+pub mod dra;
 pub mod greedy;
 pub mod limits;
 pub mod mip;
@@ -280,6 +281,28 @@ pub fn plan(input: &Input, strategy: Strategy, options: &Options, now: &dyn Fn()
             }));
         return p;
     }
+    if input.pods.iter().any(|p| p.devices.is_some()) {
+        // DRA claims become demand first (`dra`).
+        let cands = candidates::candidates(input);
+        let prepared = dra::prepare(input, &cands);
+        let mut p = solve(
+            &Input {
+                pods: &prepared.pods,
+                ..*input
+            },
+            strategy,
+            options,
+            now,
+        );
+        p.unschedulable.extend(prepared.held);
+        dra::expand(&mut p, &prepared.members);
+        return p;
+    }
+    solve(input, strategy, options, now)
+}
+
+/// [`plan`] of pods whose DRA claims are demand already.
+fn solve(input: &Input, strategy: Strategy, options: &Options, now: &dyn Fn() -> f64) -> Plan {
     let start = now();
     let mut p = match strategy {
         Strategy::Mip => mip::plan(input, options, now),
@@ -335,6 +358,26 @@ pub fn launched_pods(input: &Input, plan: &Plan) -> Vec<usize> {
 /// spread, the gang's zone, sharing the node with other pods), and never
 /// that the dearer option "beats" it.
 pub fn explain(input: &Input, plan: &Plan) -> Vec<String> {
+    if input.pods.iter().any(|p| p.devices.is_some()) {
+        // As planned: DRA claims as demand, pods sharing a claim as one.
+        let prepared = dra::prepare(input, &candidates::candidates(input));
+        let mut named = plan.clone();
+        for n in &mut named.nodes {
+            n.pods
+                .retain(|p| prepared.pods.iter().any(|q| q.name == *p));
+        }
+        return explain_prepared(
+            &Input {
+                pods: &prepared.pods,
+                ..*input
+            },
+            &named,
+        );
+    }
+    explain_prepared(input, plan)
+}
+
+fn explain_prepared(input: &Input, plan: &Plan) -> Vec<String> {
     let cands = candidates::candidates(input);
     let by_name: std::collections::HashMap<&str, &Pod> =
         input.pods.iter().map(|p| (p.name.as_str(), p)).collect();

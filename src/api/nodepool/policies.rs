@@ -297,6 +297,49 @@ fn default_risk_aversion() -> f64 {
     1.0
 }
 
+/// How a pod's `firstAvailable` DRA alternatives are chosen when nodes
+/// are launched for it.
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, Default, PartialEq, Eq, Hash, JsonSchema)]
+pub enum FirstAvailable {
+    /// In the order the user wrote them: nodes are launched for the first
+    /// alternative some pool can serve, as the scheduler allocates.
+    #[default]
+    InOrder,
+    /// The alternative whose node costs the pod least (price plus expected
+    /// interruption cost) among those this pool can serve.
+    Cheapest,
+}
+
+/// The pool's DRA policy: which drivers its nodes run, and how claims'
+/// alternatives are chosen.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct DraPolicy {
+    /// The DRA drivers the pool's nodes run (`gpu.nvidia.com`,
+    /// `neuron.aws.com`, `dra.net`): nodes launched for DRA claims offer
+    /// those drivers' devices, in place of the device plugin's, and carry
+    /// the label `quartermaster.dev/dra: "true"` (for the drivers'
+    /// DaemonSets to select). Unset: every driver Quartermaster has device
+    /// templates for; `[]`: none (a device-plugin pool).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(max = 16))]
+    pub drivers: Option<Vec<String>>,
+    /// How `firstAvailable` alternatives are chosen for this pool's nodes.
+    #[serde(default, skip_serializing_if = "is_in_order")]
+    pub first_available: FirstAvailable,
+}
+
+fn is_in_order(f: &FirstAvailable) -> bool {
+    *f == FirstAvailable::InOrder
+}
+
+impl DraPolicy {
+    /// The default policy (every driver, in order).
+    pub fn is_default(&self) -> bool {
+        *self == DraPolicy::default()
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

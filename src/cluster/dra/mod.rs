@@ -118,6 +118,14 @@ pub fn why_not<'a>(
     results: impl Iterator<Item = (&'a ShapeKey, Result<&'a Allocation, &'a String>)>,
     most: usize,
 ) -> String {
+    reasons(results, most).join("; ")
+}
+
+/// [`why_not`] as a list of reasons.
+pub fn reasons<'a>(
+    results: impl Iterator<Item = (&'a ShapeKey, Result<&'a Allocation, &'a String>)>,
+    most: usize,
+) -> Vec<String> {
     // The same reason on several types reads once, with the types.
     let mut by_reason: BTreeMap<String, Vec<String>> = BTreeMap::new();
     for (k, r) in results {
@@ -155,7 +163,7 @@ pub fn why_not<'a>(
     if n > most {
         out.push(format!("and {} more reasons", n - most));
     }
-    out.join("; ")
+    out
 }
 
 /// The node shapes of the catalog: every instance type with its GPUs
