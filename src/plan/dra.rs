@@ -305,10 +305,14 @@ fn unservable(input: &Input, cands: &[Candidate], devices: &PodDevices) -> Strin
             .get(&shape)
             .is_some_and(|r| r.as_ref().is_ok_and(|a| !serves(c, &a.demand)))
     });
-    let mut why = format!(
-        "no NodePool may launch an instance type whose devices satisfy its DRA claims ({} would)",
-        fit.join(", ")
-    );
+    let mut why = if fit.is_empty() {
+        "no instance type's devices satisfy its DRA claims".to_string()
+    } else {
+        format!(
+            "no NodePool may launch an instance type whose devices satisfy its DRA claims ({} would)",
+            fit.join(", ")
+        )
+    };
     if no_driver {
         why.push_str("; a pool that may launch one does not run the DRA drivers they need (spec.dra.drivers)");
     }
@@ -358,6 +362,17 @@ pub fn expand(plan: &mut super::Plan, members: &HashMap<String, Vec<String>>) {
 /// planned on which types, and what ruled each other type out (the
 /// selector, constraint or class), one line per reason.
 pub fn explain(input: &Input) -> Vec<String> {
+    // Pods not placeable are reported with their reasons already.
+    let pods: Vec<Pod> = input
+        .pods
+        .iter()
+        .filter(|p| p.not_placeable.is_empty())
+        .cloned()
+        .collect();
+    let input = &Input {
+        pods: &pods,
+        ..*input
+    };
     let cands = super::candidates::candidates(input);
     let launched: BTreeSet<ShapeKey> = cands.iter().map(|c| shape_of(input, c)).collect();
     let prepared = prepare(input, &cands);

@@ -12,11 +12,13 @@
 
 pub mod allocate;
 pub mod cel;
+pub mod check;
 pub mod compile;
 
 pub use allocate::Allocation;
 
 use super::pod::{ClaimRef, Pod};
+use super::Resources;
 use crate::catalog::{mig, AcceleratorKind, Catalog};
 use k8s_openapi::api::resource::v1 as dra;
 use std::collections::{BTreeMap, BTreeSet, HashMap};
@@ -31,6 +33,8 @@ pub struct Objects {
     pub claims: BTreeMap<String, dra::ResourceClaim>,
     /// ResourceClaimTemplates by `namespace/name`.
     pub templates: BTreeMap<String, dra::ResourceClaimTemplate>,
+    /// ResourceSlices: the devices the drivers publish on running nodes.
+    pub slices: Vec<dra::ResourceSlice>,
 }
 
 impl Objects {
@@ -48,6 +52,74 @@ impl Objects {
     /// Adds a ResourceClaimTemplate.
     pub fn add_template(&mut self, t: dra::ResourceClaimTemplate) {
         self.templates.insert(key(&t.metadata), t);
+    }
+
+    /// The devices the drivers publish on `node` (its ResourceSlices), and
+    /// those allocated claims take there, by planner resource
+    /// ([`device_resource`]).
+    pub fn node_devices(&self, node: &str) -> (Resources, Resources) {
+        let mut published = Resources::new();
+        // (driver, pool, device) -> resource, for the node's devices.
+        let mut on_node: HashMap<(&str, &str, &str), String> = HashMap::new();
+        for s in self
+            .slices
+            .iter()
+            .filter(|s| s.spec.node_name.as_deref() == Some(node))
+        {
+            for d in s.spec.devices.iter().flatten() {
+                if let Some(r) = device_resource(&s.spec.driver, d) {
+                    published.set(&r, published.get(&r) + 1);
+                    on_node.insert((&s.spec.driver, &s.spec.pool.name, &d.name), r);
+                }
+            }
+        }
+        let mut taken = Resources::new();
+        let mut seen = BTreeSet::new();
+        for c in self.claims.values() {
+            let results = c
+                .status
+                .as_ref()
+                .and_then(|s| s.allocation.as_ref())
+                .and_then(|a| a.devices.as_ref())
+                .and_then(|d| d.results.as_ref());
+            for r in results.into_iter().flatten() {
+                let k = (r.driver.as_str(), r.pool.as_str(), r.device.as_str());
+                if let Some(res) = on_node.get(&k) {
+                    if seen.insert(k) {
+                        taken.set(res, taken.get(res) + 1);
+                    }
+                }
+            }
+        }
+        (published, taken)
+    }
+}
+
+/// The planner resource a published device counts in, as its template
+/// would name it: `gpu.nvidia.com/gpu` or `gpu.nvidia.com/mig-<profile>`,
+/// `neuron.aws.com/neuron`, `dra.net/efa` (DRANET's other network
+/// interfaces are not counted); for another driver `<driver>/<type>` by its
+/// `type` attribute, else `<driver>/device`.
+pub fn device_resource(driver: &str, d: &dra::Device) -> Option<String> {
+    use crate::catalog::devices::{resource_name, EFA_DRIVER, NEURON_DRIVER, NVIDIA_DRIVER};
+    let attr = |name: &str| -> Option<&str> {
+        let attrs = d.attributes.as_ref()?;
+        attrs
+            .get(name)
+            .or_else(|| attrs.get(&format!("{driver}/{name}")))?
+            .string
+            .as_deref()
+    };
+    match driver {
+        NVIDIA_DRIVER => match attr("type")? {
+            "gpu" => Some(resource_name(driver, "gpu")),
+            "mig" => Some(resource_name(driver, &format!("mig-{}", attr("profile")?))),
+            _ => None,
+        },
+        NEURON_DRIVER => Some(resource_name(driver, "neuron")),
+        EFA_DRIVER => (attr("pciDevice")? == "Elastic Fabric Adapter (EFA)")
+            .then(|| resource_name(driver, "efa")),
+        _ => Some(resource_name(driver, attr("type").unwrap_or("device"))),
     }
 }
 
@@ -130,14 +202,20 @@ pub fn reasons<'a>(
     let mut by_reason: BTreeMap<String, Vec<String>> = BTreeMap::new();
     for (k, r) in results {
         if let Err(e) = r {
-            let general = e.replace(&k.instance_type, "it");
+            let general = e
+                .replace(&format!("{}'s", k.instance_type), "its")
+                .replace(&k.instance_type, "it");
             by_reason.entry(general).or_default().push(k.to_string());
         }
     }
+    // The nearest misses first: devices that match but too few of them
+    // or not together, then a selector, then no device of the class.
     let rank = |r: &str| {
         if r.contains("has no devices of a DRA driver") {
-            2
+            3
         } else if r.contains("has no device in DeviceClass") {
+            2
+        } else if r.contains("selects none of") {
             1
         } else {
             0
@@ -640,6 +718,63 @@ spec:
             ["claim x (template tpu): devices.requests[0].exactly.deviceClassName: DeviceClass \"tpu.example.com\" does not exist"]
         );
         assert!(pods.iter().all(|p| p.devices.is_none()));
+    }
+
+    #[test]
+    fn a_nodes_slices_say_what_devices_it_has_and_allocated_claims_what_is_taken() {
+        let mut o = objects(
+            r#"
+apiVersion: resource.k8s.io/v1
+kind: ResourceClaim
+metadata: {name: used, namespace: ml}
+spec:
+  devices:
+    requests: [{name: gpu, exactly: {deviceClassName: gpu.nvidia.com}}]
+status:
+  allocation:
+    devices:
+      results: [{request: gpu, driver: gpu.nvidia.com, pool: n1, device: gpu-1}]
+"#,
+        );
+        o.slices.push(
+            serde_json::from_value(serde_json::json!({
+                "metadata": {"name": "n1-gpu"},
+                "spec": {
+                    "driver": "gpu.nvidia.com", "nodeName": "n1",
+                    "pool": {"name": "n1", "generation": 1, "resourceSliceCount": 1},
+                    "devices": [
+                        {"name": "gpu-0", "attributes": {"type": {"string": "gpu"}}},
+                        {"name": "gpu-1", "attributes": {"type": {"string": "gpu"}}},
+                        {"name": "gpu-2-mig-1", "attributes": {"type": {"string": "mig"}, "profile": {"string": "1g.10gb"}}}
+                    ]
+                }
+            }))
+            .unwrap(),
+        );
+        o.slices.push(
+            serde_json::from_value(serde_json::json!({
+                "metadata": {"name": "n1-net"},
+                "spec": {
+                    "driver": "dra.net", "nodeName": "n1",
+                    "pool": {"name": "n1", "generation": 1, "resourceSliceCount": 1},
+                    "devices": [
+                        {"name": "eth0", "attributes": {"dra.net/pciDevice": {"string": "Elastic Network Adapter (ENA)"}}},
+                        {"name": "rdmap16s27", "attributes": {"dra.net/pciDevice": {"string": "Elastic Fabric Adapter (EFA)"}}}
+                    ]
+                }
+            }))
+            .unwrap(),
+        );
+        let (published, taken) = o.node_devices("n1");
+        assert_eq!(
+            published,
+            Resources::new()
+                .with("gpu.nvidia.com/gpu", 2)
+                .with("gpu.nvidia.com/mig-1g.10gb", 1)
+                .with("dra.net/efa", 1)
+        );
+        assert_eq!(taken, Resources::new().with("gpu.nvidia.com/gpu", 1));
+        assert!(o.node_devices("n2").0.is_empty());
     }
 
     #[test]
