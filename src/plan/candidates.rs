@@ -87,8 +87,24 @@ pub fn candidates(input: &Input) -> Vec<Candidate> {
     // Each instance type's labels once per call, not once per offering and
     // pool: building them dominated planning in long simulations.
     let mut type_labels: std::collections::HashMap<&str, Labels> = Default::default();
-    // Nodes serving DRA claims are offered only when a pod has some.
+    // Nodes serving DRA claims are offered only when a pod has some; the
+    // device plugin's nodes of the same offerings only when a pod asks
+    // for the plugin's devices (for any other pod the two are alike).
     let dra = input.pods.iter().any(|p| p.devices.is_some());
+    let plugin_devices: std::collections::BTreeSet<&str> = input
+        .pods
+        .iter()
+        .flat_map(|p| p.requests.iter().map(|(k, _)| k))
+        .filter(|k| {
+            [
+                crate::catalog::devices::NVIDIA_DRIVER,
+                crate::catalog::devices::NEURON_DRIVER,
+                crate::catalog::devices::EFA_DRIVER,
+            ]
+            .iter()
+            .any(|d| shape::plugin_resources_of(d, k))
+        })
+        .collect();
     let mut templates: std::collections::HashMap<(&str, Option<&str>), Vec<DeviceTemplate>> =
         Default::default();
     for (pi, pool) in pools.iter().enumerate() {
@@ -191,7 +207,14 @@ pub fn candidates(input: &Input) -> Vec<Candidate> {
                 }
             }
             // The plain node first: ties go to it.
-            out.push(candidate);
+            let plain_needed = variant.as_ref().is_none_or(|v| {
+                plugin_devices
+                    .iter()
+                    .any(|r| candidate.allocatable.get(r) > 0 && v.allocatable.get(r) == 0)
+            });
+            if plain_needed {
+                out.push(candidate);
+            }
             out.extend(variant);
         }
     }

@@ -209,8 +209,16 @@ fn demand(
         return Err(unservable(input, cands, devices));
     };
     let mut p = with(&d);
+    // The types whose devices serve the claims, unless the devices alone
+    // say it: no other node launched for DRA has room for them.
+    let needed = cands
+        .iter()
+        .any(|c| serves(c, &d) && !types.contains(c.offering.instance_type.as_str()));
     let types: Vec<&str> = types.into_iter().collect();
-    let mut reqs = vec![Requirement::new(l::INSTANCE_TYPE, Operator::In, &types)];
+    let mut reqs = Vec::new();
+    if needed {
+        reqs.push(Requirement::new(l::INSTANCE_TYPE, Operator::In, &types));
+    }
     if !in_order {
         // An alternative after the first that some pool can serve: only on
         // the pools that chose it by price.
@@ -222,7 +230,9 @@ fn demand(
         pools.dedup();
         reqs.push(Requirement::new(l::NODEPOOL, Operator::In, &pools));
     }
-    p.affinity = and(&p.affinity.terms, &[reqs]);
+    if !reqs.is_empty() {
+        p.affinity = and(&p.affinity.terms, &[reqs]);
+    }
     Ok(p)
 }
 
@@ -383,20 +393,26 @@ pub fn explain(input: &Input) -> Vec<String> {
         if !seen.insert(std::sync::Arc::as_ptr(&d.shapes)) {
             continue;
         }
-        let types: Vec<&str> = p
-            .affinity
-            .terms
-            .iter()
-            .flatten()
-            .filter(|r| r.key == l::INSTANCE_TYPE)
-            .flat_map(|r| r.values.iter().map(String::as_str))
-            .collect();
-        let devices: Vec<String> = p
+        let demand: Resources = p
             .requests
             .iter()
             .filter(|(k, _)| d.shapes.values().flatten().any(|a| a.demand.get(k) > 0))
-            .map(|(k, v)| format!("{v} {k}"))
+            .fold(Resources::new(), |r, (k, v)| r.with(k, v));
+        // The launched types where the claims take these devices (and the
+        // pod's requirements, which may narrow them, allow).
+        let mut types: Vec<String> = d
+            .shapes
+            .iter()
+            .filter(|(k, r)| launched.contains(*k) && r.as_ref().is_ok_and(|a| a.demand == demand))
+            .filter(|(k, _)| {
+                cands.iter().any(|c| {
+                    c.offering.instance_type == k.instance_type && p.affinity.matches(&c.labels)
+                })
+            })
+            .map(|(k, _)| k.to_string())
             .collect();
+        types.dedup();
+        let devices: Vec<String> = demand.iter().map(|(k, v)| format!("{v} {k}")).collect();
         out.push(format!(
             "pods like {}: {} take {} on {}",
             p.name,
