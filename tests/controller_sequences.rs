@@ -2298,6 +2298,22 @@ struct Narrowed {
     inner: Mutex<SimulatedCloud>,
     requirements: Vec<quartermaster::api::Requirement>,
     problem: Option<String>,
+    /// What a launch would be made with now (node class hash, image).
+    stamp: Option<quartermaster::core::drift::ClassStamp>,
+    /// Calls of `collect_unused_resources`.
+    collected: std::sync::atomic::AtomicUsize,
+}
+
+impl Narrowed {
+    fn new(requirements: Vec<quartermaster::api::Requirement>, problem: Option<String>) -> Self {
+        Narrowed {
+            inner: cloud(),
+            requirements,
+            problem,
+            stamp: None,
+            collected: Default::default(),
+        }
+    }
 }
 
 impl CloudProvider for Narrowed {
@@ -2330,6 +2346,21 @@ impl CloudProvider for Narrowed {
     }
     fn pool_problem(&self, _: &str) -> Option<String> {
         self.problem.clone()
+    }
+    fn launch_stamp(
+        &self,
+        _: &quartermaster::api::NodeClaimSpec,
+    ) -> Option<quartermaster::core::drift::ClassStamp> {
+        self.stamp.clone()
+    }
+    async fn collect_unused_resources(
+        &self,
+        _: Time,
+        _: chrono::TimeDelta,
+    ) -> quartermaster::cloud::Result<(Vec<String>, Vec<quartermaster::cloud::Error>)> {
+        self.collected
+            .fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        Ok((vec!["lt-unused".into()], Vec::new()))
     }
 }
 
@@ -2366,11 +2397,7 @@ async fn the_loop_plans_only_what_the_cloud_can_launch_for_the_pool() {
         let (_notices_tx, notices) = mpsc::channel(8);
         let ctx = Context {
             api: KubeApi::new(client.clone()),
-            cloud: Arc::new(Narrowed {
-                inner: cloud(),
-                requirements,
-                problem,
-            }),
+            cloud: Arc::new(Narrowed::new(requirements, problem)),
             metrics: Arc::new(Metrics::unregistered()),
             catalog: catalog_rx,
             leader,
@@ -2451,13 +2478,135 @@ async fn the_loop_plans_only_what_the_cloud_can_launch_for_the_pool() {
     );
 }
 
+/// Requests the API server saw: method, path and JSON body, in order.
+type Writes = Arc<Mutex<Vec<(String, String, Value)>>>;
+
+/// The loop, leading, over a store and a cloud, against a permissive API
+/// server that answers with `answer` and keeps every request; Events on.
+struct RecordedLoop<C> {
+    driver: quartermaster::controller::run::Driver<C>,
+    writes: Writes,
+    /// The feed of cloud notices into the loop.
+    notices: tokio::sync::mpsc::Sender<quartermaster::cloud::InstanceNotice>,
+    /// What the loop reported of each notice.
+    acks: quartermaster::cloud::NoticeAcks,
+    _server: support::api_server::Recorder,
+}
+
+impl<C: CloudProvider + Send + Sync + 'static> RecordedLoop<C> {
+    fn start(
+        s: &Arc<Store>,
+        cloud: Arc<C>,
+        metrics: Arc<Metrics>,
+        core: Config,
+        answer: impl Fn(&support::api_server::Served, &Value) -> (u16, Value) + Send + 'static,
+    ) -> RecordedLoop<C> {
+        use quartermaster::controller::run::{Context, Driver};
+        let writes: Writes = Arc::default();
+        let seen = writes.clone();
+        let (client, server) = support::api_server::Recorder::start(move |served, body| {
+            seen.lock()
+                .unwrap()
+                .push((served.method.clone(), served.path.clone(), body.clone()));
+            answer(served, body)
+        });
+        let (_leader_tx, leader) = watch::channel(true);
+        let (_catalog_tx, catalog_rx) = watch::channel(catalog());
+        let (notices_tx, notices) = tokio::sync::mpsc::channel(8);
+        let acks = quartermaster::cloud::NoticeAcks::default();
+        let ctx = Context {
+            api: KubeApi::new(client.clone()),
+            cloud,
+            metrics,
+            catalog: catalog_rx,
+            leader,
+            ready: Arc::new(std::sync::atomic::AtomicBool::new(true)),
+            notices,
+            notice_acks: acks.clone(),
+            simulated_nodes: false,
+        };
+        let mut driver = Driver::new(ctx, loop_settings(core), s.clone(), t(0));
+        driver.events = Some(quartermaster::controller::events::Events::new(client, None));
+        RecordedLoop {
+            driver,
+            writes,
+            notices: notices_tx,
+            acks,
+            _server: server,
+        }
+    }
+
+    /// The requests so far, forgotten here.
+    fn take(&self) -> Vec<(String, String, Value)> {
+        std::mem::take(&mut *self.writes.lock().unwrap())
+    }
+}
+
+/// The loop as production builds it, behind the leader fence: a claim
+/// launched with an image the node class no longer gives is marked
+/// `Drifted` (`ImageChanged`), and garbage collection asks the cloud to
+/// delete unused resources (EC2: launch templates), both through `Fenced`.
+#[tokio::test]
+async fn drift_and_unused_resource_collection_run_through_the_leader_fence() {
+    use quartermaster::controller::fence::Fenced;
+    use quartermaster::core::drift::ClassStamp;
+    use std::sync::atomic::Ordering;
+
+    let mut narrowed = Narrowed::new(Vec::new(), None);
+    let (mut old, provider_id) = ready_claim(&narrowed.inner, "ip-10-0-0-1").await;
+    let status = old.status.as_mut().unwrap();
+    status.node_class_hash = Some("class-1".into());
+    status.image_id = Some("ami-old".into());
+    narrowed.stamp = Some(ClassStamp {
+        hash: "class-1".into(),
+        image: "ami-new".into(),
+    });
+    let s = Arc::new(store(
+        vec![],
+        vec![node(
+            "ip-10-0-0-1",
+            &provider_id,
+            json!([]),
+            true,
+            Some("1"),
+        )],
+        vec![old.clone()],
+    ));
+    let old_json = claim_json(&old);
+    let metrics = Arc::new(Metrics::unregistered());
+    let (_leader_tx, leader) = watch::channel(true);
+    let fenced = Arc::new(Fenced::new(narrowed, leader, metrics.clone()));
+    let mut run = RecordedLoop::start(
+        &s,
+        fenced.clone(),
+        metrics,
+        Config::default(),
+        move |served, body| match served.method.as_str() {
+            "PATCH" if served.path.starts_with(CLAIMS) => (200, old_json.clone()),
+            "PATCH" => (200, serde_json::to_value(pool()).unwrap()),
+            _ => echo(body),
+        },
+    );
+    run.driver.round(t(100)).await;
+    let writes = run.take();
+    let drifted = writes
+        .iter()
+        .filter(|(m, p, _)| m == "PATCH" && *p == format!("{CLAIMS}/gpu-000001/status"))
+        .flat_map(|(_, _, b)| {
+            b["status"]["conditions"]
+                .as_array()
+                .cloned()
+                .unwrap_or_default()
+        })
+        .find(|c| c["type"] == conditions::DRIFTED)
+        .unwrap_or_else(|| panic!("no Drifted condition written: {writes:#?}"));
+    assert_eq!(drifted["status"], "True");
+    assert_eq!(drifted["reason"], "ImageChanged");
+    assert_eq!(fenced.inner().collected.load(Ordering::SeqCst), 1);
+}
+
 #[tokio::test]
 async fn a_drifted_claim_is_marked_and_replaced_new_node_first_then_cordoned_and_drained() {
-    use quartermaster::controller::run::{Context, Driver};
-    use std::sync::atomic::AtomicBool;
-    use support::api_server::Recorder;
-    use tokio::sync::mpsc;
-
     let cloud = cloud();
     let (mut old, provider_id) = ready_claim(&cloud, "ip-10-0-0-1").await;
     // Launched from a template the pool no longer has (its labels changed
@@ -2478,46 +2627,32 @@ async fn a_drifted_claim_is_marked_and_replaced_new_node_first_then_cordoned_and
         vec![old.clone()],
     ));
     // Every write is accepted and kept, in order.
-    let writes: Arc<Mutex<Vec<(String, String, Value)>>> = Arc::default();
-    let seen = writes.clone();
     let old_json = claim_json(&old);
-    let (client, _server) = Recorder::start(move |served, body| {
-        seen.lock()
-            .unwrap()
-            .push((served.method.clone(), served.path.clone(), body.clone()));
-        match (served.method.as_str(), served.path.as_str()) {
-            ("PATCH", p) if p.starts_with(CLAIMS) => (200, old_json.clone()),
-            ("PATCH", p) if p.starts_with("/api/v1/nodes/") => (
-                200,
-                json!({"apiVersion": "v1", "kind": "Node", "metadata": {"name": "ip-10-0-0-1"}}),
-            ),
-            ("POST", p) if p.ends_with("/eviction") => (201, status_body(201, "", "evicted")),
-            ("PATCH", _) => (200, serde_json::to_value(pool()).unwrap()),
-            _ => echo(body),
-        }
-    });
-    let (_leader_tx, leader) = watch::channel(true);
-    let (_catalog_tx, catalog_rx) = watch::channel(catalog());
-    let (_notices_tx, notices) = mpsc::channel(8);
     let metrics = Arc::new(Metrics::unregistered());
-    let ctx = Context {
-        api: KubeApi::new(client.clone()),
-        cloud: Arc::new(cloud),
-        metrics: metrics.clone(),
-        catalog: catalog_rx,
-        leader,
-        ready: Arc::new(AtomicBool::new(true)),
-        notices,
-        notice_acks: Default::default(),
-        simulated_nodes: false,
+    let answer = move |served: &support::api_server::Served, body: &Value| match (
+        served.method.as_str(),
+        served.path.as_str(),
+    ) {
+        ("PATCH", p) if p.starts_with(CLAIMS) => (200, old_json.clone()),
+        ("PATCH", p) if p.starts_with("/api/v1/nodes/") => (
+            200,
+            json!({"apiVersion": "v1", "kind": "Node", "metadata": {"name": "ip-10-0-0-1"}}),
+        ),
+        ("POST", p) if p.ends_with("/eviction") => (201, status_body(201, "", "evicted")),
+        ("PATCH", _) => (200, serde_json::to_value(pool()).unwrap()),
+        _ => echo(body),
     };
-    let mut driver = Driver::new(ctx, loop_settings(Config::default()), s.clone(), t(0));
-    driver.events = Some(quartermaster::controller::events::Events::new(client, None));
+    let mut run = RecordedLoop::start(
+        &s,
+        Arc::new(cloud),
+        metrics.clone(),
+        Config::default(),
+        answer,
+    );
     for k in 100..103 {
-        driver.round(t(k)).await;
+        run.driver.round(t(k)).await;
     }
-    let taken = |w: &Mutex<Vec<(String, String, Value)>>| std::mem::take(&mut *w.lock().unwrap());
-    let first = taken(&writes);
+    let first = run.take();
     let claim_status = format!("{CLAIMS}/gpu-000001/status");
     let drifted: Vec<&Value> = first
         .iter()
@@ -2588,9 +2723,9 @@ async fn a_drifted_claim_is_marked_and_replaced_new_node_first_then_cordoned_and
         Some("1"),
     ));
     for k in 200..203 {
-        driver.round(t(k)).await;
+        run.driver.round(t(k)).await;
     }
-    let then = taken(&writes);
+    let then = run.take();
     let at = |pred: &dyn Fn(&(String, String, Value)) -> bool| then.iter().position(pred);
     let cordon = at(&|(m, p, _)| m == "PATCH" && p == "/api/v1/nodes/ip-10-0-0-1")
         .unwrap_or_else(|| panic!("no cordon: {then:#?}"));
