@@ -30,6 +30,7 @@ use quartermaster::controller::kube_api::KubeApi;
 use quartermaster::controller::lifecycle::{Lifecycle, Step};
 use quartermaster::controller::podgroups;
 use quartermaster::controller::snapshot::{request_of, world_parts, Snapshot, Store};
+use quartermaster::core::batch::DEFAULT_MAX_PODS;
 use quartermaster::core::{Action, ClaimRequest, Config, Core, Notice, Time};
 use quartermaster::metrics::{LaunchFailureLabels, Metrics};
 use serde_json::{json, Value};
@@ -197,7 +198,7 @@ async fn execute_as(
     leading: bool,
 ) -> (Vec<Outcome>, Arc<Metrics>) {
     let catalog = catalog();
-    let parts = world_parts(snap, &catalog, REGION, now);
+    let parts = world_parts(snap, &catalog, REGION, now, DEFAULT_MAX_PODS);
     let world = parts.world(&catalog, REGION);
     let metrics = Arc::new(Metrics::unregistered());
     let (_tx, leader) = watch::channel(leading);
@@ -272,13 +273,13 @@ async fn reconcile_scripted(
 
 /// The core's decisions at `now` over what the store holds, with `catalog`.
 fn decide_at(core: &mut Core, s: &Store, catalog: &Catalog, now: Time) -> Vec<Action> {
-    let parts = world_parts(&snapshot(s), catalog, REGION, now);
+    let parts = world_parts(&snapshot(s), catalog, REGION, now, DEFAULT_MAX_PODS);
     core.decide(&parts.world(catalog, REGION), now)
 }
 
 /// Hands the core `notice` at `now`, over what the store holds.
 fn notify(core: &mut Core, s: &Store, catalog: &Catalog, notice: &Notice, now: Time) {
-    let parts = world_parts(&snapshot(s), catalog, REGION, now);
+    let parts = world_parts(&snapshot(s), catalog, REGION, now, DEFAULT_MAX_PODS);
     core.handle_notice(notice, &parts.world(catalog, REGION), now);
 }
 
@@ -420,7 +421,7 @@ async fn a_pending_gpu_pod_leads_to_a_node_claim_and_then_a_launch() {
     let catalog = catalog();
     let mut core = Core::new(Config::default());
     let snap = snapshot(&s);
-    let parts = world_parts(&snap, &catalog, REGION, t(0));
+    let parts = world_parts(&snap, &catalog, REGION, t(0), DEFAULT_MAX_PODS);
     assert_eq!(parts.pending.len(), 1);
     assert!(launches(&core.decide(&parts.world(&catalog, REGION), t(0))).is_empty());
     let actions = core.decide(&parts.world(&catalog, REGION), t(2));
@@ -513,7 +514,7 @@ async fn a_pending_gpu_pod_leads_to_a_node_claim_and_then_a_launch() {
 
     // In the world, the claim is capacity in flight: the pod launches
     // nothing more.
-    let parts = world_parts(&snapshot(&s), &catalog, REGION, t(31));
+    let parts = world_parts(&snapshot(&s), &catalog, REGION, t(31), DEFAULT_MAX_PODS);
     assert!(parts.nodes[0].state.in_flight);
     for k in 31..40 {
         assert!(launches(&core.decide(&parts.world(&catalog, REGION), t(k))).is_empty());
@@ -892,7 +893,7 @@ fn volcano_pod_group(name: &str, min: i32, min_resources: Value) -> VolcanoPodGr
 fn planned(s: &Store) -> (Vec<String>, std::collections::BTreeSet<String>) {
     let catalog = catalog();
     let mut core = Core::new(Config::default());
-    let parts = world_parts(&snapshot(s), &catalog, REGION, t(0));
+    let parts = world_parts(&snapshot(s), &catalog, REGION, t(0), DEFAULT_MAX_PODS);
     let mut actions = core.decide(&parts.world(&catalog, REGION), t(0));
     actions.extend(core.decide(&parts.world(&catalog, REGION), t(2)));
     let reqs = launches(&actions);
@@ -1028,13 +1029,14 @@ async fn provisioning_round(
     want: &[(&str, &[Cond<'_>])],
 ) -> quartermaster::controller::snapshot::WorldParts {
     let catalog = catalog();
-    let mut parts = world_parts(&snapshot(s), &catalog, REGION, now);
+    let mut parts = world_parts(&snapshot(s), &catalog, REGION, now, DEFAULT_MAX_PODS);
     let unplaceable = |p: &str| {
         core.last_plan()
             .and_then(|r| r.unschedulable.iter().find(|u| u.pod == p))
             .map(|u| u.reason.clone())
     };
-    let transitions = podgroups::provisioning_step(s, &mut parts, &unplaceable, now);
+    let transitions =
+        podgroups::provisioning_step(s, &mut parts, &unplaceable, DEFAULT_MAX_PODS, now);
     let mut sc = Scenario::new();
     for (request, conditions) in want {
         let path = format!(
@@ -1684,7 +1686,7 @@ async fn a_capacity_error_records_the_code_deletes_the_claim_and_tells_the_core(
 async fn a_replica_that_lost_the_lease_writes_nothing_and_counts_what_it_dropped() {
     let s = store(vec![gpu_pod("train-0", None, json!({}))], vec![], vec![]);
     let mut core = Core::new(Config::default());
-    let parts = world_parts(&snapshot(&s), &catalog(), REGION, t(0));
+    let parts = world_parts(&snapshot(&s), &catalog(), REGION, t(0), DEFAULT_MAX_PODS);
     let catalog = catalog();
     let mut actions = Vec::new();
     for k in 0..12 {
@@ -2486,10 +2488,6 @@ type Writes = Arc<Mutex<Vec<(String, String, Value)>>>;
 struct RecordedLoop<C> {
     driver: quartermaster::controller::run::Driver<C>,
     writes: Writes,
-    /// The feed of cloud notices into the loop.
-    notices: tokio::sync::mpsc::Sender<quartermaster::cloud::InstanceNotice>,
-    /// What the loop reported of each notice.
-    acks: quartermaster::cloud::NoticeAcks,
     _server: support::api_server::Recorder,
 }
 
@@ -2512,8 +2510,7 @@ impl<C: CloudProvider + Send + Sync + 'static> RecordedLoop<C> {
         });
         let (_leader_tx, leader) = watch::channel(true);
         let (_catalog_tx, catalog_rx) = watch::channel(catalog());
-        let (notices_tx, notices) = tokio::sync::mpsc::channel(8);
-        let acks = quartermaster::cloud::NoticeAcks::default();
+        let (_notices_tx, notices) = tokio::sync::mpsc::channel(8);
         let ctx = Context {
             api: KubeApi::new(client.clone()),
             cloud,
@@ -2522,7 +2519,7 @@ impl<C: CloudProvider + Send + Sync + 'static> RecordedLoop<C> {
             leader,
             ready: Arc::new(std::sync::atomic::AtomicBool::new(true)),
             notices,
-            notice_acks: acks.clone(),
+            notice_acks: Default::default(),
             simulated_nodes: false,
         };
         let mut driver = Driver::new(ctx, loop_settings(core), s.clone(), t(0));
@@ -2530,8 +2527,6 @@ impl<C: CloudProvider + Send + Sync + 'static> RecordedLoop<C> {
         RecordedLoop {
             driver,
             writes,
-            notices: notices_tx,
-            acks,
             _server: server,
         }
     }
@@ -2948,7 +2943,8 @@ async fn without_ec2s_warning_the_clock_drains_a_block_node_and_a_late_look_chec
     assert_eq!(cordons(&acts, &claim), 0, "{acts:?}");
     assert_eq!(
         core.next_deadline(
-            &world_parts(&snapshot(&s), &catalog, REGION, early).world(&catalog, REGION),
+            &world_parts(&snapshot(&s), &catalog, REGION, early, DEFAULT_MAX_PODS)
+                .world(&catalog, REGION),
             early
         ),
         Some(end - lead),

@@ -20,7 +20,7 @@ pub mod validate;
 pub use crate::labels;
 
 pub use common::{Condition, Operator, Requirement, ResourceList, Taint, TaintEffect};
-pub use duration::{parse_duration, DurationError};
+pub use duration::{format_duration, parse_duration, DurationError};
 pub use nodeclaim::{NodeClaim, NodeClaimSpec, NodeClaimStatus};
 pub use nodeclass::{EC2NodeClass, EC2NodeClassSpec, EC2NodeClassStatus, NodeClassReference};
 pub use nodepool::{

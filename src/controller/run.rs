@@ -387,7 +387,8 @@ impl<C: CloudProvider + Send + Sync + 'static> Driver<C> {
         let region = self.settings.region.clone();
         let created = std::mem::take(&mut self.created);
         let (parts, views, nodes_by_claim) = self.store.read(|s| {
-            let mut parts = snapshot::world_parts(s, &catalog, &region, now);
+            let mut parts =
+                snapshot::world_parts(s, &catalog, &region, now, self.settings.core.max_batch_pods);
             snapshot::mark_drift(s, &mut parts.nodes, &|c| self.ctx.cloud.launch_stamp(c));
             // What the cloud can launch for each pool (EC2: the variants its
             // node class has images for) narrows the pool's requirements.
@@ -446,6 +447,7 @@ impl<C: CloudProvider + Send + Sync + 'static> Driver<C> {
             &self.store,
             &mut parts,
             &|p| unplaceable.get(p).cloned(),
+            self.settings.core.max_batch_pods,
             now,
         );
         self.ctx

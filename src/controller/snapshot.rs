@@ -516,20 +516,33 @@ impl Snapshot {
 
     /// Stand-ins for the members Volcano groups with `minResources` have not
     /// created yet ([`podgroups::reservations`]), given the pending pods and
-    /// how many members of each group exist.
-    fn reservations(&self, pending: &[Pod], members: &HashMap<String, usize>) -> Vec<Pod> {
+    /// how many members of each group exist. Pending pods and stand-ins
+    /// together stay within `max_pods` (the batch cap): a group larger than
+    /// that (it can never be planned whole), or missing more members than
+    /// are left of it, gets none (logged).
+    fn reservations(
+        &self,
+        pending: &[Pod],
+        members: &HashMap<String, usize>,
+        max_pods: usize,
+    ) -> Vec<Pod> {
         let mut out = Vec::new();
         for (name, spec) in self
             .volcano_groups
             .iter()
             .filter(|(_, g)| g.min_resources.is_some())
         {
+            let room = max_pods.saturating_sub(pending.len() + out.len());
+            if spec.min_member as usize > max_pods {
+                tracing::debug!(podgroup = %name, min_member = spec.min_member, "no stand-ins: more members than one plan considers");
+                continue;
+            }
             let mine: Vec<&Pod> = pending
                 .iter()
                 .filter(|p| p.group.as_ref().is_some_and(|g| &g.name == name))
                 .collect();
             let have = members.get(name).copied().unwrap_or(0);
-            out.extend(podgroups::reservations(name, spec, &mine, have));
+            out.extend(podgroups::reservations(name, spec, &mine, have, room));
         }
         out
     }
@@ -635,8 +648,15 @@ pub fn request_of(claim: &NodeClaim) -> ClaimRequest {
 /// disruptions, do-not-disrupt and checkpoint acknowledgements. A claim
 /// whose pool or instance type is unknown is left out (logged): the core
 /// cannot reason about it, and its lifecycle still runs. `now` stands in
-/// for a claim's creation time when the API has not set one.
-pub fn world_parts(s: &Snapshot, catalog: &Catalog, region: &str, now: Time) -> WorldParts {
+/// for a claim's creation time when the API has not set one. `max_pods`
+/// (the batch cap) bounds the stand-ins made for Volcano groups.
+pub fn world_parts(
+    s: &Snapshot,
+    catalog: &Catalog,
+    region: &str,
+    now: Time,
+    max_pods: usize,
+) -> WorldParts {
     let pools: Vec<NodePool> = s.pools.values().cloned().collect();
     let pdb_list: Vec<&PdbInfo> = s.pdbs.values().collect();
     let pdbs: Vec<Pdb> = pdb_list
@@ -662,7 +682,7 @@ pub fn world_parts(s: &Snapshot, catalog: &Catalog, region: &str, now: Time) -> 
             None => {}
         }
     }
-    pending.extend(s.reservations(&pending, &volcano_members));
+    pending.extend(s.reservations(&pending, &volcano_members, max_pods));
     let shape_world = World {
         catalog,
         region,
@@ -1143,6 +1163,7 @@ pub fn spawn_watches(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::core::batch::DEFAULT_MAX_PODS;
     use chrono::TimeZone;
     use serde_json::json;
     use std::sync::OnceLock;
@@ -1269,7 +1290,7 @@ mod tests {
             claim("unstamped", json!({})),
         ];
         let s = snapshot(vec![], vec![], claims, vec![]);
-        let mut parts = world_parts(&s, catalog(), "us-east-1", t(0));
+        let mut parts = world_parts(&s, catalog(), "us-east-1", t(0), DEFAULT_MAX_PODS);
         let now = ClassStamp {
             hash: "c1".into(),
             image: "ami-new".into(),
@@ -1345,7 +1366,7 @@ mod tests {
             vec![],
         );
         assert!(!s.pods.contains_key("ml/done"));
-        let parts = world_parts(&s, catalog(), "us-east-1", t(0));
+        let parts = world_parts(&s, catalog(), "us-east-1", t(0), DEFAULT_MAX_PODS);
         let names: Vec<&str> = parts.pending.iter().map(|p| p.name.as_str()).collect();
         assert_eq!(names, ["ml/gpu", "ml/mig"]);
         assert!(parts.nodes.is_empty());
@@ -1399,7 +1420,7 @@ mod tests {
             vec![ready_claim, in_flight, leaving],
             vec![pdb("a", "nothing", 3), pdb("b", "other", 0)],
         );
-        let parts = world_parts(&s, catalog(), "us-east-1", t(0));
+        let parts = world_parts(&s, catalog(), "us-east-1", t(0), DEFAULT_MAX_PODS);
         assert_eq!(parts.nodes.len(), 3);
         let n = &parts.nodes[0];
         assert_eq!(n.claim, "gpu-1");
@@ -1485,7 +1506,7 @@ mod tests {
         store.reset(vec![pool()]);
         let s = store.read(Snapshot::clone);
         assert!(s.pods["ml/bound"].unreadable[0].contains(l::POD_GROUP_SIZE));
-        let parts = world_parts(&s, catalog(), "us-east-1", t(0));
+        let parts = world_parts(&s, catalog(), "us-east-1", t(0), DEFAULT_MAX_PODS);
         // The bound pod still holds its node, which consolidation must keep.
         let bound = &parts.nodes[0].pods;
         assert_eq!(bound.len(), 1);

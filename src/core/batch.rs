@@ -17,6 +17,7 @@
 //! limit) do not reopen a batch by themselves: call [`Batcher::trigger`] when
 //! something else makes a new plan worthwhile (a launch failed, a node left).
 
+use super::time::after;
 use super::Time;
 use std::collections::BTreeSet;
 use std::time::Duration;
@@ -126,7 +127,7 @@ impl Batcher {
     pub fn next_deadline(&self) -> Option<Time> {
         self.open
             .as_ref()
-            .map(|b| later(b.last_activity, self.idle).min(later(b.opened_at, self.max)))
+            .map(|b| after(b.last_activity, self.idle).min(after(b.opened_at, self.max)))
     }
 
     /// Closes the open batch, ready or not, and returns it; `None` when no
@@ -138,14 +139,6 @@ impl Batcher {
             pods: b.pods.into_iter().collect(),
         })
     }
-}
-
-/// `t + d`, saturating at the largest representable time.
-fn later(t: Time, d: Duration) -> Time {
-    chrono::TimeDelta::from_std(d)
-        .ok()
-        .and_then(|d| t.checked_add_signed(d))
-        .unwrap_or(chrono::DateTime::<chrono::Utc>::MAX_UTC)
 }
 
 /// Default most pods one plan considers ([`cap_batch`]): enough for any

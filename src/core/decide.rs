@@ -450,7 +450,10 @@ impl Core {
             cache.insert(name(pool).to_string(), (pool.spec.clone(), families));
         }
         let families = &cache[name(pool)].1;
-        self.latency.lead(families).mul_f64(1.25) + self.config.batch_max
+        self.latency
+            .lead(families)
+            .mul_f64(1.25)
+            .saturating_add(self.config.batch_max)
     }
 
     /// Learned rates of the spot pools with evidence (empty when learning is

@@ -9,6 +9,7 @@
 //!
 //! The rules are written up in `docs/disruption.md`.
 
+use super::time::{after, before, secs};
 use super::{Action, DisruptionReason, ManagedNode, Notice, OfferingKey, Time, World};
 use crate::api::{InterruptionPolicy, RebalanceAction};
 use crate::catalog::Offering;
@@ -44,22 +45,6 @@ impl Default for Config {
             reservation_lead: Duration::from_secs(40 * 60),
         }
     }
-}
-
-/// `t + d`, saturating at the end of time.
-pub(crate) fn after(t: Time, d: Duration) -> Time {
-    chrono::TimeDelta::from_std(d)
-        .ok()
-        .and_then(|d| t.checked_add_signed(d))
-        .unwrap_or(chrono::DateTime::<chrono::Utc>::MAX_UTC)
-}
-
-/// `t - d`, saturating at the beginning of time.
-fn before(t: Time, d: Duration) -> Time {
-    chrono::TimeDelta::from_std(d)
-        .ok()
-        .and_then(|d| t.checked_sub_signed(d))
-        .unwrap_or(chrono::DateTime::<chrono::Utc>::MIN_UTC)
 }
 
 /// The key of an offering, as capacity errors and interruptions count it.
@@ -258,9 +243,9 @@ impl Interruptions {
                 self.mark_unavailable_for(
                     node.offering.clone(),
                     now,
-                    self.config.unavailable_ttl.max(Duration::from_secs_f64(
-                        (closure * 3600.0).clamp(0.0, 86_400.0),
-                    )),
+                    self.config
+                        .unavailable_ttl
+                        .max(secs((closure * 3600.0).clamp(0.0, 86_400.0))),
                 );
                 let grace = checkpoint_grace(policy(world, node));
                 let until = before(*deadline, self.config.drain_grace).min(after(now, grace));
@@ -588,10 +573,7 @@ fn budget_allows(world: &World, node: &ManagedNode, busy: &BTreeSet<String>, now
 /// `quartermaster.dev/checkpoint-duration` (or the planner's default for its
 /// GPUs, [`crate::plan::risk::checkpoint_write_s`]) from now.
 pub(crate) fn checkpoint_done(pod: &Pod, now: Time) -> Time {
-    after(
-        now,
-        Duration::from_secs_f64(crate::plan::risk::checkpoint_write_s(pod).max(0.0)),
-    )
+    after(now, secs(crate::plan::risk::checkpoint_write_s(pod)))
 }
 
 /// Requests a checkpoint from each opted-in pod not asked yet under the
@@ -1008,6 +990,26 @@ mod tests {
         vec![pool_with("gpu", |s| {
             s.interruption.on_rebalance_recommendation = action
         })]
+    }
+
+    #[test]
+    fn a_pod_whose_checkpoint_takes_past_the_end_of_time_is_evicted_without_waiting_not_a_panic() {
+        // No parser lets such a value through; the core must not panic on
+        // one either (it would stop every decision of the round).
+        let f = Fixture::new([node("n1").spot().pods([
+            pod("a").checkpoints().checkpoint_takes(1e300),
+            pod("b").checkpoints().checkpoint_takes(f64::INFINITY),
+        ])]);
+        let mut s = Interruptions::default();
+        s.handle(&interrupt("n1", 0), &f.world(), t(0));
+        assert_eq!(
+            s.decide(&f.world(), t(0)),
+            [
+                cordon("n1", DisruptionReason::Interrupted),
+                evict("a", "n1"),
+                evict("b", "n1"),
+            ]
+        );
     }
 
     #[test]

@@ -21,6 +21,7 @@ pub mod gang_launch;
 pub mod interruption;
 pub mod prewarm;
 pub mod provisioning;
+pub mod time;
 
 pub use decide::{Config, Core, PlanReport};
 
