@@ -454,10 +454,7 @@ impl<C: CloudProvider + Send + Sync + 'static> Driver<C> {
             .metrics
             .pending_pods
             .set(parts.pending.len() as i64);
-        let (kept, deferred) = crate::core::batch::cap_batch(
-            std::mem::take(&mut parts.pending),
-            self.settings.core.max_batch_pods,
-        );
+        let (kept, deferred) = self.core.cap_batch(std::mem::take(&mut parts.pending));
         parts.pending = kept;
         {
             let world = parts.world(&catalog, &region);

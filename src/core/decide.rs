@@ -40,8 +40,8 @@ pub struct Config {
     /// Ask pods on risky spot nodes to checkpoint more often than their
     /// own interval ([`super::cadence`]).
     pub checkpoint_cadence: bool,
-    /// Most pending pods one plan considers (see [`super::batch::cap_batch`]);
-    /// the driver applies it before deciding.
+    /// Most pending pods one plan considers (see [`super::batch::BatchCap`]);
+    /// the driver applies it before deciding ([`Core::cap_batch`]).
     pub max_batch_pods: usize,
 }
 
@@ -114,6 +114,8 @@ pub struct Core {
     last_plan: Option<PlanReport>,
     /// Checkpoint requests paced by spot risk.
     cadence: Cadence,
+    /// The batch cap, fair across rounds.
+    batch_cap: super::batch::BatchCap,
     /// Appended (`-{tag}`) to the names of the claims provisioning makes
     /// ([`Core::with_claim_tag`]).
     claim_tag: String,
@@ -139,6 +141,7 @@ impl Core {
             solve_clock: None,
             last_plan: None,
             cadence: Cadence::default(),
+            batch_cap: Default::default(),
             claim_tag: String::new(),
             config,
         }
@@ -165,6 +168,15 @@ impl Core {
     pub fn with_solve_clock(mut self, clock: fn() -> f64) -> Core {
         self.solve_clock = Some(clock);
         self
+    }
+
+    /// At most `max_batch_pods` of the pending pods for the next plan, and
+    /// the ones left for a later batch with why: the pods the last plans
+    /// considered least recently first ([`super::batch::BatchCap`]), so
+    /// that every pending pod is considered in turn. The driver calls it
+    /// before [`Core::decide`] and puts the pods kept in the world.
+    pub fn cap_batch(&mut self, pending: Vec<Pod>) -> (Vec<Pod>, Vec<super::batch::Deferred>) {
+        self.batch_cap.cap(pending, self.config.max_batch_pods)
     }
 
     /// The last provisioning plan's report, if any plan was made.
@@ -350,6 +362,8 @@ impl Core {
         let mut demand: Vec<Pod> = world.pending.to_vec();
         demand.extend(extra);
         self.batcher.take(now);
+        self.batch_cap
+            .planned(world.pending.iter().map(|p| p.name.as_str()));
 
         // A pool marked not Ready launches nothing; its pods' reasons say
         // no pool could take them, and its status and Events say why.
@@ -1079,6 +1093,40 @@ mod tests {
                 capacity: [(l::RESOURCE_GPU.to_string(), Quantity("8".into()))].into(),
             }];
         })
+    }
+
+    #[test]
+    fn a_later_namespace_is_planned_although_earlier_pods_fill_every_batch_and_never_fit() {
+        let pools = [gpu_pool(|_| {})];
+        // Five pods of namespace `a-team` that no offering can hold (and
+        // sort first), one of `b-team` that fits; plans take three pods.
+        let mut pending: Vec<Pod> = (0..5)
+            .map(|i| {
+                let mut p = gpu_pod(&format!("a-team/huge-{i}"));
+                p.requests.set(l::RESOURCE_GPU, 1000);
+                p
+            })
+            .collect();
+        pending.push(gpu_pod("b-team/train"));
+        let mut core = Core::new(Config {
+            max_batch_pods: 3,
+            ..Config::default()
+        });
+        let mut planned = None;
+        for s in 0..30 {
+            // What the driver does each round: cap, then decide.
+            let (kept, _) = core.cap_batch(pending.clone());
+            let actions = core.decide(&world(&pools, &kept, &[]), t(s));
+            if launches(&actions)
+                .iter()
+                .any(|c| c.pods.iter().any(|p| p == "b-team/train"))
+            {
+                planned = Some(s);
+                break;
+            }
+        }
+        let at = planned.expect("b-team/train is planned");
+        assert!(at <= 5, "planned only at {at} s");
     }
 
     #[test]
