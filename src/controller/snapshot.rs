@@ -642,12 +642,34 @@ pub fn request_of(claim: &NodeClaim) -> ClaimRequest {
     }
 }
 
+/// What a claim expected its node to offer (`spec.resources`), or, where
+/// it recorded nothing readable, what its instance type offers.
+fn recorded_allocatable(claim: &NodeClaim, catalog: &Catalog) -> Resources {
+    let recorded = Resources::parse(
+        claim
+            .spec
+            .resources
+            .iter()
+            .map(|(k, v)| (k.as_str(), v.0.as_str())),
+    )
+    .unwrap_or_default();
+    if !recorded.is_empty() {
+        return recorded;
+    }
+    catalog
+        .instance_type(&claim.spec.instance_type)
+        .map(|it| crate::cluster::shape::allocatable(it, &crate::cluster::GpuSharing::None))
+        .unwrap_or_default()
+}
+
 /// Builds the core's inputs from the snapshot: pending accelerator pods,
 /// managed nodes from the NodeClaims joined with their Nodes and bound pods
 /// (claims being deleted count as cordoned), PDBs with their allowed
-/// disruptions, do-not-disrupt and checkpoint acknowledgements. A claim
-/// whose pool or instance type is unknown is left out (logged): the core
-/// cannot reason about it, and its lifecycle still runs. `now` stands in
+/// disruptions, do-not-disrupt and checkpoint acknowledgements. Every claim
+/// is in the world: one whose pool is gone or invalid, or whose instance
+/// type or reservation left the catalog, is shaped by what it recorded
+/// ([`ManagedNode::recorded`]), so that its notices are still acted on and
+/// it still counts against its pool's limits. `now` stands in
 /// for a claim's creation time when the API has not set one. `max_pods`
 /// (the batch cap) bounds the stand-ins made for Volcano groups.
 pub fn world_parts(
@@ -700,10 +722,14 @@ pub fn world_parts(
             .as_ref()
             .and_then(to_chrono)
             .unwrap_or(now);
-        let Some(mut m) = ManagedNode::launched(&req, &shape_world, created) else {
-            tracing::debug!(claim = %req.claim, "claim of an unknown pool or instance type left out of the world");
-            continue;
-        };
+        let mut m = ManagedNode::recorded(
+            &req,
+            &claim.spec.labels,
+            &claim.spec.taints,
+            recorded_allocatable(claim, catalog),
+            &shape_world,
+            created,
+        );
         let status = claim.status.clone().unwrap_or_default();
         m.ready_at = status
             .condition(conditions::READY)
@@ -1337,6 +1363,134 @@ mod tests {
         store.reset(vec![pool()]);
         assert!(store.is_synced());
         store.read(Snapshot::clone)
+    }
+
+    /// The claims of the lost-claim tests: `ok` of pool `gpu`; `orphan`
+    /// of a deleted pool, on node `n-orphan` running `ml/train`; `invalid`
+    /// of a pool an upgrade made invalid (its template carries a label now
+    /// refused); `reserved` in a reservation the catalog does not list (the
+    /// first refresh after a start has not come, or it left).
+    fn lost_claims() -> Snapshot {
+        let labels = json!({"spec": {
+            "labels": {"team": "ml", l::NODEPOOL: "gone"},
+            "taints": [{"key": "nvidia.com/gpu", "effect": "NoSchedule"}],
+            "resources": {"cpu": "3920m", "nvidia.com/gpu": "1", "pods": "58"},
+        }});
+        let mut orphan = claim("orphan", labels.clone());
+        orphan.spec.node_pool = "gone".into();
+        orphan.status = Some(crate::api::NodeClaimStatus {
+            provider_id: Some("aws:///use1-az1/i-orphan".into()),
+            node_name: Some("n-orphan".into()),
+            ..Default::default()
+        });
+        let mut invalid = claim("invalid", labels.clone());
+        invalid.spec.node_pool = "bad".into();
+        let reserved = claim(
+            "reserved",
+            json!({"spec": {"capacityType": "reserved",
+                            "labels": {l::CAPACITY_RESERVATION_ID: "cr-0gone"}}}),
+        );
+        let mut s = snapshot(
+            vec![pod("train", 1, Some("n-orphan"), json!({}))],
+            vec![node("n-orphan", "aws:///use1-az1/i-orphan", json!({}))],
+            vec![claim("ok", json!({})), orphan, invalid, reserved],
+            vec![],
+        );
+        let mut bad = pool();
+        bad.metadata.name = Some("bad".into());
+        bad.spec
+            .template
+            .metadata
+            .labels
+            .insert(l::INSTANCE_TYPE.into(), "p5.48xlarge".into());
+        assert!(crate::cluster::Pool::from_api(&bad, Resources::new()).is_err());
+        s.pools.insert("bad".into(), bad);
+        s
+    }
+
+    #[test]
+    fn a_claim_whose_pool_or_offering_is_gone_stays_in_the_world_as_it_recorded_itself() {
+        let s = lost_claims();
+        let parts = world_parts(&s, catalog(), "us-east-1", t(0), DEFAULT_MAX_PODS);
+        let mut claims: Vec<&str> = parts.nodes.iter().map(|n| n.claim.as_str()).collect();
+        claims.sort();
+        assert_eq!(claims, ["invalid", "ok", "orphan", "reserved"]);
+        let orphan = parts.nodes.iter().find(|n| n.claim == "orphan").unwrap();
+        assert_eq!(orphan.nodepool, "gone");
+        assert_eq!(orphan.state.labels["team"], "ml");
+        assert_eq!(orphan.state.taints.len(), 1);
+        assert_eq!(orphan.state.allocatable.get(l::RESOURCE_GPU), 1);
+        assert_eq!(orphan.pods.len(), 1, "its pods are joined as any node's");
+        let reserved = parts.nodes.iter().find(|n| n.claim == "reserved").unwrap();
+        assert!(
+            reserved.state.allocatable.get(l::RESOURCE_GPU) > 0,
+            "without a record, the instance type's shape"
+        );
+    }
+
+    #[test]
+    fn a_spot_notice_on_a_claim_of_a_deleted_pool_is_acted_on() {
+        let s = lost_claims();
+        let parts = world_parts(&s, catalog(), "us-east-1", t(0), DEFAULT_MAX_PODS);
+        let world = parts.world(catalog(), "us-east-1");
+        let mut core = crate::core::Core::new(Default::default());
+        for claim in ["orphan", "invalid", "reserved"] {
+            let notice = crate::core::Notice::SpotInterruption {
+                claim: claim.into(),
+                deadline: t(120),
+            };
+            core.handle_notice(&notice, &world, t(0));
+        }
+        let actions = core.decide(&world, t(0));
+        for claim in ["orphan", "invalid", "reserved"] {
+            assert!(
+                actions.iter().any(|a| matches!(a,
+                    crate::core::Action::Cordon { claim: c, .. } if c == claim)),
+                "{claim} not cordoned: {actions:?}"
+            );
+        }
+        assert!(actions.iter().any(|a| matches!(a,
+            crate::core::Action::Evict { pod, .. } if pod == "ml/train")));
+    }
+
+    #[test]
+    fn a_claim_whose_reservation_left_the_catalog_still_counts_against_its_pools_limits() {
+        // A pool of at most one node that has one, in a reservation the
+        // catalog does not list: a pending pod gets no second node.
+        let mut s = lost_claims();
+        s.claims.retain(|name, _| name == "reserved");
+        s.pools.get_mut("gpu").unwrap().spec.limits.insert(
+            crate::api::nodepool::LIMIT_NODES.into(),
+            k8s_openapi::apimachinery::pkg::api::resource::Quantity("1".into()),
+        );
+        // Two GPUs: more than the reserved g5.xlarge holds.
+        let pending = PodInfo::from_k8s(
+            &pod("wait", 2, None, json!({})),
+            t(0),
+            &mut Interners::default(),
+        )
+        .unwrap();
+        s.pods.insert("ml/wait".into(), pending);
+        let parts = world_parts(&s, catalog(), "us-east-1", t(0), DEFAULT_MAX_PODS);
+        assert_eq!(parts.pending.len(), 1);
+        let world = parts.world(catalog(), "us-east-1");
+        let mut core = crate::core::Core::new(Default::default());
+        let launched: usize = (0..5)
+            .map(|k| {
+                core.decide(&world, t(k))
+                    .iter()
+                    .filter(|a| matches!(a, crate::core::Action::Launch(_)))
+                    .count()
+            })
+            .sum();
+        assert_eq!(launched, 0, "the pool's one node is the reserved claim's");
+        let report = core.last_plan().expect("the pod was planned");
+        assert_eq!(report.unschedulable.len(), 1);
+        assert!(
+            report.unschedulable[0].reason.contains("limit"),
+            "{}",
+            report.unschedulable[0].reason
+        );
     }
 
     #[test]

@@ -512,7 +512,9 @@ fn learned_rates(
 impl ManagedNode {
     /// The in-flight node a [`Action::Launch`] creates: the shape, labels and
     /// taints its instance type and pool give it, not ready yet. `None` when
-    /// the pool or instance type is unknown.
+    /// the pool is unknown or invalid, or the instance type or offering is
+    /// not in the catalog (see [`ManagedNode::recorded`] for a claim that
+    /// exists).
     pub fn launched(req: &ClaimRequest, world: &World, now: Time) -> Option<ManagedNode> {
         let api_pool = world.pools.iter().find(|p| name(p) == req.nodepool)?;
         let pool = Pool::from_api(api_pool, Resources::new()).ok()?;
@@ -533,7 +535,53 @@ impl ManagedNode {
             })?;
         let mut labels = crate::cluster::shape::node_labels(it, &offering, &pool.name);
         labels.extend(pool.labels.clone());
-        Some(ManagedNode {
+        let allocatable = crate::cluster::shape::allocatable(it, &pool.sharing);
+        Some(ManagedNode::in_flight(
+            req,
+            labels,
+            pool.taints,
+            allocatable,
+            now,
+        ))
+    }
+
+    /// The node of a claim that exists, as far as the world can say: what
+    /// [`ManagedNode::launched`] makes of it, or, where that cannot be made
+    /// (its pool was deleted or is invalid after an upgrade, its instance
+    /// type or reservation left the catalog), what the claim itself recorded
+    /// at creation: its `labels`, `taints` and expected `allocatable`. Such
+    /// a node stays in the world: the notices about it are acted on, it
+    /// counts against its pool's limits, and it can be drained and deleted.
+    pub fn recorded(
+        req: &ClaimRequest,
+        labels: &crate::cluster::requirements::Labels,
+        taints: &[crate::api::Taint],
+        allocatable: Resources,
+        world: &World,
+        now: Time,
+    ) -> ManagedNode {
+        ManagedNode::launched(req, world, now).unwrap_or_else(|| {
+            let taints = taints
+                .iter()
+                .map(|t| crate::cluster::Taint {
+                    key: t.key.clone(),
+                    value: t.value.clone().unwrap_or_default(),
+                    effect: t.effect,
+                })
+                .collect();
+            ManagedNode::in_flight(req, labels.clone(), taints, allocatable, now)
+        })
+    }
+
+    /// An in-flight node of `req` with this shape.
+    fn in_flight(
+        req: &ClaimRequest,
+        labels: crate::cluster::requirements::Labels,
+        taints: Vec<crate::cluster::Taint>,
+        allocatable: Resources,
+        now: Time,
+    ) -> ManagedNode {
+        ManagedNode {
             claim: req.claim.clone(),
             nodepool: req.nodepool.clone(),
             offering: req.offering.clone(),
@@ -543,12 +591,12 @@ impl ManagedNode {
             state: NodeState {
                 name: req.claim.clone(),
                 nodepool: Some(req.nodepool.clone()),
-                instance_type: Some(it.name.clone()),
+                instance_type: Some(req.offering.instance_type.clone()),
                 zone: req.offering.zone.clone(),
                 capacity_type: Some(req.offering.capacity_type),
                 labels,
-                taints: pool.taints.clone(),
-                allocatable: crate::cluster::shape::allocatable(it, &pool.sharing),
+                taints,
+                allocatable,
                 used: Resources::new(),
                 price_per_hour: req.price_per_hour,
                 in_flight: true,
@@ -558,7 +606,7 @@ impl ManagedNode {
             do_not_disrupt: false,
             drifted: None,
             disrupted: false,
-        })
+        }
     }
 }
 
