@@ -2500,6 +2500,10 @@ type Writes = Arc<Mutex<Vec<(String, String, Value)>>>;
 struct RecordedLoop<C> {
     driver: quartermaster::controller::run::Driver<C>,
     writes: Writes,
+    /// The feed of cloud notices into the loop.
+    notices: tokio::sync::mpsc::Sender<quartermaster::cloud::InstanceNotice>,
+    /// What the loop reported of each notice.
+    acks: quartermaster::cloud::NoticeAcks,
     _server: support::api_server::Recorder,
 }
 
@@ -2522,7 +2526,8 @@ impl<C: CloudProvider + Send + Sync + 'static> RecordedLoop<C> {
         });
         let (_leader_tx, leader) = watch::channel(true);
         let (_catalog_tx, catalog_rx) = watch::channel(catalog());
-        let (_notices_tx, notices) = tokio::sync::mpsc::channel(8);
+        let (notices_tx, notices) = tokio::sync::mpsc::channel(8);
+        let acks = quartermaster::cloud::NoticeAcks::default();
         let ctx = Context {
             api: KubeApi::new(client.clone()),
             cloud,
@@ -2531,7 +2536,7 @@ impl<C: CloudProvider + Send + Sync + 'static> RecordedLoop<C> {
             leader,
             ready: Arc::new(std::sync::atomic::AtomicBool::new(true)),
             notices,
-            notice_acks: Default::default(),
+            notice_acks: acks.clone(),
             simulated_nodes: false,
         };
         let mut driver = Driver::new(ctx, loop_settings(core), s.clone(), t(0));
@@ -2539,6 +2544,8 @@ impl<C: CloudProvider + Send + Sync + 'static> RecordedLoop<C> {
         RecordedLoop {
             driver,
             writes,
+            notices: notices_tx,
+            acks,
             _server: server,
         }
     }
@@ -2547,6 +2554,47 @@ impl<C: CloudProvider + Send + Sync + 'static> RecordedLoop<C> {
     fn take(&self) -> Vec<(String, String, Value)> {
         std::mem::take(&mut *self.writes.lock().unwrap())
     }
+}
+
+/// A store holding `claim` Ready on node `ip-10-0-0-1` (its instance
+/// `provider_id`) with these pods, and [`pool`].
+fn on_one_node(pods: Vec<core::Pod>, claim: &NodeClaim, provider_id: &str) -> Arc<Store> {
+    let node = node("ip-10-0-0-1", provider_id, json!([]), true, Some("1"));
+    Arc::new(store(pods, vec![node], vec![claim.clone()]))
+}
+
+/// An API server's answers that accept every write: claim patches answer
+/// `claim`, node patches a node, evictions are granted, pool patches
+/// answer [`pool`], the rest is echoed.
+fn accepting(
+    claim: &NodeClaim,
+) -> impl Fn(&support::api_server::Served, &Value) -> (u16, Value) + Send + 'static {
+    let claim = claim_json(claim);
+    move |served, body| match (served.method.as_str(), served.path.as_str()) {
+        ("PATCH", p) if p.starts_with(CLAIMS) => (200, claim.clone()),
+        ("PATCH", p) if p.starts_with("/api/v1/nodes/") => (
+            200,
+            json!({"apiVersion": "v1", "kind": "Node", "metadata": {"name": "ip-10-0-0-1"}}),
+        ),
+        ("POST", p) if p.ends_with("/eviction") => (201, status_body(201, "", "evicted")),
+        ("PATCH", _) => (200, serde_json::to_value(pool()).unwrap()),
+        _ => echo(body),
+    }
+}
+
+/// The claim `created` (as the loop posted it) Ready on node
+/// `ip-10-0-0-2`, as the watches would bring it and its node back; its
+/// name.
+fn replacement_ready(s: &Store, created: &Value) -> String {
+    let mut ready: NodeClaim = serde_json::from_value(created.clone()).unwrap();
+    let name = ready.name_any();
+    let provider = "aws:///use1-az1/i-0replacement";
+    ready.status = Some(ready_status(provider, "ip-10-0-0-2", t(150)));
+    ready.metadata.creation_timestamp =
+        Some(quartermaster::controller::snapshot::to_k8s_time(t(100)));
+    s.apply(ready);
+    s.apply(node("ip-10-0-0-2", provider, json!([]), true, Some("1")));
+    name
 }
 
 /// The loop as production builds it, behind the leader fence: a claim
@@ -2568,32 +2616,12 @@ async fn drift_and_unused_resource_collection_run_through_the_leader_fence() {
         hash: "class-1".into(),
         image: "ami-new".into(),
     });
-    let s = Arc::new(store(
-        vec![],
-        vec![node(
-            "ip-10-0-0-1",
-            &provider_id,
-            json!([]),
-            true,
-            Some("1"),
-        )],
-        vec![old.clone()],
-    ));
-    let old_json = claim_json(&old);
+    let s = on_one_node(vec![], &old, &provider_id);
     let metrics = Arc::new(Metrics::unregistered());
     let (_leader_tx, leader) = watch::channel(true);
     let fenced = Arc::new(Fenced::new(narrowed, leader, metrics.clone()));
-    let mut run = RecordedLoop::start(
-        &s,
-        fenced.clone(),
-        metrics,
-        Config::default(),
-        move |served, body| match served.method.as_str() {
-            "PATCH" if served.path.starts_with(CLAIMS) => (200, old_json.clone()),
-            "PATCH" => (200, serde_json::to_value(pool()).unwrap()),
-            _ => echo(body),
-        },
-    );
+    let answer = accepting(&old);
+    let mut run = RecordedLoop::start(&s, fenced.clone(), metrics, Config::default(), answer);
     run.driver.round(t(100)).await;
     let writes = run.take();
     let drifted = writes
@@ -2622,33 +2650,14 @@ async fn a_drifted_claim_is_marked_and_replaced_new_node_first_then_cordoned_and
         .annotations
         .get_or_insert_default()
         .insert(l::NODEPOOL_HASH.into(), "0123456789abcdef".into());
-    let s = Arc::new(store(
+    let s = on_one_node(
         vec![gpu_pod("train-0", Some("ip-10-0-0-1"), json!({}))],
-        vec![node(
-            "ip-10-0-0-1",
-            &provider_id,
-            json!([]),
-            true,
-            Some("1"),
-        )],
-        vec![old.clone()],
-    ));
+        &old,
+        &provider_id,
+    );
     // Every write is accepted and kept, in order.
-    let old_json = claim_json(&old);
     let metrics = Arc::new(Metrics::unregistered());
-    let answer = move |served: &support::api_server::Served, body: &Value| match (
-        served.method.as_str(),
-        served.path.as_str(),
-    ) {
-        ("PATCH", p) if p.starts_with(CLAIMS) => (200, old_json.clone()),
-        ("PATCH", p) if p.starts_with("/api/v1/nodes/") => (
-            200,
-            json!({"apiVersion": "v1", "kind": "Node", "metadata": {"name": "ip-10-0-0-1"}}),
-        ),
-        ("POST", p) if p.ends_with("/eviction") => (201, status_body(201, "", "evicted")),
-        ("PATCH", _) => (200, serde_json::to_value(pool()).unwrap()),
-        _ => echo(body),
-    };
+    let answer = accepting(&old);
     let mut run = RecordedLoop::start(
         &s,
         Arc::new(cloud),
@@ -2715,20 +2724,7 @@ async fn a_drifted_claim_is_marked_and_replaced_new_node_first_then_cordoned_and
         .conditions
         .push(serde_json::from_value(cond.clone()).unwrap());
     s.apply(marked);
-    let mut ready: NodeClaim = serde_json::from_value(created[0].clone()).unwrap();
-    let name = ready.name_any();
-    let replacement_provider = "aws:///use1-az1/i-0replacement";
-    ready.status = Some(ready_status(replacement_provider, "ip-10-0-0-2", t(150)));
-    ready.metadata.creation_timestamp =
-        Some(quartermaster::controller::snapshot::to_k8s_time(t(100)));
-    s.apply(ready);
-    s.apply(node(
-        "ip-10-0-0-2",
-        replacement_provider,
-        json!([]),
-        true,
-        Some("1"),
-    ));
+    let name = replacement_ready(&s, created[0]);
     for k in 200..203 {
         run.driver.round(t(k)).await;
     }
@@ -2757,6 +2753,92 @@ async fn a_drifted_claim_is_marked_and_replaced_new_node_first_then_cordoned_and
             .iter()
             .any(|(_, p, _)| p.contains(&name) || *p == claim_status),
         "{then:#?}"
+    );
+}
+
+/// AWS Health schedules the retirement of a node's instance in three
+/// days: the loop records it on the claim (`Interrupted`, reason
+/// `ScheduledChange`, with the start) and cordons the node before it lets
+/// the message go, launches a replacement first, and evicts the node's pod
+/// only once the replacement is Ready.
+#[tokio::test]
+async fn a_scheduled_retirement_is_recorded_cordoned_and_replaced_before_the_pod_moves() {
+    use quartermaster::cloud::{instance_id_of, InstanceNotice, NoticeKind, NoticeOutcome};
+
+    let cloud = cloud();
+    let (claim, provider_id) = ready_claim(&cloud, "ip-10-0-0-1").await;
+    let s = on_one_node(
+        vec![gpu_pod("train-0", Some("ip-10-0-0-1"), json!({}))],
+        &claim,
+        &provider_id,
+    );
+    let answer = accepting(&claim);
+    let metrics = Arc::new(Metrics::unregistered());
+    let mut run = RecordedLoop::start(&s, Arc::new(cloud), metrics, Config::default(), answer);
+    let start = t(100) + chrono::TimeDelta::days(3);
+    let notice = InstanceNotice {
+        instance_id: instance_id_of(&provider_id).to_string(),
+        kind: NoticeKind::ScheduledChange { start: Some(start) },
+        time: t(100),
+        id: "e-retire".into(),
+    };
+    run.notices.send(notice.clone()).await.unwrap();
+    for k in 100..104 {
+        run.driver.round(t(k)).await;
+    }
+    let first = run.take();
+    let claim_status = format!("{CLAIMS}/gpu-000001/status");
+    let record = first
+        .iter()
+        .position(|(m, p, _)| m == "PATCH" && *p == claim_status)
+        .unwrap_or_else(|| panic!("no record on the claim: {first:#?}"));
+    let cond = first[record].2["status"]["conditions"]
+        .as_array()
+        .and_then(|c| c.iter().find(|c| c["type"] == conditions::INTERRUPTED))
+        .cloned()
+        .unwrap();
+    assert_eq!(cond["reason"], "ScheduledChange");
+    assert!(
+        cond["message"]
+            .as_str()
+            .is_some_and(|m| m.ends_with(&start.format("%Y-%m-%dT%H:%M:%SZ").to_string())),
+        "{cond}"
+    );
+    let cordon = first
+        .iter()
+        .position(|(m, p, _)| m == "PATCH" && p == "/api/v1/nodes/ip-10-0-0-1")
+        .unwrap_or_else(|| panic!("no cordon: {first:#?}"));
+    assert!(record < cordon);
+    assert_eq!(
+        patched(&first[cordon].2, "/spec/taints")[0]["key"],
+        l::TAINT_DISRUPTED
+    );
+    // Let go only once recorded.
+    let acks: Vec<_> = run.acks.take().into_iter().map(|a| a.outcome).collect();
+    assert_eq!(acks, [NoticeOutcome::Recorded]);
+    // A replacement is launched for the pod, which stays where it is.
+    let created: Vec<&Value> = first
+        .iter()
+        .filter(|(m, p, _)| m == "POST" && p == CLAIMS)
+        .map(|(_, _, b)| b)
+        .collect();
+    assert_eq!(created.len(), 1, "{first:#?}");
+    assert!(
+        !first.iter().any(|(_, p, _)| p.ends_with("/eviction")),
+        "evicted before the replacement is ready: {first:#?}"
+    );
+
+    // The replacement is Ready: the pod is evicted, the claim deleted
+    // once its node is empty.
+    replacement_ready(&s, created[0]);
+    for k in 200..203 {
+        run.driver.round(t(k)).await;
+    }
+    let then = run.take();
+    assert!(
+        then.iter()
+            .any(|(m, p, _)| m == "POST" && p == "/api/v1/namespaces/ml/pods/train-0/eviction"),
+        "no eviction: {then:#?}"
     );
 }
 

@@ -271,8 +271,8 @@ impl InstanceNotice {
     /// The core's [`Notice`] for this event, once the driver knows the
     /// instance's NodeClaim. A state change to stopping/terminated becomes
     /// [`Notice::Terminated`]; pending/running say nothing new. A scheduled
-    /// change is treated as a rebalance recommendation: the pool's rebalance
-    /// action decides whether to drain ahead of it. A reservation's end is
+    /// change is [`Notice::ScheduledChange`] with its start (drained ahead
+    /// of it, whatever the pool's rebalance action). A reservation's end is
     /// [`Notice::ReservationEnding`] for `claim`, one of the claims in the
     /// reservation (the driver finds them by their reservation label).
     pub fn to_notice(&self, claim: &str) -> Option<Notice> {
@@ -282,9 +282,11 @@ impl InstanceNotice {
                 claim,
                 deadline: *deadline,
             }),
-            NoticeKind::Rebalance | NoticeKind::ScheduledChange { .. } => {
-                Some(Notice::Rebalance { claim })
-            }
+            NoticeKind::Rebalance => Some(Notice::Rebalance { claim }),
+            NoticeKind::ScheduledChange { start } => Some(Notice::ScheduledChange {
+                claim,
+                start: *start,
+            }),
             NoticeKind::StateChange { state } => {
                 (!state.is_alive()).then_some(Notice::Terminated { claim })
             }
@@ -517,7 +519,14 @@ mod tests {
             })
         );
         assert_eq!(
-            notice(NoticeKind::ScheduledChange { start: None }).to_notice("c"),
+            notice(NoticeKind::ScheduledChange { start: Some(t) }).to_notice("c"),
+            Some(Notice::ScheduledChange {
+                claim: "c".into(),
+                start: Some(t)
+            })
+        );
+        assert_eq!(
+            notice(NoticeKind::Rebalance).to_notice("c"),
             Some(Notice::Rebalance { claim: "c".into() })
         );
         assert_eq!(

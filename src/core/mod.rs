@@ -146,6 +146,17 @@ pub enum Notice {
         /// NodeClaim of the instance.
         claim: String,
     },
+    /// A scheduled change to the instance (AWS Health: retirement, stop,
+    /// reboot, maintenance) that starts at `start` (`None`: not said).
+    /// Cordoned at once, replaced first, drained before the start
+    /// (`docs/disruption.md`, Scheduled changes); not evidence of any spot
+    /// pool's rate.
+    ScheduledChange {
+        /// NodeClaim of the instance.
+        claim: String,
+        /// When the change starts.
+        start: Option<Time>,
+    },
     /// The instance stopped or terminated outside our control.
     Terminated {
         /// NodeClaim of the instance.
@@ -188,6 +199,9 @@ pub enum DisruptionReason {
     /// Launched for an EFA gang another member of which failed to launch:
     /// released so that the gang is planned again whole.
     GangLaunchFailed,
+    /// A scheduled change (instance retirement, stop, reboot, maintenance)
+    /// is coming: drained before it starts.
+    ScheduledChange,
 }
 
 impl fmt::Display for DisruptionReason {
@@ -200,6 +214,7 @@ impl fmt::Display for DisruptionReason {
             DisruptionReason::Terminated => "instance terminated",
             DisruptionReason::Drifted => "drifted",
             DisruptionReason::GangLaunchFailed => "another member of its gang failed to launch",
+            DisruptionReason::ScheduledChange => "scheduled maintenance",
         })
     }
 }

@@ -135,6 +135,12 @@ enum Response {
     Replace,
     /// The instance is gone.
     Terminated,
+    /// A scheduled change (AWS Health: retirement, stop, reboot,
+    /// maintenance) starts at the deadline: cordoned at once and replaced
+    /// first; drained once its pods fit on other ready nodes, or at the
+    /// latest when only the checkpoint wait and the drain grace are left
+    /// before the start; by then everything is evicted.
+    Scheduled,
 }
 
 /// The state of one node under interruption handling.
@@ -143,9 +149,12 @@ struct Handling {
     response: Response,
     /// When the current response started.
     started: Time,
-    /// Interrupt: when EC2 takes the instance. Drain and Checkpoint: the
-    /// soft deadline handed to the workloads.
+    /// Interrupt: when EC2 takes the instance. Scheduled: when the change
+    /// starts. Drain and Checkpoint: the soft deadline handed to the
+    /// workloads.
     deadline: Time,
+    /// Scheduled: when its drain starts at the latest, replaced or not.
+    drain_by: Time,
     /// Opted-in pods are evicted after their acknowledgement or at this time.
     checkpoint_until: Time,
     cordoned: bool,
@@ -167,6 +176,7 @@ impl Handling {
             response,
             started,
             deadline,
+            drain_by: deadline,
             checkpoint_until,
             cordoned: false,
             draining: false,
@@ -309,6 +319,42 @@ impl Interruptions {
                     .insert(claim.clone(), Handling::new(response, now, soft, soft));
                 None
             }
+            Notice::ScheduledChange { claim, start } => {
+                let node = claim_of(claim)?;
+                // Without a start, nothing forces the drain: it waits for
+                // the replacements.
+                let start = start.unwrap_or(chrono::DateTime::<chrono::Utc>::MAX_UTC);
+                let lead =
+                    checkpoint_grace(policy(world, node)).saturating_add(self.config.drain_grace);
+                let drain_by = before(start, lead);
+                match self.nodes.get_mut(claim) {
+                    Some(h) if matches!(h.response, Response::Interrupt | Response::Terminated) => {
+                    }
+                    Some(h) if h.response == Response::Scheduled => {
+                        // The same change again, or moved earlier.
+                        if start < h.deadline {
+                            h.deadline = start;
+                            h.drain_by = drain_by;
+                            h.checkpoint_until = h
+                                .checkpoint_until
+                                .min(before(start, self.config.drain_grace));
+                        }
+                    }
+                    Some(h) => {
+                        // Supersedes a rebalance response: its drain (if
+                        // any) starts over with the change's deadline.
+                        h.restart(Response::Scheduled, now, start, start);
+                        h.drain_by = drain_by;
+                        h.draining = false;
+                    }
+                    None => {
+                        let mut h = Handling::new(Response::Scheduled, now, start, start);
+                        h.drain_by = drain_by;
+                        self.nodes.insert(claim.clone(), h);
+                    }
+                }
+                None
+            }
             Notice::Terminated { claim } => {
                 claim_of(claim)?;
                 match self.nodes.get_mut(claim) {
@@ -343,7 +389,10 @@ impl Interruptions {
         let replaced: BTreeSet<String> = self
             .nodes
             .iter()
-            .filter(|(_, h)| h.response == Response::Replace)
+            .filter(|(_, h)| {
+                h.response == Response::Replace
+                    || (h.response == Response::Scheduled && !h.draining)
+            })
             .filter_map(|(c, _)| world.nodes.iter().find(|n| &n.claim == c))
             .filter(|n| pods_fit_elsewhere(world, n, &leaving))
             .map(|n| n.claim.clone())
@@ -370,10 +419,22 @@ impl Interruptions {
             };
             let policy = policy(world, node);
             let hook = policy.is_some_and(|p| p.checkpoint_hook.is_some());
-            if replaced.contains(claim) {
+            if replaced.contains(claim) && h.response == Response::Replace {
                 h.response = Response::Drain;
             }
             h.acted = true;
+            // A scheduled change drains once its pods have a place, or when
+            // the time left before it is only what a drain takes; it is not
+            // voluntary, so no budget holds it back.
+            if h.response == Response::Scheduled
+                && !h.draining
+                && (replaced.contains(claim) || now >= h.drain_by)
+            {
+                h.draining = true;
+                h.checkpoint_until = after(now, checkpoint_grace(policy))
+                    .min(before(h.deadline, self.config.drain_grace));
+                busy.insert(claim.clone());
+            }
             // A drain is voluntary: it starts within the pool's budget, and
             // its checkpoint wait starts when it does.
             if h.response == Response::Drain && !h.draining {
@@ -402,7 +463,10 @@ impl Interruptions {
                 }
                 Response::Checkpoint => request_checkpoints(h, node, hook, now, &mut out),
                 Response::Replace => cordon(h, claim, DisruptionReason::Rebalance, &mut out),
-                Response::Interrupt | Response::Drain => {
+                Response::Scheduled if !h.draining => {
+                    cordon(h, claim, DisruptionReason::ScheduledChange, &mut out)
+                }
+                Response::Interrupt | Response::Drain | Response::Scheduled => {
                     drain(h, node, hook, now, &mut pdb_left, &mut out)
                 }
             }
@@ -412,7 +476,8 @@ impl Interruptions {
 
     /// The next time [`Interruptions::decide`] has something to do without
     /// any change in the world: a node just noticed, the end of a checkpoint
-    /// wait, a spot deadline, an offering becoming available again.
+    /// wait, a spot deadline, the latest start of a scheduled change's
+    /// drain, an offering becoming available again.
     pub fn next_deadline(&self) -> Option<Time> {
         let pending = |t: Time| self.last_decide.is_none_or(|d| t > d);
         let mut times = Vec::new();
@@ -426,6 +491,10 @@ impl Interruptions {
                     times.extend([h.checkpoint_until, h.deadline]);
                 }
                 Response::Drain if h.draining && !h.deleted => times.push(h.checkpoint_until),
+                Response::Scheduled if h.draining && !h.deleted => {
+                    times.extend([h.checkpoint_until, h.deadline]);
+                }
+                Response::Scheduled if !h.deleted => times.push(h.drain_by),
                 _ => {}
             }
         }
@@ -496,8 +565,10 @@ impl Interruptions {
                     .filter(|p| !p.placeholder && !h.evicted.contains(&p.pod.name))
                     // A soft drain leaves do-not-disrupt pods where they are.
                     .filter(|p| {
-                        matches!(h.response, Response::Interrupt | Response::Terminated)
-                            || !p.do_not_disrupt
+                        matches!(
+                            h.response,
+                            Response::Interrupt | Response::Terminated | Response::Scheduled
+                        ) || !p.do_not_disrupt
                     })
                     .map(|p| p.pod.clone()),
             );
@@ -633,11 +704,15 @@ fn drain(
     pdb_left: &mut [u32],
     out: &mut Vec<Action>,
 ) {
-    let hard = h.response == Response::Interrupt;
-    let reason = if hard {
-        DisruptionReason::Interrupted
-    } else {
-        DisruptionReason::Rebalance
+    // A notice with a hard deadline (a spot interruption, a reservation's
+    // end, a scheduled change): the instance goes then, so at the deadline
+    // PDBs no longer hold evictions back, and do-not-disrupt does not
+    // apply (it is not voluntary).
+    let hard = matches!(h.response, Response::Interrupt | Response::Scheduled);
+    let reason = match h.response {
+        Response::Interrupt => DisruptionReason::Interrupted,
+        Response::Scheduled => DisruptionReason::ScheduledChange,
+        _ => DisruptionReason::Rebalance,
     };
     let claim = &node.claim;
     h.draining = true;

@@ -614,3 +614,132 @@ fn reclaim_until(f: &Fixture, key: &OfferingKey) -> Time {
             .max(Duration::from_secs_f64((h * 3600.0).clamp(0.0, 86_400.0))),
     )
 }
+
+fn scheduled(claim: &str, start: Option<i64>) -> Notice {
+    Notice::ScheduledChange {
+        claim: claim.into(),
+        start: start.map(t),
+    }
+}
+
+#[test]
+fn a_scheduled_change_cordons_at_once_and_drains_once_a_replacement_is_ready() {
+    // A retirement in a day, whatever the pool's rebalance action (Ignore
+    // by default).
+    let mut f = Fixture::new([node("n1").pods([pod("a").checkpoints(), pod("b")])]);
+    let mut s = Interruptions::default();
+    assert_eq!(
+        s.handle(&scheduled("n1", Some(86_400)), &f.world(), t(0)),
+        None,
+        "no evidence of any spot pool's rate"
+    );
+    assert_eq!(
+        s.decide(&f.world(), t(0)),
+        [cordon("n1", DisruptionReason::ScheduledChange)]
+    );
+    assert!(s.is_handling("n1"));
+    let replace: Vec<String> = s
+        .pods_needing_replacement(&f.world())
+        .into_iter()
+        .map(|p| p.name)
+        .collect();
+    assert_eq!(replace, ["a", "b"], "replacements launch at once");
+    // The replacement is on its way: the pods keep running.
+    f.nodes.push(node("n2").not_ready());
+    assert_eq!(s.decide(&f.world(), t(60)), []);
+    // It is ready: the drain starts, checkpoint first.
+    *f.node_mut("n2") = node("n2");
+    assert_eq!(
+        s.decide(&f.world(), t(300)),
+        [checkpoint("a", "n1", 390), evict("b", "n1")]
+    );
+    assert_eq!(s.checkpoint_until("n1"), Some(t(390)));
+    assert_eq!(s.decide(&f.world(), t(390)), [evict("a", "n1")]);
+    *f.node_mut("n1") = node("n1").cordoned();
+    assert_eq!(
+        s.decide(&f.world(), t(391)),
+        [delete("n1", DisruptionReason::ScheduledChange)]
+    );
+}
+
+#[test]
+fn a_scheduled_change_without_room_drains_before_its_start_and_evicts_everything_at_it() {
+    let mut f = Fixture::new([node("n1").pods([
+        pod("a").checkpoints(),
+        pod("b").pdb(0),
+        pod("c").do_not_disrupt(),
+    ])]);
+    f.pdbs = vec![pdb("ml/b", 0)];
+    let mut s = Interruptions::default();
+    s.handle(&scheduled("n1", Some(3600)), &f.world(), t(0));
+    assert_eq!(
+        s.decide(&f.world(), t(0)),
+        [cordon("n1", DisruptionReason::ScheduledChange)]
+    );
+    // The drain starts at the latest when the checkpoint wait (90 s) and
+    // the drain grace (30 s) are all that is left before the start.
+    assert_eq!(s.next_deadline(), Some(t(3600 - 120)));
+    assert_eq!(s.decide(&f.world(), t(1000)), []);
+    assert_eq!(
+        s.decide(&f.world(), t(3480)),
+        [checkpoint("a", "n1", 3570), evict("c", "n1")],
+        "not voluntary: do-not-disrupt does not hold it"
+    );
+    assert_eq!(s.decide(&f.world(), t(3570)), [evict("a", "n1")]);
+    assert_eq!(s.next_deadline(), Some(t(3600)));
+    // At the start, the PDB no longer holds: the instance is going.
+    assert_eq!(
+        s.decide(&f.world(), t(3600)),
+        [
+            evict("b", "n1"),
+            delete("n1", DisruptionReason::ScheduledChange)
+        ]
+    );
+}
+
+#[test]
+fn a_spot_notice_supersedes_a_scheduled_change_which_supersedes_a_rebalance() {
+    let mut f = Fixture::new([
+        node("n1").spot().pods([pod("a")]),
+        node("n2").spot().pods([pod("b")]),
+    ]);
+    f.pools = rebalance_pool(RebalanceAction::Checkpoint);
+    let mut s = Interruptions::default();
+    s.handle(&scheduled("n1", Some(86_400)), &f.world(), t(0));
+    s.handle(&rebalance("n1"), &f.world(), t(0));
+    s.handle(&rebalance("n2"), &f.world(), t(0));
+    s.handle(&scheduled("n2", Some(86_400)), &f.world(), t(0));
+    assert_eq!(
+        s.decide(&f.world(), t(0)),
+        [
+            cordon("n1", DisruptionReason::ScheduledChange),
+            cordon("n2", DisruptionReason::ScheduledChange)
+        ]
+    );
+    // The same change again, later: nothing new. Earlier: it moves up.
+    s.handle(&scheduled("n2", Some(90_000)), &f.world(), t(1));
+    assert_eq!(s.decide(&f.world(), t(1)), []);
+    s.handle(&scheduled("n2", Some(600)), &f.world(), t(2));
+    assert_eq!(s.next_deadline(), Some(t(480)));
+    s.handle(&interrupt("n1", 10), &f.world(), t(10));
+    assert_eq!(s.decide(&f.world(), t(10)), [evict("a", "n1")]);
+    assert_eq!(
+        s.next_deadline(),
+        Some(t(100)),
+        "the spot notice's checkpoint wait"
+    );
+}
+
+#[test]
+fn a_scheduled_change_without_a_start_waits_for_its_replacement() {
+    let mut f = Fixture::new([node("n1").pods([pod("a")])]);
+    let mut s = Interruptions::default();
+    s.handle(&scheduled("n1", None), &f.world(), t(0));
+    assert_eq!(
+        s.decide(&f.world(), t(0)),
+        [cordon("n1", DisruptionReason::ScheduledChange)]
+    );
+    assert_eq!(s.decide(&f.world(), t(86_400 * 365)), []);
+    f.nodes.push(node("n2"));
+    assert_eq!(s.decide(&f.world(), t(86_400 * 366)), [evict("a", "n1")]);
+}
