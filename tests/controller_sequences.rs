@@ -180,6 +180,8 @@ fn lifecycle<'a>(
         metrics,
         launch_timeout: Duration::from_secs(300),
         registration_timeout: Duration::from_secs(600),
+        catalog: catalog(),
+        region: REGION,
     }
 }
 
@@ -1680,6 +1682,58 @@ async fn a_capacity_error_records_the_code_deletes_the_claim_and_tells_the_core(
         1
     );
     assert!(cloud.instances().await.unwrap().is_empty());
+}
+
+/// A NodeClaim someone else created, carrying a label its pool may not
+/// set (or a value that would break out of a kubelet flag): refused
+/// before anything is launched or copied onto a node.
+#[tokio::test]
+async fn a_claim_with_a_label_its_pool_may_not_set_is_refused_and_never_launched() {
+    for (key, value) in [
+        ("node-restriction.kubernetes.io/trusted", "true"),
+        ("team", "ml --anonymous-auth=true"),
+    ] {
+        let cloud = cloud();
+        let mut claim = claim_for(&spot_request("gpu-000001"), t(0));
+        claim.spec.labels.insert(key.into(), value.into());
+        let s = store(vec![], vec![], vec![claim.clone()]);
+        let metrics = Metrics::unregistered();
+        let key_owned = key.to_string();
+        let api = Scenario::new()
+            .expect(
+                Method::PATCH,
+                &format!("{CLAIMS}/gpu-000001/status"),
+                move |b| {
+                    let c = &b["status"]["conditions"][0];
+                    assert_eq!(c["type"], conditions::LAUNCHED);
+                    assert_eq!(c["status"], "False");
+                    assert_eq!(c["reason"], "InvalidNodeClaim");
+                    let message = c["message"].as_str().unwrap_or_default();
+                    assert!(message.contains(&key_owned), "{message}");
+                },
+            )
+            .respond(200, claim_json(&claim))
+            .expect(Method::DELETE, &format!("{CLAIMS}/gpu-000001"), |_| {})
+            .respond(200, claim_json(&claim))
+            .run();
+        let step = reconcile_scripted(api, &s, &cloud, &metrics, "gpu-000001", t(1)).await;
+        assert_eq!(
+            step,
+            Step::LaunchFailed {
+                reason: "InvalidNodeClaim".into(),
+                notice: None
+            }
+        );
+        assert!(cloud.instances().await.unwrap().is_empty(), "{key}");
+        let refused = metrics
+            .launch_failures
+            .get_or_create(&LaunchFailureLabels {
+                nodepool: "gpu".into(),
+                reason: "InvalidNodeClaim".into(),
+            })
+            .get();
+        assert_eq!(refused, 1);
+    }
 }
 
 #[tokio::test]

@@ -31,4 +31,4 @@ pub use nodepool::{
 };
 pub use quantity::{parse_quantity, QuantityError};
 pub use schedule::{parse_cron, parse_time_zone, ScheduleError};
-pub use validate::{selected_instance_types, validate_node_pool, FieldError};
+pub use validate::{selected_instance_types, validate_node_claim, validate_node_pool, FieldError};

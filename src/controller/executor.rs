@@ -523,6 +523,12 @@ mod tests {
             .iter()
             .any(|t| t.key == l::TAINT_UNREGISTERED));
         assert_eq!(claim.spec.resources[l::RESOURCE_GPU].0, "1");
+        // What the controller builds passes the checks a claim must pass
+        // before it is launched.
+        assert_eq!(
+            crate::api::validate_node_claim(&claim, catalog(), "us-east-1"),
+            []
+        );
         // No pod pins it: fallbacks in other zones are recorded.
         let fallbacks = claim.annotations()[FALLBACKS_ANNOTATION].clone();
         assert!(fallbacks.starts_with("g5.xlarge/"), "{fallbacks}");

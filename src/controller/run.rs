@@ -191,13 +191,15 @@ pub struct Driver<C> {
 /// The NodeClaim lifecycle over a driver's API, cloud and timeouts (a free
 /// function: it borrows only these, so the driver's other fields stay
 /// writable while it works).
-fn lifecycle_of<'a, C>(ctx: &'a Context<C>, settings: &Settings) -> Lifecycle<'a, C> {
+fn lifecycle_of<'a, C>(ctx: &'a Context<C>, settings: &'a Settings) -> Lifecycle<'a, C> {
     Lifecycle {
         api: &ctx.api,
         cloud: &*ctx.cloud,
         metrics: &ctx.metrics,
         launch_timeout: settings.launch_timeout,
         registration_timeout: settings.registration_timeout,
+        catalog: ctx.catalog.borrow().clone(),
+        region: &settings.region,
     }
 }
 
