@@ -1499,13 +1499,27 @@ async fn deleting_a_claim_drains_within_pdbs_and_waits_for_pods_to_go_before_ter
     // Both gone: terminate, delete the node, release the claim.
     s.delete(&gpu_pod("a", Some("ip-10-0-0-1"), json!({})));
     s.delete(&gpu_pod("b", Some("ip-10-0-0-1"), json!({})));
+    finalized(&s, &cloud, &metrics, &claim, t(140)).await;
+}
+
+/// Reconciles the deleted `claim` at `at` and checks it is finalized: the
+/// instance terminated, the node deleted (already gone here), the
+/// finalizer removed.
+async fn finalized(
+    s: &Store,
+    cloud: &Mutex<SimulatedCloud>,
+    metrics: &Metrics,
+    claim: &NodeClaim,
+    at: Time,
+) {
+    let name = claim.name_any();
     let api = Scenario::new()
         .expect(Method::DELETE, "/api/v1/nodes/ip-10-0-0-1", |_| {})
         .respond(404, status_body(404, "NotFound", "gone"))
         .expect(Method::PATCH, &format!("{CLAIMS}/{name}"), |_| {})
-        .respond(200, claim_json(&claim))
+        .respond(200, claim_json(claim))
         .run();
-    let step = reconcile_scripted(api, &s, &cloud, &metrics, &name, t(140)).await;
+    let step = reconcile_scripted(api, s, cloud, metrics, &name, at).await;
     assert_eq!(step, Step::Finalized);
     assert!(!cloud
         .describe(&name)
@@ -2430,6 +2444,65 @@ async fn after_the_termination_grace_period_remaining_pods_are_deleted_and_the_n
         .unwrap()
         .state
         .is_alive());
+}
+
+/// A node that stopped answering leaves its evicted pod Terminating for
+/// ever: no kubelet confirms the deletion. Without a terminationGracePeriod
+/// the drain waited for it for ever; now a pod a minute past the end of its
+/// grace period on a node that is not Ready counts as gone (Karpenter's
+/// rule), and the node is terminated.
+#[tokio::test]
+async fn a_pod_stuck_terminating_on_an_unreachable_node_no_longer_holds_the_drain() {
+    let cloud = cloud();
+    let (mut claim, provider_id) = ready_claim(&cloud, "ip-10-0-0-1").await;
+    claim.metadata.deletion_timestamp =
+        Some(quartermaster::controller::snapshot::to_k8s_time(t(100)));
+    let name = claim.name_any();
+    let cordoned_node = |ready: bool| {
+        let taints = json!([{"key": l::TAINT_DISRUPTED, "effect": "NoSchedule"}]);
+        let mut n = node("ip-10-0-0-1", &provider_id, taints, ready, Some("1"));
+        n.spec.as_mut().unwrap().unschedulable = Some(true);
+        n
+    };
+    // Evicted at 100 with 30 s to go: its grace period ends at 130.
+    let mut stuck = gpu_pod("a", Some("ip-10-0-0-1"), json!({}));
+    stuck.metadata.deletion_timestamp =
+        Some(quartermaster::controller::snapshot::to_k8s_time(t(130)));
+    stuck.metadata.deletion_grace_period_seconds = Some(30);
+    let metrics = Metrics::unregistered();
+    let waits = |ready: bool, at: i64| {
+        let s = store(
+            vec![stuck.clone()],
+            vec![cordoned_node(ready)],
+            vec![claim.clone()],
+        );
+        let (cloud, metrics, name) = (&cloud, &metrics, name.clone());
+        async move {
+            let step =
+                reconcile_scripted(Scenario::new().run(), &s, cloud, metrics, &name, t(at)).await;
+            assert!(
+                matches!(step, Step::Draining { remaining: 1, .. }),
+                "ready {ready} at {at}: {step:?}"
+            );
+        }
+    };
+    // Within a minute of its grace period's end, or on a node that is
+    // Ready (its kubelet is on it), the pod is waited for.
+    waits(false, 189).await;
+    waits(true, 100_000).await;
+    // A minute past it on a node that is not Ready: gone.
+    let s = store(
+        vec![stuck.clone()],
+        vec![cordoned_node(false)],
+        vec![claim.clone()],
+    );
+    finalized(&s, &cloud, &metrics, &claim, t(190)).await;
+    // Nor does it hold the core's own drains: it is not on the node in the
+    // world.
+    let parts = world_parts(&snapshot(&s), &catalog(), REGION, t(190), DEFAULT_MAX_PODS);
+    assert!(parts.nodes[0].pods.is_empty());
+    let parts = world_parts(&snapshot(&s), &catalog(), REGION, t(189), DEFAULT_MAX_PODS);
+    assert_eq!(parts.nodes[0].pods.len(), 1);
 }
 
 #[test]

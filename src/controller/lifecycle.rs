@@ -765,9 +765,13 @@ impl<C: CloudProvider + Send + Sync> Lifecycle<'_, C> {
         let (mut evicted, mut blocked, mut remaining) = (0, 0, 0);
         let mut failures = Vec::new();
         for p in pods {
-            if p.terminating {
-                // Evicted already: its grace period runs; wait for it.
-                remaining += 1;
+            if p.terminating.is_some() {
+                // Evicted already: its grace period runs; wait for it,
+                // unless its node is unreachable and it is long past it
+                // (no kubelet will ever confirm it is gone).
+                if !p.is_stuck_terminating(node, now) {
+                    remaining += 1;
+                }
                 continue;
             }
             match self.api.evict(&p.namespace, &p.name).await {

@@ -66,8 +66,10 @@ pub struct PodInfo {
     pub checkpoint_completed: Option<Time>,
     /// When it started on its node (`status.startTime`).
     pub started: Option<Time>,
-    /// It is terminating (deletion requested, grace period running).
-    pub terminating: bool,
+    /// It is terminating (deletion requested): when its grace period ends
+    /// (`metadata.deletionTimestamp`, which the API server sets to the
+    /// request's time plus the grace period).
+    pub terminating: Option<Time>,
     /// A DaemonSet pod or a static (mirror) pod: never evicted, never a
     /// reason to keep a node.
     pub daemon: bool,
@@ -176,6 +178,11 @@ impl Interners {
         self.shapes.len()
     }
 }
+
+/// How long past the end of its deletion grace period a pod on a node that
+/// is not Ready counts as gone ([`PodInfo::is_stuck_terminating`]):
+/// Karpenter's one minute.
+pub const STUCK_TERMINATING: std::time::Duration = std::time::Duration::from_secs(60);
 
 /// A node, reduced to what the lifecycle and decisions read.
 #[derive(Debug, Clone, PartialEq)]
@@ -349,7 +356,7 @@ impl PodInfo {
             started: status
                 .and_then(|s| s.start_time.as_ref())
                 .and_then(to_chrono),
-            terminating: pod.metadata.deletion_timestamp.is_some(),
+            terminating: pod.metadata.deletion_timestamp.as_ref().and_then(to_chrono),
             daemon,
             unreadable,
             gang_source: crate::cluster::GangSource::of(pod),
@@ -373,6 +380,17 @@ impl PodInfo {
         }
     }
 
+    /// Whether the pod is stuck terminating on `node`: its deletion grace
+    /// period ended more than [`STUCK_TERMINATING`] ago and its node is not
+    /// Ready (unreachable: no kubelet will confirm the deletion). Such a pod
+    /// is gone as far as drains and decisions go, as Karpenter treats it.
+    pub fn is_stuck_terminating(&self, node: &NodeInfo, now: Time) -> bool {
+        !node.ready
+            && self
+                .terminating
+                .is_some_and(|end| now >= crate::core::time::after(end, STUCK_TERMINATING))
+    }
+
     /// `namespace/name`.
     pub fn key(&self) -> String {
         format!("{}/{}", self.namespace, self.name)
@@ -381,7 +399,10 @@ impl PodInfo {
     /// Waiting for capacity Quartermaster can add: unbound, unschedulable,
     /// requesting accelerators, not terminating.
     pub fn is_pending_accelerator(&self) -> bool {
-        self.node_name.is_none() && self.unschedulable && self.accelerator && !self.terminating
+        self.node_name.is_none()
+            && self.unschedulable
+            && self.accelerator
+            && self.terminating.is_none()
     }
 }
 
@@ -770,6 +791,10 @@ pub fn world_parts(
                 m.state.allocatable = node.allocatable.clone();
             }
             for p in by_node.get(node.name.as_str()).into_iter().flatten() {
+                if p.is_stuck_terminating(node, now) {
+                    // Gone, but for the kubelet that cannot say so.
+                    continue;
+                }
                 m.state.used.add(&p.shape.pod.requests);
                 if p.daemon {
                     continue;
