@@ -54,7 +54,10 @@ pub fn reservations(
     }
     let mut share = Resources::new();
     for (k, v) in total.iter().filter(|(k, _)| *k != PODS) {
-        share.set(k, (v + min as i64 - 1) / min as i64);
+        // Rounded up, without the overflow of `(v + min - 1) / min` on a
+        // tenant's huge quantity.
+        let (q, r) = (v / min as i64, v % min as i64);
+        share.set(k, if r > 0 { q + 1 } else { q });
     }
     (members..min)
         .map(|i| {
