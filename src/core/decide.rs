@@ -464,9 +464,7 @@ impl Core {
             cache.insert(name(pool).to_string(), (pool.spec.clone(), families));
         }
         let families = &cache[name(pool)].1;
-        self.latency
-            .lead(families)
-            .mul_f64(1.25)
+        super::time::secs(self.latency.lead(families).as_secs_f64() * 1.25)
             .saturating_add(self.config.batch_max)
     }
 
