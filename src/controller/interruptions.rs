@@ -58,6 +58,27 @@ impl Record {
         }
     }
 
+    /// Whether the core must hear of this record although it heard of
+    /// `told` for the same claim: a spot interruption after a scheduled
+    /// change (the harder deadline), or a scheduled change moved earlier.
+    /// Copies of the same interruption (redelivered, or one warning sent
+    /// several times) are not told again.
+    pub fn supersedes(self, told: Record) -> bool {
+        match (self, told) {
+            (Record::Spot { .. }, Record::Scheduled { .. }) => true,
+            (Record::Scheduled { start: Some(new) }, Record::Scheduled { start }) => {
+                start.is_none_or(|old| new < old)
+            }
+            _ => false,
+        }
+    }
+
+    /// Whether the core must hear of this record, given what it was told
+    /// of the claim (if anything).
+    fn is_news(self, told: Option<&Record>) -> bool {
+        told.is_none_or(|t| self.supersedes(*t))
+    }
+
     /// The core's notice for `claim`.
     pub fn notice(self, claim: String) -> Notice {
         match self {
@@ -207,7 +228,7 @@ impl NoticeHandler {
             let Some(record) = recorded(v) else {
                 continue;
             };
-            if self.told.get(&claim) == Some(&record) {
+            if !record.is_news(self.told.get(&claim)) {
                 continue;
             }
             tracing::info!(%claim, ?record, "resuming a recorded notice");
@@ -288,9 +309,10 @@ impl NoticeHandler {
             return Handled::settled(NoticeOutcome::Retry);
         }
         self.remember(key);
-        if self.told.get(&claim) == Some(&what) {
+        if !what.is_news(self.told.get(&claim)) {
             // Recorded before (a notice delivered again after a restart
-            // that resumed it): the core knows.
+            // that resumed it, or another copy of the warning): the core
+            // knows.
             return Handled::settled(NoticeOutcome::Recorded);
         }
         self.told.insert(claim.clone(), what);
@@ -464,6 +486,21 @@ mod tests {
                 deadline: now
             }]
         );
+    }
+
+    #[test]
+    fn only_a_harder_notice_is_told_again_for_a_claim() {
+        let now = chrono::Utc.with_ymd_and_hms(2026, 1, 1, 0, 0, 0).unwrap();
+        let later = now + chrono::TimeDelta::minutes(5);
+        let spot = |deadline| Record::Spot { deadline };
+        let scheduled = |start| Record::Scheduled { start };
+        assert!(spot(now).supersedes(scheduled(Some(later))));
+        assert!(!spot(later).supersedes(spot(now)), "another copy");
+        assert!(!scheduled(Some(now)).supersedes(spot(later)));
+        assert!(scheduled(Some(now)).supersedes(scheduled(Some(later))));
+        assert!(scheduled(Some(now)).supersedes(scheduled(None)));
+        assert!(!scheduled(Some(later)).supersedes(scheduled(Some(now))));
+        assert!(!scheduled(None).supersedes(scheduled(Some(now))));
     }
 
     #[test]
