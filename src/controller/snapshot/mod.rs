@@ -521,6 +521,28 @@ pub struct ClaimView {
 }
 
 impl Snapshot {
+    /// Whether a pending pod pins Karpenter's `karpenter.sh/nodepool`
+    /// label (in its node selector or every term of its required node
+    /// affinity) to pools none of which is a Quartermaster NodePool: the
+    /// pod is Karpenter's when both run in one cluster, so it is neither
+    /// planned nor reported as not placeable (no NodePool of ours could
+    /// take it anyway). A pod pinning the name of a pool of ours is ours.
+    pub fn left_to_karpenter(&self, p: &PodInfo) -> bool {
+        let Some(pools) = p
+            .shape
+            .pod
+            .affinity
+            .pinned(crate::api::karpenter::NODEPOOL_LABEL)
+        else {
+            return false;
+        };
+        let theirs = pools.iter().all(|n| !self.pools.contains_key(*n));
+        if theirs {
+            tracing::debug!(pod = %p.key(), ?pools, "pod pins karpenter.sh/nodepool to pools Quartermaster does not have: left to Karpenter");
+        }
+        theirs
+    }
+
     /// The planner's view of a pod ([`PodInfo::planner_pod`]) with its gang
     /// sized by the PodGroup that declares it, where one does.
     pub fn gang_pod(&self, p: &PodInfo) -> Pod {
@@ -724,7 +746,9 @@ pub fn world_parts(
         }
         match &p.node_name {
             Some(n) => by_node.entry(n.as_ref()).or_default().push(p),
-            None if p.is_pending_accelerator() => pending.push(s.gang_pod(p)),
+            None if p.is_pending_accelerator() && !s.left_to_karpenter(p) => {
+                pending.push(s.gang_pod(p))
+            }
             None => {}
         }
     }

@@ -339,6 +339,37 @@ fn only_unschedulable_accelerator_pods_are_pending_and_finished_pods_are_dropped
 }
 
 #[test]
+fn pods_pinned_to_karpenter_pools_we_lack_are_left_to_karpenter() {
+    let pinned = |name: &str, pool: &str| {
+        pod(
+            name,
+            1,
+            None,
+            json!({"spec": {"nodeSelector": {"karpenter.sh/nodepool": pool}}}),
+        )
+    };
+    let either = pod(
+        "either",
+        1,
+        None,
+        json!({"spec": {"affinity": {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {
+        "nodeSelectorTerms": [
+            {"matchExpressions": [{"key": "karpenter.sh/nodepool", "operator": "In", "values": ["karp"]}]},
+            {"matchExpressions": [{"key": "team", "operator": "In", "values": ["ml"]}]}
+        ]}}}}}),
+    );
+    let s = snapshot(
+        vec![pinned("theirs", "karp"), pinned("ours", "gpu"), either],
+        vec![],
+        vec![],
+        vec![],
+    );
+    let parts = world_parts(&s, catalog(), "us-east-1", t(0), DEFAULT_MAX_PODS);
+    let names: Vec<&str> = parts.pending.iter().map(|p| p.name.as_str()).collect();
+    assert_eq!(names, ["ml/either", "ml/ours"]);
+}
+
+#[test]
 fn a_claim_joins_its_node_and_bound_pods_with_pdbs_annotations_and_readiness() {
     let pid = format!("aws:///{}/i-0abc", zone());
     let ready_claim = claim(
