@@ -26,10 +26,12 @@ pub mod conditions {
     /// eviction failed (retried) or that the termination grace period had
     /// deleted.
     pub const DRAINED: &str = "Drained";
-    /// The instance was told it will be interrupted (a spot interruption
-    /// warning): the durable record of the notice, written before the
-    /// notice is let go, so that a restarted controller carries on with the
-    /// response. The message holds the deadline
+    /// The instance was told it will be interrupted (reason
+    /// `SpotInterruption`: a spot interruption warning; `ScheduledChange`:
+    /// an AWS Health scheduled retirement, stop, reboot or maintenance):
+    /// the durable record of the notice, written before the notice is let
+    /// go, so that a restarted controller carries on with the response.
+    /// The message ends with the deadline or start
     /// (see `controller::interruptions`).
     pub const INTERRUPTED: &str = "Interrupted";
     /// The node no longer matches its pool's template or its node class;

@@ -1,5 +1,6 @@
 //! Validation of NodePools, shared by the controller (before it acts on a
-//! pool) and `quartermaster validate` (before anyone applies one). It checks
+//! pool) and `quartermaster validate` (before anyone applies one), and of
+//! NodeClaims' labels and taints ([`validate_node_claim`]). It checks
 //! everything the CRD's schema and CEL rules check, so that offline validation
 //! catches the same mistakes, and what a schema cannot: cron expressions, time
 //! zones, instance families and types against the catalog, MIG profiles
@@ -19,18 +20,20 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
 use std::time::Duration;
 
+mod claim;
 mod restricted;
 mod syntax;
+
+pub use claim::validate_node_claim;
 
 pub use restricted::{
     label_domain_rule, label_restriction, well_known_label_rule, LABEL_DOMAIN_EXCEPTIONS,
     LABEL_DOMAIN_MESSAGE, RESTRICTED_LABEL_DOMAINS, WELL_KNOWN_LABELS, WELL_KNOWN_LABEL_MESSAGE,
 };
-pub(crate) use syntax::distance;
 use syntax::{
-    check_dns_label, check_dns_subdomain, check_label_value, check_qualified_name,
-    closest_time_zone, is_mig_profile_name, is_plain_number,
+    check_dns_label, check_dns_subdomain, closest_time_zone, is_mig_profile_name, is_plain_number,
 };
+pub(crate) use syntax::{check_label_value, check_qualified_name, distance};
 
 /// One problem found in an object, with the JSON path of the field.
 #[derive(Debug, Clone, PartialEq, Eq)]

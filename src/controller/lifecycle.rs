@@ -113,6 +113,10 @@ pub enum Step {
     Finalized,
 }
 
+/// Reason of `Launched=False` on a claim whose labels or taints are refused
+/// ([`crate::api::validate_node_claim`]).
+pub const INVALID_REASON: &str = "InvalidNodeClaim";
+
 /// The reconciler's handles and settings.
 pub struct Lifecycle<'a, C> {
     /// Kubernetes writes.
@@ -126,6 +130,12 @@ pub struct Lifecycle<'a, C> {
     /// A launched claim whose node has not registered this long after the
     /// launch is deleted.
     pub registration_timeout: Duration,
+    /// What the claims' offerings are: a claim's labels are checked against
+    /// it before it is launched or registered
+    /// ([`crate::api::validate_node_claim`]).
+    pub catalog: std::sync::Arc<crate::catalog::Catalog>,
+    /// The region the claims are launched in.
+    pub region: &'a str,
 }
 
 fn kube_err<'a>(claim: &'a str, step: &'static str) -> impl FnOnce(kube::Error) -> Error + 'a {
@@ -382,6 +392,15 @@ impl<C: CloudProvider + Send + Sync> Lifecycle<'_, C> {
             return self.finalize(view, now).await;
         }
         let status = claim.status.clone().unwrap_or_default();
+        if !status.is_true(conditions::REGISTERED) {
+            // Its labels and taints go to the kubelet and onto the Node
+            // with our privileges: only what a pool may set, and what its
+            // offering gives.
+            let problems = crate::api::validate_node_claim(claim, &self.catalog, self.region);
+            if !problems.is_empty() {
+                return self.refuse(claim, status, &problems, now).await;
+            }
+        }
         if status.provider_id.is_none() {
             return self.launch(claim, status, now).await;
         }
@@ -549,6 +568,44 @@ impl<C: CloudProvider + Send + Sync> Lifecycle<'_, C> {
         }
     }
 
+    /// Refuses an invalid claim: `Launched=False` (reason
+    /// [`INVALID_REASON`], the problems as the message), counted, and the
+    /// claim deleted (its finalizer terminates an instance launched before
+    /// the check), so that its pods are planned again.
+    async fn refuse(
+        &self,
+        claim: &NodeClaim,
+        mut status: NodeClaimStatus,
+        problems: &[crate::api::FieldError],
+        now: Time,
+    ) -> Result<Step> {
+        let name = claim.name_any();
+        let message = problems
+            .iter()
+            .map(ToString::to_string)
+            .collect::<Vec<_>>()
+            .join("; ");
+        tracing::warn!(claim = %name, %message, "invalid NodeClaim: not launched, deleted");
+        set_condition(
+            &mut status,
+            conditions::LAUNCHED,
+            false,
+            INVALID_REASON,
+            &message,
+            now,
+        );
+        self.count_failure(claim, INVALID_REASON);
+        self.patch_status(&name, &status).await?;
+        self.api
+            .delete_node_claim(&name)
+            .await
+            .map_err(kube_err(&name, "deleting the invalid claim"))?;
+        Ok(Step::LaunchFailed {
+            reason: INVALID_REASON.to_string(),
+            notice: None,
+        })
+    }
+
     async fn register(
         &self,
         view: &ClaimView,
@@ -708,9 +765,13 @@ impl<C: CloudProvider + Send + Sync> Lifecycle<'_, C> {
         let (mut evicted, mut blocked, mut remaining) = (0, 0, 0);
         let mut failures = Vec::new();
         for p in pods {
-            if p.terminating {
-                // Evicted already: its grace period runs; wait for it.
-                remaining += 1;
+            if p.terminating.is_some() {
+                // Evicted already: its grace period runs; wait for it,
+                // unless its node is unreachable and it is long past it
+                // (no kubelet will ever confirm it is gone).
+                if !p.is_stuck_terminating(node, now) {
+                    remaining += 1;
+                }
                 continue;
             }
             match self.api.evict(&p.namespace, &p.name).await {

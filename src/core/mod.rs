@@ -21,6 +21,7 @@ pub mod gang_launch;
 pub mod interruption;
 pub mod prewarm;
 pub mod provisioning;
+pub mod time;
 
 pub use decide::{Config, Core, PlanReport};
 
@@ -145,6 +146,17 @@ pub enum Notice {
         /// NodeClaim of the instance.
         claim: String,
     },
+    /// A scheduled change to the instance (AWS Health: retirement, stop,
+    /// reboot, maintenance) that starts at `start` (`None`: not said).
+    /// Cordoned at once, replaced first, drained before the start
+    /// (`docs/disruption.md`, Scheduled changes); not evidence of any spot
+    /// pool's rate.
+    ScheduledChange {
+        /// NodeClaim of the instance.
+        claim: String,
+        /// When the change starts.
+        start: Option<Time>,
+    },
     /// The instance stopped or terminated outside our control.
     Terminated {
         /// NodeClaim of the instance.
@@ -187,6 +199,9 @@ pub enum DisruptionReason {
     /// Launched for an EFA gang another member of which failed to launch:
     /// released so that the gang is planned again whole.
     GangLaunchFailed,
+    /// A scheduled change (instance retirement, stop, reboot, maintenance)
+    /// is coming: drained before it starts.
+    ScheduledChange,
 }
 
 impl fmt::Display for DisruptionReason {
@@ -199,6 +214,7 @@ impl fmt::Display for DisruptionReason {
             DisruptionReason::Terminated => "instance terminated",
             DisruptionReason::Drifted => "drifted",
             DisruptionReason::GangLaunchFailed => "another member of its gang failed to launch",
+            DisruptionReason::ScheduledChange => "scheduled maintenance",
         })
     }
 }
@@ -207,7 +223,8 @@ impl DisruptionReason {
     /// The reason as a machine name, in Karpenter's metric vocabulary where
     /// it has one (`empty`, `underutilized`, `drifted`, and its AWS
     /// interruption message kinds `spot_interrupted`,
-    /// `rebalance_recommendation`, `instance_terminated`).
+    /// `rebalance_recommendation`, `scheduled_change`,
+    /// `instance_terminated`).
     pub fn name(self) -> &'static str {
         match self {
             DisruptionReason::Interrupted => "spot_interrupted",
@@ -217,6 +234,7 @@ impl DisruptionReason {
             DisruptionReason::Terminated => "instance_terminated",
             DisruptionReason::Drifted => "drifted",
             DisruptionReason::GangLaunchFailed => "gang_launch_failed",
+            DisruptionReason::ScheduledChange => "scheduled_change",
         }
     }
 }

@@ -10,9 +10,9 @@
 //! The rules are written up in `docs/disruption.md`.
 
 use super::interruption::{
-    after, checkpoint_done, checkpoint_grace, offering_key, opted_in, policy, pool_of,
-    Interruptions,
+    checkpoint_done, checkpoint_grace, offering_key, opted_in, policy, pool_of, Interruptions,
 };
+use super::time::after;
 use super::{Action, ClaimRequest, DisruptionDecision, DisruptionReason, ManagedNode, Time, World};
 use crate::api::{ConsolidationPolicy, NodePool};
 use crate::catalog::{CapacityType, InterruptionBucket, Offering};
