@@ -222,6 +222,28 @@ impl Resources {
             .sum()
     }
 
+    /// What counts against a limit on `key`: its amount, and for a device
+    /// plugin's resource the same devices offered through their DRA driver
+    /// (a limit on `nvidia.com/gpu` counts `gpu.nvidia.com/gpu` too; MIG
+    /// profiles, Neuron devices and EFA interfaces likewise).
+    pub fn limited(&self, key: &str) -> i64 {
+        use crate::api::labels as l;
+        use crate::catalog::devices::{resource_name, EFA_DRIVER, NEURON_DRIVER, NVIDIA_DRIVER};
+        let dra = if key == l::RESOURCE_GPU {
+            Some(resource_name(NVIDIA_DRIVER, "gpu"))
+        } else if let Some(profile) = key.strip_prefix(l::RESOURCE_MIG_PREFIX) {
+            Some(resource_name(NVIDIA_DRIVER, &format!("mig-{profile}")))
+        } else if key == l::RESOURCE_NEURON {
+            Some(resource_name(NEURON_DRIVER, "neuron"))
+        } else if key == l::RESOURCE_EFA {
+            Some(resource_name(EFA_DRIVER, "efa"))
+        } else {
+            None
+        };
+        self.get(key)
+            .saturating_add(dra.map_or(0, |d| self.get(&d)))
+    }
+
     /// Accelerator devices in the list (GPUs, time-sliced shares, MIG
     /// instances, Neuron devices; the device plugin's or a DRA driver's),
     /// one each: the packing order's first key.

@@ -118,7 +118,7 @@ impl Manifests {
                 "DeviceClass" => self.dra.add_class(from(value).map_err(err)?),
                 "ResourceClaim" => self.dra.add_claim(from(value).map_err(err)?),
                 "ResourceClaimTemplate" => self.dra.add_template(from(value).map_err(err)?),
-                "ResourceSlice" => self.dra.slices.push(from(value).map_err(err)?),
+                "ResourceSlice" => self.dra.add_slice(from(value).map_err(err)?),
                 "" => return Err(err("document has no kind".into())),
                 other => self.other.push((other.to_string(), value)),
             }

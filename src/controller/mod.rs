@@ -5,6 +5,7 @@
 //! drain: that is `core`.
 
 pub mod checkpoint;
+pub mod dra;
 pub mod events;
 pub mod executor;
 pub mod fence;

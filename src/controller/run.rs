@@ -15,7 +15,7 @@ use super::status;
 use crate::api::{NodeClaim, NodePool};
 use crate::catalog::Catalog;
 use crate::cloud::{self, CloudProvider, InstanceNotice, NoticeAcks};
-use crate::core::{Action, Core, ManagedNode, Time, World};
+use crate::core::{Action, Core, Time, World};
 use crate::metrics::{InterruptionLabels, Metrics, NodeLabels, PoolLabels};
 use kube::ResourceExt;
 use std::collections::{HashMap, HashSet};
@@ -415,11 +415,7 @@ impl<C: CloudProvider + Send + Sync + 'static> Driver<C> {
                     pools: parts.pools.clone(),
                     ..WorldParts::default()
                 };
-                let node = ManagedNode::launched(
-                    &snapshot::request_of(&claim),
-                    &shape.world(&catalog, &region),
-                    at,
-                );
+                let node = snapshot::managed_node(&claim, &shape.world(&catalog, &region), at);
                 parts.nodes.extend(node);
                 self.created.push((claim, at));
             }

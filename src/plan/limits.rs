@@ -21,7 +21,7 @@ impl Budget {
     pub fn affords(&self, c: &Candidate) -> bool {
         self.resources
             .iter()
-            .all(|(k, left)| c.capacity.get(k) as f64 <= *left + 1e-9)
+            .all(|(k, left)| c.capacity.limited(k) as f64 <= *left + 1e-9)
             && self.nodes.is_none_or(|n| n >= 1.0 - 1e-9)
             && self.cost.is_none_or(|x| c.price() <= x + 1e-9)
     }
@@ -31,7 +31,7 @@ impl Budget {
     /// than it lost, so check launches against a budget only charged).
     pub fn refund(&mut self, c: &Candidate) {
         for (k, v) in self.resources.iter_mut() {
-            *v += c.capacity.get(k) as f64;
+            *v += c.capacity.limited(k) as f64;
         }
         if let Some(n) = self.nodes.as_mut() {
             *n += 1.0;
@@ -44,7 +44,7 @@ impl Budget {
     /// Takes one node of `c` out of the budget.
     pub fn charge(&mut self, c: &Candidate) {
         for (k, v) in self.resources.iter_mut() {
-            *v = (*v - c.capacity.get(k) as f64).max(0.0);
+            *v = (*v - c.capacity.limited(k) as f64).max(0.0);
         }
         if let Some(n) = self.nodes.as_mut() {
             *n = (*n - 1.0).max(0.0);
@@ -78,7 +78,7 @@ pub fn budgets(input: &Input) -> Vec<Budget> {
                     .map(|(k, v)| {
                         let used = mine
                             .iter()
-                            .fold(0i64, |sum, n| sum.saturating_add(n.allocatable.get(k)));
+                            .fold(0i64, |sum, n| sum.saturating_add(n.allocatable.limited(k)));
                         (k.to_string(), left(v, used))
                     })
                     .collect(),
@@ -185,6 +185,16 @@ mod tests {
     fn budgets_of(pool: Pool, nodes: &[NodeState]) -> Vec<Budget> {
         let catalog = Catalog::default();
         budgets(&Input::offline(&catalog, "us-east-1", &[pool], &[]).with_nodes(nodes))
+    }
+
+    #[test]
+    fn a_gpu_limit_counts_the_gpus_nodes_serve_through_dra() {
+        let mut pool = Pool::new("p");
+        pool.limits.resources = Resources::new().with("nvidia.com/gpu", 16);
+        let mut dra = node("p", 0);
+        dra.allocatable = Resources::new().with("gpu.nvidia.com/gpu", 8);
+        let b = &budgets_of(pool, &[node("p", 4), dra])[0];
+        assert_eq!(b.resources["nvidia.com/gpu"], 4.0);
     }
 
     #[test]

@@ -182,20 +182,16 @@ pub enum Outcome {
     Error(String),
 }
 
-/// The evaluation environment: the CEL context with the Kubernetes
-/// libraries, and values built once.
+/// The evaluation environment: values built once and outcomes by
+/// selector and template (the CEL context with the Kubernetes libraries is
+/// made when a selector is first evaluated: it cannot be shared between
+/// threads, and an environment is kept across the controller's rounds).
+#[derive(Default)]
 pub struct Env {
-    root: cel::Context<'static>,
     /// `quantity(...)` and `semver(...)` values by their text.
     values: HashMap<String, Value>,
     /// Outcomes by (expression, template).
     outcomes: HashMap<(String, u64), Outcome>,
-}
-
-impl Default for Env {
-    fn default() -> Env {
-        Env::new()
-    }
 }
 
 impl std::fmt::Debug for Env {
@@ -215,42 +211,44 @@ fn hash_of(t: &DeviceTemplate) -> u64 {
 impl Env {
     /// A fresh environment.
     pub fn new() -> Env {
-        Env {
-            root: cel::Context::default().with_all(),
-            values: HashMap::new(),
-            outcomes: HashMap::new(),
-        }
+        Env::default()
     }
 
     /// A value made by a one-call program (`quantity('80Gi')`), once.
-    fn made(&mut self, call: String) -> Result<Value, String> {
+    fn made(&mut self, root: &cel::Context, call: String) -> Result<Value, String> {
         if let Some(v) = self.values.get(&call) {
             return Ok(v.clone());
         }
         let v = cel::Program::compile(&call)
             .map_err(|e| e.to_string())?
-            .execute(&self.root)
+            .execute(root)
             .map_err(|e| format!("{call}: {e}"))?;
         self.values.insert(call, v.clone());
         Ok(v)
     }
 
-    fn attribute_value(&mut self, v: &AttributeValue) -> Result<Value, String> {
+    fn attribute_value(
+        &mut self,
+        root: &cel::Context,
+        v: &AttributeValue,
+    ) -> Result<Value, String> {
         Ok(match v {
             AttributeValue::Bool(b) => Value::Bool(*b),
             AttributeValue::Int(i) => Value::Int(*i),
             AttributeValue::String(s) => Value::String(Arc::new(s.clone())),
-            AttributeValue::Version { version } => self.made(format!("semver('{version}')"))?,
+            AttributeValue::Version { version } => {
+                self.made(root, format!("semver('{version}')"))?
+            }
         })
     }
 
     /// The `device` object of a template (run-time attributes left out).
-    fn device(&mut self, t: &DeviceTemplate) -> Result<Value, String> {
+    fn device(&mut self, root: &cel::Context, t: &DeviceTemplate) -> Result<Value, String> {
         let mut attributes: HashMap<Key, HashMap<Key, Value>> = HashMap::new();
         for (name, a) in &t.attributes {
             let Attribute::Known(v) = a else { continue };
             let (domain, id) = split(name, &t.driver);
-            let v = self.attribute_value(v)?;
+            let v = self.attribute_value(root, v)?;
             attributes
                 .entry(key(domain))
                 .or_default()
@@ -259,7 +257,7 @@ impl Env {
         let mut capacity: HashMap<Key, HashMap<Key, Value>> = HashMap::new();
         for (name, q) in &t.capacity {
             let (domain, id) = split(name, &t.driver);
-            let v = self.made(format!("quantity('{q}')"))?;
+            let v = self.made(root, format!("quantity('{q}')"))?;
             capacity.entry(key(domain)).or_default().insert(key(id), v);
         }
         let nested = |m: HashMap<Key, HashMap<Key, Value>>| -> Value {
@@ -297,11 +295,12 @@ impl Env {
         if let Some(name) = run_time_reference(&selector.expression, t) {
             return Outcome::Unknown(name);
         }
-        let device = match self.device(t) {
+        let root = cel::Context::default().with_all();
+        let device = match self.device(&root, t) {
             Ok(d) => d,
             Err(e) => return Outcome::Error(e),
         };
-        let mut ctx = self.root.new_inner_scope();
+        let mut ctx = root.new_inner_scope();
         ctx.add_variable_from_value("device", device);
         match selector.program.execute(&ctx) {
             Ok(Value::Bool(true)) => Outcome::True,
@@ -394,6 +393,14 @@ mod tests {
         // A missing attribute is an error, as it is for the scheduler.
         let o = eval("device.attributes['gpu.nvidia.com'].colour == 'red'", &h100);
         assert!(matches!(o, Outcome::Error(_)), "{o:?}");
+    }
+
+    #[test]
+    fn the_environment_and_compiled_selectors_can_be_kept_across_threads() {
+        fn send<T: Send + Sync>() {}
+        send::<Env>();
+        send::<Selectors>();
+        send::<crate::cluster::dra::Resolver>();
     }
 
     #[test]

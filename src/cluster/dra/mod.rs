@@ -33,8 +33,9 @@ pub struct Objects {
     pub claims: BTreeMap<String, dra::ResourceClaim>,
     /// ResourceClaimTemplates by `namespace/name`.
     pub templates: BTreeMap<String, dra::ResourceClaimTemplate>,
-    /// ResourceSlices: the devices the drivers publish on running nodes.
-    pub slices: Vec<dra::ResourceSlice>,
+    /// ResourceSlices by name: the devices the drivers publish on running
+    /// nodes.
+    pub slices: BTreeMap<String, dra::ResourceSlice>,
 }
 
 impl Objects {
@@ -54,6 +55,12 @@ impl Objects {
         self.templates.insert(key(&t.metadata), t);
     }
 
+    /// Adds a ResourceSlice.
+    pub fn add_slice(&mut self, s: dra::ResourceSlice) {
+        self.slices
+            .insert(s.metadata.name.clone().unwrap_or_default(), s);
+    }
+
     /// The devices the drivers publish on `node` (its ResourceSlices), and
     /// those allocated claims take there, by planner resource
     /// ([`device_resource`]).
@@ -63,7 +70,7 @@ impl Objects {
         let mut on_node: HashMap<(&str, &str, &str), String> = HashMap::new();
         for s in self
             .slices
-            .iter()
+            .values()
             .filter(|s| s.spec.node_name.as_deref() == Some(node))
         {
             for d in s.spec.devices.iter().flatten() {
@@ -271,12 +278,15 @@ pub fn shapes(catalog: &Catalog) -> Vec<ShapeKey> {
 
 /// Matches pods' claims, keeping what it compiled and evaluated across
 /// calls: selectors by expression, outcomes by selector and template, and
-/// the shapes of each set of claims.
+/// the shapes of each set of claims (those the last call used: a
+/// controller keeps one resolver for its lifetime).
 #[derive(Debug, Default)]
 pub struct Resolver {
     selectors: cel::Selectors,
     env: cel::Env,
     shapes: HashMap<String, Arc<Shapes>>,
+    /// The keys of `shapes` used in this call.
+    used: BTreeSet<String>,
 }
 
 /// A claim of a pod, found.
@@ -305,6 +315,13 @@ impl Resolver {
     /// ResourceClaim share one allocation: their claims are matched
     /// together, and they get the same group.
     pub fn attach(&mut self, pods: &mut [Pod], objects: &Objects, catalog: &Catalog) {
+        self.used.clear();
+        self.attach_pods(pods, objects, catalog);
+        let used = std::mem::take(&mut self.used);
+        self.shapes.retain(|k, _| used.contains(k));
+    }
+
+    fn attach_pods(&mut self, pods: &mut [Pod], objects: &Objects, catalog: &Catalog) {
         let mut found: Vec<Option<Vec<Found>>> = Vec::with_capacity(pods.len());
         for pod in pods.iter_mut() {
             if pod.resource_claims.is_empty() {
@@ -445,6 +462,7 @@ impl Resolver {
             return Err(problems);
         }
         let key = identity.join("\u{0}");
+        self.used.insert(key.clone());
         let shapes = match self.shapes.get(&key) {
             Some(s) => s.clone(),
             None => {
@@ -736,7 +754,7 @@ status:
       results: [{request: gpu, driver: gpu.nvidia.com, pool: n1, device: gpu-1}]
 "#,
         );
-        o.slices.push(
+        o.add_slice(
             serde_json::from_value(serde_json::json!({
                 "metadata": {"name": "n1-gpu"},
                 "spec": {
@@ -751,7 +769,7 @@ status:
             }))
             .unwrap(),
         );
-        o.slices.push(
+        o.add_slice(
             serde_json::from_value(serde_json::json!({
                 "metadata": {"name": "n1-net"},
                 "spec": {

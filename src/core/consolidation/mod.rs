@@ -883,16 +883,25 @@ fn spot_guard<'c>(
     }
 }
 
-/// Whether one of the node's real pods holds it: `do-not-disrupt`, or a
-/// PDB that allows no disruption now.
+/// Whether one of the node's real pods holds it: `do-not-disrupt`, DRA
+/// claims ([`holds_dra_claims`]), or a PDB that allows no disruption now.
 fn blocked(r: &Round, n: &ManagedNode) -> bool {
     n.pods.iter().any(|p| {
         !p.placeholder
             && (p.do_not_disrupt
+                || holds_dra_claims(&p.pod)
                 || p.pdb
                     .and_then(|i| r.world.pdbs.get(i))
                     .is_some_and(|b| b.disruptions_allowed == 0))
     })
+}
+
+/// Whether the pod takes devices through DRA claims: where its claims'
+/// devices could go is not planned for running pods yet (a replacement
+/// would not be launched to serve DRA claims), so its node is kept until
+/// the pod is gone, as for `do-not-disrupt`.
+fn holds_dra_claims(pod: &Pod) -> bool {
+    !pod.resource_claims.is_empty()
 }
 
 /// The launch of a planned node that takes pods of `n` (same pool), named
@@ -1349,6 +1358,27 @@ mod tests {
             node("n1").pods([pod("a").do_not_disrupt()]),
             node("n2").pods([pod("b")]),
         ]);
+        let mut c = Consolidation::default();
+        step(&mut c, &f, 0);
+        step(&mut c, &f, 60);
+        // n1 would sort first; only n2 (whose pod fits on n1) is a candidate.
+        let expected = Decision::Delete {
+            claim: "n2".into(),
+            saving: 1.0,
+        };
+        assert_eq!(c.candidate(), Some((&expected, t(60))));
+    }
+
+    #[test]
+    fn a_pod_with_dra_claims_keeps_its_node_out_of_consolidation() {
+        let mut a = pod("a");
+        a.pod.resource_claims.push(crate::cluster::ClaimRef {
+            name: "gpu".into(),
+            claim: None,
+            template: Some("one-gpu".into()),
+            generated: Some("a-gpu-x7k2p".into()),
+        });
+        let f = Fixture::new([node("n1").pods([a]), node("n2").pods([pod("b")])]);
         let mut c = Consolidation::default();
         step(&mut c, &f, 0);
         step(&mut c, &f, 60);
