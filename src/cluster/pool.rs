@@ -141,7 +141,7 @@ impl Pool {
             labels: spec.template.metadata.labels.clone(),
             taints: spec.template.spec.taints.iter().map(taint).collect(),
             sharing: match (
-                spec.gpu_sharing.time_slicing_replicas(),
+                spec.gpu_sharing.shared_replicas(),
                 spec.gpu_sharing.mig_profile(),
             ) {
                 (Some(replicas), _) => GpuSharing::TimeSlicing { replicas },
@@ -198,5 +198,18 @@ mod tests {
         )
         .unwrap();
         assert_eq!(ok.labels["team"], "ml");
+    }
+
+    #[test]
+    fn an_mps_pool_offers_its_gpus_as_shares_as_time_slicing_does() {
+        for mode in ["Mps", "TimeSlicing"] {
+            let spec = format!("gpuSharing: {{ mode: {mode}, replicas: 4 }}");
+            let pool = Pool::from_api(&api_pool(&spec), Resources::new()).unwrap();
+            assert_eq!(
+                pool.sharing,
+                GpuSharing::TimeSlicing { replicas: 4 },
+                "{mode}"
+            );
+        }
     }
 }
