@@ -179,6 +179,7 @@ fn lifecycle<'a>(
         metrics,
         launch_timeout: Duration::from_secs(300),
         registration_timeout: Duration::from_secs(600),
+        zone_names: Default::default(),
     }
 }
 

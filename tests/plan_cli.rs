@@ -372,3 +372,71 @@ fn plan_uses_a_reservation_first_and_explains_the_expired_one() {
     );
     let _ = std::fs::remove_file(pools);
 }
+
+/// A CPU pod selecting `topology.kubernetes.io/zone: ZONE`.
+fn zone_pod(zone: &str) -> String {
+    format!(
+        "apiVersion: v1\nkind: Pod\nmetadata: {{name: web, namespace: default}}\nspec:\n  nodeSelector: {{topology.kubernetes.io/zone: {zone}}}\n  containers: [{{name: c, resources: {{requests: {{cpu: 500m}}}}}}]\n"
+    )
+}
+
+/// The zone ID and name of the one node `plan` launches for `pods`.
+fn planned_zone(dir: &std::path::Path, pods: &str, extra: &[&str]) -> (String, String) {
+    let file = dir.join("pods.yaml");
+    std::fs::write(&file, pods).unwrap();
+    let args = [
+        &[
+            "plan",
+            "--pods",
+            file.to_str().unwrap(),
+            "--nodepools",
+            POOLS,
+            "--strategy",
+            "greedy",
+            "--output",
+            "json",
+        ][..],
+        extra,
+    ]
+    .concat();
+    let v = json(&qm(&args));
+    assert!(v["unschedulable"].as_array().unwrap().is_empty(), "{v}");
+    let node = &v["nodes"][0];
+    (
+        node["zone"].as_str().unwrap().to_string(),
+        node["zone_name"].as_str().unwrap().to_string(),
+    )
+}
+
+#[test]
+fn a_pod_selecting_a_zone_by_name_or_by_id_is_placed_in_that_zone() {
+    let dir = std::env::temp_dir().join(format!("qm-plan-zone-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    // The default rule: use1-az1 is us-east-1a, use1-az4 us-east-1d.
+    assert_eq!(
+        planned_zone(&dir, &zone_pod("us-east-1a"), &[]),
+        ("use1-az1".to_string(), "us-east-1a".to_string())
+    );
+    assert_eq!(
+        planned_zone(&dir, &zone_pod("use1-az4"), &[]),
+        ("use1-az4".to_string(), "us-east-1d".to_string())
+    );
+    // The account's own names.
+    let names = ["--zone-names", "us-east-1a=use1-az6,us-east-1b=use1-az1"];
+    assert_eq!(
+        planned_zone(&dir, &zone_pod("us-east-1a"), &names),
+        ("use1-az6".to_string(), "us-east-1a".to_string())
+    );
+    let bad = qm(&[
+        "plan",
+        "--pods",
+        dir.join("pods.yaml").to_str().unwrap(),
+        "--nodepools",
+        POOLS,
+        "--zone-names",
+        "us-east-1a",
+    ]);
+    assert!(!bad.status.success());
+    assert!(String::from_utf8_lossy(&bad.stderr).contains("--zone-names"));
+    let _ = std::fs::remove_dir_all(&dir);
+}

@@ -14,12 +14,14 @@ pub mod market;
 pub mod mig;
 pub mod pricing_data;
 mod types;
+mod zones;
 
 pub use embedded::EMBEDDED;
 pub use labels::{gfd_product, gpu_short_name, instance_type_labels, INSTANCE_TYPE_KEYS};
 pub use market::{MarketModel, MarketParams, PoolFacts, PoolMarket};
 pub use pricing_data::{PricingFiles, ReferenceFiles};
 pub use types::*;
+pub use zones::{default_name as default_zone_name, ZoneNames};
 
 use std::collections::{BTreeMap, HashMap};
 
@@ -69,6 +71,9 @@ pub struct Catalog {
     /// that caches per pool ([`crate::core::cadence`]) knows when a price
     /// refresh or a new model made its cache stale.
     revision: u64,
+    /// The names the account gives the zones ([`ZoneNames`]): what nodes
+    /// carry in `topology.kubernetes.io/zone`.
+    zone_names: ZoneNames,
 }
 
 /// A revision no catalog had before (see [`Catalog::revision`]).
@@ -100,8 +105,32 @@ impl Catalog {
             market: MarketModel::default(),
             reservations: Vec::new(),
             revision: next_revision(),
+            zone_names: ZoneNames::default(),
         }
         .with_market(MarketModel::default())
+    }
+
+    /// The same catalog with the account's zone names ([`ZoneNames`]) in
+    /// place of the ones it had (by default, none: the default rule).
+    pub fn with_zone_names(mut self, zone_names: ZoneNames) -> Catalog {
+        self.zone_names = zone_names;
+        self
+    }
+
+    /// The account's zone names.
+    pub fn zone_names(&self) -> &ZoneNames {
+        &self.zone_names
+    }
+
+    /// The name of zone `zone_id` of `region` ([`ZoneNames::name_of`]).
+    pub fn zone_name(&self, region: &str, zone_id: &str) -> String {
+        self.zone_names.name_of(region, zone_id)
+    }
+
+    /// The zone ID that zone name `name` names in `region`, among the
+    /// region's zones ([`ZoneNames::id_of`]).
+    pub fn zone_id_of(&self, region: &str, name: &str) -> Option<String> {
+        self.zone_names.id_of(region, name, self.zones(region))
     }
 
     /// The same catalog priced with another market model: every spot

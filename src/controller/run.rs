@@ -198,6 +198,7 @@ fn lifecycle_of<'a, C>(ctx: &'a Context<C>, settings: &Settings) -> Lifecycle<'a
         metrics: &ctx.metrics,
         launch_timeout: settings.launch_timeout,
         registration_timeout: settings.registration_timeout,
+        zone_names: ctx.catalog.borrow().zone_names().clone(),
     }
 }
 

@@ -514,7 +514,12 @@ impl ManagedNode {
                 let r = world.catalog.reservation(req.reservation.as_deref()?)?;
                 Some(r.offering()).filter(|o| offering_key(o) == req.offering)
             })?;
-        let mut labels = crate::cluster::shape::node_labels(it, &offering, &pool.name);
+        let mut labels = crate::cluster::shape::node_labels(
+            it,
+            &offering,
+            world.catalog.zone_names(),
+            &pool.name,
+        );
         labels.extend(pool.labels.clone());
         Some(ManagedNode {
             claim: req.claim.clone(),

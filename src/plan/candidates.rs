@@ -13,12 +13,14 @@ use super::Input;
 
 /// The labels [`shape::node_labels_from`] sets per offering (the rest come
 /// from the instance type).
-const OFFERING_LABELS: [&str; 7] = [
+const OFFERING_LABELS: [&str; 9] = [
     l::REGION,
     l::ZONE_ID,
     l::ZONE,
     l::CAPACITY_TYPE,
+    l::KARPENTER_CAPACITY_TYPE,
     l::NODEPOOL,
+    l::KARPENTER_NODEPOOL,
     l::CAPACITY_RESERVATION_ID,
     l::CAPACITY_RESERVATION_KIND,
 ];
@@ -132,7 +134,7 @@ pub fn candidates(input: &Input) -> Vec<Candidate> {
                 continue;
             }
             let base = base.clone();
-            let mut labels = shape::node_labels_from(base, o, &pool.name);
+            let mut labels = shape::node_labels_from(base, o, catalog.zone_names(), &pool.name);
             for (k, v) in &pool.labels {
                 labels.insert(k.clone(), v.clone());
             }

@@ -222,6 +222,9 @@ pub fn finish(
             nodepool: input.pools[c.pool].name.clone(),
             instance_type: c.offering.instance_type.clone(),
             zone: c.offering.zone_id.clone(),
+            zone_name: input
+                .catalog
+                .zone_name(&c.offering.region, &c.offering.zone_id),
             capacity_type: c.offering.capacity_type,
             reservation: c.offering.reservation.as_ref().map(|r| r.id.clone()),
             price_per_hour: c.price(),

@@ -1096,7 +1096,8 @@ fn static_options(pool: &NodePool, catalog: &Catalog, region: &str) -> Vec<Stati
         .filter(|o| o.capacity_type == CapacityType::OnDemand)
         .filter_map(|o| {
             let it = selected.iter().find(|t| t.name == o.instance_type)?;
-            let mut labels = crate::cluster::shape::node_labels(it, o, &shape.name);
+            let mut labels =
+                crate::cluster::shape::node_labels(it, o, catalog.zone_names(), &shape.name);
             labels.extend(shape.labels.clone());
             Some(StaticOption {
                 offering: OfferingKey {
