@@ -440,3 +440,91 @@ fn a_pod_selecting_a_zone_by_name_or_by_id_is_placed_in_that_zone() {
     assert!(String::from_utf8_lossy(&bad.stderr).contains("--zone-names"));
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+const KARPENTER_POOLS: &str = "tests/fixtures/karpenter/nodepools.yaml";
+const KARPENTER_PODS: &str = "tests/fixtures/karpenter/pods.yaml";
+
+/// `plan --output json` of the Karpenter pods on `pools`.
+fn karpenter_plan(pools: &str) -> serde_json::Value {
+    json(&qm(&[
+        "plan",
+        "--pods",
+        KARPENTER_PODS,
+        "--nodepools",
+        pools,
+        "--strategy",
+        "greedy",
+        "--output",
+        "json",
+    ]))
+}
+
+#[test]
+fn a_karpenter_nodepool_plans_the_families_and_capacity_types_it_allows_and_pods_get_what_they_select(
+) {
+    let v = karpenter_plan(KARPENTER_POOLS);
+    assert!(v["unschedulable"].as_array().unwrap().is_empty(), "{v}");
+    let nodes = v["nodes"].as_array().unwrap();
+    let node_of = |pod: &str| {
+        nodes
+            .iter()
+            .find(|n| n["pods"].as_array().unwrap().iter().any(|p| p == pod))
+            .unwrap_or_else(|| panic!("{pod} not placed: {v}"))
+    };
+    let family = |n: &serde_json::Value| {
+        let t = n["instance_type"].as_str().unwrap();
+        t.split('.').next().unwrap().to_string()
+    };
+    for n in nodes.iter().filter(|n| n["nodepool"] == "gpu") {
+        assert!(["g5", "g6e", "p4d"].contains(&family(n).as_str()), "{n}");
+    }
+    assert_eq!(node_of("ml/train-spot")["capacity_type"], "spot");
+    assert_eq!(node_of("ml/serve-on-demand")["capacity_type"], "on-demand");
+    assert_eq!(family(node_of("ml/l40s")), "g6e");
+    // The general pool has no capacity-type requirement: on-demand, as
+    // Karpenter defaults; a category and a generation above 6.
+    let api = node_of("web/api");
+    assert_eq!(api["nodepool"], "general");
+    assert_eq!(api["capacity_type"], "on-demand");
+    let f = family(api);
+    assert!(
+        ["c", "m", "r"].contains(&&f[..1]) && f[1..2].parse::<u32>().unwrap() > 6,
+        "{f}"
+    );
+    // The same pools in our own vocabulary plan the same GPU nodes.
+    let text = std::fs::read_to_string(KARPENTER_POOLS).unwrap();
+    let ours = text
+        .replace(
+            "karpenter.sh/capacity-type",
+            "quartermaster.dev/capacity-type",
+        )
+        .replace(
+            "karpenter.k8s.aws/instance-family",
+            "quartermaster.dev/instance-family",
+        )
+        .replace(
+            "karpenter.k8s.aws/instance-gpu-name",
+            "quartermaster.dev/gpu-name",
+        )
+        .replace(
+            "karpenter.k8s.aws/instance-gpu-count",
+            "quartermaster.dev/gpu-count",
+        );
+    assert_ne!(ours, text);
+    let dir = std::env::temp_dir().join(format!("qm-plan-karpenter-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let file = dir.join("nodepools.yaml");
+    std::fs::write(&file, ours).unwrap();
+    let theirs = karpenter_plan(file.to_str().unwrap());
+    let gpu_nodes = |v: &serde_json::Value| -> Vec<serde_json::Value> {
+        v["nodes"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|n| n["nodepool"] == "gpu")
+            .cloned()
+            .collect()
+    };
+    assert_eq!(gpu_nodes(&v), gpu_nodes(&theirs));
+    let _ = std::fs::remove_dir_all(&dir);
+}

@@ -66,8 +66,10 @@ impl fmt::Display for Operator {
         .message("operators Exists and DoesNotExist take no values"),
     validation = Rule::new("(self.operator == 'Gt' || self.operator == 'Lt') ? (has(self.values) && size(self.values) == 1 && self.values[0].matches('^-?[0-9]+$')) : true")
         .message("operators Gt and Lt take exactly one integer value"),
-    validation = Rule::new("!(self.key in ['quartermaster.dev/nodepool', 'kubernetes.io/hostname'])")
-        .message("this label is set by Quartermaster and cannot be required")
+    validation = Rule::new(crate::api::validate::restricted_keys_rule())
+        .message("this label is set by Quartermaster and cannot be required"),
+    validation = Rule::new(crate::api::validate::karpenter_key_rule())
+        .message(crate::api::validate::KARPENTER_KEY_MESSAGE)
 )]
 #[serde(rename_all = "camelCase")]
 pub struct Requirement {

@@ -214,7 +214,7 @@ fn print_table(p: &Plan, tolerance: f64) {
                 n.nodepool,
                 n.instance_type,
                 format!("{} ({})", n.zone_name, n.zone),
-                n.capacity_type,
+                n.capacity_type.as_str(),
                 n.price_per_hour,
                 n.interruption_cost_per_hour,
                 pods

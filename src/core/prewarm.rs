@@ -288,7 +288,10 @@ pub fn is_placeholder(pod: &str) -> bool {
 /// can be used up), so a pool of spot and reserved capacity still holds its
 /// windows on either.
 pub fn holds_on_spot(pool: &NodePool) -> bool {
-    !pool.spec.capacity_types.contains(&CapacityType::OnDemand)
+    !pool
+        .spec
+        .allowed_capacity_types()
+        .contains(&CapacityType::OnDemand)
 }
 
 /// The window's `capacity` as placeholder pods the planner can place,

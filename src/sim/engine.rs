@@ -11,6 +11,7 @@ use super::scenario::{Scenario, StrategyName};
 use super::static_groups;
 use super::workload::SimJob;
 use crate::api::labels as l;
+use crate::api::nodepool::CAPACITY_TYPE_KEYS;
 use crate::api::NodePool;
 use crate::catalog::{CapacityType, Catalog};
 use crate::cloud::simulated::{CloudEvent, SimulatedCloud};
@@ -180,6 +181,11 @@ impl<'a> Engine<'a> {
             StrategyName::OnDemand | StrategyName::Static => {
                 for p in &mut pools {
                     p.spec.capacity_types = vec![CapacityType::OnDemand];
+                    p.spec
+                        .template
+                        .spec
+                        .requirements
+                        .retain(|r| !CAPACITY_TYPE_KEYS.contains(&r.key.as_str()));
                 }
             }
         }
