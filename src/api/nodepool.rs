@@ -5,13 +5,14 @@
 //! `docs/crds.md`; offline checks in [`super::validate`].
 
 use super::common::{resource_list_schema, Condition, Requirement, ResourceList, Taint};
-use super::duration::DURATION_PATTERN;
+use super::duration::{parse_duration, DurationError, DURATION_PATTERN};
 use super::quantity::{quantity_value, QuantityError};
 use crate::catalog::CapacityType;
 use kube::{CustomResource, KubeSchema};
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
+use std::time::Duration;
 
 mod disruption;
 mod policies;
@@ -429,6 +430,30 @@ pub struct NodeClaimTemplateSpec {
 }
 
 impl NodeClaimTemplateSpec {
+    /// `expireAfter` parsed: `None` when unset or `Never`.
+    ///
+    /// # Errors
+    ///
+    /// [`DurationError`] when it is neither `Never` nor a duration.
+    pub fn expire_after_duration(&self) -> Result<Option<Duration>, DurationError> {
+        match self.expire_after.as_deref() {
+            None | Some("Never") => Ok(None),
+            Some(d) => parse_duration(d).map(Some),
+        }
+    }
+
+    /// `terminationGracePeriod` parsed: `None` when unset.
+    ///
+    /// # Errors
+    ///
+    /// [`DurationError`] when it is not a duration.
+    pub fn termination_grace_period_duration(&self) -> Result<Option<Duration>, DurationError> {
+        self.termination_grace_period
+            .as_deref()
+            .map(parse_duration)
+            .transpose()
+    }
+
     /// The name of the pool's EC2NodeClass: its `nodeClassRef`'s, or
     /// [`super::nodeclass::DEFAULT_NODE_CLASS`].
     pub fn node_class_name(&self) -> &str {

@@ -136,6 +136,7 @@ pub fn build_claim(
             taints: template.taints.clone(),
             startup_taints,
             termination_grace_period: template.termination_grace_period.clone(),
+            expire_after: template.expire_after.clone(),
         },
     );
     claim.metadata.finalizers = Some(vec![l::FINALIZER.to_string()]);
@@ -454,6 +455,8 @@ mod tests {
             ..Default::default()
         };
         spec.template.spec.taints = vec![Taint::new(l::TAINT_GPU, "", TaintEffect::NoSchedule)];
+        spec.template.spec.expire_after = Some("720h".into());
+        spec.template.spec.termination_grace_period = Some("1h".into());
         let pools = [NodePool::new("gpu", spec)];
         let world = World {
             catalog: catalog(),
@@ -499,6 +502,10 @@ mod tests {
             .iter()
             .any(|t| t.key == l::TAINT_UNREGISTERED));
         assert_eq!(claim.spec.resources[l::RESOURCE_GPU].0, "1");
+        // Its lifetime is the pool's as it is now: a later change of the
+        // pool's applies to new nodes only.
+        assert_eq!(claim.spec.expire_after.as_deref(), Some("720h"));
+        assert_eq!(claim.spec.termination_grace_period.as_deref(), Some("1h"));
         // No pod pins it: fallbacks in other zones are recorded.
         let fallbacks = claim.annotations()[FALLBACKS_ANNOTATION].clone();
         assert!(fallbacks.starts_with("g5.xlarge/"), "{fallbacks}");

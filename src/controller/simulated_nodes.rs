@@ -259,6 +259,7 @@ mod tests {
                     TaintEffect::NoSchedule,
                 )],
                 termination_grace_period: None,
+                expire_after: None,
             },
         );
         c.metadata.finalizers = Some(vec![l::FINALIZER.into()]);

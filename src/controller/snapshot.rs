@@ -680,10 +680,14 @@ pub fn world_parts(s: &Snapshot, catalog: &Catalog, region: &str, now: Time) -> 
             .as_ref()
             .and_then(to_chrono)
             .unwrap_or(now);
-        let Some(mut m) = ManagedNode::launched(&req, &shape_world, created) else {
+        let Some(m) = ManagedNode::launched(&req, &shape_world, created) else {
             tracing::debug!(claim = %req.claim, "claim of an unknown pool or instance type left out of the world");
             continue;
         };
+        let mut m = m.with_claim_lifetime(
+            claim.spec.expire_after.as_deref(),
+            claim.spec.termination_grace_period.as_deref(),
+        );
         let status = claim.status.clone().unwrap_or_default();
         m.ready_at = status
             .condition(conditions::READY)
@@ -1146,6 +1150,7 @@ mod tests {
     use chrono::TimeZone;
     use serde_json::json;
     use std::sync::OnceLock;
+    use std::time::Duration;
 
     fn catalog() -> &'static Catalog {
         static C: OnceLock<Catalog> = OnceLock::new();
@@ -1360,7 +1365,10 @@ mod tests {
                 {"type": "Ready", "status": "True", "reason": "Ready", "message": "",
                  "lastTransitionTime": "2026-01-05T00:05:00Z"}]}}),
         );
-        let in_flight = claim("gpu-2", json!({}));
+        let in_flight = claim(
+            "gpu-2",
+            json!({"spec": {"expireAfter": "24h", "terminationGracePeriod": "1h"}}),
+        );
         let leaving = claim(
             "gpu-3",
             json!({"metadata": {"deletionTimestamp": "2026-01-05T00:00:00Z"}}),
@@ -1430,6 +1438,10 @@ mod tests {
         let flight = &parts.nodes[1];
         assert!(flight.state.in_flight && flight.ready_at.is_none() && flight.pods.is_empty());
         assert_eq!(flight.launched_at, t(0));
+        // Its lifetime is what its claim recorded, not the pool's (none).
+        assert_eq!(flight.expire_after, Some(Duration::from_secs(24 * 3600)));
+        assert_eq!(flight.termination_grace, Some(Duration::from_secs(3600)));
+        assert_eq!(n.expire_after, None);
         assert!(
             parts.nodes[2].state.unschedulable,
             "a deleting claim takes no pods"

@@ -546,7 +546,40 @@ impl ManagedNode {
             do_not_disrupt: false,
             drifted: None,
             disrupted: false,
+            expire_after: api_pool
+                .spec
+                .template
+                .spec
+                .expire_after_duration()
+                .ok()
+                .flatten(),
+            termination_grace: api_pool
+                .spec
+                .template
+                .spec
+                .termination_grace_period_duration()
+                .ok()
+                .flatten(),
         })
+    }
+
+    /// The same node with the lifetime its claim recorded at creation
+    /// (`expireAfter`, `terminationGracePeriod`) in place of its pool's
+    /// current one; an unreadable value counts as unset.
+    pub fn with_claim_lifetime(
+        self,
+        expire_after: Option<&str>,
+        termination_grace_period: Option<&str>,
+    ) -> ManagedNode {
+        let parse = |d: Option<&str>| {
+            d.filter(|d| *d != "Never")
+                .and_then(|d| crate::api::parse_duration(d).ok())
+        };
+        ManagedNode {
+            expire_after: parse(expire_after),
+            termination_grace: parse(termination_grace_period),
+            ..self
+        }
     }
 }
 

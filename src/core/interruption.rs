@@ -753,6 +753,8 @@ pub(crate) mod fixtures {
             do_not_disrupt: false,
             drifted: None,
             disrupted: false,
+            expire_after: None,
+            termination_grace: None,
         }
     }
 

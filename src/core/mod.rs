@@ -101,6 +101,13 @@ pub struct ManagedNode {
     /// its finalizer's): a disruption of ours started on it. One that no
     /// in-memory drain owns was lost with a restarted controller.
     pub disrupted: bool,
+    /// How long it may live (its claim's `expireAfter`: its pool's when it
+    /// was launched); `None`: forever. An older node is replaced
+    /// (`consolidation::expired`).
+    pub expire_after: Option<std::time::Duration>,
+    /// Its claim's `terminationGracePeriod` (its pool's when it was
+    /// launched); `None`: none.
+    pub termination_grace: Option<std::time::Duration>,
 }
 
 /// A PodDisruptionBudget, reduced to what eviction decisions need.
@@ -187,6 +194,9 @@ pub enum DisruptionReason {
     /// Launched for an EFA gang another member of which failed to launch:
     /// released so that the gang is planned again whole.
     GangLaunchFailed,
+    /// Older than its pool's `expireAfter`: replaced, new node first,
+    /// whatever the disruption budgets say (`consolidation::expired`).
+    Expired,
 }
 
 impl fmt::Display for DisruptionReason {
@@ -199,6 +209,7 @@ impl fmt::Display for DisruptionReason {
             DisruptionReason::Terminated => "instance terminated",
             DisruptionReason::Drifted => "drifted",
             DisruptionReason::GangLaunchFailed => "another member of its gang failed to launch",
+            DisruptionReason::Expired => "expired",
         })
     }
 }

@@ -864,6 +864,8 @@ mod tests {
             do_not_disrupt: false,
             drifted: None,
             disrupted: false,
+            expire_after: None,
+            termination_grace: None,
         };
         l.observe_node(&node);
         assert_eq!(l.observations("g5"), 0, "not Ready yet");

@@ -617,8 +617,10 @@ impl<'a> Engine<'a> {
         match action {
             Action::Launch(req) => self.launch(req),
             Action::Cordon { claim, reason } => {
-                if reason == DisruptionReason::Drifted {
-                    self.result.drift_replacements += 1;
+                match reason {
+                    DisruptionReason::Drifted => self.result.drift_replacements += 1,
+                    DisruptionReason::Expired => self.result.expired_replacements += 1,
+                    _ => {}
                 }
                 if let Some((n, _)) = self.nodes.get_mut(&claim) {
                     n.state.unschedulable = true;
