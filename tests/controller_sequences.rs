@@ -1853,31 +1853,48 @@ fn loop_settings(core: Config) -> quartermaster::controller::run::Settings {
     }
 }
 
-#[tokio::test]
-async fn pods_past_the_batch_cap_wait_for_the_next_batch_with_a_batch_deferred_event() {
-    use quartermaster::controller::events::{reasons, Events};
+/// Every write the loop made: method, path and body.
+type Writes = Arc<Mutex<Vec<(String, String, Value)>>>;
+
+/// A loop over `pods` whose every write is accepted (objects echoed back)
+/// and kept, with Events on, run for `rounds` rounds of ten seconds.
+async fn run_loop(pods: Vec<core::Pod>, core: Config, rounds: i64) -> Writes {
+    run_loop_with(vec![pool()], pods, core, rounds).await
+}
+
+/// [`run_loop`] with these pools.
+async fn run_loop_with(
+    pools: Vec<NodePool>,
+    pods: Vec<core::Pod>,
+    core: Config,
+    rounds: i64,
+) -> Writes {
+    use quartermaster::controller::events::Events;
     use quartermaster::controller::run::{Context, Driver};
     use std::sync::atomic::AtomicBool;
     use support::api_server::Recorder;
     use tokio::sync::mpsc;
 
-    // Three pending pods, a cap of two per plan: the last (in the store's
-    // order) waits.
-    let s = Arc::new(store(
-        (0..3)
-            .map(|i| gpu_pod(&format!("train-{i}"), None, json!({})))
-            .collect(),
-        vec![],
-        vec![],
-    ));
-    // Every write is accepted (objects echoed back) and kept with its body.
-    let writes: Arc<Mutex<Vec<(String, String, Value)>>> = Arc::default();
+    let s = Arc::new(store_with(pools, pods, vec![], vec![]));
+    let writes: Writes = Arc::default();
     let seen = writes.clone();
     let (client, _server) = Recorder::start(move |served, body| {
         seen.lock()
             .unwrap()
             .push((served.method.clone(), served.path.clone(), body.clone()));
-        echo(body)
+        // A status patch answers with the whole pool, as the API server does.
+        match served
+            .path
+            .strip_suffix("/status")
+            .and_then(|p| p.split_once("/nodepools/"))
+        {
+            Some((_, name)) => (
+                200,
+                json!({"apiVersion": "quartermaster.dev/v1alpha1", "kind": "NodePool",
+                       "metadata": {"name": name}, "spec": {}, "status": body["status"]}),
+            ),
+            None => echo(body),
+        }
     });
     let (_leader_tx, leader) = watch::channel(true);
     let (_catalog_tx, catalog_rx) = watch::channel(catalog());
@@ -1893,32 +1910,58 @@ async fn pods_past_the_batch_cap_wait_for_the_next_batch_with_a_batch_deferred_e
         notice_acks: Default::default(),
         simulated_nodes: false,
     };
-    let settings = loop_settings(Config {
+    let mut driver = Driver::new(ctx, loop_settings(core), s, t(0));
+    driver.events = Some(Events::new(client, None));
+    for k in 0..rounds {
+        driver.round(t(k * 10)).await;
+    }
+    writes
+}
+
+/// The Events of `reason` the loop posted in namespace `ml`.
+fn posted_events(writes: &Writes, reason: &str) -> Vec<Value> {
+    posted_events_in(writes, "ml", reason)
+}
+
+/// The Events of `reason` the loop posted in `namespace`.
+fn posted_events_in(writes: &Writes, namespace: &str, reason: &str) -> Vec<Value> {
+    let path = format!("/apis/events.k8s.io/v1/namespaces/{namespace}/events");
+    writes
+        .lock()
+        .unwrap()
+        .iter()
+        .filter(|(method, p, body)| method == "POST" && *p == path && body["reason"] == reason)
+        .map(|(_, _, body)| body.clone())
+        .collect()
+}
+
+/// The pods named by the Events of `reason`, sorted.
+fn regarding(events: &[Value]) -> Vec<String> {
+    let mut names: Vec<String> = events
+        .iter()
+        .filter_map(|e| e["regarding"]["name"].as_str().map(str::to_string))
+        .collect();
+    names.sort();
+    names
+}
+
+#[tokio::test]
+async fn pods_past_the_batch_cap_wait_for_the_next_batch_with_a_batch_deferred_event() {
+    use quartermaster::controller::events::reasons;
+    // Three pending pods, a cap of two per plan: the last (in the store's
+    // order) waits.
+    let pods = (0..3)
+        .map(|i| gpu_pod(&format!("train-{i}"), None, json!({})))
+        .collect();
+    let core = Config {
         max_batch_pods: 2,
         ..Config::default()
-    });
-    let mut driver = Driver::new(ctx, settings, s.clone(), t(0));
-    driver.events = Some(Events::new(client, None));
-    for k in 0..8 {
-        driver.round(t(k)).await;
-    }
-
-    let writes = writes.lock().unwrap().clone();
-    let events = |reason: &str| -> Vec<&Value> {
-        writes
-            .iter()
-            .filter(|(method, path, body)| {
-                method == "POST"
-                    && path == "/apis/events.k8s.io/v1/namespaces/ml/events"
-                    && body["reason"] == reason
-            })
-            .map(|(_, _, body)| body)
-            .collect()
     };
+    let writes = run_loop(pods, core, 8).await;
     // One Event for the one deferred pod, not one per round.
-    let deferred = events(reasons::BATCH_DEFERRED);
+    let deferred = posted_events(&writes, reasons::BATCH_DEFERRED);
     assert_eq!(deferred.len(), 1, "{writes:#?}");
-    let event = deferred[0];
+    let event = &deferred[0];
     assert_eq!(event["regarding"]["kind"], "Pod");
     assert_eq!(event["regarding"]["namespace"], "ml");
     assert_eq!(event["regarding"]["name"], "train-2");
@@ -1926,12 +1969,100 @@ async fn pods_past_the_batch_cap_wait_for_the_next_batch_with_a_batch_deferred_e
     let note = event["note"].as_str().unwrap_or_default();
     assert!(note.contains("--max-batch-pods"), "{note}");
     // The plan launched for the two pods it kept, and only for them.
-    let mut nominated: Vec<&str> = events(reasons::NOMINATED)
+    assert_eq!(
+        regarding(&posted_events(&writes, reasons::NOMINATED)),
+        ["train-0", "train-1"],
+        "{writes:#?}"
+    );
+}
+
+#[tokio::test]
+async fn a_pod_asking_for_a_gpu_only_through_a_dra_claim_is_reported_not_placeable_and_gets_no_node(
+) {
+    use quartermaster::controller::events::reasons;
+    let mut dra: core::Pod = serde_json::from_value(json!({
+        "metadata": {"name": "dra", "namespace": "ml"},
+        "spec": {
+            "tolerations": [{"key": "nvidia.com/gpu", "operator": "Exists"}],
+            "resourceClaims": [{"name": "gpu", "resourceClaimTemplateName": "one-h100"}],
+            "containers": [{"name": "c", "resources": {"requests": {"cpu": "1"}, "claims": [{"name": "gpu"}]}}]
+        },
+        "status": {"conditions": [{"type": "PodScheduled", "status": "False", "reason": "Unschedulable"}]}
+    }))
+    .unwrap();
+    dra.metadata.uid = Some("uid-dra".into());
+    let pods = vec![dra, gpu_pod("train-0", None, json!({}))];
+    let writes = run_loop(pods, Config::default(), 3).await;
+    let refused = posted_events(&writes, reasons::NOT_PLACEABLE);
+    assert_eq!(regarding(&refused), ["dra"], "{writes:#?}");
+    let note = refused[0]["note"].as_str().unwrap_or_default();
+    assert!(note.contains("DRA resource claims (gpu)"), "{note}");
+    // The GPU pod got its node; the DRA pod was not placed as a CPU pod.
+    assert_eq!(
+        regarding(&posted_events(&writes, reasons::NOMINATED)),
+        ["train-0"]
+    );
+    let claims: Vec<Value> = writes
+        .lock()
+        .unwrap()
         .iter()
-        .filter_map(|e| e["regarding"]["name"].as_str())
+        .filter(|(m, p, _)| m == "POST" && p.ends_with("/nodeclaims"))
+        .map(|(_, _, b)| b.clone())
         .collect();
-    nominated.sort();
-    assert_eq!(nominated, ["train-0", "train-1"], "{writes:#?}");
+    assert_eq!(claims.len(), 1, "{claims:#?}");
+}
+
+#[tokio::test]
+async fn an_invalid_pool_gets_its_condition_and_one_event_naming_every_problem_and_launches_nothing(
+) {
+    use quartermaster::controller::events::reasons;
+    let mut bad = pool();
+    bad.spec.limits.insert(
+        "nodes".into(),
+        k8s_openapi::apimachinery::pkg::api::resource::Quantity("lots".into()),
+    );
+    bad.spec.weight = Some(500);
+    let pods = vec![gpu_pod("train-0", None, json!({}))];
+    let writes = run_loop_with(vec![bad], pods, Config::default(), 4).await;
+    let status: Vec<Value> = writes
+        .lock()
+        .unwrap()
+        .iter()
+        .filter(|(m, p, _)| m == "PATCH" && p.ends_with("/nodepools/gpu/status"))
+        .map(|(_, _, b)| b.clone())
+        .collect();
+    assert!(!status.is_empty(), "{writes:#?}");
+    let conditions = status[0]["status"]["conditions"]
+        .as_array()
+        .unwrap()
+        .clone();
+    let valid = conditions
+        .iter()
+        .find(|c| c["type"] == "ValidationSucceeded")
+        .unwrap();
+    assert_eq!(valid["status"], "False");
+    let message = valid["message"].as_str().unwrap();
+    assert!(
+        message.contains("spec.limits[nodes]") && message.contains("spec.weight"),
+        "{message}"
+    );
+    // One Event (the events of a cluster-scoped object go to `default`),
+    // naming both problems, however many rounds see the pool.
+    let events = posted_events_in(&writes, "default", reasons::VALIDATION_FAILED);
+    assert_eq!(events.len(), 1, "{writes:#?}");
+    assert_eq!(events[0]["regarding"]["kind"], "NodePool");
+    let note = events[0]["note"].as_str().unwrap();
+    assert!(
+        note.contains("spec.limits[nodes]") && note.contains("spec.weight"),
+        "{note}"
+    );
+    // The pool is not widened into launching anything.
+    assert!(posted_events(&writes, reasons::NOMINATED).is_empty());
+    assert!(!writes
+        .lock()
+        .unwrap()
+        .iter()
+        .any(|(m, p, _)| m == "POST" && p.ends_with("/nodeclaims")));
 }
 
 /// An API server with no objects: every list is empty, watches stay open,

@@ -338,10 +338,10 @@ impl<C: CloudProvider + Send + Sync + 'static> Driver<C> {
     async fn report_unreadable(&mut self) {
         let fresh = self.store.read(|s| self.unreadable.fresh(s));
         for (pod, problems) in fresh {
-            tracing::warn!(%pod, ?problems, "pod annotations ignored");
+            tracing::warn!(%pod, ?problems, "pod annotations unreadable");
             if let Some(events) = &self.events {
                 events
-                    .annotation_ignored(&super::events::pod_ref(&pod, None), &problems)
+                    .annotation_unreadable(&super::events::pod_ref(&pod, None), &problems)
                     .await;
             }
         }
@@ -717,13 +717,26 @@ impl<C: CloudProvider + Send + Sync + 'static> Driver<C> {
     /// Patches each NodePool's status (conditions from validation, nodes,
     /// resources, cost) when it changed.
     async fn update_pool_statuses(&mut self, catalog: &Catalog, now: Time) {
-        let updates: Vec<(String, crate::api::NodePoolStatus)> = self.store.read(|s| {
+        type Update = (
+            String,
+            Option<String>,
+            crate::api::NodePoolStatus,
+            Option<String>,
+        );
+        let updates: Vec<Update> = self.store.read(|s| {
             let claims: Vec<NodeClaim> = s.claims.values().cloned().collect();
             s.pools
                 .values()
                 .filter_map(|pool| {
+                    // Every problem, as `quartermaster validate` names them.
                     let problems = crate::api::validate::validate_node_pool(pool, catalog);
-                    let problem = problems.first().map(|e| e.to_string());
+                    let problem = (!problems.is_empty()).then(|| {
+                        problems
+                            .iter()
+                            .map(ToString::to_string)
+                            .collect::<Vec<_>>()
+                            .join("; ")
+                    });
                     let mut new = status::node_pool_status(
                         pool,
                         &claims,
@@ -741,14 +754,31 @@ impl<C: CloudProvider + Send + Sync + 'static> Driver<C> {
                             now,
                         );
                     }
+                    // The Event is said when the problem is new, not at
+                    // every later change of the status.
+                    let told = pool.status.as_ref().is_some_and(|old| {
+                        old.conditions.iter().any(|c| {
+                            c.type_ == crate::api::nodepool::conditions::VALIDATION_SUCCEEDED
+                                && c.status == "False"
+                                && Some(&c.message) == problem.as_ref()
+                        })
+                    });
+                    let news = problem.filter(|_| !told);
                     status::status_changed(pool.status.as_ref(), &new)
-                        .then(|| (pool.name_any(), new))
+                        .then(|| (pool.name_any(), pool.uid(), new, news))
                 })
                 .collect()
         });
-        for (name, new) in updates {
-            if let Err(e) = self.ctx.api.patch_node_pool_status(&name, &new).await {
-                tracing::warn!(pool = %name, error = %e, "NodePool status update failed");
+        for (name, uid, new, problem) in updates {
+            match self.ctx.api.patch_node_pool_status(&name, &new).await {
+                Err(e) => tracing::warn!(pool = %name, error = %e, "NodePool status update failed"),
+                Ok(()) => {
+                    if let (Some(problem), Some(ev)) = (problem, &self.events) {
+                        tracing::warn!(pool = %name, %problem, "NodePool is invalid and launches nothing");
+                        let pool = super::events::node_pool_ref(&name, uid.as_deref());
+                        ev.validation_failed(&pool, &problem).await;
+                    }
+                }
             }
         }
     }

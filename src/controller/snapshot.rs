@@ -124,12 +124,13 @@ impl PodShape {
             checkpoints,
             holds_work,
             labels,
+            not_placeable,
         } = &self.pod;
         let bits = |s: &Option<f64>| s.map(f64::to_bits);
         (
             (name, requests, affinity, tolerations, zone_spread),
             (hostname_anti_affinity, group, deadline, checkpoints, labels),
-            holds_work,
+            (holds_work, not_placeable),
             (
                 bits(checkpoint_interval_s),
                 bits(expected_runtime_s),
@@ -296,10 +297,18 @@ impl PodInfo {
                 .map(|t| t.with_timezone(&chrono::Utc))
                 .unwrap_or(seen)
         });
+        // A pod that asks for devices through DRA resource claims is an
+        // accelerator pod too: it is reported as not placeable (until DRA
+        // claims are planned), never silently skipped as a CPU pod.
         let accelerator = planner
             .requests
             .iter()
-            .any(|(k, v)| v > 0 && is_accelerator(k));
+            .any(|(k, v)| v > 0 && is_accelerator(k))
+            || pod
+                .spec
+                .as_ref()
+                .and_then(|s| s.resource_claims.as_ref())
+                .is_some_and(|c| !c.is_empty());
         let checkpoint_annotations = annotations
             .iter()
             .filter(|(k, _)| {
@@ -1504,10 +1513,11 @@ mod tests {
         assert_eq!(bound[0].pod.name, "ml/bound");
         assert!(bound[0].do_not_disrupt && bound[0].pod.group.is_none());
         assert_eq!(parts.nodes[0].state.used.get(l::RESOURCE_GPU), 1);
-        // The pending one is planned without what cannot be read.
+        // The pending one is not planned as though what cannot be read
+        // were absent: it carries the problems, and the planner reports it.
         assert_eq!(parts.pending.len(), 1);
         assert_eq!(parts.pending[0].name, "ml/waiting");
-        assert_eq!(parts.pending[0].checkpoint_interval_s, None);
+        assert_eq!(parts.pending[0].not_placeable.len(), 2);
         // Each problem is reported once, and again only when it changes.
         let mut reports = UnreadableReports::default();
         let first = reports.fresh(&s);
