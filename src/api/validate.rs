@@ -123,8 +123,9 @@ pub fn selected_instance_types<'a>(
     catalog
         .instance_types()
         .filter(|it| {
-            let labels = catalog::instance_type_labels(it);
-            reqs.iter().all(|r| r.matches(&labels))
+            catalog
+                .type_labels(&it.name)
+                .is_some_and(|labels| reqs.iter().all(|r| r.matches(labels)))
         })
         .collect()
 }

@@ -61,6 +61,9 @@ pub type Result<T, E = Error> = std::result::Result<T, E>;
 #[derive(Debug, Clone, Default)]
 pub struct Catalog {
     instance_types: BTreeMap<String, InstanceType>,
+    /// Each instance type's [`instance_type_labels`], computed once: the
+    /// planner labels every offering of every type in every plan.
+    type_labels: HashMap<String, BTreeMap<String, String>>,
     offerings: Vec<Offering>,
     market: MarketModel,
     /// Every reservation handed to [`Catalog::with_reservations`], usable or
@@ -99,8 +102,13 @@ impl Catalog {
             .into_iter()
             .filter(|o| instance_types.contains_key(&o.instance_type))
             .collect();
+        let type_labels = instance_types
+            .values()
+            .map(|t| (t.name.clone(), instance_type_labels(t)))
+            .collect();
         Catalog {
             instance_types,
+            type_labels,
             offerings,
             market: MarketModel::default(),
             reservations: Vec::new(),
@@ -258,6 +266,12 @@ impl Catalog {
     /// The instance type of that name.
     pub fn instance_type(&self, name: &str) -> Option<&InstanceType> {
         self.instance_types.get(name)
+    }
+
+    /// The labels a node of instance type `name` carries because of its
+    /// type ([`instance_type_labels`]), if the catalog knows the type.
+    pub fn type_labels(&self, name: &str) -> Option<&BTreeMap<String, String>> {
+        self.type_labels.get(name)
     }
 
     /// Every instance type, by name.

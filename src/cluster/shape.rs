@@ -141,16 +141,22 @@ pub fn node_labels(
     zones: &ZoneNames,
     nodepool: &str,
 ) -> Labels {
-    node_labels_from(catalog::instance_type_labels(it), offering, zones, nodepool)
+    let zone_name = zones.name_of(&offering.region, &offering.zone_id);
+    node_labels_from(
+        catalog::instance_type_labels(it),
+        offering,
+        &zone_name,
+        nodepool,
+    )
 }
 
-/// [`node_labels`] from the instance type's labels computed already
-/// (`catalog::instance_type_labels`), for callers that label many offerings
-/// of the same types.
+/// [`node_labels`] from the instance type's labels and the zone's name
+/// computed already (`Catalog::type_labels`, `ZoneNames::name_of`), for
+/// callers that label many offerings of the same types and zones.
 pub fn node_labels_from(
     instance_type_labels: Labels,
     offering: &Offering,
-    zones: &ZoneNames,
+    zone_name: &str,
     nodepool: &str,
 ) -> Labels {
     let mut m = instance_type_labels;
@@ -159,7 +165,7 @@ pub fn node_labels_from(
     };
     put(l::REGION, &offering.region);
     put(l::ZONE_ID, &offering.zone_id);
-    put(l::ZONE, &zones.name_of(&offering.region, &offering.zone_id));
+    put(l::ZONE, zone_name);
     put(l::CAPACITY_TYPE, offering.capacity_type.as_str());
     put(l::KARPENTER_CAPACITY_TYPE, offering.capacity_type.as_str());
     put(l::NODEPOOL, nodepool);

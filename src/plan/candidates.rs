@@ -86,9 +86,10 @@ pub fn candidates(input: &Input) -> Vec<Candidate> {
     let (catalog, region, pools) = (input.catalog, input.region, input.pools);
     let unavailable = input.unavailable;
     let mut out = Vec::new();
-    // Each instance type's labels once per call, not once per offering and
-    // pool: building them dominated planning in long simulations.
-    let mut type_labels: std::collections::HashMap<&str, Labels> = Default::default();
+    // Each instance type's labels come from the catalog, computed once
+    // (building them per plan dominated planning in long simulations), and
+    // each zone is named once per call.
+    let mut zone_names: std::collections::HashMap<&str, String> = Default::default();
     for (pi, pool) in pools.iter().enumerate() {
         // Requirements on labels only the instance type sets are checked once
         // per type, before any offering's labels are built: most offerings
@@ -124,17 +125,19 @@ pub fn candidates(input: &Input) -> Vec<Candidate> {
                     continue;
                 }
             }
-            let base = type_labels
-                .entry(it.name.as_str())
-                .or_insert_with(|| crate::catalog::instance_type_labels(it));
+            let Some(base) = catalog.type_labels(&it.name) else {
+                continue;
+            };
             let ok = *type_ok
                 .entry(it.name.as_str())
                 .or_insert_with(|| type_level.iter().all(|r| r.matches(base)));
             if !ok {
                 continue;
             }
-            let base = base.clone();
-            let mut labels = shape::node_labels_from(base, o, catalog.zone_names(), &pool.name);
+            let zone_name = zone_names
+                .entry(o.zone_id.as_str())
+                .or_insert_with(|| catalog.zone_name(region, &o.zone_id));
+            let mut labels = shape::node_labels_from(base.clone(), o, zone_name, &pool.name);
             for (k, v) in &pool.labels {
                 labels.insert(k.clone(), v.clone());
             }
