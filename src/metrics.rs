@@ -3,6 +3,9 @@
 //! each field is a metric family that the code updates where the thing it
 //! counts happens. Names start with `quartermaster_`; see
 //! `deploy/grafana/quartermaster.json` for the dashboard built on them.
+//! [`karpenter`] holds the series that port Karpenter's.
+
+pub mod karpenter;
 
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
@@ -125,6 +128,8 @@ pub struct Metrics {
     pub actions_dropped: Counter,
     /// ProvisioningRequest conditions set, by condition, status and reason.
     pub provisioning_requests: Family<ProvisioningLabels, Counter>,
+    /// The series that port Karpenter's (`nodeclaims_created`, ...).
+    pub karpenter: karpenter::KarpenterMetrics,
     /// When the loop last made progress (not exported: `/healthz` reads
     /// it).
     pub progress: Progress,
@@ -154,6 +159,7 @@ impl Metrics {
             leader: Gauge::default(),
             actions_dropped: Counter::default(),
             provisioning_requests: Family::default(),
+            karpenter: Default::default(),
             progress: Default::default(),
         };
         let r = registry.sub_registry_with_prefix("quartermaster");
@@ -252,6 +258,7 @@ impl Metrics {
             "ProvisioningRequest conditions set, by condition, status and reason",
             metrics.provisioning_requests.clone(),
         );
+        metrics.karpenter.register(r);
         metrics
     }
 

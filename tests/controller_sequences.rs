@@ -31,6 +31,7 @@ use quartermaster::controller::lifecycle::{Lifecycle, Step};
 use quartermaster::controller::podgroups;
 use quartermaster::controller::snapshot::{request_of, world_parts, Snapshot, Store};
 use quartermaster::core::{Action, ClaimRequest, Config, Core, Notice, Time};
+use quartermaster::metrics::karpenter::TerminatedLabels;
 use quartermaster::metrics::{LaunchFailureLabels, Metrics};
 use serde_json::{json, Value};
 use std::collections::HashSet;
@@ -185,17 +186,19 @@ fn lifecycle<'a>(
 
 /// Runs the executor over `actions` against `api`, as the leader.
 async fn execute(api: &KubeApi, actions: &[Action], snap: &Snapshot, now: Time) -> Vec<Outcome> {
-    execute_as(api, actions, snap, now, true).await.0
+    execute_as(api, actions, snap, now, true, &[]).await.0
 }
 
-/// Runs the executor over `actions` against `api`, leading or not, and
-/// returns the outcomes with the metrics it kept.
+/// Runs the executor over `actions` against `api`, leading or not, with
+/// the disruptions the core started, and returns the outcomes with the
+/// metrics it kept.
 async fn execute_as(
     api: &KubeApi,
     actions: &[Action],
     snap: &Snapshot,
     now: Time,
     leading: bool,
+    disruptions: &[quartermaster::core::DisruptionDecision],
 ) -> (Vec<Outcome>, Arc<Metrics>) {
     let catalog = catalog();
     let parts = world_parts(snap, &catalog, REGION, now);
@@ -219,6 +222,7 @@ async fn execute_as(
         events: None,
         hooks: &hooks,
         hook_acks: &acks,
+        disruptions,
     };
     let outcomes = ex
         .execute(actions, &world, &targets, now)
@@ -815,6 +819,87 @@ async fn an_interruption_leads_to_a_checkpoint_request_then_evictions_after_the_
     assert_eq!(step, Step::Finalized);
     let instance = cloud.describe(&name).await.unwrap().unwrap();
     assert_eq!(instance.state, InstanceState::ShuttingDown);
+    let terminated = TerminatedLabels {
+        nodepool: "gpu".into(),
+        capacity_type: "spot".into(),
+        zone: claim.spec.labels[l::ZONE].clone(),
+    };
+    assert_eq!(
+        metrics
+            .karpenter
+            .nodeclaims_terminated
+            .get_or_create(&terminated)
+            .get(),
+        1,
+        "counted once finalized"
+    );
+}
+
+#[tokio::test]
+async fn the_executor_counts_created_claims_by_reason_and_deleted_ones_as_disrupted() {
+    use quartermaster::core::{DisruptionDecision, DisruptionReason};
+    use quartermaster::metrics::karpenter::{CreatedLabels, DisruptedLabels};
+    let cloud = cloud();
+    let (claim, provider_id) = ready_claim(&cloud, "ip-10-0-0-1").await;
+    let name = claim.name_any();
+    let s = store(
+        vec![],
+        vec![node(
+            "ip-10-0-0-1",
+            &provider_id,
+            json!([]),
+            true,
+            Some("1"),
+        )],
+        vec![claim],
+    );
+    // The core replaces the drifted node: a launch, and later the delete.
+    let replacement = spot_request("gpu-000002");
+    let actions = [
+        Action::Launch(replacement.clone()),
+        Action::Launch(spot_request("gpu-000003")),
+        Action::Delete {
+            claim: name.clone(),
+            reason: DisruptionReason::Drifted,
+        },
+    ];
+    let drift = [DisruptionDecision {
+        reason: DisruptionReason::Drifted,
+        claims: vec![name.clone()],
+        replacements: vec![replacement.claim.clone()],
+    }];
+    let (client, verifier) = script_for(&actions, "ip-10-0-0-1").run();
+    let (_, metrics) = execute_as(
+        &KubeApi::new(client),
+        &actions,
+        &snapshot(&s),
+        t(10),
+        true,
+        &drift,
+    )
+    .await;
+    verifier.finish().await;
+    let k = &metrics.karpenter;
+    let created = |reason: &str| {
+        k.nodeclaims_created
+            .get_or_create(&CreatedLabels {
+                reason: reason.into(),
+                nodepool: "gpu".into(),
+                capacity_type: "spot".into(),
+            })
+            .get()
+    };
+    assert_eq!(created("drifted"), 1, "the replacement");
+    assert_eq!(created("provisioned"), 1, "the other launch");
+    let disrupted = k
+        .nodeclaims_disrupted
+        .get_or_create(&DisruptedLabels {
+            reason: "drifted".into(),
+            nodepool: "gpu".into(),
+            capacity_type: "spot".into(),
+        })
+        .get();
+    assert_eq!(disrupted, 1);
 }
 
 #[tokio::test]
@@ -1695,7 +1780,7 @@ async fn a_replica_that_lost_the_lease_writes_nothing_and_counts_what_it_dropped
     // No request is scripted: any write fails the verifier.
     let (client, verifier) = Scenario::new().run();
     let api = KubeApi::new(client);
-    let (outcomes, metrics) = execute_as(&api, &actions, &snapshot(&s), t(12), false).await;
+    let (outcomes, metrics) = execute_as(&api, &actions, &snapshot(&s), t(12), false, &[]).await;
     verifier.finish().await;
     assert!(
         outcomes.iter().all(|o| *o == Outcome::NotLeader),
@@ -1744,7 +1829,8 @@ async fn only_the_leader_writes_and_a_follower_leaves_spot_notices_on_the_queue(
     let (leader_tx, leader) = watch::channel(false);
     let (_catalog_tx, catalog_rx) = watch::channel(catalog());
     let (notices_tx, notices) = mpsc::channel(8);
-    let metrics = Arc::new(Metrics::unregistered());
+    let mut registry = prometheus_client::registry::Registry::default();
+    let metrics = Arc::new(Metrics::new(&mut registry));
     let acks = quartermaster::cloud::NoticeAcks::default();
     let ctx = Context {
         api: KubeApi::new(client),
@@ -1777,6 +1863,25 @@ async fn only_the_leader_writes_and_a_follower_leaves_spot_notices_on_the_queue(
     assert!(
         cost > 0.0,
         "the created claim counts in the pool's cost: {cost}"
+    );
+    // Karpenter's series: the claim was created for pending pods, and the
+    // pool's usage is there (nothing launched yet).
+    let text = quartermaster::metrics::encode(&registry);
+    let created = text
+        .lines()
+        .filter(|l| {
+            l.starts_with(
+                r#"quartermaster_nodeclaims_created_total{reason="provisioned",nodepool="gpu","#,
+            )
+        })
+        .collect::<Vec<_>>();
+    assert_eq!(created.len(), 1, "{text}");
+    assert!(created[0].ends_with(" 1"), "{text}");
+    assert!(
+        text.lines()
+            .any(|l| l
+                == r#"quartermaster_nodepools_usage{nodepool="gpu",resource_type="nodes"} 0.0"#),
+        "{text}"
     );
 
     // Lease lost; a spot notice about the claim's instance cannot be

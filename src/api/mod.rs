@@ -7,6 +7,7 @@ pub mod common;
 pub mod crds;
 pub mod duration;
 pub mod foreign;
+pub mod karpenter;
 pub mod nodeclaim;
 pub mod nodeclass;
 pub mod nodepool;

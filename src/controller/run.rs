@@ -12,7 +12,7 @@ use super::lifecycle::{Lifecycle, Step};
 use super::simulated_nodes;
 use super::snapshot::{self, ClaimView, Store, WorldParts};
 use super::status;
-use crate::api::NodeClaim;
+use crate::api::{NodeClaim, NodePool};
 use crate::catalog::Catalog;
 use crate::cloud::{self, CloudProvider, InstanceNotice, NoticeAcks};
 use crate::core::{Action, Core, ManagedNode, Time, World};
@@ -472,6 +472,10 @@ impl<C: CloudProvider + Send + Sync + 'static> Driver<C> {
                 .metrics
                 .decision_duration_seconds
                 .observe(started.elapsed().as_secs_f64());
+            self.ctx
+                .metrics
+                .karpenter
+                .decided(self.core.disruption_decisions());
             self.report_plan(&parts.pending, &deferred, now).await;
             self.report_deferred(&deferred).await;
             self.report_unreadable().await;
@@ -517,6 +521,7 @@ impl<C: CloudProvider + Send + Sync + 'static> Driver<C> {
                 events: self.events.as_ref(),
                 hooks: &self.hooks,
                 hook_acks: &self.hook_acks,
+                disruptions: self.core.disruption_decisions(),
             };
             let outcomes = executor.execute(&actions, &world, &targets, now).await;
             for (action, o) in actions.iter().zip(outcomes) {
@@ -843,7 +848,7 @@ pub fn sleep_for(deadline: Option<Time>, now: Time, tick: Duration) -> Duration 
 
 /// Sets the per-pool gauges from the round's world: nodes and accelerators
 /// by pool, instance type and capacity type; cost per hour by pool; nodes
-/// held for pre-warm windows by pool.
+/// held for pre-warm windows by pool; each pool's usage and limits.
 pub fn update_metrics(
     metrics: &Metrics,
     catalog: &Catalog,
@@ -875,6 +880,21 @@ pub fn update_metrics(
             .get_or_create(&PoolLabels { nodepool: pool })
             .set(c);
     }
+    let usage: Vec<(&NodePool, status::PoolUsage)> = parts
+        .pools
+        .iter()
+        .map(|p| {
+            (
+                p,
+                status::pool_usage(p, views.iter().map(|v| &v.claim), catalog),
+            )
+        })
+        .collect();
+    metrics.karpenter.set_pools(
+        usage
+            .iter()
+            .map(|(p, u)| (*p, &u.resources, u.nodes, u.cost_per_hour)),
+    );
     for v in views {
         if v.claim.labels().contains_key(executor::PREWARM_LABEL) {
             metrics

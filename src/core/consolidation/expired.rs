@@ -155,6 +155,18 @@ mod tests {
         let l = launches(&first);
         assert_eq!(l.len(), 2, "both expired: {first:?}");
         assert_eq!(kinds(&first), ["launch", "launch"], "nothing drained yet");
+        let decided: Vec<_> = c
+            .decisions()
+            .iter()
+            .map(|d| (d.reason, d.claims.clone(), d.replacements.len()))
+            .collect();
+        assert_eq!(
+            decided,
+            [
+                (DisruptionReason::Expired, vec!["n1".to_string()], 1),
+                (DisruptionReason::Expired, vec!["n2".to_string()], 1)
+            ]
+        );
         assert!(c.is_disrupting("n1") && c.is_disrupting("n2"));
         for r in &l {
             f.nodes.push(born(node(&r.claim), 3600));

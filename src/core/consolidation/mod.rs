@@ -15,7 +15,7 @@ use super::interruption::{
     after, checkpoint_done, checkpoint_grace, offering_key, opted_in, policy, pool_of,
     Interruptions,
 };
-use super::{Action, ClaimRequest, DisruptionReason, ManagedNode, Time, World};
+use super::{Action, ClaimRequest, DisruptionDecision, DisruptionReason, ManagedNode, Time, World};
 use crate::api::{ConsolidationPolicy, NodePool};
 use crate::catalog::{CapacityType, InterruptionBucket, Offering};
 use crate::cluster::{NodeState, Pod, Pool, Resources};
@@ -188,6 +188,8 @@ pub struct Consolidation {
     budget_cache: Option<(Vec<Vec<crate::api::Budget>>, Time)>,
     /// When the next node expires (`expireAfter`), as of the last round.
     next_expiry: Option<Time>,
+    /// The disruptions the last [`Consolidation::decide_in`] started.
+    decided: Vec<DisruptionDecision>,
 }
 
 /// What consolidation reads besides the world: the other decisions it must
@@ -351,6 +353,7 @@ impl Consolidation {
     /// [`Consolidation::decide`] with everything it reads besides the world
     /// in one [`Context`], including learned interruption rates.
     pub fn decide_in(&mut self, world: &World, now: Time, ctx: &Context) -> Vec<Action> {
+        self.decided.clear();
         self.observe(world, now);
         let timeout = self.config.replacement_timeout;
         self.disrupting.retain(|claim, d| {
@@ -515,6 +518,14 @@ impl Consolidation {
             }
             _ => return,
         };
+        self.decided.push(DisruptionDecision {
+            reason: DisruptionReason::Underutilized,
+            claims: vec![claim.clone()],
+            replacements: replacement
+                .as_ref()
+                .map(|(names, _)| names.clone())
+                .unwrap_or_default(),
+        });
         self.disrupting.insert(
             claim,
             Disrupting {
@@ -522,6 +533,11 @@ impl Consolidation {
                 ..Disrupting::new(DisruptionReason::Underutilized)
             },
         );
+    }
+
+    /// The disruptions the last [`Consolidation::decide_in`] started.
+    pub fn decisions(&self) -> &[DisruptionDecision] {
+        &self.decided
     }
 
     /// Picks up the drains a restarted controller lost: a ready node that
@@ -579,6 +595,7 @@ impl Consolidation {
     /// eligible, within their pools' budgets.
     fn remove_empty(&mut self, r: &Round, claims: Vec<String>, out: &mut Vec<Action>) {
         let mut left: BTreeMap<String, u32> = BTreeMap::new();
+        let mut removed = Vec::new();
         for claim in claims {
             let Some(n) = r.world.nodes.iter().find(|n| n.claim == claim) else {
                 continue;
@@ -605,6 +622,7 @@ impl Consolidation {
                 claim: claim.clone(),
                 reason,
             });
+            removed.push(claim.clone());
             self.disrupting.insert(
                 claim,
                 Disrupting {
@@ -613,6 +631,13 @@ impl Consolidation {
                     ..Disrupting::new(reason)
                 },
             );
+        }
+        if !removed.is_empty() {
+            self.decided.push(DisruptionDecision {
+                reason: DisruptionReason::Empty,
+                claims: removed,
+                replacements: Vec::new(),
+            });
         }
     }
 

@@ -260,8 +260,18 @@ fn a_node_empty_longer_than_consolidate_after_is_removed_and_one_empty_for_less_
             delete("n3", DisruptionReason::Empty),
         ]
     );
+    assert_eq!(
+        c.decisions(),
+        [DisruptionDecision {
+            reason: DisruptionReason::Empty,
+            claims: vec!["n1".into(), "n3".into()],
+            replacements: vec![],
+        }],
+        "one decision for the empty nodes that go together"
+    );
     assert_eq!(c.next_deadline(), Some(t(90)));
     assert_eq!(step(&mut c, &f, 76), [], "nothing twice, n2 not yet");
+    assert_eq!(c.decisions(), []);
 }
 
 #[test]
@@ -447,7 +457,16 @@ fn an_underutilized_node_whose_pods_fit_elsewhere_is_drained_after_the_validatio
             evict("a", "n1")
         ]
     );
+    assert_eq!(
+        c.decisions(),
+        [DisruptionDecision {
+            reason: DisruptionReason::Underutilized,
+            claims: vec!["n1".into()],
+            replacements: vec![],
+        }]
+    );
     assert_eq!(step(&mut c, &f, 75), [], "nothing twice");
+    assert_eq!(c.decisions(), []);
     f.nodes = vec![node("n1").cordoned(), node("n2").pods([pod("b"), pod("a")])];
     assert_eq!(
         step(&mut c, &f, 80),
@@ -512,6 +531,14 @@ fn an_underutilized_node_is_replaced_by_one_cheaper_node_once_it_is_ready() {
     assert_eq!(
         (r.price_per_hour, r.pods.as_slice()),
         (1.0, &["a".to_string()][..])
+    );
+    assert_eq!(
+        c.decisions(),
+        [DisruptionDecision {
+            reason: DisruptionReason::Underutilized,
+            claims: vec!["n1".into()],
+            replacements: vec![r.claim.clone()],
+        }]
     );
     // Not drained while the replacement is on its way.
     f.nodes.push(node(&r.claim).not_ready());
