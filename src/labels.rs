@@ -1,6 +1,20 @@
 //! Well-known label, annotation and taint keys: one name for one thing across
 //! the CRDs, the planner, the controller and the docs.
 
+/// Something node labels can be looked up in: a label map, or a node's
+/// labels kept in layers (the planner's candidates share their instance
+/// type's labels rather than copy them per offering).
+pub trait LabelLookup {
+    /// The value of label `key`, if the node carries it.
+    fn label(&self, key: &str) -> Option<&String>;
+}
+
+impl LabelLookup for std::collections::BTreeMap<String, String> {
+    fn label(&self, key: &str) -> Option<&String> {
+        self.get(key)
+    }
+}
+
 /// API group of our CRDs.
 pub const GROUP: &str = "quartermaster.dev";
 

@@ -104,11 +104,11 @@ impl Requirement {
     /// node's zone label carries) or zone IDs (`use1-az4`, its
     /// `topology.k8s.aws/zone-id`). `In`/`Exists` hold when either label
     /// meets it, `NotIn`/`DoesNotExist` when both do.
-    pub fn matches(&self, labels: &BTreeMap<String, String>) -> bool {
+    pub fn matches<L: labels::LabelLookup + ?Sized>(&self, labels: &L) -> bool {
         if self.key != labels::ZONE {
-            return self.matches_value(labels.get(&self.key));
+            return self.matches_value(labels.label(&self.key));
         }
-        let (name, id) = (labels.get(labels::ZONE), labels.get(labels::ZONE_ID));
+        let (name, id) = (labels.label(labels::ZONE), labels.label(labels::ZONE_ID));
         match self.operator {
             Operator::In | Operator::Exists => self.matches_value(name) || self.matches_value(id),
             Operator::NotIn | Operator::DoesNotExist => {

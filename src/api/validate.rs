@@ -125,7 +125,7 @@ pub fn selected_instance_types<'a>(
         .filter(|it| {
             catalog
                 .type_labels(&it.name)
-                .is_some_and(|labels| reqs.iter().all(|r| r.matches(labels)))
+                .is_some_and(|labels| reqs.iter().all(|r| r.matches(labels.as_ref())))
         })
         .collect()
 }

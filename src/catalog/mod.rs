@@ -63,7 +63,8 @@ pub struct Catalog {
     instance_types: BTreeMap<String, InstanceType>,
     /// Each instance type's [`instance_type_labels`], computed once: the
     /// planner labels every offering of every type in every plan.
-    type_labels: HashMap<String, BTreeMap<String, String>>,
+    /// Shared, so that every offering's labels can hold them uncopied.
+    type_labels: HashMap<String, std::sync::Arc<BTreeMap<String, String>>>,
     offerings: Vec<Offering>,
     market: MarketModel,
     /// Every reservation handed to [`Catalog::with_reservations`], usable or
@@ -104,7 +105,7 @@ impl Catalog {
             .collect();
         let type_labels = instance_types
             .values()
-            .map(|t| (t.name.clone(), instance_type_labels(t)))
+            .map(|t| (t.name.clone(), std::sync::Arc::new(instance_type_labels(t))))
             .collect();
         Catalog {
             instance_types,
@@ -270,7 +271,7 @@ impl Catalog {
 
     /// The labels a node of instance type `name` carries because of its
     /// type ([`instance_type_labels`]), if the catalog knows the type.
-    pub fn type_labels(&self, name: &str) -> Option<&BTreeMap<String, String>> {
+    pub fn type_labels(&self, name: &str) -> Option<&std::sync::Arc<BTreeMap<String, String>>> {
         self.type_labels.get(name)
     }
 

@@ -141,25 +141,21 @@ pub fn node_labels(
     zones: &ZoneNames,
     nodepool: &str,
 ) -> Labels {
-    let zone_name = zones.name_of(&offering.region, &offering.zone_id);
-    node_labels_from(
-        catalog::instance_type_labels(it),
+    let mut m = catalog::instance_type_labels(it);
+    m.extend(offering_labels(
         offering,
-        &zone_name,
+        &zones.name_of(&offering.region, &offering.zone_id),
         nodepool,
-    )
+    ));
+    m
 }
 
-/// [`node_labels`] from the instance type's labels and the zone's name
-/// computed already (`Catalog::type_labels`, `ZoneNames::name_of`), for
-/// callers that label many offerings of the same types and zones.
-pub fn node_labels_from(
-    instance_type_labels: Labels,
-    offering: &Offering,
-    zone_name: &str,
-    nodepool: &str,
-) -> Labels {
-    let mut m = instance_type_labels;
+/// The labels of [`node_labels`] that the offering and pool set (region,
+/// zone name and ID, capacity type, NodePool, reservation), for callers
+/// that keep the instance type's own apart (`Catalog::type_labels`) and
+/// name zones once (`ZoneNames::name_of`).
+pub fn offering_labels(offering: &Offering, zone_name: &str, nodepool: &str) -> Labels {
+    let mut m = Labels::new();
     let mut put = |k: &str, v: &str| {
         m.insert(k.to_string(), v.to_string());
     };

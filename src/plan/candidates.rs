@@ -2,7 +2,7 @@
 //! zone x capacity type) with the shape, labels and taints their nodes would
 //! have, and the explanation of why a pod fits none of them.
 
-use crate::api::labels as l;
+use crate::api::labels::{self as l, LabelLookup};
 use crate::catalog::{mig, AcceleratorKind, CapacityType, Offering};
 use crate::cluster::requirements::untolerated;
 use crate::cluster::shape::{self, GpuSharing};
@@ -10,8 +10,9 @@ use crate::cluster::{Labels, Pool, Resources, Taint};
 
 use super::classes::Class;
 use super::Input;
+use std::sync::Arc;
 
-/// The labels [`shape::node_labels_from`] sets per offering (the rest come
+/// The labels [`shape::offering_labels`] sets per offering (the rest come
 /// from the instance type).
 const OFFERING_LABELS: [&str; 9] = [
     l::REGION,
@@ -24,6 +25,31 @@ const OFFERING_LABELS: [&str; 9] = [
     l::CAPACITY_RESERVATION_ID,
     l::CAPACITY_RESERVATION_KIND,
 ];
+
+/// A candidate node's labels: its instance type's, shared with every
+/// offering of the type (`Catalog::type_labels`), and the ones its offering
+/// and pool set on top. Kept apart so that a plan over thousands of
+/// offerings does not copy each type's labels for every one of them.
+#[derive(Debug, Clone)]
+pub struct NodeLabels {
+    type_labels: Arc<Labels>,
+    own: Labels,
+}
+
+impl NodeLabels {
+    /// Every label, in one map (what the node will carry).
+    pub fn to_map(&self) -> Labels {
+        let mut m = (*self.type_labels).clone();
+        m.extend(self.own.iter().map(|(k, v)| (k.clone(), v.clone())));
+        m
+    }
+}
+
+impl LabelLookup for NodeLabels {
+    fn label(&self, key: &str) -> Option<&String> {
+        self.own.get(key).or_else(|| self.type_labels.get(key))
+    }
+}
 
 /// One offering as a given pool would launch it.
 #[derive(Debug, Clone)]
@@ -39,7 +65,7 @@ pub struct Candidate {
     /// What pods can use: allocatable minus the pool's daemonset overhead.
     pub allocatable: Resources,
     /// Labels of the node.
-    pub labels: Labels,
+    pub labels: NodeLabels,
     /// Taints of the node.
     pub taints: Vec<Taint>,
     /// Hourly interruption rate (0 for on-demand).
@@ -130,17 +156,21 @@ pub fn candidates(input: &Input) -> Vec<Candidate> {
             };
             let ok = *type_ok
                 .entry(it.name.as_str())
-                .or_insert_with(|| type_level.iter().all(|r| r.matches(base)));
+                .or_insert_with(|| type_level.iter().all(|r| r.matches(base.as_ref())));
             if !ok {
                 continue;
             }
             let zone_name = zone_names
                 .entry(o.zone_id.as_str())
                 .or_insert_with(|| catalog.zone_name(region, &o.zone_id));
-            let mut labels = shape::node_labels_from(base.clone(), o, zone_name, &pool.name);
+            let mut own = shape::offering_labels(o, zone_name, &pool.name);
             for (k, v) in &pool.labels {
-                labels.insert(k.clone(), v.clone());
+                own.insert(k.clone(), v.clone());
             }
+            let labels = NodeLabels {
+                type_labels: base.clone(),
+                own,
+            };
             if !pool.requirements.iter().all(|r| r.matches(&labels)) {
                 continue;
             }

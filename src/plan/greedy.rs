@@ -231,7 +231,7 @@ pub fn finish(
             interruption_cost_per_hour: risk,
             idle_charge_per_hour: idle,
             pods: members.iter().map(|&j| pods[j].name.clone()).collect(),
-            labels: c.labels.clone(),
+            labels: c.labels.to_map(),
             taints: c
                 .taints
                 .iter()
