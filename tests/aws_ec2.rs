@@ -364,6 +364,7 @@ async fn each_launch_gets_the_eks_image_its_architecture_and_accelerator_need() 
             taints: Vec::new(),
             startup_taints: Vec::new(),
             termination_grace_period: None,
+            expire_after: None,
         };
         let stamp = aws.launch_stamp(&spec).expect("the pool has a ready class");
         assert_eq!(Some(stamp.image.as_str()), found[0].image_id(), "{name}");

@@ -140,6 +140,7 @@ pub fn build_claim(
             taints: template.taints.clone(),
             startup_taints,
             termination_grace_period: template.termination_grace_period.clone(),
+            expire_after: template.expire_after.clone(),
         },
     );
     claim.metadata.finalizers = Some(vec![l::FINALIZER.to_string()]);
@@ -482,6 +483,8 @@ mod tests {
             ..Default::default()
         };
         spec.template.spec.taints = vec![Taint::new(l::TAINT_GPU, "", TaintEffect::NoSchedule)];
+        spec.template.spec.expire_after = Some("720h".into());
+        spec.template.spec.termination_grace_period = Some("1h".into());
         let mut pool = NodePool::new("gpu", spec);
         pool.metadata.uid = Some("0b1c-pool-uid".into());
         let pools = [pool];
@@ -543,6 +546,10 @@ mod tests {
             crate::api::validate_node_claim(&claim, catalog(), "us-east-1"),
             []
         );
+        // Its lifetime is the pool's as it is now: a later change of the
+        // pool's applies to new nodes only.
+        assert_eq!(claim.spec.expire_after.as_deref(), Some("720h"));
+        assert_eq!(claim.spec.termination_grace_period.as_deref(), Some("1h"));
         // No pod pins it: fallbacks in other zones are recorded.
         let fallbacks = claim.annotations()[FALLBACKS_ANNOTATION].clone();
         assert!(fallbacks.starts_with("g5.xlarge/"), "{fallbacks}");

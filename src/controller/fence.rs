@@ -260,6 +260,7 @@ mod tests {
             taints: vec![],
             startup_taints: vec![],
             termination_grace_period: None,
+            expire_after: None,
         }
     }
 

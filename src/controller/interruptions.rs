@@ -417,6 +417,7 @@ mod tests {
                 taints: vec![],
                 startup_taints: vec![],
                 termination_grace_period: None,
+                expire_after: None,
             },
         );
         claim.status = status;

@@ -24,7 +24,7 @@ use super::snapshot::{is_accelerator, request_of, to_k8s_time, ClaimView, NodeIn
 use crate::api::labels as l;
 use crate::api::nodeclaim::conditions;
 use crate::api::{NodeClaim, NodeClaimStatus};
-use crate::catalog::CapacityType;
+use crate::catalog::{CapacityType, ZoneNames};
 use crate::cloud::{self, CloudProvider, Instance, NodeTemplate};
 use crate::core::{Notice, OfferingKey, Time};
 use crate::metrics::{LaunchFailureLabels, Metrics};
@@ -288,14 +288,22 @@ pub fn template_of(claim: &NodeClaim) -> NodeTemplate {
 }
 
 /// The node's labels as the claim wants them, corrected to the offering the
-/// instance actually runs as (a fallback zone or capacity type).
-pub fn node_labels(claim: &NodeClaim, actual: Option<&OfferingKey>) -> BTreeMap<String, String> {
+/// instance actually runs as (a fallback zone or capacity type), the zone
+/// named as `zones` name it for the claim's region.
+pub fn node_labels(
+    claim: &NodeClaim,
+    actual: Option<&OfferingKey>,
+    zones: &ZoneNames,
+) -> BTreeMap<String, String> {
     let mut labels = claim.spec.labels.clone();
     if let Some(a) = actual {
+        let region = labels.get(l::REGION).cloned().unwrap_or_default();
+        let capacity_type = a.capacity_type.as_str();
         labels.insert(l::INSTANCE_TYPE.into(), a.instance_type.clone());
         labels.insert(l::ZONE_ID.into(), a.zone.clone());
-        labels.insert(l::ZONE.into(), a.zone.clone());
-        labels.insert(l::CAPACITY_TYPE.into(), a.capacity_type.as_str().into());
+        labels.insert(l::ZONE.into(), zones.name_of(&region, &a.zone));
+        labels.insert(l::CAPACITY_TYPE.into(), capacity_type.into());
+        labels.insert(l::KARPENTER_CAPACITY_TYPE.into(), capacity_type.into());
     }
     labels
 }
@@ -637,7 +645,7 @@ impl<C: CloudProvider + Send + Sync> Lifecycle<'_, C> {
             .map_err(cloud_err(&name, "describing the instance"))?
             .map(|i| i.offering)
             .filter(|o| o.zone != claim.spec.zone || o.capacity_type != claim.spec.capacity_type);
-        let labels = node_labels(claim, actual.as_ref());
+        let labels = node_labels(claim, actual.as_ref(), self.catalog.zone_names());
         self.api
             .patch_node(node, &registered_change(claim, labels))
             .await
@@ -943,7 +951,9 @@ mod tests {
                 price_per_hour: 0.4,
                 resources: BTreeMap::new(),
                 labels: [
+                    (l::REGION.to_string(), "us-east-1".to_string()),
                     (l::ZONE_ID.to_string(), "use1-az1".to_string()),
+                    (l::ZONE.to_string(), "us-east-1b".to_string()),
                     (l::CAPACITY_TYPE.to_string(), "spot".to_string()),
                     (l::NODEPOOL.to_string(), "gpu".to_string()),
                 ]
@@ -951,6 +961,7 @@ mod tests {
                 taints: vec![],
                 startup_taints: vec![],
                 termination_grace_period: None,
+                expire_after: None,
             },
         );
         claim.metadata.annotations = Some(
@@ -960,15 +971,24 @@ mod tests {
             )]
             .into(),
         );
-        assert_eq!(node_labels(&claim, None), claim.spec.labels);
+        // The account's names (moto's): use1-az1 is us-east-1b, use1-az2
+        // us-east-1c.
+        let zones = ZoneNames::new().with_region(
+            "us-east-1",
+            [
+                ("us-east-1b".to_string(), "use1-az1".to_string()),
+                ("us-east-1c".to_string(), "use1-az2".to_string()),
+            ],
+        );
+        assert_eq!(node_labels(&claim, None, &zones), claim.spec.labels);
         let actual = OfferingKey {
             instance_type: "g5.xlarge".into(),
             zone: "use1-az2".into(),
             capacity_type: CapacityType::Spot,
         };
-        let labels = node_labels(&claim, Some(&actual));
+        let labels = node_labels(&claim, Some(&actual), &zones);
         assert_eq!(labels[l::ZONE_ID], "use1-az2");
-        assert_eq!(labels[l::ZONE], "use1-az2");
+        assert_eq!(labels[l::ZONE], "us-east-1c");
         assert_eq!(labels[l::NODEPOOL], "gpu");
         assert_eq!(template_of(&claim).fallbacks, [actual]);
     }

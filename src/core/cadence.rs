@@ -275,6 +275,8 @@ mod tests {
             do_not_disrupt: false,
             drifted: None,
             disrupted: false,
+            expire_after: None,
+            termination_grace: None,
         }
     }
 

@@ -539,16 +539,20 @@ impl ManagedNode {
                 let r = world.catalog.reservation(req.reservation.as_deref()?)?;
                 Some(r.offering()).filter(|o| offering_key(o) == req.offering)
             })?;
-        let mut labels = crate::cluster::shape::node_labels(it, &offering, &pool.name);
+        let mut labels = crate::cluster::shape::node_labels(
+            it,
+            &offering,
+            world.catalog.zone_names(),
+            &pool.name,
+        );
         labels.extend(pool.labels.clone());
         let allocatable = crate::cluster::shape::allocatable(it, &pool.sharing);
-        Some(ManagedNode::in_flight(
-            req,
-            labels,
-            pool.taints,
-            allocatable,
-            now,
-        ))
+        let lifetime = &api_pool.spec.template.spec;
+        Some(ManagedNode {
+            expire_after: lifetime.expire_after_duration().ok().flatten(),
+            termination_grace: lifetime.termination_grace_period_duration().ok().flatten(),
+            ..ManagedNode::in_flight(req, labels, pool.taints, allocatable, now)
+        })
     }
 
     /// The node of a claim that exists, as far as the world can say: what
@@ -612,6 +616,27 @@ impl ManagedNode {
             do_not_disrupt: false,
             drifted: None,
             disrupted: false,
+            expire_after: None,
+            termination_grace: None,
+        }
+    }
+
+    /// The same node with the lifetime its claim recorded at creation
+    /// (`expireAfter`, `terminationGracePeriod`) in place of its pool's
+    /// current one; an unreadable value counts as unset.
+    pub fn with_claim_lifetime(
+        self,
+        expire_after: Option<&str>,
+        termination_grace_period: Option<&str>,
+    ) -> ManagedNode {
+        let parse = |d: Option<&str>| {
+            d.filter(|d| *d != "Never")
+                .and_then(|d| crate::api::parse_duration(d).ok())
+        };
+        ManagedNode {
+            expire_after: parse(expire_after),
+            termination_grace: parse(termination_grace_period),
+            ..self
         }
     }
 }

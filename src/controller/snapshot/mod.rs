@@ -777,6 +777,10 @@ pub fn world_parts(
             recorded_allocatable(claim, catalog),
             &shape_world,
             created,
+        )
+        .with_claim_lifetime(
+            claim.spec.expire_after.as_deref(),
+            claim.spec.termination_grace_period.as_deref(),
         );
         let status = claim.status.clone().unwrap_or_default();
         m.ready_at = status
