@@ -79,7 +79,7 @@ fn plus(t: Time, s: f64) -> Time {
 
 /// The cadence rule's memory: requests not yet answered, and the next time
 /// a pod falls due.
-#[derive(Debug, Default)]
+#[derive(Debug, Clone, Default)]
 pub struct Cadence {
     /// Pod → when its last cadence request was made, and the last round
     /// that saw the pod still asked for (older entries are dropped).

@@ -43,6 +43,8 @@ pub struct Config {
     /// Most pending pods one plan considers (see [`super::batch::cap_batch`]);
     /// the driver applies it before deciding.
     pub max_batch_pods: usize,
+    /// Backoff of actions that failed ([`super::retry`]).
+    pub retry: super::retry::Config,
 }
 
 impl Default for Config {
@@ -57,6 +59,7 @@ impl Default for Config {
             learn_rates: true,
             checkpoint_cadence: true,
             max_batch_pods: super::batch::DEFAULT_MAX_PODS,
+            retry: super::retry::Config::default(),
         }
     }
 }
@@ -75,8 +78,19 @@ pub struct PlanReport {
     pub solve_seconds: f64,
 }
 
+/// A decision step that panicked: [`Core::decide`] dropped what it did in
+/// that call and decided without it (see [`Core::take_failures`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StepFailure {
+    /// The step (`provisioning`, `interruptions`, `cadence`,
+    /// `consolidation`, `gangs`, `observe`).
+    pub step: &'static str,
+    /// The panic's message.
+    pub message: String,
+}
+
 /// The decision core. Deterministic: the same calls give the same actions.
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 pub struct Core {
     config: Config,
     batcher: Batcher,
@@ -117,6 +131,12 @@ pub struct Core {
     /// Appended (`-{tag}`) to the names of the claims provisioning makes
     /// ([`Core::with_claim_tag`]).
     claim_tag: String,
+    /// Actions that failed, to issue again ([`Core::observe_outcome`]).
+    retries: super::retry::Retries,
+    /// The step [`Core::decide`] is in (named in a [`StepFailure`]).
+    step: std::cell::Cell<&'static str>,
+    /// Steps that panicked since the driver last asked.
+    failures: Vec<StepFailure>,
 }
 
 impl Core {
@@ -140,6 +160,9 @@ impl Core {
             last_plan: None,
             cadence: Cadence::default(),
             claim_tag: String::new(),
+            retries: super::retry::Retries::new(config.retry.clone()),
+            step: std::cell::Cell::new("observe"),
+            failures: Vec::new(),
             config,
         }
     }
@@ -200,21 +223,89 @@ impl Core {
         self.estimator.posterior_from(key, prior).mean()
     }
 
-    /// Everything to do now.
+    /// Everything to do now, with the actions that failed before and are
+    /// due again ([`Core::observe_outcome`]).
+    ///
+    /// A step that panics is contained: the core goes back to its state
+    /// before this call and decides again without that step, so that one
+    /// bad input stops one kind of decision, not all of them (an
+    /// interruption is still answered when planning fails), and nothing the
+    /// core knows is lost. The failure is kept for
+    /// [`Core::take_failures`].
     pub fn decide(&mut self, world: &World, now: Time) -> Vec<Action> {
+        let before = self.clone();
+        let mut skipped: Vec<&'static str> = Vec::new();
+        let mut failures = Vec::new();
+        loop {
+            let attempt = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                self.decide_steps(world, now, &skipped)
+            }));
+            match attempt {
+                Ok(actions) => {
+                    self.failures.extend(failures);
+                    return actions;
+                }
+                Err(payload) => {
+                    let step = self.step.get();
+                    *self = before.clone();
+                    failures.push(StepFailure {
+                        step,
+                        message: panic_message(payload.as_ref()),
+                    });
+                    if skipped.contains(&step) {
+                        self.failures.extend(failures);
+                        return Vec::new();
+                    }
+                    skipped.push(step);
+                }
+            }
+        }
+    }
+
+    /// The steps that panicked in [`Core::decide`] since the last call.
+    pub fn take_failures(&mut self) -> Vec<StepFailure> {
+        std::mem::take(&mut self.failures)
+    }
+
+    /// What became of an action of [`Core::decide`]: a node action that
+    /// failed is issued again after a backoff until it succeeds or its
+    /// object leaves the world ([`super::retry`]); a launch whose claim
+    /// could not be created is forgotten and its pods planned again.
+    pub fn observe_outcome(&mut self, action: &Action, outcome: super::Outcome, now: Time) {
+        if let (Action::Launch(req), super::Outcome::Failed) = (action, outcome) {
+            self.gang_launches.launch_failed(&req.claim);
+            self.consolidation.launch_failed(&req.claim);
+            self.batcher.trigger(now);
+            return;
+        }
+        self.retries.observe(action, outcome, now);
+    }
+
+    fn decide_steps(&mut self, world: &World, now: Time, skipped: &[&'static str]) -> Vec<Action> {
+        let run = |step: &'static str| !skipped.contains(&step);
+        self.step.set("observe");
         if let Some(from) = self.last_decide.filter(|f| *f < now) {
-            self.estimator.observe_nodes(world.nodes, from, now);
+            if run("observe") {
+                self.estimator.observe_nodes(world.nodes, from, now);
+            }
         }
         self.last_decide = Some(now);
         // Nodes whose reservation ends soon are drained like interrupted
         // ones, whether or not EC2's warning came.
         let lead = self.config.interruption.reservation_lead;
-        for notice in super::interruption::reservation_endings(world, now, lead) {
-            self.interruptions.handle(&notice, world, now);
+        if run("observe") {
+            for notice in super::interruption::reservation_endings(world, now, lead) {
+                self.interruptions.handle(&notice, world, now);
+            }
         }
         // An EFA gang one member of which failed to launch releases the
         // others' in-flight nodes, and is planned again whole.
-        let released = self.gang_launches.release(world);
+        self.step.set("gangs");
+        let released = if run("gangs") {
+            self.gang_launches.release(world)
+        } else {
+            Vec::new()
+        };
         let gone: BTreeSet<&str> = released
             .iter()
             .filter_map(|a| match a {
@@ -224,53 +315,71 @@ impl Core {
             .collect();
         // Provisioning first: an interrupted node's pods are demand from the
         // notice on, before the interruption step evicts them.
-        let mut actions = self.provision(world, now, &gone);
+        let mut actions = Vec::new();
+        if run("provisioning") {
+            self.step.set("provisioning");
+            actions = self.provision(world, now, &gone);
+        }
         actions.extend(released);
-        actions.extend(self.interruptions.decide(world, now));
-        if self.config.checkpoint_cadence {
+        if run("interruptions") {
+            self.step.set("interruptions");
+            actions.extend(self.interruptions.decide(world, now));
+        }
+        self.step.set("cadence");
+        if self.config.checkpoint_cadence && run("cadence") {
             let interruptions = &self.interruptions;
             let busy = |claim: &str| interruptions.is_handling(claim);
             actions.extend(self.cadence.decide(world, now, &busy));
         }
-        let leads: BTreeMap<&str, std::time::Duration> = world
-            .pools
-            .iter()
-            .map(|p| (name(p), self.lead(p, world)))
-            .collect();
-        let protected = |n: &ManagedNode| {
-            world
+        self.step.set("consolidation");
+        if run("consolidation") {
+            let leads: BTreeMap<&str, std::time::Duration> = world
                 .pools
                 .iter()
-                .find(|p| name(p) == n.nodepool)
-                .is_some_and(|p| prewarm::protects(p, now, leads[name(p)]).unwrap_or(false))
-        };
-        // Worked out only if consolidation prices a spot node: most rounds
-        // do not, and the posterior of every pool is not free.
-        let rates = std::cell::OnceCell::new();
-        let (learn, priors, estimator) = (self.config.learn_rates, &self.priors, &self.estimator);
-        let learned = |o: &Offering| {
-            rates
-                .get_or_init(|| learned_rates(learn, priors, estimator, world))
-                .get(&offering_key(o))
-                .copied()
-        };
-        let ctx = consolidation::Context {
-            interruptions: &self.interruptions,
-            protected: &protected,
-            learned_rate: Some(&learned),
-        };
-        actions.extend(self.consolidation.decide_in(world, now, &ctx));
+                .map(|p| (name(p), self.lead(p, world)))
+                .collect();
+            let protected = |n: &ManagedNode| {
+                world
+                    .pools
+                    .iter()
+                    .find(|p| name(p) == n.nodepool)
+                    .is_some_and(|p| prewarm::protects(p, now, leads[name(p)]).unwrap_or(false))
+            };
+            // Worked out only if consolidation prices a spot node: most rounds
+            // do not, and the posterior of every pool is not free.
+            let rates = std::cell::OnceCell::new();
+            let (learn, priors, estimator) =
+                (self.config.learn_rates, &self.priors, &self.estimator);
+            let learned = |o: &Offering| {
+                rates
+                    .get_or_init(|| learned_rates(learn, priors, estimator, world))
+                    .get(&offering_key(o))
+                    .copied()
+            };
+            let ctx = consolidation::Context {
+                interruptions: &self.interruptions,
+                protected: &protected,
+                learned_rate: Some(&learned),
+            };
+            actions.extend(self.consolidation.decide_in(world, now, &ctx));
+        }
         // One member of a gang losing its node takes the whole gang along.
         let interruptions = &self.interruptions;
         let consolidation = &self.consolidation;
         let leaving = |c: &str| interruptions.is_handling(c) || consolidation.is_disrupting(c);
         let until = |c: &str| interruptions.checkpoint_until(c);
-        if self
-            .gangs
-            .extend(world, &mut actions, now, &leaving, &until)
+        self.step.set("gangs");
+        if run("gangs")
+            && self
+                .gangs
+                .extend(world, &mut actions, now, &leaving, &until)
         {
             // The gang's other members are demand from now on.
             self.batcher.trigger(now);
+        }
+        self.step.set("retries");
+        if run("retries") {
+            self.retries.merge(world, now, &mut actions);
         }
         actions
     }
@@ -291,6 +400,7 @@ impl Core {
             self.consolidation.next_deadline(),
             self.gangs.next_deadline(),
             self.cadence.next_deadline(),
+            self.retries.next_deadline(),
             super::interruption::next_reservation_ending(world, now, lead),
         ]
         .into_iter()
@@ -543,6 +653,15 @@ impl ManagedNode {
             disrupted: false,
         })
     }
+}
+
+/// The text of a panic's payload.
+fn panic_message(payload: &(dyn std::any::Any + Send)) -> String {
+    payload
+        .downcast_ref::<&str>()
+        .map(|s| s.to_string())
+        .or_else(|| payload.downcast_ref::<String>().cloned())
+        .unwrap_or_else(|| "a panic without a message".into())
 }
 
 fn name(p: &NodePool) -> &str {

@@ -157,6 +157,7 @@ mod tests {
             .map(|a| match a {
                 Action::Launch(_) => "launch".to_string(),
                 Action::Cordon { claim, reason } => format!("cordon {claim} ({reason})"),
+                Action::Uncordon { claim } => format!("uncordon {claim}"),
                 Action::RequestCheckpoint { pod, .. } => format!("checkpoint {pod}"),
                 Action::Evict { pod, .. } => format!("evict {pod}"),
                 Action::Delete { claim, reason } => format!("delete {claim} ({reason})"),

@@ -101,7 +101,17 @@ struct Disrupting {
     checkpoint_until: Option<Time>,
     evicted: BTreeSet<String>,
     deleted: bool,
+    /// An empty node cordoned at this time, to be deleted once a world
+    /// that shows the cordon still shows it empty ([`Consolidation::remove_empty`]).
+    recheck: Option<Time>,
+    /// The empty node was not empty any more once cordoned: its cordon was
+    /// taken back, and it is left alone once the world shows that.
+    released: bool,
 }
+
+/// How soon after cordoning an empty node it is looked at again (a world
+/// that shows the cordon, and whether a pod landed just before it).
+const EMPTY_RECHECK: Duration = Duration::from_secs(1);
 
 impl Disrupting {
     /// Nothing done yet.
@@ -114,6 +124,8 @@ impl Disrupting {
             checkpoint_until: None,
             evicted: BTreeSet::new(),
             deleted: false,
+            recheck: None,
+            released: false,
         }
     }
 
@@ -392,14 +404,33 @@ impl Consolidation {
             .values()
             .filter(|d| !d.deleted && !d.requested.is_empty())
             .filter_map(|d| d.checkpoint_until);
+        let rechecks = self
+            .disrupting
+            .values()
+            .filter(|d| !d.deleted && !d.released)
+            .filter_map(|d| d.recheck.map(|t| after(t, EMPTY_RECHECK)));
         validation
             .into_iter()
             .chain(self.budget_change)
             .chain(eligible)
             .chain(timeouts)
             .chain(checkpoints)
+            .chain(rechecks)
             .filter(pending)
             .min()
+    }
+
+    /// Takes in that the claim of a replacement could not be created: the
+    /// removals waiting for it (none of them started yet: a node is
+    /// cordoned only once its replacements are Ready) are given up.
+    pub fn launch_failed(&mut self, claim: &str) {
+        self.disrupting.retain(|_, d| {
+            d.cordoned
+                || !d
+                    .replacement
+                    .as_ref()
+                    .is_some_and(|(r, _)| r.iter().any(|c| c == claim))
+        });
     }
 
     /// Whether consolidation is removing the node.
@@ -543,8 +574,11 @@ impl Consolidation {
         }
     }
 
-    /// Cordons and deletes the empty nodes that are still empty and
-    /// eligible, within their pools' budgets.
+    /// Cordons the empty nodes that are still empty and eligible, within
+    /// their pools' budgets. Each is deleted by [`Consolidation::progress`]
+    /// once a world that shows its cordon still shows it empty: a pod bound
+    /// between the world this decision read and the cordon would otherwise
+    /// be evicted with the node. If one was, the cordon is taken back.
     fn remove_empty(&mut self, r: &Round, claims: Vec<String>, out: &mut Vec<Action>) {
         let mut left: BTreeMap<String, u32> = BTreeMap::new();
         for claim in claims {
@@ -569,15 +603,11 @@ impl Consolidation {
                 claim: claim.clone(),
                 reason,
             });
-            out.push(Action::Delete {
-                claim: claim.clone(),
-                reason,
-            });
             self.disrupting.insert(
                 claim,
                 Disrupting {
                     cordoned: true,
-                    deleted: true,
+                    recheck: Some(r.now),
                     ..Disrupting::new(reason)
                 },
             );
@@ -593,10 +623,36 @@ impl Consolidation {
     fn progress(&mut self, r: &Round, out: &mut Vec<Action>) {
         let (world, now) = (r.world, r.now);
         let mut pdb_left: Vec<u32> = world.pdbs.iter().map(|p| p.disruptions_allowed).collect();
+        let mut settled = Vec::new();
         for (claim, d) in &mut self.disrupting {
             let Some(n) = world.nodes.iter().find(|n| &n.claim == claim) else {
                 continue;
             };
+            if let (Some(at), false) = (d.recheck, d.deleted) {
+                if r.ctx.interruptions.is_handling(claim) {
+                    // A notice came meanwhile: its handling deletes the node.
+                    continue;
+                }
+                if d.released {
+                    if !n.disrupted {
+                        settled.push(claim.clone());
+                    }
+                } else if n.state.unschedulable && now > at {
+                    if real_pods(n).next().is_none() {
+                        d.deleted = true;
+                        out.push(Action::Delete {
+                            claim: claim.clone(),
+                            reason: d.reason,
+                        });
+                    } else {
+                        d.released = true;
+                        out.push(Action::Uncordon {
+                            claim: claim.clone(),
+                        });
+                    }
+                }
+                continue;
+            }
             if d.deleted
                 || r.ctx.interruptions.is_handling(claim)
                 || d.replacement
@@ -636,6 +692,9 @@ impl Consolidation {
                     reason: d.reason,
                 });
             }
+        }
+        for claim in settled {
+            self.disrupting.remove(&claim);
         }
     }
 
@@ -1166,17 +1225,62 @@ mod tests {
         };
         assert_eq!(c.candidate(), Some((&empty, t(60))));
         assert_eq!(c.next_deadline(), Some(t(75)));
+        // Cordoned first; deleted once a world that shows the cordon still
+        // shows them empty.
         assert_eq!(
             step(&mut c, &f, 75),
             [
                 cordon("n1", DisruptionReason::Empty),
-                delete("n1", DisruptionReason::Empty),
                 cordon("n3", DisruptionReason::Empty),
+            ]
+        );
+        assert_eq!(c.next_deadline(), Some(t(76)));
+        assert_eq!(step(&mut c, &f, 76), [], "the cordons are not seen yet");
+        f.node_mut("n1").state.unschedulable = true;
+        f.node_mut("n3").state.unschedulable = true;
+        assert_eq!(
+            step(&mut c, &f, 76),
+            [
+                delete("n1", DisruptionReason::Empty),
                 delete("n3", DisruptionReason::Empty),
             ]
         );
         assert_eq!(c.next_deadline(), Some(t(90)));
-        assert_eq!(step(&mut c, &f, 76), [], "nothing twice, n2 not yet");
+        assert_eq!(step(&mut c, &f, 77), [], "nothing twice, n2 not yet");
+    }
+
+    #[test]
+    fn an_empty_node_that_got_a_pod_by_the_time_it_was_cordoned_is_uncordoned_not_deleted() {
+        let mut f = Fixture::new([node("n1")]);
+        f.pools = vec![pool_with("gpu", |s| {
+            s.disruption.consolidation_policy = ConsolidationPolicy::WhenEmpty;
+        })];
+        let mut c = Consolidation::default();
+        for at in [0, 60] {
+            assert_eq!(step(&mut c, &f, at), []);
+        }
+        assert_eq!(
+            step(&mut c, &f, 75),
+            [cordon("n1", DisruptionReason::Empty)]
+        );
+        // A pod was bound between the world the decision read and the
+        // cordon: the world that shows the cordon shows the pod too.
+        let n1 = f.node_mut("n1");
+        n1.state.unschedulable = true;
+        n1.disrupted = true;
+        n1.pods = vec![pod("ml/late")];
+        assert_eq!(
+            step(&mut c, &f, 76),
+            [Action::Uncordon { claim: "n1".into() }]
+        );
+        // Until the world shows the cordon gone, the node is left alone
+        // (not drained as a cordoned node nobody owns).
+        assert_eq!(step(&mut c, &f, 77), []);
+        let n1 = f.node_mut("n1");
+        n1.state.unschedulable = false;
+        n1.disrupted = false;
+        assert_eq!(step(&mut c, &f, 78), []);
+        assert!(!c.is_disrupting("n1"));
     }
 
     #[test]
@@ -1224,10 +1328,7 @@ mod tests {
         }
         assert_eq!(
             c.decide_in(&f.world(), t(75), &ctx),
-            [
-                cordon("n2", DisruptionReason::Empty),
-                delete("n2", DisruptionReason::Empty),
-            ]
+            [cordon("n2", DisruptionReason::Empty)]
         );
     }
 
@@ -1253,10 +1354,7 @@ mod tests {
         let mut c = Consolidation::default();
         assert_eq!(
             validated(&mut c, &f),
-            [
-                cordon("n2", DisruptionReason::Empty),
-                delete("n2", DisruptionReason::Empty),
-            ]
+            [cordon("n2", DisruptionReason::Empty)]
         );
         // n2 is still going away: the budget is used up.
         assert_eq!(step(&mut c, &f, 200), []);
@@ -1264,10 +1362,7 @@ mod tests {
         step(&mut c, &f, 300);
         assert_eq!(
             step(&mut c, &f, 315),
-            [
-                cordon("n1", DisruptionReason::Empty),
-                delete("n1", DisruptionReason::Empty),
-            ]
+            [cordon("n1", DisruptionReason::Empty)]
         );
     }
 
@@ -1281,10 +1376,7 @@ mod tests {
         let mut c = Consolidation::default();
         assert_eq!(
             validated(&mut c, &f),
-            [
-                cordon("n2", DisruptionReason::Empty),
-                delete("n2", DisruptionReason::Empty),
-            ]
+            [cordon("n2", DisruptionReason::Empty)]
         );
     }
 
