@@ -30,7 +30,7 @@ use quartermaster::cloud::aws::ec2::{AwsCloud, ImageVariant, NodeClass, Settings
 use quartermaster::cloud::aws::nodeclass::{reasons, Resolved, Resolver};
 use quartermaster::cloud::{self, CloudProvider, Error, InstanceState, NodeTemplate};
 use quartermaster::core::{ClaimRequest, OfferingKey};
-use std::collections::{HashMap, HashSet};
+use std::collections::HashMap;
 use std::sync::Arc;
 use support::moto::{unique, Moto};
 
@@ -982,7 +982,7 @@ async fn garbage_collection_terminates_only_our_old_unclaimed_instances() {
         .unwrap();
     let manual = manual.instances()[0].instance_id().unwrap().to_string();
 
-    let claims: HashSet<String> = ["kept".to_string()].into_iter().collect();
+    let claims: cloud::ClaimIndex = [("kept".to_string(), None)].into_iter().collect();
     let grace = chrono::TimeDelta::minutes(2);
     // Inside the grace period nothing goes: the claim may be being written.
     let (done, failed) = cloud::collect_garbage(&aws, &claims, chrono::Utc::now(), grace)
@@ -1028,7 +1028,7 @@ async fn launch_templates_no_live_instance_uses_are_deleted_after_the_grace_peri
     .expect("instances carry their launch template's name")
     .to_string();
 
-    let claims: HashSet<String> = ["kept".to_string()].into_iter().collect();
+    let claims: cloud::ClaimIndex = [("kept".to_string(), None)].into_iter().collect();
     let grace = chrono::TimeDelta::minutes(2);
     // Inside the grace period nothing goes: a launch may be about to use it.
     let (_, failed) = cloud::collect_garbage(&aws, &claims, now, grace)
@@ -1390,12 +1390,13 @@ instanceProfile: nodes
     }
 
     #[tokio::test]
-    async fn a_launch_retried_in_another_subnet_uses_another_client_token() {
+    async fn a_launch_retried_in_another_subnet_keeps_its_client_token() {
         let mut events = before_fleet();
         events.extend([throttled(), throttled(), throttled()]);
         // The retry finds the zone's subnets changed: another one has the
-        // most free addresses now. The same token with another subnet
-        // would be refused by EC2 as IdempotentParameterMismatch.
+        // most free addresses now (the first launch may have taken some).
+        // The token stays: had the first launch gone through unseen, EC2
+        // returns it (or refuses the other subnet), never a second instance.
         events.extend([
             no_instances(),
             subnets_with("subnet-0ccc1c79de3EXAMPLE", 4000),
@@ -1404,6 +1405,9 @@ instanceProfile: nodes
             fleet_launched(),
         ]);
         let (aws, http) = cloud(events);
+        // Nothing reused between the two launches (the retry comes after
+        // the describes' reuse time).
+        let aws = aws.with_describe_ttl(Duration::ZERO);
         let err = aws
             .launch(&spot_claim(), &template(), chrono::Utc::now())
             .await
@@ -1420,7 +1424,50 @@ instanceProfile: nodes
             fleets[3]
         );
         assert_eq!(client_token(&fleets[0]), client_token(&fleets[2]));
-        assert_ne!(client_token(&fleets[0]), client_token(&fleets[3]));
+        assert_eq!(client_token(&fleets[0]), client_token(&fleets[3]));
+    }
+
+    #[tokio::test]
+    async fn a_launch_retried_soon_reuses_what_it_described() {
+        let mut events = before_fleet();
+        events.extend([throttled(), throttled(), throttled()]);
+        // Within the reuse time the retry makes no DescribeInstances,
+        // DescribeSubnets or DescribeSecurityGroups of its own.
+        events.extend([template_created(), fleet_launched()]);
+        let (aws, http) = cloud(events);
+        assert!(aws
+            .launch(&spot_claim(), &template(), chrono::Utc::now())
+            .await
+            .is_err());
+        aws.launch(&spot_claim(), &template(), chrono::Utc::now())
+            .await
+            .unwrap();
+        for action in ["DescribeInstances", "DescribeSubnets", "DescribeSecurityGroups"] {
+            assert_eq!(bodies_of(&http, action).len(), 1, "{action}");
+        }
+    }
+
+    #[tokio::test]
+    async fn a_token_used_before_with_other_subnets_is_not_ready_until_its_instance_shows() {
+        let mut events = before_fleet();
+        events.push(event(
+            http::Response::builder()
+                .status(400)
+                .body(SdkBody::from(
+                    r#"<?xml version="1.0" encoding="UTF-8"?>
+<Response><Errors><Error><Code>IdempotentParameterMismatch</Code><Message>The client token you have provided is associated with a resource that is already deleted or has other parameters.</Message></Error></Errors><RequestID>d1b2c3e4-5f6a-7b8c-9d0e-EXAMPLE</RequestID></Response>"#,
+                ))
+                .unwrap(),
+        ));
+        let (aws, _) = cloud(events);
+        let err = aws
+            .launch(&spot_claim(), &template(), chrono::Utc::now())
+            .await
+            .unwrap_err();
+        assert!(
+            matches!(&err, Error::NotReady { reason, .. } if reason.contains("IdempotentParameterMismatch")),
+            "{err:?}"
+        );
     }
 
     #[tokio::test]
