@@ -36,7 +36,7 @@ use quartermaster::controller::snapshot::{to_k8s_time, Store};
 use quartermaster::core::{ClaimRequest, OfferingKey, Time};
 use quartermaster::metrics::Metrics;
 use serde_json::{json, Value};
-use std::collections::{BTreeMap, BTreeSet, HashSet};
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 use support::fake_api::FakeApi;
@@ -276,12 +276,18 @@ async fn life(crash_at: Option<usize>) -> Run {
         // is the same thing and makes every round a possible restart.
         let controller = KubeApi::new(api.controller_client());
         let s = store(&api);
+        let (policies, hooks, hook_acks) = Default::default();
+        let launches = Default::default();
         let lifecycle = Lifecycle {
             api: &controller,
             cloud: &cloud,
             metrics: &metrics,
             launch_timeout: Duration::from_secs(300),
             registration_timeout: Duration::from_secs(600),
+            policies: &policies,
+            hooks: &hooks,
+            hook_acks: &hook_acks,
+            launches: &launches,
         };
         // The executor writes the claim (once it is written, the core sees
         // it and does not plan the pod again).
@@ -298,7 +304,13 @@ async fn life(crash_at: Option<usize>) -> Run {
             let _ = lifecycle.reconcile(&view, now).await;
         }
         // Garbage collection, as the controller runs it.
-        let names: HashSet<String> = claims.iter().map(|c| c.name_any()).collect();
+        let names: cloud::ClaimIndex = claims
+            .iter()
+            .map(|c| {
+                let provider = c.status.as_ref().and_then(|s| s.provider_id.clone());
+                (c.name_any(), provider)
+            })
+            .collect();
         let _ = cloud::collect_garbage(&cloud, &names, now, chrono::TimeDelta::minutes(5)).await;
         // The world: nodes come and go with instances; a pod lands on the
         // Ready node; then the claim is deleted.
@@ -364,7 +376,7 @@ async fn life(crash_at: Option<usize>) -> Run {
     let later = t(15 * rounds as i64 + 3600);
     cloud::collect_garbage(
         &cloud,
-        &HashSet::new(),
+        &cloud::ClaimIndex::new(),
         later,
         chrono::TimeDelta::minutes(5),
     )

@@ -448,6 +448,16 @@ mod tests {
                 reason: "CapacityIsProvisioned".into(),
             })
             .inc();
+        m.decision_failures
+            .get_or_create(&StepLabels {
+                step: "provisioning".into(),
+            })
+            .inc();
+        m.actions_failed
+            .get_or_create(&ActionLabels {
+                action: "evict".into(),
+            })
+            .inc();
         let encoded = crate::metrics::encode(&registry);
         let mut families = Vec::new();
         let mut served = std::collections::BTreeSet::new();

@@ -68,6 +68,8 @@ pub struct PodInfo {
     pub started: Option<Time>,
     /// It is terminating (deletion requested, grace period running).
     pub terminating: bool,
+    /// Its `terminationGracePeriodSeconds` (Kubernetes' 30 when unset).
+    pub grace_seconds: u32,
     /// A DaemonSet pod or a static (mirror) pod: never evicted, never a
     /// reason to keep a node.
     pub daemon: bool,
@@ -341,6 +343,11 @@ impl PodInfo {
                 .and_then(|s| s.start_time.as_ref())
                 .and_then(to_chrono),
             terminating: pod.metadata.deletion_timestamp.is_some(),
+            grace_seconds: pod
+                .spec
+                .as_ref()
+                .and_then(|s| s.termination_grace_period_seconds)
+                .map_or(30, |g| u32::try_from(g.max(0)).unwrap_or(u32::MAX)),
             daemon,
             unreadable,
             gang_source: crate::cluster::GangSource::of(pod),
