@@ -1442,7 +1442,11 @@ instanceProfile: nodes
         aws.launch(&spot_claim(), &template(), chrono::Utc::now())
             .await
             .unwrap();
-        for action in ["DescribeInstances", "DescribeSubnets", "DescribeSecurityGroups"] {
+        for action in [
+            "DescribeInstances",
+            "DescribeSubnets",
+            "DescribeSecurityGroups",
+        ] {
             assert_eq!(bodies_of(&http, action).len(), 1, "{action}");
         }
     }

@@ -252,7 +252,10 @@ mod tests {
         assert_eq!(steps(&forever), [PodStep::Wait]);
         assert!(!forever.terminate);
         let d = deletion(Some(600));
-        assert_eq!(steps(&plan(&d, std::slice::from_ref(&p), t(500))), [PodStep::Wait]);
+        assert_eq!(
+            steps(&plan(&d, std::slice::from_ref(&p), t(500))),
+            [PodStep::Wait]
+        );
         // Deleted its own 30 s before the claim's deadline.
         let at = plan(&d, std::slice::from_ref(&p), t(570));
         assert_eq!(steps(&at), [PodStep::Delete]);

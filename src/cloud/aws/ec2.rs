@@ -380,9 +380,12 @@ impl AwsCloud {
     /// Security group IDs matching any of `terms`, looked up at most once
     /// per [`DESCRIBE_TTL`].
     async fn security_groups(&self, claim: &str, terms: &[SelectorTerm]) -> Result<Vec<String>> {
-        reused(&self.described.security_groups, self.describe_ttl, terms, || {
-            self.describe_security_groups(claim, terms)
-        })
+        reused(
+            &self.described.security_groups,
+            self.describe_ttl,
+            terms,
+            || self.describe_security_groups(claim, terms),
+        )
         .await
     }
 
