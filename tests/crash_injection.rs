@@ -20,7 +20,6 @@
 mod support;
 
 use chrono::TimeZone;
-use k8s_openapi::api::core::v1 as core;
 use kube::ResourceExt;
 use quartermaster::api::labels as l;
 use quartermaster::api::nodeclaim::conditions;
@@ -44,6 +43,7 @@ use support::fake_api::FakeApi;
 const REGION: &str = "us-east-1";
 const CLAIMS: &str = "apis/quartermaster.dev/v1alpha1/nodeclaims";
 const NODES: &str = "api/v1/nodes";
+const POOLS: &str = "apis/quartermaster.dev/v1alpha1/nodepools";
 const PODS: &str = "api/v1/namespaces/ml/pods";
 const CLAIM: &str = "gpu-000001";
 
@@ -206,29 +206,8 @@ impl CloudProvider for Cloud {
 
 /// A store as a freshly started controller lists it from the API server.
 fn store(api: &FakeApi) -> Store {
-    let s = api.state.lock().unwrap();
-    let decode = |c: &str| s.list(c);
     let store = Store::new();
-    store.reset(vec![pool()]);
-    store.reset(
-        decode(PODS)
-            .into_iter()
-            .map(|v| serde_json::from_value::<core::Pod>(v).unwrap())
-            .collect(),
-    );
-    store.reset(
-        decode(NODES)
-            .into_iter()
-            .map(|v| serde_json::from_value::<core::Node>(v).unwrap())
-            .collect(),
-    );
-    store.reset(
-        decode(CLAIMS)
-            .into_iter()
-            .map(|v| serde_json::from_value::<NodeClaim>(v).unwrap())
-            .collect(),
-    );
-    store.reset(Vec::<k8s_openapi::api::policy::v1::PodDisruptionBudget>::new());
+    api.fill(&store);
     store
 }
 
@@ -248,6 +227,10 @@ struct Run {
 /// breaks.
 async fn life(crash_at: Option<usize>) -> Run {
     let api = FakeApi::new();
+    api.state
+        .lock()
+        .unwrap()
+        .put(POOLS, serde_json::to_value(pool()).unwrap());
     if let Some(n) = crash_at {
         api.crash_after(n);
     }

@@ -187,6 +187,8 @@ pub struct Driver<C> {
     early: Vec<Notice>,
     /// Lifecycle steps that ended and were taken while waiting.
     finished: Vec<Finished>,
+    /// The time of the last round.
+    last_round: Option<Time>,
     /// Claims created by this process that the watch may not have
     /// delivered yet, so that the next round does not plan their pods again.
     created: Vec<(NodeClaim, Time)>,
@@ -259,6 +261,7 @@ impl<C: CloudProvider + Send + Sync + 'static> Driver<C> {
             heard,
             early: Vec::new(),
             finished: Vec::new(),
+            last_round: None,
             created: Vec::new(),
             steps,
             events: None,
@@ -456,13 +459,15 @@ impl<C: CloudProvider + Send + Sync + 'static> Driver<C> {
     /// to into the driver, as the next round would (tests driving rounds by
     /// hand use it to see a round's steps through).
     pub async fn settle(&mut self) {
-        let finished = self.steps.idle(chrono::Utc::now()).await;
+        let now = self.last_round.unwrap_or_else(chrono::Utc::now);
+        let finished = self.steps.idle(now).await;
         self.finished.extend(finished);
     }
 
     /// One round at `now` (see [`run`]).
     pub async fn round(&mut self, now: Time) {
         let started = std::time::Instant::now();
+        self.last_round = Some(now);
         let catalog = self.ctx.catalog.borrow().clone();
         let region = self.settings.region.clone();
         let created = std::mem::take(&mut self.created);

@@ -137,6 +137,9 @@ pub struct Core {
     step: std::cell::Cell<&'static str>,
     /// Steps that panicked since the driver last asked.
     failures: Vec<StepFailure>,
+    /// Tests: the step to make panic.
+    #[cfg(test)]
+    fail_in: Option<&'static str>,
 }
 
 impl Core {
@@ -163,6 +166,8 @@ impl Core {
             retries: super::retry::Retries::new(config.retry.clone()),
             step: std::cell::Cell::new("observe"),
             failures: Vec::new(),
+            #[cfg(test)]
+            fail_in: None,
             config,
         }
     }
@@ -281,27 +286,34 @@ impl Core {
         self.retries.observe(action, outcome, now);
     }
 
+    /// Enters a step of [`Core::decide`] (named in a failure).
+    fn enter(&self, step: &'static str) {
+        self.step.set(step);
+        #[cfg(test)]
+        if self.fail_in == Some(step) {
+            panic!("a failure injected in {step}");
+        }
+    }
+
     fn decide_steps(&mut self, world: &World, now: Time, skipped: &[&'static str]) -> Vec<Action> {
         let run = |step: &'static str| !skipped.contains(&step);
-        self.step.set("observe");
-        if let Some(from) = self.last_decide.filter(|f| *f < now) {
-            if run("observe") {
+        if run("observe") {
+            self.enter("observe");
+            if let Some(from) = self.last_decide.filter(|f| *f < now) {
                 self.estimator.observe_nodes(world.nodes, from, now);
             }
-        }
-        self.last_decide = Some(now);
-        // Nodes whose reservation ends soon are drained like interrupted
-        // ones, whether or not EC2's warning came.
-        let lead = self.config.interruption.reservation_lead;
-        if run("observe") {
+            // Nodes whose reservation ends soon are drained like interrupted
+            // ones, whether or not EC2's warning came.
+            let lead = self.config.interruption.reservation_lead;
             for notice in super::interruption::reservation_endings(world, now, lead) {
                 self.interruptions.handle(&notice, world, now);
             }
         }
+        self.last_decide = Some(now);
         // An EFA gang one member of which failed to launch releases the
         // others' in-flight nodes, and is planned again whole.
-        self.step.set("gangs");
         let released = if run("gangs") {
+            self.enter("gangs");
             self.gang_launches.release(world)
         } else {
             Vec::new()
@@ -317,22 +329,22 @@ impl Core {
         // notice on, before the interruption step evicts them.
         let mut actions = Vec::new();
         if run("provisioning") {
-            self.step.set("provisioning");
+            self.enter("provisioning");
             actions = self.provision(world, now, &gone);
         }
         actions.extend(released);
         if run("interruptions") {
-            self.step.set("interruptions");
+            self.enter("interruptions");
             actions.extend(self.interruptions.decide(world, now));
         }
-        self.step.set("cadence");
         if self.config.checkpoint_cadence && run("cadence") {
+            self.enter("cadence");
             let interruptions = &self.interruptions;
             let busy = |claim: &str| interruptions.is_handling(claim);
             actions.extend(self.cadence.decide(world, now, &busy));
         }
-        self.step.set("consolidation");
         if run("consolidation") {
+            self.enter("consolidation");
             let leads: BTreeMap<&str, std::time::Duration> = world
                 .pools
                 .iter()
@@ -368,17 +380,18 @@ impl Core {
         let consolidation = &self.consolidation;
         let leaving = |c: &str| interruptions.is_handling(c) || consolidation.is_disrupting(c);
         let until = |c: &str| interruptions.checkpoint_until(c);
-        self.step.set("gangs");
-        if run("gangs")
-            && self
+        if run("gangs") {
+            self.enter("gangs");
+            if self
                 .gangs
                 .extend(world, &mut actions, now, &leaving, &until)
-        {
-            // The gang's other members are demand from now on.
-            self.batcher.trigger(now);
+            {
+                // The gang's other members are demand from now on.
+                self.batcher.trigger(now);
+            }
         }
-        self.step.set("retries");
         if run("retries") {
+            self.enter("retries");
             self.retries.merge(world, now, &mut actions);
         }
         actions

@@ -312,9 +312,9 @@ impl AwsCloud {
     /// ([`Described`]: listed at most [`DESCRIBE_TTL`] ago), best first.
     async fn of_claim_listed(&self, claim: &str) -> Result<Vec<Instance>> {
         let mut listed = self.described.instances.lock().await;
-        if !listed
+        if listed
             .as_ref()
-            .is_some_and(|(at, _)| at.elapsed() < self.describe_ttl)
+            .is_none_or(|(at, _)| at.elapsed() >= self.describe_ttl)
         {
             let all = self.find(claim, Vec::new()).await?;
             *listed = Some((std::time::Instant::now(), all));

@@ -802,3 +802,119 @@ fn an_interruption_cordons_the_node_and_launches_a_replacement_elsewhere() {
         "not the interrupted pool again"
     );
 }
+
+#[test]
+fn a_step_that_panics_is_contained_and_the_core_keeps_what_it_knew() {
+    let pools = [gpu_pool(|_| {})];
+    let mut core = Core::new(Config::default()).with_claim_tag("boot");
+    let nodes = [ready_spot_node(&pools, gpu_pod("ml/a"), None)];
+    let pending = [gpu_pod("ml/b")];
+    let w = world(&pools, &pending, &nodes);
+    // Planning panics: the interruption is answered all the same.
+    core.fail_in = Some("provisioning");
+    let first = spot_notice_on_gpu_1(&mut core, &w);
+    assert!(first
+        .iter()
+        .any(|a| matches!(a, Action::Cordon { claim, .. } if claim == "gpu-1")));
+    assert!(first
+        .iter()
+        .any(|a| matches!(a, Action::Evict { pod, .. } if pod == "ml/a")));
+    assert!(launches(&first).is_empty());
+    let failures = core.take_failures();
+    assert_eq!(failures.len(), 1, "{failures:?}");
+    assert_eq!(failures[0].step, "provisioning");
+    assert!(failures[0].message.contains("injected"), "{failures:?}");
+    assert!(core.take_failures().is_empty(), "reported once");
+    // Nothing was lost: the interruption is not answered twice, and the
+    // planner, once it works, names its claims with the core's tag.
+    core.fail_in = None;
+    let mut later = Vec::new();
+    for s in 1..5 {
+        later.extend(core.decide(&w, t(1000 + s)));
+    }
+    assert!(
+        !later.iter().any(|a| matches!(a, Action::Cordon { .. })),
+        "{later:?}"
+    );
+    let l = launches(&later);
+    assert!(!l.is_empty(), "{later:?}");
+    assert!(l.iter().all(|r| r.claim.ends_with("-boot")), "{l:?}");
+}
+
+#[test]
+fn a_step_that_panics_every_time_is_left_out_and_the_rest_decide() {
+    let pools = [gpu_pool(|_| {})];
+    let mut core = Core::new(Config::default());
+    let nodes = [ready_spot_node(&pools, gpu_pod("ml/a"), None)];
+    let w = world(&pools, &[], &nodes);
+    core.fail_in = Some("interruptions");
+    let first = spot_notice_on_gpu_1(&mut core, &w);
+    assert!(!first.iter().any(|a| matches!(a, Action::Cordon { .. })));
+    assert_eq!(core.take_failures()[0].step, "interruptions");
+    // Once it works again, the notice the core took in is answered.
+    core.fail_in = None;
+    let then = core.decide(&w, t(1001));
+    assert!(
+        then.iter().any(|a| matches!(a, Action::Cordon { .. })),
+        "{then:?}"
+    );
+}
+
+#[test]
+fn a_failed_launch_is_forgotten_and_its_pods_planned_again() {
+    let pools = [gpu_pool(|_| {})];
+    let pending = [gpu_pod("ml/a")];
+    let mut core = Core::new(Config::default());
+    let w = world(&pools, &pending, &[]);
+    assert!(launches(&core.decide(&w, t(0))).is_empty());
+    let first = core.decide(&w, t(1));
+    let l = launches(&first);
+    assert_eq!(l.len(), 1);
+    let action = Action::Launch(l[0].clone());
+    // The claim could not be created (the API server answered 5xx): the pod
+    // is still pending and is planned again, not waited for.
+    core.observe_outcome(&action, crate::core::Outcome::Failed, t(1));
+    let mut again = Vec::new();
+    for s in 2..5 {
+        again.extend(core.decide(&w, t(s)));
+    }
+    let l = launches(&again);
+    assert_eq!(l.len(), 1, "{again:?}");
+    assert_eq!(l[0].pods, ["ml/a"]);
+}
+
+#[test]
+fn a_cordon_that_failed_is_issued_again_and_nothing_is_evicted_before_it_succeeds() {
+    let pools = [gpu_pool(|_| {})];
+    let mut core = Core::new(Config::default());
+    let nodes = [ready_spot_node(&pools, gpu_pod("ml/a"), None)];
+    let w = world(&pools, &[], &nodes);
+    let first = spot_notice_on_gpu_1(&mut core, &w);
+    let cordon = first
+        .iter()
+        .find(|a| matches!(a, Action::Cordon { .. }))
+        .cloned()
+        .expect("a cordon");
+    // The executor did not get to the eviction: the cordon failed (a 5xx).
+    core.observe_outcome(&cordon, crate::core::Outcome::Failed, t(1000));
+    for a in first.iter().filter(|a| matches!(a, Action::Evict { .. })) {
+        core.observe_outcome(a, crate::core::Outcome::Failed, t(1000));
+    }
+    let soon = core.decide(&w, t(1002));
+    assert!(soon.is_empty(), "in its backoff: {soon:?}");
+    let retried = core.decide(&w, t(1005));
+    assert_eq!(retried.first(), Some(&cordon), "{retried:?}");
+    assert!(
+        retried
+            .iter()
+            .any(|a| matches!(a, Action::Evict { pod, .. } if pod == "ml/a")),
+        "the eviction goes out behind the cordon: {retried:?}"
+    );
+    for a in &retried {
+        core.observe_outcome(a, crate::core::Outcome::Done, t(1005));
+    }
+    assert!(core
+        .decide(&w, t(1100))
+        .iter()
+        .all(|a| !matches!(a, Action::Cordon { .. })));
+}
