@@ -200,7 +200,10 @@ fn schedule(s: &mut State) -> Vec<(String, String, String)> {
         .collect();
     let mut ready: HashMap<String, (String, String)> = HashMap::new();
     for c in s.list("apis/quartermaster.dev/v1alpha1/nodeclaims") {
-        let conditions = c["status"]["conditions"].as_array().cloned().unwrap_or_default();
+        let conditions = c["status"]["conditions"]
+            .as_array()
+            .cloned()
+            .unwrap_or_default();
         let is_ready = conditions
             .iter()
             .any(|c| c["type"] == "Ready" && c["status"] == "True");
@@ -211,13 +214,19 @@ fn schedule(s: &mut State) -> Vec<(String, String, String)> {
             continue;
         };
         if is_ready && c["metadata"]["deletionTimestamp"].is_null() {
-            let name = c["metadata"]["name"].as_str().unwrap_or_default().to_string();
+            let name = c["metadata"]["name"]
+                .as_str()
+                .unwrap_or_default()
+                .to_string();
             ready.insert(name, (provider.to_string(), node.to_string()));
         }
     }
     let mut bound: BTreeMap<String, (String, String)> = BTreeMap::new();
     for mut p in s.list(&pods_collection) {
-        let name = p["metadata"]["name"].as_str().unwrap_or_default().to_string();
+        let name = p["metadata"]["name"]
+            .as_str()
+            .unwrap_or_default()
+            .to_string();
         let Some(claim) = nominated.get(&name) else {
             continue;
         };
@@ -226,15 +235,13 @@ fn schedule(s: &mut State) -> Vec<(String, String, String)> {
         };
         if p["spec"]["nodeName"].is_null() {
             p["spec"]["nodeName"] = json!(node);
-            p["status"] = json!({"phase": "Running", "podIP": "10.1.0.1", "startTime": now_rfc3339()});
+            p["status"] =
+                json!({"phase": "Running", "podIP": "10.1.0.1", "startTime": now_rfc3339()});
             s.put(&pods_collection, p);
         }
         bound.insert(claim.clone(), (provider.clone(), node.clone()));
     }
-    bound
-        .into_iter()
-        .map(|(c, (p, n))| (c, p, n))
-        .collect()
+    bound.into_iter().map(|(c, (p, n))| (c, p, n)).collect()
 }
 
 /// When the node was first cordoned by us, and when a pod on it first got
@@ -257,7 +264,11 @@ fn acted(s: &State, node: &str, pods: &BTreeSet<String>) -> (Option<Instant>, Op
                 .next()
                 .is_some_and(|name| pods.contains(name))
         })
-        .find(|r| r.body.to_string().contains("quartermaster.dev/checkpoint-requested"))
+        .find(|r| {
+            r.body
+                .to_string()
+                .contains("quartermaster.dev/checkpoint-requested")
+        })
         .map(|r| r.at);
     (cordon, request)
 }
@@ -292,8 +303,8 @@ async fn run(throttle: f64, notices: usize) -> Measured {
         );
     }
     let server = HttpApi::start(api.clone()).await;
-    let client = kube::Client::try_from(kube::Config::new(server.url().parse().unwrap()))
-        .expect("a client");
+    let client =
+        kube::Client::try_from(kube::Config::new(server.url().parse().unwrap())).expect("a client");
     let cloud = Arc::new(ThrottledEc2 {
         inner: Mutex::new(
             SimulatedCloud::new(catalog(), {
@@ -405,7 +416,10 @@ async fn run(throttle: f64, notices: usize) -> Measured {
                     time: chrono::Utc::now(),
                     id: format!("event-{claim}"),
                 };
-                notices_tx.send(notice).await.expect("the loop takes notices");
+                notices_tx
+                    .send(notice)
+                    .await
+                    .expect("the loop takes notices");
                 sent.push((Instant::now(), node.clone(), on_node));
                 noticed.insert(claim.clone());
                 last_notice = Instant::now();
@@ -427,7 +441,10 @@ async fn run(throttle: f64, notices: usize) -> Measured {
         let mut decisions: Vec<Duration> = pods
             .iter()
             .filter_map(|p| covered.get(p))
-            .map(|at| at.saturating_duration_since(visible).saturating_sub(BATCH_IDLE))
+            .map(|at| {
+                at.saturating_duration_since(visible)
+                    .saturating_sub(BATCH_IDLE)
+            })
             .collect();
         decisions.sort();
         let mut latencies = Vec::new();
@@ -443,7 +460,13 @@ async fn run(throttle: f64, notices: usize) -> Measured {
         }
         latencies.sort();
         let claims = s.list("apis/quartermaster.dev/v1alpha1/nodeclaims").len();
-        (decisions, pods.len() - covered.len().min(pods.len()), latencies, not_acted, claims)
+        (
+            decisions,
+            pods.len() - covered.len().min(pods.len()),
+            latencies,
+            not_acted,
+            claims,
+        )
     };
     shutdown.cancel();
     let _ = tokio::time::timeout(Duration::from_secs(30), task).await;

@@ -3,6 +3,9 @@
 //! each field is a metric family that the code updates where the thing it
 //! counts happens. Names start with `quartermaster_`; see
 //! `deploy/grafana/quartermaster.json` for the dashboard built on them.
+//! [`karpenter`] holds the series that port Karpenter's.
+
+pub mod karpenter;
 
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
@@ -146,6 +149,8 @@ pub struct Metrics {
     pub actions_failed: Family<ActionLabels, Counter>,
     /// NodeClaim lifecycle steps (launch, registration, drain) under way.
     pub lifecycle_in_flight: Gauge,
+    /// The series that port Karpenter's (`nodeclaims_created`, ...).
+    pub karpenter: karpenter::KarpenterMetrics,
     /// When the loop last made progress (not exported: `/healthz` reads
     /// it).
     pub progress: Progress,
@@ -178,6 +183,7 @@ impl Metrics {
             decision_failures: Family::default(),
             actions_failed: Family::default(),
             lifecycle_in_flight: Gauge::default(),
+            karpenter: Default::default(),
             progress: Default::default(),
         };
         let r = registry.sub_registry_with_prefix("quartermaster");
@@ -291,6 +297,7 @@ impl Metrics {
             "NodeClaim lifecycle steps (launch, registration, drain) under way",
             metrics.lifecycle_in_flight.clone(),
         );
+        metrics.karpenter.register(r);
         metrics
     }
 

@@ -29,7 +29,8 @@ const CREATING: &[&str] = &[
     "ec2:CreatePlacementGroup",
 ];
 
-/// Every call the EC2, node class, pricing and notice code makes.
+/// Every call the EC2, node class, EKS discovery, pricing and notice code
+/// makes.
 const USED: &[&str] = &[
     "ec2:DescribeAvailabilityZones",
     "ec2:DescribeInstances",
@@ -52,6 +53,7 @@ const USED: &[&str] = &[
     "iam:GetInstanceProfile",
     "iam:ListInstanceProfilesForRole",
     "iam:PassRole",
+    "eks:DescribeCluster",
     "pricing:GetProducts",
     "sqs:ReceiveMessage",
     "sqs:DeleteMessage",

@@ -11,7 +11,7 @@ mod support;
 
 use aws_sdk_sqs::types::QueueAttributeName;
 use quartermaster::cloud::aws::notices::{
-    run_consumer, ConsumerConfig, Error, NoticeConsumer, PollSummary,
+    queue_url, run_consumer, ConsumerConfig, Error, NoticeConsumer, PollSummary,
 };
 use quartermaster::cloud::{InstanceNotice, NoticeAcks, NoticeKind, NoticeOutcome};
 use quartermaster::metrics::{MessageLabels, Metrics};
@@ -538,6 +538,28 @@ async fn run_consumer_delivers_notices_and_stops_when_cancelled() {
 }
 
 /// The `cfn-lint` that moto[server] installs beside `moto_server`.
+#[tokio::test]
+async fn a_queue_given_by_name_is_found_by_its_url() {
+    let moto = Moto::start();
+    let sqs = aws_sdk_sqs::Client::new(&moto.sdk_config());
+    let name = unique("qm-named");
+    let url = sqs
+        .create_queue()
+        .queue_name(&name)
+        .send()
+        .await
+        .expect("create_queue")
+        .queue_url
+        .expect("a queue URL");
+    assert_eq!(queue_url(&sqs, &name).await.unwrap(), url);
+    assert_eq!(queue_url(&sqs, &url).await.unwrap(), url, "a URL as it is");
+    let err = queue_url(&sqs, "qm-no-such-queue")
+        .await
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("qm-no-such-queue"), "{err}");
+}
+
 fn cfn_lint() -> PathBuf {
     let script = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("scripts/moto-server");
     let out = std::process::Command::new(script)

@@ -149,14 +149,14 @@ fn a_region_without_offerings_is_refused_with_the_known_regions() {
 }
 
 #[test]
-fn the_aws_cloud_needs_its_settings_file() {
+fn the_aws_cloud_runs_without_a_settings_file_but_not_with_a_missing_one() {
+    // No --aws-config: the settings are discovered from EKS by cluster
+    // name, once connected; the controller gets as far as the cluster.
     let out = controller(&["--cloud", "aws", "--cluster-name", "c"]);
     assert_eq!(out.status.code(), Some(2));
-    assert!(
-        stderr(&out).contains("--aws-config FILE"),
-        "{}",
-        stderr(&out)
-    );
+    let err = stderr(&out);
+    assert!(err.contains("Kubernetes API"), "{err}");
+    assert!(!err.contains("--aws-config"), "{err}");
 
     let out = controller(&[
         "--cloud",
@@ -171,8 +171,9 @@ fn the_aws_cloud_needs_its_settings_file() {
     assert!(err.contains("/nonexistent/aws.yaml"), "{err}");
 }
 
-/// The chart's example AWS settings as the ConfigMap renders them (the
-/// chart fills in `clusterName`), written to a file.
+/// The chart's example AWS settings as its ConfigMap renders them from
+/// `settings.*` (templates/_helpers.tpl, `quartermaster.awsSettings`;
+/// scripts/validate-chart checks the rendered file), written to a file.
 fn chart_aws_settings(dir: &std::path::Path) -> std::path::PathBuf {
     let values = std::fs::read_to_string(concat!(
         env!("CARGO_MANIFEST_DIR"),
@@ -180,8 +181,16 @@ fn chart_aws_settings(dir: &std::path::Path) -> std::path::PathBuf {
     ))
     .unwrap();
     let values: serde_json::Value = serde_norway::from_str(&values).unwrap();
-    let mut settings = values["awsSettings"].clone();
-    settings["clusterName"] = values["clusterName"].clone();
+    let mut settings = serde_json::json!({});
+    for (field, key) in [
+        ("clusterName", "clusterName"),
+        ("kubernetesVersion", "kubernetesVersion"),
+        ("clusterEndpoint", "clusterEndpoint"),
+        ("certificateAuthority", "clusterCABundle"),
+        ("serviceCidr", "serviceCidr"),
+    ] {
+        settings[field] = values["settings"][key].clone();
+    }
     let path = dir.join("aws.yaml");
     std::fs::write(&path, serde_norway::to_string(&settings).unwrap()).unwrap();
     path

@@ -31,6 +31,7 @@ use quartermaster::controller::lifecycle::{Lifecycle, Step};
 use quartermaster::controller::podgroups;
 use quartermaster::controller::snapshot::{request_of, world_parts, Snapshot, Store};
 use quartermaster::core::{Action, ClaimRequest, Config, Core, Notice, Time};
+use quartermaster::metrics::karpenter::TerminatedLabels;
 use quartermaster::metrics::{LaunchFailureLabels, Metrics};
 use serde_json::{json, Value};
 use std::collections::BTreeMap;
@@ -209,17 +210,19 @@ fn no_launches() -> &'static quartermaster::controller::interruptions::Launches 
 
 /// Runs the executor over `actions` against `api`, as the leader.
 async fn execute(api: &KubeApi, actions: &[Action], snap: &Snapshot, now: Time) -> Vec<Outcome> {
-    execute_as(api, actions, snap, now, true).await.0
+    execute_as(api, actions, snap, now, true, &[]).await.0
 }
 
-/// Runs the executor over `actions` against `api`, leading or not, and
-/// returns the outcomes with the metrics it kept.
+/// Runs the executor over `actions` against `api`, leading or not, with
+/// the disruptions the core started, and returns the outcomes with the
+/// metrics it kept.
 async fn execute_as(
     api: &KubeApi,
     actions: &[Action],
     snap: &Snapshot,
     now: Time,
     leading: bool,
+    disruptions: &[quartermaster::core::DisruptionDecision],
 ) -> (Vec<Outcome>, Arc<Metrics>) {
     let catalog = catalog();
     let parts = world_parts(snap, &catalog, REGION, now);
@@ -244,6 +247,7 @@ async fn execute_as(
         hooks: &hooks,
         hook_acks: &acks,
         parallel: 1,
+        disruptions,
     };
     let outcomes = ex
         .execute(actions, &world, &targets, now)
@@ -848,6 +852,87 @@ async fn an_interruption_leads_to_a_checkpoint_request_then_evictions_after_the_
     assert_eq!(step, Step::Finalized);
     let instance = cloud.describe(&name).await.unwrap().unwrap();
     assert_eq!(instance.state, InstanceState::ShuttingDown);
+    let terminated = TerminatedLabels {
+        nodepool: "gpu".into(),
+        capacity_type: "spot".into(),
+        zone: claim.spec.labels[l::ZONE].clone(),
+    };
+    assert_eq!(
+        metrics
+            .karpenter
+            .nodeclaims_terminated
+            .get_or_create(&terminated)
+            .get(),
+        1,
+        "counted once finalized"
+    );
+}
+
+#[tokio::test]
+async fn the_executor_counts_created_claims_by_reason_and_deleted_ones_as_disrupted() {
+    use quartermaster::core::{DisruptionDecision, DisruptionReason};
+    use quartermaster::metrics::karpenter::{CreatedLabels, DisruptedLabels};
+    let cloud = cloud();
+    let (claim, provider_id) = ready_claim(&cloud, "ip-10-0-0-1").await;
+    let name = claim.name_any();
+    let s = store(
+        vec![],
+        vec![node(
+            "ip-10-0-0-1",
+            &provider_id,
+            json!([]),
+            true,
+            Some("1"),
+        )],
+        vec![claim],
+    );
+    // The core replaces the drifted node: a launch, and later the delete.
+    let replacement = spot_request("gpu-000002");
+    let actions = [
+        Action::Launch(replacement.clone()),
+        Action::Launch(spot_request("gpu-000003")),
+        Action::Delete {
+            claim: name.clone(),
+            reason: DisruptionReason::Drifted,
+        },
+    ];
+    let drift = [DisruptionDecision {
+        reason: DisruptionReason::Drifted,
+        claims: vec![name.clone()],
+        replacements: vec![replacement.claim.clone()],
+    }];
+    let (client, verifier) = script_for(&actions, "ip-10-0-0-1").run();
+    let (_, metrics) = execute_as(
+        &KubeApi::new(client),
+        &actions,
+        &snapshot(&s),
+        t(10),
+        true,
+        &drift,
+    )
+    .await;
+    verifier.finish().await;
+    let k = &metrics.karpenter;
+    let created = |reason: &str| {
+        k.nodeclaims_created
+            .get_or_create(&CreatedLabels {
+                reason: reason.into(),
+                nodepool: "gpu".into(),
+                capacity_type: "spot".into(),
+            })
+            .get()
+    };
+    assert_eq!(created("drifted"), 1, "the replacement");
+    assert_eq!(created("provisioned"), 1, "the other launch");
+    let disrupted = k
+        .nodeclaims_disrupted
+        .get_or_create(&DisruptedLabels {
+            reason: "drifted".into(),
+            nodepool: "gpu".into(),
+            capacity_type: "spot".into(),
+        })
+        .get();
+    assert_eq!(disrupted, 1);
 }
 
 #[tokio::test]
@@ -1731,7 +1816,7 @@ async fn a_replica_that_lost_the_lease_writes_nothing_and_counts_what_it_dropped
     // No request is scripted: any write fails the verifier.
     let (client, verifier) = Scenario::new().run();
     let api = KubeApi::new(client);
-    let (outcomes, metrics) = execute_as(&api, &actions, &snapshot(&s), t(12), false).await;
+    let (outcomes, metrics) = execute_as(&api, &actions, &snapshot(&s), t(12), false, &[]).await;
     verifier.finish().await;
     assert!(
         outcomes.iter().all(|o| *o == Outcome::NotLeader),
@@ -1780,7 +1865,8 @@ async fn only_the_leader_writes_and_a_follower_leaves_spot_notices_on_the_queue(
     let (leader_tx, leader) = watch::channel(false);
     let (_catalog_tx, catalog_rx) = watch::channel(catalog());
     let (notices_tx, notices) = mpsc::channel(8);
-    let metrics = Arc::new(Metrics::unregistered());
+    let mut registry = prometheus_client::registry::Registry::default();
+    let metrics = Arc::new(Metrics::new(&mut registry));
     let acks = quartermaster::cloud::NoticeAcks::default();
     let ctx = Context {
         api: KubeApi::new(client),
@@ -1813,6 +1899,25 @@ async fn only_the_leader_writes_and_a_follower_leaves_spot_notices_on_the_queue(
     assert!(
         cost > 0.0,
         "the created claim counts in the pool's cost: {cost}"
+    );
+    // Karpenter's series: the claim was created for pending pods, and the
+    // pool's usage is there (nothing launched yet).
+    let text = quartermaster::metrics::encode(&registry);
+    let created = text
+        .lines()
+        .filter(|l| {
+            l.starts_with(
+                r#"quartermaster_nodeclaims_created_total{reason="provisioned",nodepool="gpu","#,
+            )
+        })
+        .collect::<Vec<_>>();
+    assert_eq!(created.len(), 1, "{text}");
+    assert!(created[0].ends_with(" 1"), "{text}");
+    assert!(
+        text.lines()
+            .any(|l| l
+                == r#"quartermaster_nodepools_usage{nodepool="gpu",resource_type="nodes"} 0.0"#),
+        "{text}"
     );
 
     // Lease lost; a spot notice about the claim's instance cannot be
@@ -1889,31 +1994,48 @@ fn loop_settings(core: Config) -> quartermaster::controller::run::Settings {
     }
 }
 
-#[tokio::test]
-async fn pods_past_the_batch_cap_wait_for_the_next_batch_with_a_batch_deferred_event() {
-    use quartermaster::controller::events::{reasons, Events};
+/// Every write the loop made: method, path and body.
+type Writes = Arc<Mutex<Vec<(String, String, Value)>>>;
+
+/// A loop over `pods` whose every write is accepted (objects echoed back)
+/// and kept, with Events on, run for `rounds` rounds of ten seconds.
+async fn run_loop(pods: Vec<core::Pod>, core: Config, rounds: i64) -> Writes {
+    run_loop_with(vec![pool()], pods, core, rounds).await
+}
+
+/// [`run_loop`] with these pools.
+async fn run_loop_with(
+    pools: Vec<NodePool>,
+    pods: Vec<core::Pod>,
+    core: Config,
+    rounds: i64,
+) -> Writes {
+    use quartermaster::controller::events::Events;
     use quartermaster::controller::run::{Context, Driver};
     use std::sync::atomic::AtomicBool;
     use support::api_server::Recorder;
     use tokio::sync::mpsc;
 
-    // Three pending pods, a cap of two per plan: the last (in the store's
-    // order) waits.
-    let s = Arc::new(store(
-        (0..3)
-            .map(|i| gpu_pod(&format!("train-{i}"), None, json!({})))
-            .collect(),
-        vec![],
-        vec![],
-    ));
-    // Every write is accepted (objects echoed back) and kept with its body.
-    let writes: Arc<Mutex<Vec<(String, String, Value)>>> = Arc::default();
+    let s = Arc::new(store_with(pools, pods, vec![], vec![]));
+    let writes: Writes = Arc::default();
     let seen = writes.clone();
     let (client, _server) = Recorder::start(move |served, body| {
         seen.lock()
             .unwrap()
             .push((served.method.clone(), served.path.clone(), body.clone()));
-        echo(body)
+        // A status patch answers with the whole pool, as the API server does.
+        match served
+            .path
+            .strip_suffix("/status")
+            .and_then(|p| p.split_once("/nodepools/"))
+        {
+            Some((_, name)) => (
+                200,
+                json!({"apiVersion": "quartermaster.dev/v1alpha1", "kind": "NodePool",
+                       "metadata": {"name": name}, "spec": {}, "status": body["status"]}),
+            ),
+            None => echo(body),
+        }
     });
     let (_leader_tx, leader) = watch::channel(true);
     let (_catalog_tx, catalog_rx) = watch::channel(catalog());
@@ -1929,32 +2051,58 @@ async fn pods_past_the_batch_cap_wait_for_the_next_batch_with_a_batch_deferred_e
         notice_acks: Default::default(),
         simulated_nodes: false,
     };
-    let settings = loop_settings(Config {
+    let mut driver = Driver::new(ctx, loop_settings(core), s, t(0));
+    driver.events = Some(Events::new(client, None));
+    for k in 0..rounds {
+        driver.round(t(k * 10)).await;
+    }
+    writes
+}
+
+/// The Events of `reason` the loop posted in namespace `ml`.
+fn posted_events(writes: &Writes, reason: &str) -> Vec<Value> {
+    posted_events_in(writes, "ml", reason)
+}
+
+/// The Events of `reason` the loop posted in `namespace`.
+fn posted_events_in(writes: &Writes, namespace: &str, reason: &str) -> Vec<Value> {
+    let path = format!("/apis/events.k8s.io/v1/namespaces/{namespace}/events");
+    writes
+        .lock()
+        .unwrap()
+        .iter()
+        .filter(|(method, p, body)| method == "POST" && *p == path && body["reason"] == reason)
+        .map(|(_, _, body)| body.clone())
+        .collect()
+}
+
+/// The pods named by the Events of `reason`, sorted.
+fn regarding(events: &[Value]) -> Vec<String> {
+    let mut names: Vec<String> = events
+        .iter()
+        .filter_map(|e| e["regarding"]["name"].as_str().map(str::to_string))
+        .collect();
+    names.sort();
+    names
+}
+
+#[tokio::test]
+async fn pods_past_the_batch_cap_wait_for_the_next_batch_with_a_batch_deferred_event() {
+    use quartermaster::controller::events::reasons;
+    // Three pending pods, a cap of two per plan: the last (in the store's
+    // order) waits.
+    let pods = (0..3)
+        .map(|i| gpu_pod(&format!("train-{i}"), None, json!({})))
+        .collect();
+    let core = Config {
         max_batch_pods: 2,
         ..Config::default()
-    });
-    let mut driver = Driver::new(ctx, settings, s.clone(), t(0));
-    driver.events = Some(Events::new(client, None));
-    for k in 0..8 {
-        driver.round(t(k)).await;
-    }
-
-    let writes = writes.lock().unwrap().clone();
-    let events = |reason: &str| -> Vec<&Value> {
-        writes
-            .iter()
-            .filter(|(method, path, body)| {
-                method == "POST"
-                    && path == "/apis/events.k8s.io/v1/namespaces/ml/events"
-                    && body["reason"] == reason
-            })
-            .map(|(_, _, body)| body)
-            .collect()
     };
+    let writes = run_loop(pods, core, 8).await;
     // One Event for the one deferred pod, not one per round.
-    let deferred = events(reasons::BATCH_DEFERRED);
+    let deferred = posted_events(&writes, reasons::BATCH_DEFERRED);
     assert_eq!(deferred.len(), 1, "{writes:#?}");
-    let event = deferred[0];
+    let event = &deferred[0];
     assert_eq!(event["regarding"]["kind"], "Pod");
     assert_eq!(event["regarding"]["namespace"], "ml");
     assert_eq!(event["regarding"]["name"], "train-2");
@@ -1962,12 +2110,100 @@ async fn pods_past_the_batch_cap_wait_for_the_next_batch_with_a_batch_deferred_e
     let note = event["note"].as_str().unwrap_or_default();
     assert!(note.contains("--max-batch-pods"), "{note}");
     // The plan launched for the two pods it kept, and only for them.
-    let mut nominated: Vec<&str> = events(reasons::NOMINATED)
+    assert_eq!(
+        regarding(&posted_events(&writes, reasons::NOMINATED)),
+        ["train-0", "train-1"],
+        "{writes:#?}"
+    );
+}
+
+#[tokio::test]
+async fn a_pod_asking_for_a_gpu_only_through_a_dra_claim_is_reported_not_placeable_and_gets_no_node(
+) {
+    use quartermaster::controller::events::reasons;
+    let mut dra: core::Pod = serde_json::from_value(json!({
+        "metadata": {"name": "dra", "namespace": "ml"},
+        "spec": {
+            "tolerations": [{"key": "nvidia.com/gpu", "operator": "Exists"}],
+            "resourceClaims": [{"name": "gpu", "resourceClaimTemplateName": "one-h100"}],
+            "containers": [{"name": "c", "resources": {"requests": {"cpu": "1"}, "claims": [{"name": "gpu"}]}}]
+        },
+        "status": {"conditions": [{"type": "PodScheduled", "status": "False", "reason": "Unschedulable"}]}
+    }))
+    .unwrap();
+    dra.metadata.uid = Some("uid-dra".into());
+    let pods = vec![dra, gpu_pod("train-0", None, json!({}))];
+    let writes = run_loop(pods, Config::default(), 3).await;
+    let refused = posted_events(&writes, reasons::NOT_PLACEABLE);
+    assert_eq!(regarding(&refused), ["dra"], "{writes:#?}");
+    let note = refused[0]["note"].as_str().unwrap_or_default();
+    assert!(note.contains("DRA resource claims (gpu)"), "{note}");
+    // The GPU pod got its node; the DRA pod was not placed as a CPU pod.
+    assert_eq!(
+        regarding(&posted_events(&writes, reasons::NOMINATED)),
+        ["train-0"]
+    );
+    let claims: Vec<Value> = writes
+        .lock()
+        .unwrap()
         .iter()
-        .filter_map(|e| e["regarding"]["name"].as_str())
+        .filter(|(m, p, _)| m == "POST" && p.ends_with("/nodeclaims"))
+        .map(|(_, _, b)| b.clone())
         .collect();
-    nominated.sort();
-    assert_eq!(nominated, ["train-0", "train-1"], "{writes:#?}");
+    assert_eq!(claims.len(), 1, "{claims:#?}");
+}
+
+#[tokio::test]
+async fn an_invalid_pool_gets_its_condition_and_one_event_naming_every_problem_and_launches_nothing(
+) {
+    use quartermaster::controller::events::reasons;
+    let mut bad = pool();
+    bad.spec.limits.insert(
+        "nodes".into(),
+        k8s_openapi::apimachinery::pkg::api::resource::Quantity("lots".into()),
+    );
+    bad.spec.weight = Some(500);
+    let pods = vec![gpu_pod("train-0", None, json!({}))];
+    let writes = run_loop_with(vec![bad], pods, Config::default(), 4).await;
+    let status: Vec<Value> = writes
+        .lock()
+        .unwrap()
+        .iter()
+        .filter(|(m, p, _)| m == "PATCH" && p.ends_with("/nodepools/gpu/status"))
+        .map(|(_, _, b)| b.clone())
+        .collect();
+    assert!(!status.is_empty(), "{writes:#?}");
+    let conditions = status[0]["status"]["conditions"]
+        .as_array()
+        .unwrap()
+        .clone();
+    let valid = conditions
+        .iter()
+        .find(|c| c["type"] == "ValidationSucceeded")
+        .unwrap();
+    assert_eq!(valid["status"], "False");
+    let message = valid["message"].as_str().unwrap();
+    assert!(
+        message.contains("spec.limits[nodes]") && message.contains("spec.weight"),
+        "{message}"
+    );
+    // One Event (the events of a cluster-scoped object go to `default`),
+    // naming both problems, however many rounds see the pool.
+    let events = posted_events_in(&writes, "default", reasons::VALIDATION_FAILED);
+    assert_eq!(events.len(), 1, "{writes:#?}");
+    assert_eq!(events[0]["regarding"]["kind"], "NodePool");
+    let note = events[0]["note"].as_str().unwrap();
+    assert!(
+        note.contains("spec.limits[nodes]") && note.contains("spec.weight"),
+        "{note}"
+    );
+    // The pool is not widened into launching anything.
+    assert!(posted_events(&writes, reasons::NOMINATED).is_empty());
+    assert!(!writes
+        .lock()
+        .unwrap()
+        .iter()
+        .any(|(m, p, _)| m == "POST" && p.ends_with("/nodeclaims")));
 }
 
 /// An API server with no objects: every list is empty, watches stay open,

@@ -10,18 +10,65 @@ use quartermaster::api::{EC2NodeClass, NodeClaim, NodePool};
 use serde_json::{json, Value};
 use std::path::Path;
 
+/// Where the generated CRD files live: `crds/`, the controller chart's
+/// `crds/` (installed by `helm install`, never upgraded) and the CRD
+/// chart's templates (installed and upgraded by `helm upgrade`).
+const CRD_DIRS: [&str; 3] = [
+    "crds",
+    "deploy/helm/quartermaster/crds",
+    "deploy/helm/quartermaster-crd/templates",
+];
+
 #[test]
-fn crd_files_match_the_code() {
-    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("crds");
+fn crd_files_match_the_code_in_crds_and_both_charts() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    for dir in CRD_DIRS {
+        let mut files: Vec<String> = std::fs::read_dir(root.join(dir))
+            .unwrap_or_else(|e| panic!("{dir}: {e}"))
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .collect();
+        files.sort();
+        let mut want: Vec<String> = crds::all().iter().map(|(f, _)| f.to_string()).collect();
+        want.sort();
+        assert_eq!(files, want, "{dir} holds exactly the CRD files");
+        for (file, crd) in crds::all() {
+            let want = crds::to_yaml(&crd).unwrap();
+            let have = std::fs::read_to_string(root.join(dir).join(file)).unwrap_or_default();
+            assert!(
+                have == want,
+                "{dir}/{file} is out of date with src/api; run `quartermaster crds --out {dir}` \
+                 (cargo run -- crds --out {dir}) and commit the result"
+            );
+        }
+    }
+}
+
+#[test]
+fn crds_survive_the_uninstall_of_the_crd_chart() {
     for (file, crd) in crds::all() {
-        let want = crds::to_yaml(&crd).unwrap();
-        let have = std::fs::read_to_string(dir.join(file)).unwrap_or_default();
-        assert!(
-            have == want,
-            "crds/{file} is out of date with src/api; run `quartermaster crds --out crds` \
-             (cargo run -- crds --out crds) and commit the result"
+        let annotations = crd.metadata.annotations.unwrap_or_default();
+        assert_eq!(
+            annotations.get(crds::HELM_KEEP.0).map(String::as_str),
+            Some(crds::HELM_KEEP.1),
+            "{file}"
         );
     }
+}
+
+#[test]
+fn the_crd_chart_has_the_controller_chart_s_version_and_the_crate_s() {
+    let chart = |dir: &str| -> Value {
+        let path = Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join(dir)
+            .join("Chart.yaml");
+        serde_norway::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap()
+    };
+    let controller = chart("deploy/helm/quartermaster");
+    let crd = chart("deploy/helm/quartermaster-crd");
+    assert_eq!(crd["name"], "quartermaster-crd");
+    assert_eq!(crd["version"], controller["version"]);
+    assert_eq!(crd["appVersion"], controller["appVersion"]);
+    assert_eq!(controller["appVersion"], env!("CARGO_PKG_VERSION"));
 }
 
 #[test]

@@ -64,6 +64,26 @@ fn plan_json_places_every_example_pod_with_the_documented_keys() {
         assert!((v["cost_per_hour"].as_f64().unwrap() - total).abs() < 1e-6);
         assert!(v["unschedulable"].as_array().unwrap().is_empty());
         assert!(v["solve_ms"].as_f64().is_some());
+        // Each node as it will be: its labels and taints.
+        for n in nodes {
+            let labels = &n["labels"];
+            assert_eq!(
+                labels["node.kubernetes.io/instance-type"],
+                n["instance_type"]
+            );
+            assert_eq!(labels["quartermaster.dev/nodepool"], n["nodepool"]);
+            assert_eq!(
+                labels["quartermaster.dev/capacity-type"],
+                n["capacity_type"]
+            );
+            assert_eq!(labels["topology.k8s.aws/zone-id"], n["zone"]);
+            let gpu_taint = n["taints"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .any(|t| t["key"] == "nvidia.com/gpu" && t["effect"] == "NoSchedule");
+            assert_eq!(gpu_taint, n["nodepool"] == "gpu", "{n:#}");
+        }
         let pretrain = nodes
             .iter()
             .find(|n| n["pods"][0] == "ml/pretrain")
@@ -89,7 +109,7 @@ fn plan_json_places_every_example_pod_with_the_documented_keys() {
 }
 
 #[test]
-fn plan_places_a_badly_annotated_pod_and_names_the_annotation_instead_of_exiting() {
+fn plan_reports_a_badly_annotated_pod_naming_the_annotation_rather_than_placing_it_without() {
     let dir = std::env::temp_dir().join(format!("qm-plan-annot-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     let pods = dir.join("pods.yaml");
@@ -108,20 +128,37 @@ fn plan_places_a_badly_annotated_pod_and_names_the_annotation_instead_of_exiting
         "json",
     ]);
     let v = json(&out);
-    let placed: Vec<&serde_json::Value> = v["nodes"]
-        .as_array()
+    assert!(v["nodes"].as_array().unwrap().is_empty(), "{v:#}");
+    let unplaced = &v["unschedulable"][0];
+    assert_eq!(unplaced["pod"], "ml/w0");
+    let reason = unplaced["reason"].as_str().unwrap();
+    assert!(
+        reason.starts_with("not placeable")
+            && reason.contains("quartermaster.dev/pod-group-size")
+            && reason.contains("quartermaster.dev/checkpoint-interval"),
+        "{reason}"
+    );
+}
+
+#[test]
+fn plan_refuses_a_misspelt_nodepool_field_with_its_path_and_line_rather_than_dropping_it() {
+    let dir = std::env::temp_dir().join(format!("qm-plan-typo-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let bad = dir.join("pools.yaml");
+    let text = std::fs::read_to_string(POOLS)
         .unwrap()
-        .iter()
-        .flat_map(|n| n["pods"].as_array().unwrap())
-        .collect();
-    assert_eq!(placed, [&serde_json::json!("ml/w0")]);
+        .replacen("requirements:", "requirments:", 1);
+    std::fs::write(&bad, text).unwrap();
+    let out = qm(&["plan", "--pods", PODS, "--nodepools", bad.to_str().unwrap()]);
+    assert!(!out.status.success());
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(
-        err.contains("ml/w0")
-            && err.contains("quartermaster.dev/pod-group-size")
-            && err.contains("quartermaster.dev/checkpoint-interval"),
+        err.contains(
+            "spec.template.spec.requirments: unknown field (did you mean requirements?) (line "
+        ),
         "{err}"
     );
+    assert!(out.stdout.is_empty(), "nothing is planned");
 }
 
 #[test]

@@ -1209,3 +1209,26 @@ fn the_bound_never_puts_two_pods_that_each_take_over_half_a_node_on_one_node() {
     );
     expect_whole_nodes_in_the_bound(&inst, 2);
 }
+
+#[test]
+fn a_pod_whose_needs_the_planner_does_not_understand_is_reported_and_never_placed() {
+    let mut dra = Pod::new("ml/dra", Resources::new().with(CPU, 1000));
+    dra.tolerations.push(Toleration::exists(l::TAINT_GPU));
+    dra.not_placeable
+        .push("it asks for devices through DRA resource claims (gpu)".into());
+    let pods = [dra, gpu_pod("ml/train", 1)];
+    let pools = [gpu_pool("gpu"), Pool::new("general")];
+    for p in both(&pods, &pools, &[]) {
+        let placed: Vec<&String> = p.nodes.iter().flat_map(|n| n.pods.iter()).collect();
+        assert_eq!(placed, ["ml/train"], "{:?}", p.strategy);
+        assert_eq!(p.unschedulable.len(), 1, "{:?}", p.unschedulable);
+        assert_eq!(p.unschedulable[0].pod, "ml/dra");
+        assert!(
+            p.unschedulable[0]
+                .reason
+                .contains("DRA resource claims (gpu)"),
+            "{}",
+            p.unschedulable[0].reason
+        );
+    }
+}

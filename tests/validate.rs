@@ -143,7 +143,7 @@ fn one_bad_document_fails_the_run_but_the_good_ones_are_still_reported() {
     );
     assert!(
         run.stdout
-            .contains("document 2 (bad): spec.capacityTypes[0]: unknown variant `spto`"),
+            .contains("document 2 (bad): spec.capacityTypes[0]: the string \"spto\" is not one of spot, on-demand, reserved (did you mean spot?) (line 13)"),
         "{}",
         run.stdout
     );
@@ -248,5 +248,29 @@ fn escalating_labels_overflowing_limits_and_a_cron_that_never_fires_are_named() 
             "{path}: {why}\n{}",
             run.stdout
         );
+    }
+}
+
+#[test]
+fn every_problem_of_a_file_is_named_at_once_with_its_path_line_and_a_suggestion() {
+    let f = file(
+        "many.yaml",
+        &format!(
+            "{}---\napiVersion: quartermaster.dev/v1alpha1\nkind: EC2NodeClass\nmetadata: {{name: gpu}}\nspec:\n  role: nodes\n  subnetSelectorTerms: [{{tags: {{a: b}}}}]\n  securityGroupSelectorTerms: [{{tags: {{a: b}}}}]\n  volumeSize: 500Gi\n",
+            pool(
+                "typos",
+                "  weigth: 3\n  limits: {nodes: lots}\n  risk: {riskAversion: high}\n  template:\n    spec:\n      requirments: []\n",
+            )
+        ),
+    );
+    let run = validate(&[&f]);
+    assert_eq!(run.code, 1, "{}", run.stdout);
+    for expected in [
+        "document 1 (typos): spec.weigth: unknown field (did you mean weight?) (line 6)",
+        "document 1 (typos): spec.risk.riskAversion: expected a number, found the string \"high\" (line 8)",
+        "document 1 (typos): spec.template.spec.requirments: unknown field (did you mean requirements?) (line 11)",
+        "document 2 (gpu): spec.volumeSize: unknown field (line 20)",
+    ] {
+        assert!(run.stdout.contains(expected), "{expected}\n{}", run.stdout);
     }
 }

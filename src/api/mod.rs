@@ -7,10 +7,12 @@ pub mod common;
 pub mod crds;
 pub mod duration;
 pub mod foreign;
+pub mod karpenter;
 pub mod nodeclaim;
 pub mod nodeclass;
 pub mod nodepool;
 pub mod quantity;
+pub mod read;
 pub mod schedule;
 pub mod validate;
 
@@ -30,6 +32,4 @@ pub use nodepool::{
 };
 pub use quantity::{parse_quantity, QuantityError};
 pub use schedule::{parse_cron, parse_time_zone, ScheduleError};
-pub use validate::{
-    node_pool_schema_problems, selected_instance_types, validate_node_pool, FieldError,
-};
+pub use validate::{selected_instance_types, validate_node_pool, FieldError};

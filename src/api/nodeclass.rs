@@ -519,6 +519,22 @@ impl AmiAlias {
     }
 }
 
+/// The boundary of a node class's user data when it is a MIME multi-part
+/// document (its headers name `Content-Type: multipart/...;
+/// boundary=...`), `None` for a plain `NodeConfig` or script.
+pub fn user_data_mime_boundary(data: &str) -> Option<String> {
+    data.lines()
+        .take_while(|l| !l.trim().is_empty())
+        .find_map(|l| {
+            let l = l.trim();
+            l.to_ascii_lowercase()
+                .starts_with("content-type: multipart/")
+                .then(|| l.split("boundary=").nth(1))
+                .flatten()
+                .map(|b| b.trim_matches('"').to_string())
+        })
+}
+
 /// Problems with a node class that the API server's schema may not have
 /// caught (a file given to `quartermaster validate`, or a class written
 /// before a rule existed), as (field path, message); empty when fine.

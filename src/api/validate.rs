@@ -21,17 +21,16 @@ use std::time::Duration;
 
 mod restricted;
 mod syntax;
-mod unknown;
 
 pub use restricted::{
     label_domain_rule, label_restriction, well_known_label_rule, LABEL_DOMAIN_EXCEPTIONS,
     LABEL_DOMAIN_MESSAGE, RESTRICTED_LABEL_DOMAINS, WELL_KNOWN_LABELS, WELL_KNOWN_LABEL_MESSAGE,
 };
+pub(crate) use syntax::distance;
 use syntax::{
     check_dns_label, check_dns_subdomain, check_label_value, check_qualified_name,
     closest_time_zone, is_mig_profile_name, is_plain_number,
 };
-pub use unknown::node_pool_schema_problems;
 
 /// One problem found in an object, with the JSON path of the field.
 #[derive(Debug, Clone, PartialEq, Eq)]

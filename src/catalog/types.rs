@@ -1,6 +1,7 @@
 //! The catalog's vocabulary: instance types, accelerators, offerings, prices
 //! and interruption buckets. Plain data; loading lives in the sibling modules.
 
+use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 use std::fmt;
 
@@ -192,7 +193,9 @@ pub enum PriceSource {
 }
 
 /// Which kind of reserved capacity a [`Reservation`] is.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize, JsonSchema,
+)]
 #[serde(rename_all = "kebab-case")]
 pub enum ReservationKind {
     /// An on-demand capacity reservation (EC2 reservation type `default`):
@@ -219,7 +222,7 @@ impl ReservationKind {
 /// discovered (EC2 `DescribeCapacityReservations`) or as a scenario states
 /// it. The catalog turns each usable one into a [`CapacityType::Reserved`]
 /// offering (see `Catalog::with_reservations`).
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct Reservation {
     /// EC2 capacity reservation ID (`cr-0123...`); the node's
@@ -239,10 +242,12 @@ pub struct Reservation {
     pub available: u32,
     /// When it becomes usable (a block's start); `None`: already.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(with = "Option<String>")]
     pub start: Option<chrono::DateTime<chrono::Utc>>,
     /// When it ends (a block's end, or a reservation's end date); `None`:
     /// open-ended.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(with = "Option<String>")]
     pub end: Option<chrono::DateTime<chrono::Utc>>,
     /// USD per instance-hour the planner charges for it: 0 (already paid) by
     /// default, or the price the node class states.

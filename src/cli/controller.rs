@@ -9,7 +9,8 @@ use anyhow::{bail, Context as _};
 use chrono::Utc;
 use prometheus_client::registry::Registry;
 use quartermaster::catalog::Catalog;
-use quartermaster::cloud::aws::{self, ec2, ec2::AwsCloud, notices, pricing};
+use quartermaster::cloud::aws::ec2::settings::SettingsFile;
+use quartermaster::cloud::aws::{self, ec2, ec2::AwsCloud, eks, notices, pricing};
 use quartermaster::cloud::simulated::{SimulatedCloud, SimulatedCloudConfig};
 use quartermaster::cloud::{CloudProvider, InstanceNotice, NoticeAcks};
 use quartermaster::controller::events::Events;
@@ -89,12 +90,15 @@ pub struct Args {
     lease_retry_period: Duration,
     /// YAML file of the EC2 provider's cluster settings (name, Kubernetes
     /// version, endpoint, CA, service CIDR; node classes are EC2NodeClass
-    /// objects); required with `--cloud aws`. The chart mounts it from a ConfigMap.
+    /// objects), `--cloud aws`. What it leaves out, or all of it without
+    /// the file, is discovered with one eks:DescribeCluster of
+    /// `--cluster-name` at startup. The chart mounts it from a ConfigMap.
     #[arg(long, env = "QM_AWS_CONFIG")]
     aws_config: Option<PathBuf>,
-    /// URL of the SQS queue that EventBridge fills with spot interruption,
+    /// The SQS queue that EventBridge fills with spot interruption,
     /// rebalance, state-change and AWS Health events (`--cloud aws`; see
-    /// deploy/aws). Without it no interruption notice is received. Only the
+    /// deploy/aws): its URL, or its name (looked up with sqs:GetQueueUrl at
+    /// startup). Without it no interruption notice is received. Only the
     /// leader consumes it.
     #[arg(long, env = "QM_INTERRUPTION_QUEUE")]
     interruption_queue: Option<String>,
@@ -231,21 +235,29 @@ impl Args {
         Ok(settings)
     }
 
-    /// The EC2 provider's settings file, read and checked.
-    fn aws_settings(&self) -> anyhow::Result<aws::ec2::Settings> {
-        let Some(path) = &self.aws_config else {
-            bail!("--cloud aws needs --aws-config FILE (the EC2 provider's settings)");
+    /// The EC2 provider's settings file, read and checked; without
+    /// `--aws-config`, one naming `--cluster-name` only (the rest is
+    /// discovered).
+    fn aws_settings(&self) -> anyhow::Result<SettingsFile> {
+        let settings = match &self.aws_config {
+            Some(path) => {
+                let file = SettingsFile::load(path)
+                    .with_context(|| format!("in --aws-config {}", path.display()))?;
+                if file.cluster_name != self.cluster_name {
+                    bail!(
+                        "--aws-config {} names cluster {:?} but --cluster-name is {:?}",
+                        path.display(),
+                        file.cluster_name,
+                        self.cluster_name
+                    );
+                }
+                file
+            }
+            None => SettingsFile {
+                cluster_name: self.cluster_name.clone(),
+                ..SettingsFile::default()
+            },
         };
-        let settings = aws::ec2::Settings::load(path)
-            .with_context(|| format!("in --aws-config {}", path.display()))?;
-        if settings.cluster_name != self.cluster_name {
-            bail!(
-                "--aws-config {} names cluster {:?} but --cluster-name is {:?}",
-                path.display(),
-                settings.cluster_name,
-                self.cluster_name
-            );
-        }
         if self.price_refresh_interval.is_zero() {
             bail!("--price-refresh-interval must be positive");
         }
@@ -329,7 +341,7 @@ async fn controller(
     settings: Settings,
     lease: LeaseSettings,
     catalog: Arc<Catalog>,
-    aws_settings: Option<aws::ec2::Settings>,
+    aws_settings: Option<SettingsFile>,
 ) -> anyhow::Result<()> {
     let mut registry = Registry::default();
     let metrics = Arc::new(Metrics::new(&mut registry));
@@ -406,8 +418,10 @@ async fn controller(
             run_until_stopped(ctx, settings, watches, shutdown, args.shutdown_timeout).await
         }
         CloudKind::Aws => {
-            let aws_settings = aws_settings.context("the EC2 settings were loaded")?;
+            let file = aws_settings.context("the EC2 settings were loaded")?;
             let sdk = aws::load_sdk_config(Some(&args.region), None).await;
+            let aws_settings =
+                eks::complete_settings(&aws_sdk_eks::Client::new(&sdk), &file).await?;
             let cloud = AwsCloud::from_sdk_config(&sdk, aws_settings)
                 .context("configuring the EC2 provider")?;
             // Node classes are resolved beside the loop and handed to the
@@ -454,10 +468,12 @@ async fn controller(
             ));
             tokio::spawn(async move { refresher.run(prices_tx, &m, every, stop).await });
             match &args.interruption_queue {
-                Some(url) => {
+                Some(queue) => {
+                    let sqs = aws_sdk_sqs::Client::new(&sdk);
+                    let url = notices::queue_url(&sqs, queue).await?;
                     let consumer = NoticeFeed {
-                        sqs: aws_sdk_sqs::Client::new(&sdk),
-                        config: notices::ConsumerConfig::new(url.clone()),
+                        sqs,
+                        config: notices::ConsumerConfig::new(url),
                         notices: notice_tx,
                         acks: notice_acks,
                         metrics: metrics.clone(),

@@ -3,6 +3,7 @@
 mod bench;
 mod catalog;
 mod controller;
+mod convert;
 mod crds;
 mod market;
 mod plan;
@@ -28,6 +29,8 @@ enum Command {
     Crds(crds::Args),
     /// Check NodePool YAML files and print every problem with its field path.
     Validate(validate::Args),
+    /// Convert Karpenter v1 NodePools and EC2NodeClasses to Quartermaster's.
+    Convert(convert::Args),
     /// Plan the nodes to launch for pending pods.
     Plan(plan::Args),
     /// Benchmarks run from the command line.
@@ -46,6 +49,7 @@ pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Catalog(args) => catalog::run(args),
         Command::Crds(args) => crds::run(args),
         Command::Validate(args) => validate::run(args),
+        Command::Convert(args) => convert::run(args),
         Command::Plan(args) => plan::run(args),
         Command::Bench(args) => bench::run(args),
         Command::Simulate(args) => simulate::run(args),

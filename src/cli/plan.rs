@@ -2,7 +2,7 @@
 //! out, from the MIP or the greedy baseline, on the embedded catalog.
 
 use anyhow::{bail, Context};
-use quartermaster::api::{validate_node_pool, NodePool};
+use quartermaster::api::read;
 use quartermaster::catalog::Catalog;
 use quartermaster::cluster::workloads::Manifests;
 use quartermaster::cluster::Pool;
@@ -135,42 +135,51 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
 pub fn read_reservations(
     path: &PathBuf,
 ) -> anyhow::Result<Vec<quartermaster::catalog::Reservation>> {
-    let text =
-        std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
-    serde_norway::from_str(&text)
-        .with_context(|| format!("{} is not a list of reservations", path.display()))
+    let file = path.display().to_string();
+    let text = std::fs::read_to_string(path).with_context(|| format!("reading {file}"))?;
+    let schema = read::schema_of::<Vec<quartermaster::catalog::Reservation>>();
+    Ok(read::single(&file, &text, &schema, |_| Vec::new())?)
 }
 
+/// The NodePools of a file, through the one strict reader (`api::read`):
+/// a misspelt field, a wrong type or an invalid pool stops the plan with
+/// every problem of the file, each with its line, rather than planning
+/// with the field dropped. EC2NodeClass documents may sit beside the pools
+/// (they are checked, not used).
 fn read_pools(
     path: &PathBuf,
     catalog: &Catalog,
     overhead: quartermaster::cluster::Resources,
 ) -> anyhow::Result<Vec<Pool>> {
-    let text =
-        std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
+    let file = path.display().to_string();
+    let text = std::fs::read_to_string(path).with_context(|| format!("reading {file}"))?;
+    let (docs, mut problems) = match read::documents(&text) {
+        Ok(docs) => (docs, Vec::new()),
+        Err((docs, p)) => (docs, vec![p]),
+    };
     let mut pools = Vec::new();
-    let mut problems = Vec::new();
-    for doc in serde_norway::Deserializer::from_str(&text) {
-        let value = <serde_json::Value as serde::Deserialize>::deserialize(doc)
-            .with_context(|| format!("parsing {}", path.display()))?;
-        if value.is_null() {
-            continue;
-        }
-        let pool: NodePool = serde_json::from_value(value)
-            .with_context(|| format!("a document of {} is not a NodePool", path.display()))?;
-        let name = pool.metadata.name.clone().unwrap_or_default();
-        let errors = validate_node_pool(&pool, catalog);
-        if errors.is_empty() {
-            pools.push(Pool::from_api(&pool, overhead.clone()).map_err(anyhow::Error::msg)?);
-        } else {
-            problems.extend(errors.iter().map(|e| format!("NodePool {name}: {e}")));
+    for doc in &docs {
+        let result = match read::Kind::of(doc) {
+            read::Kind::EC2NodeClass => read::node_class(doc).map(|_| None),
+            _ => read::node_pool(doc, catalog).map(Some),
+        };
+        match result {
+            Ok(Some(pool)) => {
+                pools.push(Pool::from_api(&pool, overhead.clone()).map_err(anyhow::Error::msg)?)
+            }
+            Ok(None) => {}
+            Err(p) => problems.extend(p),
         }
     }
     if !problems.is_empty() {
-        bail!("invalid NodePools:\n  {}", problems.join("\n  "));
+        let error = read::Error {
+            file: file.clone(),
+            problems,
+        };
+        bail!("{file} has problems; nothing was planned:\n{error}");
     }
     if pools.is_empty() {
-        bail!("{} holds no NodePool", path.display());
+        bail!("{file} holds no NodePool");
     }
     Ok(pools)
 }

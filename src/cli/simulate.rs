@@ -70,8 +70,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     let catalog = Arc::new(Catalog::embedded().context("loading the embedded catalog")?);
     let text = std::fs::read_to_string(&args.scenario)
         .with_context(|| format!("reading {}", args.scenario.display()))?;
-    let mut scenario = Scenario::parse(&text, &catalog)
-        .with_context(|| format!("in {}", args.scenario.display()))?;
+    let mut scenario = Scenario::read(&args.scenario.display().to_string(), &text, &catalog)?;
     let base = args
         .scenario
         .parent()

@@ -1,18 +1,15 @@
 //! `quartermaster validate FILE...`: checks NodePool and EC2NodeClass YAML
-//! files offline with the same validation the controller runs
-//! (`api::validate_node_pool`, `api::nodeclass::node_class_problems`) plus
-//! what only the CRD schema sees (unknown fields, unquoted decimal
-//! quantities), and prints every problem as
-//! `FILE: document N (name): path: message`. A valid pool whose instance
+//! files offline with the one strict reader every command and the
+//! controller share (`api::read`: the CRD's schema, then the controller's
+//! own validation), and prints every problem as
+//! `FILE: document N (name): path: message (line L)`. A valid pool whose instance
 //! families have no offerings in `--region` gets a warning line (it still
 //! passes: the same pool may serve another region).
 
 use anyhow::Context;
-use quartermaster::api::nodeclass::{node_class_problems, NODE_CLASS_KIND};
-use quartermaster::api::validate::{families_without_offerings, node_pool_schema_problems};
-use quartermaster::api::{validate_node_pool, EC2NodeClass, NodePool};
+use quartermaster::api::read::{self, Kind};
+use quartermaster::api::validate::families_without_offerings;
 use quartermaster::catalog::Catalog;
-use serde::Deserialize;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
@@ -73,143 +70,55 @@ impl Line {
     }
 }
 
-const API_VERSION: &str = "quartermaster.dev/v1alpha1";
-
-/// Checks every document of one file's text.
+/// Checks every document of one file's text with the one strict reader
+/// (`api::read`): every problem of every document, each with its line.
 fn check_text(file: &str, text: &str, catalog: &Catalog, region: &str) -> Vec<Line> {
     let mut out = Vec::new();
-    // Pass 1: each document as a plain value, to see its kind and fields.
-    let mut values = Vec::new();
-    let mut syntax_error = None;
-    for doc in serde_norway::Deserializer::from_str(text) {
-        match serde_norway::Value::deserialize(doc) {
-            Ok(v) => values.push(v),
-            Err(e) => {
-                // The parser cannot resynchronize after a syntax error.
-                let n = values.len() + 1;
-                syntax_error = Some(Line::error(format!(
-                    "{file}: document {n}: invalid YAML: {e}"
-                )));
-                break;
-            }
-        }
-    }
-    // Pass 2: NodePool documents straight from the text, so that type errors
-    // come with their field path and line.
-    let mut typed = serde_norway::Deserializer::from_str(text)
-        .take(values.len())
-        .map(NodePool::deserialize);
-    let mut documents = 0;
-    for (i, value) in values.iter().enumerate() {
-        let parsed = typed.next();
-        if value.is_null() {
-            continue; // an empty document, e.g. after a trailing `---`
-        }
-        documents += 1;
-        let n = i + 1;
-        let json = match serde_json::to_value(value) {
-            Ok(j) => j,
-            Err(e) => {
-                out.push(Line::error(format!("{file}: document {n}: {e}")));
-                continue;
-            }
-        };
-        let name = json
-            .pointer("/metadata/name")
-            .and_then(|v| v.as_str())
-            .unwrap_or("unnamed");
-        let at = format!("{file}: document {n} ({name})");
-        if is_node_class(&json) {
-            out.extend(check_node_class(&at, json));
-            continue;
-        }
-        if let Some(problem) = not_a_node_pool(&json) {
-            out.push(Line::error(format!("{at}: {problem}")));
-            continue;
-        }
-        let mut errors: Vec<String> = node_pool_schema_problems(&json)
-            .iter()
-            .map(ToString::to_string)
-            .collect();
-        let mut warnings = Vec::new();
-        match parsed {
-            Some(Ok(pool)) => {
-                errors.extend(
-                    validate_node_pool(&pool, catalog)
-                        .iter()
-                        .map(ToString::to_string),
-                );
-                warnings = families_without_offerings(&pool.spec, catalog, region);
-            }
-            Some(Err(e)) => errors.push(e.to_string()),
-            None => errors.push("could not be read as a NodePool".into()),
-        }
-        if errors.is_empty() {
-            out.push(Line::ok(format!("{at}: ok")));
-            out.extend(warnings.iter().map(|f| {
-                Line::ok(format!(
-                    "{at}: warning: family {f} has no offerings in {region}: the pool launches none of its types there"
-                ))
-            }));
-        }
-        out.extend(
-            errors
-                .into_iter()
-                .map(|e| Line::error(format!("{at}: {e}"))),
+    let (docs, syntax_error) = match read::documents(text) {
+        Ok(docs) => (docs, None),
+        Err((docs, problem)) => (docs, Some(problem)),
+    };
+    for doc in &docs {
+        let at = format!(
+            "{file}: document {} ({})",
+            doc.number,
+            doc.name().unwrap_or("unnamed")
         );
+        let result = match Kind::of(doc) {
+            Kind::EC2NodeClass => read::node_class(doc).map(|_| Vec::new()),
+            Kind::NodePool => read::node_pool(doc, catalog)
+                .map(|pool| families_without_offerings(&pool.spec, catalog, region)),
+            Kind::Karpenter | Kind::Other => Err(vec![Kind::refusal(
+                doc,
+                "NodePool or EC2NodeClass; only those are validated",
+            )]),
+        };
+        match result {
+            Ok(families) => {
+                out.push(Line::ok(format!("{at}: ok")));
+                out.extend(families.iter().map(|f| {
+                    Line::ok(format!(
+                        "{at}: warning: family {f} has no offerings in {region}: the pool launches none of its types there"
+                    ))
+                }));
+            }
+            Err(problems) => out.extend(problems.iter().map(|p| {
+                // The document is named once, at the start of the line.
+                let p = read::Problem {
+                    document: 0,
+                    ..p.clone()
+                };
+                Line::error(format!("{at}: {p}"))
+            })),
+        }
     }
-    out.extend(syntax_error);
-    if documents == 0 && out.is_empty() {
+    if let Some(p) = syntax_error {
+        out.push(Line::error(format!("{file}: {p}")));
+    }
+    if docs.is_empty() && out.is_empty() {
         out.push(Line::error(format!("{file}: no YAML documents")));
     }
     out
-}
-
-fn is_node_class(json: &serde_json::Value) -> bool {
-    json.get("apiVersion").and_then(|v| v.as_str()) == Some(API_VERSION)
-        && json.get("kind").and_then(|v| v.as_str()) == Some(NODE_CLASS_KIND)
-}
-
-/// The lines of one EC2NodeClass document: `ok`, or each problem
-/// (`node_class_problems`, the controller's own checks) with its field path.
-fn check_node_class(at: &str, json: serde_json::Value) -> Vec<Line> {
-    let class: EC2NodeClass = match serde_json::from_value(json) {
-        Ok(c) => c,
-        Err(e) => return vec![Line::error(format!("{at}: {e}"))],
-    };
-    let problems = node_class_problems(&class.spec);
-    if problems.is_empty() {
-        return vec![Line::ok(format!("{at}: ok"))];
-    }
-    problems
-        .into_iter()
-        .map(|(field, why)| Line::error(format!("{at}: spec.{field}: {why}")))
-        .collect()
-}
-
-/// Why a document is not a NodePool of our API version, if it is not.
-fn not_a_node_pool(json: &serde_json::Value) -> Option<String> {
-    if !json.is_object() {
-        return Some(
-            "not a Kubernetes object (expected a mapping with apiVersion and kind)".into(),
-        );
-    }
-    let field = |k: &str| json.get(k).and_then(|v| v.as_str()).unwrap_or("");
-    let (api_version, kind) = (field("apiVersion"), field("kind"));
-    if api_version == API_VERSION && kind == "NodePool" {
-        return None;
-    }
-    if kind == "NodePool" {
-        return Some(format!(
-            "apiVersion {api_version:?} is not {API_VERSION} (Karpenter NodePools are not Quartermaster NodePools)"
-        ));
-    }
-    if kind.is_empty() {
-        return Some("missing kind (expected kind: NodePool)".into());
-    }
-    Some(format!(
-        "kind {kind} ({api_version}) is not a {API_VERSION} NodePool or EC2NodeClass; only those are validated"
-    ))
 }
 
 #[cfg(test)]
@@ -236,15 +145,17 @@ mod tests {
         assert_eq!(r.len(), 1);
         assert!(
             r[0].starts_with(
-                "E f.yaml: document 1 (a): spec.capacityTypes[0]: unknown variant `spto`"
+                "E f.yaml: document 1 (a): spec.capacityTypes[0]: the string \"spto\" is not one of spot, on-demand, reserved (did you mean spot?) (line 6)"
             ),
             "{r:?}"
         );
-        assert!(r[0].contains("line 6"), "{r:?}");
         // A type error in one document does not hide the next one.
         let r = report(&format!("{POOL}  risk: heavy\n---\n{POOL}"));
         assert_eq!(r.len(), 2, "{r:?}");
-        assert!(r[0].contains("spec.risk: invalid type"), "{r:?}");
+        assert!(
+            r[0].contains("spec.risk: expected a mapping, found the string \"heavy\" (line 6)"),
+            "{r:?}"
+        );
         assert_eq!(r[1], "  f.yaml: document 2 (a): ok");
     }
 
@@ -256,8 +167,8 @@ mod tests {
         assert_eq!(
             report(&text),
             [
-                "E f.yaml: document 1 (a): spec.weigth: unknown field (did you mean weight?)",
-                "E f.yaml: document 2 (c): kind ConfigMap (v1) is not a quartermaster.dev/v1alpha1 NodePool or EC2NodeClass; only those are validated",
+                "E f.yaml: document 1 (a): spec.weigth: unknown field (did you mean weight?) (line 7)",
+                "E f.yaml: document 2 (c): kind ConfigMap (v1) is not a quartermaster.dev/v1alpha1 NodePool or EC2NodeClass; only those are validated (line 9)",
             ]
         );
     }
@@ -320,6 +231,9 @@ mod tests {
     fn karpenter_node_pools_are_named_as_such() {
         let r =
             report("apiVersion: karpenter.sh/v1\nkind: NodePool\nmetadata: {name: k}\nspec: {}\n");
-        assert!(r[0].contains("Karpenter NodePools"), "{r:?}");
+        assert!(
+            r[0].contains("is Karpenter's: `quartermaster convert`"),
+            "{r:?}"
+        );
     }
 }

@@ -87,6 +87,11 @@ pub struct Pod {
     pub holds_work: bool,
     /// Pod labels (for spread and anti-affinity selectors).
     pub labels: BTreeMap<String, String>,
+    /// Why the planner cannot honestly place the pod, if it cannot: a need
+    /// it does not understand (a DRA ResourceClaim, an annotation that does
+    /// not read). Such a pod is reported `NotPlaceable` with these reasons
+    /// and never placed as though the need were absent.
+    pub not_placeable: Vec<String>,
 }
 
 impl Pod {
@@ -108,6 +113,7 @@ impl Pod {
             checkpoints: false,
             holds_work: true,
             labels: BTreeMap::new(),
+            not_placeable: Vec::new(),
         }
     }
 
@@ -134,11 +140,14 @@ impl Pod {
         }
     }
 
-    /// Converts a Kubernetes Pod as [`Pod::from_k8s`] does, but an optional
+    /// Converts a Kubernetes Pod as [`Pod::from_k8s`] does, but an
     /// annotation or label that does not parse (a gang's size, a checkpoint
-    /// interval, an expected run time) is left out and returned beside the
-    /// pod instead of failing it: a pod the user annotated badly is still
-    /// counted and placed, and the driver tells the user.
+    /// interval, an expected run time) is returned beside the pod instead
+    /// of failing it: a pod the user annotated badly is still counted (its
+    /// requests hold room on its node), but it is not placed as though the
+    /// annotation were absent: its [`Pod::not_placeable`] names the
+    /// problem (as it names a DRA resource claim), and the driver tells the
+    /// user.
     ///
     /// # Errors
     /// A malformed quantity, operator or effect, naming the pod (the API
@@ -286,6 +295,21 @@ impl Pod {
                 true
             }
         };
+        // Needs the planner cannot meet honestly: the pod is reported, not
+        // placed as a pod without them.
+        let mut not_placeable: Vec<String> = ignored.iter().map(|i| i.problem.clone()).collect();
+        let claims: Vec<&str> = spec
+            .resource_claims
+            .iter()
+            .flatten()
+            .map(|c| c.name.as_str())
+            .collect();
+        if !claims.is_empty() {
+            not_placeable.push(format!(
+                "it asks for devices through DRA resource claims ({}), which Quartermaster does not plan yet",
+                claims.join(", ")
+            ));
+        }
         let pod = Pod {
             requests,
             affinity: NodeAffinity { terms },
@@ -303,6 +327,7 @@ impl Pod {
             holds_work,
             labels,
             name,
+            not_placeable,
         };
         Ok((pod, ignored))
     }
@@ -320,7 +345,11 @@ pub struct Ignored {
 
 impl std::fmt::Display for Ignored {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "pod {}: {} (ignored)", self.pod, self.problem)
+        write!(
+            f,
+            "pod {}: {} (not placed until fixed)",
+            self.pod, self.problem
+        )
     }
 }
 
@@ -463,6 +492,41 @@ mod tests {
 
     fn pod_yaml(y: &str) -> core::Pod {
         serde_norway::from_str(y).unwrap()
+    }
+
+    #[test]
+    fn needs_the_planner_does_not_understand_make_a_pod_not_placeable() {
+        let dra = pod_yaml(
+            r#"
+metadata: {name: p, namespace: ml}
+spec:
+  resourceClaims: [{name: gpu, resourceClaimTemplateName: one-h100}]
+  containers:
+  - {name: a, resources: {requests: {cpu: "1"}, claims: [{name: gpu}]}}
+"#,
+        );
+        let (p, ignored) = Pod::from_k8s_lenient(&dra, &BTreeMap::new()).unwrap();
+        assert!(ignored.is_empty());
+        assert_eq!(p.not_placeable.len(), 1);
+        assert!(p.not_placeable[0].contains("DRA resource claims (gpu)"));
+        let annotated = pod_yaml(
+            r#"
+metadata: {name: p, namespace: ml, annotations: {quartermaster.dev/pod-group: g, quartermaster.dev/pod-group-size: four}}
+spec:
+  containers: [{name: a, resources: {limits: {nvidia.com/gpu: "1"}}}]
+"#,
+        );
+        let (p, ignored) = Pod::from_k8s_lenient(&annotated, &BTreeMap::new()).unwrap();
+        assert_eq!(ignored.len(), 1);
+        // Not planned as a single pod without its gang.
+        assert_eq!(p.not_placeable, [ignored[0].problem.clone()]);
+        assert!(p.group.is_none());
+        let plain = pod_yaml("metadata: {name: p}\nspec: {containers: [{name: a}]}\n");
+        assert!(Pod::from_k8s_lenient(&plain, &BTreeMap::new())
+            .unwrap()
+            .0
+            .not_placeable
+            .is_empty());
     }
 
     #[test]

@@ -38,6 +38,27 @@ impl NodeAffinity {
                 .any(|t| t.iter().all(|r| r.matches(labels)))
     }
 
+    /// The values of label `key` the affinity confines a node to, when
+    /// every term requires `key` with `In` (a `nodeSelector` is in every
+    /// term): the union over the terms of each term's allowed values.
+    /// `None` when some term leaves `key` open, or there are no terms.
+    pub fn pinned(&self, key: &str) -> Option<std::collections::BTreeSet<&str>> {
+        use std::collections::BTreeSet;
+        if self.terms.is_empty() {
+            return None;
+        }
+        let mut all = BTreeSet::new();
+        for term in &self.terms {
+            let allowed = term
+                .iter()
+                .filter(|r| r.key == key && r.operator == Operator::In)
+                .map(|r| r.values.iter().map(String::as_str).collect::<BTreeSet<_>>())
+                .reduce(|a, b| a.intersection(&b).copied().collect())?;
+            all.extend(allowed);
+        }
+        Some(all)
+    }
+
     /// The requirement that rules `labels` out: for a single term, the first
     /// failing requirement; for several, the first failing one of the first.
     pub fn first_failure(&self, labels: &Labels) -> Option<&Requirement> {
@@ -139,6 +160,41 @@ mod tests {
 
     fn req(key: &str, op: Operator, values: &[&str]) -> Requirement {
         Requirement::new(key, op, values)
+    }
+
+    #[test]
+    fn a_key_is_pinned_only_when_every_term_confines_it() {
+        let pool = |vals: &[&str]| req("pool", Operator::In, vals);
+        let aff = |terms: Vec<Vec<Requirement>>| NodeAffinity { terms };
+        let set = |v: &[&'static str]| Some(v.iter().copied().collect());
+        assert_eq!(aff(vec![]).pinned("pool"), None);
+        assert_eq!(
+            aff(vec![vec![pool(&["a", "b"])]]).pinned("pool"),
+            set(&["a", "b"])
+        );
+        assert_eq!(
+            aff(vec![vec![pool(&["a", "b"]), pool(&["b", "c"])]]).pinned("pool"),
+            set(&["b"]),
+            "requirements in a term are ANDed"
+        );
+        assert_eq!(
+            aff(vec![vec![pool(&["a"])], vec![pool(&["c"])]]).pinned("pool"),
+            set(&["a", "c"]),
+            "terms are ORed"
+        );
+        assert_eq!(
+            aff(vec![
+                vec![pool(&["a"])],
+                vec![req("zone", Operator::In, &["z"])]
+            ])
+            .pinned("pool"),
+            None,
+            "the second term leaves the pool open"
+        );
+        assert_eq!(
+            aff(vec![vec![req("pool", Operator::NotIn, &["a"])]]).pinned("pool"),
+            None
+        );
     }
 
     #[test]

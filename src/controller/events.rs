@@ -44,8 +44,9 @@ pub mod reasons {
     pub const LIMIT_REACHED: &str = "LimitReached";
     /// The pool's EC2NodeClass is missing or did not resolve.
     pub const NODE_CLASS_NOT_READY: &str = "NodeClassNotReady";
-    /// An annotation of the pod does not parse and is ignored.
-    pub const ANNOTATION_IGNORED: &str = "AnnotationIgnored";
+    /// An annotation of the pod does not parse: the pod is not placed,
+    /// and its node is not consolidated, until it is fixed.
+    pub const ANNOTATION_UNREADABLE: &str = "AnnotationUnreadable";
     /// The NodeClaim no longer matches its pool or node class.
     pub const DRIFTED: &str = "Drifted";
     // On a ProvisioningRequest, the Event's reason is the condition's reason
@@ -265,16 +266,17 @@ impl Events {
         .await
     }
 
-    /// On a pod: annotations that do not parse are ignored, and its node
-    /// is kept out of consolidation until they are fixed.
-    pub async fn annotation_ignored(&self, pod: &ObjectReference, problems: &[String]) {
+    /// On a pod: annotations that do not parse. The pod is not placed as
+    /// though they were absent, and its node is kept out of consolidation,
+    /// until they are fixed.
+    pub async fn annotation_unreadable(&self, pod: &ObjectReference, problems: &[String]) {
         self.report(
             pod,
             EventType::Warning,
-            reasons::ANNOTATION_IGNORED,
+            reasons::ANNOTATION_UNREADABLE,
             "Read",
             format!(
-                "ignored until fixed (the pod is planned without it, and its node is not consolidated): {}",
+                "cannot be read (the pod is not placed, and its node is not consolidated, until it is fixed): {}",
                 problems.join("; ")
             ),
             None,

@@ -14,7 +14,9 @@ use super::snapshot::{NodeInfo, PodInfo};
 use crate::api::labels as l;
 use crate::api::{NodeClaim, NodeClaimSpec, Taint, TaintEffect};
 use crate::cluster::Pod;
-use crate::core::{fallback, Action, ClaimRequest, DisruptionReason, ManagedNode, Time, World};
+use crate::core::{
+    fallback, Action, ClaimRequest, DisruptionDecision, DisruptionReason, ManagedNode, Time, World,
+};
 use crate::metrics::Metrics;
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use std::collections::{BTreeMap, HashMap};
@@ -203,7 +205,8 @@ pub struct Targets {
 pub struct Executor<'a> {
     /// Kubernetes writes.
     pub api: &'a KubeApi,
-    /// Metrics (checkpoints requested and hook acknowledgements).
+    /// Metrics (checkpoints requested, hook acknowledgements, claims
+    /// created and disrupted).
     pub metrics: &'a Arc<Metrics>,
     /// Leadership; checked before every write.
     pub leader: &'a watch::Receiver<bool>,
@@ -216,6 +219,9 @@ pub struct Executor<'a> {
     /// How many claims' actions are applied at once ([`PARALLEL`] in the
     /// controller); 1 applies every action in the order given.
     pub parallel: usize,
+    /// The disruptions the core started this round: a launch that
+    /// replaces one of their nodes is counted as created for its reason.
+    pub disruptions: &'a [DisruptionDecision],
 }
 
 impl Executor<'_> {
@@ -445,6 +451,7 @@ impl Executor<'_> {
                     .collect();
                 let claim = build_claim(req, &name, world, &pods, now)?;
                 let created = self.api.create_node_claim(&claim).await.map_err(kube)?;
+                self.metrics.karpenter.created(req, self.disruptions);
                 if let Some(ev) = self.events {
                     let offering = req.offering.to_string();
                     // Stand-ins for pods not created yet have no object.
@@ -513,8 +520,15 @@ impl Executor<'_> {
                     Eviction::Gone => Ok(Outcome::Gone),
                 }
             }
-            Action::Delete { claim, .. } => {
+            Action::Delete { claim, reason } => {
                 self.api.delete_node_claim(claim).await.map_err(kube)?;
+                if let Some(n) = world.nodes.iter().find(|n| n.claim == *claim) {
+                    self.metrics.karpenter.disrupted(
+                        &n.nodepool,
+                        n.offering.capacity_type,
+                        *reason,
+                    );
+                }
                 Ok(Outcome::Done)
             }
         }

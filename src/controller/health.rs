@@ -458,6 +458,32 @@ mod tests {
                 action: "evict".into(),
             })
             .inc();
+        // The series ported from Karpenter's.
+        let k = &m.karpenter;
+        let claim: crate::api::NodeClaim = serde_json::from_value(serde_json::json!({
+            "apiVersion": "quartermaster.dev/v1alpha1", "kind": "NodeClaim",
+            "metadata": {"name": "c"},
+            "spec": {"nodePool": "p", "instanceType": "t", "zone": "z",
+                     "capacityType": "spot", "pricePerHour": 1.0}
+        }))
+        .unwrap();
+        let request = crate::controller::snapshot::request_of(&claim);
+        let reason = crate::core::DisruptionReason::Drifted;
+        k.created(&request, &[]);
+        k.terminated(&claim);
+        k.disrupted("p", crate::catalog::CapacityType::Spot, reason);
+        k.decided(&[crate::core::DisruptionDecision {
+            reason,
+            claims: vec!["c".into()],
+            replacements: vec![],
+        }]);
+        let pool = crate::api::NodePool::new("p", Default::default());
+        let mut with_limit = pool.clone();
+        with_limit.spec.limits.insert(
+            "nodes".into(),
+            k8s_openapi::apimachinery::pkg::api::resource::Quantity("1".into()),
+        );
+        k.set_pools([(&with_limit, &crate::cluster::Resources::new(), 1, 1.0)]);
         let encoded = crate::metrics::encode(&registry);
         let mut families = Vec::new();
         let mut served = std::collections::BTreeSet::new();
@@ -474,7 +500,7 @@ mod tests {
             served.extend(suffixes.iter().map(|s| format!("{name}{s}")));
             families.push(name.to_string());
         }
-        assert!(families.len() >= 16, "{encoded}");
+        assert!(families.len() >= 22, "{encoded}");
 
         for name in &queried {
             assert!(

@@ -124,7 +124,7 @@ pub struct Lifecycle<'a, C> {
     pub api: &'a KubeApi,
     /// The cloud.
     pub cloud: &'a C,
-    /// Metrics (`launch_failures`).
+    /// Metrics (`launch_failures`, `nodeclaims_terminated`).
     pub metrics: &'a Metrics,
     /// A claim not launched this long after creation is deleted.
     pub launch_timeout: Duration,
@@ -926,6 +926,7 @@ impl<C: CloudProvider + Send + Sync> Lifecycle<'_, C> {
             .remove_finalizer(claim)
             .await
             .map_err(kube_err(&name, "removing the finalizer"))?;
+        self.metrics.karpenter.terminated(claim);
         tracing::info!(claim = %name, "terminated and finalized");
         Ok(Step::Finalized)
     }

@@ -391,10 +391,10 @@ impl<C: CloudProvider + Send + Sync + 'static> Driver<C> {
     async fn report_unreadable(&mut self) {
         let fresh = self.store.read(|s| self.unreadable.fresh(s));
         for (pod, problems) in fresh {
-            tracing::warn!(%pod, ?problems, "pod annotations ignored");
+            tracing::warn!(%pod, ?problems, "pod annotations unreadable");
             if let Some(events) = &self.events {
                 events
-                    .annotation_ignored(&super::events::pod_ref(&pod, None), &problems)
+                    .annotation_unreadable(&super::events::pod_ref(&pod, None), &problems)
                     .await;
             }
         }
@@ -476,64 +476,70 @@ impl<C: CloudProvider + Send + Sync + 'static> Driver<C> {
         }
         let mut finished = std::mem::take(&mut self.finished);
         finished.extend(self.steps.take_finished(now));
-        let (parts, pending_work, nodes_by_claim, present, prewarm) = self.store.read(|s| {
-            let mut parts = snapshot::world_parts(s, &catalog, &region, now);
-            snapshot::mark_drift(s, &mut parts.nodes, &|c| self.ctx.cloud.launch_stamp(c));
-            // What the cloud can launch for each pool (EC2: the variants its
-            // node class has images for) narrows the pool's requirements.
-            for pool in &mut parts.pools {
-                let extra = self.ctx.cloud.pool_requirements(&pool.name_any());
-                pool.spec.template.spec.requirements.extend(extra);
-                // A pool the cloud cannot launch for (its EC2NodeClass is
-                // missing or not Ready) is marked not Ready for this
-                // round's decisions, so that nothing is planned for it; the
-                // status write and the node class reconciler's Event say why.
-                if let Some(why) = self.ctx.cloud.pool_problem(&pool.name_any()) {
-                    status::hold_not_ready(pool, &why, now);
+        let (parts, pending_work, nodes_by_claim, present, (prewarm, usage)) =
+            self.store.read(|s| {
+                let mut parts = snapshot::world_parts(s, &catalog, &region, now);
+                snapshot::mark_drift(s, &mut parts.nodes, &|c| self.ctx.cloud.launch_stamp(c));
+                // What the cloud can launch for each pool (EC2: the variants its
+                // node class has images for) narrows the pool's requirements.
+                for pool in &mut parts.pools {
+                    let extra = self.ctx.cloud.pool_requirements(&pool.name_any());
+                    pool.spec.template.spec.requirements.extend(extra);
+                    // A pool the cloud cannot launch for (its EC2NodeClass is
+                    // missing or not Ready) is marked not Ready for this
+                    // round's decisions, so that nothing is planned for it; the
+                    // status write and the node class reconciler's Event say why.
+                    if let Some(why) = self.ctx.cloud.pool_problem(&pool.name_any()) {
+                        status::hold_not_ready(pool, &why, now);
+                    }
                 }
-            }
-            for (claim, at) in created {
-                let name = claim.name_any();
-                let fresh = (now - at).to_std().is_ok_and(|d| d < UNSEEN_CLAIM_TTL);
-                if s.claims.contains_key(&name) || !fresh {
-                    continue;
+                for (claim, at) in created {
+                    let name = claim.name_any();
+                    let fresh = (now - at).to_std().is_ok_and(|d| d < UNSEEN_CLAIM_TTL);
+                    if s.claims.contains_key(&name) || !fresh {
+                        continue;
+                    }
+                    let shape = WorldParts {
+                        pools: parts.pools.clone(),
+                        ..WorldParts::default()
+                    };
+                    let node = ManagedNode::launched(
+                        &snapshot::request_of(&claim),
+                        &shape.world(&catalog, &region),
+                        at,
+                    );
+                    parts.nodes.extend(node);
+                    self.created.push((claim, at));
                 }
-                let shape = WorldParts {
-                    pools: parts.pools.clone(),
-                    ..WorldParts::default()
-                };
-                let node = ManagedNode::launched(
-                    &snapshot::request_of(&claim),
-                    &shape.world(&catalog, &region),
-                    at,
-                );
-                parts.nodes.extend(node);
-                self.created.push((claim, at));
-            }
-            // Views only of the claims whose lifecycle has a step to take
-            // now (building one clones the claim and its pods).
-            let pending_work: Vec<ClaimView> = s
-                .claims
-                .values()
-                .filter(|c| lifecycle::needs_work(c))
-                .filter(|c| self.steps.may_start(&c.name_any(), now))
-                .map(|c| s.claim_view(c))
-                .collect();
-            let mut nodes = HashMap::new();
-            for c in s.claims.values() {
-                if let Some(n) = s.node_of(c) {
-                    nodes.insert(c.name_any(), n.clone());
+                // Views only of the claims whose lifecycle has a step to take
+                // now (building one clones the claim and its pods).
+                let pending_work: Vec<ClaimView> = s
+                    .claims
+                    .values()
+                    .filter(|c| lifecycle::needs_work(c))
+                    .filter(|c| self.steps.may_start(&c.name_any(), now))
+                    .map(|c| s.claim_view(c))
+                    .collect();
+                let mut nodes = HashMap::new();
+                for c in s.claims.values() {
+                    if let Some(n) = s.node_of(c) {
+                        nodes.insert(c.name_any(), n.clone());
+                    }
                 }
-            }
-            let present = steps::names(s.claims.values());
-            let prewarm: Vec<String> = s
-                .claims
-                .values()
-                .filter(|c| c.labels().contains_key(executor::PREWARM_LABEL))
-                .map(|c| c.spec.node_pool.clone())
-                .collect();
-            (parts, pending_work, nodes, present, prewarm)
-        });
+                let present = steps::names(s.claims.values());
+                let prewarm: Vec<String> = s
+                    .claims
+                    .values()
+                    .filter(|c| c.labels().contains_key(executor::PREWARM_LABEL))
+                    .map(|c| c.spec.node_pool.clone())
+                    .collect();
+                let usage: Vec<status::PoolUsage> = parts
+                    .pools
+                    .iter()
+                    .map(|p| status::pool_usage(p, s.claims.values(), &catalog))
+                    .collect();
+                (parts, pending_work, nodes, present, (prewarm, usage))
+            });
         self.steps.retain(&present);
         let mut parts = parts;
         self.checkpoint_bookkeeping(&mut parts, now);
@@ -574,6 +580,14 @@ impl<C: CloudProvider + Send + Sync + 'static> Driver<C> {
                 .metrics
                 .decision_duration_seconds
                 .observe(started.elapsed().as_secs_f64());
+            self.ctx
+                .metrics
+                .karpenter
+                .decided(self.core.disruption_decisions());
+            self.ctx
+                .metrics
+                .karpenter
+                .decided(self.core.disruption_decisions());
             self.report_plan(&parts.pending, &deferred, now).await;
             self.report_deferred(&deferred).await;
             self.report_unreadable().await;
@@ -611,7 +625,7 @@ impl<C: CloudProvider + Send + Sync + 'static> Driver<C> {
                 self.collect_garbage(now);
             }
         }
-        update_metrics(&self.ctx.metrics, &catalog, &parts, &prewarm);
+        update_metrics(&self.ctx.metrics, &catalog, &parts, &prewarm, &usage);
         let core = self.core.next_deadline(&world, now);
         let steps = self.steps.next_due(now);
         self.next_deadline = [core, steps].into_iter().flatten().min();
@@ -647,6 +661,7 @@ impl<C: CloudProvider + Send + Sync + 'static> Driver<C> {
             hooks: &self.hooks,
             hook_acks: &self.hook_acks,
             parallel: executor::PARALLEL,
+            disruptions: self.core.disruption_decisions(),
         };
         let outcomes = executor.execute(actions, world, &targets, now).await;
         for (action, o) in actions.iter().zip(outcomes) {
@@ -827,13 +842,26 @@ impl<C: CloudProvider + Send + Sync + 'static> Driver<C> {
     /// Patches each NodePool's status (conditions from validation, nodes,
     /// resources, cost) when it changed.
     async fn update_pool_statuses(&mut self, catalog: &Catalog, now: Time) {
-        let updates: Vec<(String, crate::api::NodePoolStatus)> = self.store.read(|s| {
+        type Update = (
+            String,
+            Option<String>,
+            crate::api::NodePoolStatus,
+            Option<String>,
+        );
+        let updates: Vec<Update> = self.store.read(|s| {
             let claims: Vec<NodeClaim> = s.claims.values().cloned().collect();
             s.pools
                 .values()
                 .filter_map(|pool| {
+                    // Every problem, as `quartermaster validate` names them.
                     let problems = crate::api::validate::validate_node_pool(pool, catalog);
-                    let problem = problems.first().map(|e| e.to_string());
+                    let problem = (!problems.is_empty()).then(|| {
+                        problems
+                            .iter()
+                            .map(ToString::to_string)
+                            .collect::<Vec<_>>()
+                            .join("; ")
+                    });
                     let mut new = status::node_pool_status(
                         pool,
                         &claims,
@@ -851,14 +879,31 @@ impl<C: CloudProvider + Send + Sync + 'static> Driver<C> {
                             now,
                         );
                     }
+                    // The Event is said when the problem is new, not at
+                    // every later change of the status.
+                    let told = pool.status.as_ref().is_some_and(|old| {
+                        old.conditions.iter().any(|c| {
+                            c.type_ == crate::api::nodepool::conditions::VALIDATION_SUCCEEDED
+                                && c.status == "False"
+                                && Some(&c.message) == problem.as_ref()
+                        })
+                    });
+                    let news = problem.filter(|_| !told);
                     status::status_changed(pool.status.as_ref(), &new)
-                        .then(|| (pool.name_any(), new))
+                        .then(|| (pool.name_any(), pool.uid(), new, news))
                 })
                 .collect()
         });
-        for (name, new) in updates {
-            if let Err(e) = self.ctx.api.patch_node_pool_status(&name, &new).await {
-                tracing::warn!(pool = %name, error = %e, "NodePool status update failed");
+        for (name, uid, new, problem) in updates {
+            match self.ctx.api.patch_node_pool_status(&name, &new).await {
+                Err(e) => tracing::warn!(pool = %name, error = %e, "NodePool status update failed"),
+                Ok(()) => {
+                    if let (Some(problem), Some(ev)) = (problem, &self.events) {
+                        tracing::warn!(pool = %name, %problem, "NodePool is invalid and launches nothing");
+                        let pool = super::events::node_pool_ref(&name, uid.as_deref());
+                        ev.validation_failed(&pool, &problem).await;
+                    }
+                }
             }
         }
     }
@@ -961,12 +1006,14 @@ pub fn sleep_for(deadline: Option<Time>, now: Time, tick: Duration) -> Duration 
 /// Sets the per-pool gauges from the round's world: nodes and accelerators
 /// by pool, instance type and capacity type; cost per hour by pool; nodes
 /// held for pre-warm windows by pool (`prewarm`: the pool of each claim
-/// launched for a window).
+/// launched for a window); each pool's usage and limits (`usage`, one per
+/// pool of `parts`, in order).
 pub fn update_metrics(
     metrics: &Metrics,
     catalog: &Catalog,
     parts: &WorldParts,
     prewarm: &[String],
+    usage: &[status::PoolUsage],
 ) {
     metrics.nodes.clear();
     metrics.gpus.clear();
@@ -993,6 +1040,13 @@ pub fn update_metrics(
             .get_or_create(&PoolLabels { nodepool: pool })
             .set(c);
     }
+    metrics.karpenter.set_pools(
+        parts
+            .pools
+            .iter()
+            .zip(usage)
+            .map(|(p, u)| (p, &u.resources, u.nodes, u.cost_per_hour)),
+    );
     for pool in prewarm {
         metrics
             .prewarm_nodes

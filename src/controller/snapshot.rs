@@ -82,6 +82,28 @@ pub struct ClaimView {
 }
 
 impl Snapshot {
+    /// Whether a pending pod pins Karpenter's `karpenter.sh/nodepool`
+    /// label (in its node selector or every term of its required node
+    /// affinity) to pools none of which is a Quartermaster NodePool: the
+    /// pod is Karpenter's when both run in one cluster, so it is neither
+    /// planned nor reported as not placeable (no NodePool of ours could
+    /// take it anyway). A pod pinning the name of a pool of ours is ours.
+    pub fn left_to_karpenter(&self, p: &PodInfo) -> bool {
+        let Some(pools) = p
+            .shape
+            .pod
+            .affinity
+            .pinned(crate::api::karpenter::NODEPOOL_LABEL)
+        else {
+            return false;
+        };
+        let theirs = pools.iter().all(|n| !self.pools.contains_key(*n));
+        if theirs {
+            tracing::debug!(pod = %p.key(), ?pools, "pod pins karpenter.sh/nodepool to pools Quartermaster does not have: left to Karpenter");
+        }
+        theirs
+    }
+
     /// The planner's view of a pod ([`PodInfo::planner_pod`]) with its gang
     /// sized by the PodGroup that declares it, where one does.
     pub fn gang_pod(&self, p: &PodInfo) -> Pod {
@@ -243,7 +265,9 @@ pub fn world_parts(s: &Snapshot, catalog: &Catalog, region: &str, now: Time) -> 
         }
         match &p.node_name {
             Some(n) => by_node.entry(n.as_ref()).or_default().push(p),
-            None if p.is_pending_accelerator() => pending.push(s.gang_pod(p)),
+            None if p.is_pending_accelerator() && !s.left_to_karpenter(p) => {
+                pending.push(s.gang_pod(p))
+            }
             None => {}
         }
     }
@@ -937,6 +961,37 @@ mod tests {
     }
 
     #[test]
+    fn pods_pinned_to_karpenter_pools_we_lack_are_left_to_karpenter() {
+        let pinned = |name: &str, pool: &str| {
+            pod(
+                name,
+                1,
+                None,
+                json!({"spec": {"nodeSelector": {"karpenter.sh/nodepool": pool}}}),
+            )
+        };
+        let either = pod(
+            "either",
+            1,
+            None,
+            json!({"spec": {"affinity": {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {
+            "nodeSelectorTerms": [
+                {"matchExpressions": [{"key": "karpenter.sh/nodepool", "operator": "In", "values": ["karp"]}]},
+                {"matchExpressions": [{"key": "team", "operator": "In", "values": ["ml"]}]}
+            ]}}}}}),
+        );
+        let s = snapshot(
+            vec![pinned("theirs", "karp"), pinned("ours", "gpu"), either],
+            vec![],
+            vec![],
+            vec![],
+        );
+        let parts = world_parts(&s, catalog(), "us-east-1", t(0));
+        let names: Vec<&str> = parts.pending.iter().map(|p| p.name.as_str()).collect();
+        assert_eq!(names, ["ml/either", "ml/ours"]);
+    }
+
+    #[test]
     fn a_claim_joins_its_node_and_bound_pods_with_pdbs_annotations_and_readiness() {
         let pid = format!("aws:///{}/i-0abc", zone());
         let ready_claim = claim(
@@ -1077,10 +1132,11 @@ mod tests {
         assert_eq!(bound[0].pod.name, "ml/bound");
         assert!(bound[0].do_not_disrupt && bound[0].pod.group.is_none());
         assert_eq!(parts.nodes[0].state.used.get(l::RESOURCE_GPU), 1);
-        // The pending one is planned without what cannot be read.
+        // The pending one is not planned as though what cannot be read
+        // were absent: it carries the problems, and the planner reports it.
         assert_eq!(parts.pending.len(), 1);
         assert_eq!(parts.pending[0].name, "ml/waiting");
-        assert_eq!(parts.pending[0].checkpoint_interval_s, None);
+        assert_eq!(parts.pending[0].not_placeable.len(), 2);
         // Each problem is reported once, and again only when it changes.
         let mut reports = UnreadableReports::default();
         let first = reports.fresh(&s);

@@ -43,19 +43,7 @@ pub fn node_pool_status(
     previous: Option<&NodePoolStatus>,
     now: Time,
 ) -> NodePoolStatus {
-    let name = pool.name_any();
-    let sharing = sharing_of(pool);
-    let mut launched: Vec<&NodeClaim> = claims
-        .iter()
-        .filter(|c| c.spec.node_pool == name && is_launched(c))
-        .collect();
-    launched.sort_by_key(|c| c.name_any());
-    let mut total = Resources::new();
-    let mut cost = 0.0;
-    for claim in &launched {
-        total.add(&claim_capacity(claim, catalog, &sharing));
-        cost += claim.spec.price_per_hour;
-    }
+    let usage = pool_usage(pool, claims, catalog);
     let generation = pool.metadata.generation;
     let old = previous
         .map(|s| s.conditions.as_slice())
@@ -96,11 +84,53 @@ pub fn node_pool_status(
     };
     NodePoolStatus {
         conditions,
-        resources: to_resource_list(&total),
-        nodes: launched.len() as i64,
+        resources: to_resource_list(&usage.resources),
+        nodes: usage.nodes as i64,
         // Cents of a cent: enough for a status, and stable across rounds.
-        cost_per_hour: (cost * 10_000.0).round() / 10_000.0,
+        cost_per_hour: (usage.cost_per_hour * 10_000.0).round() / 10_000.0,
     }
+}
+
+/// What a pool's launched nodes add up to: what counts against its
+/// `limits` (the status and the usage metrics report it).
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct PoolUsage {
+    /// Their resources, in canonical units (millicores, bytes, devices).
+    pub resources: Resources,
+    /// How many.
+    pub nodes: usize,
+    /// USD per hour together, at launch prices.
+    pub cost_per_hour: f64,
+}
+
+/// The usage of `pool`: the claims of `claims` that name it and were
+/// launched (they have a provider ID), each with its `status.capacity`, or,
+/// before the node reports one, the catalog's capacity of its instance type
+/// under the pool's GPU sharing.
+pub fn pool_usage<'a>(
+    pool: &NodePool,
+    claims: impl IntoIterator<Item = &'a NodeClaim>,
+    catalog: &Catalog,
+) -> PoolUsage {
+    let name = pool.name_any();
+    let sharing = sharing_of(pool);
+    let mut launched: Vec<&NodeClaim> = claims
+        .into_iter()
+        .filter(|c| c.spec.node_pool == name && is_launched(c))
+        .collect();
+    // One order, so that the cost's sum is the same every round.
+    launched.sort_by_key(|c| c.name_any());
+    let mut usage = PoolUsage {
+        nodes: launched.len(),
+        ..PoolUsage::default()
+    };
+    for claim in launched {
+        usage
+            .resources
+            .add(&claim_capacity(claim, catalog, &sharing));
+        usage.cost_per_hour += claim.spec.price_per_hour;
+    }
+    usage
 }
 
 /// Turns a valid pool's `Ready` condition `False` with `reason` and

@@ -12,7 +12,9 @@ use super::estimator::InterruptionEstimator;
 use super::gang::GangDrains;
 use super::interruption::{self, offering_key, Interruptions};
 use super::prewarm::{self, LaunchLatency};
-use super::{Action, ClaimRequest, ManagedNode, Notice, OfferingKey, Time, World};
+use super::{
+    Action, ClaimRequest, DisruptionDecision, ManagedNode, Notice, OfferingKey, Time, World,
+};
 use crate::api::{NodePool, NodePoolSpec};
 use crate::catalog::Offering;
 use crate::cluster::{NodeState, Pod, Pool, Resources};
@@ -198,6 +200,12 @@ impl Core {
     /// The last provisioning plan's report, if any plan was made.
     pub fn last_plan(&self) -> Option<&PlanReport> {
         self.last_plan.as_ref()
+    }
+
+    /// The voluntary disruptions (consolidation, drift replacement) the
+    /// last [`Core::decide`] started, for the drivers' metrics.
+    pub fn disruption_decisions(&self) -> &[DisruptionDecision] {
+        self.consolidation.decisions()
     }
 
     /// A notice from the cloud. An interruption is also evidence for that

@@ -206,6 +206,38 @@ impl fmt::Display for DisruptionReason {
     }
 }
 
+impl DisruptionReason {
+    /// The reason as a machine name, in Karpenter's metric vocabulary where
+    /// it has one (`empty`, `underutilized`, `drifted`, and its AWS
+    /// interruption message kinds `spot_interrupted`,
+    /// `rebalance_recommendation`, `instance_terminated`).
+    pub fn name(self) -> &'static str {
+        match self {
+            DisruptionReason::Interrupted => "spot_interrupted",
+            DisruptionReason::Rebalance => "rebalance_recommendation",
+            DisruptionReason::Empty => "empty",
+            DisruptionReason::Underutilized => "underutilized",
+            DisruptionReason::Terminated => "instance_terminated",
+            DisruptionReason::Drifted => "drifted",
+            DisruptionReason::GangLaunchFailed => "gang_launch_failed",
+        }
+    }
+}
+
+/// A voluntary disruption [`Core::decide`] started (consolidation or drift
+/// replacement): which nodes go, why, and the claims launched to take their
+/// pods. Data for the drivers' metrics; the actions carry it out.
+#[derive(Debug, Clone, PartialEq)]
+pub struct DisruptionDecision {
+    /// Why: [`DisruptionReason::Empty`], [`DisruptionReason::Underutilized`]
+    /// or [`DisruptionReason::Drifted`].
+    pub reason: DisruptionReason,
+    /// The claims to remove (several empty nodes go in one decision).
+    pub claims: Vec<String>,
+    /// The claims launched in their place; empty: removed without one.
+    pub replacements: Vec<String>,
+}
+
 /// A node to launch: the NodeClaim the driver creates before it launches.
 #[derive(Debug, Clone, PartialEq)]
 pub struct ClaimRequest {

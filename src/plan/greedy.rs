@@ -228,6 +228,12 @@ pub fn finish(
             interruption_cost_per_hour: risk,
             idle_charge_per_hour: idle,
             pods: members.iter().map(|&j| pods[j].name.clone()).collect(),
+            labels: c.labels.clone(),
+            taints: c
+                .taints
+                .iter()
+                .map(|t| crate::api::Taint::new(&t.key, &t.value, t.effect))
+                .collect(),
         });
     }
     nodes.sort_by(|a, b| {

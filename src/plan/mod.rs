@@ -181,6 +181,12 @@ pub struct PlannedNode {
     pub idle_charge_per_hour: f64,
     /// Pods it is launched for (`namespace/name`).
     pub pods: Vec<String>,
+    /// The labels the node will carry: its instance type's, offering's and
+    /// pool's, as the NodeClaim will give them (which adds
+    /// `quartermaster.dev/efa-interfaces` when its pods request EFA).
+    pub labels: crate::cluster::Labels,
+    /// The taints the node will carry once initialized (its pool's).
+    pub taints: Vec<crate::api::Taint>,
 }
 
 /// A pod placed on capacity that already exists.
@@ -252,6 +258,28 @@ impl Plan {
 /// measures solve time for reporting and bounds the MIP's whole plan by
 /// `options.time_limit`.
 pub fn plan(input: &Input, strategy: Strategy, options: &Options, now: &dyn Fn() -> f64) -> Plan {
+    if input.pods.iter().any(|p| !p.not_placeable.is_empty()) {
+        // Pods whose needs the planner does not understand are reported,
+        // never placed as though those needs were absent.
+        let (held, placeable): (Vec<&Pod>, Vec<&Pod>) =
+            input.pods.iter().partition(|p| !p.not_placeable.is_empty());
+        let pods: Vec<Pod> = placeable.into_iter().cloned().collect();
+        let mut p = plan(
+            &Input {
+                pods: &pods,
+                ..*input
+            },
+            strategy,
+            options,
+            now,
+        );
+        p.unschedulable
+            .extend(held.into_iter().map(|pod| Unschedulable {
+                pod: pod.name.clone(),
+                reason: format!("not placeable: {}", pod.not_placeable.join("; ")),
+            }));
+        return p;
+    }
     let start = now();
     let mut p = match strategy {
         Strategy::Mip => mip::plan(input, options, now),

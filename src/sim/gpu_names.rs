@@ -8,6 +8,7 @@ use super::trace::TraceJob;
 use crate::api::validate::selected_instance_types;
 use crate::api::NodePool;
 use crate::catalog::{gpu_short_name, AcceleratorKind, Catalog, InstanceType};
+use schemars::JsonSchema;
 use serde::Deserialize;
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -59,7 +60,7 @@ pub const FOREIGN_GPU_NAMES: &[(&str, &str)] = &[
 
 /// What to do with a GPU hint no pool of the scenario can serve (a name
 /// that maps to nothing, or to a GPU no pool launches in the region).
-#[derive(Debug, Clone, Copy, Default, Deserialize, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, Default, Deserialize, PartialEq, Eq, JsonSchema)]
 #[serde(rename_all = "kebab-case")]
 pub enum OnUnknownGpu {
     /// Drop that name from the pod's hint (a pod left without names may

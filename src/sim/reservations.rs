@@ -8,10 +8,11 @@
 use crate::api::labels as l;
 use crate::catalog::{CapacityType, Catalog, Reservation, ReservationKind};
 use crate::core::{ManagedNode, Time};
+use schemars::JsonSchema;
 use serde::Deserialize;
 
 /// One reservation of a scenario.
-#[derive(Debug, Clone, Deserialize, PartialEq)]
+#[derive(Debug, Clone, Deserialize, PartialEq, JsonSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct ReservationSpec {
     /// Its ID (`cr-...`), unique in the scenario.

@@ -12,6 +12,7 @@ use crate::cloud::simulated::{
 use crate::core::OfferingKey;
 use crate::core::Time;
 use chrono::Duration as Span;
+use schemars::JsonSchema;
 use serde::Deserialize;
 
 /// A scenario that cannot run, with every problem found.
@@ -27,7 +28,17 @@ pub enum Error {
 
 /// A strategy to compare.
 #[derive(
-    Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Deserialize, serde::Serialize,
+    Debug,
+    Clone,
+    Copy,
+    PartialEq,
+    Eq,
+    Hash,
+    PartialOrd,
+    Ord,
+    Deserialize,
+    serde::Serialize,
+    JsonSchema,
 )]
 #[serde(rename_all = "kebab-case")]
 pub enum StrategyName {
@@ -51,7 +62,7 @@ impl std::str::FromStr for StrategyName {
 }
 
 /// One workload source.
-#[derive(Debug, Clone, Deserialize, PartialEq)]
+#[derive(Debug, Clone, Deserialize, PartialEq, JsonSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub enum WorkloadSource {
     /// Training jobs.
@@ -65,7 +76,7 @@ pub enum WorkloadSource {
 }
 
 /// A period in which spot interruptions come faster.
-#[derive(Debug, Clone, Deserialize, PartialEq)]
+#[derive(Debug, Clone, Deserialize, PartialEq, JsonSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct Storm {
     /// Offset from the start (Go duration).
@@ -77,7 +88,7 @@ pub struct Storm {
 }
 
 /// A new price for some offerings from a point in the run on.
-#[derive(Debug, Clone, Deserialize, PartialEq)]
+#[derive(Debug, Clone, Deserialize, PartialEq, JsonSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct PriceChangeSpec {
     /// Offset from the start (Go duration).
@@ -96,7 +107,7 @@ pub struct PriceChangeSpec {
 /// A new node image released from a point in the run on: every node's
 /// EC2NodeClass resolves to it (as a new release behind `al2023@latest`),
 /// so the nodes launched before drift and are replaced.
-#[derive(Debug, Clone, Deserialize, PartialEq)]
+#[derive(Debug, Clone, Deserialize, PartialEq, JsonSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct ImageReleaseSpec {
     /// Offset from the start (Go duration).
@@ -104,7 +115,7 @@ pub struct ImageReleaseSpec {
 }
 
 /// How the simulated cloud behaves beyond the catalog's figures.
-#[derive(Debug, Clone, Default, Deserialize, PartialEq)]
+#[derive(Debug, Clone, Default, Deserialize, PartialEq, JsonSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct CloudSpec {
     /// Offerings that always fail for lack of capacity: `TYPE/ZONE/CAPACITY`.
@@ -141,7 +152,7 @@ pub struct CloudSpec {
 }
 
 /// `market:` of a scenario.
-#[derive(Debug, Clone, Copy, Default, Deserialize, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, Default, Deserialize, PartialEq, Eq, JsonSchema)]
 #[serde(rename_all = "kebab-case")]
 pub enum MarketName {
     /// Fitted from measured traces (the default).
@@ -153,7 +164,7 @@ pub enum MarketName {
 
 /// `marketTuning:` of a scenario: values replacing the calibrated model's
 /// in every spot pool.
-#[derive(Debug, Clone, Default, Deserialize, PartialEq)]
+#[derive(Debug, Clone, Default, Deserialize, PartialEq, JsonSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct MarketTuningSpec {
     /// Factor on every pool's hazard.
@@ -174,7 +185,7 @@ pub struct MarketTuningSpec {
 }
 
 /// One pool a replayed trace drives.
-#[derive(Debug, Clone, Deserialize, PartialEq)]
+#[derive(Debug, Clone, Deserialize, PartialEq, JsonSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct TracePool {
     /// Instance type.
@@ -184,7 +195,7 @@ pub struct TracePool {
 }
 
 /// A SkyPilot trace replayed onto pools.
-#[derive(Debug, Clone, Deserialize, PartialEq)]
+#[derive(Debug, Clone, Deserialize, PartialEq, JsonSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct SpotTraceSpec {
     /// The trace file, relative to the scenario file.
@@ -203,7 +214,7 @@ pub struct SpotTraceSpec {
 }
 
 /// A scenario file.
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct Scenario {
     /// Name shown in reports.
@@ -215,6 +226,7 @@ pub struct Scenario {
     #[serde(default = "default_region")]
     pub region: String,
     /// Start of the simulated period (RFC 3339).
+    #[schemars(with = "String")]
     pub start: Time,
     /// Length of the simulated period (Go duration, e.g. `168h`).
     pub duration: String,
@@ -225,12 +237,26 @@ pub struct Scenario {
     #[serde(default = "all_strategies")]
     pub strategies: Vec<StrategyName>,
     /// NodePools, as the CRD's YAML.
+    #[schemars(schema_with = "node_pools_schema")]
     pub node_pools: Vec<NodePool>,
     /// Workload sources.
     pub workloads: Vec<WorkloadSource>,
     /// Simulated cloud behaviour.
     #[serde(default)]
     pub cloud: CloudSpec,
+}
+
+/// `nodePools`: a list of NodePools, each checked against the CRD's own
+/// schema, as `validate` checks them.
+fn node_pools_schema(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
+    let pool = crate::api::read::node_pool_schema().clone();
+    serde_json::from_value(serde_json::json!({"type": "array", "items": pool})).unwrap_or_default()
+}
+
+/// The schema scenario files are checked against.
+pub fn schema() -> &'static serde_json::Value {
+    static S: std::sync::OnceLock<serde_json::Value> = std::sync::OnceLock::new();
+    S.get_or_init(crate::api::read::schema_of::<Scenario>)
 }
 
 fn default_region() -> String {
@@ -352,11 +378,25 @@ impl Scenario {
     /// # Errors
     /// A parse error, or every problem found.
     pub fn parse(yaml: &str, catalog: &Catalog) -> Result<Scenario, Error> {
-        // Through a JSON value, so that workload sources read as maps
-        // (`- training: {...}`) rather than YAML tags.
-        let value: serde_json::Value =
-            serde_norway::from_str(yaml).map_err(|e| Error::Parse(e.to_string()))?;
-        let s: Scenario = serde_json::from_value(value).map_err(|e| Error::Parse(e.to_string()))?;
+        Scenario::read("scenario", yaml, catalog)
+    }
+
+    /// [`Scenario::parse`] of the file `file` (its name goes in front of
+    /// each problem), through the one strict reader (`api::read`): every
+    /// unknown field and wrong type, in the scenario and in its NodePools,
+    /// with its line; then everything [`Scenario::check`] finds.
+    ///
+    /// # Errors
+    /// Every problem found.
+    pub fn read(file: &str, yaml: &str, catalog: &Catalog) -> Result<Scenario, Error> {
+        crate::api::read::single(file, yaml, schema(), |s: &Scenario| s.check(catalog))
+            .map_err(|e| Error::Invalid(e.to_string().lines().map(str::to_string).collect()))
+    }
+
+    /// Everything wrong with a scenario that its schema cannot say, as
+    /// `path: message` texts (empty when it can run).
+    pub fn check(&self, catalog: &Catalog) -> Vec<String> {
+        let s = self;
         let mut problems = Vec::new();
         if !catalog.regions().contains(&s.region.as_str()) {
             problems.push(format!("region: no offerings in {:?}", s.region));
@@ -446,11 +486,7 @@ impl Scenario {
             }
         }
         problems.extend(s.cloud.market_problems(catalog, &s.region));
-        if problems.is_empty() {
-            Ok(s)
-        } else {
-            Err(Error::Invalid(problems))
-        }
+        problems
     }
 
     /// When the scenario's images are released, in order (releases whose

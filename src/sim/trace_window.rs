@@ -5,12 +5,13 @@
 //! in, rows out, with a note of everything left out.
 
 use super::trace::{Censored, TraceJob};
+use schemars::JsonSchema;
 use serde::Deserialize;
 use std::collections::BTreeMap;
 
 /// What to do with rows still running when the trace ended (`censored`
 /// `end` or `both`: their `duration_s` is only a lower bound).
-#[derive(Debug, Clone, Copy, Default, Deserialize, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, Default, Deserialize, PartialEq, Eq, JsonSchema)]
 #[serde(rename_all = "kebab-case")]
 pub enum CensoredRows {
     /// Replay the duration as written (the default).

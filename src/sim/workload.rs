@@ -14,6 +14,7 @@ use crate::core::Time;
 use chrono::{Datelike, Duration as Span, TimeZone, Timelike};
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
+use schemars::JsonSchema;
 use serde::Deserialize;
 
 const GIB: i64 = 1 << 30;
@@ -49,7 +50,7 @@ pub struct SimJob {
 }
 
 /// A run-time distribution: log-normal through a median and a p90.
-#[derive(Debug, Clone, Deserialize, PartialEq)]
+#[derive(Debug, Clone, Deserialize, PartialEq, JsonSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct RunTime {
     /// Median run time (Go duration, e.g. `2h`).
@@ -59,7 +60,7 @@ pub struct RunTime {
 }
 
 /// Training jobs arriving at a steady rate.
-#[derive(Debug, Clone, Deserialize, PartialEq)]
+#[derive(Debug, Clone, Deserialize, PartialEq, JsonSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct TrainingSpec {
     /// Name prefix of the jobs.
@@ -104,7 +105,7 @@ pub struct TrainingSpec {
 /// (40 GB per GPU at 1.5 GB/s: 27 s per GPU, 3.6 minutes for 8 GPUs) is
 /// the planner's own assumption for pods that do not say
 /// ([`crate::plan::risk::default_checkpoint_write_s`]).
-#[derive(Debug, Clone, Deserialize, PartialEq)]
+#[derive(Debug, Clone, Deserialize, PartialEq, JsonSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct CheckpointSpec {
     /// Seconds per GPU; overrides the size and rate.
@@ -157,7 +158,7 @@ impl CheckpointSpec {
 
 /// Each job's deadline: `factor` x its run time plus `allowance` after it is
 /// submitted.
-#[derive(Debug, Clone, Deserialize, PartialEq)]
+#[derive(Debug, Clone, Deserialize, PartialEq, JsonSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct DeadlineSpec {
     /// Multiple of the job's run time (at least 1).
@@ -178,7 +179,7 @@ fn default_allowance() -> String {
 }
 
 /// An inference deployment whose replicas follow a daily curve.
-#[derive(Debug, Clone, Deserialize, PartialEq)]
+#[derive(Debug, Clone, Deserialize, PartialEq, JsonSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct InferenceSpec {
     /// Deployment name.
@@ -207,7 +208,7 @@ pub struct InferenceSpec {
 }
 
 /// Bursts of short jobs during office hours on weekdays.
-#[derive(Debug, Clone, Deserialize, PartialEq)]
+#[derive(Debug, Clone, Deserialize, PartialEq, JsonSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct BurstSpec {
     /// Name prefix.
@@ -229,7 +230,7 @@ pub struct BurstSpec {
 }
 
 /// A trace file replayed from the start of the simulation.
-#[derive(Debug, Clone, Default, Deserialize, PartialEq)]
+#[derive(Debug, Clone, Default, Deserialize, PartialEq, JsonSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct TraceSpec {
     /// Path of the CSV (relative to the scenario file).

@@ -14,7 +14,7 @@ pub(super) fn closest_time_zone(name: &str) -> Option<&'static str> {
 }
 
 /// Levenshtein distance.
-pub(super) fn distance(a: &str, b: &str) -> usize {
+pub(crate) fn distance(a: &str, b: &str) -> usize {
     let b: Vec<char> = b.chars().collect();
     let mut row: Vec<usize> = (0..=b.len()).collect();
     for (i, ca) in a.chars().enumerate() {

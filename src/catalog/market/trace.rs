@@ -6,6 +6,7 @@
 //! trace holds launch probes (how many launches succeeded at each tick, 0 =
 //! the pool was closed). Used by the fit and by trace replay.
 
+use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 use std::fmt;
 
@@ -20,7 +21,9 @@ pub struct Error {
 }
 
 /// Running instances or launch probes.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize, JsonSchema,
+)]
 #[serde(rename_all = "kebab-case")]
 pub enum TraceKind {
     /// Running count of a pool kept filled: drops are reclaims.

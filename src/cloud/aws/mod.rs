@@ -1,10 +1,12 @@
 //! The AWS provider: EC2 launches through `CreateFleet` ([`ec2`]), live
 //! prices from the Pricing API and spot price history ([`pricing`]), and
 //! interruption notices from an SQS queue fed by EventBridge ([`notices`]),
-//! and EC2NodeClass resolution through EC2, SSM and IAM ([`nodeclass`]).
+//! EC2NodeClass resolution through EC2, SSM and IAM ([`nodeclass`]), and
+//! the cluster's endpoint, CA and service CIDR from EKS ([`eks`]).
 //! All EC2 error-code mapping to [`crate::cloud::Error`] lives here.
 
 pub mod ec2;
+pub mod eks;
 pub mod errors;
 pub mod nodeclass;
 pub mod notices;

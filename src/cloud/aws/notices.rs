@@ -50,6 +50,15 @@ pub enum Error {
     /// retryable. The message in hand is not deleted, so it is redelivered.
     #[error("the notice channel is closed")]
     ChannelClosed,
+    /// `GetQueueUrl` of a queue given by name failed (no such queue, no
+    /// permission). Not retried: the controller stops at startup.
+    #[error("cannot find the SQS queue named {queue}: {message}")]
+    QueueUrl {
+        /// The queue's name.
+        queue: String,
+        /// The SDK's error, with its context.
+        message: String,
+    },
 }
 
 /// The module's result type.
@@ -87,6 +96,31 @@ impl ConsumerConfig {
             retry_after: Duration::from_secs(10),
         }
     }
+}
+
+/// The URL of the queue `queue` names: a URL as it is, a name (what
+/// Karpenter's `settings.interruptionQueue` holds) looked up with
+/// `GetQueueUrl` in the client's region and account.
+///
+/// # Errors
+/// [`Error::QueueUrl`] when the lookup fails.
+pub async fn queue_url(sqs: &aws_sdk_sqs::Client, queue: &str) -> Result<String> {
+    if queue.starts_with("https://") || queue.starts_with("http://") {
+        return Ok(queue.to_string());
+    }
+    let out = sqs
+        .get_queue_url()
+        .queue_name(queue)
+        .send()
+        .await
+        .map_err(|e| Error::QueueUrl {
+            queue: queue.to_string(),
+            message: DisplayErrorContext(&e).to_string(),
+        })?;
+    out.queue_url.ok_or_else(|| Error::QueueUrl {
+        queue: queue.to_string(),
+        message: "the answer has no URL".into(),
+    })
 }
 
 /// A bounded memory of recently handled event IDs: the oldest is forgotten

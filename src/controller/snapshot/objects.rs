@@ -107,12 +107,13 @@ impl PodShape {
             checkpoints,
             holds_work,
             labels,
+            not_placeable,
         } = &self.pod;
         let bits = |s: &Option<f64>| s.map(f64::to_bits);
         (
             (name, requests, affinity, tolerations, zone_spread),
             (hostname_anti_affinity, group, deadline, checkpoints, labels),
-            holds_work,
+            (holds_work, not_placeable),
             (
                 bits(checkpoint_interval_s),
                 bits(expected_runtime_s),
@@ -279,10 +280,18 @@ impl PodInfo {
                 .map(|t| t.with_timezone(&chrono::Utc))
                 .unwrap_or(seen)
         });
+        // A pod that asks for devices through DRA resource claims is an
+        // accelerator pod too: it is reported as not placeable (until DRA
+        // claims are planned), never silently skipped as a CPU pod.
         let accelerator = planner
             .requests
             .iter()
-            .any(|(k, v)| v > 0 && is_accelerator(k));
+            .any(|(k, v)| v > 0 && is_accelerator(k))
+            || pod
+                .spec
+                .as_ref()
+                .and_then(|s| s.resource_claims.as_ref())
+                .is_some_and(|c| !c.is_empty());
         let checkpoint_annotations = annotations
             .iter()
             .filter(|(k, _)| {

@@ -14,7 +14,7 @@ use super::{
 };
 use crate::api::NodePool;
 use crate::cluster::{Pod, Pool};
-use crate::core::{Action, ClaimRequest, DisruptionReason, ManagedNode};
+use crate::core::{Action, ClaimRequest, DisruptionDecision, DisruptionReason, ManagedNode};
 use crate::plan;
 use std::collections::BTreeMap;
 
@@ -51,6 +51,11 @@ impl Consolidation {
             *budget -= 1;
             let names: Vec<String> = launches.iter().map(|c| c.claim.clone()).collect();
             out.extend(launches.into_iter().map(Action::Launch));
+            self.decided.push(DisruptionDecision {
+                reason: DisruptionReason::Drifted,
+                claims: vec![n.claim.clone()],
+                replacements: names.clone(),
+            });
             self.disrupting.insert(
                 n.claim.clone(),
                 Disrupting {
@@ -196,12 +201,21 @@ mod tests {
         );
         assert!(c.is_disrupting("n1") && !c.is_disrupting("n2"));
         let name = l[0].claim.clone();
+        assert_eq!(
+            c.decisions(),
+            [DisruptionDecision {
+                reason: DisruptionReason::Drifted,
+                claims: vec!["n1".into()],
+                replacements: vec![name.clone()],
+            }]
+        );
         f.nodes.push(node(&name).not_ready());
         assert_eq!(
             step(&mut c, &f, 30),
             [],
             "still waiting for the replacement"
         );
+        assert_eq!(c.decisions(), [], "decided once");
         *f.node_mut(&name) = node(&name);
         assert_eq!(
             kinds(&step(&mut c, &f, 60)),

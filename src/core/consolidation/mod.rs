@@ -13,7 +13,7 @@ use super::interruption::{
     after, checkpoint_done, checkpoint_grace, offering_key, opted_in, policy, pool_of,
     Interruptions,
 };
-use super::{Action, ClaimRequest, DisruptionReason, ManagedNode, Time, World};
+use super::{Action, ClaimRequest, DisruptionDecision, DisruptionReason, ManagedNode, Time, World};
 use crate::api::{ConsolidationPolicy, NodePool};
 use crate::catalog::{CapacityType, InterruptionBucket, Offering};
 use crate::cluster::{NodeState, Pod, Pool, Resources};
@@ -190,6 +190,8 @@ pub struct Consolidation {
     round: u64,
     /// The pools' budgets `budget_change` was computed for, and when.
     budget_cache: Option<(Vec<Vec<crate::api::Budget>>, Time)>,
+    /// The disruptions the last [`Consolidation::decide_in`] started.
+    decided: Vec<DisruptionDecision>,
 }
 
 /// What consolidation reads besides the world: the other decisions it must
@@ -353,6 +355,7 @@ impl Consolidation {
     /// [`Consolidation::decide`] with everything it reads besides the world
     /// in one [`Context`], including learned interruption rates.
     pub fn decide_in(&mut self, world: &World, now: Time, ctx: &Context) -> Vec<Action> {
+        self.decided.clear();
         self.observe(world, now);
         let timeout = self.config.replacement_timeout;
         self.disrupting.retain(|claim, d| {
@@ -527,6 +530,14 @@ impl Consolidation {
             }
             _ => return,
         };
+        self.decided.push(DisruptionDecision {
+            reason: DisruptionReason::Underutilized,
+            claims: vec![claim.clone()],
+            replacements: replacement
+                .as_ref()
+                .map(|(names, _)| names.clone())
+                .unwrap_or_default(),
+        });
         self.disrupting.insert(
             claim,
             Disrupting {
@@ -534,6 +545,11 @@ impl Consolidation {
                 ..Disrupting::new(DisruptionReason::Underutilized)
             },
         );
+    }
+
+    /// The disruptions the last [`Consolidation::decide_in`] started.
+    pub fn decisions(&self) -> &[DisruptionDecision] {
+        &self.decided
     }
 
     /// Picks up the drains a restarted controller lost: a ready node that
@@ -581,6 +597,7 @@ impl Consolidation {
     /// be evicted with the node. If one was, the cordon is taken back.
     fn remove_empty(&mut self, r: &Round, claims: Vec<String>, out: &mut Vec<Action>) {
         let mut left: BTreeMap<String, u32> = BTreeMap::new();
+        let mut removed = Vec::new();
         for claim in claims {
             let Some(n) = r.world.nodes.iter().find(|n| n.claim == claim) else {
                 continue;
@@ -603,6 +620,7 @@ impl Consolidation {
                 claim: claim.clone(),
                 reason,
             });
+            removed.push(claim.clone());
             self.disrupting.insert(
                 claim,
                 Disrupting {
@@ -611,6 +629,13 @@ impl Consolidation {
                     ..Disrupting::new(reason)
                 },
             );
+        }
+        if !removed.is_empty() {
+            self.decided.push(DisruptionDecision {
+                reason: DisruptionReason::Empty,
+                claims: removed,
+                replacements: Vec::new(),
+            });
         }
     }
 
@@ -1234,6 +1259,15 @@ mod tests {
                 cordon("n3", DisruptionReason::Empty),
             ]
         );
+        assert_eq!(
+            c.decisions(),
+            [DisruptionDecision {
+                reason: DisruptionReason::Empty,
+                claims: vec!["n1".into(), "n3".into()],
+                replacements: vec![],
+            }],
+            "one decision for the empty nodes that go together, at their cordon"
+        );
         assert_eq!(c.next_deadline(), Some(t(76)));
         assert_eq!(step(&mut c, &f, 76), [], "the cordons are not seen yet");
         f.node_mut("n1").state.unschedulable = true;
@@ -1245,8 +1279,10 @@ mod tests {
                 delete("n3", DisruptionReason::Empty),
             ]
         );
+        assert_eq!(c.decisions(), []);
         assert_eq!(c.next_deadline(), Some(t(90)));
         assert_eq!(step(&mut c, &f, 77), [], "nothing twice, n2 not yet");
+        assert_eq!(c.decisions(), []);
     }
 
     #[test]
@@ -1454,7 +1490,16 @@ mod tests {
                 evict("a", "n1")
             ]
         );
+        assert_eq!(
+            c.decisions(),
+            [DisruptionDecision {
+                reason: DisruptionReason::Underutilized,
+                claims: vec!["n1".into()],
+                replacements: vec![],
+            }]
+        );
         assert_eq!(step(&mut c, &f, 75), [], "nothing twice");
+        assert_eq!(c.decisions(), []);
         f.nodes = vec![node("n1").cordoned(), node("n2").pods([pod("b"), pod("a")])];
         assert_eq!(
             step(&mut c, &f, 80),
@@ -1519,6 +1564,14 @@ mod tests {
         assert_eq!(
             (r.price_per_hour, r.pods.as_slice()),
             (1.0, &["a".to_string()][..])
+        );
+        assert_eq!(
+            c.decisions(),
+            [DisruptionDecision {
+                reason: DisruptionReason::Underutilized,
+                claims: vec!["n1".into()],
+                replacements: vec![r.claim.clone()],
+            }]
         );
         // Not drained while the replacement is on its way.
         f.nodes.push(node(&r.claim).not_ready());

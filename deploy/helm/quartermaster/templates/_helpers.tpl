@@ -29,3 +29,39 @@ helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version }}
 {{- required "serviceAccount.name is required when serviceAccount.create is false" .Values.serviceAccount.name -}}
 {{- end -}}
 {{- end -}}
+
+{{/* Refuses settings the controller would refuse, and the values that
+became settings.* (Karpenter's names). */}}
+{{- define "quartermaster.checkSettings" -}}
+{{- $moved := dict "clusterName" "settings.clusterName" "interruptionQueue" "settings.interruptionQueue" "awsSettings" "settings.clusterEndpoint, .clusterCABundle, .serviceCidr and .kubernetesVersion" -}}
+{{- range $old, $new := $moved }}
+{{- if hasKey $.Values $old }}
+{{- fail (printf "%s is now %s (Karpenter's names; see values.yaml)" $old $new) }}
+{{- end }}
+{{- end }}
+{{- $s := .Values.settings -}}
+{{- if not $s.clusterName }}
+{{- fail "settings.clusterName is required" }}
+{{- end }}
+{{- range $key := list "batchIdleDuration" "batchMaxDuration" }}
+{{- if not (regexMatch "^[0-9]+(ms|s|m|h)$" (toString (index $s $key))) }}
+{{- fail (printf "settings.%s must be a whole number and a unit (ms, s, m, h), e.g. 10s, not %v" $key (index $s $key)) }}
+{{- end }}
+{{- end }}
+{{- if and $s.kubernetesVersion (not (kindIs "string" $s.kubernetesVersion)) }}
+{{- fail (printf "settings.kubernetesVersion must be quoted (\"1.30\"), or YAML reads %v as a number" $s.kubernetesVersion) }}
+{{- end }}
+{{- end -}}
+
+{{/* The EC2 settings file (--aws-config) from settings.*: what is empty is
+left out, and the controller discovers it with eks:DescribeCluster. */}}
+{{- define "quartermaster.awsSettings" -}}
+{{- $s := .Values.settings -}}
+{{- $file := dict "clusterName" $s.clusterName -}}
+{{- range $field, $key := dict "kubernetesVersion" "kubernetesVersion" "clusterEndpoint" "clusterEndpoint" "certificateAuthority" "clusterCABundle" "serviceCidr" "serviceCidr" }}
+{{- with index $s $key }}
+{{- $_ := set $file $field . }}
+{{- end }}
+{{- end }}
+{{- toYaml $file }}
+{{- end -}}

@@ -8,6 +8,7 @@ use crate::api::nodeclass::{
     BlockDevice, BlockDeviceMapping, InstanceStorePolicy, MetadataOptions, ResolvedAmi,
     SelectorTerm,
 };
+use crate::cloud::aws::eks::Cluster;
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -21,7 +22,9 @@ pub const DEFAULT_ROOT_GIB: i32 = 50;
 pub const ROOT_DEVICE: &str = "/dev/xvda";
 pub use crate::api::nodeclass::MAX_EXTRA_TAGS;
 
-/// The provider's cluster-level settings, loaded from YAML:
+/// The provider's cluster-level settings, complete: the `--aws-config`
+/// file ([`SettingsFile`]) with what it leaves out discovered from EKS
+/// ([`crate::cloud::aws::eks`]). As YAML:
 ///
 /// ```yaml
 /// clusterName: prod
@@ -50,6 +53,29 @@ pub struct Settings {
     pub certificate_authority: String,
     /// Service CIDR (`10.100.0.0/16`), for nodeadm (cluster DNS address).
     pub service_cidr: String,
+}
+
+/// The `--aws-config` file as written: the cluster's name and whichever of
+/// its Kubernetes version, endpoint, CA and service CIDR the operator set.
+/// [`SettingsFile::complete`] fills in the rest from EKS; a file that sets
+/// them all needs no EKS call.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct SettingsFile {
+    /// EKS cluster name.
+    pub cluster_name: String,
+    /// Kubernetes minor version (`1.33`).
+    #[serde(default)]
+    pub kubernetes_version: Option<String>,
+    /// API server endpoint (`https://...`).
+    #[serde(default)]
+    pub cluster_endpoint: Option<String>,
+    /// Cluster CA bundle, base64.
+    #[serde(default)]
+    pub certificate_authority: Option<String>,
+    /// Service CIDR.
+    #[serde(default)]
+    pub service_cidr: Option<String>,
 }
 
 /// How to launch the nodes of a NodePool: its `EC2NodeClass` with the
@@ -105,46 +131,143 @@ pub enum Error {
         /// Why.
         source: std::io::Error,
     },
-    /// The YAML does not have the settings' shape.
-    #[error("cannot parse EC2 settings: {0}")]
-    Parse(String),
     /// Parsed, but wrong; every problem, one per line, with its field path.
     #[error("invalid EC2 settings:\n  {}", .0.join("\n  "))]
     Invalid(Vec<String>),
 }
 
-impl Settings {
-    /// Reads and validates settings from a YAML file.
+impl SettingsFile {
+    /// Reads and checks a settings file.
     ///
     /// # Errors
-    /// [`Error::Read`], [`Error::Parse`] or [`Error::Invalid`].
-    pub fn load(path: &Path) -> Result<Settings, Error> {
+    /// [`Error::Read`] or [`Error::Invalid`].
+    pub fn load(path: &Path) -> Result<SettingsFile, Error> {
         let text = std::fs::read_to_string(path).map_err(|source| Error::Read {
             path: path.display().to_string(),
             source,
         })?;
-        Settings::from_yaml(&text)
+        SettingsFile::from_yaml(&text)
     }
 
-    /// Parses and validates settings from YAML text.
+    /// Parses a settings file and checks the fields it sets.
     ///
     /// # Errors
-    /// [`Error::Parse`] (with a pointer to EC2NodeClass for the node-class
-    /// fields older files had) or [`Error::Invalid`].
-    pub fn from_yaml(text: &str) -> Result<Settings, Error> {
-        let settings: Settings = serde_norway::from_str(text).map_err(|e| {
-            let e = e.to_string();
-            if e.contains("defaultNodeClass") || e.contains("nodeClasses") {
-                Error::Parse(format!(
-                    "{e}: node classes are EC2NodeClass objects now (the chart creates `default` \
+    /// [`Error::Invalid`]: every problem, with its line (and a pointer to
+    /// EC2NodeClass for the node-class fields older files had).
+    pub fn from_yaml(text: &str) -> Result<SettingsFile, Error> {
+        let schema = crate::api::read::schema_of::<SettingsFile>();
+        // Through the one strict reader: every unknown field and wrong type
+        // with its line, then the fields it sets (what it leaves out is for
+        // discovery).
+        crate::api::read::single(
+            "EC2 settings",
+            text,
+            &schema,
+            |file: &SettingsFile| match file.complete(None) {
+                Err(Error::Invalid(problems)) => problems
+                    .into_iter()
+                    .filter(|p| !p.ends_with(NOT_SET))
+                    .collect(),
+                _ => Vec::new(),
+            },
+        )
+        .map_err(|e| {
+            let old = e
+                .problems
+                .iter()
+                .any(|p| p.path == "defaultNodeClass" || p.path == "nodeClasses");
+            let mut lines: Vec<String> = e.problems.iter().map(ToString::to_string).collect();
+            if old {
+                lines.push(
+                    "node classes are EC2NodeClass objects now (the chart creates `default` \
                      from its values); keep only the cluster settings here (docs/aws.md)"
-                ))
-            } else {
-                Error::Parse(e)
+                        .into(),
+                );
             }
-        })?;
-        settings.validate()?;
-        Ok(settings)
+            Error::Invalid(lines)
+        })
+    }
+
+    /// Whether the file leaves out anything EKS can tell: the endpoint,
+    /// the CA, the service CIDR (nodes cannot join without them) or the
+    /// Kubernetes version (AMI aliases need it).
+    pub fn needs_discovery(&self) -> bool {
+        self.cluster_endpoint.is_none()
+            || self.certificate_authority.is_none()
+            || self.service_cidr.is_none()
+            || self.kubernetes_version.is_none()
+    }
+
+    /// The complete settings: each field from the file, else from
+    /// `discovered` (EKS); the Kubernetes version may stay unknown.
+    ///
+    /// # Errors
+    /// [`Error::Invalid`] listing every field that is wrong, or missing
+    /// from both.
+    pub fn complete(&self, discovered: Option<&Cluster>) -> Result<Settings, Error> {
+        let pick = |set: &Option<String>, found: fn(&Cluster) -> &Option<String>| {
+            set.clone()
+                .or_else(|| discovered.and_then(|c| found(c).clone()))
+        };
+        let mut missing = Vec::new();
+        let mut need = |field: &str, value: Option<String>| {
+            value.unwrap_or_else(|| {
+                missing.push(format!("{field}: {NOT_SET}"));
+                String::new()
+            })
+        };
+        let settings = Settings {
+            cluster_name: self.cluster_name.clone(),
+            kubernetes_version: pick(&self.kubernetes_version, |c| &c.version),
+            cluster_endpoint: need(
+                "clusterEndpoint",
+                pick(&self.cluster_endpoint, |c| &c.endpoint),
+            ),
+            certificate_authority: need(
+                "certificateAuthority",
+                pick(&self.certificate_authority, |c| &c.certificate_authority),
+            ),
+            service_cidr: need("serviceCidr", pick(&self.service_cidr, |c| &c.service_cidr)),
+        };
+        match settings.validate() {
+            Ok(()) if missing.is_empty() => Ok(settings),
+            Ok(()) => Err(Error::Invalid(missing)),
+            Err(Error::Invalid(problems)) => {
+                // A field missing from both is reported once, as missing.
+                let wrong = problems.into_iter().filter(|p| {
+                    let field = p.split(':').next().unwrap_or_default();
+                    !missing.iter().any(|m| m.starts_with(&format!("{field}:")))
+                });
+                let mut all: Vec<String> = wrong.collect();
+                all.extend(missing);
+                Err(Error::Invalid(all))
+            }
+            Err(e) => Err(e),
+        }
+    }
+}
+
+/// How a field neither the file nor EKS gave is reported.
+const NOT_SET: &str =
+    "not set, and not discovered from EKS (set it, or let the controller call eks:DescribeCluster)";
+
+impl Settings {
+    /// Reads and validates complete settings from a YAML file (no EKS
+    /// discovery: every field must be set).
+    ///
+    /// # Errors
+    /// [`Error::Read`] or [`Error::Invalid`].
+    pub fn load(path: &Path) -> Result<Settings, Error> {
+        SettingsFile::load(path)?.complete(None)
+    }
+
+    /// Parses and validates complete settings from YAML text (no EKS
+    /// discovery: every field must be set).
+    ///
+    /// # Errors
+    /// [`Error::Invalid`].
+    pub fn from_yaml(text: &str) -> Result<Settings, Error> {
+        SettingsFile::from_yaml(text)?.complete(None)
     }
 
     /// Checks every field; all problems are reported at once.
@@ -640,13 +763,92 @@ serviceCidr: 10.100.0.0/16
         );
     }
 
+    fn eks() -> Cluster {
+        Cluster {
+            endpoint: Some("https://EKS.gr7.us-east-1.eks.amazonaws.com".into()),
+            certificate_authority: Some("RUtTIENB".into()),
+            service_cidr: Some("172.20.0.0/16".into()),
+            version: Some("1.34".into()),
+        }
+    }
+
+    #[test]
+    fn a_file_with_only_the_cluster_name_is_completed_from_eks() {
+        let file = SettingsFile::from_yaml("clusterName: prod\n").unwrap();
+        assert!(file.needs_discovery());
+        let s = file.complete(Some(&eks())).unwrap();
+        assert_eq!(
+            s.cluster_endpoint,
+            "https://EKS.gr7.us-east-1.eks.amazonaws.com"
+        );
+        assert_eq!(s.certificate_authority, "RUtTIENB");
+        assert_eq!(s.service_cidr, "172.20.0.0/16");
+        assert_eq!(s.kubernetes_version.as_deref(), Some("1.34"));
+    }
+
+    #[test]
+    fn what_the_file_sets_wins_over_eks() {
+        let file = SettingsFile::from_yaml(GOOD).unwrap();
+        assert!(!file.needs_discovery());
+        assert_eq!(
+            file.complete(Some(&eks())).unwrap(),
+            Settings::from_yaml(GOOD).unwrap()
+        );
+        let partial =
+            SettingsFile::from_yaml("clusterName: prod\nclusterEndpoint: https://MINE.example\n")
+                .unwrap();
+        let s = partial.complete(Some(&eks())).unwrap();
+        assert_eq!(s.cluster_endpoint, "https://MINE.example");
+        assert_eq!(s.service_cidr, "172.20.0.0/16");
+    }
+
+    #[test]
+    fn a_field_neither_the_file_nor_eks_has_is_named() {
+        let file = SettingsFile::from_yaml("clusterName: prod\n").unwrap();
+        let Err(Error::Invalid(problems)) = file.complete(None) else {
+            panic!("incomplete settings accepted");
+        };
+        let fields: Vec<&str> = problems
+            .iter()
+            .map(|p| p.split(':').next().unwrap())
+            .collect();
+        assert_eq!(
+            fields,
+            ["clusterEndpoint", "certificateAuthority", "serviceCidr"],
+            "{problems:#?}"
+        );
+        assert!(problems[0].contains("eks:DescribeCluster"), "{problems:#?}");
+        // Complete settings still need every field in the file.
+        assert!(Settings::from_yaml("clusterName: prod\n").is_err());
+    }
+
+    #[test]
+    fn a_wrong_field_is_refused_whether_it_comes_from_the_file_or_eks() {
+        let err = SettingsFile::from_yaml("clusterName: prod\nserviceCidr: 10.0.0.0/99\n")
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("serviceCidr"), "{err}");
+        assert!(!err.contains("clusterEndpoint"), "{err}");
+        let file = SettingsFile::from_yaml("clusterName: prod\n").unwrap();
+        let bad = Cluster {
+            endpoint: Some("http://plain".into()),
+            ..eks()
+        };
+        let err = file.complete(Some(&bad)).unwrap_err().to_string();
+        assert!(err.contains("clusterEndpoint: \"http://plain\""), "{err}");
+    }
+
     #[test]
     fn node_classes_in_the_file_point_to_ec2nodeclass_and_typos_are_rejected() {
         let old = format!("{GOOD}defaultNodeClass:\n  instanceProfile: nodes\n");
         let err = Settings::from_yaml(&old).unwrap_err().to_string();
         assert!(err.contains("EC2NodeClass"), "{err}");
         let typo = GOOD.replace("serviceCidr", "serviceCIDR");
-        let err = Settings::from_yaml(&typo).unwrap_err();
-        assert!(matches!(err, Error::Parse(ref e) if !e.contains("EC2NodeClass")));
+        let err = Settings::from_yaml(&typo).unwrap_err().to_string();
+        assert!(
+            err.contains("serviceCIDR: unknown field (did you mean serviceCidr?) (line "),
+            "{err}"
+        );
+        assert!(!err.contains("EC2NodeClass"), "{err}");
     }
 }

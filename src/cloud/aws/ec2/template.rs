@@ -410,18 +410,7 @@ pub fn user_data(
 
 /// The MIME parts (headers and body) of a node class's user data.
 fn user_parts(data: &str) -> Result<Vec<String>, String> {
-    let boundary = data
-        .lines()
-        .take_while(|l| !l.trim().is_empty())
-        .find_map(|l| {
-            let l = l.trim();
-            l.to_ascii_lowercase()
-                .starts_with("content-type: multipart/")
-                .then(|| l.split("boundary=").nth(1))
-                .flatten()
-                .map(|b| b.trim_matches('"').to_string())
-        });
-    let Some(boundary) = boundary else {
+    let Some(boundary) = crate::api::nodeclass::user_data_mime_boundary(data) else {
         let kind = if data.contains("node.eks.aws/") {
             "application/node.eks.aws"
         } else {
