@@ -82,6 +82,9 @@ pub const DEBOUNCE: Duration = Duration::from_millis(200);
 
 pub use super::steps::DRAIN_RETRY;
 
+/// How long a shutdown waits for the lifecycle steps under way.
+const SHUTDOWN_STEPS: Duration = Duration::from_secs(15);
+
 /// How long a claim this process created counts in the world before the
 /// watch delivers it.
 const UNSEEN_CLAIM_TTL: Duration = Duration::from_secs(60);
@@ -446,9 +449,10 @@ impl<C: CloudProvider + Send + Sync + 'static> Driver<C> {
             self.ctx.metrics.progress.beat();
         }
         path_stop.cancel();
-        // Let the steps under way finish (they are bounded by their
-        // timeout; the shutdown timeout bounds the whole).
-        let _ = self.steps.idle(chrono::Utc::now()).await;
+        // Let the steps under way finish, within the default shutdown
+        // timeout (one cut short is taken up again by the next leader: every
+        // step is idempotent).
+        let _ = tokio::time::timeout(SHUTDOWN_STEPS, self.steps.idle(chrono::Utc::now())).await;
     }
 
     fn is_leader(&self) -> bool {
