@@ -265,6 +265,7 @@ async fn execute(api: &KubeApi, actions: &[Action], s: &Store, now: Time) -> Vec
         events: None,
         hooks: &hooks,
         hook_acks: &acks,
+        parallel: 1,
         disruptions: &[],
     };
     ex.execute(actions, &world, &targets, now)
@@ -287,6 +288,9 @@ async fn reconcile(
     let api = KubeApi::new(client);
     let metrics = Metrics::unregistered();
     let view = s.read(|s| s.claim_view(&s.claims[name]));
+    let policies = std::collections::BTreeMap::new();
+    let (hooks, hook_acks) = (HookClient::new(), HookAcks::default());
+    let launches = quartermaster::controller::interruptions::Launches::default();
     let step = Lifecycle {
         api: &api,
         cloud,
@@ -295,6 +299,10 @@ async fn reconcile(
         registration_timeout: Duration::from_secs(600),
         catalog: catalog(),
         region: REGION,
+        policies: &policies,
+        hooks: &hooks,
+        hook_acks: &hook_acks,
+        launches: &launches,
     }
     .reconcile(&view, at)
     .await

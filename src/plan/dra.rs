@@ -53,7 +53,8 @@ fn shape_of(input: &Input, c: &Candidate) -> ShapeKey {
 /// Whether `c` is a node launched to serve DRA claims that has room for
 /// `demand` on a fresh node.
 fn serves(c: &Candidate, demand: &Resources) -> bool {
-    c.labels.get(l::DRA).is_some_and(|v| v == "true") && demand.fits_in(&c.allocatable)
+    l::LabelLookup::label(&c.labels, l::DRA).is_some_and(|v| v == "true")
+        && demand.fits_in(&c.allocatable)
 }
 
 /// Prepares `input.pods` for planning (see the module doc).

@@ -8,7 +8,9 @@ use std::collections::BTreeMap;
 /// What a pool may still add (its limit minus what exists or was planned).
 #[derive(Clone, Debug, Default)]
 pub struct Budget {
-    /// Resource capacity left per limited resource.
+    /// Resource capacity left per limited resource (a candidate's
+    /// capacity keeps the device plugin's counts when it serves DRA, so it
+    /// is charged by name; existing nodes by [`crate::cluster::Resources::limited`]).
     pub resources: BTreeMap<String, f64>,
     /// Nodes left.
     pub nodes: Option<f64>,
@@ -21,7 +23,7 @@ impl Budget {
     pub fn affords(&self, c: &Candidate) -> bool {
         self.resources
             .iter()
-            .all(|(k, left)| c.capacity.limited(k) as f64 <= *left + 1e-9)
+            .all(|(k, left)| c.capacity.get(k) as f64 <= *left + 1e-9)
             && self.nodes.is_none_or(|n| n >= 1.0 - 1e-9)
             && self.cost.is_none_or(|x| c.price() <= x + 1e-9)
     }
@@ -31,7 +33,7 @@ impl Budget {
     /// than it lost, so check launches against a budget only charged).
     pub fn refund(&mut self, c: &Candidate) {
         for (k, v) in self.resources.iter_mut() {
-            *v += c.capacity.limited(k) as f64;
+            *v += c.capacity.get(k) as f64;
         }
         if let Some(n) = self.nodes.as_mut() {
             *n += 1.0;
@@ -44,7 +46,7 @@ impl Budget {
     /// Takes one node of `c` out of the budget.
     pub fn charge(&mut self, c: &Candidate) {
         for (k, v) in self.resources.iter_mut() {
-            *v = (*v - c.capacity.limited(k) as f64).max(0.0);
+            *v = (*v - c.capacity.get(k) as f64).max(0.0);
         }
         if let Some(n) = self.nodes.as_mut() {
             *n = (*n - 1.0).max(0.0);

@@ -6,7 +6,7 @@
 use crate::cluster::requirements::untolerated;
 use crate::cluster::requirements::{NodeAffinity, Toleration};
 use crate::cluster::resources::{CPU, MEMORY};
-use crate::cluster::{Labels, NodeState, Pod, Resources, Taint};
+use crate::cluster::{NodeState, Pod, Resources, Taint};
 use std::collections::{BTreeSet, HashMap};
 
 /// The identity of a pod for hostname anti-affinity: pods with the same key
@@ -68,7 +68,11 @@ impl Bin {
 }
 
 /// Whether `pod` may run on a node with these labels and taints.
-pub fn compatible(pod: &Pod, labels: &Labels, taints: &[Taint]) -> bool {
+pub fn compatible<L: crate::labels::LabelLookup + ?Sized>(
+    pod: &Pod,
+    labels: &L,
+    taints: &[Taint],
+) -> bool {
     untolerated(taints, &pod.tolerations).is_none() && pod.affinity.matches(labels)
 }
 
@@ -286,6 +290,7 @@ mod tests {
     use super::*;
     use crate::api::labels as l;
     use crate::cluster::pod::GroupRef;
+    use crate::cluster::Labels;
 
     fn node(name: &str, gpus: i64, used: i64) -> NodeState {
         NodeState {
