@@ -64,6 +64,17 @@ fn a_claim_for_eight_h100s_by_product_name_plans_a_p5() {
 }
 
 #[test]
+fn a_pool_limited_to_eight_gpus_serves_a_claim_for_eight_h100s() {
+    let v = plan(
+        "tests/fixtures/dra/eight-h100.yaml",
+        "tests/fixtures/dra/nodepools-limited.yaml",
+        &[],
+    );
+    let (ty, _) = one_node(&v);
+    assert_eq!(ty, "p5.48xlarge");
+}
+
+#[test]
 fn a_claim_for_one_gpu_with_40_gib_plans_a_type_whose_gpu_has_that_much() {
     let v = plan("tests/fixtures/dra/forty-gib.yaml", POOLS, &[]);
     let (_, pods) = one_node(&v);
