@@ -695,6 +695,8 @@ fn script_for(actions: &[Action], node: &str) -> Scenario {
             Action::Delete { claim, .. } => sc
                 .expect(Method::DELETE, &format!("{CLAIMS}/{claim}"), |_| {})
                 .respond(200, status_body(200, "", "deleting")),
+            // The cloud reboots; the executor writes nothing.
+            Action::Reboot { .. } => sc,
         };
     }
     sc

@@ -15,11 +15,16 @@ use std::collections::BTreeMap;
 
 mod disruption;
 mod policies;
+mod repair;
 
-pub use disruption::{Budget, BudgetNodes, ConsolidationPolicy, Disruption};
+pub use disruption::{Budget, BudgetNodes, BudgetReason, ConsolidationPolicy, Disruption};
 pub use policies::{
     CheckpointHook, GpuSharing, GpuSharingMode, InterruptionPolicy, PrewarmWindow, RebalanceAction,
     RiskPolicy,
+};
+pub use repair::{
+    ConditionStatus, Repair, RepairAction, RepairCondition, ACCELERATED_HARDWARE_READY,
+    DO_NOT_REPAIR, REPLACE_AT_ONCE_PATTERN,
 };
 
 /// Key in `spec.limits`: most nodes the pool may have.
@@ -146,6 +151,11 @@ pub struct NodePoolSpec {
     /// How much spot interruption risk the pool accepts.
     #[serde(default)]
     pub risk: RiskPolicy,
+    /// How unhealthy nodes are repaired: which conditions, how long, reboot
+    /// or replace, and the breaker. Unset: the EKS defaults (see
+    /// `docs/repair.md`).
+    #[serde(default, skip_serializing_if = "Repair::is_default")]
+    pub repair: Repair,
 }
 
 impl Default for NodePoolSpec {
@@ -160,6 +170,7 @@ impl Default for NodePoolSpec {
             gpu_sharing: GpuSharing::default(),
             prewarm: Vec::new(),
             risk: RiskPolicy::default(),
+            repair: Repair::default(),
         }
     }
 }

@@ -431,6 +431,8 @@ impl Executor<'_> {
                     Eviction::Gone => Ok(Outcome::Done),
                 }
             }
+            // The cloud reboots: the loop hands these to it.
+            Action::Reboot { .. } => Ok(Outcome::Skipped("rebooted by the cloud")),
             Action::Delete { claim, reason } => {
                 self.api.delete_node_claim(claim).await.map_err(kube)?;
                 if let Some(n) = world.nodes.iter().find(|n| n.claim == *claim) {

@@ -279,6 +279,7 @@ mod tests {
             do_not_disrupt: false,
             drifted: None,
             disrupted: false,
+            health: Default::default(),
         }
     }
 

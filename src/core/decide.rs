@@ -116,6 +116,8 @@ pub struct Core {
     last_plan: Option<PlanReport>,
     /// Checkpoint requests paced by spot risk.
     cadence: Cadence,
+    /// Repair of unhealthy nodes.
+    repairs: super::repair::Repairs,
     /// Appended (`-{tag}`) to the names of the claims provisioning makes
     /// ([`Core::with_claim_tag`]).
     claim_tag: String,
@@ -141,6 +143,7 @@ impl Core {
             solve_clock: None,
             last_plan: None,
             cadence: Cadence::default(),
+            repairs: super::repair::Repairs::new(),
             claim_tag: String::new(),
             config,
         }
@@ -174,10 +177,18 @@ impl Core {
         self.last_plan.as_ref()
     }
 
-    /// The voluntary disruptions (consolidation, drift replacement) the
-    /// last [`Core::decide`] started, for the drivers' metrics.
+    /// The voluntary disruptions (consolidation, drift replacement, repair
+    /// replacement) the last [`Core::decide`] started, for the drivers'
+    /// metrics.
     pub fn disruption_decisions(&self) -> &[DisruptionDecision] {
         self.consolidation.decisions()
+    }
+
+    /// Repair's state after the last [`Core::decide`]: the repairs it
+    /// started and held, and each pool's health, for the drivers' Events,
+    /// conditions and metrics.
+    pub fn repairs(&self) -> &super::repair::Repairs {
+        &self.repairs
     }
 
     /// A notice from the cloud. An interruption is also evidence for that
@@ -262,10 +273,22 @@ impl Core {
                 .get(&offering_key(o))
                 .copied()
         };
+        // Repair before consolidation: it hands over the nodes to replace.
+        let (repair_actions, repairs) = {
+            let (interruptions, consolidation) = (&self.interruptions, &self.consolidation);
+            let busy = |c: &str| interruptions.is_handling(c) || consolidation.is_disrupting(c);
+            self.repairs
+                .decide(world, now, &super::repair::Context { busy: &busy })
+        };
+        actions.extend(repair_actions);
+        let repairing = &self.repairs;
+        let rebooting = |c: &str| repairing.is_rebooting(c);
         let ctx = consolidation::Context {
             interruptions: &self.interruptions,
             protected: &protected,
             learned_rate: Some(&learned),
+            rebooting: &rebooting,
+            repairs: &repairs,
         };
         actions.extend(self.consolidation.decide_in(world, now, &ctx));
         // One member of a gang losing its node takes the whole gang along.
@@ -299,6 +322,7 @@ impl Core {
             self.consolidation.next_deadline(),
             self.gangs.next_deadline(),
             self.cadence.next_deadline(),
+            self.repairs.next_deadline(),
             super::interruption::next_reservation_ending(world, now, lead),
         ]
         .into_iter()
@@ -549,6 +573,7 @@ impl ManagedNode {
             do_not_disrupt: false,
             drifted: None,
             disrupted: false,
+            health: Default::default(),
         })
     }
 }

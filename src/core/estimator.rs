@@ -350,6 +350,7 @@ mod tests {
             do_not_disrupt: false,
             drifted: None,
             disrupted: false,
+            health: Default::default(),
         };
         let k = spot("g5.xlarge", "use1-az1");
         let nodes = [

@@ -753,6 +753,7 @@ pub(crate) mod fixtures {
             do_not_disrupt: false,
             drifted: None,
             disrupted: false,
+            health: Default::default(),
         }
     }
 

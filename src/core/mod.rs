@@ -21,6 +21,7 @@ pub mod gang_launch;
 pub mod interruption;
 pub mod prewarm;
 pub mod provisioning;
+pub mod repair;
 
 pub use decide::{Config, Core, PlanReport};
 
@@ -101,6 +102,9 @@ pub struct ManagedNode {
     /// its finalizer's): a disruption of ours started on it. One that no
     /// in-memory drain owns was lost with a restarted controller.
     pub disrupted: bool,
+    /// What the node's conditions (and DCGM) say of its health, for repair
+    /// ([`repair`]); empty where nothing is known.
+    pub health: repair::Health,
 }
 
 /// A PodDisruptionBudget, reduced to what eviction decisions need.
@@ -187,6 +191,9 @@ pub enum DisruptionReason {
     /// Launched for an EFA gang another member of which failed to launch:
     /// released so that the gang is planned again whole.
     GangLaunchFailed,
+    /// Unhealthy past its pool's repair policy (or still unhealthy after a
+    /// reboot): replaced, new node first where the pool can stage one.
+    Unhealthy,
 }
 
 impl fmt::Display for DisruptionReason {
@@ -199,6 +206,7 @@ impl fmt::Display for DisruptionReason {
             DisruptionReason::Terminated => "instance terminated",
             DisruptionReason::Drifted => "drifted",
             DisruptionReason::GangLaunchFailed => "another member of its gang failed to launch",
+            DisruptionReason::Unhealthy => "unhealthy",
         })
     }
 }
@@ -217,6 +225,23 @@ impl DisruptionReason {
             DisruptionReason::Terminated => "instance_terminated",
             DisruptionReason::Drifted => "drifted",
             DisruptionReason::GangLaunchFailed => "gang_launch_failed",
+            DisruptionReason::Unhealthy => "unhealthy",
+        }
+    }
+
+    /// The budgets' name for a voluntary disruption (`spec.disruption.budgets[].reasons`);
+    /// `None` for the involuntary ones, which no budget limits.
+    pub fn budget_reason(self) -> Option<crate::api::BudgetReason> {
+        use crate::api::BudgetReason as B;
+        match self {
+            DisruptionReason::Empty => Some(B::Empty),
+            DisruptionReason::Underutilized => Some(B::Underutilized),
+            DisruptionReason::Drifted => Some(B::Drifted),
+            DisruptionReason::Unhealthy => Some(B::Unhealthy),
+            DisruptionReason::Interrupted
+            | DisruptionReason::Rebalance
+            | DisruptionReason::Terminated
+            | DisruptionReason::GangLaunchFailed => None,
         }
     }
 }
@@ -226,8 +251,8 @@ impl DisruptionReason {
 /// pods. Data for the drivers' metrics; the actions carry it out.
 #[derive(Debug, Clone, PartialEq)]
 pub struct DisruptionDecision {
-    /// Why: [`DisruptionReason::Empty`], [`DisruptionReason::Underutilized`]
-    /// or [`DisruptionReason::Drifted`].
+    /// Why: [`DisruptionReason::Empty`], [`DisruptionReason::Underutilized`],
+    /// [`DisruptionReason::Drifted`] or [`DisruptionReason::Unhealthy`].
     pub reason: DisruptionReason,
     /// The claims to remove (several empty nodes go in one decision).
     pub claims: Vec<String>,
@@ -291,6 +316,14 @@ pub enum Action {
         /// Why.
         reason: DisruptionReason,
     },
+    /// Reboot the node's instance (repair): its pods stay bound and are
+    /// restarted by the kubelet when it is back.
+    Reboot {
+        /// NodeClaim.
+        claim: String,
+        /// The unhealthy condition, as `Type=Status (Reason)`.
+        condition: String,
+    },
 }
 
 impl fmt::Display for Action {
@@ -319,6 +352,9 @@ impl fmt::Display for Action {
             ),
             Action::Evict { pod, claim } => write!(f, "evict {pod} from {claim}"),
             Action::Delete { claim, reason } => write!(f, "delete {claim} ({reason})"),
+            Action::Reboot { claim, condition } => {
+                write!(f, "reboot {claim} (unhealthy: {condition})")
+            }
         }
     }
 }

@@ -861,6 +861,7 @@ mod tests {
             do_not_disrupt: false,
             drifted: None,
             disrupted: false,
+            health: Default::default(),
         };
         l.observe_node(&node);
         assert_eq!(l.observations("g5"), 0, "not Ready yet");

@@ -95,6 +95,11 @@ pub struct Budget {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(regex(pattern = DURATION_PATTERN), length(max = 32))]
     pub duration: Option<String>,
+    /// The disruptions the budget limits (Karpenter's `reasons`, plus
+    /// `Unhealthy` for repair); unset or empty: all of them.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = 4))]
+    pub reasons: Vec<BudgetReason>,
 }
 
 impl Default for Budget {
@@ -103,6 +108,42 @@ impl Default for Budget {
             nodes: default_budget_nodes(),
             schedule: None,
             duration: None,
+            reasons: Vec::new(),
+        }
+    }
+}
+
+impl Budget {
+    /// Whether the budget limits disruptions for `reason`.
+    pub fn applies_to(&self, reason: BudgetReason) -> bool {
+        self.reasons.is_empty() || self.reasons.contains(&reason)
+    }
+}
+
+/// A voluntary disruption a budget may be limited to.
+#[derive(
+    Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, JsonSchema,
+)]
+pub enum BudgetReason {
+    /// Removing empty nodes.
+    Empty,
+    /// Removing or replacing nodes whose pods fit elsewhere or on a
+    /// cheaper node.
+    Underutilized,
+    /// Replacing nodes that no longer match their pool or node class.
+    Drifted,
+    /// Rebooting or replacing unhealthy nodes (repair).
+    Unhealthy,
+}
+
+impl BudgetReason {
+    /// The API's spelling.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            BudgetReason::Empty => "Empty",
+            BudgetReason::Underutilized => "Underutilized",
+            BudgetReason::Drifted => "Drifted",
+            BudgetReason::Unhealthy => "Unhealthy",
         }
     }
 }

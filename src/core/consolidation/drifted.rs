@@ -9,12 +9,11 @@
 
 use super::super::interruption::pool_of;
 use super::{
-    blocked, daemonset_overhead, real_pods, replacement_name, request_for, Consolidation,
-    Disrupting, Round,
+    blocked, daemonset_overhead, real_pods, replacement_name, request_for, Consolidation, Round,
 };
-use crate::api::NodePool;
+use crate::api::{BudgetReason, NodePool};
 use crate::cluster::{Pod, Pool};
-use crate::core::{Action, ClaimRequest, DisruptionDecision, DisruptionReason, ManagedNode};
+use crate::core::{Action, ClaimRequest, DisruptionReason, ManagedNode};
 use crate::plan;
 use std::collections::BTreeMap;
 
@@ -41,28 +40,15 @@ impl Consolidation {
             };
             let budget = left
                 .entry(n.nodepool.as_str())
-                .or_insert_with(|| self.allowed(r, pool));
+                .or_insert_with(|| self.allowed(r, pool, BudgetReason::Drifted));
             if *budget == 0 {
                 continue;
             }
-            let Some(launches) = self.replacements_for(r, n, pool) else {
+            let Some(launches) = self.replacements_for(r, n, pool, false) else {
                 continue;
             };
             *budget -= 1;
-            let names: Vec<String> = launches.iter().map(|c| c.claim.clone()).collect();
-            out.extend(launches.into_iter().map(Action::Launch));
-            self.decided.push(DisruptionDecision {
-                reason: DisruptionReason::Drifted,
-                claims: vec![n.claim.clone()],
-                replacements: names.clone(),
-            });
-            self.disrupting.insert(
-                n.claim.clone(),
-                Disrupting {
-                    replacement: (!names.is_empty()).then_some((names, r.now)),
-                    ..Disrupting::new(DisruptionReason::Drifted)
-                },
-            );
+            self.start_removal(r, &n.claim, DisruptionReason::Drifted, launches, false, out);
         }
     }
 
@@ -83,12 +69,15 @@ impl Consolidation {
     /// The launches that make room for the node's real pods: none when they
     /// fit on the other ready, undrifted nodes that stay; else the planner's
     /// new nodes from the node's pool. `None` when some pod would have no
-    /// place (the node then stays until it has).
-    fn replacements_for(
+    /// place (the node then stays until it has). With `counted`, the node
+    /// itself still counts against its pool's limits while its
+    /// replacements are planned (it runs until they are ready).
+    pub(super) fn replacements_for(
         &self,
         r: &Round,
         n: &ManagedNode,
         pool: &NodePool,
+        counted: bool,
     ) -> Option<Vec<ClaimRequest>> {
         let pods: Vec<Pod> = real_pods(n).cloned().collect();
         let others = self.destinations(r, n);
@@ -104,7 +93,13 @@ impl Consolidation {
         }
         let pools = [Pool::from_api(pool, daemonset_overhead(n)).ok()?];
         let unavailable = |o: &crate::catalog::Offering| r.ctx.interruptions.blocks(o, r.now);
-        let p = self.plan_moves(r, &pools, &others, &pods, &unavailable);
+        let mut nodes = others;
+        if counted {
+            let mut me = n.state.clone();
+            me.unschedulable = true;
+            nodes.push(me);
+        }
+        let p = self.plan_moves(r, &pools, &nodes, &pods, &unavailable);
         if !p.unschedulable.is_empty() {
             return None;
         }
@@ -132,6 +127,7 @@ mod tests {
     use crate::api::Budget;
     use crate::core::drift::Drift;
     use crate::core::interruption::fixtures::launches;
+    use crate::core::DisruptionDecision;
 
     fn step(c: &mut Consolidation, f: &Fixture, at: i64) -> Vec<Action> {
         c.decide_in(&f.world(), t(at), &Context::new(&Interruptions::default()))
@@ -165,6 +161,7 @@ mod tests {
                 Action::RequestCheckpoint { pod, .. } => format!("checkpoint {pod}"),
                 Action::Evict { pod, .. } => format!("evict {pod}"),
                 Action::Delete { claim, reason } => format!("delete {claim} ({reason})"),
+                Action::Reboot { claim, .. } => format!("reboot {claim}"),
             })
             .collect()
     }

@@ -14,7 +14,7 @@ use super::interruption::{
     Interruptions,
 };
 use super::{Action, ClaimRequest, DisruptionDecision, DisruptionReason, ManagedNode, Time, World};
-use crate::api::{ConsolidationPolicy, NodePool};
+use crate::api::{BudgetReason, ConsolidationPolicy, NodePool};
 use crate::catalog::{CapacityType, InterruptionBucket, Offering};
 use crate::cluster::{NodeState, Pod, Pool, Resources};
 use crate::plan::{self, Strategy};
@@ -22,6 +22,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 
 mod drifted;
+mod unhealthy;
 
 /// Knobs of consolidation.
 #[derive(Debug, Clone, PartialEq)]
@@ -101,6 +102,10 @@ struct Disrupting {
     checkpoint_until: Option<Time>,
     evicted: BTreeSet<String>,
     deleted: bool,
+    /// The node no longer works (repair of a node that is not `Ready`):
+    /// its pods are not running, so none is asked to checkpoint and
+    /// `do-not-disrupt` pods are evicted too.
+    broken: bool,
 }
 
 impl Disrupting {
@@ -114,6 +119,7 @@ impl Disrupting {
             checkpoint_until: None,
             evicted: BTreeSet::new(),
             deleted: false,
+            broken: false,
         }
     }
 
@@ -141,26 +147,42 @@ impl Disrupting {
         now: Time,
         out: &mut Vec<Action>,
     ) {
-        let policy = policy(world, n);
-        let hook = policy.is_some_and(|p| p.checkpoint_hook.is_some());
-        let until = after(now, checkpoint_grace(policy));
+        let until = ask_to_checkpoint(world, n, now, &mut self.requested, out);
         self.checkpoint_until = Some(until);
-        for p in n
-            .pods
-            .iter()
-            .filter(|p| opted_in(p, hook) && !p.do_not_disrupt)
-        {
-            if checkpoint_done(&p.pod, now) > until {
-                continue;
-            }
-            self.requested.insert(p.pod.name.clone(), now);
-            out.push(Action::RequestCheckpoint {
-                pod: p.pod.name.clone(),
-                claim: n.claim.clone(),
-                deadline: until,
-            });
-        }
     }
+}
+
+/// Asks the node's opted-in pods (not `do-not-disrupt`) to checkpoint by
+/// the end of its pool's `checkpointGracePeriod`, each one whose
+/// checkpoint can be complete by then, recording when in `requested`;
+/// returns the end of the wait. Shared by every drain that starts on a
+/// node whose pods still run (consolidation, drift, repair's reboots).
+pub(crate) fn ask_to_checkpoint(
+    world: &World,
+    n: &ManagedNode,
+    now: Time,
+    requested: &mut BTreeMap<String, Time>,
+    out: &mut Vec<Action>,
+) -> Time {
+    let policy = policy(world, n);
+    let hook = policy.is_some_and(|p| p.checkpoint_hook.is_some());
+    let until = after(now, checkpoint_grace(policy));
+    for p in n
+        .pods
+        .iter()
+        .filter(|p| opted_in(p, hook) && !p.do_not_disrupt)
+    {
+        if checkpoint_done(&p.pod, now) > until {
+            continue;
+        }
+        requested.insert(p.pod.name.clone(), now);
+        out.push(Action::RequestCheckpoint {
+            pod: p.pod.name.clone(),
+            claim: n.claim.clone(),
+            deadline: until,
+        });
+    }
+    until
 }
 
 /// Consolidation state: what each node has looked like since when, the
@@ -194,15 +216,23 @@ pub struct Context<'a> {
     /// Learned interruption rates per hour, where known (as
     /// `plan::Input::learned_rate`); the catalog's advisor rates otherwise.
     pub learned_rate: Option<&'a crate::plan::RateFn<'a>>,
+    /// Nodes repair is rebooting: not consolidated, not a destination,
+    /// counted against the budgets.
+    pub rebooting: &'a dyn Fn(&str) -> bool,
+    /// Nodes repair gives up on this round, to replace
+    /// (`consolidation::unhealthy`).
+    pub repairs: &'a [crate::core::repair::Replacement],
 }
 
 impl<'a> Context<'a> {
-    /// Nothing protected, no learned rates.
+    /// Nothing protected, no learned rates, nothing rebooting or repaired.
     pub fn new(interruptions: &'a Interruptions) -> Context<'a> {
         Context {
             interruptions,
             protected: &|_| false,
             learned_rate: None,
+            rebooting: &|_| false,
+            repairs: &[],
         }
     }
 
@@ -369,6 +399,7 @@ impl Consolidation {
                 self.candidate = Some((decision, at));
             }
         }
+        self.replace_unhealthy(&round, &mut out);
         self.replace_drifted(&round, &mut out);
         self.progress(&round, &mut out);
         out
@@ -415,9 +446,11 @@ impl Consolidation {
     /// most).
     fn find(&self, r: &Round) -> Option<Decision> {
         let mut budgets = BTreeMap::new();
-        let mut allowed = |pool: &NodePool| -> u32 {
+        let mut allowed = |pool: &NodePool, reason: BudgetReason| -> u32 {
             let name = pool.metadata.name.clone().unwrap_or_default();
-            *budgets.entry(name).or_insert_with(|| self.allowed(r, pool))
+            *budgets
+                .entry((name, reason))
+                .or_insert_with(|| self.allowed(r, pool, reason))
         };
         let eligible: Vec<(&ManagedNode, &NodePool)> = r
             .world
@@ -440,7 +473,7 @@ impl Consolidation {
         let mut claims = Vec::new();
         for (n, pool) in empty {
             let used = taken.entry(n.nodepool.as_str()).or_default();
-            if *used < allowed(pool) {
+            if *used < allowed(pool, BudgetReason::Empty) {
                 *used += 1;
                 claims.push(n.claim.clone());
             }
@@ -453,7 +486,7 @@ impl Consolidation {
         for (n, pool) in busy {
             if pool.spec.disruption.consolidation_policy
                 != ConsolidationPolicy::WhenEmptyOrUnderutilized
-                || allowed(pool) == 0
+                || allowed(pool, BudgetReason::Underutilized) == 0
             {
                 continue;
             }
@@ -486,7 +519,7 @@ impl Consolidation {
         let Some(pool) = pool_of(r.world, n) else {
             return;
         };
-        if !self.eligible(r, n) || self.allowed(r, pool) == 0 {
+        if !self.eligible(r, n) || self.allowed(r, pool, BudgetReason::Underutilized) == 0 {
             return;
         }
         // The same kind of decision must hold now.
@@ -512,6 +545,36 @@ impl Consolidation {
             Disrupting {
                 replacement,
                 ..Disrupting::new(DisruptionReason::Underutilized)
+            },
+        );
+    }
+
+    /// Starts removing `n` for `reason`: launches `launches` (its
+    /// replacements, waited for before the drain; none: the drain starts at
+    /// once), records the decision and hands the node to
+    /// [`Consolidation::progress`]. `broken`: see [`Disrupting::broken`].
+    fn start_removal(
+        &mut self,
+        r: &Round,
+        claim: &str,
+        reason: DisruptionReason,
+        launches: Vec<ClaimRequest>,
+        broken: bool,
+        out: &mut Vec<Action>,
+    ) {
+        let names: Vec<String> = launches.iter().map(|c| c.claim.clone()).collect();
+        out.extend(launches.into_iter().map(Action::Launch));
+        self.decided.push(DisruptionDecision {
+            reason,
+            claims: vec![claim.to_string()],
+            replacements: names.clone(),
+        });
+        self.disrupting.insert(
+            claim.to_string(),
+            Disrupting {
+                replacement: (!names.is_empty()).then_some((names, r.now)),
+                broken,
+                ..Disrupting::new(reason)
             },
         );
     }
@@ -576,7 +639,7 @@ impl Consolidation {
             }
             let budget = left
                 .entry(n.nodepool.clone())
-                .or_insert_with(|| self.allowed(r, pool));
+                .or_insert_with(|| self.allowed(r, pool, BudgetReason::Empty));
             if *budget == 0 {
                 continue;
             }
@@ -636,10 +699,15 @@ impl Consolidation {
                     claim: claim.clone(),
                     reason: d.reason,
                 });
-                d.request_checkpoints(world, n, now, out);
+                if !d.broken {
+                    d.request_checkpoints(world, n, now, out);
+                }
             }
             for p in &n.pods {
-                if p.do_not_disrupt || d.evicted.contains(&p.pod.name) || d.waits_for(p, now) {
+                if (p.do_not_disrupt && !d.broken)
+                    || d.evicted.contains(&p.pod.name)
+                    || d.waits_for(p, now)
+                {
                     continue;
                 }
                 if let Some(left) = p.pdb.and_then(|i| pdb_left.get_mut(i)) {
@@ -681,6 +749,7 @@ impl Consolidation {
             && !n.do_not_disrupt
             && !n.state.unschedulable
             && !r.ctx.interruptions.is_handling(&n.claim)
+            && !(r.ctx.rebooting)(&n.claim)
             && !self.disrupting.contains_key(&n.claim)
             && !self.is_replacement(&n.claim)
             && !(r.ctx.protected)(n)
@@ -696,8 +765,8 @@ impl Consolidation {
         })
     }
 
-    /// How many more of the pool's nodes may be disrupted now.
-    fn allowed(&self, r: &Round, pool: &NodePool) -> u32 {
+    /// How many more of the pool's nodes may be disrupted now for `reason`.
+    fn allowed(&self, r: &Round, pool: &NodePool, reason: BudgetReason) -> u32 {
         let name = pool.metadata.name.as_deref().unwrap_or_default();
         let mine: Vec<&ManagedNode> = r
             .world
@@ -711,10 +780,17 @@ impl Consolidation {
                 n.state.unschedulable
                     || self.disrupting.contains_key(&n.claim)
                     || r.ctx.interruptions.is_handling(&n.claim)
+                    || (r.ctx.rebooting)(&n.claim)
             })
             .count();
-        super::budgets::allowed_disruptions(pool, mine.len() as u32, disrupting as u32, r.now)
-            .unwrap_or(0)
+        super::budgets::allowed_disruptions_for(
+            pool,
+            reason,
+            mine.len() as u32,
+            disrupting as u32,
+            r.now,
+        )
+        .unwrap_or(0)
     }
 
     /// Delete or Replace for a node with pods, if either is possible: no
@@ -805,6 +881,7 @@ impl Consolidation {
                     && !self.disrupting.contains_key(&o.claim)
                     && !self.is_replacement(&o.claim)
                     && !r.ctx.interruptions.is_handling(&o.claim)
+                    && !(r.ctx.rebooting)(&o.claim)
             })
             .map(|o| o.state.clone())
             .collect()
