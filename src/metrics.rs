@@ -5,6 +5,7 @@
 //! `deploy/grafana/quartermaster.json` for the dashboard built on them.
 //! [`karpenter`] holds the series that port Karpenter's.
 
+pub mod health;
 pub mod karpenter;
 
 use prometheus_client::encoding::EncodeLabelSet;
@@ -130,6 +131,8 @@ pub struct Metrics {
     pub provisioning_requests: Family<ProvisioningLabels, Counter>,
     /// The series that port Karpenter's (`nodeclaims_created`, ...).
     pub karpenter: karpenter::KarpenterMetrics,
+    /// Repair of unhealthy nodes.
+    pub health: health::HealthMetrics,
     /// When the loop last made progress (not exported: `/healthz` reads
     /// it).
     pub progress: Progress,
@@ -160,6 +163,7 @@ impl Metrics {
             actions_dropped: Counter::default(),
             provisioning_requests: Family::default(),
             karpenter: Default::default(),
+            health: Default::default(),
             progress: Default::default(),
         };
         let r = registry.sub_registry_with_prefix("quartermaster");
@@ -259,6 +263,7 @@ impl Metrics {
             metrics.provisioning_requests.clone(),
         );
         metrics.karpenter.register(r);
+        metrics.health.register(r);
         metrics
     }
 

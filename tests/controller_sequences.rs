@@ -2554,6 +2554,13 @@ impl CloudProvider for Narrowed {
     ) -> quartermaster::cloud::Result<quartermaster::cloud::Instance> {
         self.inner.terminate(claim, now).await
     }
+    async fn reboot(
+        &self,
+        claim: &str,
+        now: Time,
+    ) -> quartermaster::cloud::Result<quartermaster::cloud::Instance> {
+        self.inner.reboot(claim, now).await
+    }
     async fn describe(
         &self,
         claim: &str,

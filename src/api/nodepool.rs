@@ -24,7 +24,7 @@ pub use policies::{
 };
 pub use repair::{
     ConditionStatus, Repair, RepairAction, RepairCondition, ACCELERATED_HARDWARE_READY,
-    DO_NOT_REPAIR, REPLACE_AT_ONCE_PATTERN,
+    REPLACE_AT_ONCE_PATTERN,
 };
 
 /// Key in `spec.limits`: most nodes the pool may have.

@@ -4,8 +4,10 @@
 //! the two seams every effect goes through, whatever code path issued it:
 //! - [`layer`]: a [`kube::Client`] whose service refuses every
 //!   mutating request (anything but GET/HEAD/OPTIONS) while the flag is off;
-//! - [`Fenced`]: a [`CloudProvider`] that refuses `launch` and `terminate`
-//!   while the flag is off (`describe` and `instances` only read).
+//! - [`Fenced`]: a [`CloudProvider`] that refuses `launch`, `terminate`,
+//!   `reboot` and resource collection while the flag is off (`describe`,
+//!   `instances` and the launch stamps only read), and forwards every
+//!   other method to the cloud it fences.
 //!
 //! Each refusal counts in `quartermaster_actions_dropped_not_leader`. The
 //! leader election itself uses an unfenced client (it writes the Lease to
@@ -70,7 +72,8 @@ pub fn layer(
     tower::filter::FilterLayer::new(predicate(leader, metrics))
 }
 
-/// A cloud whose writes (`launch`, `terminate`) are refused with
+/// A cloud whose writes (`launch`, `terminate`, `reboot`, resource
+/// collection) are refused with
 /// [`cloud::Error::NotReady`] while this replica does not lead.
 pub struct Fenced<C> {
     inner: C,
@@ -122,6 +125,11 @@ impl<C: CloudProvider + Send + Sync> CloudProvider for Fenced<C> {
         self.inner.terminate(claim, now).await
     }
 
+    async fn reboot(&self, claim: &str, now: Time) -> cloud::Result<Instance> {
+        self.check(claim, "reboot")?;
+        self.inner.reboot(claim, now).await
+    }
+
     async fn describe(&self, claim: &str) -> cloud::Result<Option<Instance>> {
         self.inner.describe(claim).await
     }
@@ -136,6 +144,22 @@ impl<C: CloudProvider + Send + Sync> CloudProvider for Fenced<C> {
 
     fn pool_problem(&self, nodepool: &str) -> Option<String> {
         self.inner.pool_problem(nodepool)
+    }
+
+    fn launch_stamp(
+        &self,
+        claim: &crate::api::NodeClaimSpec,
+    ) -> Option<crate::core::drift::ClassStamp> {
+        self.inner.launch_stamp(claim)
+    }
+
+    async fn collect_unused_resources(
+        &self,
+        now: Time,
+        grace: chrono::TimeDelta,
+    ) -> cloud::Result<(Vec<String>, Vec<cloud::Error>)> {
+        self.check("", "resource collection")?;
+        self.inner.collect_unused_resources(now, grace).await
     }
 }
 
@@ -170,11 +194,34 @@ mod tests {
                 claim: claim.into(),
             })
         }
+        async fn reboot(&self, claim: &str, _: Time) -> cloud::Result<Instance> {
+            self.writes.fetch_add(1, Ordering::SeqCst);
+            Err(cloud::Error::NotFound {
+                claim: claim.into(),
+            })
+        }
         async fn describe(&self, _: &str) -> cloud::Result<Option<Instance>> {
             Ok(None)
         }
         async fn instances(&self) -> cloud::Result<Vec<Instance>> {
             Ok(Vec::new())
+        }
+        fn launch_stamp(
+            &self,
+            _: &crate::api::NodeClaimSpec,
+        ) -> Option<crate::core::drift::ClassStamp> {
+            Some(crate::core::drift::ClassStamp {
+                hash: "class".into(),
+                image: "ami-1".into(),
+            })
+        }
+        async fn collect_unused_resources(
+            &self,
+            _: Time,
+            _: chrono::TimeDelta,
+        ) -> cloud::Result<(Vec<String>, Vec<cloud::Error>)> {
+            self.writes.fetch_add(1, Ordering::SeqCst);
+            Ok((vec!["lt-1".into()], Vec::new()))
         }
     }
 
@@ -204,19 +251,41 @@ mod tests {
         let _ = cloud.launch(&request(), &template, now).await;
         assert_eq!(cloud.inner().writes.load(Ordering::SeqCst), 1);
 
+        // Every method reaches the cloud it fences while leading: drift
+        // reads the launch stamps, garbage collection collects.
+        let spec: crate::api::NodeClaimSpec = serde_json::from_value(
+            serde_json::json!({"nodePool": "gpu", "instanceType": "g5.xlarge",
+                "zone": "use1-az1", "capacityType": "spot", "pricePerHour": 0.4}),
+        )
+        .unwrap();
+        assert_eq!(cloud.launch_stamp(&spec).unwrap().image, "ami-1");
+        let grace = chrono::TimeDelta::minutes(5);
+        assert_eq!(
+            cloud.collect_unused_resources(now, grace).await.unwrap().0,
+            ["lt-1"]
+        );
+        assert_eq!(cloud.inner().writes.load(Ordering::SeqCst), 2);
+
         tx.send_replace(false);
         let launch = cloud.launch(&request(), &template, now).await;
         let terminate = cloud.terminate("gpu-abc", now).await;
-        for refused in [launch.map(|_| ()), terminate.map(|_| ())] {
+        let reboot = cloud.reboot("gpu-abc", now).await;
+        let collect = cloud.collect_unused_resources(now, grace).await;
+        for refused in [
+            launch.map(|_| ()),
+            terminate.map(|_| ()),
+            reboot.map(|_| ()),
+            collect.map(|_| ()),
+        ] {
             let err = refused.expect_err("refused");
             assert!(err.to_string().contains("not the leader"), "{err}");
         }
         assert_eq!(
             cloud.inner().writes.load(Ordering::SeqCst),
-            1,
+            2,
             "no write reached the cloud"
         );
-        assert_eq!(metrics.actions_dropped.get(), 2);
+        assert_eq!(metrics.actions_dropped.get(), 4);
         assert!(
             cloud.describe("gpu-abc").await.unwrap().is_none(),
             "reads pass"

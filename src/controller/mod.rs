@@ -17,6 +17,7 @@ pub mod lifecycle;
 pub mod logging;
 pub mod nodeclasses;
 pub mod podgroups;
+pub mod repair;
 pub mod run;
 pub mod simulated_nodes;
 pub mod snapshot;

@@ -186,6 +186,8 @@ pub struct Driver<C> {
     unreadable: snapshot::UnreadableReports,
     /// The actions of this round's decision.
     decided: Vec<Action>,
+    /// What repair reported last (holds are reported when they change).
+    repair_reports: super::repair::RepairReports,
 }
 
 /// The NodeClaim lifecycle over a driver's API, cloud and timeouts (a free
@@ -237,6 +239,7 @@ impl<C: CloudProvider + Send + Sync + 'static> Driver<C> {
             unplaceable: HashMap::new(),
             unreadable: Default::default(),
             decided: Vec::new(),
+            repair_reports: Default::default(),
         }
     }
 
@@ -523,6 +526,15 @@ impl<C: CloudProvider + Send + Sync + 'static> Driver<C> {
                 disruptions: self.core.disruption_decisions(),
             };
             let outcomes = executor.execute(&actions, &world, &targets, now).await;
+            let repair = super::repair::RepairContext {
+                api: &self.ctx.api,
+                cloud: &*self.ctx.cloud,
+                metrics: &self.ctx.metrics,
+                events: self.events.as_ref(),
+            };
+            self.repair_reports
+                .carry_out(&repair, self.core.repairs(), &actions, &views, now)
+                .await;
             for (action, o) in actions.iter().zip(outcomes) {
                 match (action, o) {
                     (_, Ok(Outcome::Created(claim))) => self.created.push((*claim, now)),

@@ -13,10 +13,6 @@ use std::time::Duration;
 
 use super::{BudgetNodes, BUDGET_NODES_PATTERN};
 
-/// The annotation (on a Node or its NodeClaim) that keeps repair away from
-/// a node, whatever its conditions say.
-pub const DO_NOT_REPAIR: &str = "quartermaster.dev/do-not-repair";
-
 /// A node condition's status, as the API spells it.
 #[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, Hash, JsonSchema)]
 pub enum ConditionStatus {
