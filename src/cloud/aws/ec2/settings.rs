@@ -59,7 +59,7 @@ pub struct Settings {
 /// its Kubernetes version, endpoint, CA and service CIDR the operator set.
 /// [`SettingsFile::complete`] fills in the rest from EKS; a file that sets
 /// them all needs no EKS call.
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct SettingsFile {
     /// EKS cluster name.
@@ -131,9 +131,6 @@ pub enum Error {
         /// Why.
         source: std::io::Error,
     },
-    /// The YAML does not have the settings' shape.
-    #[error("cannot parse EC2 settings: {0}")]
-    Parse(String),
     /// Parsed, but wrong; every problem, one per line, with its field path.
     #[error("invalid EC2 settings:\n  {}", .0.join("\n  "))]
     Invalid(Vec<String>),
@@ -143,7 +140,7 @@ impl SettingsFile {
     /// Reads and checks a settings file.
     ///
     /// # Errors
-    /// [`Error::Read`], [`Error::Parse`] or [`Error::Invalid`].
+    /// [`Error::Read`] or [`Error::Invalid`].
     pub fn load(path: &Path) -> Result<SettingsFile, Error> {
         let text = std::fs::read_to_string(path).map_err(|source| Error::Read {
             path: path.display().to_string(),
@@ -155,31 +152,40 @@ impl SettingsFile {
     /// Parses a settings file and checks the fields it sets.
     ///
     /// # Errors
-    /// [`Error::Parse`] (with a pointer to EC2NodeClass for the node-class
-    /// fields older files had) or [`Error::Invalid`].
+    /// [`Error::Invalid`]: every problem, with its line (and a pointer to
+    /// EC2NodeClass for the node-class fields older files had).
     pub fn from_yaml(text: &str) -> Result<SettingsFile, Error> {
-        let file: SettingsFile = serde_norway::from_str(text).map_err(|e| {
-            let e = e.to_string();
-            if e.contains("defaultNodeClass") || e.contains("nodeClasses") {
-                Error::Parse(format!(
-                    "{e}: node classes are EC2NodeClass objects now (the chart creates `default` \
+        let schema = crate::api::read::schema_of::<SettingsFile>();
+        // Through the one strict reader: every unknown field and wrong type
+        // with its line, then the fields it sets (what it leaves out is for
+        // discovery).
+        crate::api::read::single(
+            "EC2 settings",
+            text,
+            &schema,
+            |file: &SettingsFile| match file.complete(None) {
+                Err(Error::Invalid(problems)) => problems
+                    .into_iter()
+                    .filter(|p| !p.ends_with(NOT_SET))
+                    .collect(),
+                _ => Vec::new(),
+            },
+        )
+        .map_err(|e| {
+            let old = e
+                .problems
+                .iter()
+                .any(|p| p.path == "defaultNodeClass" || p.path == "nodeClasses");
+            let mut lines: Vec<String> = e.problems.iter().map(ToString::to_string).collect();
+            if old {
+                lines.push(
+                    "node classes are EC2NodeClass objects now (the chart creates `default` \
                      from its values); keep only the cluster settings here (docs/aws.md)"
-                ))
-            } else {
-                Error::Parse(e)
+                        .into(),
+                );
             }
-        })?;
-        // Check the fields it sets; what it leaves out is for discovery.
-        if let Err(Error::Invalid(problems)) = file.complete(None) {
-            let wrong: Vec<String> = problems
-                .into_iter()
-                .filter(|p| !p.ends_with(NOT_SET))
-                .collect();
-            if !wrong.is_empty() {
-                return Err(Error::Invalid(wrong));
-            }
-        }
-        Ok(file)
+            Error::Invalid(lines)
+        })
     }
 
     /// Whether the file leaves out anything EKS can tell: the endpoint,
@@ -250,7 +256,7 @@ impl Settings {
     /// discovery: every field must be set).
     ///
     /// # Errors
-    /// [`Error::Read`], [`Error::Parse`] or [`Error::Invalid`].
+    /// [`Error::Read`] or [`Error::Invalid`].
     pub fn load(path: &Path) -> Result<Settings, Error> {
         SettingsFile::load(path)?.complete(None)
     }
@@ -259,7 +265,7 @@ impl Settings {
     /// discovery: every field must be set).
     ///
     /// # Errors
-    /// [`Error::Parse`] or [`Error::Invalid`].
+    /// [`Error::Invalid`].
     pub fn from_yaml(text: &str) -> Result<Settings, Error> {
         SettingsFile::from_yaml(text)?.complete(None)
     }
@@ -838,7 +844,11 @@ serviceCidr: 10.100.0.0/16
         let err = Settings::from_yaml(&old).unwrap_err().to_string();
         assert!(err.contains("EC2NodeClass"), "{err}");
         let typo = GOOD.replace("serviceCidr", "serviceCIDR");
-        let err = Settings::from_yaml(&typo).unwrap_err();
-        assert!(matches!(err, Error::Parse(ref e) if !e.contains("EC2NodeClass")));
+        let err = Settings::from_yaml(&typo).unwrap_err().to_string();
+        assert!(
+            err.contains("serviceCIDR: unknown field (did you mean serviceCidr?) (line "),
+            "{err}"
+        );
+        assert!(!err.contains("EC2NodeClass"), "{err}");
     }
 }
