@@ -5,6 +5,7 @@
 //! `deploy/grafana/quartermaster.json` for the dashboard built on them.
 //! [`karpenter`] holds the series that port Karpenter's.
 
+pub mod gpu_use;
 pub mod health;
 pub mod karpenter;
 
@@ -133,6 +134,8 @@ pub struct Metrics {
     pub karpenter: karpenter::KarpenterMetrics,
     /// Repair of unhealthy nodes.
     pub health: health::HealthMetrics,
+    /// GPU use read from DCGM.
+    pub gpu_use: gpu_use::GpuUseMetrics,
     /// When the loop last made progress (not exported: `/healthz` reads
     /// it).
     pub progress: Progress,
@@ -164,6 +167,7 @@ impl Metrics {
             provisioning_requests: Family::default(),
             karpenter: Default::default(),
             health: Default::default(),
+            gpu_use: Default::default(),
             progress: Default::default(),
         };
         let r = registry.sub_registry_with_prefix("quartermaster");
@@ -264,6 +268,7 @@ impl Metrics {
         );
         metrics.karpenter.register(r);
         metrics.health.register(r);
+        metrics.gpu_use.register(r);
         metrics
     }
 

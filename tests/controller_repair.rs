@@ -260,6 +260,7 @@ fn driver(
         launch_timeout: Duration::from_secs(300),
         registration_timeout: Duration::from_secs(600),
         gc_grace: Duration::from_secs(300),
+        gpu_use: None,
     };
     let mut d = Driver::new(ctx, settings, store, t(0));
     d.events = Some(Events::new(client, None));

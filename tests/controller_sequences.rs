@@ -1956,6 +1956,7 @@ fn loop_settings(core: Config) -> quartermaster::controller::run::Settings {
         launch_timeout: Duration::from_secs(300),
         registration_timeout: Duration::from_secs(600),
         gc_grace: Duration::from_secs(300),
+        gpu_use: None,
     }
 }
 

@@ -441,6 +441,9 @@ fn check_disruption(e: &mut Errors, spec: &NodePoolSpec) {
             " or Never",
         );
     }
+    if let Some(idle) = &d.consolidate_idle_gpus_after {
+        check_duration(e, "spec.disruption.consolidateIdleGpusAfter", idle, "");
+    }
     if d.budgets.len() > 50 {
         e.push("spec.disruption.budgets", "at most 50 budgets are allowed");
     }

@@ -59,6 +59,9 @@ pub mod reasons {
     /// A repair the NodeClaim's node is due for is held (do-not-repair,
     /// the breaker, do-not-disrupt, the budgets).
     pub const REPAIR_HELD: &str = "RepairHeld";
+    /// The pod's GPUs were busy less than the threshold over the read
+    /// window (DCGM).
+    pub const GPU_UNDERUSED: &str = "GPUUnderused";
     // On a ProvisioningRequest, the Event's reason is the condition's reason
     // (`CapacityIsProvisioned`, `CapacityIsNotFound`, ...), as set.
 }
@@ -483,6 +486,19 @@ impl Events {
             reasons::REPAIR_HELD,
             "Repair",
             format!("unhealthy ({condition}), repair held: {why}"),
+            None,
+        )
+        .await
+    }
+
+    /// On a pod: its GPUs are under-used (`note` says how much, over what).
+    pub async fn gpu_underused(&self, pod: &ObjectReference, note: &str) {
+        self.report(
+            pod,
+            EventType::Warning,
+            reasons::GPU_UNDERUSED,
+            "Measure",
+            note.to_string(),
             None,
         )
         .await

@@ -45,6 +45,8 @@ pub struct Settings {
     /// Instances with our tag and no NodeClaim older than this are
     /// terminated.
     pub gc_grace: Duration,
+    /// Reading GPU use from Prometheus (DCGM), when configured.
+    pub gpu_use: Option<super::gpu_use::GpuUseSettings>,
 }
 
 /// What the loop talks to, built by the `controller` command.
@@ -148,8 +150,13 @@ pub async fn run_watching<C: CloudProvider + Send + Sync + 'static>(
     }
     ctx.ready.store(true, Ordering::Release);
     tracing::info!("watches synced; deciding");
+    let gpu_use = settings.gpu_use.clone();
     let mut driver = Driver::new(ctx, settings, store.clone(), chrono::Utc::now());
     driver.events = Some(Events::new(client.clone(), std::env::var("POD_NAME").ok()));
+    if let Some(g) = gpu_use {
+        let readings = super::gpu_use::spawn_reader(&g, shutdown.clone())?;
+        driver.read_gpu_use(g, readings);
+    }
     driver.run(&shutdown).await;
     stop_watches();
     Ok(())
@@ -188,6 +195,9 @@ pub struct Driver<C> {
     decided: Vec<Action>,
     /// What repair reported last (holds are reported when they change).
     repair_reports: super::repair::RepairReports,
+    /// GPU use read from Prometheus, when configured
+    /// ([`Driver::read_gpu_use`]).
+    gpu_use: Option<super::gpu_use::GpuUseState>,
 }
 
 /// The NodeClaim lifecycle over a driver's API, cloud and timeouts (a free
@@ -240,7 +250,18 @@ impl<C: CloudProvider + Send + Sync + 'static> Driver<C> {
             unreadable: Default::default(),
             decided: Vec::new(),
             repair_reports: Default::default(),
+            gpu_use: None,
         }
+    }
+
+    /// Takes GPU use from `readings` (see `gpu_use::spawn_reader`) into
+    /// every round from now on.
+    pub fn read_gpu_use(
+        &mut self,
+        settings: super::gpu_use::GpuUseSettings,
+        readings: watch::Receiver<Option<Arc<super::gpu_use::Reading>>>,
+    ) {
+        self.gpu_use = Some(super::gpu_use::GpuUseState::new(settings, readings));
     }
 
     /// Runs the core on a blocking thread (the planner may take seconds on
@@ -434,6 +455,10 @@ impl<C: CloudProvider + Send + Sync + 'static> Driver<C> {
         });
         let mut parts = parts;
         self.checkpoint_bookkeeping(&mut parts, now);
+        if let Some(g) = &mut self.gpu_use {
+            let events = self.events.as_ref().filter(|_| *self.ctx.leader.borrow());
+            g.round(&mut parts, &self.ctx.metrics, events, now).await;
+        }
         // ProvisioningRequests: stand-ins to plan, room to hold.
         let unplaceable: HashMap<String, String> = self
             .core
@@ -769,6 +794,9 @@ impl<C: CloudProvider + Send + Sync + 'static> Driver<C> {
                             pool.status.as_ref(),
                             now,
                         );
+                    }
+                    if let Some(known) = self.gpu_use.as_ref().and_then(|g| g.condition()) {
+                        status::set_gpu_use_known(&mut new, known, pool.status.as_ref(), now);
                     }
                     // The Event is said when the problem is new, not at
                     // every later change of the status.

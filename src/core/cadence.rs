@@ -280,6 +280,7 @@ mod tests {
             drifted: None,
             disrupted: false,
             health: Default::default(),
+            gpu_idle_since: None,
         }
     }
 

@@ -574,6 +574,7 @@ impl ManagedNode {
             drifted: None,
             disrupted: false,
             health: Default::default(),
+            gpu_idle_since: None,
         })
     }
 }

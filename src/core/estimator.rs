@@ -351,6 +351,7 @@ mod tests {
             drifted: None,
             disrupted: false,
             health: Default::default(),
+            gpu_idle_since: None,
         };
         let k = spot("g5.xlarge", "use1-az1");
         let nodes = [

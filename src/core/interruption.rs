@@ -754,6 +754,7 @@ pub(crate) mod fixtures {
             drifted: None,
             disrupted: false,
             health: Default::default(),
+            gpu_idle_since: None,
         }
     }
 

@@ -105,6 +105,11 @@ pub struct ManagedNode {
     /// What the node's conditions (and DCGM) say of its health, for repair
     /// ([`repair`]); empty where nothing is known.
     pub health: repair::Health,
+    /// Since when every GPU of the node has been idle, as DCGM reports
+    /// (filled by the driver from a fresh reading only; `None` when busy or
+    /// not known), for pools that consolidate idle GPU nodes
+    /// (`disruption.consolidateIdleGpusAfter`).
+    pub gpu_idle_since: Option<Time>,
 }
 
 /// A PodDisruptionBudget, reduced to what eviction decisions need.

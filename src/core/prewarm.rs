@@ -862,6 +862,7 @@ mod tests {
             drifted: None,
             disrupted: false,
             health: Default::default(),
+            gpu_idle_since: None,
         };
         l.observe_node(&node);
         assert_eq!(l.observations("g5"), 0, "not Ready yet");

@@ -67,6 +67,28 @@ impl fmt::Display for Signal {
     }
 }
 
+/// The XID errors the EKS node monitoring agent treats as fatal (it sets
+/// `AcceleratedHardwareReady=False` with reason `NvidiaXID<n>Error` for
+/// them; other XIDs, such as 13, 31, 43 or 94, are the application's and
+/// only an Event): its `WellKnownXidCodes`, as of 2026
+/// (`aws/eks-node-monitoring-agent`, `monitors/nvidia/dcgm`).
+pub const FATAL_XIDS: &[u32] = &[
+    46, 48, 54, 62, 63, 64, 74, 79, 95, 109, 110, 119, 120, 136, 140, 142, 143, 151, 155, 156, 158,
+];
+
+/// The signal the node monitoring agent would set for XID `xid` seen since
+/// `since` on one of a node's GPUs, for the XIDs it treats as fatal.
+pub fn xid_signal(xid: u32, since: Time) -> Option<Signal> {
+    FATAL_XIDS.contains(&xid).then(|| {
+        Signal::new(
+            crate::api::nodepool::ACCELERATED_HARDWARE_READY,
+            "False",
+            &format!("NvidiaXID{xid}Error"),
+            since,
+        )
+    })
+}
+
 /// What is known of a node's health, filled by the driver.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct Health {
@@ -881,6 +903,13 @@ mod tests {
             Repairs::new().decide(&f.world(), t(9999), &Context { busy: &|_| false }),
             (vec![], vec![])
         );
+    }
+
+    #[test]
+    fn fatal_xids_read_as_the_agents_condition_and_application_xids_do_not() {
+        assert_eq!(xid_signal(79, t(5)), Some(gpu_fault("NvidiaXID79Error", 5)));
+        assert_eq!(xid_signal(13, t(5)), None);
+        assert_eq!(xid_signal(0, t(5)), None);
     }
 
     #[test]

@@ -37,6 +37,14 @@ pub struct Disruption {
     #[serde(default = "default_budgets")]
     #[schemars(length(max = 50))]
     pub budgets: Vec<Budget>,
+    /// Consolidate a node whose GPUs have all been idle (as DCGM reports,
+    /// read from Prometheus) for this long, even though pods run on it
+    /// (Go duration, e.g. `2h`): its pods are asked to checkpoint and
+    /// evicted within the budgets (for `Underutilized`) and the node is
+    /// removed; pods that come back are planned as usual. Unset: never.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(regex(pattern = DURATION_PATTERN), length(max = 32))]
+    pub consolidate_idle_gpus_after: Option<String>,
 }
 
 impl Default for Disruption {
@@ -45,6 +53,7 @@ impl Default for Disruption {
             consolidation_policy: ConsolidationPolicy::default(),
             consolidate_after: default_consolidate_after(),
             budgets: default_budgets(),
+            consolidate_idle_gpus_after: None,
         }
     }
 }
@@ -68,6 +77,18 @@ impl Disruption {
             return Ok(None);
         }
         parse_duration(&self.consolidate_after).map(Some)
+    }
+
+    /// `consolidateIdleGpusAfter` parsed: `None` when unset.
+    ///
+    /// # Errors
+    ///
+    /// [`DurationError`] when it is not a duration.
+    pub fn idle_gpus_after(&self) -> Result<Option<Duration>, DurationError> {
+        self.consolidate_idle_gpus_after
+            .as_deref()
+            .map(parse_duration)
+            .transpose()
     }
 }
 

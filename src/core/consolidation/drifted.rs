@@ -52,15 +52,16 @@ impl Consolidation {
         }
     }
 
-    /// Whether a drifted node may be replaced now: ready, not held by
-    /// `do-not-disrupt` or a PDB, not cordoned, not under interruption
-    /// handling, not protected, not being removed already.
-    fn may_replace(&self, r: &Round, n: &ManagedNode) -> bool {
+    /// Whether a drifted (or idle) node may be removed now: ready, not held
+    /// by `do-not-disrupt` or a PDB, not cordoned, not under interruption
+    /// handling or a reboot, not protected, not being removed already.
+    pub(super) fn may_replace(&self, r: &Round, n: &ManagedNode) -> bool {
         n.ready_at.is_some()
             && !n.state.in_flight
             && !n.do_not_disrupt
             && !n.state.unschedulable
             && !r.ctx.interruptions.is_handling(&n.claim)
+            && !(r.ctx.rebooting)(&n.claim)
             && !self.disrupting.contains_key(&n.claim)
             && !blocked(r, n)
             && !(r.ctx.protected)(n)

@@ -22,6 +22,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 
 mod drifted;
+mod idle;
 mod unhealthy;
 
 /// Knobs of consolidation.
@@ -202,6 +203,9 @@ pub struct Consolidation {
     budget_cache: Option<(Vec<Vec<crate::api::Budget>>, Time)>,
     /// The disruptions the last [`Consolidation::decide_in`] started.
     decided: Vec<DisruptionDecision>,
+    /// When the next node's GPUs will have been idle long enough
+    /// (`consolidation::idle`).
+    idle_due: Option<Time>,
 }
 
 /// What consolidation reads besides the world: the other decisions it must
@@ -401,6 +405,7 @@ impl Consolidation {
         }
         self.replace_unhealthy(&round, &mut out);
         self.replace_drifted(&round, &mut out);
+        self.remove_idle_gpu_nodes(&round, &mut out);
         self.progress(&round, &mut out);
         out
     }
@@ -428,6 +433,7 @@ impl Consolidation {
             .filter_map(|d| d.checkpoint_until);
         validation
             .into_iter()
+            .chain(self.idle_due)
             .chain(self.budget_change)
             .chain(eligible)
             .chain(timeouts)
