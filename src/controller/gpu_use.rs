@@ -404,7 +404,7 @@ fn usage_url(s: &GpuUseSettings) -> String {
 }
 
 /// A window as people write it (`1h`, `90m`, `45s`).
-fn human(d: Duration) -> String {
+pub fn human(d: Duration) -> String {
     let s = d.as_secs();
     if s.is_multiple_of(3600) {
         format!("{}h", s / 3600)
