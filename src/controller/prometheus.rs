@@ -138,10 +138,11 @@ impl Prometheus {
     /// See [`Error`].
     pub async fn query(&self, promql: &str, at: Time) -> Result<Vec<Sample>> {
         let uri = format!(
-            "{}/api/v1/query?query={}&time={}",
+            "{}/api/v1/query?query={}&time={}.{:03}",
             self.base,
             percent_encode(promql),
-            at.timestamp()
+            at.timestamp(),
+            at.timestamp_subsec_millis()
         );
         let unreachable = |reason: String| Error::Unreachable {
             url: self.base.clone(),
