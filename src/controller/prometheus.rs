@@ -13,6 +13,7 @@ use http_body_util::{BodyExt, Empty, Limited};
 use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::client::legacy::Client;
 use hyper_util::rt::TokioExecutor;
+use serde::de::{DeserializeSeed, Deserializer, IgnoredAny, MapAccess, SeqAccess, Visitor};
 use serde::Deserialize;
 use std::collections::BTreeMap;
 use std::time::Duration;
@@ -137,6 +138,24 @@ impl Prometheus {
     /// # Errors
     /// See [`Error`].
     pub async fn query(&self, promql: &str, at: Time) -> Result<Vec<Sample>> {
+        let mut samples = Vec::new();
+        self.query_each(promql, at, &mut |s| samples.push(s))
+            .await?;
+        Ok(samples)
+    }
+
+    /// Runs an instant query at `at` and hands each of its vector's samples
+    /// to `each` as the answer is read: a fleet's answer is held as text
+    /// once, never as samples all at once.
+    ///
+    /// # Errors
+    /// See [`Error`]; on an error, `each` may have had some samples.
+    pub async fn query_each(
+        &self,
+        promql: &str,
+        at: Time,
+        each: &mut (dyn FnMut(Sample) + Send),
+    ) -> Result<()> {
         let uri = format!(
             "{}/api/v1/query?query={}&time={}.{:03}",
             self.base,
@@ -159,14 +178,19 @@ impl Prometheus {
                 .await
                 .map_err(|e| unreachable(e.to_string()))?;
             let status = response.status();
-            let body = Limited::new(response.into_body(), MAX_ANSWER_BYTES)
-                .collect()
-                .await
-                .map_err(|e| Error::Answer {
+            // Into one buffer as the frames come: a fleet's answer is held
+            // once, not as frames and then again in one piece.
+            let mut frames = Limited::new(response.into_body(), MAX_ANSWER_BYTES);
+            let mut body = Vec::new();
+            while let Some(frame) = frames.frame().await {
+                let frame = frame.map_err(|e| Error::Answer {
                     url: self.base.clone(),
                     reason: e.to_string(),
-                })?
-                .to_bytes();
+                })?;
+                if let Ok(data) = frame.into_data() {
+                    body.extend_from_slice(&data);
+                }
+            }
             Ok::<_, Error>((status, body))
         };
         let (status, body) = tokio::time::timeout(self.timeout, work)
@@ -175,39 +199,176 @@ impl Prometheus {
                 url: self.base.clone(),
                 timeout: self.timeout,
             })??;
-        parse_answer(&self.base, status.as_u16(), &body)
+        parse_answer_each(&self.base, status.as_u16(), &body, each)
     }
 }
 
-#[derive(Deserialize)]
-struct Answer {
+/// What an answer says besides its samples.
+#[derive(Default)]
+struct Head {
     status: String,
-    #[serde(default)]
-    data: Option<Data>,
-    #[serde(default, rename = "errorType")]
     error_type: Option<String>,
-    #[serde(default)]
     error: Option<String>,
+    /// Whether there was a `data`.
+    data: bool,
+    /// `data.resultType`.
+    result_type: Option<String>,
+    /// Whether `data.result` was there.
+    result: bool,
 }
 
-#[derive(Deserialize)]
-struct Data {
-    #[serde(rename = "resultType")]
-    result_type: String,
-    result: Vec<Series>,
-}
-
+/// One series of a vector.
 #[derive(Deserialize)]
 struct Series {
     metric: BTreeMap<String, String>,
     value: (f64, String),
 }
 
+/// Reads an answer, handing each series of its `data.result` to `each` as
+/// it is read, so that a fleet's answer is never held as samples all at
+/// once.
+struct AnswerSeed<'a> {
+    each: &'a mut dyn FnMut(Sample),
+}
+
+impl<'de> DeserializeSeed<'de> for AnswerSeed<'_> {
+    type Value = Head;
+
+    fn deserialize<D: Deserializer<'de>>(self, d: D) -> std::result::Result<Head, D::Error> {
+        d.deserialize_map(self)
+    }
+}
+
+impl<'de> Visitor<'de> for AnswerSeed<'_> {
+    type Value = Head;
+
+    fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+        f.write_str("a Prometheus API answer")
+    }
+
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> std::result::Result<Head, A::Error> {
+        let each = self.each;
+        let mut head = Head::default();
+        while let Some(key) = map.next_key::<String>()? {
+            match key.as_str() {
+                "status" => head.status = map.next_value()?,
+                "errorType" => head.error_type = map.next_value()?,
+                "error" => head.error = map.next_value()?,
+                "data" => {
+                    map.next_value_seed(DataSeed {
+                        each: &mut *each,
+                        head: &mut head,
+                    })?;
+                }
+                _ => {
+                    map.next_value::<IgnoredAny>()?;
+                }
+            }
+        }
+        Ok(head)
+    }
+}
+
+/// `data`: its `resultType` and, when that is a vector or not said yet,
+/// each series of its `result`.
+struct DataSeed<'a> {
+    each: &'a mut dyn FnMut(Sample),
+    head: &'a mut Head,
+}
+
+impl<'de> DeserializeSeed<'de> for DataSeed<'_> {
+    type Value = ();
+
+    fn deserialize<D: Deserializer<'de>>(self, d: D) -> std::result::Result<(), D::Error> {
+        d.deserialize_map(self)
+    }
+}
+
+impl<'de> Visitor<'de> for DataSeed<'_> {
+    type Value = ();
+
+    fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+        f.write_str("the answer's data")
+    }
+
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> std::result::Result<(), A::Error> {
+        let (each, head) = (self.each, self.head);
+        head.data = true;
+        while let Some(key) = map.next_key::<String>()? {
+            match key.as_str() {
+                "resultType" => head.result_type = Some(map.next_value()?),
+                "result" if head.result_type.as_deref().is_none_or(|t| t == "vector") => {
+                    map.next_value_seed(ResultSeed { each: &mut *each })?;
+                    head.result = true;
+                }
+                "result" => {
+                    map.next_value::<IgnoredAny>()?;
+                    head.result = true;
+                }
+                _ => {
+                    map.next_value::<IgnoredAny>()?;
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+/// `data.result`, one series at a time.
+struct ResultSeed<'a> {
+    each: &'a mut dyn FnMut(Sample),
+}
+
+impl<'de> DeserializeSeed<'de> for ResultSeed<'_> {
+    type Value = ();
+
+    fn deserialize<D: Deserializer<'de>>(self, d: D) -> std::result::Result<(), D::Error> {
+        d.deserialize_seq(self)
+    }
+}
+
+impl<'de> Visitor<'de> for ResultSeed<'_> {
+    type Value = ();
+
+    fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+        f.write_str("a vector's series")
+    }
+
+    fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> std::result::Result<(), A::Error> {
+        while let Some(s) = seq.next_element::<Series>()? {
+            (self.each)(Sample {
+                labels: s.metric,
+                // The API writes numbers as strings ("NaN", "+Inf"
+                // included); one that is not a number is absurd, as NaN is.
+                value: s.value.1.parse().unwrap_or(f64::NAN),
+            });
+        }
+        Ok(())
+    }
+}
+
 /// The samples of an API answer (a `vector`), or why there are none.
+#[cfg(test)]
 fn parse_answer(url: &str, status: u16, body: &[u8]) -> Result<Vec<Sample>> {
-    let answer: std::result::Result<Answer, _> = serde_json::from_slice(body);
-    let answer = match answer {
-        Ok(a) => a,
+    let mut samples = Vec::new();
+    parse_answer_each(url, status, body, &mut |s| samples.push(s))?;
+    Ok(samples)
+}
+
+/// Hands each sample of an API answer (a `vector`) to `each` as it is
+/// read; or why there are none. On an error, `each` may have had some.
+fn parse_answer_each(
+    url: &str,
+    status: u16,
+    body: &[u8],
+    each: &mut dyn FnMut(Sample),
+) -> Result<()> {
+    let mut de = serde_json::Deserializer::from_slice(body);
+    let head = AnswerSeed { each }
+        .deserialize(&mut de)
+        .and_then(|h| de.end().map(|()| h));
+    let head = match head {
+        Ok(h) => h,
         Err(e) if (200..300).contains(&status) => {
             return Err(Error::Answer {
                 url: url.to_string(),
@@ -222,33 +383,30 @@ fn parse_answer(url: &str, status: u16, body: &[u8]) -> Result<Vec<Sample>> {
             })
         }
     };
-    if answer.status != "success" {
+    if head.status != "success" {
         return Err(Error::Api {
             url: url.to_string(),
-            kind: answer.error_type.unwrap_or_default(),
-            message: answer.error.unwrap_or_default(),
+            kind: head.error_type.unwrap_or_default(),
+            message: head.error.unwrap_or_default(),
         });
     }
-    let data = answer.data.ok_or_else(|| Error::Answer {
+    let answer = |reason: String| Error::Answer {
         url: url.to_string(),
-        reason: "no data".into(),
-    })?;
-    if data.result_type != "vector" {
-        return Err(Error::Answer {
-            url: url.to_string(),
-            reason: format!("a {} where a vector was asked for", data.result_type),
-        });
+        reason,
+    };
+    if !head.data {
+        return Err(answer("no data".into()));
     }
-    Ok(data
-        .result
-        .into_iter()
-        .map(|s| Sample {
-            labels: s.metric,
-            // The API writes numbers as strings ("NaN", "+Inf" included);
-            // one that is not a number is absurd, as NaN is.
-            value: s.value.1.parse().unwrap_or(f64::NAN),
-        })
-        .collect())
+    let result_type = head.result_type.unwrap_or_default();
+    if result_type != "vector" {
+        return Err(answer(format!(
+            "a {result_type} where a vector was asked for"
+        )));
+    }
+    if !head.result {
+        return Err(answer("no result".into()));
+    }
+    Ok(())
 }
 
 /// `s` with every byte but the URL's unreserved ones percent-encoded.
@@ -273,8 +431,8 @@ fn percent_encode(s: &str) -> String {
 pub async fn read_usage(prom: &Prometheus, window: Duration, at: Time) -> Result<Usage> {
     let mut a = Assembler::default();
     for (field, promql) in gpu_use::queries(window) {
-        let samples = prom.query(&promql, at).await?;
-        a.add(field, samples);
+        prom.query_each(&promql, at, &mut |s| a.add(field, [s]))
+            .await?;
         // Nothing but utilisation means nothing to decide on.
         if field == Field::Util && a.is_empty() {
             break;
@@ -342,6 +500,26 @@ mod tests {
             parse_answer("u", 200, matrix),
             Err(Error::Answer { reason, .. }) if reason.contains("matrix")
         ));
+        // The result read before its type is said (keys in another order).
+        let late = br#"{"data":{"result":[{"metric":{"gpu":"0"},"value":[1,"3"]}],
+            "resultType":"vector"},"status":"success"}"#;
+        assert_eq!(parse_answer("u", 200, late).unwrap()[0].value, 3.0);
+        let late_matrix = br#"{"status":"success","data":{"result":[],"resultType":"matrix"}}"#;
+        assert!(parse_answer("u", 200, late_matrix).is_err());
+        for incomplete in [
+            &br#"{"status":"success","data":{"resultType":"vector"}}"#[..],
+            br#"{"status":"success"}"#,
+            br#"{"status":"success","data":{"resultType":"vector","result":[]}} x"#,
+        ] {
+            assert!(
+                matches!(
+                    parse_answer("u", 200, incomplete),
+                    Err(Error::Answer { .. })
+                ),
+                "{}",
+                String::from_utf8_lossy(incomplete)
+            );
+        }
     }
 
     #[tokio::test]

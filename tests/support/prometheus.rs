@@ -43,8 +43,17 @@ impl Prometheus {
                 child: None,
             };
         }
+        Prometheus::start_in(std::env::temp_dir().join(format!("qm-prometheus-{}", unique("p"))))
+    }
+
+    /// A new server on a free loopback port keeping its data in `dir`
+    /// (`dir/tsdb`: blocks put there before, e.g. by `promtool tsdb
+    /// create-blocks-from openmetrics`, are served), removed when dropped.
+    ///
+    /// # Panics
+    /// As [`Prometheus::start`].
+    pub fn start_in(dir: PathBuf) -> Prometheus {
         let port = super::free_port();
-        let dir = std::env::temp_dir().join(format!("qm-prometheus-{}", unique("p")));
         let script = concat!(env!("CARGO_MANIFEST_DIR"), "/scripts/prometheus-server");
         let child = Command::new(script)
             .args([
