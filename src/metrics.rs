@@ -243,7 +243,7 @@ impl Metrics {
         );
         r.register(
             "pricing_fallback",
-            "1 while prices come from the embedded catalog because the APIs are unreachable",
+            "1 while a source (on-demand or spot prices, zone names) is not live because its API failed",
             metrics.pricing_fallback.clone(),
         );
         r.register(

@@ -364,6 +364,7 @@ async fn each_launch_gets_the_eks_image_its_architecture_and_accelerator_need() 
             taints: Vec::new(),
             startup_taints: Vec::new(),
             termination_grace_period: None,
+            expire_after: None,
         };
         let stamp = aws.launch_stamp(&spec).expect("the pool has a ready class");
         assert_eq!(Some(stamp.image.as_str()), found[0].image_id(), "{name}");
@@ -990,6 +991,18 @@ async fn garbage_collection_terminates_only_our_old_unclaimed_instances() {
     let spot = |name: &str| claim(name, "g5.xlarge", "use1-az4", CapacityType::Spot);
     let orphan = aws.launch(&spot("orphan"), &template(), now).await.unwrap();
     let kept = aws.launch(&spot("kept"), &template(), now).await.unwrap();
+    // Someone stopped one that lost its claim: it keeps its volumes and
+    // addresses for ever unless collected.
+    let stopped = aws
+        .launch(&spot("stopped"), &template(), now)
+        .await
+        .unwrap();
+    w.ec2
+        .stop_instances()
+        .instance_ids(id_of(&stopped.provider_id))
+        .send()
+        .await
+        .unwrap();
     // Another cluster's instance on the same subnets, with its own tags.
     let other_cluster = w.cloud_of(&format!("{}-other", w.cluster)).await;
     let foreign = other_cluster
@@ -1023,9 +1036,14 @@ async fn garbage_collection_terminates_only_our_old_unclaimed_instances() {
         .await
         .unwrap();
     assert!(failed.is_empty(), "{failed:?}");
-    let collected: Vec<&str> = done.iter().map(|i| i.provider_id.as_str()).collect();
-    assert_eq!(collected, [orphan.provider_id.as_str()]);
-    assert_eq!(done[0].state, InstanceState::ShuttingDown);
+    let mut collected: Vec<&str> = done.iter().map(|i| i.provider_id.as_str()).collect();
+    collected.sort();
+    let mut expected = [orphan.provider_id.as_str(), stopped.provider_id.as_str()];
+    expected.sort();
+    assert_eq!(collected, expected);
+    assert!(done.iter().all(|i| i.state == InstanceState::ShuttingDown));
+    assert!(["shutting-down", "terminated"]
+        .contains(&w.state_of(&id_of(&stopped.provider_id)).await.as_str()));
 
     assert!(["shutting-down", "terminated"]
         .contains(&w.state_of(&id_of(&orphan.provider_id)).await.as_str()));

@@ -604,3 +604,172 @@ fn the_cloudformation_template_passes_cfn_lint_and_a_broken_copy_does_not() {
     let _ = std::fs::remove_file(&broken);
     assert!(!bad.status.success(), "cfn-lint accepted a 30 s retention");
 }
+
+/// AWS Health scheduling the retirement of one of our instances, as
+/// EventBridge delivers it to SQS.
+fn retirement_body(event_id: &str, instance_id: &str, start: &str) -> String {
+    serde_json::json!({
+        "version": "0",
+        "id": event_id,
+        "detail-type": "AWS Health Event",
+        "source": "aws.health",
+        "account": "123456789012",
+        "time": "2026-01-05T06:00:00Z",
+        "region": "us-east-1",
+        "resources": [instance_id],
+        "detail": {
+            "eventArn": "arn:aws:health:us-east-1::event/EC2/AWS_EC2_INSTANCE_RETIREMENT_SCHEDULED/x",
+            "service": "EC2",
+            "eventTypeCode": "AWS_EC2_INSTANCE_RETIREMENT_SCHEDULED",
+            "eventTypeCategory": "scheduledChange",
+            "startTime": start,
+            "affectedEntities": [{"entityValue": instance_id}]
+        }
+    })
+    .to_string()
+}
+
+/// A claim whose instance is `instance_id`, registered as node `ip-1`.
+fn claim_view(instance_id: &str) -> quartermaster::controller::snapshot::ClaimView {
+    use quartermaster::api::{NodeClaim, NodeClaimSpec, NodeClaimStatus};
+    use quartermaster::controller::snapshot::{ClaimView, NodeInfo};
+    let mut claim = NodeClaim::new(
+        "gpu-1",
+        NodeClaimSpec {
+            node_pool: "gpu".into(),
+            instance_type: "p5.48xlarge".into(),
+            zone: "use1-az1".into(),
+            capacity_type: quartermaster::catalog::CapacityType::OnDemand,
+            price_per_hour: 98.0,
+            resources: Default::default(),
+            labels: Default::default(),
+            taints: vec![],
+            startup_taints: vec![],
+            termination_grace_period: None,
+            expire_after: None,
+        },
+    );
+    claim.status = Some(NodeClaimStatus {
+        provider_id: Some(format!("aws:///use1-az1/{instance_id}")),
+        node_name: Some("ip-1".into()),
+        ..Default::default()
+    });
+    ClaimView {
+        claim,
+        node: Some(NodeInfo {
+            name: "ip-1".into(),
+            provider_id: Some(format!("aws:///use1-az1/{instance_id}")),
+            labels: Default::default(),
+            taints: vec![],
+            unschedulable: false,
+            ready: true,
+            allocatable: Default::default(),
+            do_not_disrupt: false,
+            do_not_repair: false,
+            conditions: vec![],
+            resource_version: Some("7".into()),
+        }),
+        pods: vec![],
+    }
+}
+
+#[tokio::test]
+async fn a_scheduled_retirement_is_recorded_on_its_claim_before_its_message_is_deleted() {
+    use http::Method;
+    use quartermaster::controller::interruptions::{NoticeHandler, SCHEDULED_REASON};
+    use quartermaster::controller::kube_api::KubeApi;
+    use quartermaster::core::Notice;
+    use support::api_server::Scenario;
+
+    let moto = Moto::start();
+    let sqs = aws_sdk_sqs::Client::new(&moto.sdk_config());
+    let (url, _) = queue(&sqs).await;
+    let instance_id = unique("i-retire");
+    sqs.send_message()
+        .queue_url(&url)
+        .message_body(retirement_body(
+            &unique("e-retire"),
+            &instance_id,
+            "Thu, 08 Jan 2026 06:00:00 GMT",
+        ))
+        .send()
+        .await
+        .expect("send_message");
+    let start = "2026-01-08T06:00:00Z"
+        .parse::<quartermaster::core::Time>()
+        .unwrap();
+    let metrics = Metrics::unregistered();
+    let (tx, mut rx) = mpsc::channel(16);
+    let acks = NoticeAcks::default();
+    let mut consumer = consumer(&moto, &url, &acks);
+    poll_until(&mut consumer, &tx, &metrics, 1).await;
+    let notices = drain(&mut rx);
+    assert_eq!(notices.len(), 1, "{notices:?}");
+    assert_eq!(
+        notices[0].kind,
+        NoticeKind::ScheduledChange { start: Some(start) }
+    );
+    let views = [claim_view(&instance_id)];
+    let now = "2026-01-05T06:00:05Z".parse().unwrap();
+    let mut handler = NoticeHandler::new();
+
+    // A replica that does not lead records nothing: the message stays
+    // (and comes back: `retry_after` is zero here).
+    let (client, verifier) = Scenario::new().run();
+    let handled = handler
+        .handle(&notices[0], &views, &KubeApi::new(client), false, now)
+        .await;
+    verifier.finish().await;
+    assert_eq!(handled.outcome, NoticeOutcome::Retry);
+    assert!(handled.notices.is_empty());
+    acks.push(&notices[0], handled.outcome);
+    poll_until(&mut consumer, &tx, &metrics, 1).await;
+    let again = drain(&mut rx);
+    assert_eq!(again, notices);
+    assert_eq!(messages_left(&sqs, &url).await, 1);
+
+    // The leader writes the claim's condition, then cordons the node; only
+    // then is the notice told to the core and the message let go.
+    let (client, verifier) = Scenario::new()
+        .expect(
+            Method::PATCH,
+            "/apis/quartermaster.dev/v1alpha1/nodeclaims/gpu-1/status",
+            |b| {
+                let c = &b["status"]["conditions"][0];
+                assert_eq!(c["type"], "Interrupted");
+                assert_eq!(c["reason"], SCHEDULED_REASON);
+                assert!(
+                    c["message"]
+                        .as_str()
+                        .unwrap()
+                        .ends_with("2026-01-08T06:00:00Z"),
+                    "{c}"
+                );
+            },
+        )
+        .respond(200, serde_json::to_value(&views[0].claim).unwrap())
+        .expect(Method::PATCH, "/api/v1/nodes/ip-1", |b| {
+            assert!(b.to_string().contains("quartermaster.dev/disrupted"), "{b}");
+        })
+        .respond(
+            200,
+            serde_json::json!({"apiVersion": "v1", "kind": "Node", "metadata": {"name": "ip-1"}}),
+        )
+        .run();
+    let handled = handler
+        .handle(&again[0], &views, &KubeApi::new(client), true, now)
+        .await;
+    verifier.finish().await;
+    assert_eq!(handled.outcome, NoticeOutcome::Recorded);
+    assert_eq!(
+        handled.notices,
+        [Notice::ScheduledChange {
+            claim: "gpu-1".into(),
+            start: Some(start)
+        }]
+    );
+    assert_eq!(handled.counted, [("gpu".to_string(), "scheduled-change")]);
+    acks.push(&again[0], handled.outcome);
+    consumer.settle(&metrics).await;
+    assert_eq!(messages_left(&sqs, &url).await, 0);
+}

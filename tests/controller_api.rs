@@ -45,6 +45,7 @@ fn claim(name: &str) -> NodeClaim {
             taints: vec![Taint::new("nvidia.com/gpu", "", TaintEffect::NoSchedule)],
             startup_taints: Vec::new(),
             termination_grace_period: None,
+            expire_after: None,
         },
     );
     claim.metadata.finalizers = Some(vec![FINALIZER.to_string()]);

@@ -30,6 +30,7 @@ use quartermaster::controller::kube_api::KubeApi;
 use quartermaster::controller::lifecycle::{Lifecycle, Step};
 use quartermaster::controller::podgroups;
 use quartermaster::controller::snapshot::{request_of, world_parts, Snapshot, Store};
+use quartermaster::core::batch::DEFAULT_MAX_PODS;
 use quartermaster::core::{Action, ClaimRequest, Config, Core, Notice, Time};
 use quartermaster::metrics::karpenter::TerminatedLabels;
 use quartermaster::metrics::{LaunchFailureLabels, Metrics};
@@ -180,6 +181,8 @@ fn lifecycle<'a>(
         metrics,
         launch_timeout: Duration::from_secs(300),
         registration_timeout: Duration::from_secs(600),
+        catalog: catalog(),
+        region: REGION,
     }
 }
 
@@ -200,7 +203,7 @@ async fn execute_as(
     disruptions: &[quartermaster::core::DisruptionDecision],
 ) -> (Vec<Outcome>, Arc<Metrics>) {
     let catalog = catalog();
-    let parts = world_parts(snap, &catalog, REGION, now);
+    let parts = world_parts(snap, &catalog, REGION, now, DEFAULT_MAX_PODS);
     let world = parts.world(&catalog, REGION);
     let metrics = Arc::new(Metrics::unregistered());
     let (_tx, leader) = watch::channel(leading);
@@ -276,13 +279,13 @@ async fn reconcile_scripted(
 
 /// The core's decisions at `now` over what the store holds, with `catalog`.
 fn decide_at(core: &mut Core, s: &Store, catalog: &Catalog, now: Time) -> Vec<Action> {
-    let parts = world_parts(&snapshot(s), catalog, REGION, now);
+    let parts = world_parts(&snapshot(s), catalog, REGION, now, DEFAULT_MAX_PODS);
     core.decide(&parts.world(catalog, REGION), now)
 }
 
 /// Hands the core `notice` at `now`, over what the store holds.
 fn notify(core: &mut Core, s: &Store, catalog: &Catalog, notice: &Notice, now: Time) {
-    let parts = world_parts(&snapshot(s), catalog, REGION, now);
+    let parts = world_parts(&snapshot(s), catalog, REGION, now, DEFAULT_MAX_PODS);
     core.handle_notice(notice, &parts.world(catalog, REGION), now);
 }
 
@@ -424,7 +427,7 @@ async fn a_pending_gpu_pod_leads_to_a_node_claim_and_then_a_launch() {
     let catalog = catalog();
     let mut core = Core::new(Config::default());
     let snap = snapshot(&s);
-    let parts = world_parts(&snap, &catalog, REGION, t(0));
+    let parts = world_parts(&snap, &catalog, REGION, t(0), DEFAULT_MAX_PODS);
     assert_eq!(parts.pending.len(), 1);
     assert!(launches(&core.decide(&parts.world(&catalog, REGION), t(0))).is_empty());
     let actions = core.decide(&parts.world(&catalog, REGION), t(2));
@@ -517,7 +520,7 @@ async fn a_pending_gpu_pod_leads_to_a_node_claim_and_then_a_launch() {
 
     // In the world, the claim is capacity in flight: the pod launches
     // nothing more.
-    let parts = world_parts(&snapshot(&s), &catalog, REGION, t(31));
+    let parts = world_parts(&snapshot(&s), &catalog, REGION, t(31), DEFAULT_MAX_PODS);
     assert!(parts.nodes[0].state.in_flight);
     for k in 31..40 {
         assert!(launches(&core.decide(&parts.world(&catalog, REGION), t(k))).is_empty());
@@ -979,7 +982,7 @@ fn volcano_pod_group(name: &str, min: i32, min_resources: Value) -> VolcanoPodGr
 fn planned(s: &Store) -> (Vec<String>, std::collections::BTreeSet<String>) {
     let catalog = catalog();
     let mut core = Core::new(Config::default());
-    let parts = world_parts(&snapshot(s), &catalog, REGION, t(0));
+    let parts = world_parts(&snapshot(s), &catalog, REGION, t(0), DEFAULT_MAX_PODS);
     let mut actions = core.decide(&parts.world(&catalog, REGION), t(0));
     actions.extend(core.decide(&parts.world(&catalog, REGION), t(2)));
     let reqs = launches(&actions);
@@ -1115,13 +1118,14 @@ async fn provisioning_round(
     want: &[(&str, &[Cond<'_>])],
 ) -> quartermaster::controller::snapshot::WorldParts {
     let catalog = catalog();
-    let mut parts = world_parts(&snapshot(s), &catalog, REGION, now);
+    let mut parts = world_parts(&snapshot(s), &catalog, REGION, now, DEFAULT_MAX_PODS);
     let unplaceable = |p: &str| {
         core.last_plan()
             .and_then(|r| r.unschedulable.iter().find(|u| u.pod == p))
             .map(|u| u.reason.clone())
     };
-    let transitions = podgroups::provisioning_step(s, &mut parts, &unplaceable, now);
+    let transitions =
+        podgroups::provisioning_step(s, &mut parts, &unplaceable, DEFAULT_MAX_PODS, now);
     let mut sc = Scenario::new();
     for (request, conditions) in want {
         let path = format!(
@@ -1582,13 +1586,27 @@ async fn deleting_a_claim_drains_within_pdbs_and_waits_for_pods_to_go_before_ter
     // Both gone: terminate, delete the node, release the claim.
     s.delete(&gpu_pod("a", Some("ip-10-0-0-1"), json!({})));
     s.delete(&gpu_pod("b", Some("ip-10-0-0-1"), json!({})));
+    finalized(&s, &cloud, &metrics, &claim, t(140)).await;
+}
+
+/// Reconciles the deleted `claim` at `at` and checks it is finalized: the
+/// instance terminated, the node deleted (already gone here), the
+/// finalizer removed.
+async fn finalized(
+    s: &Store,
+    cloud: &Mutex<SimulatedCloud>,
+    metrics: &Metrics,
+    claim: &NodeClaim,
+    at: Time,
+) {
+    let name = claim.name_any();
     let api = Scenario::new()
         .expect(Method::DELETE, "/api/v1/nodes/ip-10-0-0-1", |_| {})
         .respond(404, status_body(404, "NotFound", "gone"))
         .expect(Method::PATCH, &format!("{CLAIMS}/{name}"), |_| {})
-        .respond(200, claim_json(&claim))
+        .respond(200, claim_json(claim))
         .run();
-    let step = reconcile_scripted(api, &s, &cloud, &metrics, &name, t(140)).await;
+    let step = reconcile_scripted(api, s, cloud, metrics, &name, at).await;
     assert_eq!(step, Step::Finalized);
     assert!(!cloud
         .describe(&name)
@@ -1767,11 +1785,63 @@ async fn a_capacity_error_records_the_code_deletes_the_claim_and_tells_the_core(
     assert!(cloud.instances().await.unwrap().is_empty());
 }
 
+/// A NodeClaim someone else created, carrying a label its pool may not
+/// set (or a value that would break out of a kubelet flag): refused
+/// before anything is launched or copied onto a node.
+#[tokio::test]
+async fn a_claim_with_a_label_its_pool_may_not_set_is_refused_and_never_launched() {
+    for (key, value) in [
+        ("node-restriction.kubernetes.io/trusted", "true"),
+        ("team", "ml --anonymous-auth=true"),
+    ] {
+        let cloud = cloud();
+        let mut claim = claim_for(&spot_request("gpu-000001"), t(0));
+        claim.spec.labels.insert(key.into(), value.into());
+        let s = store(vec![], vec![], vec![claim.clone()]);
+        let metrics = Metrics::unregistered();
+        let key_owned = key.to_string();
+        let api = Scenario::new()
+            .expect(
+                Method::PATCH,
+                &format!("{CLAIMS}/gpu-000001/status"),
+                move |b| {
+                    let c = &b["status"]["conditions"][0];
+                    assert_eq!(c["type"], conditions::LAUNCHED);
+                    assert_eq!(c["status"], "False");
+                    assert_eq!(c["reason"], "InvalidNodeClaim");
+                    let message = c["message"].as_str().unwrap_or_default();
+                    assert!(message.contains(&key_owned), "{message}");
+                },
+            )
+            .respond(200, claim_json(&claim))
+            .expect(Method::DELETE, &format!("{CLAIMS}/gpu-000001"), |_| {})
+            .respond(200, claim_json(&claim))
+            .run();
+        let step = reconcile_scripted(api, &s, &cloud, &metrics, "gpu-000001", t(1)).await;
+        assert_eq!(
+            step,
+            Step::LaunchFailed {
+                reason: "InvalidNodeClaim".into(),
+                notice: None
+            }
+        );
+        assert!(cloud.instances().await.unwrap().is_empty(), "{key}");
+        let refused = metrics
+            .launch_failures
+            .get_or_create(&LaunchFailureLabels {
+                nodepool: "gpu".into(),
+                reason: "InvalidNodeClaim".into(),
+            })
+            .get();
+        assert_eq!(refused, 1);
+    }
+}
+
 #[tokio::test]
 async fn a_replica_that_lost_the_lease_writes_nothing_and_counts_what_it_dropped() {
     let s = store(vec![gpu_pod("train-0", None, json!({}))], vec![], vec![]);
     let mut core = Core::new(Config::default());
-    let parts = world_parts(&snapshot(&s), &catalog(), REGION, t(0));
+    let parts = world_parts(&snapshot(&s), &catalog(), REGION, t(0), DEFAULT_MAX_PODS);
     let catalog = catalog();
     let mut actions = Vec::new();
     for k in 0..12 {
@@ -2053,10 +2123,10 @@ fn regarding(events: &[Value]) -> Vec<String> {
 }
 
 #[tokio::test]
-async fn pods_past_the_batch_cap_wait_for_the_next_batch_with_a_batch_deferred_event() {
+async fn pods_past_the_batch_cap_wait_for_the_next_batch_with_an_event_and_take_turns() {
     use quartermaster::controller::events::reasons;
     // Three pending pods, a cap of two per plan: the last (in the store's
-    // order) waits.
+    // order) waits for the next plan.
     let pods = (0..3)
         .map(|i| gpu_pod(&format!("train-{i}"), None, json!({})))
         .collect();
@@ -2064,18 +2134,32 @@ async fn pods_past_the_batch_cap_wait_for_the_next_batch_with_a_batch_deferred_e
         max_batch_pods: 2,
         ..Config::default()
     };
-    let writes = run_loop(pods, core, 8).await;
-    // One Event for the one deferred pod, not one per round.
+    // Six rounds of ten seconds: within the minute a claim the watch has
+    // not brought back counts in the world.
+    let writes = run_loop(pods, core, 6).await;
+    // The first plan keeps the first two (in the store's order) and the
+    // last waits, with an Event saying why.
     let deferred = posted_events(&writes, reasons::BATCH_DEFERRED);
-    assert_eq!(deferred.len(), 1, "{writes:#?}");
-    let event = &deferred[0];
+    let event = deferred.first().unwrap_or_else(|| panic!("{writes:#?}"));
     assert_eq!(event["regarding"]["kind"], "Pod");
     assert_eq!(event["regarding"]["namespace"], "ml");
     assert_eq!(event["regarding"]["name"], "train-2");
     assert_eq!(event["type"], "Warning");
     let note = event["note"].as_str().unwrap_or_default();
     assert!(note.contains("--max-batch-pods"), "{note}");
-    // The plan launched for the two pods it kept, and only for them.
+    // Each pod left out is told once, not once per round; the next plan
+    // takes the pod the first one left out (another waits then): none
+    // waits for ever.
+    let told: Vec<String> = deferred
+        .iter()
+        .filter_map(|e| e["regarding"]["name"].as_str().map(str::to_string))
+        .collect();
+    let mut distinct = regarding(&deferred);
+    distinct.dedup();
+    assert_eq!(distinct.len(), told.len(), "{told:?}");
+    assert!(told.len() >= 2, "train-2 was never taken in: {told:?}");
+    // The first plan launched for the two pods it kept; later plans place
+    // the pods they take in on those in-flight claims: nothing more.
     assert_eq!(
         regarding(&posted_events(&writes, reasons::NOMINATED)),
         ["train-0", "train-1"],
@@ -2470,6 +2554,65 @@ async fn after_the_termination_grace_period_remaining_pods_are_deleted_and_the_n
         .is_alive());
 }
 
+/// A node that stopped answering leaves its evicted pod Terminating for
+/// ever: no kubelet confirms the deletion. Without a terminationGracePeriod
+/// the drain waited for it for ever; now a pod a minute past the end of its
+/// grace period on a node that is not Ready counts as gone (Karpenter's
+/// rule), and the node is terminated.
+#[tokio::test]
+async fn a_pod_stuck_terminating_on_an_unreachable_node_no_longer_holds_the_drain() {
+    let cloud = cloud();
+    let (mut claim, provider_id) = ready_claim(&cloud, "ip-10-0-0-1").await;
+    claim.metadata.deletion_timestamp =
+        Some(quartermaster::controller::snapshot::to_k8s_time(t(100)));
+    let name = claim.name_any();
+    let cordoned_node = |ready: bool| {
+        let taints = json!([{"key": l::TAINT_DISRUPTED, "effect": "NoSchedule"}]);
+        let mut n = node("ip-10-0-0-1", &provider_id, taints, ready, Some("1"));
+        n.spec.as_mut().unwrap().unschedulable = Some(true);
+        n
+    };
+    // Evicted at 100 with 30 s to go: its grace period ends at 130.
+    let mut stuck = gpu_pod("a", Some("ip-10-0-0-1"), json!({}));
+    stuck.metadata.deletion_timestamp =
+        Some(quartermaster::controller::snapshot::to_k8s_time(t(130)));
+    stuck.metadata.deletion_grace_period_seconds = Some(30);
+    let metrics = Metrics::unregistered();
+    let waits = |ready: bool, at: i64| {
+        let s = store(
+            vec![stuck.clone()],
+            vec![cordoned_node(ready)],
+            vec![claim.clone()],
+        );
+        let (cloud, metrics, name) = (&cloud, &metrics, name.clone());
+        async move {
+            let step =
+                reconcile_scripted(Scenario::new().run(), &s, cloud, metrics, &name, t(at)).await;
+            assert!(
+                matches!(step, Step::Draining { remaining: 1, .. }),
+                "ready {ready} at {at}: {step:?}"
+            );
+        }
+    };
+    // Within a minute of its grace period's end, or on a node that is
+    // Ready (its kubelet is on it), the pod is waited for.
+    waits(false, 189).await;
+    waits(true, 100_000).await;
+    // A minute past it on a node that is not Ready: gone.
+    let s = store(
+        vec![stuck.clone()],
+        vec![cordoned_node(false)],
+        vec![claim.clone()],
+    );
+    finalized(&s, &cloud, &metrics, &claim, t(190)).await;
+    // Nor does it hold the core's own drains: it is not on the node in the
+    // world.
+    let parts = world_parts(&snapshot(&s), &catalog(), REGION, t(190), DEFAULT_MAX_PODS);
+    assert!(parts.nodes[0].pods.is_empty());
+    let parts = world_parts(&snapshot(&s), &catalog(), REGION, t(189), DEFAULT_MAX_PODS);
+    assert_eq!(parts.nodes[0].pods.len(), 1);
+}
+
 #[test]
 fn a_pool_grace_period_is_copied_onto_its_claims() {
     let mut p = pool();
@@ -2537,6 +2680,22 @@ struct Narrowed {
     inner: Mutex<SimulatedCloud>,
     requirements: Vec<quartermaster::api::Requirement>,
     problem: Option<String>,
+    /// What a launch would be made with now (node class hash, image).
+    stamp: Option<quartermaster::core::drift::ClassStamp>,
+    /// Calls of `collect_unused_resources`.
+    collected: std::sync::atomic::AtomicUsize,
+}
+
+impl Narrowed {
+    fn new(requirements: Vec<quartermaster::api::Requirement>, problem: Option<String>) -> Self {
+        Narrowed {
+            inner: cloud(),
+            requirements,
+            problem,
+            stamp: None,
+            collected: Default::default(),
+        }
+    }
 }
 
 impl CloudProvider for Narrowed {
@@ -2577,6 +2736,21 @@ impl CloudProvider for Narrowed {
     fn pool_problem(&self, _: &str) -> Option<String> {
         self.problem.clone()
     }
+    fn launch_stamp(
+        &self,
+        _: &quartermaster::api::NodeClaimSpec,
+    ) -> Option<quartermaster::core::drift::ClassStamp> {
+        self.stamp.clone()
+    }
+    async fn collect_unused_resources(
+        &self,
+        _: Time,
+        _: chrono::TimeDelta,
+    ) -> quartermaster::cloud::Result<(Vec<String>, Vec<quartermaster::cloud::Error>)> {
+        self.collected
+            .fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        Ok((vec!["lt-unused".into()], Vec::new()))
+    }
 }
 
 #[tokio::test]
@@ -2612,11 +2786,7 @@ async fn the_loop_plans_only_what_the_cloud_can_launch_for_the_pool() {
         let (_notices_tx, notices) = mpsc::channel(8);
         let ctx = Context {
             api: KubeApi::new(client.clone()),
-            cloud: Arc::new(Narrowed {
-                inner: cloud(),
-                requirements,
-                problem,
-            }),
+            cloud: Arc::new(Narrowed::new(requirements, problem)),
             metrics: Arc::new(Metrics::unregistered()),
             catalog: catalog_rx,
             leader,
@@ -2697,13 +2867,153 @@ async fn the_loop_plans_only_what_the_cloud_can_launch_for_the_pool() {
     );
 }
 
+/// The loop, leading, over a store and a cloud, against a permissive API
+/// server that answers with `answer` and keeps every request; Events on.
+struct RecordedLoop<C> {
+    driver: quartermaster::controller::run::Driver<C>,
+    writes: Writes,
+    /// The feed of cloud notices into the loop.
+    notices: tokio::sync::mpsc::Sender<quartermaster::cloud::InstanceNotice>,
+    /// What the loop reported of each notice.
+    acks: quartermaster::cloud::NoticeAcks,
+    _server: support::api_server::Recorder,
+}
+
+impl<C: CloudProvider + Send + Sync + 'static> RecordedLoop<C> {
+    fn start(
+        s: &Arc<Store>,
+        cloud: Arc<C>,
+        metrics: Arc<Metrics>,
+        core: Config,
+        answer: impl Fn(&support::api_server::Served, &Value) -> (u16, Value) + Send + 'static,
+    ) -> RecordedLoop<C> {
+        use quartermaster::controller::run::{Context, Driver};
+        let writes: Writes = Arc::default();
+        let seen = writes.clone();
+        let (client, server) = support::api_server::Recorder::start(move |served, body| {
+            seen.lock()
+                .unwrap()
+                .push((served.method.clone(), served.path.clone(), body.clone()));
+            answer(served, body)
+        });
+        let (_leader_tx, leader) = watch::channel(true);
+        let (_catalog_tx, catalog_rx) = watch::channel(catalog());
+        let (notices_tx, notices) = tokio::sync::mpsc::channel(8);
+        let acks = quartermaster::cloud::NoticeAcks::default();
+        let ctx = Context {
+            api: KubeApi::new(client.clone()),
+            cloud,
+            metrics,
+            catalog: catalog_rx,
+            leader,
+            ready: Arc::new(std::sync::atomic::AtomicBool::new(true)),
+            notices,
+            notice_acks: acks.clone(),
+            simulated_nodes: false,
+        };
+        let mut driver = Driver::new(ctx, loop_settings(core), s.clone(), t(0));
+        driver.events = Some(quartermaster::controller::events::Events::new(client, None));
+        RecordedLoop {
+            driver,
+            writes,
+            notices: notices_tx,
+            acks,
+            _server: server,
+        }
+    }
+
+    /// The requests so far, forgotten here.
+    fn take(&self) -> Vec<(String, String, Value)> {
+        std::mem::take(&mut *self.writes.lock().unwrap())
+    }
+}
+
+/// A store holding `claim` Ready on node `ip-10-0-0-1` (its instance
+/// `provider_id`) with these pods, and [`pool`].
+fn on_one_node(pods: Vec<core::Pod>, claim: &NodeClaim, provider_id: &str) -> Arc<Store> {
+    let node = node("ip-10-0-0-1", provider_id, json!([]), true, Some("1"));
+    Arc::new(store(pods, vec![node], vec![claim.clone()]))
+}
+
+/// An API server's answers that accept every write: claim patches answer
+/// `claim`, node patches a node, evictions are granted, pool patches
+/// answer [`pool`], the rest is echoed.
+fn accepting(
+    claim: &NodeClaim,
+) -> impl Fn(&support::api_server::Served, &Value) -> (u16, Value) + Send + 'static {
+    let claim = claim_json(claim);
+    move |served, body| match (served.method.as_str(), served.path.as_str()) {
+        ("PATCH", p) if p.starts_with(CLAIMS) => (200, claim.clone()),
+        ("PATCH", p) if p.starts_with("/api/v1/nodes/") => (
+            200,
+            json!({"apiVersion": "v1", "kind": "Node", "metadata": {"name": "ip-10-0-0-1"}}),
+        ),
+        ("POST", p) if p.ends_with("/eviction") => (201, status_body(201, "", "evicted")),
+        ("PATCH", _) => (200, serde_json::to_value(pool()).unwrap()),
+        _ => echo(body),
+    }
+}
+
+/// The claim `created` (as the loop posted it) Ready on node
+/// `ip-10-0-0-2`, as the watches would bring it and its node back; its
+/// name.
+fn replacement_ready(s: &Store, created: &Value) -> String {
+    let mut ready: NodeClaim = serde_json::from_value(created.clone()).unwrap();
+    let name = ready.name_any();
+    let provider = "aws:///use1-az1/i-0replacement";
+    ready.status = Some(ready_status(provider, "ip-10-0-0-2", t(150)));
+    ready.metadata.creation_timestamp =
+        Some(quartermaster::controller::snapshot::to_k8s_time(t(100)));
+    s.apply(ready);
+    s.apply(node("ip-10-0-0-2", provider, json!([]), true, Some("1")));
+    name
+}
+
+/// The loop as production builds it, behind the leader fence: a claim
+/// launched with an image the node class no longer gives is marked
+/// `Drifted` (`ImageChanged`), and garbage collection asks the cloud to
+/// delete unused resources (EC2: launch templates), both through `Fenced`.
+#[tokio::test]
+async fn drift_and_unused_resource_collection_run_through_the_leader_fence() {
+    use quartermaster::controller::fence::Fenced;
+    use quartermaster::core::drift::ClassStamp;
+    use std::sync::atomic::Ordering;
+
+    let mut narrowed = Narrowed::new(Vec::new(), None);
+    let (mut old, provider_id) = ready_claim(&narrowed.inner, "ip-10-0-0-1").await;
+    let status = old.status.as_mut().unwrap();
+    status.node_class_hash = Some("class-1".into());
+    status.image_id = Some("ami-old".into());
+    narrowed.stamp = Some(ClassStamp {
+        hash: "class-1".into(),
+        image: "ami-new".into(),
+    });
+    let s = on_one_node(vec![], &old, &provider_id);
+    let metrics = Arc::new(Metrics::unregistered());
+    let (_leader_tx, leader) = watch::channel(true);
+    let fenced = Arc::new(Fenced::new(narrowed, leader, metrics.clone()));
+    let answer = accepting(&old);
+    let mut run = RecordedLoop::start(&s, fenced.clone(), metrics, Config::default(), answer);
+    run.driver.round(t(100)).await;
+    let writes = run.take();
+    let drifted = writes
+        .iter()
+        .filter(|(m, p, _)| m == "PATCH" && *p == format!("{CLAIMS}/gpu-000001/status"))
+        .flat_map(|(_, _, b)| {
+            b["status"]["conditions"]
+                .as_array()
+                .cloned()
+                .unwrap_or_default()
+        })
+        .find(|c| c["type"] == conditions::DRIFTED)
+        .unwrap_or_else(|| panic!("no Drifted condition written: {writes:#?}"));
+    assert_eq!(drifted["status"], "True");
+    assert_eq!(drifted["reason"], "ImageChanged");
+    assert_eq!(fenced.inner().collected.load(Ordering::SeqCst), 1);
+}
+
 #[tokio::test]
 async fn a_drifted_claim_is_marked_and_replaced_new_node_first_then_cordoned_and_drained() {
-    use quartermaster::controller::run::{Context, Driver};
-    use std::sync::atomic::AtomicBool;
-    use support::api_server::Recorder;
-    use tokio::sync::mpsc;
-
     let cloud = cloud();
     let (mut old, provider_id) = ready_claim(&cloud, "ip-10-0-0-1").await;
     // Launched from a template the pool no longer has (its labels changed
@@ -2712,58 +3022,25 @@ async fn a_drifted_claim_is_marked_and_replaced_new_node_first_then_cordoned_and
         .annotations
         .get_or_insert_default()
         .insert(l::NODEPOOL_HASH.into(), "0123456789abcdef".into());
-    let s = Arc::new(store(
+    let s = on_one_node(
         vec![gpu_pod("train-0", Some("ip-10-0-0-1"), json!({}))],
-        vec![node(
-            "ip-10-0-0-1",
-            &provider_id,
-            json!([]),
-            true,
-            Some("1"),
-        )],
-        vec![old.clone()],
-    ));
+        &old,
+        &provider_id,
+    );
     // Every write is accepted and kept, in order.
-    let writes: Arc<Mutex<Vec<(String, String, Value)>>> = Arc::default();
-    let seen = writes.clone();
-    let old_json = claim_json(&old);
-    let (client, _server) = Recorder::start(move |served, body| {
-        seen.lock()
-            .unwrap()
-            .push((served.method.clone(), served.path.clone(), body.clone()));
-        match (served.method.as_str(), served.path.as_str()) {
-            ("PATCH", p) if p.starts_with(CLAIMS) => (200, old_json.clone()),
-            ("PATCH", p) if p.starts_with("/api/v1/nodes/") => (
-                200,
-                json!({"apiVersion": "v1", "kind": "Node", "metadata": {"name": "ip-10-0-0-1"}}),
-            ),
-            ("POST", p) if p.ends_with("/eviction") => (201, status_body(201, "", "evicted")),
-            ("PATCH", _) => (200, serde_json::to_value(pool()).unwrap()),
-            _ => echo(body),
-        }
-    });
-    let (_leader_tx, leader) = watch::channel(true);
-    let (_catalog_tx, catalog_rx) = watch::channel(catalog());
-    let (_notices_tx, notices) = mpsc::channel(8);
     let metrics = Arc::new(Metrics::unregistered());
-    let ctx = Context {
-        api: KubeApi::new(client.clone()),
-        cloud: Arc::new(cloud),
-        metrics: metrics.clone(),
-        catalog: catalog_rx,
-        leader,
-        ready: Arc::new(AtomicBool::new(true)),
-        notices,
-        notice_acks: Default::default(),
-        simulated_nodes: false,
-    };
-    let mut driver = Driver::new(ctx, loop_settings(Config::default()), s.clone(), t(0));
-    driver.events = Some(quartermaster::controller::events::Events::new(client, None));
+    let answer = accepting(&old);
+    let mut run = RecordedLoop::start(
+        &s,
+        Arc::new(cloud),
+        metrics.clone(),
+        Config::default(),
+        answer,
+    );
     for k in 100..103 {
-        driver.round(t(k)).await;
+        run.driver.round(t(k)).await;
     }
-    let taken = |w: &Mutex<Vec<(String, String, Value)>>| std::mem::take(&mut *w.lock().unwrap());
-    let first = taken(&writes);
+    let first = run.take();
     let claim_status = format!("{CLAIMS}/gpu-000001/status");
     let drifted: Vec<&Value> = first
         .iter()
@@ -2819,24 +3096,11 @@ async fn a_drifted_claim_is_marked_and_replaced_new_node_first_then_cordoned_and
         .conditions
         .push(serde_json::from_value(cond.clone()).unwrap());
     s.apply(marked);
-    let mut ready: NodeClaim = serde_json::from_value(created[0].clone()).unwrap();
-    let name = ready.name_any();
-    let replacement_provider = "aws:///use1-az1/i-0replacement";
-    ready.status = Some(ready_status(replacement_provider, "ip-10-0-0-2", t(150)));
-    ready.metadata.creation_timestamp =
-        Some(quartermaster::controller::snapshot::to_k8s_time(t(100)));
-    s.apply(ready);
-    s.apply(node(
-        "ip-10-0-0-2",
-        replacement_provider,
-        json!([]),
-        true,
-        Some("1"),
-    ));
+    let name = replacement_ready(&s, created[0]);
     for k in 200..203 {
-        driver.round(t(k)).await;
+        run.driver.round(t(k)).await;
     }
-    let then = taken(&writes);
+    let then = run.take();
     let at = |pred: &dyn Fn(&(String, String, Value)) -> bool| then.iter().position(pred);
     let cordon = at(&|(m, p, _)| m == "PATCH" && p == "/api/v1/nodes/ip-10-0-0-1")
         .unwrap_or_else(|| panic!("no cordon: {then:#?}"));
@@ -2861,6 +3125,92 @@ async fn a_drifted_claim_is_marked_and_replaced_new_node_first_then_cordoned_and
             .iter()
             .any(|(_, p, _)| p.contains(&name) || *p == claim_status),
         "{then:#?}"
+    );
+}
+
+/// AWS Health schedules the retirement of a node's instance in three
+/// days: the loop records it on the claim (`Interrupted`, reason
+/// `ScheduledChange`, with the start) and cordons the node before it lets
+/// the message go, launches a replacement first, and evicts the node's pod
+/// only once the replacement is Ready.
+#[tokio::test]
+async fn a_scheduled_retirement_is_recorded_cordoned_and_replaced_before_the_pod_moves() {
+    use quartermaster::cloud::{instance_id_of, InstanceNotice, NoticeKind, NoticeOutcome};
+
+    let cloud = cloud();
+    let (claim, provider_id) = ready_claim(&cloud, "ip-10-0-0-1").await;
+    let s = on_one_node(
+        vec![gpu_pod("train-0", Some("ip-10-0-0-1"), json!({}))],
+        &claim,
+        &provider_id,
+    );
+    let answer = accepting(&claim);
+    let metrics = Arc::new(Metrics::unregistered());
+    let mut run = RecordedLoop::start(&s, Arc::new(cloud), metrics, Config::default(), answer);
+    let start = t(100) + chrono::TimeDelta::days(3);
+    let notice = InstanceNotice {
+        instance_id: instance_id_of(&provider_id).to_string(),
+        kind: NoticeKind::ScheduledChange { start: Some(start) },
+        time: t(100),
+        id: "e-retire".into(),
+    };
+    run.notices.send(notice.clone()).await.unwrap();
+    for k in 100..104 {
+        run.driver.round(t(k)).await;
+    }
+    let first = run.take();
+    let claim_status = format!("{CLAIMS}/gpu-000001/status");
+    let record = first
+        .iter()
+        .position(|(m, p, _)| m == "PATCH" && *p == claim_status)
+        .unwrap_or_else(|| panic!("no record on the claim: {first:#?}"));
+    let cond = first[record].2["status"]["conditions"]
+        .as_array()
+        .and_then(|c| c.iter().find(|c| c["type"] == conditions::INTERRUPTED))
+        .cloned()
+        .unwrap();
+    assert_eq!(cond["reason"], "ScheduledChange");
+    assert!(
+        cond["message"]
+            .as_str()
+            .is_some_and(|m| m.ends_with(&start.format("%Y-%m-%dT%H:%M:%SZ").to_string())),
+        "{cond}"
+    );
+    let cordon = first
+        .iter()
+        .position(|(m, p, _)| m == "PATCH" && p == "/api/v1/nodes/ip-10-0-0-1")
+        .unwrap_or_else(|| panic!("no cordon: {first:#?}"));
+    assert!(record < cordon);
+    assert_eq!(
+        patched(&first[cordon].2, "/spec/taints")[0]["key"],
+        l::TAINT_DISRUPTED
+    );
+    // Let go only once recorded.
+    let acks: Vec<_> = run.acks.take().into_iter().map(|a| a.outcome).collect();
+    assert_eq!(acks, [NoticeOutcome::Recorded]);
+    // A replacement is launched for the pod, which stays where it is.
+    let created: Vec<&Value> = first
+        .iter()
+        .filter(|(m, p, _)| m == "POST" && p == CLAIMS)
+        .map(|(_, _, b)| b)
+        .collect();
+    assert_eq!(created.len(), 1, "{first:#?}");
+    assert!(
+        !first.iter().any(|(_, p, _)| p.ends_with("/eviction")),
+        "evicted before the replacement is ready: {first:#?}"
+    );
+
+    // The replacement is Ready: the pod is evicted, the claim deleted
+    // once its node is empty.
+    replacement_ready(&s, created[0]);
+    for k in 200..203 {
+        run.driver.round(t(k)).await;
+    }
+    let then = run.take();
+    assert!(
+        then.iter()
+            .any(|(m, p, _)| m == "POST" && p == "/api/v1/namespaces/ml/pods/train-0/eviction"),
+        "no eviction: {then:#?}"
     );
 }
 
@@ -3059,7 +3409,8 @@ async fn without_ec2s_warning_the_clock_drains_a_block_node_and_a_late_look_chec
     assert_eq!(cordons(&acts, &claim), 0, "{acts:?}");
     assert_eq!(
         core.next_deadline(
-            &world_parts(&snapshot(&s), &catalog, REGION, early).world(&catalog, REGION),
+            &world_parts(&snapshot(&s), &catalog, REGION, early, DEFAULT_MAX_PODS)
+                .world(&catalog, REGION),
             early
         ),
         Some(end - lead),

@@ -287,6 +287,8 @@ async fn life(crash_at: Option<usize>) -> Run {
             metrics: &metrics,
             launch_timeout: Duration::from_secs(300),
             registration_timeout: Duration::from_secs(600),
+            catalog: catalog(),
+            region: REGION,
         };
         // The executor writes the claim (once it is written, the core sees
         // it and does not plan the pod again).

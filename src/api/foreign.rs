@@ -277,6 +277,9 @@ pub mod reasons {
     /// With `Failed=True`: the request's pods cannot be made (a missing or
     /// bad PodTemplate).
     pub const FAILED_TO_CREATE_PODS: &str = "FailedToCreatePods";
+    /// With `Failed=True`: a parameter does not read or is out of range
+    /// (`ValidUntilSeconds`); Quartermaster's own reason.
+    pub const INVALID_PARAMETERS: &str = "InvalidParameters";
     /// With `Failed=True`: `ValidUntilSeconds` passed before provisioning.
     pub const EXPIRED: &str = "Expired";
     /// With `BookingExpired=True`.

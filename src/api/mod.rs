@@ -22,7 +22,7 @@ pub mod validate;
 pub use crate::labels;
 
 pub use common::{Condition, Operator, Requirement, ResourceList, Taint, TaintEffect};
-pub use duration::{parse_duration, DurationError};
+pub use duration::{format_duration, parse_duration, DurationError};
 pub use nodeclaim::{NodeClaim, NodeClaimSpec, NodeClaimStatus};
 pub use nodeclass::{EC2NodeClass, EC2NodeClassSpec, EC2NodeClassStatus, NodeClassReference};
 pub use nodepool::{
@@ -33,4 +33,4 @@ pub use nodepool::{
 };
 pub use quantity::{parse_quantity, QuantityError};
 pub use schedule::{parse_cron, parse_time_zone, ScheduleError};
-pub use validate::{selected_instance_types, validate_node_pool, FieldError};
+pub use validate::{selected_instance_types, validate_node_claim, validate_node_pool, FieldError};

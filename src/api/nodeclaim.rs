@@ -26,10 +26,12 @@ pub mod conditions {
     /// eviction failed (retried) or that the termination grace period had
     /// deleted.
     pub const DRAINED: &str = "Drained";
-    /// The instance was told it will be interrupted (a spot interruption
-    /// warning): the durable record of the notice, written before the
-    /// notice is let go, so that a restarted controller carries on with the
-    /// response. The message holds the deadline
+    /// The instance was told it will be interrupted (reason
+    /// `SpotInterruption`: a spot interruption warning; `ScheduledChange`:
+    /// an AWS Health scheduled retirement, stop, reboot or maintenance):
+    /// the durable record of the notice, written before the notice is let
+    /// go, so that a restarted controller carries on with the response.
+    /// The message ends with the deadline or start
     /// (see `controller::interruptions`).
     pub const INTERRUPTED: &str = "Interrupted";
     /// The node no longer matches its pool's template or its node class;
@@ -145,6 +147,12 @@ pub struct NodeClaimSpec {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(regex(pattern = super::duration::DURATION_PATTERN), length(max = 32))]
     pub termination_grace_period: Option<String>,
+    /// How long the node may live (Go duration or `Never`), copied from the
+    /// pool's template at creation: an older node is replaced (`expireAfter`
+    /// in `docs/disruption.md`). Unset: forever.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(regex(pattern = super::nodepool::EXPIRE_AFTER_PATTERN), length(max = 32))]
+    pub expire_after: Option<String>,
 }
 
 /// What the lifecycle reconciler observed about a claim.

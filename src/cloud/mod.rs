@@ -25,6 +25,10 @@ pub enum InstanceState {
     Running,
     /// Termination requested and under way; no longer billed.
     ShuttingDown,
+    /// Stopped or stopping (someone stopped it, or EC2 did for a scheduled
+    /// stop): not usable, but it keeps its volumes and addresses until it
+    /// is terminated; garbage collection terminates one without a claim.
+    Stopped,
     /// Gone.
     Terminated,
 }
@@ -36,6 +40,7 @@ impl InstanceState {
             InstanceState::Pending => "pending",
             InstanceState::Running => "running",
             InstanceState::ShuttingDown => "shutting-down",
+            InstanceState::Stopped => "stopped",
             InstanceState::Terminated => "terminated",
         }
     }
@@ -271,8 +276,8 @@ impl InstanceNotice {
     /// The core's [`Notice`] for this event, once the driver knows the
     /// instance's NodeClaim. A state change to stopping/terminated becomes
     /// [`Notice::Terminated`]; pending/running say nothing new. A scheduled
-    /// change is treated as a rebalance recommendation: the pool's rebalance
-    /// action decides whether to drain ahead of it. A reservation's end is
+    /// change is [`Notice::ScheduledChange`] with its start (drained ahead
+    /// of it, whatever the pool's rebalance action). A reservation's end is
     /// [`Notice::ReservationEnding`] for `claim`, one of the claims in the
     /// reservation (the driver finds them by their reservation label).
     pub fn to_notice(&self, claim: &str) -> Option<Notice> {
@@ -282,9 +287,11 @@ impl InstanceNotice {
                 claim,
                 deadline: *deadline,
             }),
-            NoticeKind::Rebalance | NoticeKind::ScheduledChange { .. } => {
-                Some(Notice::Rebalance { claim })
-            }
+            NoticeKind::Rebalance => Some(Notice::Rebalance { claim }),
+            NoticeKind::ScheduledChange { start } => Some(Notice::ScheduledChange {
+                claim,
+                start: *start,
+            }),
             NoticeKind::StateChange { state } => {
                 (!state.is_alive()).then_some(Notice::Terminated { claim })
             }
@@ -295,7 +302,8 @@ impl InstanceNotice {
     }
 }
 
-/// The instances garbage collection must terminate: alive, launched more
+/// The instances garbage collection must terminate: alive or stopped (a
+/// stopped instance still holds its volumes and addresses), launched more
 /// than `grace` before `now` (so a launch whose NodeClaim is still being
 /// written is spared), and belonging to no claim in `claims`. Providers list
 /// only instances carrying their ownership tag, so nothing else is ever a
@@ -308,7 +316,11 @@ pub fn orphans<'a>(
 ) -> Vec<&'a Instance> {
     instances
         .iter()
-        .filter(|i| i.state.is_alive() && !claims.contains(&i.claim) && now - i.launched_at > grace)
+        .filter(|i| {
+            (i.state.is_alive() || i.state == InstanceState::Stopped)
+                && !claims.contains(&i.claim)
+                && now - i.launched_at > grace
+        })
         .collect()
 }
 
@@ -499,13 +511,14 @@ mod tests {
                 InstanceState::Pending,
             ),
             instance("gone", t0, InstanceState::ShuttingDown),
+            instance("stopped", t0, InstanceState::Stopped),
         ];
         let claims = ["claimed".to_string()].into_iter().collect();
         let found: Vec<&str> = orphans(&instances, &claims, now, chrono::TimeDelta::minutes(2))
             .iter()
             .map(|i| i.claim.as_str())
             .collect();
-        assert_eq!(found, ["orphan"]);
+        assert_eq!(found, ["orphan", "stopped"]);
     }
 
     #[test]
@@ -526,7 +539,14 @@ mod tests {
             })
         );
         assert_eq!(
-            notice(NoticeKind::ScheduledChange { start: None }).to_notice("c"),
+            notice(NoticeKind::ScheduledChange { start: Some(t) }).to_notice("c"),
+            Some(Notice::ScheduledChange {
+                claim: "c".into(),
+                start: Some(t)
+            })
+        );
+        assert_eq!(
+            notice(NoticeKind::Rebalance).to_notice("c"),
             Some(Notice::Rebalance { claim: "c".into() })
         );
         assert_eq!(

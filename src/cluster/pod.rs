@@ -264,7 +264,7 @@ impl Pod {
             });
         let mut seconds = |key: &str| -> Option<f64> {
             let v = annotations.get(key)?;
-            crate::api::parse_duration(v)
+            annotated_duration(v)
                 .map(|d| d.as_secs_f64())
                 .map_err(|e| ignore(format!("annotation {key}={v:?}: {e}")))
                 .ok()
@@ -331,6 +331,27 @@ impl Pod {
         };
         Ok((pod, ignored))
     }
+}
+
+/// The longest duration a pod's annotations may state
+/// (`checkpoint-interval`, `checkpoint-duration`, `checkpoint-pause`,
+/// `expected-runtime`): a year. A longer one is refused with a reason (the
+/// pod is planned without it), so that no decision does arithmetic on a
+/// tenant's `6000000000h`.
+pub const MAX_ANNOTATED_DURATION: std::time::Duration =
+    std::time::Duration::from_secs(365 * 24 * 3600);
+
+/// A duration annotation's value: a Go duration of at most
+/// [`MAX_ANNOTATED_DURATION`].
+fn annotated_duration(v: &str) -> Result<std::time::Duration, String> {
+    let d = crate::api::parse_duration(v).map_err(|e| e.to_string())?;
+    if d > MAX_ANNOTATED_DURATION {
+        return Err(format!(
+            "longer than {} (the most a pod's duration annotations may say)",
+            crate::api::format_duration(MAX_ANNOTATED_DURATION)
+        ));
+    }
+    Ok(d)
 }
 
 /// An optional annotation or label of a pod that could not be read and was
@@ -705,5 +726,37 @@ spec:
             e.contains("ml/late") && e.contains("quartermaster.dev/deadline"),
             "{e}"
         );
+    }
+
+    #[test]
+    fn durations_past_a_year_in_annotations_are_refused_with_a_reason() {
+        let p = pod_yaml(
+            r#"
+metadata:
+  name: huge
+  namespace: ml
+  annotations: {quartermaster.dev/checkpoint-interval: 6000000000h, quartermaster.dev/checkpoint-duration: 3000000000h, quartermaster.dev/expected-runtime: 8760h, quartermaster.dev/checkpoint-pause: 18446744073709551615s}
+spec:
+  containers: [{name: a}]
+"#,
+        );
+        let (pod, ignored) = Pod::from_k8s_lenient(&p, &BTreeMap::new()).unwrap();
+        assert_eq!(pod.checkpoint_interval_s, None);
+        assert_eq!(pod.checkpoint_duration_s, None);
+        assert_eq!(pod.checkpoint_pause_s, None);
+        // A year exactly is within the bound.
+        assert_eq!(pod.expected_runtime_s, Some(365.0 * 24.0 * 3600.0));
+        let problems: Vec<&str> = ignored.iter().map(|i| i.problem.as_str()).collect();
+        assert_eq!(problems.len(), 3, "{problems:?}");
+        for (problem, key) in problems.iter().zip([
+            l::CHECKPOINT_INTERVAL,
+            l::CHECKPOINT_DURATION,
+            l::CHECKPOINT_PAUSE,
+        ]) {
+            assert!(
+                problem.contains(key) && problem.contains("longer than 8760h"),
+                "{problem}"
+            );
+        }
     }
 }

@@ -35,23 +35,29 @@ pub fn size(pod: &mut Pod, group: &str, spec: &PodGroupSpec) {
 /// constraints of the first pending member (or, with none, tolerates the
 /// accelerator taints of what it asks for). `members` counts the group's
 /// pods that exist (pending or bound); `pending` are its pending ones.
-/// Stand-ins are named `<group>.reserved-<i>`.
+/// Stand-ins are named `<group>.reserved-<i>`. At most `room` are made:
+/// a group missing more members than that gets none (a group's size comes
+/// from a tenant's object; its stand-ins are bounded by the batch cap).
 pub fn reservations(
     group: &str,
     spec: &PodGroupSpec,
     pending: &[&Pod],
     members: usize,
+    room: usize,
 ) -> Vec<Pod> {
     let Some(total) = spec.min_resources.as_ref() else {
         return Vec::new();
     };
     let min = spec.min_member.max(1) as usize;
-    if members >= min {
+    if members >= min || min - members > room {
         return Vec::new();
     }
     let mut share = Resources::new();
     for (k, v) in total.iter().filter(|(k, _)| *k != PODS) {
-        share.set(k, (v + min as i64 - 1) / min as i64);
+        // Rounded up, without the overflow of `(v + min - 1) / min` on a
+        // tenant's huge quantity.
+        let (q, r) = (v / min as i64, v % min as i64);
+        share.set(k, if r > 0 { q + 1 } else { q });
     }
     (members..min)
         .map(|i| {
@@ -120,7 +126,7 @@ mod tests {
     fn a_group_missing_members_reserves_their_share_of_its_min_resources() {
         let mut first = Pod::new("ml/w-0", Resources::new().with(l::RESOURCE_GPU, 2));
         first.tolerations.push(Toleration::exists("team"));
-        let r = reservations("ml/train", &spec(4, Some(8)), &[&first], 1);
+        let r = reservations("ml/train", &spec(4, Some(8)), &[&first], 1, 3);
         let names: Vec<&str> = r.iter().map(|p| p.name.as_str()).collect();
         assert_eq!(
             names,
@@ -143,11 +149,23 @@ mod tests {
 
     #[test]
     fn no_reservation_without_min_resources_or_once_every_member_exists() {
-        assert!(reservations("ml/train", &spec(4, None), &[], 0).is_empty());
-        assert!(reservations("ml/train", &spec(4, Some(8)), &[], 4).is_empty());
-        let alone = reservations("ml/train", &spec(2, Some(3)), &[], 0);
+        assert!(reservations("ml/train", &spec(4, None), &[], 0, 10).is_empty());
+        assert!(reservations("ml/train", &spec(4, Some(8)), &[], 4, 10).is_empty());
+        let alone = reservations("ml/train", &spec(2, Some(3)), &[], 0, 10);
         assert_eq!(alone.len(), 2);
         assert_eq!(alone[0].requests.get(l::RESOURCE_GPU), 2, "rounded up");
         assert_eq!(alone[0].tolerations, [Toleration::exists(l::TAINT_GPU)]);
+    }
+
+    #[test]
+    fn a_group_missing_more_members_than_there_is_room_for_gets_no_stand_ins() {
+        // minMember 2^31 - 1: nothing is allocated for it.
+        let huge = spec(i32::MAX as u32, Some(8));
+        assert!(reservations("ml/huge", &huge, &[], 0, 2000).is_empty());
+        assert!(reservations("ml/train", &spec(4, Some(8)), &[], 1, 2).is_empty());
+        assert_eq!(
+            reservations("ml/train", &spec(4, Some(8)), &[], 1, 3).len(),
+            3
+        );
     }
 }

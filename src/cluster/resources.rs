@@ -134,18 +134,20 @@ impl Resources {
         self.0.is_empty()
     }
 
-    /// Adds `other` in place.
+    /// Adds `other` in place (saturating: amounts come from pods, and the
+    /// sum of a tenant's huge requests must not overflow).
     pub fn add(&mut self, other: &Resources) {
         for (k, v) in other.iter() {
-            let n = self.get(k) + v;
+            let n = self.get(k).saturating_add(v);
             self.set(k, n);
         }
     }
 
-    /// Subtracts `other` in place (amounts may go negative: overcommitted).
+    /// Subtracts `other` in place (amounts may go negative: overcommitted;
+    /// saturating like [`Resources::add`]).
     pub fn sub(&mut self, other: &Resources) {
         for (k, v) in other.iter() {
-            let n = self.get(k) - v;
+            let n = self.get(k).saturating_sub(v);
             self.set(k, n);
         }
     }
@@ -182,12 +184,17 @@ impl Resources {
         r
     }
 
-    /// `self` times `n`.
+    /// `self` times `n` (saturating).
     pub fn times(&self, n: i64) -> Resources {
         if n == 0 {
             return Resources::new();
         }
-        Resources(self.0.iter().map(|(k, v)| (k.clone(), v * n)).collect())
+        Resources(
+            self.0
+                .iter()
+                .map(|(k, v)| (k.clone(), v.saturating_mul(n)))
+                .collect(),
+        )
     }
 
     /// True when a request of `self` fits in `capacity` (every requested
@@ -283,6 +290,23 @@ mod tests {
         let cpu_only = Resources::new().with(CPU, 7000);
         assert_eq!(pod.copies_in(&cpu_only), 0);
         assert_eq!(pod.first_shortfall(&cpu_only), Some("nvidia.com/gpu"));
+    }
+
+    #[test]
+    fn huge_requests_add_up_without_overflow() {
+        let huge = Resources::parse([("memory", "9E"), ("cpu", "9E")]).unwrap();
+        assert_eq!(huge.get(CPU), i64::MAX, "9E cores in millicores saturates");
+        let mut used = Resources::new();
+        for _ in 0..3 {
+            used.add(&huge);
+        }
+        assert_eq!(used.get("memory"), i64::MAX);
+        let mut free = Resources::new().with("memory", 1);
+        free.sub(&used);
+        free.sub(&used);
+        assert_eq!(free.get("memory"), i64::MIN);
+        assert_eq!(huge.times(4).get("memory"), i64::MAX);
+        assert!(!huge.fits_in(&Resources::new().with("memory", 1 << 40)));
     }
 
     #[test]

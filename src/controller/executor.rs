@@ -19,6 +19,8 @@ use crate::core::{
 };
 use crate::metrics::Metrics;
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
+use kube::Resource;
 use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex};
 use tokio::sync::watch;
@@ -138,9 +140,22 @@ pub fn build_claim(
             taints: template.taints.clone(),
             startup_taints,
             termination_grace_period: template.termination_grace_period.clone(),
+            expire_after: template.expire_after.clone(),
         },
     );
     claim.metadata.finalizers = Some(vec![l::FINALIZER.to_string()]);
+    // Owned by its pool, as Karpenter's NodeClaims are: deleting the pool
+    // deletes its claims, whose finalizer drains and terminates the nodes.
+    if let Some(uid) = &pool.metadata.uid {
+        claim.metadata.owner_references = Some(vec![OwnerReference {
+            api_version: crate::api::NodePool::api_version(&()).into_owned(),
+            kind: crate::api::NodePool::kind(&()).into_owned(),
+            name: req.nodepool.clone(),
+            uid: uid.clone(),
+            block_owner_deletion: None,
+            controller: None,
+        }]);
+    }
     // What the pool's template was, for drift (requirements the cloud
     // added to the world's pool are not in the hash).
     claim.metadata.annotations = Some(BTreeMap::from([
@@ -470,7 +485,11 @@ mod tests {
             ..Default::default()
         };
         spec.template.spec.taints = vec![Taint::new(l::TAINT_GPU, "", TaintEffect::NoSchedule)];
-        let pools = [NodePool::new("gpu", spec)];
+        spec.template.spec.expire_after = Some("720h".into());
+        spec.template.spec.termination_grace_period = Some("1h".into());
+        let mut pool = NodePool::new("gpu", spec);
+        pool.metadata.uid = Some("0b1c-pool-uid".into());
+        let pools = [pool];
         let world = World {
             catalog: catalog(),
             region: "us-east-1",
@@ -505,6 +524,14 @@ mod tests {
             claim.metadata.finalizers.as_deref(),
             Some(&[l::FINALIZER.to_string()][..])
         );
+        // Owned by its pool, as Karpenter's are: deleting the pool deletes
+        // the claim, whose finalizer drains the node.
+        let owner = &claim.owner_references()[0];
+        assert_eq!(
+            (owner.kind.as_str(), owner.name.as_str(), owner.uid.as_str()),
+            ("NodePool", "gpu", "0b1c-pool-uid")
+        );
+        assert_eq!(owner.api_version, "quartermaster.dev/v1alpha1");
         assert_eq!(claim.spec.labels[l::NODEPOOL], "gpu");
         assert_eq!(claim.spec.labels[l::INSTANCE_TYPE], "g5.xlarge");
         assert_eq!(claim.spec.labels[l::ZONE_ID], zone);
@@ -515,6 +542,16 @@ mod tests {
             .iter()
             .any(|t| t.key == l::TAINT_UNREGISTERED));
         assert_eq!(claim.spec.resources[l::RESOURCE_GPU].0, "1");
+        // What the controller builds passes the checks a claim must pass
+        // before it is launched.
+        assert_eq!(
+            crate::api::validate_node_claim(&claim, catalog(), "us-east-1"),
+            []
+        );
+        // Its lifetime is the pool's as it is now: a later change of the
+        // pool's applies to new nodes only.
+        assert_eq!(claim.spec.expire_after.as_deref(), Some("720h"));
+        assert_eq!(claim.spec.termination_grace_period.as_deref(), Some("1h"));
         // No pod pins it: fallbacks in other zones are recorded.
         let fallbacks = claim.annotations()[FALLBACKS_ANNOTATION].clone();
         assert!(fallbacks.starts_with("g5.xlarge/"), "{fallbacks}");

@@ -5,9 +5,10 @@
 //! - [`layer`]: a [`kube::Client`] whose service refuses every
 //!   mutating request (anything but GET/HEAD/OPTIONS) while the flag is off;
 //! - [`Fenced`]: a [`CloudProvider`] that refuses `launch`, `terminate`,
-//!   `reboot` and resource collection while the flag is off (`describe`,
-//!   `instances` and the launch stamps only read), and forwards every
-//!   other method to the cloud it fences.
+//!   `reboot` and `collect_unused_resources` while the flag is off, and forwards
+//!   every other method (they only read). Every method of the trait is
+//!   forwarded: a default left in place would silently answer for the
+//!   provider (a test checks the list against the trait).
 //!
 //! Each refusal counts in `quartermaster_actions_dropped_not_leader`. The
 //! leader election itself uses an unfenced client (it writes the Lease to
@@ -72,9 +73,9 @@ pub fn layer(
     tower::filter::FilterLayer::new(predicate(leader, metrics))
 }
 
-/// A cloud whose writes (`launch`, `terminate`, `reboot`, resource
-/// collection) are refused with
-/// [`cloud::Error::NotReady`] while this replica does not lead.
+/// A cloud whose writes (`launch`, `terminate`, `reboot`,
+/// `collect_unused_resources`) are refused with [`cloud::Error::NotReady`] while this replica does not
+/// lead; every other method is the inner cloud's.
 pub struct Fenced<C> {
     inner: C,
     leader: watch::Receiver<bool>,
@@ -158,7 +159,7 @@ impl<C: CloudProvider + Send + Sync> CloudProvider for Fenced<C> {
         now: Time,
         grace: chrono::TimeDelta,
     ) -> cloud::Result<(Vec<String>, Vec<cloud::Error>)> {
-        self.check("", "resource collection")?;
+        self.check("unused resources", "garbage collection")?;
         self.inner.collect_unused_resources(now, grace).await
     }
 }
@@ -167,53 +168,68 @@ impl<C: CloudProvider + Send + Sync> CloudProvider for Fenced<C> {
 mod tests {
     use super::*;
     use crate::catalog::CapacityType;
+    use crate::core::drift::ClassStamp;
     use crate::core::OfferingKey;
     use std::sync::atomic::{AtomicUsize, Ordering};
 
-    /// A cloud that counts the writes reaching it.
+    /// A cloud that counts the writes reaching it and answers every method
+    /// with something no trait default gives, so that a method `Fenced`
+    /// leaves to its default shows.
     #[derive(Default)]
     struct Counting {
         writes: AtomicUsize,
     }
 
+    fn instance() -> Instance {
+        Instance {
+            claim: "gpu-abc".into(),
+            provider_id: "aws:///use1-az1/i-0abc".into(),
+            offering: request().offering,
+            price_per_hour: 0.4,
+            launched_at: chrono::DateTime::UNIX_EPOCH,
+            state: cloud::InstanceState::Running,
+        }
+    }
+
     impl CloudProvider for Counting {
         async fn launch(
             &self,
-            claim: &ClaimRequest,
+            _: &ClaimRequest,
             _: &NodeTemplate,
             _: Time,
         ) -> cloud::Result<Instance> {
             self.writes.fetch_add(1, Ordering::SeqCst);
-            Err(cloud::Error::NotFound {
-                claim: claim.claim.clone(),
-            })
+            Ok(instance())
         }
-        async fn terminate(&self, claim: &str, _: Time) -> cloud::Result<Instance> {
+        async fn terminate(&self, _: &str, _: Time) -> cloud::Result<Instance> {
             self.writes.fetch_add(1, Ordering::SeqCst);
-            Err(cloud::Error::NotFound {
-                claim: claim.into(),
-            })
+            Ok(instance())
         }
-        async fn reboot(&self, claim: &str, _: Time) -> cloud::Result<Instance> {
+        async fn reboot(&self, _: &str, _: Time) -> cloud::Result<Instance> {
             self.writes.fetch_add(1, Ordering::SeqCst);
-            Err(cloud::Error::NotFound {
-                claim: claim.into(),
-            })
+            Ok(instance())
         }
         async fn describe(&self, _: &str) -> cloud::Result<Option<Instance>> {
-            Ok(None)
+            Ok(Some(instance()))
         }
         async fn instances(&self) -> cloud::Result<Vec<Instance>> {
-            Ok(Vec::new())
+            Ok(vec![instance()])
         }
-        fn launch_stamp(
-            &self,
-            _: &crate::api::NodeClaimSpec,
-        ) -> Option<crate::core::drift::ClassStamp> {
-            Some(crate::core::drift::ClassStamp {
-                hash: "class".into(),
+        fn pool_requirements(&self, nodepool: &str) -> Vec<crate::api::Requirement> {
+            vec![crate::api::Requirement::new(
+                "pool",
+                crate::api::Operator::In,
+                &[nodepool],
+            )]
+        }
+        fn launch_stamp(&self, claim: &crate::api::NodeClaimSpec) -> Option<ClassStamp> {
+            Some(ClassStamp {
+                hash: claim.node_pool.clone(),
                 image: "ami-1".into(),
             })
+        }
+        fn pool_problem(&self, nodepool: &str) -> Option<String> {
+            Some(format!("{nodepool} has no class"))
         }
         async fn collect_unused_resources(
             &self,
@@ -241,36 +257,51 @@ mod tests {
         }
     }
 
+    fn spec() -> crate::api::NodeClaimSpec {
+        crate::api::NodeClaimSpec {
+            node_pool: "gpu".into(),
+            instance_type: "g5.xlarge".into(),
+            zone: "use1-az1".into(),
+            capacity_type: CapacityType::Spot,
+            price_per_hour: 0.4,
+            resources: Default::default(),
+            labels: Default::default(),
+            taints: vec![],
+            startup_taints: vec![],
+            termination_grace_period: None,
+            expire_after: None,
+        }
+    }
+
+    /// A fenced [`Counting`] cloud and the sender of its leadership flag.
+    fn fenced(leading: bool) -> (Fenced<Counting>, watch::Sender<bool>, Arc<Metrics>) {
+        let (tx, rx) = watch::channel(leading);
+        let metrics = Arc::new(Metrics::unregistered());
+        (
+            Fenced::new(Counting::default(), rx, metrics.clone()),
+            tx,
+            metrics,
+        )
+    }
+
     #[tokio::test]
     async fn cloud_writes_pass_while_leading_and_are_refused_after() {
-        let (tx, rx) = watch::channel(true);
-        let metrics = Arc::new(Metrics::unregistered());
-        let cloud = Fenced::new(Counting::default(), rx, metrics.clone());
+        let (cloud, tx, metrics) = fenced(true);
         let now = chrono::Utc::now();
         let template = NodeTemplate::default();
-        let _ = cloud.launch(&request(), &template, now).await;
-        assert_eq!(cloud.inner().writes.load(Ordering::SeqCst), 1);
-
-        // Every method reaches the cloud it fences while leading: drift
-        // reads the launch stamps, garbage collection collects.
-        let spec: crate::api::NodeClaimSpec = serde_json::from_value(
-            serde_json::json!({"nodePool": "gpu", "instanceType": "g5.xlarge",
-                "zone": "use1-az1", "capacityType": "spot", "pricePerHour": 0.4}),
-        )
-        .unwrap();
-        assert_eq!(cloud.launch_stamp(&spec).unwrap().image, "ami-1");
-        let grace = chrono::TimeDelta::minutes(5);
         assert_eq!(
-            cloud.collect_unused_resources(now, grace).await.unwrap().0,
-            ["lt-1"]
+            cloud.launch(&request(), &template, now).await.unwrap(),
+            instance()
         );
-        assert_eq!(cloud.inner().writes.load(Ordering::SeqCst), 2);
+        assert_eq!(cloud.inner().writes.load(Ordering::SeqCst), 1);
 
         tx.send_replace(false);
         let launch = cloud.launch(&request(), &template, now).await;
         let terminate = cloud.terminate("gpu-abc", now).await;
         let reboot = cloud.reboot("gpu-abc", now).await;
-        let collect = cloud.collect_unused_resources(now, grace).await;
+        let collect = cloud
+            .collect_unused_resources(now, chrono::TimeDelta::zero())
+            .await;
         for refused in [
             launch.map(|_| ()),
             terminate.map(|_| ()),
@@ -282,13 +313,103 @@ mod tests {
         }
         assert_eq!(
             cloud.inner().writes.load(Ordering::SeqCst),
-            2,
+            1,
             "no write reached the cloud"
         );
         assert_eq!(metrics.actions_dropped.get(), 4);
-        assert!(
-            cloud.describe("gpu-abc").await.unwrap().is_none(),
+        assert_eq!(
+            cloud.describe("gpu-abc").await.unwrap(),
+            Some(instance()),
             "reads pass"
+        );
+    }
+
+    #[tokio::test]
+    async fn terminate_reaches_the_inner_cloud_while_leading() {
+        let (cloud, _tx, _) = fenced(true);
+        let done = cloud.terminate("gpu-abc", chrono::Utc::now()).await;
+        assert_eq!(done.unwrap(), instance());
+        assert_eq!(cloud.inner().writes.load(Ordering::SeqCst), 1);
+    }
+
+    #[tokio::test]
+    async fn describe_and_instances_are_the_inner_clouds_even_when_not_leading() {
+        let (cloud, _tx, _) = fenced(false);
+        assert_eq!(cloud.describe("gpu-abc").await.unwrap(), Some(instance()));
+        assert_eq!(cloud.instances().await.unwrap(), [instance()]);
+    }
+
+    #[test]
+    fn pool_requirements_are_the_inner_clouds() {
+        let (cloud, _tx, _) = fenced(false);
+        assert_eq!(
+            cloud.pool_requirements("gpu"),
+            cloud.inner().pool_requirements("gpu")
+        );
+        assert_eq!(cloud.pool_requirements("gpu").len(), 1);
+    }
+
+    #[test]
+    fn pool_problem_is_the_inner_clouds() {
+        let (cloud, _tx, _) = fenced(false);
+        assert_eq!(
+            cloud.pool_problem("gpu").as_deref(),
+            Some("gpu has no class")
+        );
+    }
+
+    #[test]
+    fn launch_stamp_is_the_inner_clouds_so_drift_is_detected_behind_the_fence() {
+        let (cloud, _tx, _) = fenced(false);
+        assert_eq!(
+            cloud.launch_stamp(&spec()),
+            Some(ClassStamp {
+                hash: "gpu".into(),
+                image: "ami-1".into()
+            })
+        );
+    }
+
+    #[tokio::test]
+    async fn unused_resources_are_collected_by_the_inner_cloud_while_leading() {
+        let (cloud, _tx, _) = fenced(true);
+        let (deleted, failed) = cloud
+            .collect_unused_resources(chrono::Utc::now(), chrono::TimeDelta::zero())
+            .await
+            .unwrap();
+        assert_eq!(deleted, ["lt-1"]);
+        assert!(failed.is_empty());
+    }
+
+    /// The names of the `fn`s in the block of `source` that opens with
+    /// `header` (up to its closing brace at the start of a line).
+    fn methods_in(source: &str, header: &str) -> std::collections::BTreeSet<String> {
+        let start = source.find(header).expect("the block is there");
+        let block = &source[start..];
+        let end = block.find("\n}").expect("the block closes");
+        block[..end]
+            .lines()
+            .filter_map(|l| {
+                let l = l.trim_start();
+                let l = l.strip_prefix("async ").unwrap_or(l);
+                let name = l.strip_prefix("fn ")?;
+                Some(name[..name.find(['(', '<'])?].to_string())
+            })
+            .collect()
+    }
+
+    #[test]
+    fn fenced_implements_every_method_of_the_cloud_provider_trait() {
+        let trait_methods =
+            methods_in(include_str!("../cloud/mod.rs"), "pub trait CloudProvider {");
+        let forwarded = methods_in(
+            include_str!("fence.rs"),
+            "impl<C: CloudProvider + Send + Sync> CloudProvider for Fenced<C> {",
+        );
+        assert!(trait_methods.len() >= 8, "{trait_methods:?}");
+        assert_eq!(
+            forwarded, trait_methods,
+            "a CloudProvider method Fenced leaves to the trait's default answers for every provider in production"
         );
     }
 }

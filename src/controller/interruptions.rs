@@ -1,11 +1,12 @@
 //! Cloud notices, from the feed to the core, made durable before they are
-//! let go: a spot interruption is first written to the API (the claim's
-//! `Interrupted` condition, which carries the deadline, and the node's
-//! cordon with `quartermaster.dev/disrupted`), then handed to the core,
-//! then acknowledged to the feed, which only then deletes the message. A
-//! restarted controller (or a new leader) reads the conditions back
-//! ([`NoticeHandler::resume`]) and carries on with the response: cordon,
-//! checkpoint request, drain.
+//! let go: a spot interruption or a scheduled change (AWS Health) is first
+//! written to the API (the claim's `Interrupted` condition, whose reason
+//! says which and whose message ends with the deadline or start, and the
+//! node's cordon with `quartermaster.dev/disrupted`), then handed to the
+//! core, then acknowledged to the feed, which only then deletes the
+//! message. A restarted controller (or a new leader) reads the conditions
+//! back ([`NoticeHandler::resume`]) and carries on with the response:
+//! cordon, replacement, checkpoint request, drain.
 //!
 //! It decides nothing: what to do about an interruption is the core's.
 
@@ -17,41 +18,118 @@ use crate::api::NodeClaimStatus;
 use crate::cloud::{instance_id_of, InstanceNotice, NoticeKind, NoticeOutcome};
 use crate::core::{Notice, Time};
 use kube::ResourceExt;
-use std::collections::{HashSet, VecDeque};
+use std::collections::{HashMap, HashSet, VecDeque};
 
-/// Reason of the `Interrupted` condition.
+/// Reason of the `Interrupted` condition for a spot interruption warning.
 pub const REASON: &str = "SpotInterruption";
+
+/// Reason of the `Interrupted` condition for a scheduled change (AWS
+/// Health: instance retirement, stop, reboot, maintenance).
+pub const SCHEDULED_REASON: &str = "ScheduledChange";
 
 /// Notices remembered (by event and instance) to act on a message delivered
 /// twice only once.
 const REMEMBERED: usize = 4096;
 
-/// The text of the `Interrupted` condition's message; the deadline is its
-/// last word.
-fn message(deadline: Time) -> String {
-    format!(
-        "spot interruption warning: the instance is reclaimed at {}",
-        super::checkpoint::rfc3339(deadline)
-    )
+/// A notice that is written to the API before it is let go.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Record {
+    /// A spot interruption warning: the instance is reclaimed then.
+    Spot {
+        /// When EC2 takes the instance back.
+        deadline: Time,
+    },
+    /// A scheduled change: it starts then (if the event says).
+    Scheduled {
+        /// When the change starts.
+        start: Option<Time>,
+    },
 }
 
-/// The claim's status with its `Interrupted` condition set for a warning
-/// that the instance is reclaimed at `deadline`.
-pub fn interrupted_status(view: &ClaimView, deadline: Time, now: Time) -> NodeClaimStatus {
+impl Record {
+    /// The record a notice needs, if it needs one.
+    pub fn of(kind: &NoticeKind) -> Option<Record> {
+        match kind {
+            NoticeKind::SpotInterruption { deadline } => Some(Record::Spot {
+                deadline: *deadline,
+            }),
+            NoticeKind::ScheduledChange { start } => Some(Record::Scheduled { start: *start }),
+            _ => None,
+        }
+    }
+
+    /// Whether the core must hear of this record although it heard of
+    /// `told` for the same claim: a spot interruption after a scheduled
+    /// change (the harder deadline), or a scheduled change moved earlier.
+    /// Copies of the same interruption (redelivered, or one warning sent
+    /// several times) are not told again.
+    pub fn supersedes(self, told: Record) -> bool {
+        match (self, told) {
+            (Record::Spot { .. }, Record::Scheduled { .. }) => true,
+            (Record::Scheduled { start: Some(new) }, Record::Scheduled { start }) => {
+                start.is_none_or(|old| new < old)
+            }
+            _ => false,
+        }
+    }
+
+    /// Whether the core must hear of this record, given what it was told
+    /// of the claim (if anything).
+    fn is_news(self, told: Option<&Record>) -> bool {
+        told.is_none_or(|t| self.supersedes(*t))
+    }
+
+    /// The core's notice for `claim`.
+    pub fn notice(self, claim: String) -> Notice {
+        match self {
+            Record::Spot { deadline } => Notice::SpotInterruption { claim, deadline },
+            Record::Scheduled { start } => Notice::ScheduledChange { claim, start },
+        }
+    }
+
+    /// The `Interrupted` condition's reason.
+    fn reason(self) -> &'static str {
+        match self {
+            Record::Spot { .. } => REASON,
+            Record::Scheduled { .. } => SCHEDULED_REASON,
+        }
+    }
+
+    /// The `Interrupted` condition's message: the deadline (or start) is
+    /// its last word.
+    fn message(self) -> String {
+        match self {
+            Record::Spot { deadline } => format!(
+                "spot interruption warning: the instance is reclaimed at {}",
+                super::checkpoint::rfc3339(deadline)
+            ),
+            Record::Scheduled { start: Some(start) } => format!(
+                "scheduled change (retirement, stop, reboot or maintenance): it starts at {}",
+                super::checkpoint::rfc3339(start)
+            ),
+            Record::Scheduled { start: None } => {
+                "scheduled change (retirement, stop, reboot or maintenance): no start given".into()
+            }
+        }
+    }
+}
+
+/// The claim's status with its `Interrupted` condition set for `record`.
+pub fn interrupted_status(view: &ClaimView, record: Record, now: Time) -> NodeClaimStatus {
     let mut status = view.claim.status.clone().unwrap_or_default();
     set_condition(
         &mut status,
         conditions::INTERRUPTED,
         true,
-        REASON,
-        &message(deadline),
+        record.reason(),
+        &record.message(),
         now,
     );
     status
 }
 
-/// The deadline the claim's `Interrupted` condition records, if it has one.
-pub fn recorded_deadline(view: &ClaimView) -> Option<Time> {
+/// What the claim's `Interrupted` condition records, if it has one.
+pub fn recorded(view: &ClaimView) -> Option<Record> {
     let c = view
         .claim
         .status
@@ -60,10 +138,17 @@ pub fn recorded_deadline(view: &ClaimView) -> Option<Time> {
     if c.status != "True" {
         return None;
     }
-    let last = c.message.rsplit(' ').next()?;
-    chrono::DateTime::parse_from_rfc3339(last)
-        .ok()
-        .map(|t| t.with_timezone(&chrono::Utc))
+    let at = c
+        .message
+        .rsplit(' ')
+        .next()
+        .and_then(|last| chrono::DateTime::parse_from_rfc3339(last).ok())
+        .map(|t| t.with_timezone(&chrono::Utc));
+    if c.reason == SCHEDULED_REASON {
+        Some(Record::Scheduled { start: at })
+    } else {
+        at.map(|deadline| Record::Spot { deadline })
+    }
 }
 
 /// What a notice came to.
@@ -101,12 +186,13 @@ fn kind_name(kind: &NoticeKind) -> &'static str {
 }
 
 /// The driver's memory of notices: which were settled, and which claims'
-/// interruptions the core has heard of in this process.
+/// recorded notices the core has heard of in this process (forgotten once
+/// the claim is gone).
 #[derive(Debug, Default)]
 pub struct NoticeHandler {
     seen: VecDeque<String>,
     seen_set: HashSet<String>,
-    told: HashSet<String>,
+    told: HashMap<String, Record>,
 }
 
 impl NoticeHandler {
@@ -126,32 +212,44 @@ impl NoticeHandler {
         }
     }
 
-    /// The interruptions recorded on claims that the core has not heard of
-    /// in this process (all of them after a restart), as the core's
-    /// notices; each claim once. Claims being deleted are left to their
-    /// finalizer.
+    /// The notices recorded on claims that the core has not heard of in
+    /// this process (all of them after a restart), as the core's notices;
+    /// each once. Claims being deleted are left to their finalizer. Claims
+    /// that are gone are forgotten.
     pub fn resume(&mut self, views: &[ClaimView]) -> Vec<Notice> {
+        let present: HashSet<String> = views.iter().map(|v| v.claim.name_any()).collect();
+        self.told.retain(|claim, _| present.contains(claim));
         let mut out = Vec::new();
         for v in views {
             let claim = v.claim.name_any();
-            if v.claim.metadata.deletion_timestamp.is_some() || self.told.contains(&claim) {
+            if v.claim.metadata.deletion_timestamp.is_some() {
                 continue;
             }
-            if let Some(deadline) = recorded_deadline(v) {
-                tracing::info!(%claim, %deadline, "resuming a recorded spot interruption");
-                self.told.insert(claim.clone());
-                out.push(Notice::SpotInterruption { claim, deadline });
+            let Some(record) = recorded(v) else {
+                continue;
+            };
+            if !record.is_news(self.told.get(&claim)) {
+                continue;
             }
+            tracing::info!(%claim, ?record, "resuming a recorded notice");
+            self.told.insert(claim.clone(), record);
+            out.push(record.notice(claim));
         }
         out
+    }
+
+    /// How many claims' recorded notices are remembered (for tests).
+    pub fn remembered_claims(&self) -> usize {
+        self.told.len()
     }
 
     /// Handles one notice against the claims (`views`, as the snapshot has
     /// them). A notice about no claim's instance is foreign, unless a claim
     /// is still launching (its instance may be this one: retried). A spot
-    /// interruption is recorded first (only by the leader; `Retry` when not
-    /// leading or when the write fails); other notices need no record. A
-    /// notice settled before is `Recorded` again without acting.
+    /// interruption or a scheduled change is recorded first (only by the
+    /// leader; `Retry` when not leading or when the write fails); other
+    /// notices need no record. A notice settled before is `Recorded` again
+    /// without acting.
     pub async fn handle(
         &mut self,
         n: &InstanceNotice,
@@ -195,7 +293,7 @@ impl NoticeHandler {
         };
         let claim = view.claim.name_any();
         let counted = vec![(view.claim.spec.node_pool.clone(), kind_name(&n.kind))];
-        let NoticeKind::SpotInterruption { deadline } = n.kind else {
+        let Some(what) = Record::of(&n.kind) else {
             self.remember(key);
             return Handled {
                 outcome: NoticeOutcome::Recorded,
@@ -206,20 +304,22 @@ impl NoticeHandler {
         if !leader {
             return Handled::settled(NoticeOutcome::Retry);
         }
-        if let Err(e) = record(api, view, deadline, now).await {
-            tracing::warn!(%claim, error = %e, "cannot record the spot interruption; the notice is retried");
+        if let Err(e) = record(api, view, what, now).await {
+            tracing::warn!(%claim, error = %e, "cannot record the notice; it is retried");
             return Handled::settled(NoticeOutcome::Retry);
         }
         self.remember(key);
-        if !self.told.insert(claim.clone()) {
+        if !what.is_news(self.told.get(&claim)) {
             // Recorded before (a notice delivered again after a restart
-            // that resumed it): the core knows.
+            // that resumed it, or another copy of the warning): the core
+            // knows.
             return Handled::settled(NoticeOutcome::Recorded);
         }
-        tracing::info!(%claim, %deadline, "spot interruption recorded");
+        self.told.insert(claim.clone(), what);
+        tracing::info!(%claim, record = ?what, "notice recorded");
         Handled {
             outcome: NoticeOutcome::Recorded,
-            notices: vec![Notice::SpotInterruption { claim, deadline }],
+            notices: vec![what.notice(claim)],
             counted,
         }
     }
@@ -255,22 +355,24 @@ fn reservation_ending(n: &InstanceNotice, views: &[ClaimView]) -> Handled {
     handled
 }
 
-/// Writes the record of a spot interruption: the claim's `Interrupted`
-/// condition (unless there), then the node's cordon and disrupted taint
-/// (unless there; a claim without a node yet has only the condition, and
-/// the core cordons the node once it registers). Idempotent.
+/// Writes the record of a spot interruption or a scheduled change: the
+/// claim's `Interrupted` condition (unless one is there; a spot
+/// interruption replaces a scheduled change's, being the harder deadline),
+/// then the node's cordon and disrupted taint (unless there; a claim
+/// without a node yet has only the condition, and the core cordons the
+/// node once it registers). Idempotent.
 ///
 /// # Errors
 /// The API error of the write that failed.
-pub async fn record(
-    api: &KubeApi,
-    view: &ClaimView,
-    deadline: Time,
-    now: Time,
-) -> kube::Result<()> {
+pub async fn record(api: &KubeApi, view: &ClaimView, what: Record, now: Time) -> kube::Result<()> {
     let claim = view.claim.name_any();
-    if recorded_deadline(view).is_none() {
-        api.patch_node_claim_status(&claim, &interrupted_status(view, deadline, now))
+    let write = match recorded(view) {
+        None => true,
+        Some(Record::Scheduled { .. }) => matches!(what, Record::Spot { .. }),
+        Some(Record::Spot { .. }) => false,
+    };
+    if write {
+        api.patch_node_claim_status(&claim, &interrupted_status(view, what, now))
             .await?;
     }
     if let Some(node) = &view.node {
@@ -315,6 +417,7 @@ mod tests {
                 taints: vec![],
                 startup_taints: vec![],
                 termination_grace_period: None,
+                expire_after: None,
             },
         );
         claim.status = status;
@@ -330,11 +433,12 @@ mod tests {
         let now = chrono::Utc.with_ymd_and_hms(2026, 1, 1, 0, 0, 0).unwrap();
         let deadline = now + chrono::TimeDelta::seconds(120);
         let plain = view("a", None);
-        let recorded = view("b", Some(interrupted_status(&plain, deadline, now)));
-        assert_eq!(recorded_deadline(&recorded), Some(deadline));
-        assert_eq!(recorded_deadline(&plain), None);
+        let spot = Record::Spot { deadline };
+        let interrupted = view("b", Some(interrupted_status(&plain, spot, now)));
+        assert_eq!(recorded(&interrupted), Some(spot));
+        assert_eq!(recorded(&plain), None);
         let mut h = NoticeHandler::new();
-        let views = [plain, recorded];
+        let views = [plain, interrupted];
         assert_eq!(
             h.resume(&views),
             [Notice::SpotInterruption {
@@ -343,6 +447,83 @@ mod tests {
             }]
         );
         assert!(h.resume(&views).is_empty(), "the core hears of it once");
+    }
+
+    #[test]
+    fn a_recorded_scheduled_change_is_resumed_with_its_start_or_without_one() {
+        let now = chrono::Utc.with_ymd_and_hms(2026, 1, 1, 0, 0, 0).unwrap();
+        let start = now + chrono::TimeDelta::days(3);
+        let plain = view("a", None);
+        let views: Vec<ClaimView> = [Some(start), None]
+            .into_iter()
+            .zip(["b", "c"])
+            .map(|(start, name)| {
+                let status = interrupted_status(&plain, Record::Scheduled { start }, now);
+                assert_eq!(status.conditions[0].reason, SCHEDULED_REASON);
+                view(name, Some(status))
+            })
+            .collect();
+        let mut h = NoticeHandler::new();
+        assert_eq!(
+            h.resume(&views),
+            [
+                Notice::ScheduledChange {
+                    claim: "b".into(),
+                    start: Some(start)
+                },
+                Notice::ScheduledChange {
+                    claim: "c".into(),
+                    start: None
+                }
+            ]
+        );
+        // A spot interruption recorded over it later is told too.
+        let spot = Record::Spot { deadline: now };
+        let harder = view("b", Some(interrupted_status(&views[0], spot, now)));
+        assert_eq!(
+            h.resume(&[harder, views[1].clone()]),
+            [Notice::SpotInterruption {
+                claim: "b".into(),
+                deadline: now
+            }]
+        );
+    }
+
+    #[test]
+    fn only_a_harder_notice_is_told_again_for_a_claim() {
+        let now = chrono::Utc.with_ymd_and_hms(2026, 1, 1, 0, 0, 0).unwrap();
+        let later = now + chrono::TimeDelta::minutes(5);
+        let spot = |deadline| Record::Spot { deadline };
+        let scheduled = |start| Record::Scheduled { start };
+        assert!(spot(now).supersedes(scheduled(Some(later))));
+        assert!(!spot(later).supersedes(spot(now)), "another copy");
+        assert!(!scheduled(Some(now)).supersedes(spot(later)));
+        assert!(scheduled(Some(now)).supersedes(scheduled(Some(later))));
+        assert!(scheduled(Some(now)).supersedes(scheduled(None)));
+        assert!(!scheduled(Some(later)).supersedes(scheduled(Some(now))));
+        assert!(!scheduled(None).supersedes(scheduled(Some(now))));
+    }
+
+    #[test]
+    fn what_was_told_about_a_claim_is_forgotten_once_the_claim_is_gone() {
+        let now = chrono::Utc.with_ymd_and_hms(2026, 1, 1, 0, 0, 0).unwrap();
+        let spot = Record::Spot { deadline: now };
+        let mut h = NoticeHandler::new();
+        let views: Vec<ClaimView> = (0..100)
+            .map(|i| {
+                let plain = view(&format!("c{i}"), None);
+                view(
+                    &format!("c{i}"),
+                    Some(interrupted_status(&plain, spot, now)),
+                )
+            })
+            .collect();
+        assert_eq!(h.resume(&views).len(), 100);
+        assert_eq!(h.remembered_claims(), 100);
+        assert!(h.resume(&views[..1]).is_empty());
+        assert_eq!(h.remembered_claims(), 1);
+        assert!(h.resume(&[]).is_empty());
+        assert_eq!(h.remembered_claims(), 0);
     }
 
     #[test]

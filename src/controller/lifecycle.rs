@@ -24,7 +24,7 @@ use super::snapshot::{is_accelerator, request_of, to_k8s_time, ClaimView, NodeIn
 use crate::api::labels as l;
 use crate::api::nodeclaim::conditions;
 use crate::api::{NodeClaim, NodeClaimStatus};
-use crate::catalog::CapacityType;
+use crate::catalog::{CapacityType, ZoneNames};
 use crate::cloud::{self, CloudProvider, Instance, NodeTemplate};
 use crate::core::{Notice, OfferingKey, Time};
 use crate::metrics::{LaunchFailureLabels, Metrics};
@@ -113,6 +113,10 @@ pub enum Step {
     Finalized,
 }
 
+/// Reason of `Launched=False` on a claim whose labels or taints are refused
+/// ([`crate::api::validate_node_claim`]).
+pub const INVALID_REASON: &str = "InvalidNodeClaim";
+
 /// The reconciler's handles and settings.
 pub struct Lifecycle<'a, C> {
     /// Kubernetes writes.
@@ -126,6 +130,12 @@ pub struct Lifecycle<'a, C> {
     /// A launched claim whose node has not registered this long after the
     /// launch is deleted.
     pub registration_timeout: Duration,
+    /// What the claims' offerings are: a claim's labels are checked against
+    /// it before it is launched or registered
+    /// ([`crate::api::validate_node_claim`]).
+    pub catalog: std::sync::Arc<crate::catalog::Catalog>,
+    /// The region the claims are launched in.
+    pub region: &'a str,
 }
 
 fn kube_err<'a>(claim: &'a str, step: &'static str) -> impl FnOnce(kube::Error) -> Error + 'a {
@@ -278,14 +288,22 @@ pub fn template_of(claim: &NodeClaim) -> NodeTemplate {
 }
 
 /// The node's labels as the claim wants them, corrected to the offering the
-/// instance actually runs as (a fallback zone or capacity type).
-pub fn node_labels(claim: &NodeClaim, actual: Option<&OfferingKey>) -> BTreeMap<String, String> {
+/// instance actually runs as (a fallback zone or capacity type), the zone
+/// named as `zones` name it for the claim's region.
+pub fn node_labels(
+    claim: &NodeClaim,
+    actual: Option<&OfferingKey>,
+    zones: &ZoneNames,
+) -> BTreeMap<String, String> {
     let mut labels = claim.spec.labels.clone();
     if let Some(a) = actual {
+        let region = labels.get(l::REGION).cloned().unwrap_or_default();
+        let capacity_type = a.capacity_type.as_str();
         labels.insert(l::INSTANCE_TYPE.into(), a.instance_type.clone());
         labels.insert(l::ZONE_ID.into(), a.zone.clone());
-        labels.insert(l::ZONE.into(), a.zone.clone());
-        labels.insert(l::CAPACITY_TYPE.into(), a.capacity_type.as_str().into());
+        labels.insert(l::ZONE.into(), zones.name_of(&region, &a.zone));
+        labels.insert(l::CAPACITY_TYPE.into(), capacity_type.into());
+        labels.insert(l::KARPENTER_CAPACITY_TYPE.into(), capacity_type.into());
     }
     labels
 }
@@ -382,6 +400,15 @@ impl<C: CloudProvider + Send + Sync> Lifecycle<'_, C> {
             return self.finalize(view, now).await;
         }
         let status = claim.status.clone().unwrap_or_default();
+        if !status.is_true(conditions::REGISTERED) {
+            // Its labels and taints go to the kubelet and onto the Node
+            // with our privileges: only what a pool may set, and what its
+            // offering gives.
+            let problems = crate::api::validate_node_claim(claim, &self.catalog, self.region);
+            if !problems.is_empty() {
+                return self.refuse(claim, status, &problems, now).await;
+            }
+        }
         if status.provider_id.is_none() {
             return self.launch(claim, status, now).await;
         }
@@ -549,6 +576,44 @@ impl<C: CloudProvider + Send + Sync> Lifecycle<'_, C> {
         }
     }
 
+    /// Refuses an invalid claim: `Launched=False` (reason
+    /// [`INVALID_REASON`], the problems as the message), counted, and the
+    /// claim deleted (its finalizer terminates an instance launched before
+    /// the check), so that its pods are planned again.
+    async fn refuse(
+        &self,
+        claim: &NodeClaim,
+        mut status: NodeClaimStatus,
+        problems: &[crate::api::FieldError],
+        now: Time,
+    ) -> Result<Step> {
+        let name = claim.name_any();
+        let message = problems
+            .iter()
+            .map(ToString::to_string)
+            .collect::<Vec<_>>()
+            .join("; ");
+        tracing::warn!(claim = %name, %message, "invalid NodeClaim: not launched, deleted");
+        set_condition(
+            &mut status,
+            conditions::LAUNCHED,
+            false,
+            INVALID_REASON,
+            &message,
+            now,
+        );
+        self.count_failure(claim, INVALID_REASON);
+        self.patch_status(&name, &status).await?;
+        self.api
+            .delete_node_claim(&name)
+            .await
+            .map_err(kube_err(&name, "deleting the invalid claim"))?;
+        Ok(Step::LaunchFailed {
+            reason: INVALID_REASON.to_string(),
+            notice: None,
+        })
+    }
+
     async fn register(
         &self,
         view: &ClaimView,
@@ -580,7 +645,7 @@ impl<C: CloudProvider + Send + Sync> Lifecycle<'_, C> {
             .map_err(cloud_err(&name, "describing the instance"))?
             .map(|i| i.offering)
             .filter(|o| o.zone != claim.spec.zone || o.capacity_type != claim.spec.capacity_type);
-        let labels = node_labels(claim, actual.as_ref());
+        let labels = node_labels(claim, actual.as_ref(), self.catalog.zone_names());
         self.api
             .patch_node(node, &registered_change(claim, labels))
             .await
@@ -708,9 +773,13 @@ impl<C: CloudProvider + Send + Sync> Lifecycle<'_, C> {
         let (mut evicted, mut blocked, mut remaining) = (0, 0, 0);
         let mut failures = Vec::new();
         for p in pods {
-            if p.terminating {
-                // Evicted already: its grace period runs; wait for it.
-                remaining += 1;
+            if p.terminating.is_some() {
+                // Evicted already: its grace period runs; wait for it,
+                // unless its node is unreachable and it is long past it
+                // (no kubelet will ever confirm it is gone).
+                if !p.is_stuck_terminating(node, now) {
+                    remaining += 1;
+                }
                 continue;
             }
             match self.api.evict(&p.namespace, &p.name).await {
@@ -882,7 +951,9 @@ mod tests {
                 price_per_hour: 0.4,
                 resources: BTreeMap::new(),
                 labels: [
+                    (l::REGION.to_string(), "us-east-1".to_string()),
                     (l::ZONE_ID.to_string(), "use1-az1".to_string()),
+                    (l::ZONE.to_string(), "us-east-1b".to_string()),
                     (l::CAPACITY_TYPE.to_string(), "spot".to_string()),
                     (l::NODEPOOL.to_string(), "gpu".to_string()),
                 ]
@@ -890,6 +961,7 @@ mod tests {
                 taints: vec![],
                 startup_taints: vec![],
                 termination_grace_period: None,
+                expire_after: None,
             },
         );
         claim.metadata.annotations = Some(
@@ -899,15 +971,24 @@ mod tests {
             )]
             .into(),
         );
-        assert_eq!(node_labels(&claim, None), claim.spec.labels);
+        // The account's names (moto's): use1-az1 is us-east-1b, use1-az2
+        // us-east-1c.
+        let zones = ZoneNames::new().with_region(
+            "us-east-1",
+            [
+                ("us-east-1b".to_string(), "use1-az1".to_string()),
+                ("us-east-1c".to_string(), "use1-az2".to_string()),
+            ],
+        );
+        assert_eq!(node_labels(&claim, None, &zones), claim.spec.labels);
         let actual = OfferingKey {
             instance_type: "g5.xlarge".into(),
             zone: "use1-az2".into(),
             capacity_type: CapacityType::Spot,
         };
-        let labels = node_labels(&claim, Some(&actual));
+        let labels = node_labels(&claim, Some(&actual), &zones);
         assert_eq!(labels[l::ZONE_ID], "use1-az2");
-        assert_eq!(labels[l::ZONE], "use1-az2");
+        assert_eq!(labels[l::ZONE], "us-east-1c");
         assert_eq!(labels[l::NODEPOOL], "gpu");
         assert_eq!(template_of(&claim).fallbacks, [actual]);
     }

@@ -212,43 +212,118 @@ fn class_of(name: &str) -> Option<Class> {
     }
 }
 
+/// Whether the request is over (`Failed`, `BookingExpired` or
+/// `CapacityRevoked` is True): its pods are not made any more.
+fn is_over(pr: &ProvisioningRequest) -> bool {
+    use foreign::conditions as c;
+    pr.status.iter().flat_map(|s| &s.conditions).any(|k| {
+        k.status == "True"
+            && [c::FAILED, c::BOOKING_EXPIRED, c::CAPACITY_REVOKED].contains(&k.type_.as_str())
+    })
+}
+
+/// When a request created at `created` stops being valid, by its
+/// `ValidUntilSeconds` parameter (`None`: no such parameter), or why the
+/// parameter cannot be used: not a whole number of seconds, negative, or
+/// past what a time can hold.
+fn valid_until(value: Option<&str>, created: Option<Time>) -> Result<Option<Time>, String> {
+    let Some(v) = value else {
+        return Ok(None);
+    };
+    let key = foreign::PARAM_VALID_UNTIL_SECONDS;
+    let secs: i64 = v
+        .trim()
+        .parse()
+        .map_err(|_| format!("{key}={v:?} is not a whole number of seconds"))?;
+    if secs < 0 {
+        return Err(format!("{key}={v:?} is negative"));
+    }
+    let Some(at) = created else {
+        return Ok(None);
+    };
+    chrono::TimeDelta::try_seconds(secs)
+        .and_then(|d| at.checked_add_signed(d))
+        .map(Some)
+        .ok_or_else(|| format!("{key}={v:?} is out of range"))
+}
+
+/// The pods of a request's PodSets, one per requested pod, at most
+/// `max_pods` of them (the batch cap: a request is all or nothing, so one
+/// with more pods than one plan considers can never be met), or why not.
+fn pods_of(
+    s: &Snapshot,
+    ns: &str,
+    sets: &[foreign::PodSet],
+    max_pods: usize,
+) -> Result<Vec<Pod>, String> {
+    let mut total: u64 = 0;
+    for set in sets {
+        let count = u64::try_from(set.count).map_err(|_| {
+            format!(
+                "podSet {} has a negative count ({})",
+                set.pod_template_ref.name, set.count
+            )
+        })?;
+        total += count;
+    }
+    if total > max_pods as u64 {
+        return Err(format!(
+            "its podSets ask for {total} pods, more than the {max_pods} one plan considers (--max-batch-pods): it can never be met whole"
+        ));
+    }
+    let mut pods = Vec::with_capacity(total as usize);
+    for set in sets {
+        let name = &set.pod_template_ref.name;
+        match s.pod_templates.get(&format!("{ns}/{name}")) {
+            Some(Ok(pod)) => pods.extend(std::iter::repeat_n(pod, set.count as usize).cloned()),
+            Some(Err(e)) => return Err(format!("podTemplate {ns}/{name}: {e}")),
+            None => return Err(format!("podTemplate {ns}/{name} not found")),
+        }
+    }
+    Ok(pods)
+}
+
 /// The ProvisioningRequests of the classes served here, as the core reads
 /// them, oldest first (they take room in that order): their pods from their
 /// PodSets' templates, the pods consuming them, `ValidUntilSeconds`,
-/// `noRetry` and their conditions.
-pub fn provisioning_requests(s: &Snapshot) -> Vec<Request> {
+/// `noRetry` and their conditions. At most `max_pods` pods are made for
+/// all of them together, oldest requests first: a request that does not fit
+/// in what is left waits for a later round (it is left out until then), and
+/// a request over (failed, expired, revoked) gets none.
+pub fn provisioning_requests(s: &Snapshot, max_pods: usize) -> Vec<Request> {
     let mut consumed: BTreeMap<String, usize> = BTreeMap::new();
     for p in s.pods.values() {
         if let Some(pr) = &p.consumes {
             *consumed.entry(format!("{}/{pr}", p.namespace)).or_default() += 1;
         }
     }
-    let mut out: Vec<(Option<Time>, Request)> = Vec::new();
-    for (key, pr) in &s.provisioning_requests {
-        let Some(class) = class_of(&pr.spec.provisioning_class_name) else {
-            continue;
-        };
+    let mut served: Vec<(Option<Time>, &String, &ProvisioningRequest, Class)> = s
+        .provisioning_requests
+        .iter()
+        .filter_map(|(key, pr)| {
+            let class = class_of(&pr.spec.provisioning_class_name)?;
+            let created = pr.metadata.creation_timestamp.as_ref().and_then(to_chrono);
+            Some((created, key, pr, class))
+        })
+        .collect();
+    served.sort_by(|a, b| a.0.cmp(&b.0).then_with(|| a.1.cmp(b.1)));
+    let mut left = max_pods;
+    let mut out = Vec::new();
+    for (created, key, pr, class) in served {
         let ns = pr.metadata.namespace.as_deref().unwrap_or("default");
-        let created = pr.metadata.creation_timestamp.as_ref().and_then(to_chrono);
-        let pods = pr
-            .spec
-            .pod_sets
-            .iter()
-            .map(|set| {
-                let name = &set.pod_template_ref.name;
-                match s.pod_templates.get(&format!("{ns}/{name}")) {
-                    Some(Ok(pod)) => Ok(vec![pod.clone(); set.count.max(0) as usize]),
-                    Some(Err(e)) => Err(format!("podTemplate {ns}/{name}: {e}")),
-                    None => Err(format!("podTemplate {ns}/{name} not found")),
-                }
-            })
-            .collect::<Result<Vec<Vec<Pod>>, String>>()
-            .map(|sets| sets.into_iter().flatten().collect());
+        let pods = if is_over(pr) {
+            Ok(Vec::new())
+        } else {
+            pods_of(s, ns, &pr.spec.pod_sets, max_pods)
+        };
+        if let Ok(p) = &pods {
+            if p.len() > left {
+                tracing::debug!(request = %key, pods = p.len(), "ProvisioningRequest waits: older requests take this round's pods");
+                continue;
+            }
+            left -= p.len();
+        }
         let param = |k: &str| pr.spec.parameters.get(k).map(String::as_str);
-        let valid_until = param(foreign::PARAM_VALID_UNTIL_SECONDS)
-            .and_then(|v| v.trim().parse::<i64>().ok())
-            .zip(created)
-            .and_then(|(secs, at)| at.checked_add_signed(chrono::TimeDelta::seconds(secs)));
         let conditions = pr
             .status
             .iter()
@@ -262,21 +337,17 @@ pub fn provisioning_requests(s: &Snapshot) -> Vec<Request> {
                 )
             })
             .collect();
-        out.push((
-            created,
-            Request {
-                name: key.clone(),
-                class,
-                pods,
-                consumed: consumed.get(key).copied().unwrap_or(0),
-                valid_until,
-                no_retry: param(foreign::PARAM_NO_RETRY) == Some("true"),
-                conditions,
-            },
-        ));
+        out.push(Request {
+            name: key.clone(),
+            class,
+            pods,
+            consumed: consumed.get(key).copied().unwrap_or(0),
+            valid_until: valid_until(param(foreign::PARAM_VALID_UNTIL_SECONDS), created),
+            no_retry: param(foreign::PARAM_NO_RETRY) == Some("true"),
+            conditions,
+        });
     }
-    out.sort_by(|a, b| a.0.cmp(&b.0).then_with(|| a.1.name.cmp(&b.1.name)));
-    out.into_iter().map(|(_, r)| r).collect()
+    out
 }
 
 /// The request's conditions with each of `ts` set in turn (replacing the
@@ -308,14 +379,16 @@ pub fn with_conditions(pr: &ProvisioningRequest, ts: &[&Transition], now: Time) 
 /// Runs the ProvisioningRequest step on the world: its stand-ins join the
 /// pending pods, the room it holds is put on the nodes (as do-not-disrupt
 /// pods), and the conditions to set are returned. `unplaceable` says why
-/// the last plan found no place for a pod.
+/// the last plan found no place for a pod; `max_pods` bounds the pods made
+/// ([`provisioning_requests`]).
 pub fn provisioning_step(
     store: &Store,
     parts: &mut super::snapshot::WorldParts,
     unplaceable: &dyn Fn(&str) -> Option<String>,
+    max_pods: usize,
     now: Time,
 ) -> Vec<Transition> {
-    let requests = store.read(provisioning_requests);
+    let requests = store.read(|s| provisioning_requests(s, max_pods));
     if requests.is_empty() {
         return Vec::new();
     }
@@ -450,5 +523,95 @@ mod tests {
             .distill(&mut i)
             .unwrap();
         assert_eq!(gang.min_member, 4);
+    }
+
+    /// A snapshot with one atomic request `ml/<name>` created at
+    /// `created_s` past 2026-01-05, asking for `count` pods of template
+    /// `ml/tpl`, with these parameters.
+    fn with_request(
+        s: &mut Snapshot,
+        name: &str,
+        created_s: i64,
+        count: i32,
+        params: serde_json::Value,
+    ) {
+        let created = chrono::DateTime::from_timestamp(1_767_571_200 + created_s, 0).unwrap();
+        let pr: ProvisioningRequest = serde_json::from_value(json!({
+            "metadata": {"name": name, "namespace": "ml", "creationTimestamp": created.to_rfc3339()},
+            "spec": {
+                "provisioningClassName": foreign::CLASS_ATOMIC,
+                "podSets": [{"podTemplateRef": {"name": "tpl"}, "count": count}],
+                "parameters": params,
+            }
+        }))
+        .unwrap();
+        s.provisioning_requests.insert(format!("ml/{name}"), pr);
+        s.pod_templates
+            .insert("ml/tpl".into(), Ok(Pod::new("", Resources::new())));
+    }
+
+    fn only(s: &Snapshot, max_pods: usize) -> Request {
+        let mut r = provisioning_requests(s, max_pods);
+        assert_eq!(r.len(), 1);
+        r.remove(0)
+    }
+
+    #[test]
+    fn valid_until_seconds_out_of_range_or_unreadable_fails_the_request_with_a_reason_not_a_panic()
+    {
+        let with = |v: &str| {
+            let mut s = Snapshot::default();
+            with_request(&mut s, "r", 0, 1, json!({ "ValidUntilSeconds": v }));
+            only(&s, 10).valid_until
+        };
+        let created = chrono::DateTime::from_timestamp(1_767_571_200, 0).unwrap();
+        assert_eq!(
+            with("3600"),
+            Ok(Some(created + chrono::TimeDelta::hours(1)))
+        );
+        for (v, says) in [
+            ("9223372036854775807", "out of range"),
+            ("9223372036854775", "out of range"),
+            ("-5", "negative"),
+            ("soon", "not a whole number"),
+            ("1e9", "not a whole number"),
+        ] {
+            let why = with(v).expect_err(v);
+            assert!(
+                why.contains("ValidUntilSeconds") && why.contains(says),
+                "{v}: {why}"
+            );
+        }
+    }
+
+    #[test]
+    fn a_pod_set_count_past_the_batch_cap_fails_the_request_without_making_its_pods() {
+        let mut s = Snapshot::default();
+        with_request(&mut s, "r", 0, i32::MAX, json!({}));
+        let why = only(&s, 2000).pods.expect_err("too many pods");
+        assert!(
+            why.contains("2147483647 pods") && why.contains("--max-batch-pods"),
+            "{why}"
+        );
+        let mut s = Snapshot::default();
+        with_request(&mut s, "r", 0, -3, json!({}));
+        let why = only(&s, 2000).pods.expect_err("a negative count");
+        assert!(why.contains("negative count"), "{why}");
+        let mut s = Snapshot::default();
+        with_request(&mut s, "r", 0, 2000, json!({}));
+        assert_eq!(only(&s, 2000).pods.map(|p| p.len()), Ok(2000));
+    }
+
+    #[test]
+    fn requests_read_in_one_round_make_at_most_the_batch_cap_in_pods_oldest_first() {
+        let mut s = Snapshot::default();
+        with_request(&mut s, "late", 60, 1500, json!({}));
+        with_request(&mut s, "early", 0, 1500, json!({}));
+        with_request(&mut s, "small", 120, 500, json!({}));
+        let names: Vec<String> = provisioning_requests(&s, 2000)
+            .into_iter()
+            .map(|r| r.name)
+            .collect();
+        assert_eq!(names, ["ml/early", "ml/small"], "ml/late waits");
     }
 }

@@ -203,13 +203,15 @@ pub struct Driver<C> {
 /// The NodeClaim lifecycle over a driver's API, cloud and timeouts (a free
 /// function: it borrows only these, so the driver's other fields stay
 /// writable while it works).
-fn lifecycle_of<'a, C>(ctx: &'a Context<C>, settings: &Settings) -> Lifecycle<'a, C> {
+fn lifecycle_of<'a, C>(ctx: &'a Context<C>, settings: &'a Settings) -> Lifecycle<'a, C> {
     Lifecycle {
         api: &ctx.api,
         cloud: &*ctx.cloud,
         metrics: &ctx.metrics,
         launch_timeout: settings.launch_timeout,
         registration_timeout: settings.registration_timeout,
+        catalog: ctx.catalog.borrow().clone(),
+        region: &settings.region,
     }
 }
 
@@ -411,7 +413,8 @@ impl<C: CloudProvider + Send + Sync + 'static> Driver<C> {
         let region = self.settings.region.clone();
         let created = std::mem::take(&mut self.created);
         let (parts, views, nodes_by_claim) = self.store.read(|s| {
-            let mut parts = snapshot::world_parts(s, &catalog, &region, now);
+            let mut parts =
+                snapshot::world_parts(s, &catalog, &region, now, self.settings.core.max_batch_pods);
             snapshot::mark_drift(s, &mut parts.nodes, &|c| self.ctx.cloud.launch_stamp(c));
             // What the cloud can launch for each pool (EC2: the variants its
             // node class has images for) narrows the pool's requirements.
@@ -474,16 +477,14 @@ impl<C: CloudProvider + Send + Sync + 'static> Driver<C> {
             &self.store,
             &mut parts,
             &|p| unplaceable.get(p).cloned(),
+            self.settings.core.max_batch_pods,
             now,
         );
         self.ctx
             .metrics
             .pending_pods
             .set(parts.pending.len() as i64);
-        let (kept, deferred) = crate::core::batch::cap_batch(
-            std::mem::take(&mut parts.pending),
-            self.settings.core.max_batch_pods,
-        );
+        let (kept, deferred) = self.core.cap_batch(std::mem::take(&mut parts.pending));
         parts.pending = kept;
         {
             let world = parts.world(&catalog, &region);

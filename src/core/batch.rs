@@ -17,6 +17,7 @@
 //! limit) do not reopen a batch by themselves: call [`Batcher::trigger`] when
 //! something else makes a new plan worthwhile (a launch failed, a node left).
 
+use super::time::after;
 use super::Time;
 use std::collections::BTreeSet;
 use std::time::Duration;
@@ -126,7 +127,7 @@ impl Batcher {
     pub fn next_deadline(&self) -> Option<Time> {
         self.open
             .as_ref()
-            .map(|b| later(b.last_activity, self.idle).min(later(b.opened_at, self.max)))
+            .map(|b| after(b.last_activity, self.idle).min(after(b.opened_at, self.max)))
     }
 
     /// Closes the open batch, ready or not, and returns it; `None` when no
@@ -138,14 +139,6 @@ impl Batcher {
             pods: b.pods.into_iter().collect(),
         })
     }
-}
-
-/// `t + d`, saturating at the largest representable time.
-fn later(t: Time, d: Duration) -> Time {
-    chrono::TimeDelta::from_std(d)
-        .ok()
-        .and_then(|d| t.checked_add_signed(d))
-        .unwrap_or(chrono::DateTime::<chrono::Utc>::MAX_UTC)
 }
 
 /// Default most pods one plan considers ([`cap_batch`]): enough for any
@@ -165,6 +158,7 @@ pub struct Deferred {
 /// at a time and in the given order; the rest wait for a later batch. A
 /// group larger than `max` never fits and says so. Unbounded batches (a
 /// Job with `parallelism: 100000`) would take the planner past its limits.
+/// [`BatchCap`] orders the units first, so that no pod waits for ever.
 pub fn cap_batch(
     pending: Vec<crate::cluster::Pod>,
     max: usize,
@@ -172,8 +166,12 @@ pub fn cap_batch(
     if pending.len() <= max {
         return (pending, Vec::new());
     }
-    // Units: a group's pods together, a lone pod alone, in order of first
-    // appearance.
+    fill(units(pending), max)
+}
+
+/// The pods in units: a group's pods together, a lone pod alone, in order
+/// of first appearance.
+fn units(pending: Vec<crate::cluster::Pod>) -> Vec<Vec<crate::cluster::Pod>> {
     let mut units: Vec<Vec<crate::cluster::Pod>> = Vec::new();
     let mut unit_of_group: std::collections::HashMap<String, usize> = Default::default();
     for pod in pending {
@@ -188,6 +186,14 @@ pub fn cap_batch(
             None => units.push(vec![pod]),
         }
     }
+    units
+}
+
+/// Keeps whole units, in order, while they fit in `max`.
+fn fill(
+    units: Vec<Vec<crate::cluster::Pod>>,
+    max: usize,
+) -> (Vec<crate::cluster::Pod>, Vec<Deferred>) {
     let (mut kept, mut deferred) = (Vec::new(), Vec::new());
     for unit in units {
         let reason = if unit.len() > max {
@@ -207,6 +213,58 @@ pub fn cap_batch(
         }));
     }
     (kept, deferred)
+}
+
+/// The batch cap, fair: [`cap_batch`] over the pending pods ordered so
+/// that the units a plan considered least recently come first (a unit
+/// never considered first of all; among equals, the given order). So when
+/// more pods are pending than one plan considers, every pod is considered
+/// in turn: a pod that no plan can place (thousands of them in namespace
+/// `a-...`) does not keep a later one out of every batch.
+#[derive(Debug, Default, Clone)]
+pub struct BatchCap {
+    /// Plans counted so far.
+    plans: u64,
+    /// Pod → the plan that last considered it (pods still pending only).
+    considered: std::collections::HashMap<String, u64>,
+}
+
+impl BatchCap {
+    /// At most `max` of `pending` for the next plan (see [`BatchCap`]),
+    /// and the pods left for a later batch with why.
+    pub fn cap(
+        &mut self,
+        pending: Vec<crate::cluster::Pod>,
+        max: usize,
+    ) -> (Vec<crate::cluster::Pod>, Vec<Deferred>) {
+        if !self.considered.is_empty() {
+            let names: std::collections::HashSet<&str> =
+                pending.iter().map(|p| p.name.as_str()).collect();
+            self.considered
+                .retain(|pod, _| names.contains(pod.as_str()));
+        }
+        if pending.len() <= max {
+            return (pending, Vec::new());
+        }
+        let mut units = units(pending);
+        // Stable: among units last considered by the same plan, the given
+        // order.
+        units.sort_by_key(|unit| {
+            unit.iter()
+                .map(|p| self.considered.get(&p.name).copied().unwrap_or(0))
+                .min()
+                .unwrap_or(0)
+        });
+        fill(units, max)
+    }
+
+    /// A plan considered these pods.
+    pub fn planned<'a>(&mut self, pods: impl IntoIterator<Item = &'a str>) {
+        self.plans += 1;
+        for pod in pods {
+            self.considered.insert(pod.to_string(), self.plans);
+        }
+    }
 }
 
 #[cfg(test)]
@@ -335,5 +393,32 @@ mod tests {
         let (kept, deferred) = cap_batch(pending.clone(), 3);
         assert_eq!(kept, pending);
         assert!(deferred.is_empty());
+    }
+
+    #[test]
+    fn the_fair_cap_considers_the_pods_the_last_plan_left_out_first() {
+        let pending = || -> Vec<_> {
+            (0..5)
+                .map(|i| pod(&format!("a/p-{i}"), None))
+                .chain([pod("b/x", None)])
+                .collect()
+        };
+        let names = |pods: &[crate::cluster::Pod]| -> Vec<String> {
+            pods.iter().map(|p| p.name.clone()).collect()
+        };
+        let mut cap = BatchCap::default();
+        let (kept, deferred) = cap.cap(pending(), 3);
+        assert_eq!(names(&kept), ["a/p-0", "a/p-1", "a/p-2"]);
+        assert_eq!(deferred.len(), 3);
+        // Until a plan considers them, the same pods are kept (the batch
+        // does not churn).
+        let (again, _) = cap.cap(pending(), 3);
+        assert_eq!(again, kept);
+        cap.planned(kept.iter().map(|p| p.name.as_str()));
+        let (kept, _) = cap.cap(pending(), 3);
+        assert_eq!(names(&kept), ["a/p-3", "a/p-4", "b/x"]);
+        cap.planned(kept.iter().map(|p| p.name.as_str()));
+        let (kept, _) = cap.cap(pending(), 3);
+        assert_eq!(names(&kept), ["a/p-0", "a/p-1", "a/p-2"], "round robin");
     }
 }

@@ -12,7 +12,8 @@
 //! being disrupted, never below zero. With no active budget the pool is
 //! unbounded (`u32::MAX`), as in Karpenter. See `docs/lifecycle-timing.md`.
 
-use super::prewarm::{earlier, first_start_after, later};
+use super::prewarm::first_start_after;
+use super::time::{after, before};
 use super::Time;
 use crate::api::{
     parse_cron, parse_duration, Budget, BudgetNodes, BudgetReason, DurationError, NodePool,
@@ -117,7 +118,7 @@ impl Parsed {
     /// inactive or unscheduled.
     fn current_start(&self, now: Time) -> Option<Time> {
         let (schedule, d) = self.window.as_ref()?;
-        first_start_after(schedule, &Utc, earlier(now, *d)).filter(|s| *s <= now)
+        first_start_after(schedule, &Utc, before(now, *d)).filter(|s| *s <= now)
     }
 
     fn active(&self, now: Time) -> bool {
@@ -210,7 +211,7 @@ pub fn next_deadline(pool: &NodePool, now: Time) -> Result<Option<Time>> {
             continue;
         };
         let candidates = [
-            b.current_start(now).map(|s| later(s, *d)),
+            b.current_start(now).map(|s| after(s, *d)),
             first_start_after(schedule, &Utc, now),
         ];
         for t in candidates.into_iter().flatten().filter(|t| *t > now) {

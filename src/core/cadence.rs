@@ -20,6 +20,7 @@
 //! (`quartermaster.dev/checkpoint: "true"` or a hook) and declare an
 //! interval are asked. The formulas are in `docs/checkpointing.md`.
 
+use super::time::after_secs;
 use super::{Action, BoundPod, ManagedNode, OfferingKey, Time, World};
 use crate::catalog::market::PoolMarket;
 use crate::catalog::CapacityType;
@@ -70,11 +71,6 @@ fn hours(from: Time, now: Time) -> f64 {
 /// Seconds since `from`, at least 0.
 fn seconds(from: Time, now: Time) -> f64 {
     ((now - from).num_milliseconds() as f64 / 1000.0).max(0.0)
-}
-
-/// `t + s` seconds.
-fn plus(t: Time, s: f64) -> Time {
-    t + chrono::Duration::milliseconds((s * 1000.0).ceil() as i64)
 }
 
 /// The cadence rule's memory: requests not yet answered, and the next time
@@ -184,20 +180,20 @@ impl Cadence {
                     let asked = *asked;
                     if asked > last && seconds(asked, now) < write + ACK_SLACK_S {
                         // Still writing: look again when it should be done.
-                        let again = plus(asked, write + ACK_SLACK_S);
+                        let again = after_secs(asked, write + ACK_SLACK_S);
                         self.next = Some(self.next.map_or(again, |t| t.min(again)));
                         continue;
                     }
                 }
-                let due = plus(last, every);
+                let due = after_secs(last, every);
                 if due <= now {
                     self.requested.insert(pod.name.clone(), (now, round));
                     actions.push(Action::RequestCheckpoint {
                         pod: pod.name.clone(),
                         claim: n.claim.clone(),
-                        deadline: plus(now, write),
+                        deadline: after_secs(now, write),
                     });
-                    let again = plus(now, write.max(1.0));
+                    let again = after_secs(now, write.max(1.0));
                     self.next = Some(self.next.map_or(again, |t| t.min(again)));
                 } else {
                     self.next = Some(self.next.map_or(due, |t| t.min(due)));
@@ -281,6 +277,8 @@ mod tests {
             disrupted: false,
             health: Default::default(),
             gpu_idle_since: None,
+            expire_after: None,
+            termination_grace: None,
         }
     }
 
@@ -316,6 +314,25 @@ mod tests {
     }
 
     #[test]
+    fn checkpoint_times_past_the_end_of_time_ask_nothing_and_do_not_panic() {
+        let catalog = Catalog::embedded().unwrap();
+        // What `checkpoint-interval: 6000000000h` and `checkpoint-duration:
+        // 3000000000h` would say if a parser let them through.
+        let mut huge = pod("ml/a", 8);
+        huge.checkpoint_interval_s = Some(6e9 * 3600.0);
+        huge.checkpoint_duration_s = Some(3e9 * 3600.0);
+        let mut infinite = pod("ml/b", 8);
+        infinite.checkpoint_interval_s = Some(f64::MAX);
+        infinite.checkpoint_duration_s = Some(f64::MAX / 2.0);
+        let nodes = [node("n1", CapacityType::Spot, vec![huge, infinite])];
+        let w = world(&catalog, &nodes);
+        let mut cadence = Cadence::default();
+        for at in [t(1), t(3600), t(86_400 * 365)] {
+            assert!(requests(&cadence.decide(&w, at, &|_| false)).is_empty());
+        }
+    }
+
+    #[test]
     fn a_young_spot_node_asks_its_pods_to_checkpoint_and_waits_for_the_answer() {
         let catalog = Catalog::embedded().unwrap();
         let nodes = [node("n1", CapacityType::Spot, vec![pod("ml/a", 8)])];
@@ -330,7 +347,7 @@ mod tests {
         match &actions[0] {
             Action::RequestCheckpoint { deadline, .. } => {
                 let write = risk::default_checkpoint_write_s(8.0);
-                assert_eq!(*deadline, plus(due, write));
+                assert_eq!(*deadline, after_secs(due, write));
             }
             a => panic!("{a:?}"),
         }

@@ -42,8 +42,8 @@ pub struct Config {
     /// Ask pods on risky spot nodes to checkpoint more often than their
     /// own interval ([`super::cadence`]).
     pub checkpoint_cadence: bool,
-    /// Most pending pods one plan considers (see [`super::batch::cap_batch`]);
-    /// the driver applies it before deciding.
+    /// Most pending pods one plan considers (see [`super::batch::BatchCap`]);
+    /// the driver applies it before deciding ([`Core::cap_batch`]).
     pub max_batch_pods: usize,
 }
 
@@ -118,6 +118,8 @@ pub struct Core {
     cadence: Cadence,
     /// Repair of unhealthy nodes.
     repairs: super::repair::Repairs,
+    /// The batch cap, fair across rounds.
+    batch_cap: super::batch::BatchCap,
     /// Appended (`-{tag}`) to the names of the claims provisioning makes
     /// ([`Core::with_claim_tag`]).
     claim_tag: String,
@@ -144,6 +146,7 @@ impl Core {
             last_plan: None,
             cadence: Cadence::default(),
             repairs: super::repair::Repairs::new(),
+            batch_cap: Default::default(),
             claim_tag: String::new(),
             config,
         }
@@ -170,6 +173,15 @@ impl Core {
     pub fn with_solve_clock(mut self, clock: fn() -> f64) -> Core {
         self.solve_clock = Some(clock);
         self
+    }
+
+    /// At most `max_batch_pods` of the pending pods for the next plan, and
+    /// the ones left for a later batch with why: the pods the last plans
+    /// considered least recently first ([`super::batch::BatchCap`]), so
+    /// that every pending pod is considered in turn. The driver calls it
+    /// before [`Core::decide`] and puts the pods kept in the world.
+    pub fn cap_batch(&mut self, pending: Vec<Pod>) -> (Vec<Pod>, Vec<super::batch::Deferred>) {
+        self.batch_cap.cap(pending, self.config.max_batch_pods)
     }
 
     /// The last provisioning plan's report, if any plan was made.
@@ -382,6 +394,8 @@ impl Core {
         let mut demand: Vec<Pod> = world.pending.to_vec();
         demand.extend(extra);
         self.batcher.take(now);
+        self.batch_cap
+            .planned(world.pending.iter().map(|p| p.name.as_str()));
 
         // A pool marked not Ready launches nothing; its pods' reasons say
         // no pool could take them, and its status and Events say why.
@@ -482,7 +496,8 @@ impl Core {
             cache.insert(name(pool).to_string(), (pool.spec.clone(), families));
         }
         let families = &cache[name(pool)].1;
-        self.latency.lead(families).mul_f64(1.25) + self.config.batch_max
+        super::time::secs(self.latency.lead(families).as_secs_f64() * 1.25)
+            .saturating_add(self.config.batch_max)
     }
 
     /// Learned rates of the spot pools with evidence (empty when learning is
@@ -527,7 +542,9 @@ fn learned_rates(
 impl ManagedNode {
     /// The in-flight node a [`Action::Launch`] creates: the shape, labels and
     /// taints its instance type and pool give it, not ready yet. `None` when
-    /// the pool or instance type is unknown.
+    /// the pool is unknown or invalid, or the instance type or offering is
+    /// not in the catalog (see [`ManagedNode::recorded`] for a claim that
+    /// exists).
     pub fn launched(req: &ClaimRequest, world: &World, now: Time) -> Option<ManagedNode> {
         let api_pool = world.pools.iter().find(|p| name(p) == req.nodepool)?;
         let pool = Pool::from_api(api_pool, Resources::new()).ok()?;
@@ -546,9 +563,59 @@ impl ManagedNode {
                 let r = world.catalog.reservation(req.reservation.as_deref()?)?;
                 Some(r.offering()).filter(|o| offering_key(o) == req.offering)
             })?;
-        let mut labels = crate::cluster::shape::node_labels(it, &offering, &pool.name);
+        let mut labels = crate::cluster::shape::node_labels(
+            it,
+            &offering,
+            world.catalog.zone_names(),
+            &pool.name,
+        );
         labels.extend(pool.labels.clone());
+        let allocatable = crate::cluster::shape::allocatable(it, &pool.sharing);
+        let lifetime = &api_pool.spec.template.spec;
         Some(ManagedNode {
+            expire_after: lifetime.expire_after_duration().ok().flatten(),
+            termination_grace: lifetime.termination_grace_period_duration().ok().flatten(),
+            ..ManagedNode::in_flight(req, labels, pool.taints, allocatable, now)
+        })
+    }
+
+    /// The node of a claim that exists, as far as the world can say: what
+    /// [`ManagedNode::launched`] makes of it, or, where that cannot be made
+    /// (its pool was deleted or is invalid after an upgrade, its instance
+    /// type or reservation left the catalog), what the claim itself recorded
+    /// at creation: its `labels`, `taints` and expected `allocatable`. Such
+    /// a node stays in the world: the notices about it are acted on, it
+    /// counts against its pool's limits, and it can be drained and deleted.
+    pub fn recorded(
+        req: &ClaimRequest,
+        labels: &crate::cluster::requirements::Labels,
+        taints: &[crate::api::Taint],
+        allocatable: Resources,
+        world: &World,
+        now: Time,
+    ) -> ManagedNode {
+        ManagedNode::launched(req, world, now).unwrap_or_else(|| {
+            let taints = taints
+                .iter()
+                .map(|t| crate::cluster::Taint {
+                    key: t.key.clone(),
+                    value: t.value.clone().unwrap_or_default(),
+                    effect: t.effect,
+                })
+                .collect();
+            ManagedNode::in_flight(req, labels.clone(), taints, allocatable, now)
+        })
+    }
+
+    /// An in-flight node of `req` with this shape.
+    fn in_flight(
+        req: &ClaimRequest,
+        labels: crate::cluster::requirements::Labels,
+        taints: Vec<crate::cluster::Taint>,
+        allocatable: Resources,
+        now: Time,
+    ) -> ManagedNode {
+        ManagedNode {
             claim: req.claim.clone(),
             nodepool: req.nodepool.clone(),
             offering: req.offering.clone(),
@@ -558,12 +625,12 @@ impl ManagedNode {
             state: NodeState {
                 name: req.claim.clone(),
                 nodepool: Some(req.nodepool.clone()),
-                instance_type: Some(it.name.clone()),
+                instance_type: Some(req.offering.instance_type.clone()),
                 zone: req.offering.zone.clone(),
                 capacity_type: Some(req.offering.capacity_type),
                 labels,
-                taints: pool.taints.clone(),
-                allocatable: crate::cluster::shape::allocatable(it, &pool.sharing),
+                taints,
+                allocatable,
                 used: Resources::new(),
                 price_per_hour: req.price_per_hour,
                 in_flight: true,
@@ -575,7 +642,28 @@ impl ManagedNode {
             disrupted: false,
             health: Default::default(),
             gpu_idle_since: None,
-        })
+            expire_after: None,
+            termination_grace: None,
+        }
+    }
+
+    /// The same node with the lifetime its claim recorded at creation
+    /// (`expireAfter`, `terminationGracePeriod`) in place of its pool's
+    /// current one; an unreadable value counts as unset.
+    pub fn with_claim_lifetime(
+        self,
+        expire_after: Option<&str>,
+        termination_grace_period: Option<&str>,
+    ) -> ManagedNode {
+        let parse = |d: Option<&str>| {
+            d.filter(|d| *d != "Never")
+                .and_then(|d| crate::api::parse_duration(d).ok())
+        };
+        ManagedNode {
+            expire_after: parse(expire_after),
+            termination_grace: parse(termination_grace_period),
+            ..self
+        }
     }
 }
 
@@ -1110,6 +1198,40 @@ mod tests {
                 capacity: [(l::RESOURCE_GPU.to_string(), Quantity("8".into()))].into(),
             }];
         })
+    }
+
+    #[test]
+    fn a_later_namespace_is_planned_although_earlier_pods_fill_every_batch_and_never_fit() {
+        let pools = [gpu_pool(|_| {})];
+        // Five pods of namespace `a-team` that no offering can hold (and
+        // sort first), one of `b-team` that fits; plans take three pods.
+        let mut pending: Vec<Pod> = (0..5)
+            .map(|i| {
+                let mut p = gpu_pod(&format!("a-team/huge-{i}"));
+                p.requests.set(l::RESOURCE_GPU, 1000);
+                p
+            })
+            .collect();
+        pending.push(gpu_pod("b-team/train"));
+        let mut core = Core::new(Config {
+            max_batch_pods: 3,
+            ..Config::default()
+        });
+        let mut planned = None;
+        for s in 0..30 {
+            // What the driver does each round: cap, then decide.
+            let (kept, _) = core.cap_batch(pending.clone());
+            let actions = core.decide(&world(&pools, &kept, &[]), t(s));
+            if launches(&actions)
+                .iter()
+                .any(|c| c.pods.iter().any(|p| p == "b-team/train"))
+            {
+                planned = Some(s);
+                break;
+            }
+        }
+        let at = planned.expect("b-team/train is planned");
+        assert!(at <= 5, "planned only at {at} s");
     }
 
     #[test]

@@ -352,6 +352,8 @@ mod tests {
             disrupted: false,
             health: Default::default(),
             gpu_idle_since: None,
+            expire_after: None,
+            termination_grace: None,
         };
         let k = spot("g5.xlarge", "use1-az1");
         let nodes = [

@@ -11,7 +11,8 @@
 //! run it through [`super::Core::decide`]. The rules are written up in
 //! `docs/disruption.md` ("Gangs").
 
-use super::interruption::{after, checkpoint_done, checkpoint_grace, pool_of};
+use super::interruption::{checkpoint_done, checkpoint_grace, pool_of};
+use super::time::after;
 use super::{Action, DisruptionReason, ManagedNode, Time, World};
 use crate::cluster::Pod;
 use std::collections::{BTreeMap, BTreeSet};

@@ -22,6 +22,7 @@ pub mod interruption;
 pub mod prewarm;
 pub mod provisioning;
 pub mod repair;
+pub mod time;
 
 pub use decide::{Config, Core, PlanReport};
 
@@ -110,6 +111,13 @@ pub struct ManagedNode {
     /// not known), for pools that consolidate idle GPU nodes
     /// (`disruption.consolidateIdleGpusAfter`).
     pub gpu_idle_since: Option<Time>,
+    /// How long it may live (its claim's `expireAfter`: its pool's when it
+    /// was launched); `None`: forever. An older node is replaced
+    /// (`consolidation::expired`).
+    pub expire_after: Option<std::time::Duration>,
+    /// Its claim's `terminationGracePeriod` (its pool's when it was
+    /// launched); `None`: none.
+    pub termination_grace: Option<std::time::Duration>,
 }
 
 /// A PodDisruptionBudget, reduced to what eviction decisions need.
@@ -153,6 +161,17 @@ pub enum Notice {
     Rebalance {
         /// NodeClaim of the instance.
         claim: String,
+    },
+    /// A scheduled change to the instance (AWS Health: retirement, stop,
+    /// reboot, maintenance) that starts at `start` (`None`: not said).
+    /// Cordoned at once, replaced first, drained before the start
+    /// (`docs/disruption.md`, Scheduled changes); not evidence of any spot
+    /// pool's rate.
+    ScheduledChange {
+        /// NodeClaim of the instance.
+        claim: String,
+        /// When the change starts.
+        start: Option<Time>,
     },
     /// The instance stopped or terminated outside our control.
     Terminated {
@@ -199,6 +218,12 @@ pub enum DisruptionReason {
     /// Unhealthy past its pool's repair policy (or still unhealthy after a
     /// reboot): replaced, new node first where the pool can stage one.
     Unhealthy,
+    /// A scheduled change (instance retirement, stop, reboot, maintenance)
+    /// is coming: drained before it starts.
+    ScheduledChange,
+    /// Older than its pool's `expireAfter`: replaced, new node first,
+    /// whatever the disruption budgets say (`consolidation::expired`).
+    Expired,
 }
 
 impl fmt::Display for DisruptionReason {
@@ -212,6 +237,8 @@ impl fmt::Display for DisruptionReason {
             DisruptionReason::Drifted => "drifted",
             DisruptionReason::GangLaunchFailed => "another member of its gang failed to launch",
             DisruptionReason::Unhealthy => "unhealthy",
+            DisruptionReason::ScheduledChange => "scheduled maintenance",
+            DisruptionReason::Expired => "expired",
         })
     }
 }
@@ -220,7 +247,8 @@ impl DisruptionReason {
     /// The reason as a machine name, in Karpenter's metric vocabulary where
     /// it has one (`empty`, `underutilized`, `drifted`, and its AWS
     /// interruption message kinds `spot_interrupted`,
-    /// `rebalance_recommendation`, `instance_terminated`).
+    /// `rebalance_recommendation`, `scheduled_change`,
+    /// `instance_terminated`).
     pub fn name(self) -> &'static str {
         match self {
             DisruptionReason::Interrupted => "spot_interrupted",
@@ -231,6 +259,8 @@ impl DisruptionReason {
             DisruptionReason::Drifted => "drifted",
             DisruptionReason::GangLaunchFailed => "gang_launch_failed",
             DisruptionReason::Unhealthy => "unhealthy",
+            DisruptionReason::ScheduledChange => "scheduled_change",
+            DisruptionReason::Expired => "expired",
         }
     }
 
@@ -246,18 +276,24 @@ impl DisruptionReason {
             DisruptionReason::Interrupted
             | DisruptionReason::Rebalance
             | DisruptionReason::Terminated
-            | DisruptionReason::GangLaunchFailed => None,
+            | DisruptionReason::GangLaunchFailed
+            | DisruptionReason::ScheduledChange
+            // Budgets do not hold an expired node back (Karpenter v1).
+            | DisruptionReason::Expired => None,
         }
     }
 }
 
-/// A voluntary disruption [`Core::decide`] started (consolidation or drift
-/// replacement): which nodes go, why, and the claims launched to take their
-/// pods. Data for the drivers' metrics; the actions carry it out.
+/// A disruption [`Core::decide`] started (consolidation, drift replacement,
+/// repair's replacement of an unhealthy node, or the forceful replacement
+/// of an expired node): which nodes go, why,
+/// and the claims launched to take their pods. Data for the drivers'
+/// metrics; the actions carry it out.
 #[derive(Debug, Clone, PartialEq)]
 pub struct DisruptionDecision {
     /// Why: [`DisruptionReason::Empty`], [`DisruptionReason::Underutilized`],
-    /// [`DisruptionReason::Drifted`] or [`DisruptionReason::Unhealthy`].
+    /// [`DisruptionReason::Drifted`], [`DisruptionReason::Unhealthy`] or
+    /// [`DisruptionReason::Expired`].
     pub reason: DisruptionReason,
     /// The claims to remove (several empty nodes go in one decision).
     pub claims: Vec<String>,

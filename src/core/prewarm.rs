@@ -18,6 +18,7 @@
 //! in autumn occurs twice (once per pass, as the `cron` crate counts them). See
 //! `docs/lifecycle-timing.md` for lead times and the placeholder split.
 
+use super::time::{after, before};
 use super::{ManagedNode, Time};
 use crate::api::labels as l;
 use crate::api::nodepool::{LIMIT_COST_PER_HOUR, LIMIT_NODES};
@@ -133,9 +134,9 @@ pub fn windows_to_start(pool: &NodePool, now: Time, lead: Duration) -> Result<Ve
                 } else {
                     Phase::Warming
                 },
-                warm_from: earlier(start, lead),
+                warm_from: before(start, lead),
                 start,
-                end: later(start, t.duration),
+                end: after(start, t.duration),
             });
         }
     }
@@ -171,10 +172,10 @@ pub fn next_deadline(pool: &NodePool, now: Time, lead: Duration) -> Result<Optio
         let t = Timing::of(pool, w)?;
         if let Some(start) = t.current_start(now, lead) {
             consider(start);
-            consider(later(start, t.duration));
+            consider(after(start, t.duration));
         }
-        if let Some(s) = t.first_start_after(later(now, lead)) {
-            consider(earlier(s, lead));
+        if let Some(s) = t.first_start_after(after(now, lead)) {
+            consider(before(s, lead));
         }
     }
     Ok(next)
@@ -208,8 +209,8 @@ impl Timing {
     /// The earliest start `s` with `now - duration < s <= now + lead`: the
     /// occurrence that is warming or open at `now`, if any.
     fn current_start(&self, now: Time, lead: Duration) -> Option<Time> {
-        self.first_start_after(earlier(now, self.duration))
-            .filter(|s| *s <= later(now, lead))
+        self.first_start_after(before(now, self.duration))
+            .filter(|s| *s <= after(now, lead))
     }
 
     fn first_start_after(&self, t: Time) -> Option<Time> {
@@ -237,27 +238,11 @@ pub(crate) fn first_start_after<Z: TimeZone>(
             .map(|s| s.with_timezone(&chrono::Utc))
             .find(|s| *s > t)
     };
-    let an_hour_earlier = earlier(t, Duration::from_secs(3600));
+    let an_hour_earlier = before(t, Duration::from_secs(3600));
     [search(t), search(an_hour_earlier)]
         .into_iter()
         .flatten()
         .min()
-}
-
-/// `t + d`, saturating at the largest representable time.
-pub(crate) fn later(t: Time, d: Duration) -> Time {
-    chrono::TimeDelta::from_std(d)
-        .ok()
-        .and_then(|d| t.checked_add_signed(d))
-        .unwrap_or(chrono::DateTime::<chrono::Utc>::MAX_UTC)
-}
-
-/// `t - d`, saturating at the smallest representable time.
-pub(crate) fn earlier(t: Time, d: Duration) -> Time {
-    chrono::TimeDelta::from_std(d)
-        .ok()
-        .and_then(|d| t.checked_sub_signed(d))
-        .unwrap_or(chrono::DateTime::<chrono::Utc>::MIN_UTC)
 }
 
 fn pool_name(pool: &NodePool) -> &str {
@@ -288,7 +273,10 @@ pub fn is_placeholder(pod: &str) -> bool {
 /// can be used up), so a pool of spot and reserved capacity still holds its
 /// windows on either.
 pub fn holds_on_spot(pool: &NodePool) -> bool {
-    !pool.spec.capacity_types.contains(&CapacityType::OnDemand)
+    !pool
+        .spec
+        .allowed_capacity_types()
+        .contains(&CapacityType::OnDemand)
 }
 
 /// The window's `capacity` as placeholder pods the planner can place,
@@ -863,6 +851,8 @@ mod tests {
             disrupted: false,
             health: Default::default(),
             gpu_idle_since: None,
+            expire_after: None,
+            termination_grace: None,
         };
         l.observe_node(&node);
         assert_eq!(l.observations("g5"), 0, "not Ready yet");

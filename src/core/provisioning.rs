@@ -56,8 +56,9 @@ pub struct Request {
     /// Pods that exist and consume it
     /// (`autoscaling.x-k8s.io/consume-provisioning-request`).
     pub consumed: usize,
-    /// When `ValidUntilSeconds` runs out, if set.
-    pub valid_until: Option<Time>,
+    /// When `ValidUntilSeconds` runs out, if set, or why it cannot be
+    /// read (the request then fails with `InvalidParameters`).
+    pub valid_until: Result<Option<Time>, String>,
     /// `noRetry: "true"` (check-capacity).
     pub no_retry: bool,
     /// Conditions already set: `(type, status is True, reason, since)`.
@@ -199,6 +200,10 @@ fn decide_one(
         r::ACCEPTED,
         "ProvisioningRequest is accepted by Quartermaster".into(),
     );
+    if let Err(e) = &req.valid_until {
+        set(c::FAILED, true, r::INVALID_PARAMETERS, e.clone());
+        return ts;
+    }
     if let Err(e) = &req.pods {
         set(c::FAILED, true, r::FAILED_TO_CREATE_PODS, e.clone());
         return ts;
@@ -225,7 +230,7 @@ fn decide_one(
         }
     };
     if let Some((_, true, _, since)) = req.condition(c::PROVISIONED) {
-        if now >= super::interruption::after(*since, BOOKING) {
+        if now >= super::time::after(*since, BOOKING) {
             set(
                 c::BOOKING_EXPIRED,
                 true,
@@ -276,7 +281,11 @@ fn decide_one(
             "Capacity is not found in the cluster; checking again".into(),
         ),
         (Class::Atomic, None) => {
-            if req.valid_until.is_some_and(|t| now >= t) {
+            if req
+                .valid_until
+                .as_ref()
+                .is_ok_and(|t| t.is_some_and(|t| now >= t))
+            {
                 set(
                     c::FAILED,
                     true,
@@ -308,7 +317,7 @@ mod tests {
                 .map(|_| Pod::new("", Resources::new().with(RESOURCE_GPU, 1)))
                 .collect()),
             consumed: 0,
-            valid_until: None,
+            valid_until: Ok(None),
             no_retry: false,
             conditions: Vec::new(),
         }
@@ -435,7 +444,7 @@ mod tests {
     #[test]
     fn an_atomic_request_past_valid_until_or_with_a_bad_template_fails() {
         let mut late = request(Class::Atomic, 1);
-        late.valid_until = Some(t(100));
+        late.valid_until = Ok(Some(t(100)));
         let s = step(&[late], &[], &never, t(100));
         assert_eq!(
             conditions(&s),
@@ -445,6 +454,18 @@ mod tests {
         bad.pods = Err("podTemplate ml/missing not found".into());
         let s = step(&[bad], &[], &never, t(0));
         assert_eq!(s.transitions[1].reason, "FailedToCreatePods");
+        let mut unreadable = request(Class::Atomic, 1);
+        unreadable.valid_until = Err("ValidUntilSeconds=\"soon\" is not a number".into());
+        let s = step(&[unreadable], &[], &never, t(0));
+        assert_eq!(
+            conditions(&s),
+            [
+                ("Accepted", true, "Accepted"),
+                ("Failed", true, "InvalidParameters")
+            ]
+        );
+        assert!(s.transitions[1].message.contains("soon"));
+        assert!(s.pending.is_empty());
     }
 
     #[test]

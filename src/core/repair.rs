@@ -18,7 +18,8 @@
 //! fleet). Cordoned nodes and nodes another decision owns (interruption,
 //! consolidation) are left alone. The rules are in `docs/repair.md`.
 
-use super::interruption::{after, pool_of};
+use super::interruption::pool_of;
+use super::time::after;
 use super::{Action, ManagedNode, Time, World};
 use crate::api::{BudgetReason, NodePool, RepairAction};
 use regex::Regex;

@@ -84,7 +84,7 @@ impl Requests {
                 class: Class::Atomic,
                 pods: Ok(o.pods.clone()),
                 consumed: 0,
-                valid_until: None,
+                valid_until: Ok(None),
                 no_retry: false,
                 conditions: o.conditions.clone(),
             })

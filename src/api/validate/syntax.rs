@@ -53,7 +53,7 @@ pub(super) fn is_mig_profile_name(s: &str) -> bool {
 
 /// A label key, taint key or resource name: `[prefix/]name`, the prefix a
 /// DNS subdomain, the name at most 63 alphanumerics, `-`, `_`, `.`.
-pub(super) fn check_qualified_name(s: &str) -> Result<(), String> {
+pub(crate) fn check_qualified_name(s: &str) -> Result<(), String> {
     let (prefix, name) = match s.rsplit_once('/') {
         Some((p, n)) => (Some(p), n),
         None => (None, s),
@@ -74,7 +74,7 @@ pub(super) fn check_qualified_name(s: &str) -> Result<(), String> {
 
 /// A label value: empty, or at most 63 alphanumerics, `-`, `_`, `.`, starting
 /// and ending with an alphanumeric.
-pub(super) fn check_label_value(s: &str) -> Result<(), String> {
+pub(crate) fn check_label_value(s: &str) -> Result<(), String> {
     if s.is_empty() {
         return Ok(());
     }

@@ -685,8 +685,10 @@ fn instance_of(i: &aws_sdk_ec2::types::Instance, zones: &Zones) -> Option<Instan
         Some(InstanceStateName::Pending) => InstanceState::Pending,
         Some(InstanceStateName::Running) => InstanceState::Running,
         Some(InstanceStateName::Terminated) => InstanceState::Terminated,
-        // Stopped or stopping nodes are not usable; we never stop
-        // instances, so treat them as on their way out.
+        // Not usable, but not on their way out either: we never stop an
+        // instance, so someone else did (garbage collection terminates one
+        // no claim has).
+        Some(InstanceStateName::Stopping | InstanceStateName::Stopped) => InstanceState::Stopped,
         _ => InstanceState::ShuttingDown,
     };
     let launched_at = i

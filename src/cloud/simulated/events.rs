@@ -91,6 +91,7 @@ impl CloudEvent {
                 Notice::SpotInterruption { claim, .. }
                 | Notice::ReservationEnding { claim, .. }
                 | Notice::Rebalance { claim }
+                | Notice::ScheduledChange { claim, .. }
                 | Notice::Terminated { claim } => Some(claim),
                 Notice::InsufficientCapacity { .. } => None,
             },
@@ -118,6 +119,10 @@ impl fmt::Display for CloudEvent {
                     end.to_rfc3339()
                 ),
                 Notice::Rebalance { claim } => write!(f, "{claim} rebalance recommendation"),
+                Notice::ScheduledChange { claim, start } => match start {
+                    Some(start) => write!(f, "{claim} scheduled change at {}", start.to_rfc3339()),
+                    None => write!(f, "{claim} scheduled change"),
+                },
                 Notice::Terminated { claim } => write!(f, "{claim} terminated"),
                 Notice::InsufficientCapacity { offering } => {
                     write!(f, "insufficient capacity for {offering}")

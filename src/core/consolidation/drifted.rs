@@ -9,11 +9,12 @@
 
 use super::super::interruption::pool_of;
 use super::{
-    blocked, daemonset_overhead, real_pods, replacement_name, request_for, Consolidation, Round,
+    blocked, daemonset_overhead, real_pods, replacement_name, request_for, Consolidation,
+    Disrupting, Round,
 };
 use crate::api::{BudgetReason, NodePool};
 use crate::cluster::{Pod, Pool};
-use crate::core::{Action, ClaimRequest, DisruptionReason, ManagedNode};
+use crate::core::{Action, ClaimRequest, DisruptionDecision, DisruptionReason, ManagedNode};
 use crate::plan;
 use std::collections::BTreeMap;
 
@@ -48,8 +49,36 @@ impl Consolidation {
                 continue;
             };
             *budget -= 1;
-            self.start_removal(r, &n.claim, DisruptionReason::Drifted, launches, false, out);
+            let removal = Disrupting::new(DisruptionReason::Drifted);
+            self.replace_with(r, n, launches, removal, out);
         }
+    }
+
+    /// Launches `launches` for `n` and records its removal: `removal` with
+    /// the launches as the replacement to wait for (none: the drain starts
+    /// at once).
+    pub(super) fn replace_with(
+        &mut self,
+        r: &Round,
+        n: &ManagedNode,
+        launches: Vec<ClaimRequest>,
+        removal: Disrupting,
+        out: &mut Vec<Action>,
+    ) {
+        let names: Vec<String> = launches.iter().map(|c| c.claim.clone()).collect();
+        out.extend(launches.into_iter().map(Action::Launch));
+        self.decided.push(DisruptionDecision {
+            reason: removal.reason,
+            claims: vec![n.claim.clone()],
+            replacements: names.clone(),
+        });
+        self.disrupting.insert(
+            n.claim.clone(),
+            Disrupting {
+                replacement: (!names.is_empty()).then_some((names, r.now)),
+                ..removal
+            },
+        );
     }
 
     /// Whether a drifted (or idle) node may be removed now: ready, not held
@@ -122,17 +151,12 @@ impl Consolidation {
 #[cfg(test)]
 mod tests {
     use super::super::super::interruption::fixtures::*;
-    use super::super::super::interruption::Interruptions;
-    use super::super::Context;
+    use super::super::tests::{kinds, step};
     use super::*;
     use crate::api::Budget;
     use crate::core::drift::Drift;
     use crate::core::interruption::fixtures::launches;
     use crate::core::DisruptionDecision;
-
-    fn step(c: &mut Consolidation, f: &Fixture, at: i64) -> Vec<Action> {
-        c.decide_in(&f.world(), t(at), &Context::new(&Interruptions::default()))
-    }
 
     fn drifted(n: ManagedNode) -> ManagedNode {
         ManagedNode {
@@ -144,27 +168,7 @@ mod tests {
     /// A pool whose nodes may not be consolidated (so that only drift acts)
     /// with a budget of `nodes`.
     fn pool(nodes: &str) -> Vec<NodePool> {
-        vec![pool_with("gpu", |s| {
-            s.disruption.consolidate_after = "Never".into();
-            s.disruption.budgets = vec![Budget {
-                nodes: nodes.into(),
-                ..Budget::default()
-            }];
-        })]
-    }
-
-    fn kinds(actions: &[Action]) -> Vec<String> {
-        actions
-            .iter()
-            .map(|a| match a {
-                Action::Launch(_) => "launch".to_string(),
-                Action::Cordon { claim, reason } => format!("cordon {claim} ({reason})"),
-                Action::RequestCheckpoint { pod, .. } => format!("checkpoint {pod}"),
-                Action::Evict { pod, .. } => format!("evict {pod}"),
-                Action::Delete { claim, reason } => format!("delete {claim} ({reason})"),
-                Action::Reboot { claim, .. } => format!("reboot {claim}"),
-            })
-            .collect()
+        super::super::tests::unconsolidated("gpu", nodes)
     }
 
     /// Two full nodes (a GPU pod each: neither fits on the other).
@@ -173,13 +177,7 @@ mod tests {
         let n2 = node("n2").pods([pod("b").gpus(1)]);
         let mut f = Fixture::new([n1, if drift_both { drifted(n2) } else { n2 }]);
         f.pools = pool("1");
-        f.catalog = super::super::tests::catalog(&[(
-            "g5.xlarge",
-            "use1-az1",
-            crate::catalog::CapacityType::OnDemand,
-            1.0,
-            None,
-        )]);
+        f.catalog = super::super::tests::g5_on_demand();
         f
     }
 

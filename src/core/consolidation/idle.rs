@@ -8,8 +8,8 @@
 //! drift: `do-not-disrupt`, a PDB that allows nothing, interruption
 //! handling, a reboot under way, a pre-warm window.
 
-use super::super::interruption::{after, pool_of};
-use super::{Consolidation, Round};
+use super::super::interruption::pool_of;
+use super::{after, Consolidation, Disrupting, Round};
 use crate::api::BudgetReason;
 use crate::core::{Action, DisruptionReason, ManagedNode, Time};
 use std::collections::BTreeMap;
@@ -49,8 +49,8 @@ impl Consolidation {
                 continue;
             }
             *budget -= 1;
-            let reason = DisruptionReason::Underutilized;
-            self.start_removal(r, &n.claim, reason, Vec::new(), false, out);
+            let removal = Disrupting::new(DisruptionReason::Underutilized);
+            self.replace_with(r, n, Vec::new(), removal, out);
         }
     }
 }

@@ -11,7 +11,7 @@
 //! hold nothing.
 
 use super::super::interruption::pool_of;
-use super::{Consolidation, Round};
+use super::{Consolidation, Disrupting, Round};
 use crate::core::{Action, DisruptionReason};
 
 impl Consolidation {
@@ -27,9 +27,11 @@ impl Consolidation {
             let launches = pool_of(r.world, n)
                 .and_then(|pool| self.replacements_for(r, n, pool, true))
                 .unwrap_or_default();
-            let claim = n.claim.clone();
-            let reason = DisruptionReason::Unhealthy;
-            self.start_removal(r, &claim, reason, launches, !order.works, out);
+            let removal = Disrupting {
+                broken: !order.works,
+                ..Disrupting::new(DisruptionReason::Unhealthy)
+            };
+            self.replace_with(r, n, launches, removal, out);
         }
     }
 }

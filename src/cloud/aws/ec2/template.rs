@@ -224,23 +224,13 @@ pub fn hex(bytes: &[u8]) -> String {
     bytes.iter().map(|b| format!("{b:02x}")).collect()
 }
 
-/// Labels whose value depends on the instance type or zone, which a
-/// fallback override may change after the user data is written: the
-/// controller applies them once the node registers.
+/// Labels whose value depends on the zone, which a fallback override may
+/// change after the user data is written (with the instance type's own,
+/// [`crate::catalog::INSTANCE_TYPE_KEYS`]): the controller applies them
+/// once the node registers.
 const OFFERING_LABELS: &[&str] = &[
-    l::INSTANCE_TYPE,
     l::ZONE,
     l::ZONE_ID,
-    l::INSTANCE_FAMILY,
-    l::GPU_NAME,
-    l::GPU_MEMORY_GIB,
-    l::GPU_COUNT,
-    l::NEURON_NAME,
-    l::NEURON_COUNT,
-    l::GFD_PRODUCT,
-    l::GFD_COUNT,
-    l::GFD_MEMORY,
-    l::ARCH,
     "beta.kubernetes.io/instance-type",
     "beta.kubernetes.io/arch",
     "failure-domain.beta.kubernetes.io/zone",
@@ -254,7 +244,11 @@ const OFFERING_LABELS: &[&str] = &[
 pub fn kubelet_labels(labels: &BTreeMap<String, String>) -> BTreeMap<String, String> {
     labels
         .iter()
-        .filter(|(k, _)| !OFFERING_LABELS.contains(&k.as_str()) && kubelet_may_set(k))
+        .filter(|(k, _)| {
+            !OFFERING_LABELS.contains(&k.as_str())
+                && !crate::catalog::INSTANCE_TYPE_KEYS.contains(&k.as_str())
+                && kubelet_may_set(k)
+        })
         .map(|(k, v)| (k.clone(), v.clone()))
         .collect()
 }
@@ -277,15 +271,20 @@ fn kubelet_may_set(key: &str) -> bool {
 /// template's taints and startup taints), each left out when empty.
 ///
 /// # Errors
-/// A label or taint that cannot be written as a flag (a `,` or `=` where
-/// the flag syntax forbids it; Kubernetes validation never lets one through).
+/// A label or taint that is not valid Kubernetes syntax (a qualified name,
+/// a label value): anything else could carry whitespace, `,`, `=` or `:`
+/// out of its flag (the lifecycle refuses such claims before they get
+/// here: `api::validate_node_claim`).
 pub fn kubelet_flags(template: &NodeTemplate) -> Result<Vec<String>, String> {
+    use crate::api::validate::{check_label_value, check_qualified_name};
     let mut flags = Vec::new();
     let labels = kubelet_labels(&template.labels);
     let mut parts = Vec::new();
     for (k, v) in &labels {
-        if k.contains([',', '=']) || v.contains([',', '=']) {
-            return Err(format!("label {k}={v} cannot be passed to the kubelet"));
+        if let Err(why) = check_qualified_name(k).and_then(|()| check_label_value(v)) {
+            return Err(format!(
+                "label {k:?}={v:?} cannot be passed to the kubelet: {why}"
+            ));
         }
         parts.push(format!("{k}={v}"));
     }
@@ -295,8 +294,11 @@ pub fn kubelet_flags(template: &NodeTemplate) -> Result<Vec<String>, String> {
     let mut taints = Vec::new();
     for t in template.taints.iter().chain(&template.startup_taints) {
         let value = t.value.as_deref().unwrap_or_default();
-        if t.key.contains([',', '=', ':']) || value.contains([',', '=', ':']) {
-            return Err(format!("taint {} cannot be passed to the kubelet", t.key));
+        if let Err(why) = check_qualified_name(&t.key).and_then(|()| check_label_value(value)) {
+            return Err(format!(
+                "taint {:?}={value:?} cannot be passed to the kubelet: {why}",
+                t.key
+            ));
         }
         let taint = if value.is_empty() {
             format!("{}:{}", t.key, t.effect.as_str())
@@ -460,8 +462,10 @@ serviceCidr: 10.100.0.0/16
                 (l::NODEPOOL, "train"),
                 (l::CAPACITY_TYPE, "spot"),
                 (l::INSTANCE_TYPE, "g5.xlarge"),
-                (l::ZONE, "use1-az4"),
+                (l::ZONE, "us-east-1d"),
+                (l::ZONE_ID, "use1-az4"),
                 (l::GPU_NAME, "a10g"),
+                (l::KARPENTER_INSTANCE_GPU_NAME, "a10g"),
                 (l::REGION, "us-east-1"),
                 ("node-role.kubernetes.io/gpu", ""),
                 ("team", "ml"),
@@ -589,10 +593,29 @@ serviceCidr: 10.100.0.0/16
     }
 
     #[test]
-    fn a_label_that_breaks_the_flag_syntax_is_refused() {
+    fn a_label_or_taint_that_breaks_the_flag_syntax_is_refused() {
         let mut t = template();
         t.labels.insert("bad".into(), "a,b".into());
-        assert!(kubelet_flags(&t).unwrap_err().contains("bad=a,b"));
+        assert!(kubelet_flags(&t).unwrap_err().contains("\"bad\"=\"a,b\""));
+        // Whitespace would split the flag: another flag rides in.
+        for (k, v) in [
+            ("team", "ml --anonymous-auth=true"),
+            ("team", "ml\n--anonymous-auth=true"),
+            ("a b", "x"),
+        ] {
+            let mut t = template();
+            t.labels.insert(k.into(), v.into());
+            let err = kubelet_flags(&t).unwrap_err();
+            assert!(err.contains("cannot be passed to the kubelet"), "{err}");
+        }
+        let mut t = template();
+        t.taints
+            .push(Taint::new("x", "a b", TaintEffect::NoSchedule));
+        assert!(kubelet_flags(&t).is_err());
+        let mut t = template();
+        t.startup_taints
+            .push(Taint::new("x --v=9", "", TaintEffect::NoSchedule));
+        assert!(kubelet_flags(&t).is_err());
     }
 
     #[test]

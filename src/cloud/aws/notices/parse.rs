@@ -167,7 +167,10 @@ pub fn parse_message(body: &str) -> Result<Parsed, ParseError> {
     let notices = match (event.source.as_str(), event.detail_type.as_str()) {
         ("aws.ec2", SPOT_INTERRUPTION) => {
             let d: InstanceDetail = serde_json::from_value(event.detail.clone()).map_err(detail)?;
-            let deadline = event.time + SPOT_INTERRUPTION_LEAD;
+            let deadline = event
+                .time
+                .checked_add_signed(SPOT_INTERRUPTION_LEAD)
+                .ok_or_else(|| bad(format!("time {} is past the end of time", event.time)))?;
             vec![notice(
                 d.instance_id,
                 NoticeKind::SpotInterruption { deadline },
@@ -194,7 +197,10 @@ pub fn parse_message(body: &str) -> Result<Parsed, ParseError> {
             }
             let end = match d.end_date.as_deref() {
                 Some(s) => health_time(s).ok_or_else(|| bad(format!("bad end-date {s:?}")))?,
-                None => event.time + CAPACITY_BLOCK_WARNING_LEAD,
+                None => event
+                    .time
+                    .checked_add_signed(CAPACITY_BLOCK_WARNING_LEAD)
+                    .ok_or_else(|| bad(format!("time {} is past the end of time", event.time)))?,
             };
             vec![notice(
                 d.capacity_reservation_id,
@@ -507,6 +513,23 @@ mod tests {
         // A known detail-type from a source that is not AWS is not trusted.
         let body = SPOT.replace(r#""aws.ec2""#, r#""my.app""#);
         assert!(matches!(parse_message(&body), Ok(Parsed::Unknown { .. })));
+    }
+
+    #[test]
+    fn an_event_time_at_the_end_of_time_is_malformed_not_a_panic() {
+        for body in [
+            SPOT.replace("2021-02-18T17:26:21Z", "+262142-12-31T23:59:59Z"),
+            BLOCK_EXPIRING
+                .replace("2021-02-18T10:50:00Z", "+262142-12-31T23:59:59Z")
+                .replace(
+                    r#",
+            "end-date": "2021-02-18T11:30:00Z""#,
+                    "",
+                ),
+        ] {
+            let err = parse_message(&body).unwrap_err();
+            assert!(err.to_string().contains("end of time"), "{err}");
+        }
     }
 
     #[test]

@@ -19,20 +19,14 @@ use crate::cluster::{GangSource, Pod, Resources};
 use crate::controller::intern::Interner;
 use crate::core::drift::{self, ClassStamp, Stamp};
 use crate::core::{BoundPod, ClaimRequest, ManagedNode, OfferingKey, Pdb, Time, World};
-use futures::StreamExt;
 use k8s_openapi::api::core::v1 as core;
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use kube::core::{Selector, SelectorExt};
-use kube::runtime::watcher::{self, watcher, Event};
-use kube::runtime::WatchStreamExt;
-use kube::{Api, Resource, ResourceExt};
-use serde::de::DeserializeOwned;
+use kube::{Resource, ResourceExt};
 use std::collections::{BTreeMap, HashMap};
 use std::fmt::Debug;
 use std::hash::{Hash, Hasher};
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex, RwLock};
-use tokio::sync::Notify;
+use std::sync::Arc;
 
 /// A pod, reduced to what decisions and draining read. What the planner
 /// reads is one shared [`PodShape`] per workload, and the namespace, node
@@ -66,8 +60,10 @@ pub struct PodInfo {
     pub checkpoint_completed: Option<Time>,
     /// When it started on its node (`status.startTime`).
     pub started: Option<Time>,
-    /// It is terminating (deletion requested, grace period running).
-    pub terminating: bool,
+    /// It is terminating (deletion requested): when its grace period ends
+    /// (`metadata.deletionTimestamp`, which the API server sets to the
+    /// request's time plus the grace period).
+    pub terminating: Option<Time>,
     /// A DaemonSet pod or a static (mirror) pod: never evicted, never a
     /// reason to keep a node.
     pub daemon: bool,
@@ -176,6 +172,11 @@ impl Interners {
         self.shapes.len()
     }
 }
+
+/// How long past the end of its deletion grace period a pod on a node that
+/// is not Ready counts as gone ([`PodInfo::is_stuck_terminating`]):
+/// Karpenter's one minute.
+pub const STUCK_TERMINATING: std::time::Duration = std::time::Duration::from_secs(60);
 
 /// A node, reduced to what the lifecycle and decisions read.
 #[derive(Debug, Clone, PartialEq)]
@@ -354,7 +355,7 @@ impl PodInfo {
             started: status
                 .and_then(|s| s.start_time.as_ref())
                 .and_then(to_chrono),
-            terminating: pod.metadata.deletion_timestamp.is_some(),
+            terminating: pod.metadata.deletion_timestamp.as_ref().and_then(to_chrono),
             daemon,
             unreadable,
             gang_source: crate::cluster::GangSource::of(pod),
@@ -378,6 +379,17 @@ impl PodInfo {
         }
     }
 
+    /// Whether the pod is stuck terminating on `node`: its deletion grace
+    /// period ended more than [`STUCK_TERMINATING`] ago and its node is not
+    /// Ready (unreachable: no kubelet will confirm the deletion). Such a pod
+    /// is gone as far as drains and decisions go, as Karpenter treats it.
+    pub fn is_stuck_terminating(&self, node: &NodeInfo, now: Time) -> bool {
+        !node.ready
+            && self
+                .terminating
+                .is_some_and(|end| now >= crate::core::time::after(end, STUCK_TERMINATING))
+    }
+
     /// `namespace/name`.
     pub fn key(&self) -> String {
         format!("{}/{}", self.namespace, self.name)
@@ -386,7 +398,10 @@ impl PodInfo {
     /// Waiting for capacity Quartermaster can add: unbound, unschedulable,
     /// requesting accelerators, not terminating.
     pub fn is_pending_accelerator(&self) -> bool {
-        self.node_name.is_none() && self.unschedulable && self.accelerator && !self.terminating
+        self.node_name.is_none()
+            && self.unschedulable
+            && self.accelerator
+            && self.terminating.is_none()
     }
 }
 
@@ -569,20 +584,33 @@ impl Snapshot {
 
     /// Stand-ins for the members Volcano groups with `minResources` have not
     /// created yet ([`podgroups::reservations`]), given the pending pods and
-    /// how many members of each group exist.
-    fn reservations(&self, pending: &[Pod], members: &HashMap<String, usize>) -> Vec<Pod> {
+    /// how many members of each group exist. Pending pods and stand-ins
+    /// together stay within `max_pods` (the batch cap): a group larger than
+    /// that (it can never be planned whole), or missing more members than
+    /// are left of it, gets none (logged).
+    fn reservations(
+        &self,
+        pending: &[Pod],
+        members: &HashMap<String, usize>,
+        max_pods: usize,
+    ) -> Vec<Pod> {
         let mut out = Vec::new();
         for (name, spec) in self
             .volcano_groups
             .iter()
             .filter(|(_, g)| g.min_resources.is_some())
         {
+            let room = max_pods.saturating_sub(pending.len() + out.len());
+            if spec.min_member as usize > max_pods {
+                tracing::debug!(podgroup = %name, min_member = spec.min_member, "no stand-ins: more members than one plan considers");
+                continue;
+            }
             let mine: Vec<&Pod> = pending
                 .iter()
                 .filter(|p| p.group.as_ref().is_some_and(|g| &g.name == name))
                 .collect();
             let have = members.get(name).copied().unwrap_or(0);
-            out.extend(podgroups::reservations(name, spec, &mine, have));
+            out.extend(podgroups::reservations(name, spec, &mine, have, room));
         }
         out
     }
@@ -682,14 +710,43 @@ pub fn request_of(claim: &NodeClaim) -> ClaimRequest {
     }
 }
 
+/// What a claim expected its node to offer (`spec.resources`), or, where
+/// it recorded nothing readable, what its instance type offers.
+fn recorded_allocatable(claim: &NodeClaim, catalog: &Catalog) -> Resources {
+    let recorded = Resources::parse(
+        claim
+            .spec
+            .resources
+            .iter()
+            .map(|(k, v)| (k.as_str(), v.0.as_str())),
+    )
+    .unwrap_or_default();
+    if !recorded.is_empty() {
+        return recorded;
+    }
+    catalog
+        .instance_type(&claim.spec.instance_type)
+        .map(|it| crate::cluster::shape::allocatable(it, &crate::cluster::GpuSharing::None))
+        .unwrap_or_default()
+}
+
 /// Builds the core's inputs from the snapshot: pending accelerator pods,
 /// managed nodes from the NodeClaims joined with their Nodes and bound pods
 /// (claims being deleted count as cordoned), PDBs with their allowed
-/// disruptions, do-not-disrupt and checkpoint acknowledgements. A claim
-/// whose pool or instance type is unknown is left out (logged): the core
-/// cannot reason about it, and its lifecycle still runs. `now` stands in
-/// for a claim's creation time when the API has not set one.
-pub fn world_parts(s: &Snapshot, catalog: &Catalog, region: &str, now: Time) -> WorldParts {
+/// disruptions, do-not-disrupt and checkpoint acknowledgements. Every claim
+/// is in the world: one whose pool is gone or invalid, or whose instance
+/// type or reservation left the catalog, is shaped by what it recorded
+/// ([`ManagedNode::recorded`]), so that its notices are still acted on and
+/// it still counts against its pool's limits. `now` stands in
+/// for a claim's creation time when the API has not set one. `max_pods`
+/// (the batch cap) bounds the stand-ins made for Volcano groups.
+pub fn world_parts(
+    s: &Snapshot,
+    catalog: &Catalog,
+    region: &str,
+    now: Time,
+    max_pods: usize,
+) -> WorldParts {
     let pools: Vec<NodePool> = s.pools.values().cloned().collect();
     let pdb_list: Vec<&PdbInfo> = s.pdbs.values().collect();
     let pdbs: Vec<Pdb> = pdb_list
@@ -717,7 +774,7 @@ pub fn world_parts(s: &Snapshot, catalog: &Catalog, region: &str, now: Time) -> 
             None => {}
         }
     }
-    pending.extend(s.reservations(&pending, &volcano_members));
+    pending.extend(s.reservations(&pending, &volcano_members, max_pods));
     let shape_world = World {
         catalog,
         region,
@@ -735,10 +792,18 @@ pub fn world_parts(s: &Snapshot, catalog: &Catalog, region: &str, now: Time) -> 
             .as_ref()
             .and_then(to_chrono)
             .unwrap_or(now);
-        let Some(mut m) = ManagedNode::launched(&req, &shape_world, created) else {
-            tracing::debug!(claim = %req.claim, "claim of an unknown pool or instance type left out of the world");
-            continue;
-        };
+        let mut m = ManagedNode::recorded(
+            &req,
+            &claim.spec.labels,
+            &claim.spec.taints,
+            recorded_allocatable(claim, catalog),
+            &shape_world,
+            created,
+        )
+        .with_claim_lifetime(
+            claim.spec.expire_after.as_deref(),
+            claim.spec.termination_grace_period.as_deref(),
+        );
         let status = claim.status.clone().unwrap_or_default();
         m.ready_at = status
             .condition(conditions::READY)
@@ -782,6 +847,10 @@ pub fn world_parts(s: &Snapshot, catalog: &Catalog, region: &str, now: Time) -> 
                 m.state.allocatable = node.allocatable.clone();
             }
             for p in by_node.get(node.name.as_str()).into_iter().flatten() {
+                if p.is_stuck_terminating(node, now) {
+                    // Gone, but for the kubelet that cannot say so.
+                    continue;
+                }
                 m.state.used.add(&p.shape.pod.requests);
                 if p.daemon {
                     continue;
@@ -893,782 +962,8 @@ impl UnreadableReports {
     }
 }
 
-/// The kinds watched; the store is ready once every one has listed.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Kind {
-    /// Pods.
-    Pods = 0,
-    /// Nodes.
-    Nodes = 1,
-    /// NodePools.
-    NodePools = 2,
-    /// NodeClaims.
-    NodeClaims = 3,
-    /// PodDisruptionBudgets.
-    Pdbs = 4,
-    /// Volcano PodGroups (watched only where served).
-    VolcanoPodGroups = 5,
-    /// Workload API PodGroups (watched only where served).
-    SchedulingPodGroups = 6,
-    /// ProvisioningRequests (watched only where served).
-    ProvisioningRequests = 7,
-    /// PodTemplates (watched where ProvisioningRequests are served).
-    PodTemplates = 8,
-}
-
-/// Kinds every cluster serves: the store waits for each of them.
-const REQUIRED_KINDS: usize = 5;
-/// Every kind, required or optional.
-const KINDS: usize = 9;
-
-/// The shared index: the snapshot behind a lock, which kinds have synced,
-/// and a wake-up for the main loop on every change.
-#[derive(Debug, Default)]
-pub struct Store {
-    snapshot: RwLock<Snapshot>,
-    synced: [AtomicBool; KINDS],
-    /// Optional kinds being watched (the store waits for those too).
-    watched: [AtomicBool; KINDS],
-    /// What the pods share (locked only while one pod is distilled).
-    interners: Mutex<Interners>,
-    /// Notified on every change (one stored permit: changes coalesce).
-    pub changed: Notify,
-}
-
-impl Store {
-    /// An empty, unsynced store.
-    pub fn new() -> Store {
-        Store::default()
-    }
-
-    /// Runs `f` on the current snapshot (a read lock held for its length;
-    /// never across an `.await`).
-    pub fn read<T>(&self, f: impl FnOnce(&Snapshot) -> T) -> T {
-        let guard = self.snapshot.read().unwrap_or_else(|e| e.into_inner());
-        f(&guard)
-    }
-
-    /// The shared values, for distilling objects (never held across an
-    /// `.await`).
-    pub fn interners(&self) -> std::sync::MutexGuard<'_, Interners> {
-        self.interners.lock().unwrap_or_else(|e| e.into_inner())
-    }
-
-    fn write(&self, f: impl FnOnce(&mut Snapshot)) {
-        {
-            let mut guard = self.snapshot.write().unwrap_or_else(|e| e.into_inner());
-            f(&mut guard);
-        }
-        self.changed.notify_one();
-    }
-
-    /// Whether every kind has completed its first list.
-    pub fn is_synced(&self) -> bool {
-        self.synced.iter().enumerate().all(|(i, s)| {
-            s.load(Ordering::Acquire)
-                || (i >= REQUIRED_KINDS && !self.watched[i].load(Ordering::Acquire))
-        })
-    }
-
-    /// Makes the store wait for an optional kind's first list (its watch is
-    /// starting).
-    pub fn expect(&self, kind: Kind) {
-        self.watched[kind as usize].store(true, Ordering::Release);
-    }
-
-    fn mark_synced(&self, kind: Kind) {
-        self.synced[kind as usize].store(true, Ordering::Release);
-    }
-
-    /// Adds or replaces one object.
-    pub fn apply<K: Indexed>(&self, obj: K) {
-        let key = K::key(&obj);
-        let item = obj.distill(&mut self.interners());
-        self.write(|s| match item {
-            Some(item) => {
-                K::slot(s).insert(key, item);
-            }
-            None => {
-                K::slot(s).remove(&key);
-            }
-        });
-    }
-
-    /// Removes one object.
-    pub fn delete<K: Indexed>(&self, obj: &K) {
-        let key = K::key(obj);
-        self.write(|s| {
-            K::slot(s).remove(&key);
-        });
-    }
-
-    /// Replaces every object of the kind (after a full list) and marks the
-    /// kind synced.
-    pub fn reset<K: Indexed>(&self, objs: Vec<K>) {
-        let mut items = Relist::<K>::default();
-        objs.into_iter().for_each(|o| items.push(self, o));
-        self.reset_distilled(items);
-    }
-
-    /// [`Store::reset`] with objects distilled as they were listed.
-    pub fn reset_distilled<K: Indexed>(&self, items: Relist<K>) {
-        self.write(|s| *K::slot(s) = items.items);
-        // What only the replaced objects held goes now.
-        self.interners().sweep();
-        self.mark_synced(K::KIND);
-    }
-}
-
-/// A full list of one kind being received: each object distilled as it
-/// comes (a relist of 100,000 pods holds 100,000 [`PodInfo`]s, never
-/// 100,000 API objects), swapped into the store whole at its end.
-pub struct Relist<K: Indexed> {
-    items: BTreeMap<String, K::Item>,
-}
-
-impl<K: Indexed> Default for Relist<K> {
-    fn default() -> Self {
-        Relist {
-            items: BTreeMap::new(),
-        }
-    }
-}
-
-impl<K: Indexed> Relist<K> {
-    /// Distills and keeps one listed object (a finished pod is left out),
-    /// sharing values through `store`'s interners.
-    pub fn push(&mut self, store: &Store, obj: K) {
-        let key = K::key(&obj);
-        if let Some(item) = obj.distill(&mut store.interners()) {
-            self.items.insert(key, item);
-        }
-    }
-}
-
-/// A kind the store indexes: how it is keyed, distilled and where it goes.
-pub trait Indexed: Resource + Clone + DeserializeOwned + Debug + Send + Sync + 'static {
-    /// What the store keeps.
-    type Item;
-    /// Which kind it is.
-    const KIND: Kind;
-    /// `name`, or `namespace/name`.
-    fn key(&self) -> String {
-        match self.meta().namespace.as_deref() {
-            Some(ns) => format!("{ns}/{}", self.meta().name.as_deref().unwrap_or("")),
-            None => self.meta().name.clone().unwrap_or_default(),
-        }
-    }
-    /// The item to keep, or `None` to keep nothing (a finished pod);
-    /// repeated values are shared through `interners`.
-    fn distill(self, interners: &mut Interners) -> Option<Self::Item>;
-    /// The snapshot's map for the kind.
-    fn slot(s: &mut Snapshot) -> &mut BTreeMap<String, Self::Item>;
-}
-
-impl Indexed for core::Pod {
-    type Item = PodInfo;
-    const KIND: Kind = Kind::Pods;
-    fn distill(self, interners: &mut Interners) -> Option<PodInfo> {
-        PodInfo::from_k8s(&self, chrono::Utc::now(), interners)
-    }
-    fn slot(s: &mut Snapshot) -> &mut BTreeMap<String, PodInfo> {
-        &mut s.pods
-    }
-}
-
-impl Indexed for core::Node {
-    type Item = NodeInfo;
-    const KIND: Kind = Kind::Nodes;
-    fn distill(self, _: &mut Interners) -> Option<NodeInfo> {
-        Some(NodeInfo::from_k8s(&self))
-    }
-    fn slot(s: &mut Snapshot) -> &mut BTreeMap<String, NodeInfo> {
-        &mut s.nodes
-    }
-}
-
-impl Indexed for NodePool {
-    type Item = NodePool;
-    const KIND: Kind = Kind::NodePools;
-    fn distill(self, _: &mut Interners) -> Option<NodePool> {
-        Some(strip(self))
-    }
-    fn slot(s: &mut Snapshot) -> &mut BTreeMap<String, NodePool> {
-        &mut s.pools
-    }
-}
-
-impl Indexed for NodeClaim {
-    type Item = NodeClaim;
-    const KIND: Kind = Kind::NodeClaims;
-    fn distill(self, _: &mut Interners) -> Option<NodeClaim> {
-        Some(strip(self))
-    }
-    fn slot(s: &mut Snapshot) -> &mut BTreeMap<String, NodeClaim> {
-        &mut s.claims
-    }
-}
-
-impl Indexed for PodDisruptionBudget {
-    type Item = PdbInfo;
-    const KIND: Kind = Kind::Pdbs;
-    fn distill(self, _: &mut Interners) -> Option<PdbInfo> {
-        Some(PdbInfo::from_k8s(&self))
-    }
-    fn slot(s: &mut Snapshot) -> &mut BTreeMap<String, PdbInfo> {
-        &mut s.pdbs
-    }
-}
-
-/// Feeds one kind into the store until the stream ends (it does not: the
-/// watcher retries with backoff; errors are logged). A relist is distilled
-/// as it comes ([`Relist`]) and swapped in whole at its end, so a
-/// half-listed kind is never seen.
-pub async fn watch<K: Indexed>(api: Api<K>, config: watcher::Config, store: Arc<Store>) {
-    let mut stream = watcher(api, config).default_backoff().boxed();
-    let mut relist = Relist::<K>::default();
-    while let Some(event) = stream.next().await {
-        match event {
-            Ok(Event::Init) => relist = Relist::default(),
-            Ok(Event::InitApply(k)) => relist.push(&store, k),
-            Ok(Event::InitDone) => store.reset_distilled(std::mem::take(&mut relist)),
-            Ok(Event::Apply(k)) => store.apply(k),
-            Ok(Event::Delete(k)) => store.delete(&k),
-            Err(e) => tracing::warn!(kind = ?K::KIND, error = %e, "watch error, retrying"),
-        }
-    }
-}
-
-/// Checks that every watched kind can be listed (CRDs installed, RBAC in
-/// place), so that a misconfigured controller fails at start rather than
-/// retrying forever.
-///
-/// # Errors
-/// The first kind that cannot be listed.
-pub async fn check_access(client: &kube::Client) -> anyhow::Result<()> {
-    use anyhow::Context as _;
-    let lp = kube::api::ListParams::default().limit(1);
-    Api::<core::Pod>::all(client.clone())
-        .list_metadata(&lp)
-        .await
-        .context("listing pods")?;
-    Api::<core::Node>::all(client.clone())
-        .list_metadata(&lp)
-        .await
-        .context("listing nodes")?;
-    Api::<NodePool>::all(client.clone())
-        .list_metadata(&lp)
-        .await
-        .context("listing NodePools (are the CRDs installed?)")?;
-    Api::<NodeClaim>::all(client.clone())
-        .list_metadata(&lp)
-        .await
-        .context("listing NodeClaims (are the CRDs installed?)")?;
-    Api::<PodDisruptionBudget>::all(client.clone())
-        .list_metadata(&lp)
-        .await
-        .context("listing PodDisruptionBudgets")?;
-    Ok(())
-}
-
-/// Starts the five watches on `store`; they run until the returned handles
-/// are aborted.
-pub fn spawn_watches(
-    client: &kube::Client,
-    store: &Arc<Store>,
-) -> Vec<tokio::task::JoinHandle<()>> {
-    let config = || watcher::Config::default().any_semantic().page_size(500);
-    vec![
-        tokio::spawn(watch(
-            Api::<core::Pod>::all(client.clone()),
-            config(),
-            store.clone(),
-        )),
-        tokio::spawn(watch(
-            Api::<core::Node>::all(client.clone()),
-            config(),
-            store.clone(),
-        )),
-        tokio::spawn(watch(
-            Api::<NodePool>::all(client.clone()),
-            config(),
-            store.clone(),
-        )),
-        tokio::spawn(watch(
-            Api::<NodeClaim>::all(client.clone()),
-            config(),
-            store.clone(),
-        )),
-        tokio::spawn(watch(
-            Api::<PodDisruptionBudget>::all(client.clone()),
-            config(),
-            store.clone(),
-        )),
-    ]
-}
+mod store;
+pub use store::{check_access, spawn_watches, watch, Indexed, Kind, Relist, Store};
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use chrono::TimeZone;
-    use serde_json::json;
-    use std::sync::OnceLock;
-
-    fn catalog() -> &'static Catalog {
-        static C: OnceLock<Catalog> = OnceLock::new();
-        C.get_or_init(|| Catalog::embedded().unwrap())
-    }
-
-    fn t(s: i64) -> Time {
-        chrono::Utc.timestamp_opt(1_767_571_200 + s, 0).unwrap()
-    }
-
-    fn zone() -> String {
-        catalog()
-            .offerings_of("us-east-1", "g5.xlarge")
-            .find(|o| o.capacity_type == crate::catalog::CapacityType::Spot)
-            .unwrap()
-            .zone_id
-            .clone()
-    }
-
-    fn pod(name: &str, gpus: u32, node: Option<&str>, extra: serde_json::Value) -> core::Pod {
-        let mut resources = json!({"cpu": "1", "memory": "1Gi"});
-        if gpus > 0 {
-            resources["nvidia.com/gpu"] = json!(gpus.to_string());
-        }
-        let mut v = json!({
-            "metadata": {"name": name, "namespace": "ml", "labels": {"app": name}},
-            "spec": {"containers": [{"name": "c", "resources": {"requests": resources}}]},
-            "status": {"phase": "Pending", "conditions": [
-                {"type": "PodScheduled", "status": "False", "reason": "Unschedulable"}
-            ]}
-        });
-        if let Some(n) = node {
-            v["spec"]["nodeName"] = json!(n);
-            v["status"] = json!({"phase": "Running"});
-        }
-        merge(&mut v, extra);
-        serde_json::from_value(v).unwrap()
-    }
-
-    fn merge(a: &mut serde_json::Value, b: serde_json::Value) {
-        match (a, b) {
-            (serde_json::Value::Object(a), serde_json::Value::Object(b)) => {
-                for (k, v) in b {
-                    merge(a.entry(k).or_insert(serde_json::Value::Null), v);
-                }
-            }
-            (a, b) => *a = b,
-        }
-    }
-
-    fn claim(name: &str, extra: serde_json::Value) -> NodeClaim {
-        let mut v = json!({
-            "apiVersion": "quartermaster.dev/v1alpha1",
-            "kind": "NodeClaim",
-            "metadata": {"name": name, "creationTimestamp": "2026-01-05T00:00:00Z",
-                         "finalizers": [l::FINALIZER]},
-            "spec": {"nodePool": "gpu", "instanceType": "g5.xlarge", "zone": zone(),
-                     "capacityType": "spot", "pricePerHour": 0.5},
-        });
-        merge(&mut v, extra);
-        serde_json::from_value(v).unwrap()
-    }
-
-    fn node(name: &str, provider_id: &str, extra: serde_json::Value) -> core::Node {
-        let mut v = json!({
-            "metadata": {"name": name},
-            "spec": {"providerID": provider_id},
-            "status": {"conditions": [{"type": "Ready", "status": "True"}],
-                       "allocatable": {"cpu": "3920m", "memory": "15Gi", "nvidia.com/gpu": "1", "pods": "58"}}
-        });
-        merge(&mut v, extra);
-        serde_json::from_value(v).unwrap()
-    }
-
-    fn pdb(name: &str, app: &str, allowed: i32) -> PodDisruptionBudget {
-        serde_json::from_value(json!({
-            "metadata": {"name": name, "namespace": "ml"},
-            "spec": {"selector": {"matchLabels": {"app": app}}},
-            "status": {"disruptionsAllowed": allowed, "currentHealthy": 1, "desiredHealthy": 1,
-                       "expectedPods": 1}
-        }))
-        .unwrap()
-    }
-
-    fn pool() -> NodePool {
-        NodePool::new(
-            "gpu",
-            crate::api::NodePoolSpec {
-                capacity_types: vec![crate::catalog::CapacityType::Spot],
-                ..Default::default()
-            },
-        )
-    }
-
-    #[test]
-    fn a_claim_drifts_by_what_it_recorded_against_the_pool_and_the_clouds_stamp_now() {
-        let pool_hash = drift::pool_template_hash(&pool().spec);
-        let stamped = |name: &str, pool_hash: &str, image: &str, extra: serde_json::Value| {
-            let mut v = json!({
-                "metadata": {"annotations": {
-                    l::NODEPOOL_HASH: pool_hash,
-                    l::DRIFT_HASH_VERSION: drift::HASH_VERSION,
-                }},
-                "status": {"imageID": image, "nodeClassHash": "c1"}
-            });
-            merge(&mut v, extra);
-            claim(name, v)
-        };
-        let claims = vec![
-            stamped("same", &pool_hash, "ami-new", json!({})),
-            stamped("old-image", &pool_hash, "ami-old", json!({})),
-            stamped("old-template", "0123456789abcdef", "ami-new", json!({})),
-            // Being deleted: it is going anyway.
-            stamped(
-                "leaving",
-                "0123456789abcdef",
-                "ami-old",
-                json!({"metadata": {"deletionTimestamp": "2026-01-05T00:10:00Z"}}),
-            ),
-            // From before drift was recorded: nothing to compare.
-            claim("unstamped", json!({})),
-        ];
-        let s = snapshot(vec![], vec![], claims, vec![]);
-        let mut parts = world_parts(&s, catalog(), "us-east-1", t(0));
-        let now = ClassStamp {
-            hash: "c1".into(),
-            image: "ami-new".into(),
-        };
-        mark_drift(&s, &mut parts.nodes, &|_| Some(now.clone()));
-        let drifted: BTreeMap<&str, Option<drift::Drift>> = parts
-            .nodes
-            .iter()
-            .map(|n| (n.claim.as_str(), n.drifted))
-            .collect();
-        assert_eq!(
-            drifted,
-            BTreeMap::from([
-                ("leaving", None),
-                ("old-image", Some(drift::Drift::ImageChanged)),
-                ("old-template", Some(drift::Drift::PoolTemplateChanged)),
-                ("same", None),
-                ("unstamped", None),
-            ])
-        );
-        // A provider without node classes: only the template is compared.
-        mark_drift(&s, &mut parts.nodes, &|_| None);
-        let drifted: Vec<&str> = parts
-            .nodes
-            .iter()
-            .filter(|n| n.drifted.is_some())
-            .map(|n| n.claim.as_str())
-            .collect();
-        assert_eq!(drifted, ["old-template"]);
-    }
-
-    fn snapshot(
-        pods: Vec<core::Pod>,
-        nodes: Vec<core::Node>,
-        claims: Vec<NodeClaim>,
-        pdbs: Vec<PodDisruptionBudget>,
-    ) -> Snapshot {
-        let store = Store::new();
-        store.reset(pods);
-        store.reset(nodes);
-        store.reset(claims);
-        store.reset(pdbs);
-        assert!(!store.is_synced(), "pools have not listed yet");
-        store.reset(vec![pool()]);
-        assert!(store.is_synced());
-        store.read(Snapshot::clone)
-    }
-
-    #[test]
-    fn only_unschedulable_accelerator_pods_are_pending_and_finished_pods_are_dropped() {
-        let finished = pod("done", 1, None, json!({"status": {"phase": "Succeeded"}}));
-        let s = snapshot(
-            vec![
-                pod("gpu", 1, None, json!({})),
-                pod("cpu", 0, None, json!({})),
-                pod(
-                    "mig",
-                    0,
-                    None,
-                    json!({"spec": {"containers": [{"name": "c", "resources": {"requests": {"nvidia.com/mig-1g.10gb": "1"}}}]}}),
-                ),
-                pod("bound", 1, Some("n1"), json!({})),
-                pod(
-                    "leaving",
-                    1,
-                    None,
-                    json!({"metadata": {"deletionTimestamp": "2026-01-05T00:00:00Z"}}),
-                ),
-                finished,
-            ],
-            vec![],
-            vec![],
-            vec![],
-        );
-        assert!(!s.pods.contains_key("ml/done"));
-        let parts = world_parts(&s, catalog(), "us-east-1", t(0));
-        let names: Vec<&str> = parts.pending.iter().map(|p| p.name.as_str()).collect();
-        assert_eq!(names, ["ml/gpu", "ml/mig"]);
-        assert!(parts.nodes.is_empty());
-    }
-
-    #[test]
-    fn pods_pinned_to_karpenter_pools_we_lack_are_left_to_karpenter() {
-        let pinned = |name: &str, pool: &str| {
-            pod(
-                name,
-                1,
-                None,
-                json!({"spec": {"nodeSelector": {"karpenter.sh/nodepool": pool}}}),
-            )
-        };
-        let either = pod(
-            "either",
-            1,
-            None,
-            json!({"spec": {"affinity": {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {
-            "nodeSelectorTerms": [
-                {"matchExpressions": [{"key": "karpenter.sh/nodepool", "operator": "In", "values": ["karp"]}]},
-                {"matchExpressions": [{"key": "team", "operator": "In", "values": ["ml"]}]}
-            ]}}}}}),
-        );
-        let s = snapshot(
-            vec![pinned("theirs", "karp"), pinned("ours", "gpu"), either],
-            vec![],
-            vec![],
-            vec![],
-        );
-        let parts = world_parts(&s, catalog(), "us-east-1", t(0));
-        let names: Vec<&str> = parts.pending.iter().map(|p| p.name.as_str()).collect();
-        assert_eq!(names, ["ml/either", "ml/ours"]);
-    }
-
-    #[test]
-    fn a_claim_joins_its_node_and_bound_pods_with_pdbs_annotations_and_readiness() {
-        let pid = format!("aws:///{}/i-0abc", zone());
-        let ready_claim = claim(
-            "gpu-1",
-            json!({"status": {"providerID": pid, "conditions": [
-                {"type": "Ready", "status": "True", "reason": "Ready", "message": "",
-                 "lastTransitionTime": "2026-01-05T00:05:00Z"}]}}),
-        );
-        let in_flight = claim("gpu-2", json!({}));
-        let leaving = claim(
-            "gpu-3",
-            json!({"metadata": {"deletionTimestamp": "2026-01-05T00:00:00Z"}}),
-        );
-        let s = snapshot(
-            vec![
-                pod(
-                    "train",
-                    1,
-                    Some("ip-1"),
-                    json!({"metadata": {"annotations": {
-                        l::CHECKPOINT_COMPLETED: "2026-01-05T00:10:00Z",
-                        l::DO_NOT_DISRUPT: "true"}},
-                        "status": {"startTime": "2026-01-05T00:06:00Z"}}),
-                ),
-                pod("other", 0, Some("ip-1"), json!({})),
-                pod(
-                    "karpenter",
-                    0,
-                    Some("ip-1"),
-                    json!({"metadata": {"annotations": {l::KARPENTER_DO_NOT_DISRUPT: "true"}}}),
-                ),
-                pod(
-                    "logs",
-                    0,
-                    Some("ip-1"),
-                    json!({"metadata": {"ownerReferences": [{"apiVersion": "apps/v1", "kind": "DaemonSet", "name": "logs", "uid": "u"}]}}),
-                ),
-                pod("elsewhere", 1, Some("ip-9"), json!({})),
-            ],
-            vec![node(
-                "ip-1",
-                &pid,
-                json!({"metadata": {"annotations": {l::DO_NOT_DISRUPT: "true"}}}),
-            )],
-            vec![ready_claim, in_flight, leaving],
-            vec![pdb("a", "nothing", 3), pdb("b", "other", 0)],
-        );
-        let parts = world_parts(&s, catalog(), "us-east-1", t(0));
-        assert_eq!(parts.nodes.len(), 3);
-        let n = &parts.nodes[0];
-        assert_eq!(n.claim, "gpu-1");
-        assert_eq!(n.state.name, "ip-1");
-        assert_eq!(n.ready_at, Some(t(300)));
-        assert!(!n.state.in_flight && !n.state.unschedulable && n.do_not_disrupt);
-        let pods: Vec<&str> = n.pods.iter().map(|b| b.pod.name.as_str()).collect();
-        assert_eq!(
-            pods,
-            ["ml/karpenter", "ml/other", "ml/train"],
-            "the daemonset pod is not a bound pod"
-        );
-        let train = &n.pods[2];
-        assert!(train.do_not_disrupt);
-        assert!(n.pods[0].do_not_disrupt, "Karpenter's annotation holds too");
-        assert!(!n.pods[1].do_not_disrupt);
-        let n = &parts.nodes[0];
-        assert_eq!(train.checkpoint_completed, Some(t(600)));
-        assert_eq!(train.started, Some(t(360)), "status.startTime");
-        assert_eq!(n.pods[0].started, None, "not started yet");
-        assert_eq!(train.pdb, None);
-        assert_eq!(n.pods[1].pdb, Some(1));
-        assert_eq!(parts.pdbs[1].name, "ml/b");
-        assert_eq!(parts.pdbs[1].disruptions_allowed, 0);
-        // Used counts every pod on the node, the daemonset's included.
-        assert_eq!(n.state.used.get("cpu"), 4000);
-        assert_eq!(n.state.used.get(l::RESOURCE_GPU), 1);
-        let flight = &parts.nodes[1];
-        assert!(flight.state.in_flight && flight.ready_at.is_none() && flight.pods.is_empty());
-        assert_eq!(flight.launched_at, t(0));
-        assert!(
-            parts.nodes[2].state.unschedulable,
-            "a deleting claim takes no pods"
-        );
-        // The lifecycle's view of the deleting claim has no node, so no pods.
-        let view = s.claim_view(&s.claims["gpu-3"]);
-        assert!(view.node.is_none() && view.pods.is_empty());
-    }
-
-    #[test]
-    fn a_relist_replaces_the_kind_and_deletes_apply_one_by_one() {
-        let store = Store::new();
-        store.reset(vec![
-            pod("a", 1, None, json!({})),
-            pod("b", 1, None, json!({})),
-        ]);
-        store.apply(pod("c", 1, None, json!({})));
-        store.delete(&pod("a", 1, None, json!({})));
-        // A pod that finishes leaves the index on its update.
-        store.apply(pod("b", 1, None, json!({"status": {"phase": "Failed"}})));
-        assert_eq!(
-            store.read(|s| s.pods.keys().cloned().collect::<Vec<_>>()),
-            ["ml/c"]
-        );
-        store.reset(vec![pod("d", 1, None, json!({}))]);
-        assert_eq!(
-            store.read(|s| s.pods.keys().cloned().collect::<Vec<_>>()),
-            ["ml/d"]
-        );
-    }
-
-    #[test]
-    fn a_pod_with_unreadable_annotations_is_kept_protected_and_reported_once() {
-        let pid = format!("aws:///{}/i-0abc", zone());
-        let ready = claim(
-            "gpu-1",
-            json!({"status": {"providerID": pid, "conditions": [
-                {"type": "Ready", "status": "True", "reason": "Ready", "message": "",
-                 "lastTransitionTime": "2026-01-05T00:05:00Z"}]}}),
-        );
-        let bad_gang = json!({"metadata": {"annotations": {
-            l::POD_GROUP: "g", l::POD_GROUP_SIZE: "four"}}});
-        let kueue_without_count = json!({"metadata": {"labels": {l::KUEUE_GROUP: "g2"},
-                                "annotations": {l::CHECKPOINT_INTERVAL: "soon"}}});
-        let store = Store::new();
-        store.reset(vec![
-            pod("bound", 1, Some("ip-1"), bad_gang),
-            pod("waiting", 1, None, kueue_without_count),
-        ]);
-        store.reset(vec![node("ip-1", &pid, json!({}))]);
-        store.reset(vec![ready]);
-        store.reset(Vec::<PodDisruptionBudget>::new());
-        store.reset(vec![pool()]);
-        let s = store.read(Snapshot::clone);
-        assert!(s.pods["ml/bound"].unreadable[0].contains(l::POD_GROUP_SIZE));
-        let parts = world_parts(&s, catalog(), "us-east-1", t(0));
-        // The bound pod still holds its node, which consolidation must keep.
-        let bound = &parts.nodes[0].pods;
-        assert_eq!(bound.len(), 1);
-        assert_eq!(bound[0].pod.name, "ml/bound");
-        assert!(bound[0].do_not_disrupt && bound[0].pod.group.is_none());
-        assert_eq!(parts.nodes[0].state.used.get(l::RESOURCE_GPU), 1);
-        // The pending one is not planned as though what cannot be read
-        // were absent: it carries the problems, and the planner reports it.
-        assert_eq!(parts.pending.len(), 1);
-        assert_eq!(parts.pending[0].name, "ml/waiting");
-        assert_eq!(parts.pending[0].not_placeable.len(), 2);
-        // Each problem is reported once, and again only when it changes.
-        let mut reports = UnreadableReports::default();
-        let first = reports.fresh(&s);
-        assert_eq!(
-            first.iter().map(|(p, _)| p.as_str()).collect::<Vec<_>>(),
-            ["ml/bound", "ml/waiting"]
-        );
-        assert_eq!(first[1].1.len(), 2, "{:?}", first[1].1);
-        assert!(reports.fresh(&s).is_empty());
-        store.apply(pod("bound", 1, Some("ip-1"), json!({})));
-        assert!(reports.fresh(&store.read(Snapshot::clone)).is_empty());
-        store.apply(pod(
-            "bound",
-            1,
-            Some("ip-1"),
-            json!({"metadata": {"annotations": {l::CHECKPOINT_INTERVAL: "soon"}}}),
-        ));
-        let again = reports.fresh(&store.read(Snapshot::clone));
-        assert_eq!(again.len(), 1);
-        assert_eq!(again[0].0, "ml/bound");
-    }
-
-    #[test]
-    fn pods_of_one_workload_share_one_shape_and_plan_as_they_read() {
-        let labelled = |extra: serde_json::Value| {
-            let mut v = json!({"metadata": {"labels": {"app": "x"}}});
-            merge(&mut v, extra);
-            v
-        };
-        let a = pod("a", 1, Some("n1"), labelled(json!({})));
-        // A StatefulSet's pods differ in a label, not in their shape.
-        let own = json!({"metadata": {"labels": {"statefulset.kubernetes.io/pod-name": "b"}}});
-        let b = pod("b", 1, Some("n1"), labelled(own));
-        let bigger = pod("c", 2, None, labelled(json!({})));
-        let every = json!({"metadata": {"annotations": {l::CHECKPOINT_INTERVAL: "30m"}}});
-        let checkpointed = pod("d", 1, Some("n2"), labelled(every));
-        let store = Store::new();
-        store.reset(vec![
-            a.clone(),
-            b.clone(),
-            bigger.clone(),
-            checkpointed.clone(),
-        ]);
-        let s = store.read(Snapshot::clone);
-        let [pa, pb, pc, pd] = ["a", "b", "c", "d"].map(|n| &s.pods[&format!("ml/{n}")]);
-        assert!(Arc::ptr_eq(&pa.shape, &pb.shape));
-        assert!(!Arc::ptr_eq(&pa.shape, &pc.shape), "other requests");
-        assert!(!Arc::ptr_eq(&pa.shape, &pd.shape), "other annotations");
-        assert!(Arc::ptr_eq(&pa.namespace, &pc.namespace));
-        assert_eq!((pa.labels.len(), pb.labels.len()), (1, 2));
-        assert!(Arc::ptr_eq(&pa.labels[0].1, &pb.labels[0].1), "app=x, once");
-        let node = |p: &PodInfo| p.node_name.clone().unwrap();
-        assert!(Arc::ptr_eq(&node(pa), &node(pb)));
-        assert_eq!(&*node(pd), "n2");
-        // The planner reads each pod as the direct conversion does.
-        for (info, k8s) in [(pa, &a), (pb, &b), (pc, &bigger), (pd, &checkpointed)] {
-            assert_eq!(
-                info.planner_pod(),
-                Pod::from_k8s(k8s, &BTreeMap::new()).unwrap()
-            );
-        }
-        assert_eq!(store.interners().shapes(), 3);
-        // Shapes no pod holds go with the next relist.
-        drop(s);
-        store.reset(vec![a]);
-        assert_eq!(store.interners().shapes(), 1);
-    }
-
-    #[test]
-    fn stored_claims_carry_no_managed_fields() {
-        let mut c = claim("gpu-1", json!({}));
-        c.metadata.managed_fields = Some(vec![Default::default()]);
-        let store = Store::new();
-        store.apply(c);
-        assert!(store.read(|s| s.claims["gpu-1"].metadata.managed_fields.is_none()));
-    }
-}
+mod tests;
