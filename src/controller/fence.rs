@@ -131,6 +131,11 @@ impl<C: CloudProvider + Send + Sync> CloudProvider for Fenced<C> {
         self.inner.reboot(claim, now).await
     }
 
+    async fn terminate_instance(&self, instance: &Instance, now: Time) -> cloud::Result<()> {
+        self.check(&instance.claim, "terminate")?;
+        self.inner.terminate_instance(instance, now).await
+    }
+
     async fn describe(&self, claim: &str) -> cloud::Result<Option<Instance>> {
         self.inner.describe(claim).await
     }

@@ -126,11 +126,6 @@ impl RepairReports {
 /// logged: the core remembers the reboot until the controller restarts.
 async fn record_reboot(api: &KubeApi, view: &ClaimView, condition: &str, now: Time) {
     let name = view.claim.name_any();
-    let mut status = view.claim.status.clone().unwrap_or_default();
-    // A new reboot is a new transition, whatever the condition said.
-    status
-        .conditions
-        .retain(|c| c.type_ != conditions::REBOOTED);
     // A condition reason is CamelCase: the type's letters and digits (a
     // type like `example.com/GpuDown` keeps `examplecomGpuDown`).
     let reason: String = condition
@@ -146,15 +141,20 @@ async fn record_reboot(api: &KubeApi, view: &ClaimView, condition: &str, now: Ti
     } else {
         &reason
     };
-    set_condition(
-        &mut status,
-        conditions::REBOOTED,
-        true,
-        reason,
-        &format!("rebooted for repair: {condition}"),
-        now,
-    );
-    if let Err(error) = api.patch_node_claim_status(&name, &status).await {
+    let message = format!("rebooted for repair: {condition}");
+    // Applied to the claim's current status: another writer's condition is
+    // kept.
+    let written = api
+        .update_node_claim_status(&view.claim, |status| {
+            // A new reboot is a new transition, whatever the condition said.
+            status
+                .conditions
+                .retain(|c| c.type_ != conditions::REBOOTED);
+            set_condition(status, conditions::REBOOTED, true, reason, &message, now);
+            true
+        })
+        .await;
+    if let Err(error) = written {
         tracing::warn!(claim = %name, %error, "failed to record the reboot on the NodeClaim");
     }
 }

@@ -22,9 +22,12 @@ pub mod interruption;
 pub mod prewarm;
 pub mod provisioning;
 pub mod repair;
+pub mod retry;
+pub mod termination;
 pub mod time;
 
-pub use decide::{Config, Core, PlanReport};
+pub use decide::{Config, Core, PlanReport, StepFailure};
+pub use retry::Outcome;
 
 use crate::catalog::CapacityType;
 use crate::cluster::{NodeState, Pod};
@@ -333,6 +336,12 @@ pub enum Action {
         /// Why.
         reason: DisruptionReason,
     },
+    /// Take back a cordon of ours: remove `quartermaster.dev/disrupted` and
+    /// `unschedulable` (a removal that no longer holds on a fresh world).
+    Uncordon {
+        /// NodeClaim.
+        claim: String,
+    },
     /// Ask a pod to checkpoint by `deadline` (annotation, and the hook if
     /// the pod or pool names one).
     RequestCheckpoint {
@@ -382,6 +391,7 @@ impl fmt::Display for Action {
                 }
             }
             Action::Cordon { claim, reason } => write!(f, "cordon {claim} ({reason})"),
+            Action::Uncordon { claim } => write!(f, "uncordon {claim}"),
             Action::RequestCheckpoint {
                 pod,
                 claim,

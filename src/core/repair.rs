@@ -338,7 +338,7 @@ pub struct Context<'a> {
 
 /// Repair's state: reboots under way and remembered, and what the last
 /// round decided and held.
-#[derive(Debug, Default)]
+#[derive(Debug, Clone, Default)]
 pub struct Repairs {
     reboots: BTreeMap<String, Reboot>,
     decided: Vec<RepairDecision>,

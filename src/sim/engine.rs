@@ -627,6 +627,12 @@ impl<'a> Engine<'a> {
                     n.disrupted = true;
                 }
             }
+            Action::Uncordon { claim } => {
+                if let Some((n, _)) = self.nodes.get_mut(&claim) {
+                    n.state.unschedulable = false;
+                    n.disrupted = false;
+                }
+            }
             Action::RequestCheckpoint { pod, .. } => {
                 if let Some(&i) = self.by_name.get(&pod) {
                     let lost_before = self.jobs[i].lost_s;

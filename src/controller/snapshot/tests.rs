@@ -3,8 +3,10 @@
 use super::*;
 use crate::core::batch::DEFAULT_MAX_PODS;
 use chrono::TimeZone;
+use k8s_openapi::api::core::v1 as core;
+use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use serde_json::json;
-use std::sync::OnceLock;
+use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
 fn catalog() -> &'static Catalog {

@@ -114,7 +114,17 @@ struct Disrupting {
     /// node's expiry plus its pool's `terminationGracePeriod`): its
     /// termination then drains the rest.
     force_at: Option<Time>,
+    /// An empty node cordoned at this time, to be deleted once a world
+    /// that shows the cordon still shows it empty ([`Consolidation::remove_empty`]).
+    recheck: Option<Time>,
+    /// The empty node was not empty any more once cordoned: its cordon was
+    /// taken back, and it is left alone once the world shows that.
+    released: bool,
 }
+
+/// How soon after cordoning an empty node it is looked at again (a world
+/// that shows the cordon, and whether a pod landed just before it).
+const EMPTY_RECHECK: Duration = Duration::from_secs(1);
 
 impl Disrupting {
     /// Nothing done yet.
@@ -129,6 +139,8 @@ impl Disrupting {
             deleted: false,
             broken: false,
             force_at: None,
+            recheck: None,
+            released: false,
         }
     }
 
@@ -448,6 +460,11 @@ impl Consolidation {
             .values()
             .filter(|d| !d.deleted)
             .filter_map(|d| d.force_at);
+        let rechecks = self
+            .disrupting
+            .values()
+            .filter(|d| !d.deleted && !d.released)
+            .filter_map(|d| d.recheck.map(|t| after(t, EMPTY_RECHECK)));
         validation
             .into_iter()
             .chain(self.idle_due)
@@ -457,8 +474,22 @@ impl Consolidation {
             .chain(checkpoints)
             .chain(self.next_expiry)
             .chain(forced)
+            .chain(rechecks)
             .filter(pending)
             .min()
+    }
+
+    /// Takes in that the claim of a replacement could not be created: the
+    /// removals waiting for it (none of them started yet: a node is
+    /// cordoned only once its replacements are Ready) are given up.
+    pub fn launch_failed(&mut self, claim: &str) {
+        self.disrupting.retain(|_, d| {
+            d.cordoned
+                || !d
+                    .replacement
+                    .as_ref()
+                    .is_some_and(|(r, _)| r.iter().any(|c| c == claim))
+        });
     }
 
     /// Whether consolidation is removing the node.
@@ -630,8 +661,11 @@ impl Consolidation {
         }
     }
 
-    /// Cordons and deletes the empty nodes that are still empty and
-    /// eligible, within their pools' budgets.
+    /// Cordons the empty nodes that are still empty and eligible, within
+    /// their pools' budgets. Each is deleted by [`Consolidation::progress`]
+    /// once a world that shows its cordon still shows it empty: a pod bound
+    /// between the world this decision read and the cordon would otherwise
+    /// be evicted with the node. If one was, the cordon is taken back.
     fn remove_empty(&mut self, r: &Round, claims: Vec<String>, out: &mut Vec<Action>) {
         let mut left: BTreeMap<String, u32> = BTreeMap::new();
         let mut removed = Vec::new();
@@ -657,16 +691,12 @@ impl Consolidation {
                 claim: claim.clone(),
                 reason,
             });
-            out.push(Action::Delete {
-                claim: claim.clone(),
-                reason,
-            });
             removed.push(claim.clone());
             self.disrupting.insert(
                 claim,
                 Disrupting {
                     cordoned: true,
-                    deleted: true,
+                    recheck: Some(r.now),
                     ..Disrupting::new(reason)
                 },
             );
@@ -690,10 +720,36 @@ impl Consolidation {
     fn progress(&mut self, r: &Round, out: &mut Vec<Action>) {
         let (world, now) = (r.world, r.now);
         let mut pdb_left: Vec<u32> = world.pdbs.iter().map(|p| p.disruptions_allowed).collect();
+        let mut settled = Vec::new();
         for (claim, d) in &mut self.disrupting {
             let Some(n) = world.nodes.iter().find(|n| &n.claim == claim) else {
                 continue;
             };
+            if let (Some(at), false) = (d.recheck, d.deleted) {
+                if r.ctx.interruptions.is_handling(claim) {
+                    // A notice came meanwhile: its handling deletes the node.
+                    continue;
+                }
+                if d.released {
+                    if !n.disrupted {
+                        settled.push(claim.clone());
+                    }
+                } else if n.state.unschedulable && now > at {
+                    if real_pods(n).next().is_none() {
+                        d.deleted = true;
+                        out.push(Action::Delete {
+                            claim: claim.clone(),
+                            reason: d.reason,
+                        });
+                    } else {
+                        d.released = true;
+                        out.push(Action::Uncordon {
+                            claim: claim.clone(),
+                        });
+                    }
+                }
+                continue;
+            }
             if d.deleted || r.ctx.interruptions.is_handling(claim) {
                 continue;
             }
@@ -754,6 +810,9 @@ impl Consolidation {
                     reason: d.reason,
                 });
             }
+        }
+        for claim in settled {
+            self.disrupting.remove(&claim);
         }
     }
 

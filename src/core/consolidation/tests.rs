@@ -41,6 +41,7 @@ pub(super) fn kinds(actions: &[Action]) -> Vec<String> {
         .map(|a| match a {
             Action::Launch(_) => "launch".to_string(),
             Action::Cordon { claim, reason } => format!("cordon {claim} ({reason})"),
+            Action::Uncordon { claim } => format!("uncordon {claim}"),
             Action::RequestCheckpoint { pod, .. } => format!("checkpoint {pod}"),
             Action::Evict { pod, .. } => format!("evict {pod}"),
             Action::Delete { claim, reason } => format!("delete {claim} ({reason})"),
@@ -252,13 +253,13 @@ fn a_node_empty_longer_than_consolidate_after_is_removed_and_one_empty_for_less_
     };
     assert_eq!(c.candidate(), Some((&empty, t(60))));
     assert_eq!(c.next_deadline(), Some(t(75)));
+    // Cordoned first; deleted once a world that shows the cordon still
+    // shows them empty.
     assert_eq!(
         step(&mut c, &f, 75),
         [
             cordon("n1", DisruptionReason::Empty),
-            delete("n1", DisruptionReason::Empty),
             cordon("n3", DisruptionReason::Empty),
-            delete("n3", DisruptionReason::Empty),
         ]
     );
     assert_eq!(
@@ -268,11 +269,57 @@ fn a_node_empty_longer_than_consolidate_after_is_removed_and_one_empty_for_less_
             claims: vec!["n1".into(), "n3".into()],
             replacements: vec![],
         }],
-        "one decision for the empty nodes that go together"
+        "one decision for the empty nodes that go together, at their cordon"
     );
-    assert_eq!(c.next_deadline(), Some(t(90)));
-    assert_eq!(step(&mut c, &f, 76), [], "nothing twice, n2 not yet");
+    assert_eq!(c.next_deadline(), Some(t(76)));
+    assert_eq!(step(&mut c, &f, 76), [], "the cordons are not seen yet");
+    f.node_mut("n1").state.unschedulable = true;
+    f.node_mut("n3").state.unschedulable = true;
+    assert_eq!(
+        step(&mut c, &f, 76),
+        [
+            delete("n1", DisruptionReason::Empty),
+            delete("n3", DisruptionReason::Empty),
+        ]
+    );
     assert_eq!(c.decisions(), []);
+    assert_eq!(c.next_deadline(), Some(t(90)));
+    assert_eq!(step(&mut c, &f, 77), [], "nothing twice, n2 not yet");
+    assert_eq!(c.decisions(), []);
+}
+
+#[test]
+fn an_empty_node_that_got_a_pod_by_the_time_it_was_cordoned_is_uncordoned_not_deleted() {
+    let mut f = Fixture::new([node("n1")]);
+    f.pools = vec![pool_with("gpu", |s| {
+        s.disruption.consolidation_policy = ConsolidationPolicy::WhenEmpty;
+    })];
+    let mut c = Consolidation::default();
+    for at in [0, 60] {
+        assert_eq!(step(&mut c, &f, at), []);
+    }
+    assert_eq!(
+        step(&mut c, &f, 75),
+        [cordon("n1", DisruptionReason::Empty)]
+    );
+    // A pod was bound between the world the decision read and the
+    // cordon: the world that shows the cordon shows the pod too.
+    let n1 = f.node_mut("n1");
+    n1.state.unschedulable = true;
+    n1.disrupted = true;
+    n1.pods = vec![pod("ml/late")];
+    assert_eq!(
+        step(&mut c, &f, 76),
+        [Action::Uncordon { claim: "n1".into() }]
+    );
+    // Until the world shows the cordon gone, the node is left alone
+    // (not drained as a cordoned node nobody owns).
+    assert_eq!(step(&mut c, &f, 77), []);
+    let n1 = f.node_mut("n1");
+    n1.state.unschedulable = false;
+    n1.disrupted = false;
+    assert_eq!(step(&mut c, &f, 78), []);
+    assert!(!c.is_disrupting("n1"));
 }
 
 #[test]
@@ -320,10 +367,7 @@ fn a_protected_node_is_not_removed() {
     }
     assert_eq!(
         c.decide_in(&f.world(), t(75), &ctx),
-        [
-            cordon("n2", DisruptionReason::Empty),
-            delete("n2", DisruptionReason::Empty),
-        ]
+        [cordon("n2", DisruptionReason::Empty)]
     );
 }
 
@@ -349,10 +393,7 @@ fn the_budget_caps_how_many_empty_nodes_go_at_once_most_expensive_first() {
     let mut c = Consolidation::default();
     assert_eq!(
         validated(&mut c, &f),
-        [
-            cordon("n2", DisruptionReason::Empty),
-            delete("n2", DisruptionReason::Empty),
-        ]
+        [cordon("n2", DisruptionReason::Empty)]
     );
     // n2 is still going away: the budget is used up.
     assert_eq!(step(&mut c, &f, 200), []);
@@ -360,10 +401,7 @@ fn the_budget_caps_how_many_empty_nodes_go_at_once_most_expensive_first() {
     step(&mut c, &f, 300);
     assert_eq!(
         step(&mut c, &f, 315),
-        [
-            cordon("n1", DisruptionReason::Empty),
-            delete("n1", DisruptionReason::Empty),
-        ]
+        [cordon("n1", DisruptionReason::Empty)]
     );
 }
 
@@ -377,10 +415,7 @@ fn budgets_are_per_pool() {
     let mut c = Consolidation::default();
     assert_eq!(
         validated(&mut c, &f),
-        [
-            cordon("n2", DisruptionReason::Empty),
-            delete("n2", DisruptionReason::Empty),
-        ]
+        [cordon("n2", DisruptionReason::Empty)]
     );
 }
 

@@ -72,6 +72,7 @@ mod tests {
                 Action::Evict { pod, .. } => format!("evict {pod}"),
                 Action::Delete { claim, reason } => format!("delete {claim} ({reason})"),
                 Action::Reboot { claim, .. } => format!("reboot {claim}"),
+                Action::Uncordon { claim } => format!("uncordon {claim}"),
             })
             .collect()
     }
