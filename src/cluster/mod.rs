@@ -3,6 +3,7 @@
 //! Neuron). Kubernetes types are converted at the edge into compact types of
 //! our own; nothing here talks to the API server.
 
+pub mod gpu_use;
 pub mod node;
 pub mod pod;
 pub mod podgroups;
