@@ -128,6 +128,11 @@ impl CloudProvider for ThrottledEc2 {
         self.inner.terminate(claim, now).await
     }
 
+    async fn reboot(&self, claim: &str, now: Time) -> cloud::Result<Instance> {
+        self.call(claim).await?;
+        self.inner.reboot(claim, now).await
+    }
+
     async fn describe(&self, claim: &str) -> cloud::Result<Option<Instance>> {
         self.call(claim).await?;
         self.inner.describe(claim).await
@@ -347,6 +352,7 @@ async fn run(throttle: f64, notices: usize) -> Measured {
         launch_timeout: Duration::from_secs(300),
         registration_timeout: Duration::from_secs(900),
         gc_grace: Duration::from_secs(600),
+        gpu_use: None,
     };
     let shutdown = CancellationToken::new();
     let task = tokio::spawn(run_watching(ctx, settings, client, shutdown.clone()));

@@ -170,6 +170,16 @@ pub fn do_not_disrupt(annotations: &std::collections::BTreeMap<String, String>) 
         .iter()
         .any(|k| annotations.get(*k).map(String::as_str) == Some("true"))
 }
+
+/// Node (or NodeClaim) annotation: repair leaves the node alone, whatever
+/// its conditions say (`docs/repair.md`).
+pub const DO_NOT_REPAIR: &str = "quartermaster.dev/do-not-repair";
+
+/// Whether annotations keep repair away: [`DO_NOT_REPAIR`] set to `"true"`.
+pub fn do_not_repair(annotations: &std::collections::BTreeMap<String, String>) -> bool {
+    annotations.get(DO_NOT_REPAIR).map(String::as_str) == Some("true")
+}
+
 /// Pod annotation we set: a checkpoint is requested by this RFC 3339 deadline.
 pub const CHECKPOINT_REQUESTED: &str = "quartermaster.dev/checkpoint-requested";
 /// Pod annotation the workload sets: its checkpoint is complete.

@@ -5,6 +5,8 @@
 //! `deploy/grafana/quartermaster.json` for the dashboard built on them.
 //! [`karpenter`] holds the series that port Karpenter's.
 
+pub mod gpu_use;
+pub mod health;
 pub mod karpenter;
 
 use prometheus_client::encoding::EncodeLabelSet;
@@ -151,6 +153,10 @@ pub struct Metrics {
     pub lifecycle_in_flight: Gauge,
     /// The series that port Karpenter's (`nodeclaims_created`, ...).
     pub karpenter: karpenter::KarpenterMetrics,
+    /// Repair of unhealthy nodes.
+    pub health: health::HealthMetrics,
+    /// GPU use read from DCGM.
+    pub gpu_use: gpu_use::GpuUseMetrics,
     /// When the loop last made progress (not exported: `/healthz` reads
     /// it).
     pub progress: Progress,
@@ -184,6 +190,8 @@ impl Metrics {
             actions_failed: Family::default(),
             lifecycle_in_flight: Gauge::default(),
             karpenter: Default::default(),
+            health: Default::default(),
+            gpu_use: Default::default(),
             progress: Default::default(),
         };
         let r = registry.sub_registry_with_prefix("quartermaster");
@@ -298,6 +306,8 @@ impl Metrics {
             metrics.lifecycle_in_flight.clone(),
         );
         metrics.karpenter.register(r);
+        metrics.health.register(r);
+        metrics.gpu_use.register(r);
         metrics
     }
 

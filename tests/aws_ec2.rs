@@ -688,6 +688,34 @@ async fn terminate_acts_on_the_claims_instance_only_and_twice_is_fine() {
 }
 
 #[tokio::test]
+async fn reboot_acts_on_the_claims_running_instance_which_stays_running() {
+    let w = World::new().await;
+    let aws = w.cloud().await;
+    let now = chrono::Utc::now();
+    let a = aws
+        .launch(
+            &claim("r-a", "g5.xlarge", "use1-az4", CapacityType::OnDemand),
+            &template(),
+            now,
+        )
+        .await
+        .unwrap();
+    let rebooted = aws.reboot("r-a", now).await.unwrap();
+    assert_eq!(rebooted.provider_id, a.provider_id);
+    assert_eq!(w.state_of(&id_of(&a.provider_id)).await, "running");
+    // Nothing to reboot for a claim without a running instance.
+    aws.terminate("r-a", now).await.unwrap();
+    for claim in ["r-a", "never-launched"] {
+        assert_eq!(
+            aws.reboot(claim, now).await.unwrap_err(),
+            Error::NotFound {
+                claim: claim.into()
+            }
+        );
+    }
+}
+
+#[tokio::test]
 async fn garbage_collection_terminates_only_our_old_unclaimed_instances() {
     let w = World::new().await;
     let aws = w.cloud().await;

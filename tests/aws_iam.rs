@@ -48,6 +48,7 @@ const USED: &[&str] = &[
     "ec2:RunInstances",
     "ec2:CreateTags",
     "ec2:TerminateInstances",
+    "ec2:RebootInstances",
     "ec2:DescribeImages",
     "ssm:GetParameters",
     "iam:GetInstanceProfile",

@@ -665,6 +665,8 @@ fn claim_view(instance_id: &str) -> quartermaster::controller::snapshot::ClaimVi
             ready: true,
             allocatable: Default::default(),
             do_not_disrupt: false,
+            do_not_repair: false,
+            conditions: vec![],
             resource_version: Some("7".into()),
         }),
         pods: vec![],

@@ -724,6 +724,8 @@ fn script_for(actions: &[Action], node: &str) -> Scenario {
             Action::Delete { claim, .. } => sc
                 .expect(Method::DELETE, &format!("{CLAIMS}/{claim}"), |_| {})
                 .respond(200, status_body(200, "", "deleting")),
+            // The cloud reboots; the executor writes nothing.
+            Action::Reboot { .. } => sc,
             Action::Uncordon { .. } => sc
                 .expect(Method::PATCH, &format!("/api/v1/nodes/{node}"), |body| {
                     assert_eq!(patched(body, "/spec/unschedulable"), false);
@@ -2061,6 +2063,7 @@ fn loop_settings(core: Config) -> quartermaster::controller::run::Settings {
         launch_timeout: Duration::from_secs(300),
         registration_timeout: Duration::from_secs(600),
         gc_grace: Duration::from_secs(300),
+        gpu_use: None,
     }
 }
 
@@ -2776,6 +2779,13 @@ impl CloudProvider for Narrowed {
         now: Time,
     ) -> quartermaster::cloud::Result<quartermaster::cloud::Instance> {
         self.inner.terminate(claim, now).await
+    }
+    async fn reboot(
+        &self,
+        claim: &str,
+        now: Time,
+    ) -> quartermaster::cloud::Result<quartermaster::cloud::Instance> {
+        self.inner.reboot(claim, now).await
     }
     async fn describe(
         &self,

@@ -176,6 +176,11 @@ impl CloudProvider for Cloud {
         Ok(i)
     }
 
+    async fn reboot(&self, claim: &str, now: Time) -> cloud::Result<Instance> {
+        self.alive()?;
+        self.inner.reboot(claim, now).await
+    }
+
     async fn terminate(&self, claim: &str, now: Time) -> cloud::Result<Instance> {
         self.alive()?;
         let i = self.inner.terminate(claim, now).await?;

@@ -39,6 +39,12 @@ pub mod conditions {
     /// `ImageChanged`, see `core::drift`). Such a node is replaced within
     /// the pool's disruption budget. Removed when it matches again.
     pub const DRIFTED: &str = "Drifted";
+    /// Repair rebooted the instance at the condition's
+    /// `lastTransitionTime`; its reason is the unhealthy condition's type,
+    /// its message the condition. The durable record of the reboot, so
+    /// that a restarted controller replaces the node rather than rebooting
+    /// it again if it stays unhealthy (`core::repair`).
+    pub const REBOOTED: &str = "Rebooted";
 }
 
 /// The launch a NodeClaim records: pool, offering, price and the node's

@@ -16,11 +16,16 @@ use std::time::Duration;
 
 mod disruption;
 mod policies;
+mod repair;
 
-pub use disruption::{Budget, BudgetNodes, ConsolidationPolicy, Disruption};
+pub use disruption::{Budget, BudgetNodes, BudgetReason, ConsolidationPolicy, Disruption};
 pub use policies::{
     CheckpointHook, DraPolicy, FirstAvailable, GpuSharing, GpuSharingMode, InterruptionPolicy,
     PrewarmWindow, RebalanceAction, RiskPolicy,
+};
+pub use repair::{
+    ConditionStatus, Repair, RepairAction, RepairCondition, ACCELERATED_HARDWARE_READY,
+    REPLACE_AT_ONCE_PATTERN,
 };
 
 /// Key in `spec.limits`: most nodes the pool may have.
@@ -155,6 +160,11 @@ pub struct NodePoolSpec {
     /// are chosen (`docs/dra.md`).
     #[serde(default, skip_serializing_if = "DraPolicy::is_default")]
     pub dra: DraPolicy,
+    /// How unhealthy nodes are repaired: which conditions, how long, reboot
+    /// or replace, and the breaker. Unset: the EKS defaults (see
+    /// `docs/repair.md`).
+    #[serde(default, skip_serializing_if = "Repair::is_default")]
+    pub repair: Repair,
 }
 
 /// The capacity-type labels, ours and Karpenter's: a requirement on

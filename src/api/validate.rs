@@ -105,6 +105,7 @@ pub fn validate_node_pool(pool: &NodePool, catalog: &Catalog) -> Vec<FieldError>
     check_gpu_sharing(&mut e, spec, catalog);
     check_prewarm(&mut e, spec);
     check_risk(&mut e, spec);
+    check_repair(&mut e, spec);
     e.0
 }
 
@@ -446,6 +447,9 @@ fn check_disruption(e: &mut Errors, spec: &NodePoolSpec) {
             " or Never",
         );
     }
+    if let Some(idle) = &d.consolidate_idle_gpus_after {
+        check_duration(e, "spec.disruption.consolidateIdleGpusAfter", idle, "");
+    }
     if d.budgets.len() > 50 {
         e.push("spec.disruption.budgets", "at most 50 budgets are allowed");
     }
@@ -742,6 +746,40 @@ fn check_risk(e: &mut Errors, spec: &NodePoolSpec) {
             );
         }
     }
+}
+
+fn check_repair(e: &mut Errors, spec: &NodePoolSpec) {
+    let r = &spec.repair;
+    if r.conditions.len() > 64 {
+        e.push(
+            "spec.repair.conditions",
+            "at most 64 conditions are allowed",
+        );
+    }
+    for (i, c) in r.conditions.iter().enumerate() {
+        let path = format!("spec.repair.conditions[{i}]");
+        if c.type_.is_empty() {
+            e.push(format!("{path}.type"), "required");
+        }
+        if let Some(p) = &c.reason_pattern {
+            if let Err(err) = regex::Regex::new(p) {
+                e.push(
+                    format!("{path}.reasonPattern"),
+                    format!("not a regular expression: {err}"),
+                );
+            }
+        }
+        check_duration(
+            e,
+            &format!("{path}.tolerationDuration"),
+            &c.toleration_duration,
+            "",
+        );
+    }
+    if let Err(m) = r.max_unhealthy_nodes() {
+        e.push("spec.repair.maxUnhealthy", m);
+    }
+    check_duration(e, "spec.repair.rebootTimeout", &r.reboot_timeout, "");
 }
 
 /// Checks a duration field against the CRD pattern and parses it.

@@ -165,6 +165,30 @@ pub struct Args {
     /// interruptions); `--cloud simulated` only.
     #[arg(long, default_value_t = 1)]
     simulated_seed: u64,
+    /// A Prometheus-compatible API (`http://host:port`) with the DCGM
+    /// exporter's series: GPU use per pool and workload (metrics), Events on
+    /// under-used pods, XID errors for repair, idle GPU nodes for pools that
+    /// consolidate them. Unset: GPU use is not read.
+    #[arg(long, env = "QM_PROMETHEUS_URL")]
+    prometheus_url: Option<String>,
+    /// The window GPU use is judged over (a pod under the threshold for it
+    /// gets an Event).
+    #[arg(long, value_parser = parse_duration, default_value = "1h")]
+    gpu_use_window: Duration,
+    /// How often GPU use is read.
+    #[arg(long, value_parser = parse_duration, default_value = "5m")]
+    gpu_use_interval: Duration,
+    /// Longest one Prometheus query may take.
+    #[arg(long, value_parser = parse_duration, default_value = "10s")]
+    prometheus_timeout: Duration,
+    /// A pod whose GPUs are busy less than this share on average over the
+    /// window is under-used (an Event).
+    #[arg(long, default_value_t = 0.30)]
+    gpu_underused_below: f64,
+    /// A GPU busy less than this share is idle (idle GPU-hours; idle nodes
+    /// for `consolidateIdleGpusAfter`).
+    #[arg(long, default_value_t = 0.05)]
+    gpu_idle_below: f64,
 }
 
 /// The read timeout of the watch client: longer than the API server's
@@ -298,6 +322,35 @@ impl Args {
             max_batch_pods: self.max_batch_pods,
             ..quartermaster::core::Config::default()
         };
+        let gpu_use = match &self.prometheus_url {
+            None => None,
+            Some(url) => {
+                quartermaster::controller::prometheus::Prometheus::new(
+                    url,
+                    self.prometheus_timeout,
+                )
+                .context("--prometheus-url")?;
+                if self.gpu_use_window.is_zero() || self.gpu_use_interval.is_zero() {
+                    bail!("--gpu-use-window and --gpu-use-interval must be positive");
+                }
+                for (flag, v) in [
+                    ("--gpu-underused-below", self.gpu_underused_below),
+                    ("--gpu-idle-below", self.gpu_idle_below),
+                ] {
+                    if !(0.0..=1.0).contains(&v) {
+                        bail!("{flag} must be a share between 0 and 1, not {v}");
+                    }
+                }
+                Some(quartermaster::controller::gpu_use::GpuUseSettings {
+                    url: url.clone(),
+                    window: self.gpu_use_window,
+                    interval: self.gpu_use_interval,
+                    timeout: self.prometheus_timeout,
+                    underused_below: self.gpu_underused_below,
+                    idle_below: self.gpu_idle_below,
+                })
+            }
+        };
         Ok(Settings {
             region: self.region.clone(),
             cluster_name: self.cluster_name.clone(),
@@ -306,6 +359,7 @@ impl Args {
             launch_timeout: self.launch_timeout,
             registration_timeout: self.registration_timeout,
             gc_grace: self.gc_grace,
+            gpu_use,
         })
     }
 }

@@ -7,6 +7,7 @@ mod convert;
 mod crds;
 mod market;
 mod plan;
+mod report;
 mod simulate;
 mod validate;
 
@@ -39,6 +40,8 @@ enum Command {
     Simulate(simulate::Args),
     /// Fit the spot market model from traces.
     Market(market::Args),
+    /// Reports from the cluster's telemetry (GPU use from DCGM).
+    Report(report::Args),
     /// Run the live controller in a cluster.
     Controller(Box<controller::Args>),
 }
@@ -54,6 +57,7 @@ pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Bench(args) => bench::run(args),
         Command::Simulate(args) => simulate::run(args),
         Command::Market(args) => market::run(args),
+        Command::Report(args) => report::run(args),
         Command::Controller(args) => controller::run(*args),
     }
 }

@@ -418,6 +418,15 @@ pub trait CloudProvider {
     /// provider fails.
     fn terminate(&self, claim: &str, now: Time) -> impl Future<Output = Result<Instance>> + Send;
 
+    /// Reboots the instance of `claim` (repair): it keeps its ID, its node
+    /// and its pods, which the kubelet restarts once it is back. Rebooting
+    /// an instance already rebooting is not an error.
+    ///
+    /// # Errors
+    /// [`Error::NotFound`] when there is no running instance for the claim;
+    /// [`Error::NotReady`] / [`Error::Other`] when the provider fails.
+    fn reboot(&self, claim: &str, now: Time) -> impl Future<Output = Result<Instance>> + Send;
+
     /// The instance of `claim`, in any state (terminated included, for as
     /// long as the provider remembers it); `None` if there is none.
     ///

@@ -132,6 +132,8 @@ pub struct SimulatedCloud {
     /// What the instances no longer billed cost in all.
     settled_cost: f64,
     by_claim: HashMap<String, usize>,
+    /// Reboots per claim.
+    reboots: BTreeMap<String, u32>,
     timers: BTreeMap<TimerKey, Timer>,
     next_seq: u64,
     now: Time,
@@ -227,6 +229,7 @@ impl SimulatedCloud {
             billed: BTreeSet::new(),
             settled_cost: 0.0,
             by_claim: HashMap::new(),
+            reboots: BTreeMap::new(),
             timers: BTreeMap::new(),
             next_seq: 0,
             now: Time::MIN_UTC,
@@ -399,6 +402,29 @@ impl SimulatedCloud {
             self.schedule(at, Timer::ShutDown(i));
         }
         Ok(self.instances[i].instance.clone())
+    }
+
+    /// Reboots the instance of `claim`: a running instance stays running
+    /// (billing goes on) and the reboot is counted ([`SimulatedCloud::reboots`]).
+    ///
+    /// # Errors
+    /// [`Error::NotFound`] when the claim has no running instance.
+    pub fn reboot(&mut self, claim: &str, now: Time) -> Result<Instance> {
+        self.observe(now);
+        match self.by_claim.get(claim) {
+            Some(&i) if self.instances[i].instance.state == InstanceState::Running => {
+                *self.reboots.entry(claim.to_string()).or_default() += 1;
+                Ok(self.instances[i].instance.clone())
+            }
+            _ => Err(Error::NotFound {
+                claim: claim.to_string(),
+            }),
+        }
+    }
+
+    /// How many times each claim's instance was rebooted.
+    pub fn reboots(&self) -> &std::collections::BTreeMap<String, u32> {
+        &self.reboots
     }
 
     /// The instance of `claim`, in any state.
@@ -904,6 +930,10 @@ impl CloudProvider for Mutex<SimulatedCloud> {
 
     async fn terminate(&self, claim: &str, now: Time) -> Result<Instance> {
         self.lock().map_err(|_| poisoned())?.terminate(claim, now)
+    }
+
+    async fn reboot(&self, claim: &str, now: Time) -> Result<Instance> {
+        self.lock().map_err(|_| poisoned())?.reboot(claim, now)
     }
 
     async fn describe(&self, claim: &str) -> Result<Option<Instance>> {

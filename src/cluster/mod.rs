@@ -4,6 +4,7 @@
 //! our own; nothing here talks to the API server.
 
 pub mod dra;
+pub mod gpu_use;
 pub mod node;
 pub mod pod;
 pub mod podgroups;

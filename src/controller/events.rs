@@ -49,6 +49,19 @@ pub mod reasons {
     pub const ANNOTATION_UNREADABLE: &str = "AnnotationUnreadable";
     /// The NodeClaim no longer matches its pool or node class.
     pub const DRIFTED: &str = "Drifted";
+    /// Repair rebooted the NodeClaim's instance.
+    pub const REBOOTED: &str = "Rebooted";
+    /// The cloud did not reboot the instance repair asked it to.
+    pub const REBOOT_FAILED: &str = "RebootFailed";
+    /// Repair replaces the NodeClaim's node (unhealthy, or still unhealthy
+    /// after a reboot).
+    pub const UNHEALTHY: &str = "Unhealthy";
+    /// A repair the NodeClaim's node is due for is held (do-not-repair,
+    /// the breaker, do-not-disrupt, the budgets).
+    pub const REPAIR_HELD: &str = "RepairHeld";
+    /// The pod's GPUs were busy less than the threshold over the read
+    /// window (DCGM).
+    pub const GPU_UNDERUSED: &str = "GPUUnderused";
     // On a ProvisioningRequest, the Event's reason is the condition's reason
     // (`CapacityIsProvisioned`, `CapacityIsNotFound`, ...), as set.
 }
@@ -415,6 +428,77 @@ impl Events {
             reasons::DRIFTED,
             "Replace",
             format!("{why}: the node is replaced within the pool's disruption budget"),
+            None,
+        )
+        .await
+    }
+
+    /// On a NodeClaim: repair rebooted its instance for `condition`.
+    pub async fn rebooted(&self, claim: &ObjectReference, condition: &str) {
+        self.report(
+            claim,
+            EventType::Normal,
+            reasons::REBOOTED,
+            "Repair",
+            format!("unhealthy ({condition}): instance rebooted; replaced if still unhealthy after the pool's rebootTimeout"),
+            None,
+        )
+        .await
+    }
+
+    /// On a NodeClaim: the cloud did not reboot its instance (`why`).
+    pub async fn reboot_failed(&self, claim: &ObjectReference, why: &str) {
+        self.report(
+            claim,
+            EventType::Warning,
+            reasons::REBOOT_FAILED,
+            "Repair",
+            format!("reboot failed: {why}"),
+            None,
+        )
+        .await
+    }
+
+    /// On a NodeClaim: its node is replaced for `condition` (`escalated`:
+    /// a reboot did not help).
+    pub async fn unhealthy(&self, claim: &ObjectReference, condition: &str, escalated: bool) {
+        let why = if escalated {
+            "still unhealthy after a reboot"
+        } else {
+            "unhealthy"
+        };
+        self.report(
+            claim,
+            EventType::Warning,
+            reasons::UNHEALTHY,
+            "Repair",
+            format!("{why} ({condition}): the node is replaced"),
+            None,
+        )
+        .await
+    }
+
+    /// On a NodeClaim: a repair it is due for is held (`why`).
+    pub async fn repair_held(&self, claim: &ObjectReference, condition: &str, why: &str) {
+        self.report(
+            claim,
+            EventType::Warning,
+            reasons::REPAIR_HELD,
+            "Repair",
+            format!("unhealthy ({condition}), repair held: {why}"),
+            None,
+        )
+        .await
+    }
+
+    /// On a pod: its GPUs are under-used (`note` says how much, over what).
+    pub async fn gpu_underused(&self, pod: &ObjectReference, note: &str) {
+        self.report(
+            pod,
+            EventType::Warning,
+            reasons::GPU_UNDERUSED,
+            "Measure",
+            note.to_string(),
             None,
         )
         .await

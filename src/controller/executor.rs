@@ -356,7 +356,8 @@ fn action_claim(a: &Action) -> &str {
         | Action::Uncordon { claim }
         | Action::RequestCheckpoint { claim, .. }
         | Action::Evict { claim, .. }
-        | Action::Delete { claim, .. } => claim,
+        | Action::Delete { claim, .. }
+        | Action::Reboot { claim, .. } => claim,
     }
 }
 
@@ -584,6 +585,8 @@ impl Executor<'_> {
                     Eviction::Gone => Ok(Outcome::Gone),
                 }
             }
+            // The cloud reboots: the loop hands these to it.
+            Action::Reboot { .. } => Ok(Outcome::Skipped("rebooted by the cloud")),
             Action::Delete { claim, reason } => {
                 self.api.delete_node_claim(claim).await.map_err(kube)?;
                 if let Some(n) = world.nodes.iter().find(|n| n.claim == *claim) {

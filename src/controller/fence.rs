@@ -4,8 +4,8 @@
 //! the two seams every effect goes through, whatever code path issued it:
 //! - [`layer`]: a [`kube::Client`] whose service refuses every
 //!   mutating request (anything but GET/HEAD/OPTIONS) while the flag is off;
-//! - [`Fenced`]: a [`CloudProvider`] that refuses `launch`, `terminate`
-//!   and `collect_unused_resources` while the flag is off, and forwards
+//! - [`Fenced`]: a [`CloudProvider`] that refuses `launch`, `terminate`,
+//!   `reboot` and `collect_unused_resources` while the flag is off, and forwards
 //!   every other method (they only read). Every method of the trait is
 //!   forwarded: a default left in place would silently answer for the
 //!   provider (a test checks the list against the trait).
@@ -73,8 +73,8 @@ pub fn layer(
     tower::filter::FilterLayer::new(predicate(leader, metrics))
 }
 
-/// A cloud whose writes (`launch`, `terminate`, `collect_unused_resources`)
-/// are refused with [`cloud::Error::NotReady`] while this replica does not
+/// A cloud whose writes (`launch`, `terminate`, `reboot`,
+/// `collect_unused_resources`) are refused with [`cloud::Error::NotReady`] while this replica does not
 /// lead; every other method is the inner cloud's.
 pub struct Fenced<C> {
     inner: C,
@@ -124,6 +124,11 @@ impl<C: CloudProvider + Send + Sync> CloudProvider for Fenced<C> {
     async fn terminate(&self, claim: &str, now: Time) -> cloud::Result<Instance> {
         self.check(claim, "terminate")?;
         self.inner.terminate(claim, now).await
+    }
+
+    async fn reboot(&self, claim: &str, now: Time) -> cloud::Result<Instance> {
+        self.check(claim, "reboot")?;
+        self.inner.reboot(claim, now).await
     }
 
     async fn terminate_instance(&self, instance: &Instance, now: Time) -> cloud::Result<()> {
@@ -202,6 +207,10 @@ mod tests {
             Ok(instance())
         }
         async fn terminate(&self, _: &str, _: Time) -> cloud::Result<Instance> {
+            self.writes.fetch_add(1, Ordering::SeqCst);
+            Ok(instance())
+        }
+        async fn reboot(&self, _: &str, _: Time) -> cloud::Result<Instance> {
             self.writes.fetch_add(1, Ordering::SeqCst);
             Ok(instance())
         }
@@ -294,12 +303,14 @@ mod tests {
         tx.send_replace(false);
         let launch = cloud.launch(&request(), &template, now).await;
         let terminate = cloud.terminate("gpu-abc", now).await;
+        let reboot = cloud.reboot("gpu-abc", now).await;
         let collect = cloud
             .collect_unused_resources(now, chrono::TimeDelta::zero())
             .await;
         for refused in [
             launch.map(|_| ()),
             terminate.map(|_| ()),
+            reboot.map(|_| ()),
             collect.map(|_| ()),
         ] {
             let err = refused.expect_err("refused");
@@ -310,7 +321,7 @@ mod tests {
             1,
             "no write reached the cloud"
         );
-        assert_eq!(metrics.actions_dropped.get(), 3);
+        assert_eq!(metrics.actions_dropped.get(), 4);
         assert_eq!(
             cloud.describe("gpu-abc").await.unwrap(),
             Some(instance()),

@@ -448,6 +448,47 @@ mod tests {
                 reason: "CapacityIsProvisioned".into(),
             })
             .inc();
+        // Repair and GPU use.
+        let pool_health = crate::metrics::health::PoolHealthLabels {
+            nodepool: "p".into(),
+        };
+        m.health
+            .repairs
+            .get_or_create(&crate::metrics::health::RepairLabels {
+                nodepool: "p".into(),
+                condition: "AcceleratedHardwareReady".into(),
+                action: "reboot".into(),
+            })
+            .inc();
+        m.health.reboot_failures.get_or_create(&pool_health).inc();
+        m.health
+            .held
+            .get_or_create(&crate::metrics::health::HeldLabels {
+                nodepool: "p".into(),
+                reason: "breaker".into(),
+            })
+            .set(1);
+        m.health.unhealthy_nodes.get_or_create(&pool_health).set(1);
+        m.health.breaker_open.get_or_create(&pool_health).set(1);
+        let gpu_pool = crate::metrics::gpu_use::PoolGpuLabels {
+            nodepool: "p".into(),
+        };
+        let g = &m.gpu_use;
+        g.utilization.get_or_create(&gpu_pool).set(0.5);
+        g.measured.get_or_create(&gpu_pool).set(8);
+        g.idle_hours.get_or_create(&gpu_pool).inc_by(0.5);
+        g.workload_utilization
+            .get_or_create(&crate::metrics::gpu_use::WorkloadGpuLabels {
+                namespace: "ml".into(),
+                workload: "train".into(),
+            })
+            .set(0.2);
+        g.read_ok.set(1);
+        let read = crate::metrics::gpu_use::ReadLabels {
+            reason: "timeout".into(),
+        };
+        g.read_failures.get_or_create(&read).inc();
+        g.series_dropped.get_or_create(&read).inc();
         m.decision_failures
             .get_or_create(&StepLabels {
                 step: "provisioning".into(),

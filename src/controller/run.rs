@@ -46,6 +46,8 @@ pub struct Settings {
     /// Instances with our tag and no NodeClaim older than this are
     /// terminated.
     pub gc_grace: Duration,
+    /// Reading GPU use from Prometheus (DCGM), when configured.
+    pub gpu_use: Option<super::gpu_use::GpuUseSettings>,
 }
 
 /// What the loop talks to, built by the `controller` command.
@@ -164,8 +166,13 @@ pub async fn run_watching<C: CloudProvider + Send + Sync + 'static>(
     }
     ctx.ready.store(true, Ordering::Release);
     tracing::info!("watches synced; deciding");
+    let gpu_use = settings.gpu_use.clone();
     let mut driver = Driver::new(ctx, settings, store.clone(), chrono::Utc::now());
     driver.events = Some(Events::new(client.clone(), std::env::var("POD_NAME").ok()));
+    if let Some(g) = gpu_use {
+        let readings = super::gpu_use::spawn_reader(&g, shutdown.clone())?;
+        driver.read_gpu_use(g, readings);
+    }
     driver.run(&shutdown).await;
     stop_watches();
     Ok(())
@@ -212,6 +219,11 @@ pub struct Driver<C> {
     unreadable: snapshot::UnreadableReports,
     /// The actions of this round's decision.
     decided: Vec<Action>,
+    /// What repair reported last (holds are reported when they change).
+    repair_reports: super::repair::RepairReports,
+    /// GPU use read from Prometheus, when configured
+    /// ([`Driver::read_gpu_use`]).
+    gpu_use: Option<super::gpu_use::GpuUseState>,
 }
 
 /// Seconds since the first call, on a monotonic clock: the planner's timer
@@ -233,6 +245,7 @@ fn action_kind(a: &Action) -> &'static str {
         Action::RequestCheckpoint { .. } => "checkpoint",
         Action::Evict { .. } => "evict",
         Action::Delete { .. } => "delete",
+        Action::Reboot { .. } => "reboot",
     }
 }
 
@@ -276,7 +289,19 @@ impl<C: CloudProvider + Send + Sync + 'static> Driver<C> {
             unplaceable: HashMap::new(),
             unreadable: Default::default(),
             decided: Vec::new(),
+            repair_reports: Default::default(),
+            gpu_use: None,
         }
+    }
+
+    /// Takes GPU use from `readings` (see `gpu_use::spawn_reader`) into
+    /// every round from now on.
+    pub fn read_gpu_use(
+        &mut self,
+        settings: super::gpu_use::GpuUseSettings,
+        readings: watch::Receiver<Option<Arc<super::gpu_use::Reading>>>,
+    ) {
+        self.gpu_use = Some(super::gpu_use::GpuUseState::new(settings, readings));
     }
 
     /// Runs the core on a blocking thread (the planner may take seconds on
@@ -549,6 +574,10 @@ impl<C: CloudProvider + Send + Sync + 'static> Driver<C> {
         self.steps.retain(&present);
         let mut parts = parts;
         self.checkpoint_bookkeeping(&mut parts, now);
+        if let Some(g) = &mut self.gpu_use {
+            let events = self.events.as_ref().filter(|_| *self.ctx.leader.borrow());
+            g.round(&mut parts, &self.ctx.metrics, events, now).await;
+        }
         // ProvisioningRequests: stand-ins to plan, room to hold.
         let unplaceable: HashMap<String, String> = self
             .core
@@ -616,6 +645,7 @@ impl<C: CloudProvider + Send + Sync + 'static> Driver<C> {
             )
             .await;
             self.execute(&actions, &world, nodes_by_claim, now).await;
+            self.carry_out_repairs(&actions, now).await;
             self.start_steps(pending_work, &parts, now);
             self.write_drift(&world, now).await;
             self.update_pool_statuses(&catalog, now).await;
@@ -689,6 +719,39 @@ impl<C: CloudProvider + Send + Sync + 'static> Driver<C> {
                 _ => {}
             }
         }
+    }
+
+    /// Reboots through the cloud what repair asks and reports the round's
+    /// repairs and holds ([`super::repair::RepairReports::carry_out`]),
+    /// with the views of the claims repair names.
+    async fn carry_out_repairs(&mut self, actions: &[Action], now: Time) {
+        let repairs = self.core.repairs();
+        let mut named: std::collections::BTreeSet<&str> = repairs
+            .decisions()
+            .iter()
+            .map(|d| d.claim.as_str())
+            .collect();
+        named.extend(repairs.held().iter().map(|h| h.claim.as_str()));
+        named.extend(actions.iter().filter_map(|a| match a {
+            Action::Reboot { claim, .. } => Some(claim.as_str()),
+            _ => None,
+        }));
+        let views: Vec<ClaimView> = self.store.read(|s| {
+            named
+                .iter()
+                .filter_map(|n| s.claims.get(*n))
+                .map(|c| s.claim_view(c))
+                .collect()
+        });
+        let repair = super::repair::RepairContext {
+            api: &self.ctx.api,
+            cloud: &*self.ctx.cloud,
+            metrics: &self.ctx.metrics,
+            events: self.events.as_ref(),
+        };
+        self.repair_reports
+            .carry_out(&repair, repairs, actions, &views, now)
+            .await;
     }
 
     /// Starts a lifecycle step for each claim that has one to take and no
@@ -884,6 +947,9 @@ impl<C: CloudProvider + Send + Sync + 'static> Driver<C> {
                             pool.status.as_ref(),
                             now,
                         );
+                    }
+                    if let Some(known) = self.gpu_use.as_ref().and_then(|g| g.condition()) {
+                        status::set_gpu_use_known(&mut new, known, pool.status.as_ref(), now);
                     }
                     // The Event is said when the problem is new, not at
                     // every later change of the status.

@@ -182,6 +182,24 @@ pub fn hold_not_ready(pool: &mut NodePool, why: &str, now: Time) {
     status.conditions.push(ready);
 }
 
+/// Sets the pool's `GPUUseKnown` condition (`controller::gpu_use`):
+/// whether GPU use was read, and why not. The transition time follows
+/// `previous` as in [`node_pool_status`].
+pub fn set_gpu_use_known(
+    status: &mut NodePoolStatus,
+    (ok, reason, message): (bool, &str, &str),
+    previous: Option<&NodePoolStatus>,
+    now: Time,
+) {
+    let old = previous
+        .map(|s| s.conditions.as_slice())
+        .unwrap_or_default();
+    let type_ = super::gpu_use::CONDITION;
+    let c = condition(old, type_, ok, reason, message, None, now);
+    status.conditions.retain(|c| c.type_ != type_);
+    status.conditions.push(c);
+}
+
 /// Whether `new` differs from what the pool shows (so it is worth a patch).
 pub fn status_changed(current: Option<&NodePoolStatus>, new: &NodePoolStatus) -> bool {
     current != Some(new)

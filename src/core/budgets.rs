@@ -16,7 +16,8 @@ use super::prewarm::first_start_after;
 use super::time::{after, before};
 use super::Time;
 use crate::api::{
-    parse_cron, parse_duration, Budget, BudgetNodes, DurationError, NodePool, ScheduleError,
+    parse_cron, parse_duration, Budget, BudgetNodes, BudgetReason, DurationError, NodePool,
+    ScheduleError,
 };
 use chrono::Utc;
 use std::time::Duration;
@@ -73,6 +74,7 @@ pub type Result<T, E = Error> = std::result::Result<T, E>;
 /// A budget, parsed.
 struct Parsed {
     nodes: BudgetNodes,
+    reasons: Vec<BudgetReason>,
     window: Option<(cron::Schedule, Duration)>,
 }
 
@@ -105,7 +107,11 @@ impl Parsed {
                 })
             }
         };
-        Ok(Parsed { nodes, window })
+        Ok(Parsed {
+            nodes,
+            window,
+            reasons: b.reasons.clone(),
+        })
     }
 
     /// The start of the scheduled occurrence active at `now`; `None` when
@@ -169,6 +175,29 @@ pub fn allowed_disruptions(
     Ok(allowed.saturating_sub(disrupting_now))
 }
 
+/// [`allowed_disruptions`] for one kind of disruption: only the active
+/// budgets that limit `reason` (those naming it in `reasons`, and those
+/// naming none) count.
+///
+/// # Errors
+///
+/// [`Error`] for the first budget that cannot be read.
+pub fn allowed_disruptions_for(
+    pool: &NodePool,
+    reason: BudgetReason,
+    nodes_in_pool: u32,
+    disrupting_now: u32,
+    now: Time,
+) -> Result<u32> {
+    let allowed = parse_all(pool)?
+        .into_iter()
+        .filter(|b| b.active(now) && (b.reasons.is_empty() || b.reasons.contains(&reason)))
+        .map(|b| b.nodes.allowed(nodes_in_pool))
+        .min()
+        .unwrap_or(u32::MAX);
+    Ok(allowed.saturating_sub(disrupting_now))
+}
+
 /// The next instant after `now` at which one of the pool's scheduled
 /// budgets becomes active or inactive; `None` when none ever will.
 ///
@@ -202,6 +231,7 @@ mod tests {
             nodes: nodes.into(),
             schedule: window.map(|(s, _)| s.to_string()),
             duration: window.map(|(_, d)| d.to_string()),
+            reasons: Vec::new(),
         }
     }
 
@@ -273,6 +303,31 @@ mod tests {
         assert_eq!(allowed_disruptions(&p, 40, 2, now).unwrap(), 1);
         let new_year = Utc.with_ymd_and_hms(2027, 1, 1, 0, 30, 0).unwrap();
         assert_eq!(allowed_disruptions(&p, 40, 0, new_year).unwrap(), 1);
+    }
+
+    #[test]
+    fn a_budget_naming_reasons_limits_only_those() {
+        let only_drift = Budget {
+            reasons: vec![BudgetReason::Drifted],
+            ..budget("0", None)
+        };
+        let p = pool(vec![budget("50%", None), only_drift]);
+        let now = utc(23, 12, 0);
+        let allowed = |r| allowed_disruptions_for(&p, r, 10, 0, now).unwrap();
+        assert_eq!(allowed(BudgetReason::Drifted), 0);
+        assert_eq!(allowed(BudgetReason::Unhealthy), 5);
+        assert_eq!(allowed(BudgetReason::Empty), 5);
+        // Without a reason, every budget counts.
+        assert_eq!(allowed_disruptions(&p, 10, 0, now).unwrap(), 0);
+        let none = pool(vec![Budget {
+            reasons: vec![BudgetReason::Empty],
+            ..budget("1", None)
+        }]);
+        assert_eq!(
+            allowed_disruptions_for(&none, BudgetReason::Unhealthy, 10, 0, now).unwrap(),
+            u32::MAX,
+            "no budget limits repair: unbounded"
+        );
     }
 
     #[test]

@@ -275,6 +275,8 @@ mod tests {
             do_not_disrupt: false,
             drifted: None,
             disrupted: false,
+            health: Default::default(),
+            gpu_idle_since: None,
             expire_after: None,
             termination_grace: None,
         }

@@ -130,6 +130,8 @@ pub struct Core {
     last_plan: Option<PlanReport>,
     /// Checkpoint requests paced by spot risk.
     cadence: Cadence,
+    /// Repair of unhealthy nodes.
+    repairs: super::repair::Repairs,
     /// The batch cap, fair across rounds.
     batch_cap: super::batch::BatchCap,
     /// Appended (`-{tag}`) to the names of the claims provisioning makes
@@ -166,6 +168,7 @@ impl Core {
             solve_clock: None,
             last_plan: None,
             cadence: Cadence::default(),
+            repairs: super::repair::Repairs::new(),
             batch_cap: Default::default(),
             claim_tag: String::new(),
             retries: super::retry::Retries::new(config.retry.clone()),
@@ -214,10 +217,18 @@ impl Core {
         self.last_plan.as_ref()
     }
 
-    /// The voluntary disruptions (consolidation, drift replacement) the
-    /// last [`Core::decide`] started, for the drivers' metrics.
+    /// The voluntary disruptions (consolidation, drift replacement, repair
+    /// replacement) the last [`Core::decide`] started, for the drivers'
+    /// metrics.
     pub fn disruption_decisions(&self) -> &[DisruptionDecision] {
         self.consolidation.decisions()
+    }
+
+    /// Repair's state after the last [`Core::decide`]: the repairs it
+    /// started and held, and each pool's health, for the drivers' Events,
+    /// conditions and metrics.
+    pub fn repairs(&self) -> &super::repair::Repairs {
+        &self.repairs
     }
 
     /// A notice from the cloud. An interruption is also evidence for that
@@ -363,6 +374,18 @@ impl Core {
             let busy = |claim: &str| interruptions.is_handling(claim);
             actions.extend(self.cadence.decide(world, now, &busy));
         }
+        // Repair before consolidation: it hands over the nodes to replace.
+        let mut repairs = Vec::new();
+        if run("repair") {
+            self.enter("repair");
+            let (interruptions, consolidation) = (&self.interruptions, &self.consolidation);
+            let busy = |c: &str| interruptions.is_handling(c) || consolidation.is_disrupting(c);
+            let (repair_actions, orders) =
+                self.repairs
+                    .decide(world, now, &super::repair::Context { busy: &busy });
+            actions.extend(repair_actions);
+            repairs = orders;
+        }
         if run("consolidation") {
             self.enter("consolidation");
             let leads: BTreeMap<&str, std::time::Duration> = world
@@ -388,10 +411,14 @@ impl Core {
                     .get(&offering_key(o))
                     .copied()
             };
+            let repairing = &self.repairs;
+            let rebooting = |c: &str| repairing.is_rebooting(c);
             let ctx = consolidation::Context {
                 interruptions: &self.interruptions,
                 protected: &protected,
                 learned_rate: Some(&learned),
+                rebooting: &rebooting,
+                repairs: &repairs,
             };
             actions.extend(self.consolidation.decide_in(world, now, &ctx));
         }
@@ -433,6 +460,7 @@ impl Core {
             self.consolidation.next_deadline(),
             self.gangs.next_deadline(),
             self.cadence.next_deadline(),
+            self.repairs.next_deadline(),
             self.retries.next_deadline(),
             super::interruption::next_reservation_ending(world, now, lead),
         ]
@@ -751,6 +779,8 @@ impl ManagedNode {
             do_not_disrupt: false,
             drifted: None,
             disrupted: false,
+            health: Default::default(),
+            gpu_idle_since: None,
             expire_after: None,
             termination_grace: None,
         }

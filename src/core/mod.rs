@@ -21,6 +21,7 @@ pub mod gang_launch;
 pub mod interruption;
 pub mod prewarm;
 pub mod provisioning;
+pub mod repair;
 pub mod retry;
 pub mod termination;
 pub mod time;
@@ -105,6 +106,14 @@ pub struct ManagedNode {
     /// its finalizer's): a disruption of ours started on it. One that no
     /// in-memory drain owns was lost with a restarted controller.
     pub disrupted: bool,
+    /// What the node's conditions (and DCGM) say of its health, for repair
+    /// ([`repair`]); empty where nothing is known.
+    pub health: repair::Health,
+    /// Since when every GPU of the node has been idle, as DCGM reports
+    /// (filled by the driver from a fresh reading only; `None` when busy or
+    /// not known), for pools that consolidate idle GPU nodes
+    /// (`disruption.consolidateIdleGpusAfter`).
+    pub gpu_idle_since: Option<Time>,
     /// How long it may live (its claim's `expireAfter`: its pool's when it
     /// was launched); `None`: forever. An older node is replaced
     /// (`consolidation::expired`).
@@ -209,6 +218,9 @@ pub enum DisruptionReason {
     /// Launched for an EFA gang another member of which failed to launch:
     /// released so that the gang is planned again whole.
     GangLaunchFailed,
+    /// Unhealthy past its pool's repair policy (or still unhealthy after a
+    /// reboot): replaced, new node first where the pool can stage one.
+    Unhealthy,
     /// A scheduled change (instance retirement, stop, reboot, maintenance)
     /// is coming: drained before it starts.
     ScheduledChange,
@@ -227,6 +239,7 @@ impl fmt::Display for DisruptionReason {
             DisruptionReason::Terminated => "instance terminated",
             DisruptionReason::Drifted => "drifted",
             DisruptionReason::GangLaunchFailed => "another member of its gang failed to launch",
+            DisruptionReason::Unhealthy => "unhealthy",
             DisruptionReason::ScheduledChange => "scheduled maintenance",
             DisruptionReason::Expired => "expired",
         })
@@ -248,20 +261,42 @@ impl DisruptionReason {
             DisruptionReason::Terminated => "instance_terminated",
             DisruptionReason::Drifted => "drifted",
             DisruptionReason::GangLaunchFailed => "gang_launch_failed",
+            DisruptionReason::Unhealthy => "unhealthy",
             DisruptionReason::ScheduledChange => "scheduled_change",
             DisruptionReason::Expired => "expired",
+        }
+    }
+
+    /// The budgets' name for a voluntary disruption (`spec.disruption.budgets[].reasons`);
+    /// `None` for the involuntary ones, which no budget limits.
+    pub fn budget_reason(self) -> Option<crate::api::BudgetReason> {
+        use crate::api::BudgetReason as B;
+        match self {
+            DisruptionReason::Empty => Some(B::Empty),
+            DisruptionReason::Underutilized => Some(B::Underutilized),
+            DisruptionReason::Drifted => Some(B::Drifted),
+            DisruptionReason::Unhealthy => Some(B::Unhealthy),
+            DisruptionReason::Interrupted
+            | DisruptionReason::Rebalance
+            | DisruptionReason::Terminated
+            | DisruptionReason::GangLaunchFailed
+            | DisruptionReason::ScheduledChange
+            // Budgets do not hold an expired node back (Karpenter v1).
+            | DisruptionReason::Expired => None,
         }
     }
 }
 
 /// A disruption [`Core::decide`] started (consolidation, drift replacement,
-/// or the forceful replacement of an expired node): which nodes go, why,
+/// repair's replacement of an unhealthy node, or the forceful replacement
+/// of an expired node): which nodes go, why,
 /// and the claims launched to take their pods. Data for the drivers'
 /// metrics; the actions carry it out.
 #[derive(Debug, Clone, PartialEq)]
 pub struct DisruptionDecision {
     /// Why: [`DisruptionReason::Empty`], [`DisruptionReason::Underutilized`],
-    /// [`DisruptionReason::Drifted`] or [`DisruptionReason::Expired`].
+    /// [`DisruptionReason::Drifted`], [`DisruptionReason::Unhealthy`] or
+    /// [`DisruptionReason::Expired`].
     pub reason: DisruptionReason,
     /// The claims to remove (several empty nodes go in one decision).
     pub claims: Vec<String>,
@@ -331,6 +366,14 @@ pub enum Action {
         /// Why.
         reason: DisruptionReason,
     },
+    /// Reboot the node's instance (repair): its pods stay bound and are
+    /// restarted by the kubelet when it is back.
+    Reboot {
+        /// NodeClaim.
+        claim: String,
+        /// The unhealthy condition, as `Type=Status (Reason)`.
+        condition: String,
+    },
 }
 
 impl fmt::Display for Action {
@@ -360,6 +403,9 @@ impl fmt::Display for Action {
             ),
             Action::Evict { pod, claim } => write!(f, "evict {pod} from {claim}"),
             Action::Delete { claim, reason } => write!(f, "delete {claim} ({reason})"),
+            Action::Reboot { claim, condition } => {
+                write!(f, "reboot {claim} (unhealthy: {condition})")
+            }
         }
     }
 }

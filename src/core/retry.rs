@@ -74,7 +74,9 @@ struct Key {
 
 fn key(a: &Action) -> Option<Key> {
     let (kind, claim, pod) = match a {
-        Action::Launch(_) => return None,
+        // A reboot is the cloud's: repair decides again while the node
+        // stays unhealthy.
+        Action::Launch(_) | Action::Reboot { .. } => return None,
         Action::Cordon { claim, .. } => ("cordon", claim, None),
         Action::Uncordon { claim } => ("uncordon", claim, None),
         Action::RequestCheckpoint { pod, claim, .. } => ("checkpoint", claim, Some(pod)),

@@ -15,6 +15,7 @@ pub mod greedy;
 pub mod limits;
 pub mod mip;
 pub mod pack;
+pub mod rightsize;
 pub mod risk;
 pub mod workload;
 

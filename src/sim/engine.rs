@@ -662,6 +662,8 @@ impl<'a> Engine<'a> {
                 let _ = self.cloud.terminate(&claim, now);
                 self.remove_node(&claim, now);
             }
+            // Node faults are not simulated yet: nothing to reboot.
+            Action::Reboot { .. } => {}
         }
     }
 

@@ -178,6 +178,13 @@ impl CloudProvider for Cloud {
         Ok(i)
     }
 
+    async fn reboot(&self, claim: &str, now: Time) -> cloud::Result<Instance> {
+        self.alive()?;
+        let i = self.inner.reboot(claim, now).await?;
+        self.effect()?;
+        Ok(i)
+    }
+
     async fn describe(&self, claim: &str) -> cloud::Result<Option<Instance>> {
         self.alive()?;
         self.inner.describe(claim).await
@@ -204,6 +211,7 @@ pub fn settings() -> Settings {
         launch_timeout: Duration::from_secs(300),
         registration_timeout: Duration::from_secs(600),
         gc_grace: Duration::from_secs(120),
+        gpu_use: None,
     }
 }
 

@@ -8,7 +8,7 @@
 
 use aws_config::{BehaviorVersion, Region, SdkConfig};
 use aws_sdk_ec2::config::{Credentials, SharedCredentialsProvider};
-use std::net::{TcpListener, TcpStream};
+use std::net::TcpStream;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
@@ -31,10 +31,7 @@ impl Moto {
                 child: None,
             };
         }
-        let port = TcpListener::bind("127.0.0.1:0")
-            .and_then(|l| l.local_addr())
-            .expect("a free loopback port")
-            .port();
+        let port = super::free_port();
         let script = concat!(env!("CARGO_MANIFEST_DIR"), "/scripts/moto-server");
         let child = Command::new(script)
             .args(["start", &port.to_string()])

@@ -11,8 +11,8 @@ use super::{metadata, without_defaults, AWS_GROUP};
 use crate::api::common::{Operator, Taint, TaintEffect};
 use crate::api::nodeclass::{NodeClassReference, NODE_CLASS_KIND};
 use crate::api::nodepool::{
-    Budget, ConsolidationPolicy, Disruption, NodeClaimTemplate, NodeClaimTemplateSpec, NodePool,
-    NodePoolSpec, TemplateMetadata,
+    Budget, BudgetReason, ConsolidationPolicy, Disruption, NodeClaimTemplate,
+    NodeClaimTemplateSpec, NodePool, NodePoolSpec, TemplateMetadata,
 };
 use crate::api::validate::{label_restriction, WELL_KNOWN_LABELS};
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
@@ -23,8 +23,12 @@ use std::collections::BTreeMap;
 pub const KARPENTER_EXPIRE_AFTER: &str = "720h";
 /// Karpenter's `consolidateAfter` when a pool leaves `disruption` unset.
 pub const KARPENTER_CONSOLIDATE_AFTER: &str = "0s";
-/// Karpenter's disruption reasons a budget may name.
-const REASONS: &[&str] = &["Underutilized", "Empty", "Drifted"];
+/// Karpenter's disruption reasons a budget may name, and ours for each.
+const REASONS: &[(&str, BudgetReason)] = &[
+    ("Underutilized", BudgetReason::Underutilized),
+    ("Empty", BudgetReason::Empty),
+    ("Drifted", BudgetReason::Drifted),
+];
 
 /// Our NodePool for a Karpenter one, as a value without the fields
 /// Karpenter has no word for left at their defaults.
@@ -317,20 +321,35 @@ fn budget(v: &Value, path: &str, notes: &mut Notes) -> Budget {
     out.duration = f.string("duration", notes);
     if let Some(reasons) = f.take("reasons") {
         let path = f.at("reasons");
-        let named: Vec<String> = match reasons {
+        let named: Vec<(String, String)> = match reasons {
             Value::Array(items) => items
                 .iter()
                 .enumerate()
-                .filter_map(|(i, r)| as_string(r, &index(&path, i), notes))
+                .filter_map(|(i, r)| {
+                    let at = index(&path, i);
+                    as_string(r, &at, notes).map(|s| (s, at))
+                })
                 .collect(),
-            other => as_string(other, &path, notes).into_iter().collect(),
+            other => as_string(other, &path, notes)
+                .map(|s| (s, path.clone()))
+                .into_iter()
+                .collect(),
         };
-        let every = named.is_empty() || REASONS.iter().all(|r| named.iter().any(|n| n == r));
-        if !every {
-            notes.lost(
-                &path,
-                format!("Quartermaster's budgets hold for every voluntary disruption: this budget (nodes {}) now also limits what it did not name ({}), never less than Karpenter did; split the pool if the difference matters", out.nodes, REASONS.iter().filter(|r| !named.iter().any(|n| n == *r)).copied().collect::<Vec<_>>().join(", ")),
-            );
+        for (name, at) in named {
+            match REASONS.iter().find(|(k, _)| *k == name) {
+                Some((_, r)) => out.reasons.push(*r),
+                None => notes.lost(
+                    &at,
+                    format!(
+                        "{name:?} is not one of Karpenter's budget reasons ({}): left out",
+                        REASONS
+                            .iter()
+                            .map(|(k, _)| *k)
+                            .collect::<Vec<_>>()
+                            .join(", ")
+                    ),
+                ),
+            }
         }
     }
     f.finish(notes);
@@ -387,7 +406,7 @@ spec:
     budgets:
       - nodes: "20%"
       - {nodes: "0", schedule: "0 9 * * 1-5", duration: 8h, reasons: [Drifted]}
-      - {nodes: 1, reasons: [Empty, Drifted, Underutilized]}
+      - {nodes: 1, reasons: [Empty, Drifted, Underutilized, Restarted]}
   template:
     metadata:
       labels: {team: ml, karpenter.k8s.aws/instance-family: p5}
@@ -414,7 +433,16 @@ spec:
         let b = &s.disruption.budgets;
         assert_eq!(b.len(), 3);
         assert_eq!(b[1].schedule.as_deref(), Some("0 9 * * 1-5"));
+        assert_eq!(b[1].reasons, [BudgetReason::Drifted]);
         assert_eq!(b[2].nodes, "1");
+        assert_eq!(
+            b[2].reasons,
+            [
+                BudgetReason::Empty,
+                BudgetReason::Drifted,
+                BudgetReason::Underutilized
+            ]
+        );
         let t = &s.template;
         assert_eq!(
             t.metadata.labels,
@@ -444,7 +472,7 @@ spec:
                     NoteKind::Info
                 ),
                 (
-                    "spec.disruption.budgets[1].reasons".to_string(),
+                    "spec.disruption.budgets[2].reasons[3]".to_string(),
                     NoteKind::NotCarried
                 ),
             ]

@@ -37,6 +37,14 @@ pub struct Disruption {
     #[serde(default = "default_budgets")]
     #[schemars(length(max = 50))]
     pub budgets: Vec<Budget>,
+    /// Consolidate a node whose GPUs have all been idle (as DCGM reports,
+    /// read from Prometheus) for this long, even though pods run on it
+    /// (Go duration, e.g. `2h`): its pods are asked to checkpoint and
+    /// evicted within the budgets (for `Underutilized`) and the node is
+    /// removed; pods that come back are planned as usual. Unset: never.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(regex(pattern = DURATION_PATTERN), length(max = 32))]
+    pub consolidate_idle_gpus_after: Option<String>,
 }
 
 impl Default for Disruption {
@@ -45,6 +53,7 @@ impl Default for Disruption {
             consolidation_policy: ConsolidationPolicy::default(),
             consolidate_after: default_consolidate_after(),
             budgets: default_budgets(),
+            consolidate_idle_gpus_after: None,
         }
     }
 }
@@ -68,6 +77,18 @@ impl Disruption {
             return Ok(None);
         }
         parse_duration(&self.consolidate_after).map(Some)
+    }
+
+    /// `consolidateIdleGpusAfter` parsed: `None` when unset.
+    ///
+    /// # Errors
+    ///
+    /// [`DurationError`] when it is not a duration.
+    pub fn idle_gpus_after(&self) -> Result<Option<Duration>, DurationError> {
+        self.consolidate_idle_gpus_after
+            .as_deref()
+            .map(parse_duration)
+            .transpose()
     }
 }
 
@@ -95,6 +116,11 @@ pub struct Budget {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(regex(pattern = DURATION_PATTERN), length(max = 32))]
     pub duration: Option<String>,
+    /// The disruptions the budget limits (Karpenter's `reasons`, plus
+    /// `Unhealthy` for repair); unset or empty: all of them.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = 4))]
+    pub reasons: Vec<BudgetReason>,
 }
 
 impl Default for Budget {
@@ -103,6 +129,42 @@ impl Default for Budget {
             nodes: default_budget_nodes(),
             schedule: None,
             duration: None,
+            reasons: Vec::new(),
+        }
+    }
+}
+
+impl Budget {
+    /// Whether the budget limits disruptions for `reason`.
+    pub fn applies_to(&self, reason: BudgetReason) -> bool {
+        self.reasons.is_empty() || self.reasons.contains(&reason)
+    }
+}
+
+/// A voluntary disruption a budget may be limited to.
+#[derive(
+    Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, JsonSchema,
+)]
+pub enum BudgetReason {
+    /// Removing empty nodes.
+    Empty,
+    /// Removing or replacing nodes whose pods fit elsewhere or on a
+    /// cheaper node.
+    Underutilized,
+    /// Replacing nodes that no longer match their pool or node class.
+    Drifted,
+    /// Rebooting or replacing unhealthy nodes (repair).
+    Unhealthy,
+}
+
+impl BudgetReason {
+    /// The API's spelling.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            BudgetReason::Empty => "Empty",
+            BudgetReason::Underutilized => "Underutilized",
+            BudgetReason::Drifted => "Drifted",
+            BudgetReason::Unhealthy => "Unhealthy",
         }
     }
 }

@@ -627,3 +627,35 @@ fn expire_after_takes_a_duration_or_never() {
         "or Never",
     );
 }
+
+#[test]
+fn repair_rules_need_reason_patterns_that_compile_and_durations_that_read() {
+    expect_valid(
+        "repair: {conditions: [{type: AcceleratedHardwareReady, status: 'False', reasonPattern: '^NvidiaXID(48|79)Error$', tolerationDuration: 5m, action: Reboot}], maxUnhealthy: '3', rebootTimeout: 20m}",
+    );
+    expect_error(
+        "repair: {conditions: [{type: Gpu, status: 'False', reasonPattern: 'Xid(', tolerationDuration: 5m}]}",
+        "spec.repair.conditions[0].reasonPattern",
+        "not a regular expression",
+    );
+    expect_error(
+        "repair: {conditions: [{type: Gpu, status: 'False', tolerationDuration: 5 minutes}]}",
+        "spec.repair.conditions[0].tolerationDuration",
+        "invalid duration",
+    );
+    expect_error(
+        "repair: {maxUnhealthy: lots}",
+        "spec.repair.maxUnhealthy",
+        "neither",
+    );
+    expect_error(
+        "repair: {rebootTimeout: soon}",
+        "spec.repair.rebootTimeout",
+        "invalid duration",
+    );
+}
+
+#[test]
+fn a_budget_may_name_the_disruptions_it_limits() {
+    expect_valid("disruption: {budgets: [{nodes: '0', reasons: [Unhealthy, Drifted]}]}");
+}

@@ -1002,6 +1002,28 @@ impl CloudProvider for AwsCloud {
         Ok(instance)
     }
 
+    /// `RebootInstances` on the claim's running instance (the policy
+    /// allows it on our cluster's instances only).
+    async fn reboot(&self, claim: &str, _now: Time) -> Result<Instance> {
+        let running = self
+            .of_claim(claim)
+            .await?
+            .into_iter()
+            .find(|i| i.state == InstanceState::Running)
+            .ok_or_else(|| Error::NotFound {
+                claim: claim.to_string(),
+            })?;
+        let id = crate::cloud::instance_id_of(&running.provider_id).to_string();
+        self.ec2
+            .reboot_instances()
+            .instance_ids(&id)
+            .send()
+            .await
+            .map_err(|e| step("RebootInstances", claim).sdk_error(&e))?;
+        tracing::info!(claim, instance = id, "rebooting");
+        Ok(running)
+    }
+
     /// Terminates that instance alone (a double of its claim's).
     async fn terminate_instance(&self, instance: &Instance, _now: Time) -> Result<()> {
         let id = crate::cloud::instance_id_of(&instance.provider_id).to_string();

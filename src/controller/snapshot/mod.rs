@@ -388,6 +388,18 @@ pub fn world_parts(
             m.disrupted = !deleting && node.has_taint(l::TAINT_DISRUPTED);
             m.state.unschedulable |= node.unschedulable || m.disrupted;
             m.do_not_disrupt = node.do_not_disrupt;
+            m.health = crate::core::repair::Health {
+                signals: node.conditions.clone(),
+                do_not_repair: node.do_not_repair
+                    || claim
+                        .metadata
+                        .annotations
+                        .as_ref()
+                        .is_some_and(l::do_not_repair),
+                rebooted_at: status
+                    .condition(conditions::REBOOTED)
+                    .and_then(|c| to_chrono(&c.last_transition_time)),
+            };
             // The devices its DRA drivers publish count once it is ready;
             // those allocated claims take are used.
             let (published, taken) = s.dra.node_devices(&node.name);

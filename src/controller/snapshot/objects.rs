@@ -189,6 +189,11 @@ pub struct NodeInfo {
     pub allocatable: Resources,
     /// The node carries `quartermaster.dev/do-not-disrupt`.
     pub do_not_disrupt: bool,
+    /// The node carries `quartermaster.dev/do-not-repair`.
+    pub do_not_repair: bool,
+    /// Its conditions, as repair reads them (one without a transition time
+    /// never becomes eligible for repair: no decision on missing data).
+    pub conditions: Vec<crate::core::repair::Signal>,
     /// `metadata.resourceVersion`: the precondition of our node patches.
     pub resource_version: Option<String>,
 }
@@ -407,6 +412,21 @@ impl NodeInfo {
             .into_iter()
             .flatten()
             .any(|c| c.type_ == "Ready" && c.status == "True");
+        let conditions = status
+            .and_then(|s| s.conditions.as_ref())
+            .into_iter()
+            .flatten()
+            .map(|c| crate::core::repair::Signal {
+                type_: c.type_.clone(),
+                status: c.status.clone(),
+                reason: c.reason.clone().unwrap_or_default(),
+                since: c
+                    .last_transition_time
+                    .as_ref()
+                    .and_then(to_chrono)
+                    .unwrap_or(chrono::DateTime::<chrono::Utc>::MAX_UTC),
+            })
+            .collect();
         let allocatable = status
             .and_then(|s| s.allocatable.as_ref())
             .map(|a| {
@@ -429,6 +449,8 @@ impl NodeInfo {
             ready,
             allocatable,
             do_not_disrupt: l::do_not_disrupt(node.annotations()),
+            do_not_repair: l::do_not_repair(node.annotations()),
+            conditions,
             resource_version: node.metadata.resource_version.clone(),
         }
     }

@@ -12,7 +12,7 @@ use super::{
     blocked, daemonset_overhead, real_pods, replacement_name, request_for, Consolidation,
     Disrupting, Round,
 };
-use crate::api::NodePool;
+use crate::api::{BudgetReason, NodePool};
 use crate::cluster::{Pod, Pool};
 use crate::core::{Action, ClaimRequest, DisruptionDecision, DisruptionReason, ManagedNode};
 use crate::plan;
@@ -41,11 +41,11 @@ impl Consolidation {
             };
             let budget = left
                 .entry(n.nodepool.as_str())
-                .or_insert_with(|| self.allowed(r, pool));
+                .or_insert_with(|| self.allowed(r, pool, BudgetReason::Drifted));
             if *budget == 0 {
                 continue;
             }
-            let Some(launches) = self.replacements_for(r, n, pool) else {
+            let Some(launches) = self.replacements_for(r, n, pool, false) else {
                 continue;
             };
             *budget -= 1;
@@ -81,15 +81,16 @@ impl Consolidation {
         );
     }
 
-    /// Whether a drifted node may be replaced now: ready, not held by
-    /// `do-not-disrupt` or a PDB, not cordoned, not under interruption
-    /// handling, not protected, not being removed already.
-    fn may_replace(&self, r: &Round, n: &ManagedNode) -> bool {
+    /// Whether a drifted (or idle) node may be removed now: ready, not held
+    /// by `do-not-disrupt` or a PDB, not cordoned, not under interruption
+    /// handling or a reboot, not protected, not being removed already.
+    pub(super) fn may_replace(&self, r: &Round, n: &ManagedNode) -> bool {
         n.ready_at.is_some()
             && !n.state.in_flight
             && !n.do_not_disrupt
             && !n.state.unschedulable
             && !r.ctx.interruptions.is_handling(&n.claim)
+            && !(r.ctx.rebooting)(&n.claim)
             && !self.disrupting.contains_key(&n.claim)
             && !blocked(r, n)
             && !(r.ctx.protected)(n)
@@ -98,12 +99,15 @@ impl Consolidation {
     /// The launches that make room for the node's real pods: none when they
     /// fit on the other ready, undrifted nodes that stay; else the planner's
     /// new nodes from the node's pool. `None` when some pod would have no
-    /// place (the node then stays until it has).
+    /// place (the node then stays until it has). With `counted`, the node
+    /// itself still counts against its pool's limits while its
+    /// replacements are planned (it runs until they are ready).
     pub(super) fn replacements_for(
         &self,
         r: &Round,
         n: &ManagedNode,
         pool: &NodePool,
+        counted: bool,
     ) -> Option<Vec<ClaimRequest>> {
         let pods: Vec<Pod> = real_pods(n).cloned().collect();
         let others = self.destinations(r, n);
@@ -119,7 +123,13 @@ impl Consolidation {
         }
         let pools = [Pool::from_api(pool, daemonset_overhead(n)).ok()?];
         let unavailable = |o: &crate::catalog::Offering| r.ctx.interruptions.blocks(o, r.now);
-        let p = self.plan_moves(r, &pools, &others, &pods, &unavailable);
+        let mut nodes = others;
+        if counted {
+            let mut me = n.state.clone();
+            me.unschedulable = true;
+            nodes.push(me);
+        }
+        let p = self.plan_moves(r, &pools, &nodes, &pods, &unavailable);
         if !p.unschedulable.is_empty() {
             return None;
         }
@@ -146,6 +156,7 @@ mod tests {
     use crate::api::Budget;
     use crate::core::drift::Drift;
     use crate::core::interruption::fixtures::launches;
+    use crate::core::DisruptionDecision;
 
     fn drifted(n: ManagedNode) -> ManagedNode {
         ManagedNode {

@@ -80,7 +80,7 @@ impl Consolidation {
                 .then(a.claim.cmp(&b.claim))
         });
         for (n, pool, e) in expired {
-            let launches = self.replacements_for(r, n, pool).unwrap_or_default();
+            let launches = self.replacements_for(r, n, pool, false).unwrap_or_default();
             let removal = Disrupting {
                 force_at: e.force_at,
                 ..Disrupting::new(DisruptionReason::Expired)

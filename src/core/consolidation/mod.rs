@@ -16,7 +16,7 @@ use super::interruption::{
 };
 use super::time::after;
 use super::{Action, ClaimRequest, DisruptionDecision, DisruptionReason, ManagedNode, Time, World};
-use crate::api::{ConsolidationPolicy, NodePool};
+use crate::api::{BudgetReason, ConsolidationPolicy, NodePool};
 use crate::catalog::{CapacityType, InterruptionBucket, Offering};
 use crate::cluster::{NodeState, Pod, Pool, Resources};
 use crate::plan::{self, Strategy};
@@ -25,6 +25,8 @@ use std::time::Duration;
 
 mod drifted;
 mod expired;
+mod idle;
+mod unhealthy;
 
 /// Knobs of consolidation.
 #[derive(Debug, Clone, PartialEq)]
@@ -104,6 +106,10 @@ struct Disrupting {
     checkpoint_until: Option<Time>,
     evicted: BTreeSet<String>,
     deleted: bool,
+    /// The node no longer works (repair of a node that is not `Ready`):
+    /// its pods are not running, so none is asked to checkpoint and
+    /// `do-not-disrupt` pods are evicted too.
+    broken: bool,
     /// When the claim is deleted whatever is still on the node (an expired
     /// node's expiry plus its pool's `terminationGracePeriod`): its
     /// termination then drains the rest.
@@ -131,6 +137,7 @@ impl Disrupting {
             checkpoint_until: None,
             evicted: BTreeSet::new(),
             deleted: false,
+            broken: false,
             force_at: None,
             recheck: None,
             released: false,
@@ -161,26 +168,42 @@ impl Disrupting {
         now: Time,
         out: &mut Vec<Action>,
     ) {
-        let policy = policy(world, n);
-        let hook = policy.is_some_and(|p| p.checkpoint_hook.is_some());
-        let until = after(now, checkpoint_grace(policy));
+        let until = ask_to_checkpoint(world, n, now, &mut self.requested, out);
         self.checkpoint_until = Some(until);
-        for p in n
-            .pods
-            .iter()
-            .filter(|p| opted_in(p, hook) && !p.do_not_disrupt)
-        {
-            if checkpoint_done(&p.pod, now) > until {
-                continue;
-            }
-            self.requested.insert(p.pod.name.clone(), now);
-            out.push(Action::RequestCheckpoint {
-                pod: p.pod.name.clone(),
-                claim: n.claim.clone(),
-                deadline: until,
-            });
-        }
     }
+}
+
+/// Asks the node's opted-in pods (not `do-not-disrupt`) to checkpoint by
+/// the end of its pool's `checkpointGracePeriod`, each one whose
+/// checkpoint can be complete by then, recording when in `requested`;
+/// returns the end of the wait. Shared by every drain that starts on a
+/// node whose pods still run (consolidation, drift, repair's reboots).
+pub(crate) fn ask_to_checkpoint(
+    world: &World,
+    n: &ManagedNode,
+    now: Time,
+    requested: &mut BTreeMap<String, Time>,
+    out: &mut Vec<Action>,
+) -> Time {
+    let policy = policy(world, n);
+    let hook = policy.is_some_and(|p| p.checkpoint_hook.is_some());
+    let until = after(now, checkpoint_grace(policy));
+    for p in n
+        .pods
+        .iter()
+        .filter(|p| opted_in(p, hook) && !p.do_not_disrupt)
+    {
+        if checkpoint_done(&p.pod, now) > until {
+            continue;
+        }
+        requested.insert(p.pod.name.clone(), now);
+        out.push(Action::RequestCheckpoint {
+            pod: p.pod.name.clone(),
+            claim: n.claim.clone(),
+            deadline: until,
+        });
+    }
+    until
 }
 
 /// Consolidation state: what each node has looked like since when, the
@@ -202,6 +225,9 @@ pub struct Consolidation {
     next_expiry: Option<Time>,
     /// The disruptions the last [`Consolidation::decide_in`] started.
     decided: Vec<DisruptionDecision>,
+    /// When the next node's GPUs will have been idle long enough
+    /// (`consolidation::idle`).
+    idle_due: Option<Time>,
 }
 
 /// What consolidation reads besides the world: the other decisions it must
@@ -216,15 +242,23 @@ pub struct Context<'a> {
     /// Learned interruption rates per hour, where known (as
     /// `plan::Input::learned_rate`); the catalog's advisor rates otherwise.
     pub learned_rate: Option<&'a crate::plan::RateFn<'a>>,
+    /// Nodes repair is rebooting: not consolidated, not a destination,
+    /// counted against the budgets.
+    pub rebooting: &'a dyn Fn(&str) -> bool,
+    /// Nodes repair gives up on this round, to replace
+    /// (`consolidation::unhealthy`).
+    pub repairs: &'a [crate::core::repair::Replacement],
 }
 
 impl<'a> Context<'a> {
-    /// Nothing protected, no learned rates.
+    /// Nothing protected, no learned rates, nothing rebooting or repaired.
     pub fn new(interruptions: &'a Interruptions) -> Context<'a> {
         Context {
             interruptions,
             protected: &|_| false,
             learned_rate: None,
+            rebooting: &|_| false,
+            repairs: &[],
         }
     }
 
@@ -391,8 +425,10 @@ impl Consolidation {
                 self.candidate = Some((decision, at));
             }
         }
+        self.replace_unhealthy(&round, &mut out);
         self.replace_expired(&round, &mut out);
         self.replace_drifted(&round, &mut out);
+        self.remove_idle_gpu_nodes(&round, &mut out);
         self.progress(&round, &mut out);
         out
     }
@@ -431,6 +467,7 @@ impl Consolidation {
             .filter_map(|d| d.recheck.map(|t| after(t, EMPTY_RECHECK)));
         validation
             .into_iter()
+            .chain(self.idle_due)
             .chain(self.budget_change)
             .chain(eligible)
             .chain(timeouts)
@@ -465,9 +502,11 @@ impl Consolidation {
     /// most).
     fn find(&self, r: &Round) -> Option<Decision> {
         let mut budgets = BTreeMap::new();
-        let mut allowed = |pool: &NodePool| -> u32 {
+        let mut allowed = |pool: &NodePool, reason: BudgetReason| -> u32 {
             let name = pool.metadata.name.clone().unwrap_or_default();
-            *budgets.entry(name).or_insert_with(|| self.allowed(r, pool))
+            *budgets
+                .entry((name, reason))
+                .or_insert_with(|| self.allowed(r, pool, reason))
         };
         let eligible: Vec<(&ManagedNode, &NodePool)> = r
             .world
@@ -490,7 +529,7 @@ impl Consolidation {
         let mut claims = Vec::new();
         for (n, pool) in empty {
             let used = taken.entry(n.nodepool.as_str()).or_default();
-            if *used < allowed(pool) {
+            if *used < allowed(pool, BudgetReason::Empty) {
                 *used += 1;
                 claims.push(n.claim.clone());
             }
@@ -503,7 +542,7 @@ impl Consolidation {
         for (n, pool) in busy {
             if pool.spec.disruption.consolidation_policy
                 != ConsolidationPolicy::WhenEmptyOrUnderutilized
-                || allowed(pool) == 0
+                || allowed(pool, BudgetReason::Underutilized) == 0
             {
                 continue;
             }
@@ -536,7 +575,7 @@ impl Consolidation {
         let Some(pool) = pool_of(r.world, n) else {
             return;
         };
-        if !self.eligible(r, n) || self.allowed(r, pool) == 0 {
+        if !self.eligible(r, n) || self.allowed(r, pool, BudgetReason::Underutilized) == 0 {
             return;
         }
         // The same kind of decision must hold now.
@@ -642,7 +681,7 @@ impl Consolidation {
             }
             let budget = left
                 .entry(n.nodepool.clone())
-                .or_insert_with(|| self.allowed(r, pool));
+                .or_insert_with(|| self.allowed(r, pool, BudgetReason::Empty));
             if *budget == 0 {
                 continue;
             }
@@ -741,10 +780,15 @@ impl Consolidation {
                     claim: claim.clone(),
                     reason: d.reason,
                 });
-                d.request_checkpoints(world, n, now, out);
+                if !d.broken {
+                    d.request_checkpoints(world, n, now, out);
+                }
             }
             for p in &n.pods {
-                if p.do_not_disrupt || d.evicted.contains(&p.pod.name) || d.waits_for(p, now) {
+                if (p.do_not_disrupt && !d.broken)
+                    || d.evicted.contains(&p.pod.name)
+                    || d.waits_for(p, now)
+                {
                     continue;
                 }
                 if let Some(left) = p.pdb.and_then(|i| pdb_left.get_mut(i)) {
@@ -789,6 +833,7 @@ impl Consolidation {
             && !n.do_not_disrupt
             && !n.state.unschedulable
             && !r.ctx.interruptions.is_handling(&n.claim)
+            && !(r.ctx.rebooting)(&n.claim)
             && !self.disrupting.contains_key(&n.claim)
             && !self.is_replacement(&n.claim)
             && !(r.ctx.protected)(n)
@@ -804,8 +849,8 @@ impl Consolidation {
         })
     }
 
-    /// How many more of the pool's nodes may be disrupted now.
-    fn allowed(&self, r: &Round, pool: &NodePool) -> u32 {
+    /// How many more of the pool's nodes may be disrupted now for `reason`.
+    fn allowed(&self, r: &Round, pool: &NodePool, reason: BudgetReason) -> u32 {
         let name = pool.metadata.name.as_deref().unwrap_or_default();
         let mine: Vec<&ManagedNode> = r
             .world
@@ -819,10 +864,17 @@ impl Consolidation {
                 n.state.unschedulable
                     || self.disrupting.contains_key(&n.claim)
                     || r.ctx.interruptions.is_handling(&n.claim)
+                    || (r.ctx.rebooting)(&n.claim)
             })
             .count();
-        super::budgets::allowed_disruptions(pool, mine.len() as u32, disrupting as u32, r.now)
-            .unwrap_or(0)
+        super::budgets::allowed_disruptions_for(
+            pool,
+            reason,
+            mine.len() as u32,
+            disrupting as u32,
+            r.now,
+        )
+        .unwrap_or(0)
     }
 
     /// Delete or Replace for a node with pods, if either is possible: no
@@ -913,6 +965,7 @@ impl Consolidation {
                     && !self.disrupting.contains_key(&o.claim)
                     && !self.is_replacement(&o.claim)
                     && !r.ctx.interruptions.is_handling(&o.claim)
+                    && !(r.ctx.rebooting)(&o.claim)
             })
             .map(|o| o.state.clone())
             .collect()

@@ -45,6 +45,7 @@ pub(super) fn kinds(actions: &[Action]) -> Vec<String> {
             Action::RequestCheckpoint { pod, .. } => format!("checkpoint {pod}"),
             Action::Evict { pod, .. } => format!("evict {pod}"),
             Action::Delete { claim, reason } => format!("delete {claim} ({reason})"),
+            Action::Reboot { claim, .. } => format!("reboot {claim}"),
         })
         .collect()
 }

@@ -52,6 +52,8 @@ pub fn node(claim: &str) -> ManagedNode {
         disrupted: false,
         expire_after: None,
         termination_grace: None,
+        health: Default::default(),
+        gpu_idle_since: None,
     }
 }
 
