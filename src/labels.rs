@@ -32,6 +32,15 @@ pub const CAPACITY_RESERVATION_KIND: &str = "quartermaster.dev/capacity-reservat
 /// with (one per network card, the first also carrying ENA), set when a pod
 /// of its claim requests `vpc.amazonaws.com/efa` on an EFA instance type.
 pub const EFA_INTERFACES: &str = "quartermaster.dev/efa-interfaces";
+/// Node label: `"true"` on a node launched to serve DRA resource claims:
+/// it offers its devices through the DRA drivers its pool runs, not the
+/// device plugin (the drivers' DaemonSets select it; the device plugin's
+/// should not).
+pub const DRA: &str = "quartermaster.dev/dra";
+/// NodeClaim annotation: the DRA drivers (comma-separated) whose devices
+/// the claims of its pods take: the node is Initialized only once each has
+/// published ResourceSlices for it.
+pub const DRA_DRIVERS: &str = "quartermaster.dev/dra-drivers";
 /// Node label: instance family, e.g. `p5`.
 pub const INSTANCE_FAMILY: &str = "quartermaster.dev/instance-family";
 /// Node label: short GPU name (`t4`, `a10g`, `l4`, `l40s`, `a100`, `h100`, `h200`).

@@ -217,3 +217,68 @@ fn import_subcommand_writes_the_committed_pricing_data() {
         );
     }
 }
+
+#[test]
+fn devices_prints_what_the_dra_drivers_would_publish_with_sources() {
+    let text = stdout_of(&["catalog", "--devices", "p5.48xlarge"]);
+    assert!(text.contains("gpu x8 (driver gpu.nvidia.com"), "{text}");
+    assert!(
+        text.contains("gpu.nvidia.com/productName = \"NVIDIA H100 80GB HBM3\""),
+        "{text}"
+    );
+    assert!(
+        text.contains("gpu.nvidia.com/driverVersion: set on the node"),
+        "{text}"
+    );
+    assert!(text.contains("efa x32 (driver dra.net"), "{text}");
+    assert!(text.contains("source: "), "{text}");
+    // MIG partitions where the pool enables MIG; JSON for scripts.
+    let json = json_of(&[
+        "catalog",
+        "--devices",
+        "p4d.24xlarge",
+        "--mig-profile",
+        "3g.20gb",
+        "--output",
+        "json",
+    ]);
+    let mig = json
+        .iter()
+        .find(|t| t["driver"] == "gpu.nvidia.com")
+        .unwrap();
+    assert_eq!(mig["kind"], "mig-3g.20gb");
+    assert_eq!(mig["count"], 16);
+    assert_eq!(
+        mig["attributes"]["gpu.nvidia.com/profile"]["value"],
+        "3g.20gb"
+    );
+    let out = quartermaster(&["catalog", "--devices", "p5.48xlargee"]);
+    assert!(!out.status.success());
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("did you mean p5.48xlarge"),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+#[test]
+fn device_data_adds_a_type_the_catalog_does_not_describe() {
+    let file = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("devices-extra.yaml");
+    std::fs::write(
+        &file,
+        "instanceTypes:\n  m7i.xlarge:\n  - {driver: fpga.example.com, kind: fpga, count: 2, attributes: {family: agilex}}\n",
+    )
+    .unwrap();
+    let text = stdout_of(&[
+        "catalog",
+        "--devices",
+        "m7i.xlarge",
+        "--device-data",
+        file.to_str().unwrap(),
+    ]);
+    assert!(text.contains("fpga x2 (driver fpga.example.com"), "{text}");
+    assert!(
+        text.contains("fpga.example.com/family = \"agilex\""),
+        "{text}"
+    );
+}

@@ -287,11 +287,12 @@ async fn the_charts_rbac_allows_every_call_the_controller_makes_and_nothing_more
     snapshot::check_access(&client).await.expect("access check");
     let store = Arc::new(Store::new());
     let mut watches = snapshot::spawn_watches(&client, &store);
-    // The gang APIs' watches, as on a cluster serving all of them.
+    // The gang APIs' and DRA's watches, as on a cluster serving all of them.
     let served = podgroups::ServedApis {
         volcano: true,
         scheduling_pod_groups: Some("v1alpha2".into()),
         provisioning_requests: true,
+        dra: true,
     };
     watches.extend(podgroups::spawn_watches(&client, &store, &served));
     let kinds = watches.len();

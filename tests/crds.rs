@@ -361,8 +361,17 @@ fn cel_rejects_sharing_fields_that_do_not_match_the_mode() {
     );
     expect_cel_error(
         json!({ "gpuSharing": { "mode": "None", "replicas": 4 } }),
-        "replicas is required with mode TimeSlicing and not allowed",
+        "replicas is required with modes TimeSlicing and Mps and not allowed",
     );
+    expect_cel_error(
+        json!({ "gpuSharing": { "mode": "Mps" } }),
+        "replicas is required",
+    );
+    expect_cel_error(
+        json!({ "gpuSharing": { "mode": "Mps", "replicas": 49 } }),
+        "at most 48",
+    );
+    assert!(cel_errors(json!({ "gpuSharing": { "mode": "Mps", "replicas": 48 } })).is_empty());
     expect_cel_error(
         json!({ "gpuSharing": { "mode": "Mig" } }),
         "migProfile is required",

@@ -242,6 +242,12 @@ fn bench_plan_compares_both_planners_on_the_same_workload() {
         assert!(v[s]["nodes"].as_u64().unwrap() > 0);
     }
     assert!(v["lower_bound_per_hour"].as_f64().unwrap() > 0.0);
+    // The same devices asked through DRA claims, planned in the same run.
+    let dra = &v["dra"];
+    assert_eq!(dra["mip"]["unschedulable"], 0, "{dra:#}");
+    assert!(dra["mip"]["nodes"].as_u64().unwrap() > 0);
+    assert!(dra["solve_ratio"].as_f64().unwrap() > 0.0);
+    assert!(dra["match_ms"].as_f64().is_some());
 }
 
 #[test]

@@ -27,9 +27,9 @@ pub use nodeclaim::{NodeClaim, NodeClaimSpec, NodeClaimStatus};
 pub use nodeclass::{EC2NodeClass, EC2NodeClassSpec, EC2NodeClassStatus, NodeClassReference};
 pub use nodepool::{
     Budget, BudgetNodes, BudgetReason, CheckpointHook, ConditionStatus, ConsolidationPolicy,
-    Disruption, GpuSharing, GpuSharingMode, InterruptionPolicy, LimitError, NodeClaimTemplate,
-    NodePool, NodePoolSpec, NodePoolStatus, PrewarmWindow, RebalanceAction, Repair, RepairAction,
-    RepairCondition, RiskPolicy,
+    Disruption, DraPolicy, FirstAvailable, GpuSharing, GpuSharingMode, InterruptionPolicy,
+    LimitError, NodeClaimTemplate, NodePool, NodePoolSpec, NodePoolStatus, PrewarmWindow,
+    RebalanceAction, Repair, RepairAction, RepairCondition, RiskPolicy,
 };
 pub use quantity::{parse_quantity, QuantityError};
 pub use schedule::{parse_cron, parse_time_zone, ScheduleError};

@@ -20,8 +20,8 @@ mod repair;
 
 pub use disruption::{Budget, BudgetNodes, BudgetReason, ConsolidationPolicy, Disruption};
 pub use policies::{
-    CheckpointHook, GpuSharing, GpuSharingMode, InterruptionPolicy, PrewarmWindow, RebalanceAction,
-    RiskPolicy,
+    CheckpointHook, DraPolicy, FirstAvailable, GpuSharing, GpuSharingMode, InterruptionPolicy,
+    PrewarmWindow, RebalanceAction, RiskPolicy,
 };
 pub use repair::{
     ConditionStatus, Repair, RepairAction, RepairCondition, ACCELERATED_HARDWARE_READY,
@@ -156,6 +156,10 @@ pub struct NodePoolSpec {
     /// How much spot interruption risk the pool accepts.
     #[serde(default)]
     pub risk: RiskPolicy,
+    /// Which DRA drivers its nodes run and how DRA claims' alternatives
+    /// are chosen (`docs/dra.md`).
+    #[serde(default, skip_serializing_if = "DraPolicy::is_default")]
+    pub dra: DraPolicy,
     /// How unhealthy nodes are repaired: which conditions, how long, reboot
     /// or replace, and the breaker. Unset: the EKS defaults (see
     /// `docs/repair.md`).

@@ -517,17 +517,18 @@ fn check_interruption(e: &mut Errors, spec: &NodePoolSpec) {
     }
 }
 
-/// A time-sliced pool's nodes advertise `nvidia.com/gpu.shared`, not
+/// A time-sliced or MPS pool's nodes advertise `nvidia.com/gpu.shared`, not
 /// `nvidia.com/gpu`: a limit or pre-warm capacity in whole GPUs would never
 /// bind or never be placed.
 fn check_time_sliced_resources(e: &mut Errors, spec: &NodePoolSpec) {
     use crate::labels::{RESOURCE_GPU, RESOURCE_GPU_SHARED};
-    if spec.gpu_sharing.mode != GpuSharingMode::TimeSlicing {
+    let mode = spec.gpu_sharing.mode;
+    if !matches!(mode, GpuSharingMode::TimeSlicing | GpuSharingMode::Mps) {
         return;
     }
     let why = || {
         format!(
-            "a TimeSlicing pool's nodes advertise {RESOURCE_GPU_SHARED}, not {RESOURCE_GPU}: \
+            "a {mode:?} pool's nodes advertise {RESOURCE_GPU_SHARED}, not {RESOURCE_GPU}: \
              count its shares as {RESOURCE_GPU_SHARED} (replicas per GPU)"
         )
     };
@@ -545,17 +546,28 @@ fn check_gpu_sharing(e: &mut Errors, spec: &NodePoolSpec, catalog: Option<&Catal
     let g = &spec.gpu_sharing;
     let base = "spec.gpuSharing";
     match g.mode {
-        GpuSharingMode::TimeSlicing => match g.replicas {
-            None => e.push(format!("{base}.replicas"), "required with mode TimeSlicing"),
-            Some(r) if !(2..=64).contains(&r) => e.push(
-                format!("{base}.replicas"),
-                format!("{r} is out of range 2..=64"),
-            ),
-            Some(_) => {}
-        },
+        GpuSharingMode::TimeSlicing | GpuSharingMode::Mps => {
+            // MPS serves at most 48 clients per GPU.
+            let most = if g.mode == GpuSharingMode::Mps {
+                48
+            } else {
+                64
+            };
+            match g.replicas {
+                None => e.push(
+                    format!("{base}.replicas"),
+                    format!("required with mode {:?}", g.mode),
+                ),
+                Some(r) if !(2..=most).contains(&r) => e.push(
+                    format!("{base}.replicas"),
+                    format!("{r} is out of range 2..={most} for mode {:?}", g.mode),
+                ),
+                Some(_) => {}
+            }
+        }
         _ if g.replicas.is_some() => e.push(
             format!("{base}.replicas"),
-            "only allowed with mode TimeSlicing",
+            "only allowed with modes TimeSlicing and Mps",
         ),
         _ => {}
     }

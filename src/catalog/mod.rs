@@ -7,6 +7,7 @@
 //! Every spot offering carries its pool's [`PoolMarket`] from the catalog's
 //! [`MarketModel`] (calibrated by default, see [`market`]).
 
+pub mod devices;
 pub mod embedded;
 pub mod import;
 mod labels;
@@ -16,6 +17,7 @@ pub mod pricing_data;
 mod types;
 mod zones;
 
+pub use devices::{DeviceData, DeviceTemplate};
 pub use embedded::EMBEDDED;
 pub use labels::{gfd_product, gpu_short_name, instance_type_labels, INSTANCE_TYPE_KEYS};
 pub use market::{MarketModel, MarketParams, PoolFacts, PoolMarket};
@@ -75,6 +77,9 @@ pub struct Catalog {
     /// that caches per pool ([`crate::core::cadence`]) knows when a price
     /// refresh or a new model made its cache stale.
     revision: u64,
+    /// What the DRA drivers publish per type ([`devices`]); `None`: the
+    /// embedded data.
+    devices: Option<std::sync::Arc<DeviceData>>,
     /// The names the account gives the zones ([`ZoneNames`]): what nodes
     /// carry in `topology.kubernetes.io/zone`.
     zone_names: ZoneNames,
@@ -114,6 +119,7 @@ impl Catalog {
             market: MarketModel::default(),
             reservations: Vec::new(),
             revision: next_revision(),
+            devices: None,
             zone_names: ZoneNames::default(),
         }
         .with_market(MarketModel::default())
@@ -261,6 +267,31 @@ impl Catalog {
                 };
                 self.market.pool(instance_type, zone, &facts)
             }
+        }
+    }
+
+    /// The same catalog with `extra` device data laid over the embedded
+    /// data (a cluster's additions: [`DeviceData::merged`]).
+    pub fn with_devices(mut self, extra: &DeviceData) -> Catalog {
+        self.devices = Some(std::sync::Arc::new(DeviceData::embedded().merged(extra)));
+        self
+    }
+
+    /// The device data the catalog's templates are made of.
+    pub fn device_data(&self) -> std::sync::Arc<DeviceData> {
+        self.devices.clone().unwrap_or_else(DeviceData::embedded)
+    }
+
+    /// The devices the DRA drivers would publish on a node of `it`, its
+    /// GPUs partitioned into `mig_profile` if given ([`DeviceData::templates`]).
+    pub fn device_templates(
+        &self,
+        it: &InstanceType,
+        mig_profile: Option<&str>,
+    ) -> Vec<DeviceTemplate> {
+        match &self.devices {
+            Some(d) => d.templates(it, mig_profile),
+            None => DeviceData::embedded().templates(it, mig_profile),
         }
     }
 

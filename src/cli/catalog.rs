@@ -3,9 +3,10 @@
 //! rewrite one region's prices in `pricing-data/` from the AWS APIs.
 
 use anyhow::Context;
+use quartermaster::catalog::devices::Attribute;
 use quartermaster::catalog::{
-    import, CapacityType, Catalog, InstanceType, Offering, PriceSource, PricingFiles,
-    ReferenceFiles, EMBEDDED,
+    import, CapacityType, Catalog, DeviceData, DeviceTemplate, InstanceType, Offering, PriceSource,
+    PricingFiles, ReferenceFiles, EMBEDDED,
 };
 use quartermaster::cloud::aws::load_sdk_config;
 use quartermaster::cloud::aws::pricing::apply::provenance_note;
@@ -82,6 +83,22 @@ struct ListArgs {
     /// offerings, each usable now or not and why.
     #[arg(long, value_name = "FILE")]
     reservations: Option<PathBuf>,
+    /// Print the devices the DRA drivers would publish on a node of this
+    /// instance type (GPUs, MIG partitions, Neuron devices, EFA
+    /// interfaces), with the attributes and capacities known before launch
+    /// and their sources, instead of the price table.
+    #[arg(long, value_name = "TYPE")]
+    devices: Option<String>,
+    /// With `--devices`: the GPUs partitioned into this MIG profile (as a
+    /// pool with `gpuSharing: {mode: Mig}` has them), e.g. `1g.10gb`.
+    #[arg(long, value_name = "PROFILE", requires = "devices")]
+    mig_profile: Option<String>,
+    /// Device data laid over the embedded data (the form of
+    /// `pricing-data/dra-devices.yaml`, as the controller reads it from its
+    /// device ConfigMap): templates for types or models the catalog does
+    /// not know yet.
+    #[arg(long, value_name = "FILE")]
+    device_data: Option<PathBuf>,
 }
 
 /// How `catalog` prints.
@@ -98,8 +115,113 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     match args.action {
         Some(Action::Import(import_args)) => run_import(&import_args),
         Some(Action::Refresh(refresh_args)) => run_refresh(&refresh_args),
+        None if args.list.devices.is_some() => run_devices(&args.list),
         None => run_list(&args.list),
     }
+}
+
+/// The catalog with the device data of `--device-data` laid over it.
+fn catalog_with_devices(args: &ListArgs) -> anyhow::Result<Catalog> {
+    let catalog = Catalog::embedded().context("the embedded catalog does not load")?;
+    let Some(path) = &args.device_data else {
+        return Ok(catalog);
+    };
+    let text =
+        std::fs::read_to_string(path).with_context(|| format!("cannot read {}", path.display()))?;
+    let extra = DeviceData::parse(&path.display().to_string(), &text)?;
+    Ok(catalog.with_devices(&extra))
+}
+
+/// Prints the device templates of `--devices TYPE`.
+fn run_devices(args: &ListArgs) -> anyhow::Result<ExitCode> {
+    let catalog = catalog_with_devices(args)?;
+    let name = args.devices.as_deref().unwrap_or_default();
+    let Some(it) = catalog.instance_type(name) else {
+        let names: Vec<&str> = catalog.instance_types().map(|t| t.name.as_str()).collect();
+        let hint =
+            quartermaster::api::read::did_you_mean(name, names.into_iter()).unwrap_or_default();
+        anyhow::bail!("unknown instance type {name:?}{hint}");
+    };
+    let templates = catalog.device_templates(it, args.mig_profile.as_deref());
+    let mut out = std::io::stdout().lock();
+    match args.output {
+        Output::Json => {
+            let json: Vec<serde_json::Value> = templates.iter().map(template_json).collect();
+            writeln!(out, "{}", serde_json::to_string_pretty(&json)?)?;
+        }
+        Output::Table => write!(out, "{}", devices_text(&it.name, &templates))?,
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// A template as text: one block per kind of device.
+fn devices_text(instance_type: &str, templates: &[DeviceTemplate]) -> String {
+    use std::fmt::Write as _;
+    let mut s = String::new();
+    if templates.is_empty() {
+        let _ = writeln!(
+            s,
+            "{instance_type}: no DRA driver Quartermaster knows publishes devices on it"
+        );
+        return s;
+    }
+    let _ = writeln!(
+        s,
+        "{instance_type}: devices the DRA drivers would publish on each node, as known before launch"
+    );
+    for t in templates {
+        let _ = writeln!(
+            s,
+            "\n{} x{} (driver {}; planned as {})",
+            t.kind,
+            t.count,
+            t.driver,
+            t.resource()
+        );
+        for (name, a) in &t.attributes {
+            let _ = match a {
+                Attribute::Known(v) => writeln!(s, "  {name} = {v}"),
+                Attribute::RunTime { groups: Some(g) } => writeln!(
+                    s,
+                    "  {name}: set on the node; {g} distinct values, {} devices each",
+                    t.count / g.max(&1)
+                ),
+                Attribute::RunTime { groups: None } => {
+                    writeln!(s, "  {name}: set on the node")
+                }
+            };
+        }
+        for (name, q) in &t.capacity {
+            let _ = writeln!(s, "  capacity {name} = {q}");
+        }
+        let _ = writeln!(s, "  source: {}", t.source);
+    }
+    s
+}
+
+fn template_json(t: &DeviceTemplate) -> serde_json::Value {
+    let attributes: serde_json::Map<String, serde_json::Value> = t
+        .attributes
+        .iter()
+        .map(|(k, a)| {
+            let v = match a {
+                Attribute::Known(v) => serde_json::json!({ "value": v }),
+                Attribute::RunTime { groups } => {
+                    serde_json::json!({ "setOnNode": true, "distinctValues": groups })
+                }
+            };
+            (k.clone(), v)
+        })
+        .collect();
+    serde_json::json!({
+        "driver": t.driver,
+        "kind": t.kind,
+        "count": t.count,
+        "resource": t.resource(),
+        "attributes": attributes,
+        "capacity": t.capacity,
+        "source": t.source,
+    })
 }
 
 /// Reads the reference files, imports them and writes the pricing-data files.

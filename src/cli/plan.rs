@@ -3,7 +3,8 @@
 
 use anyhow::{bail, Context};
 use quartermaster::api::read;
-use quartermaster::catalog::{Catalog, ZoneNames};
+use quartermaster::catalog::{Catalog, DeviceData, ZoneNames};
+use quartermaster::cluster::dra::Resolver;
 use quartermaster::cluster::workloads::Manifests;
 use quartermaster::cluster::Pool;
 use quartermaster::plan::{self, Input, Options, Plan, SolvedBy, Strategy};
@@ -16,8 +17,12 @@ use std::time::{Duration, Instant};
 pub struct Args {
     /// Multi-document YAML of Pods, Deployments, StatefulSets, Jobs,
     /// DaemonSets and Volcano PodGroups; pods with `spec.nodeName` are bound.
-    #[arg(long)]
-    pods: PathBuf,
+    /// DeviceClasses, ResourceClaims and ResourceClaimTemplates
+    /// (`resource.k8s.io/v1`) beside them are what the pods' DRA claims
+    /// are matched against; ResourceSlices (here or in `--nodes`) say what
+    /// devices existing nodes have. Repeatable: every file is read.
+    #[arg(long, required = true)]
+    pods: Vec<PathBuf>,
     /// Multi-document YAML of NodePools.
     #[arg(long)]
     nodepools: PathBuf,
@@ -58,6 +63,10 @@ pub struct Args {
     /// printed either way.
     #[arg(long)]
     fail_on_unschedulable: bool,
+    /// Device data laid over the embedded device templates (the form of
+    /// `pricing-data/dra-devices.yaml`; see `catalog --devices`).
+    #[arg(long, value_name = "FILE")]
+    device_data: Option<PathBuf>,
 }
 
 /// Exit status of `plan --fail-on-unschedulable` when a pod has no place.
@@ -88,6 +97,15 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         }
         None => catalog,
     };
+    let catalog = match &args.device_data {
+        Some(path) => {
+            let text = std::fs::read_to_string(path)
+                .with_context(|| format!("reading {}", path.display()))?;
+            let extra = DeviceData::parse(&path.display().to_string(), &text)?;
+            catalog.with_devices(&extra)
+        }
+        None => catalog,
+    };
     let catalog = match &args.zone_names {
         Some(text) => {
             let pairs =
@@ -104,7 +122,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         );
     }
     let mut manifests = Manifests::default();
-    for path in std::iter::once(&args.pods).chain(args.nodes.as_ref()) {
+    for path in args.pods.iter().chain(args.nodes.as_ref()) {
         let text =
             std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
         manifests
@@ -113,10 +131,13 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     }
     let overhead = manifests.daemonset_overhead.clone();
     let pools = read_pools(&args.nodepools, &catalog, overhead)?;
-    let (pods, mut nodes, ignored) = manifests.into_cluster()?;
+    let dra = std::mem::take(&mut manifests.dra);
+    let (mut pods, mut nodes, ignored) = manifests.into_cluster()?;
     for n in &mut nodes {
         n.resolve_zone(&catalog, &args.region);
     }
+    // DRA claims matched against the files' DeviceClasses and claims.
+    Resolver::new().attach(&mut pods, &dra, &catalog);
     // A badly annotated pod is planned without the annotation, and said so
     // (on stderr, so that JSON output stays parseable).
     for i in &ignored {
@@ -137,6 +158,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     });
     if args.explain {
         result.explanations = plan::explain(&input, &result);
+        result.explanations.extend(plan::dra::explain(&input));
         let reservations = plan::explain_reservations(&input, &result);
         result.explanations.extend(reservations);
     }

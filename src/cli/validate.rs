@@ -1,7 +1,8 @@
 //! `quartermaster validate FILE...`: checks NodePool and EC2NodeClass YAML
 //! files offline with the one strict reader every command and the
 //! controller share (`api::read`: the CRD's schema, then the controller's
-//! own validation), and prints every problem as
+//! own validation), and DRA objects (every CEL selector compiled:
+//! `cluster::dra::check`), and prints every problem as
 //! `FILE: document N (name): path: message (line L)`. A valid pool whose instance
 //! families have no offerings in `--region` gets a warning line (it still
 //! passes: the same pool may serve another region).
@@ -78,19 +79,41 @@ fn check_text(file: &str, text: &str, catalog: &Catalog, region: &str) -> Vec<Li
         Ok(docs) => (docs, None),
         Err((docs, problem)) => (docs, Some(problem)),
     };
+    let all: Vec<&read::Document> = docs.iter().collect();
+    let dra = quartermaster::cluster::dra::check::check(&all);
     for doc in &docs {
         let at = format!(
             "{file}: document {} ({})",
             doc.number,
             doc.name().unwrap_or("unnamed")
         );
+        if let Some(checked) = dra.get(&doc.number) {
+            let line = |p: &read::Problem, what: &str| {
+                let p = read::Problem {
+                    document: 0,
+                    ..p.clone()
+                };
+                format!("{at}: {what}{p}")
+            };
+            if checked.problems.is_empty() {
+                out.push(Line::ok(format!("{at}: ok")));
+            }
+            out.extend(checked.problems.iter().map(|p| Line::error(line(p, ""))));
+            out.extend(
+                checked
+                    .warnings
+                    .iter()
+                    .map(|p| Line::ok(line(p, "warning: "))),
+            );
+            continue;
+        }
         let result = match Kind::of(doc) {
             Kind::EC2NodeClass => read::node_class(doc).map(|_| Vec::new()),
             Kind::NodePool => read::node_pool(doc, catalog)
                 .map(|pool| families_without_offerings(&pool.spec, catalog, region)),
             Kind::Karpenter | Kind::Other => Err(vec![Kind::refusal(
                 doc,
-                "NodePool or EC2NodeClass; only those are validated",
+                "NodePool or EC2NodeClass (or a resource.k8s.io DeviceClass, ResourceClaim or ResourceClaimTemplate); only those are validated",
             )]),
         };
         match result {
@@ -168,7 +191,7 @@ mod tests {
             report(&text),
             [
                 "E f.yaml: document 1 (a): spec.weigth: unknown field (did you mean weight?) (line 7)",
-                "E f.yaml: document 2 (c): kind ConfigMap (v1) is not a quartermaster.dev/v1alpha1 NodePool or EC2NodeClass; only those are validated (line 9)",
+                "E f.yaml: document 2 (c): kind ConfigMap (v1) is not a quartermaster.dev/v1alpha1 NodePool or EC2NodeClass (or a resource.k8s.io DeviceClass, ResourceClaim or ResourceClaimTemplate); only those are validated (line 9)",
             ]
         );
     }
@@ -225,6 +248,24 @@ mod tests {
             "{r:?}"
         );
         assert!(r.iter().any(|l| l.contains("spec.securityGroupSelectorTerms: must have at least one term")), "{r:?}");
+    }
+
+    #[test]
+    fn dra_objects_have_every_selector_compiled_with_its_path() {
+        let text = "apiVersion: resource.k8s.io/v1\nkind: DeviceClass\nmetadata: {name: c}\nspec:\n  selectors: [{cel: {expression: \"device.driver ==\"}}]\n---\napiVersion: resource.k8s.io/v1\nkind: ResourceClaim\nmetadata: {name: r, namespace: ml}\nspec:\n  devices:\n    requests: [{name: g, exactly: {deviceClassName: gpu.nvidia.com}}]\n";
+        let r = report(text);
+        assert_eq!(r.len(), 3, "{r:?}");
+        assert!(
+            r[0].starts_with(
+                "E f.yaml: document 1 (c): spec.selectors[0].cel.expression: does not compile"
+            ),
+            "{r:?}"
+        );
+        assert_eq!(r[1], "  f.yaml: document 2 (r): ok");
+        assert!(
+            r[2].starts_with("  f.yaml: document 2 (r): warning: spec.devices: DeviceClass gpu.nvidia.com is not defined in these files"),
+            "{r:?}"
+        );
     }
 
     #[test]

@@ -3,6 +3,7 @@
 //! Neuron). Kubernetes types are converted at the edge into compact types of
 //! our own; nothing here talks to the API server.
 
+pub mod dra;
 pub mod gpu_use;
 pub mod node;
 pub mod pod;
@@ -14,7 +15,7 @@ pub mod shape;
 pub mod workloads;
 
 pub use node::NodeState;
-pub use pod::{GangSource, GroupRef, Pod, ZoneSpread};
+pub use pod::{ClaimRef, GangSource, GroupRef, Pod, ZoneSpread};
 pub use pool::{Limits, Pool};
 pub use requirements::{Effect, Labels, NodeAffinity, Operator, Requirement, Taint, Toleration};
 pub use resources::Resources;

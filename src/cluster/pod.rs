@@ -88,10 +88,34 @@ pub struct Pod {
     /// Pod labels (for spread and anti-affinity selectors).
     pub labels: BTreeMap<String, String>,
     /// Why the planner cannot honestly place the pod, if it cannot: a need
-    /// it does not understand (a DRA ResourceClaim, an annotation that does
-    /// not read). Such a pod is reported `NotPlaceable` with these reasons
-    /// and never placed as though the need were absent.
+    /// it does not understand (an annotation that does not read, a DRA
+    /// claim no type can satisfy). Such a pod is reported `NotPlaceable`
+    /// with these reasons and never placed as though the need were absent.
     pub not_placeable: Vec<String>,
+    /// Its DRA resource claims as the pod names them (`spec.resourceClaims`).
+    /// A pod with claims is planned only once they are matched against
+    /// DeviceClasses, ResourceClaims and the catalog's device templates
+    /// ([`Pod::devices`], by [`crate::cluster::dra::Resolver`]); until
+    /// then it is not placeable, never placed as a pod without devices.
+    pub resource_claims: Vec<ClaimRef>,
+    /// What its claims need on each node shape, once matched.
+    pub devices: Option<std::sync::Arc<super::dra::PodDevices>>,
+}
+
+/// One entry of a pod's `spec.resourceClaims`.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct ClaimRef {
+    /// The entry's name (what its containers' `resources.claims` name).
+    pub name: String,
+    /// `resourceClaimName`: a ResourceClaim in the pod's namespace, shared
+    /// with every pod that names it.
+    pub claim: Option<String>,
+    /// `resourceClaimTemplateName`: a ResourceClaimTemplate from which the
+    /// pod gets a claim of its own.
+    pub template: Option<String>,
+    /// The claim generated for the pod from its template, once created
+    /// (`status.resourceClaimStatuses`).
+    pub generated: Option<String>,
 }
 
 impl Pod {
@@ -114,6 +138,8 @@ impl Pod {
             holds_work: true,
             labels: BTreeMap::new(),
             not_placeable: Vec::new(),
+            resource_claims: Vec::new(),
+            devices: None,
         }
     }
 
@@ -297,19 +323,26 @@ impl Pod {
         };
         // Needs the planner cannot meet honestly: the pod is reported, not
         // placed as a pod without them.
-        let mut not_placeable: Vec<String> = ignored.iter().map(|i| i.problem.clone()).collect();
-        let claims: Vec<&str> = spec
+        let not_placeable: Vec<String> = ignored.iter().map(|i| i.problem.clone()).collect();
+        let generated: BTreeMap<&str, &str> = pod
+            .status
+            .as_ref()
+            .and_then(|s| s.resource_claim_statuses.as_ref())
+            .into_iter()
+            .flatten()
+            .filter_map(|s| Some((s.name.as_str(), s.resource_claim_name.as_deref()?)))
+            .collect();
+        let resource_claims = spec
             .resource_claims
             .iter()
             .flatten()
-            .map(|c| c.name.as_str())
+            .map(|c| ClaimRef {
+                name: c.name.clone(),
+                claim: c.resource_claim_name.clone(),
+                template: c.resource_claim_template_name.clone(),
+                generated: generated.get(c.name.as_str()).map(|g| g.to_string()),
+            })
             .collect();
-        if !claims.is_empty() {
-            not_placeable.push(format!(
-                "it asks for devices through DRA resource claims ({}), which Quartermaster does not plan yet",
-                claims.join(", ")
-            ));
-        }
         let pod = Pod {
             requests,
             affinity: NodeAffinity { terms },
@@ -328,6 +361,8 @@ impl Pod {
             labels,
             name,
             not_placeable,
+            resource_claims,
+            devices: None,
         };
         Ok((pod, ignored))
     }
@@ -528,8 +563,10 @@ spec:
         );
         let (p, ignored) = Pod::from_k8s_lenient(&dra, &BTreeMap::new()).unwrap();
         assert!(ignored.is_empty());
-        assert_eq!(p.not_placeable.len(), 1);
-        assert!(p.not_placeable[0].contains("DRA resource claims (gpu)"));
+        // Its claims are kept for matching; unmatched, it is not planned.
+        assert_eq!(p.resource_claims.len(), 1);
+        assert_eq!(p.resource_claims[0].template.as_deref(), Some("one-h100"));
+        assert!(p.devices.is_none());
         let annotated = pod_yaml(
             r#"
 metadata: {name: p, namespace: ml, annotations: {quartermaster.dev/pod-group: g, quartermaster.dev/pod-group-size: four}}

@@ -49,6 +49,21 @@ pub struct Pool {
     /// a pod requests the fabric (`spec.template.spec.efa`): its gangs
     /// then stay on one instance type, as EFA-requesting gangs do.
     pub efa: bool,
+    /// The DRA drivers its nodes run (`None`: every driver with device
+    /// templates; empty: none). Nodes launched for DRA claims offer these
+    /// drivers' devices in place of the device plugin's.
+    pub dra_drivers: Option<Vec<String>>,
+    /// How DRA `firstAvailable` alternatives are chosen for its nodes.
+    pub first_available: crate::api::FirstAvailable,
+}
+
+impl Pool {
+    /// Whether its nodes run the DRA driver `driver`.
+    pub fn runs_dra_driver(&self, driver: &str) -> bool {
+        self.dra_drivers
+            .as_ref()
+            .is_none_or(|d| d.iter().any(|x| x == driver))
+    }
 }
 
 impl Pool {
@@ -68,6 +83,8 @@ impl Pool {
             max_spot_pool_share: None,
             daemonset_overhead: Resources::new(),
             efa: false,
+            dra_drivers: None,
+            first_available: crate::api::FirstAvailable::InOrder,
         }
     }
 }
@@ -124,7 +141,7 @@ impl Pool {
             labels: spec.template.metadata.labels.clone(),
             taints: spec.template.spec.taints.iter().map(taint).collect(),
             sharing: match (
-                spec.gpu_sharing.time_slicing_replicas(),
+                spec.gpu_sharing.shared_replicas(),
                 spec.gpu_sharing.mig_profile(),
             ) {
                 (Some(replicas), _) => GpuSharing::TimeSlicing { replicas },
@@ -143,6 +160,8 @@ impl Pool {
             max_spot_pool_share: spec.risk.max_spot_pool_share,
             daemonset_overhead,
             efa: spec.template.spec.efa,
+            dra_drivers: spec.dra.drivers.clone(),
+            first_available: spec.dra.first_available,
             name,
         })
     }
@@ -179,5 +198,18 @@ mod tests {
         )
         .unwrap();
         assert_eq!(ok.labels["team"], "ml");
+    }
+
+    #[test]
+    fn an_mps_pool_offers_its_gpus_as_shares_as_time_slicing_does() {
+        for mode in ["Mps", "TimeSlicing"] {
+            let spec = format!("gpuSharing: {{ mode: {mode}, replicas: 4 }}");
+            let pool = Pool::from_api(&api_pool(&spec), Resources::new()).unwrap();
+            assert_eq!(
+                pool.sharing,
+                GpuSharing::TimeSlicing { replicas: 4 },
+                "{mode}"
+            );
+        }
     }
 }

@@ -211,26 +211,52 @@ impl Resources {
     }
 
     /// GPUs in the list: whole GPUs count one each, a MIG instance `Ng.*`
-    /// counts N/7 of a GPU. Time-sliced shares (`nvidia.com/gpu.shared`)
+    /// counts N/7 of a GPU, whether the device plugin's (`nvidia.com/gpu`,
+    /// `nvidia.com/mig-*`) or the DRA driver's (`gpu.nvidia.com/gpu`,
+    /// `gpu.nvidia.com/mig-*`). Time-sliced shares (`nvidia.com/gpu.shared`)
     /// are not counted: how big a share is depends on the pool's replicas,
     /// which the list does not know.
     pub fn gpus(&self) -> f64 {
+        self.iter()
+            .map(|(k, v)| v as f64 * gpu_fraction(k).unwrap_or(0.0))
+            .sum()
+    }
+
+    /// What counts against a limit on `key`: its amount, and for a device
+    /// plugin's resource the same devices offered through their DRA driver
+    /// (a limit on `nvidia.com/gpu` counts `gpu.nvidia.com/gpu` too; MIG
+    /// profiles, Neuron devices and EFA interfaces likewise).
+    pub fn limited(&self, key: &str) -> i64 {
+        use crate::api::labels as l;
+        use crate::catalog::devices::{resource_name, EFA_DRIVER, NEURON_DRIVER, NVIDIA_DRIVER};
+        let dra = if key == l::RESOURCE_GPU {
+            Some(resource_name(NVIDIA_DRIVER, "gpu"))
+        } else if let Some(profile) = key.strip_prefix(l::RESOURCE_MIG_PREFIX) {
+            Some(resource_name(NVIDIA_DRIVER, &format!("mig-{profile}")))
+        } else if key == l::RESOURCE_NEURON {
+            Some(resource_name(NEURON_DRIVER, "neuron"))
+        } else if key == l::RESOURCE_EFA {
+            Some(resource_name(EFA_DRIVER, "efa"))
+        } else {
+            None
+        };
+        self.get(key)
+            .saturating_add(dra.map_or(0, |d| self.get(&d)))
+    }
+
+    /// Accelerator devices in the list (GPUs, time-sliced shares, MIG
+    /// instances, Neuron devices; the device plugin's or a DRA driver's),
+    /// one each: the packing order's first key.
+    pub fn accelerator_devices(&self) -> i64 {
         use crate::api::labels as l;
         self.iter()
-            .map(|(k, v)| {
-                if k == l::RESOURCE_GPU {
-                    v as f64
-                } else if let Some(profile) = k.strip_prefix(l::RESOURCE_MIG_PREFIX) {
-                    let slices: f64 = profile
-                        .split('g')
-                        .next()
-                        .and_then(|n| n.parse().ok())
-                        .unwrap_or(1.0);
-                    v as f64 * slices / 7.0
-                } else {
-                    0.0
-                }
+            .filter(|(k, _)| {
+                gpu_fraction(k).is_some()
+                    || *k == l::RESOURCE_GPU_SHARED
+                    || *k == l::RESOURCE_NEURON
+                    || k.starts_with(crate::catalog::devices::NEURON_DRIVER)
             })
+            .map(|(_, v)| v)
             .sum()
     }
 
@@ -243,6 +269,28 @@ impl Resources {
             .min()
             .unwrap_or(u32::MAX)
     }
+}
+
+/// The share of a GPU one unit of resource `k` is, if it is a GPU or a MIG
+/// instance (see [`Resources::gpus`]).
+fn gpu_fraction(k: &str) -> Option<f64> {
+    use crate::api::labels as l;
+    use crate::catalog::devices::NVIDIA_DRIVER;
+    let dra = k
+        .strip_prefix(NVIDIA_DRIVER)
+        .and_then(|r| r.strip_prefix('/'));
+    if k == l::RESOURCE_GPU || dra == Some("gpu") {
+        return Some(1.0);
+    }
+    let profile = k
+        .strip_prefix(l::RESOURCE_MIG_PREFIX)
+        .or_else(|| dra.and_then(|r| r.strip_prefix("mig-")))?;
+    let slices: f64 = profile
+        .split('g')
+        .next()
+        .and_then(|n| n.parse().ok())
+        .unwrap_or(1.0);
+    Some(slices / 7.0)
 }
 
 impl fmt::Display for Resources {
@@ -379,6 +427,26 @@ mod tests {
             }
             assert!(sum.iter().all(|(_, v)| v != 0), "no zero amounts: {sum:?}");
         }
+    }
+
+    #[test]
+    fn gpus_count_the_same_through_the_device_plugin_and_dra() {
+        let plugin = Resources::new()
+            .with("nvidia.com/gpu", 2)
+            .with("nvidia.com/mig-3g.40gb", 1);
+        let dra = Resources::new()
+            .with("gpu.nvidia.com/gpu", 2)
+            .with("gpu.nvidia.com/mig-3g.40gb", 1);
+        assert!((plugin.gpus() - (2.0 + 3.0 / 7.0)).abs() < 1e-9);
+        assert_eq!(plugin.gpus(), dra.gpus());
+        assert_eq!(plugin.accelerator_devices(), 3);
+        assert_eq!(dra.accelerator_devices(), 3);
+        let neuron = Resources::new()
+            .with("aws.amazon.com/neuron", 4)
+            .with("neuron.aws.com/neuron", 4)
+            .with("dra.net/efa", 1);
+        assert_eq!(neuron.accelerator_devices(), 8);
+        assert_eq!(neuron.gpus(), 0.0);
     }
 
     #[test]

@@ -117,6 +117,41 @@ pub fn capacity(it: &InstanceType, sharing: &GpuSharing) -> Resources {
     r
 }
 
+/// The device plugin's resources for the devices a DRA driver publishes:
+/// a node serves them through one or the other, never both.
+pub fn plugin_resources_of(driver: &str, resource: &str) -> bool {
+    use crate::catalog::devices::{EFA_DRIVER, NEURON_DRIVER, NVIDIA_DRIVER};
+    match driver {
+        NVIDIA_DRIVER => {
+            resource == l::RESOURCE_GPU
+                || resource == l::RESOURCE_GPU_SHARED
+                || resource.starts_with(l::RESOURCE_MIG_PREFIX)
+        }
+        NEURON_DRIVER => resource == l::RESOURCE_NEURON || resource == l::RESOURCE_NEURONCORE,
+        EFA_DRIVER => resource == l::RESOURCE_EFA,
+        _ => false,
+    }
+}
+
+/// A node's resources when it serves the devices of `templates` through
+/// their DRA drivers: the device plugin's resources for those devices
+/// removed ([`plugin_resources_of`]), one unit of each template's resource
+/// per device added.
+pub fn with_dra_devices(
+    resources: &Resources,
+    templates: &[crate::catalog::DeviceTemplate],
+) -> Resources {
+    let mut r: Resources = resources
+        .iter()
+        .filter(|(k, _)| !templates.iter().any(|t| plugin_resources_of(&t.driver, k)))
+        .fold(Resources::new(), |r, (k, v)| r.with(k, v));
+    for t in templates {
+        let v = r.get(&t.resource()) + i64::from(t.count);
+        r.set(&t.resource(), v);
+    }
+    r
+}
+
 /// What kubelet and system daemons keep back, plus eviction thresholds.
 pub fn reserved(it: &InstanceType) -> Resources {
     Resources::new()

@@ -1,6 +1,8 @@
 //! Kubernetes YAML at the edge: multi-document manifests of Pods, Deployments,
-//! StatefulSets, Jobs, Volcano PodGroups and Nodes turned into the planner's
-//! pods and node states. Pure text processing; the caller reads the files.
+//! StatefulSets, Jobs, Volcano PodGroups, Nodes and DRA objects
+//! (DeviceClasses, ResourceClaims, ResourceClaimTemplates, ResourceSlices)
+//! turned into the planner's pods and node states. Pure text processing;
+//! the caller reads the files.
 
 use super::node::NodeState;
 use super::pod::{self, Ignored, Pod};
@@ -49,6 +51,9 @@ pub struct Manifests {
     pub nodes: Vec<core::Node>,
     /// Requests of every DaemonSet's pod: overhead on each new node.
     pub daemonset_overhead: Resources,
+    /// DRA objects: DeviceClasses, ResourceClaims, ResourceClaimTemplates
+    /// and ResourceSlices (`resource.k8s.io/v1`).
+    pub dra: super::dra::Objects,
     /// Documents of other kinds, as `(kind, value)`, for the caller to use.
     pub other: Vec<(String, serde_json::Value)>,
 }
@@ -110,6 +115,10 @@ impl Manifests {
                     let min = value["spec"]["minMember"].as_u64().unwrap_or(1) as u32;
                     self.group_sizes.insert(format!("{ns}/{name}"), min);
                 }
+                "DeviceClass" => self.dra.add_class(from(value).map_err(err)?),
+                "ResourceClaim" => self.dra.add_claim(from(value).map_err(err)?),
+                "ResourceClaimTemplate" => self.dra.add_template(from(value).map_err(err)?),
+                "ResourceSlice" => self.dra.add_slice(from(value).map_err(err)?),
                 "" => return Err(err("document has no kind".into())),
                 other => self.other.push((other.to_string(), value)),
             }
@@ -149,6 +158,13 @@ impl Manifests {
             .iter()
             .map(node_state)
             .collect::<Result<Vec<_>, _>>()?;
+        // Devices the DRA drivers publish on each node, less those
+        // allocated claims take.
+        for n in &mut nodes {
+            let (published, taken) = self.dra.node_devices(&n.name);
+            n.allocatable.add(&published);
+            n.used.add(&taken);
+        }
         let mut pending = Vec::new();
         let mut ignored = Vec::new();
         for p in &self.pods {

@@ -77,8 +77,39 @@ pub fn efa_interfaces(req: &ClaimRequest, world: &World, pods: &[&Pod]) -> Optio
         .iter()
         .find(|p| p.metadata.name.as_deref() == Some(req.nodepool.as_str()))
         .is_some_and(|p| p.spec.template.spec.efa);
-    let wanted = pool_wants || pods.iter().any(|p| p.requests.get(l::RESOURCE_EFA) > 0);
+    // EFA interfaces through the EFA DRA driver are attached at launch too.
+    let dra_efa =
+        crate::catalog::devices::resource_name(crate::catalog::devices::EFA_DRIVER, "efa");
+    let wanted = pool_wants
+        || pods.iter().any(|p| p.requests.get(l::RESOURCE_EFA) > 0)
+        || dra_demand(req, world, pods).get(&dra_efa) > 0;
     (wanted && it.efa_supported && it.max_efa_interfaces > 0).then_some(it.max_efa_interfaces)
+}
+
+/// The devices the DRA claims of a claim's pods take on its node (each
+/// shared claim once), as matched on its instance type with its pool's
+/// GPU sharing.
+pub fn dra_demand(req: &ClaimRequest, world: &World, pods: &[&Pod]) -> crate::cluster::Resources {
+    let mut total = crate::cluster::Resources::new();
+    let mig = world
+        .pools
+        .iter()
+        .find(|p| p.metadata.name.as_deref() == Some(req.nodepool.as_str()))
+        .and_then(|p| p.spec.gpu_sharing.mig_profile().map(str::to_string));
+    let shape = crate::cluster::dra::ShapeKey {
+        instance_type: req.offering.instance_type.clone(),
+        mig_profile: mig,
+    };
+    let mut seen = std::collections::BTreeSet::new();
+    for d in pods.iter().filter_map(|p| p.devices.as_ref()) {
+        if !seen.insert(Arc::as_ptr(d)) {
+            continue;
+        }
+        if let Some(Ok(a)) = d.shapes.get(&shape) {
+            total.add(&a.demand);
+        }
+    }
+    total
 }
 
 /// The NodeClaim for a launch: our finalizer, the pool label, the node's
@@ -156,6 +187,16 @@ pub fn build_claim(
             controller: None,
         }]);
     }
+    // The DRA drivers its pods' claims need: it is Initialized once they
+    // have published its devices.
+    let drivers: std::collections::BTreeSet<String> = if node.state.labels.contains_key(l::DRA) {
+        dra_demand(req, world, pods)
+            .iter()
+            .filter_map(|(k, _)| k.split_once('/').map(|(d, _)| d.to_string()))
+            .collect()
+    } else {
+        Default::default()
+    };
     // What the pool's template was, for drift (requirements the cloud
     // added to the world's pool are not in the hash).
     claim.metadata.annotations = Some(BTreeMap::from([
@@ -168,6 +209,14 @@ pub fn build_claim(
             crate::core::drift::HASH_VERSION.to_string(),
         ),
     ]));
+    if !drivers.is_empty() {
+        let list: Vec<String> = drivers.into_iter().collect();
+        claim
+            .metadata
+            .annotations
+            .get_or_insert_with(BTreeMap::new)
+            .insert(l::DRA_DRIVERS.to_string(), list.join(","));
+    }
     let mut labels = BTreeMap::from([(l::NODEPOOL.to_string(), req.nodepool.clone())]);
     if let Some(w) = &req.prewarm_window {
         labels.insert(PREWARM_LABEL.to_string(), w.clone());

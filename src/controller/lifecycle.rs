@@ -368,7 +368,11 @@ pub fn registered_change(claim: &NodeClaim, labels: BTreeMap<String, String>) ->
 
 /// Whether the node is initialized for the claim: Ready, every startup
 /// taint gone, and every accelerator resource the claim expects advertised
-/// in allocatable (the device plugin is up).
+/// in allocatable (the device plugin is up), or, for a node launched for
+/// DRA claims, published by the drivers its pods' claims need (the
+/// claim's `quartermaster.dev/dra-drivers`; every driver whose devices it
+/// expects when the annotation is missing) in ResourceSlices, which the
+/// node's view counts in its allocatable ([`super::snapshot::Snapshot::claim_view`]).
 pub fn is_initialized(node: &NodeInfo, claim: &NodeClaim) -> bool {
     let startup_gone = claim
         .spec
@@ -380,10 +384,31 @@ pub fn is_initialized(node: &NodeInfo, claim: &NodeClaim) -> bool {
         .spec
         .resources
         .iter()
-        .filter(|(k, _)| is_accelerator(k))
+        .filter(|(k, _)| is_accelerator(k) || needs_driver(claim, k))
         .filter(|(k, q)| crate::cluster::resources::canonical(k, &q.0).unwrap_or(0) > 0)
         .all(|(k, _)| node.allocatable.get(k) > 0);
     node.ready && startup_gone && published
+}
+
+/// Whether `resource` is a device of a DRA driver the claim's node must
+/// have published before it is initialized.
+fn needs_driver(claim: &NodeClaim, resource: &str) -> bool {
+    use crate::catalog::devices::{EFA_DRIVER, NEURON_DRIVER, NVIDIA_DRIVER};
+    if claim.spec.labels.get(l::DRA).is_none_or(|v| v != "true") {
+        return false;
+    }
+    let Some((driver, _)) = resource.split_once('/') else {
+        return false;
+    };
+    match claim
+        .metadata
+        .annotations
+        .as_ref()
+        .and_then(|a| a.get(l::DRA_DRIVERS))
+    {
+        Some(list) => list.split(',').any(|d| d == driver),
+        None => [NVIDIA_DRIVER, NEURON_DRIVER, EFA_DRIVER].contains(&driver),
+    }
 }
 
 fn condition_time(status: &NodeClaimStatus, type_: &str) -> Option<Time> {

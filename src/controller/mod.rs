@@ -6,6 +6,7 @@
 
 pub mod backoff;
 pub mod checkpoint;
+pub mod dra;
 pub mod events;
 pub mod executor;
 pub mod fence;

@@ -31,6 +31,9 @@ pub struct ServedApis {
     pub scheduling_pod_groups: Option<String>,
     /// cluster-autoscaler's `autoscaling.x-k8s.io/v1` ProvisioningRequests.
     pub provisioning_requests: bool,
+    /// DRA's `resource.k8s.io/v1` (DeviceClasses, ResourceClaims,
+    /// ResourceClaimTemplates, ResourceSlices: `super::dra`).
+    pub dra: bool,
 }
 
 impl ServedApis {
@@ -51,6 +54,7 @@ impl ServedApis {
                 .find(|v| serves(SCHEDULING_API_GROUP, v))
                 .map(|v| v.to_string()),
             provisioning_requests: serves(PROVISIONING_API_GROUP, PROVISIONING_VERSION),
+            dra: serves(super::dra::GROUP, super::dra::VERSION),
         }
     }
 
@@ -72,6 +76,10 @@ impl ServedApis {
             self.provisioning_requests,
             "autoscaling.x-k8s.io/v1 ProvisioningRequest",
         );
+        say(
+            self.dra,
+            "resource.k8s.io/v1 DeviceClass, ResourceClaim, ResourceClaimTemplate, ResourceSlice",
+        );
     }
 }
 
@@ -86,7 +94,8 @@ pub async fn discover(client: &kube::Client) -> Result<ServedApis, kube::Error> 
     Ok(served)
 }
 
-/// Starts a watch for each served API, telling the store to wait for them.
+/// Starts a watch for each served API (the gang APIs here, DRA's in
+/// [`super::dra`]), telling the store to wait for them.
 pub fn spawn_watches(
     client: &kube::Client,
     store: &Arc<Store>,
@@ -123,6 +132,9 @@ pub fn spawn_watches(
             config(),
             store.clone(),
         )));
+    }
+    if served.dra {
+        out.extend(super::dra::spawn_watches(client, store));
     }
     out
 }
@@ -492,6 +504,7 @@ mod tests {
             group("scheduling.volcano.sh", &["v1beta1"]),
             group("scheduling.k8s.io", &["v1", "v1alpha2"]),
             group("autoscaling.x-k8s.io", &["v1", "v1beta1"]),
+            group("resource.k8s.io", &["v1", "v1beta2"]),
         ]));
         assert_eq!(
             ServedApis::from_groups(&all),
@@ -499,6 +512,7 @@ mod tests {
                 volcano: true,
                 scheduling_pod_groups: Some("v1alpha2".into()),
                 provisioning_requests: true,
+                dra: true,
             }
         );
         // PriorityClasses alone (v1) and the 1.35 Workload (v1alpha1) serve
@@ -506,6 +520,7 @@ mod tests {
         let none = groups(json!([
             group("scheduling.k8s.io", &["v1", "v1alpha1"]),
             group("autoscaling.x-k8s.io", &["v1beta1"]),
+            group("resource.k8s.io", &["v1beta2"]),
         ]));
         assert_eq!(ServedApis::from_groups(&none), ServedApis::default());
     }

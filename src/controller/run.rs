@@ -16,7 +16,7 @@ use super::steps::{self, Finished, Steps};
 use crate::api::NodeClaim;
 use crate::catalog::Catalog;
 use crate::cloud::{self, CloudProvider, InstanceNotice, NoticeAcks};
-use crate::core::{Action, Core, ManagedNode, Notice, Time, World};
+use crate::core::{Action, Core, Notice, Time, World};
 use crate::metrics::{ActionLabels, Metrics, NodeLabels, PoolLabels, StepLabels};
 use kube::ResourceExt;
 use std::collections::{BTreeMap, HashMap, HashSet};
@@ -538,11 +538,7 @@ impl<C: CloudProvider + Send + Sync + 'static> Driver<C> {
                         pools: parts.pools.clone(),
                         ..WorldParts::default()
                     };
-                    let node = ManagedNode::launched(
-                        &snapshot::request_of(&claim),
-                        &shape.world(&catalog, &region),
-                        at,
-                    );
+                    let node = snapshot::managed_node(&claim, &shape.world(&catalog, &region), at);
                     parts.nodes.extend(node);
                     self.created.push((claim, at));
                 }

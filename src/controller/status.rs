@@ -214,8 +214,9 @@ fn is_launched(claim: &NodeClaim) -> bool {
 
 fn sharing_of(pool: &NodePool) -> GpuSharing {
     let s = &pool.spec.gpu_sharing;
-    match (s.mode, s.time_slicing_replicas(), s.mig_profile()) {
-        (GpuSharingMode::TimeSlicing, Some(replicas), _) => GpuSharing::TimeSlicing { replicas },
+    // MPS advertises its shares as time slicing does.
+    match (s.mode, s.shared_replicas(), s.mig_profile()) {
+        (_, Some(replicas), _) => GpuSharing::TimeSlicing { replicas },
         (GpuSharingMode::Mig, _, Some(profile)) => GpuSharing::Mig {
             profile: profile.to_string(),
         },

@@ -699,11 +699,23 @@ impl ManagedNode {
         labels.extend(pool.labels.clone());
         let allocatable = crate::cluster::shape::allocatable(it, &pool.sharing);
         let lifetime = &api_pool.spec.template.spec;
-        Some(ManagedNode {
+        let mut node = ManagedNode {
             expire_after: lifetime.expire_after_duration().ok().flatten(),
             termination_grace: lifetime.termination_grace_period_duration().ok().flatten(),
             ..ManagedNode::in_flight(req, labels, pool.taints, allocatable, now)
-        })
+        };
+        // Launched for pods with DRA claims: it serves them through the
+        // drivers its pool runs.
+        let for_dra = req.pods.iter().any(|name| {
+            world
+                .pending
+                .iter()
+                .any(|p| p.name == *name && p.devices.is_some())
+        });
+        if for_dra {
+            node.serve_dra(world);
+        }
+        Some(node)
     }
 
     /// The node of a claim that exists, as far as the world can say: what
@@ -772,6 +784,41 @@ impl ManagedNode {
             expire_after: None,
             termination_grace: None,
         }
+    }
+
+    /// The node as launched to serve DRA claims: its devices offered
+    /// through the DRA drivers its pool runs instead of the device plugin
+    /// (`cluster::shape::with_dra_devices`), and the label
+    /// `quartermaster.dev/dra` the drivers' DaemonSets select. Nothing
+    /// changes when the pool runs none of its devices' drivers.
+    pub fn serve_dra(&mut self, world: &World) {
+        let Some(api_pool) = world.pools.iter().find(|p| name(p) == self.nodepool) else {
+            return;
+        };
+        let Ok(pool) = Pool::from_api(api_pool, Resources::new()) else {
+            return;
+        };
+        let Some(it) = world.catalog.instance_type(&self.offering.instance_type) else {
+            return;
+        };
+        let mig = match &pool.sharing {
+            crate::cluster::GpuSharing::Mig { profile } => Some(profile.as_str()),
+            _ => None,
+        };
+        let templates: Vec<_> = world
+            .catalog
+            .device_templates(it, mig)
+            .into_iter()
+            .filter(|t| pool.runs_dra_driver(&t.driver))
+            .collect();
+        if templates.is_empty() || self.state.labels.contains_key(crate::api::labels::DRA) {
+            return;
+        }
+        self.state.allocatable =
+            crate::cluster::shape::with_dra_devices(&self.state.allocatable, &templates);
+        self.state
+            .labels
+            .insert(crate::api::labels::DRA.to_string(), "true".to_string());
     }
 
     /// The same node with the lifetime its claim recorded at creation

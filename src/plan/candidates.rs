@@ -3,7 +3,7 @@
 //! have, and the explanation of why a pod fits none of them.
 
 use crate::api::labels::{self as l, LabelLookup};
-use crate::catalog::{mig, AcceleratorKind, CapacityType, Offering};
+use crate::catalog::{mig, AcceleratorKind, CapacityType, DeviceTemplate, Offering};
 use crate::cluster::requirements::untolerated;
 use crate::cluster::shape::{self, GpuSharing};
 use crate::cluster::{Labels, Pool, Resources, Taint};
@@ -116,6 +116,26 @@ pub fn candidates(input: &Input) -> Vec<Candidate> {
     // (building them per plan dominated planning in long simulations), and
     // each zone is named once per call.
     let mut zone_names: std::collections::HashMap<&str, String> = Default::default();
+    // Nodes serving DRA claims are offered only when a pod has some; the
+    // device plugin's nodes of the same offerings only when a pod asks
+    // for the plugin's devices (for any other pod the two are alike).
+    let dra = input.pods.iter().any(|p| p.devices.is_some());
+    let plugin_devices: std::collections::BTreeSet<&str> = input
+        .pods
+        .iter()
+        .flat_map(|p| p.requests.iter().map(|(k, _)| k))
+        .filter(|k| {
+            [
+                crate::catalog::devices::NVIDIA_DRIVER,
+                crate::catalog::devices::NEURON_DRIVER,
+                crate::catalog::devices::EFA_DRIVER,
+            ]
+            .iter()
+            .any(|d| shape::plugin_resources_of(d, k))
+        })
+        .collect();
+    let mut templates: std::collections::HashMap<(&str, Option<&str>), Vec<DeviceTemplate>> =
+        Default::default();
     for (pi, pool) in pools.iter().enumerate() {
         // Requirements on labels only the instance type sets are checked once
         // per type, before any offering's labels are built: most offerings
@@ -191,7 +211,7 @@ pub fn candidates(input: &Input) -> Vec<Candidate> {
                 .map(|m| m.mean_rate_per_hour())
                 .filter(|mean| *mean > 0.0)
                 .map(|mean| rate / mean);
-            out.push(Candidate {
+            let candidate = Candidate {
                 pool: pi,
                 weight: pool.weight,
                 rate,
@@ -203,10 +223,65 @@ pub fn candidates(input: &Input) -> Vec<Candidate> {
                 taints: pool.taints.clone(),
                 accelerator_resource,
                 accelerator_units,
+            };
+            let mut variant = None;
+            if dra {
+                let mig = match &pool.sharing {
+                    GpuSharing::Mig { profile } => Some(profile.as_str()),
+                    _ => None,
+                };
+                let served: Vec<DeviceTemplate> = templates
+                    .entry((it.name.as_str(), mig))
+                    .or_insert_with(|| catalog.device_templates(it, mig))
+                    .iter()
+                    .filter(|t| pool.runs_dra_driver(&t.driver))
+                    .cloned()
+                    .collect();
+                if !served.is_empty() {
+                    variant = Some(serving_dra(&candidate, &served));
+                }
+            }
+            // The plain node first: ties go to it.
+            let plain_needed = variant.as_ref().is_none_or(|v| {
+                plugin_devices
+                    .iter()
+                    .any(|r| candidate.allocatable.get(r) > 0 && v.allocatable.get(r) == 0)
             });
+            if plain_needed {
+                out.push(candidate);
+            }
+            out.extend(variant);
         }
     }
     out
+}
+
+/// The same offering launched to serve DRA claims: its devices offered
+/// through the DRA drivers of `served` instead of the device plugin
+/// ([`shape::with_dra_devices`]), labelled `quartermaster.dev/dra`. Its
+/// capacity keeps the plugin's counts too, so that pool limits on
+/// `nvidia.com/gpu` count its GPUs.
+fn serving_dra(c: &Candidate, served: &[DeviceTemplate]) -> Candidate {
+    let mut labels = c.labels.clone();
+    labels.own.insert(l::DRA.to_string(), "true".to_string());
+    let allocatable = shape::with_dra_devices(&c.allocatable, served);
+    let mut capacity = c.capacity.clone();
+    for t in served {
+        capacity.set(&t.resource(), i64::from(t.count));
+    }
+    // The accelerator its idle devices are charged in: the GPU or Neuron
+    // devices, not the EFA interfaces.
+    let accelerator = served
+        .iter()
+        .find(|t| t.driver != crate::catalog::devices::EFA_DRIVER);
+    Candidate {
+        allocatable,
+        capacity,
+        labels,
+        accelerator_resource: accelerator.map(DeviceTemplate::resource),
+        accelerator_units: accelerator.map_or(0, |t| i64::from(t.count)),
+        ..c.clone()
+    }
 }
 
 fn accelerator_resource(

@@ -8,7 +8,9 @@ use std::collections::BTreeMap;
 /// What a pool may still add (its limit minus what exists or was planned).
 #[derive(Clone, Debug, Default)]
 pub struct Budget {
-    /// Resource capacity left per limited resource.
+    /// Resource capacity left per limited resource (a candidate's
+    /// capacity keeps the device plugin's counts when it serves DRA, so it
+    /// is charged by name; existing nodes by [`crate::cluster::Resources::limited`]).
     pub resources: BTreeMap<String, f64>,
     /// Nodes left.
     pub nodes: Option<f64>,
@@ -78,7 +80,7 @@ pub fn budgets(input: &Input) -> Vec<Budget> {
                     .map(|(k, v)| {
                         let used = mine
                             .iter()
-                            .fold(0i64, |sum, n| sum.saturating_add(n.allocatable.get(k)));
+                            .fold(0i64, |sum, n| sum.saturating_add(n.allocatable.limited(k)));
                         (k.to_string(), left(v, used))
                     })
                     .collect(),
@@ -185,6 +187,16 @@ mod tests {
     fn budgets_of(pool: Pool, nodes: &[NodeState]) -> Vec<Budget> {
         let catalog = Catalog::default();
         budgets(&Input::offline(&catalog, "us-east-1", &[pool], &[]).with_nodes(nodes))
+    }
+
+    #[test]
+    fn a_gpu_limit_counts_the_gpus_nodes_serve_through_dra() {
+        let mut pool = Pool::new("p");
+        pool.limits.resources = Resources::new().with("nvidia.com/gpu", 16);
+        let mut dra = node("p", 0);
+        dra.allocatable = Resources::new().with("gpu.nvidia.com/gpu", 8);
+        let b = &budgets_of(pool, &[node("p", 4), dra])[0];
+        assert_eq!(b.resources["nvidia.com/gpu"], 4.0);
     }
 
     #[test]

@@ -10,6 +10,7 @@ pub mod bound;
 pub mod candidates;
 pub mod classes;
 pub mod cost;
+pub mod dra;
 pub mod greedy;
 pub mod limits;
 pub mod mip;
@@ -262,11 +263,11 @@ impl Plan {
 /// measures solve time for reporting and bounds the MIP's whole plan by
 /// `options.time_limit`.
 pub fn plan(input: &Input, strategy: Strategy, options: &Options, now: &dyn Fn() -> f64) -> Plan {
-    if input.pods.iter().any(|p| !p.not_placeable.is_empty()) {
+    if input.pods.iter().any(|p| held_reason(p).is_some()) {
         // Pods whose needs the planner does not understand are reported,
         // never placed as though those needs were absent.
         let (held, placeable): (Vec<&Pod>, Vec<&Pod>) =
-            input.pods.iter().partition(|p| !p.not_placeable.is_empty());
+            input.pods.iter().partition(|p| held_reason(p).is_some());
         let pods: Vec<Pod> = placeable.into_iter().cloned().collect();
         let mut p = plan(
             &Input {
@@ -280,10 +281,32 @@ pub fn plan(input: &Input, strategy: Strategy, options: &Options, now: &dyn Fn()
         p.unschedulable
             .extend(held.into_iter().map(|pod| Unschedulable {
                 pod: pod.name.clone(),
-                reason: format!("not placeable: {}", pod.not_placeable.join("; ")),
+                reason: format!("not placeable: {}", held_reason(pod).unwrap_or_default()),
             }));
         return p;
     }
+    if input.pods.iter().any(|p| p.devices.is_some()) {
+        // DRA claims become demand first (`dra`).
+        let cands = candidates::candidates(input);
+        let prepared = dra::prepare(input, &cands);
+        let mut p = solve(
+            &Input {
+                pods: &prepared.pods,
+                ..*input
+            },
+            strategy,
+            options,
+            now,
+        );
+        p.unschedulable.extend(prepared.held);
+        dra::expand(&mut p, &prepared.members);
+        return p;
+    }
+    solve(input, strategy, options, now)
+}
+
+/// [`plan`] of pods whose DRA claims are demand already.
+fn solve(input: &Input, strategy: Strategy, options: &Options, now: &dyn Fn() -> f64) -> Plan {
     let start = now();
     let mut p = match strategy {
         Strategy::Mip => mip::plan(input, options, now),
@@ -298,6 +321,22 @@ pub fn plan(input: &Input, strategy: Strategy, options: &Options, now: &dyn Fn()
         p.optimal = p.risk_adjusted_cost_per_hour <= lb * (1.0 + options.mip_gap) + 1e-9;
     }
     p
+}
+
+/// Why a pod is held back from planning, if it is: needs the planner does
+/// not understand ([`Pod::not_placeable`]), or DRA claims that were not
+/// matched against the cluster's DRA objects (a caller that read none).
+fn held_reason(p: &Pod) -> Option<String> {
+    if !p.not_placeable.is_empty() {
+        return Some(p.not_placeable.join("; "));
+    }
+    (!p.resource_claims.is_empty() && p.devices.is_none()).then(|| {
+        let names: Vec<&str> = p.resource_claims.iter().map(|c| c.name.as_str()).collect();
+        format!(
+            "it asks for devices through DRA resource claims ({}), which were not matched against DeviceClasses and ResourceClaims",
+            names.join(", ")
+        )
+    })
 }
 
 /// Indices (into `input.pods`) of the pods `plan` launches new nodes for.
@@ -323,6 +362,26 @@ pub fn launched_pods(input: &Input, plan: &Plan) -> Vec<usize> {
 /// spread, the gang's zone, sharing the node with other pods), and never
 /// that the dearer option "beats" it.
 pub fn explain(input: &Input, plan: &Plan) -> Vec<String> {
+    if input.pods.iter().any(|p| p.devices.is_some()) {
+        // As planned: DRA claims as demand, pods sharing a claim as one.
+        let prepared = dra::prepare(input, &candidates::candidates(input));
+        let mut named = plan.clone();
+        for n in &mut named.nodes {
+            n.pods
+                .retain(|p| prepared.pods.iter().any(|q| q.name == *p));
+        }
+        return explain_prepared(
+            &Input {
+                pods: &prepared.pods,
+                ..*input
+            },
+            &named,
+        );
+    }
+    explain_prepared(input, plan)
+}
+
+fn explain_prepared(input: &Input, plan: &Plan) -> Vec<String> {
     let cands = candidates::candidates(input);
     let by_name: std::collections::HashMap<&str, &Pod> =
         input.pods.iter().map(|p| (p.name.as_str(), p)).collect();

@@ -3,7 +3,6 @@
 //! the MIP has decided how many to launch (opening more if the aggregate model
 //! was optimistic, so a plan always holds every pod it claims to place).
 
-use crate::api::labels as l;
 use crate::cluster::requirements::untolerated;
 use crate::cluster::requirements::{NodeAffinity, Toleration};
 use crate::cluster::resources::{CPU, MEMORY};
@@ -80,15 +79,11 @@ pub fn compatible<L: crate::labels::LabelLookup + ?Sized>(
 /// Sort order for packing: accelerators, then CPU, then memory, largest first.
 pub fn sort_largest_first(pods: &[Pod], idx: &mut [usize]) {
     let key = |p: &Pod| {
-        let acc = p.requests.get(l::RESOURCE_GPU)
-            + p.requests.get(l::RESOURCE_GPU_SHARED)
-            + p.requests.get(l::RESOURCE_NEURON)
-            + p.requests
-                .iter()
-                .filter(|(k, _)| k.starts_with(l::RESOURCE_MIG_PREFIX))
-                .map(|(_, v)| v)
-                .sum::<i64>();
-        (acc, p.requests.get(CPU), p.requests.get(MEMORY))
+        (
+            p.requests.accelerator_devices(),
+            p.requests.get(CPU),
+            p.requests.get(MEMORY),
+        )
     };
     // Each key reads several resources by name: compute it once per pod.
     idx.sort_by_cached_key(|&i| (std::cmp::Reverse(key(&pods[i])), i));
@@ -293,6 +288,7 @@ pub fn pack_new(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::api::labels as l;
     use crate::cluster::pod::GroupRef;
     use crate::cluster::Labels;
 

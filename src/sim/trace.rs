@@ -227,7 +227,7 @@ impl FractionalGpu {
         by_weight.sort_by_key(|p| std::cmp::Reverse(p.spec.weight_or_default()));
         if let Some(replicas) = by_weight
             .iter()
-            .find_map(|p| p.spec.gpu_sharing.time_slicing_replicas())
+            .find_map(|p| p.spec.gpu_sharing.shared_replicas())
         {
             return FractionalGpu::TimeSliced { replicas };
         }

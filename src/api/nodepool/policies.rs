@@ -134,24 +134,34 @@ pub enum GpuSharingMode {
     /// Each GPU is partitioned into MIG instances of `migProfile`, advertised
     /// as `nvidia.com/mig-<profile>` (MIG strategy `mixed`).
     Mig,
+    /// The device plugin's MPS sharing: each GPU is advertised `replicas`
+    /// times as `nvidia.com/gpu.shared` (`renameByDefault`), and each pod
+    /// holding a share runs as an MPS client limited to `1/replicas` of the
+    /// GPU's memory and of its threads; pods asking for whole
+    /// `nvidia.com/gpu` never land there.
+    Mps,
 }
 
 /// GPU sharing of the pool's nodes: `{mode: None}`, `{mode: TimeSlicing,
-/// replicas: 4}` or `{mode: Mig, migProfile: 1g.10gb}`.
+/// replicas: 4}`, `{mode: Mps, replicas: 4}` or `{mode: Mig, migProfile:
+/// 1g.10gb}`.
 #[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, KubeSchema)]
 #[x_kube(
-    validation = Rule::new("self.mode == 'TimeSlicing' ? has(self.replicas) : !has(self.replicas)")
-        .message("replicas is required with mode TimeSlicing and not allowed with other modes"),
+    validation = Rule::new("self.mode == 'TimeSlicing' || self.mode == 'Mps' ? has(self.replicas) : !has(self.replicas)")
+        .message("replicas is required with modes TimeSlicing and Mps and not allowed with other modes"),
+    validation = Rule::new("self.mode != 'Mps' || !has(self.replicas) || self.replicas <= 48")
+        .message("MPS serves at most 48 clients per GPU: replicas must be at most 48 with mode Mps"),
     validation = Rule::new("self.mode == 'Mig' ? has(self.migProfile) : !has(self.migProfile)")
         .message("migProfile is required with mode Mig and not allowed with other modes")
 )]
 #[serde(rename_all = "camelCase")]
 pub struct GpuSharing {
-    /// `None`, `TimeSlicing` or `Mig`.
+    /// `None`, `TimeSlicing`, `Mps` or `Mig`.
     pub mode: GpuSharingMode,
-    /// Time slicing: shares per GPU (2..=64), advertised as
-    /// `nvidia.com/gpu.shared` (the device plugin's `renameByDefault`), so
-    /// pods asking for whole `nvidia.com/gpu` never land on a shared GPU.
+    /// Time slicing and MPS: shares per GPU (2..=64; MPS at most 48),
+    /// advertised as `nvidia.com/gpu.shared` (the device plugin's
+    /// `renameByDefault`), so pods asking for whole `nvidia.com/gpu` never
+    /// land on a shared GPU.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(range(min = 2, max = 64))]
     pub replicas: Option<u32>,
@@ -172,6 +182,15 @@ impl GpuSharing {
         }
     }
 
+    /// MPS with `replicas` clients per GPU.
+    pub fn mps(replicas: u32) -> GpuSharing {
+        GpuSharing {
+            mode: GpuSharingMode::Mps,
+            replicas: Some(replicas),
+            mig_profile: None,
+        }
+    }
+
     /// MIG with every GPU partitioned into `profile`.
     pub fn mig(profile: &str) -> GpuSharing {
         GpuSharing {
@@ -184,6 +203,15 @@ impl GpuSharing {
     /// Pods per GPU when time slicing (and `replicas` is set), else `None`.
     pub fn time_slicing_replicas(&self) -> Option<u32> {
         (self.mode == GpuSharingMode::TimeSlicing)
+            .then_some(self.replicas)
+            .flatten()
+    }
+
+    /// Shares per GPU when the GPUs are shared by time slicing or MPS (and
+    /// `replicas` is set), else `None`: either way each GPU is advertised
+    /// that many times as `nvidia.com/gpu.shared`.
+    pub fn shared_replicas(&self) -> Option<u32> {
+        matches!(self.mode, GpuSharingMode::TimeSlicing | GpuSharingMode::Mps)
             .then_some(self.replicas)
             .flatten()
     }
@@ -297,6 +325,49 @@ fn default_risk_aversion() -> f64 {
     1.0
 }
 
+/// How a pod's `firstAvailable` DRA alternatives are chosen when nodes
+/// are launched for it.
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, Default, PartialEq, Eq, Hash, JsonSchema)]
+pub enum FirstAvailable {
+    /// In the order the user wrote them: nodes are launched for the first
+    /// alternative some pool can serve, as the scheduler allocates.
+    #[default]
+    InOrder,
+    /// The alternative whose node costs the pod least (price plus expected
+    /// interruption cost) among those this pool can serve.
+    Cheapest,
+}
+
+/// The pool's DRA policy: which drivers its nodes run, and how claims'
+/// alternatives are chosen.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct DraPolicy {
+    /// The DRA drivers the pool's nodes run (`gpu.nvidia.com`,
+    /// `neuron.aws.com`, `dra.net`): nodes launched for DRA claims offer
+    /// those drivers' devices, in place of the device plugin's, and carry
+    /// the label `quartermaster.dev/dra: "true"` (for the drivers'
+    /// DaemonSets to select). Unset: every driver Quartermaster has device
+    /// templates for; `[]`: none (a device-plugin pool).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(max = 16))]
+    pub drivers: Option<Vec<String>>,
+    /// How `firstAvailable` alternatives are chosen for this pool's nodes.
+    #[serde(default, skip_serializing_if = "is_in_order")]
+    pub first_available: FirstAvailable,
+}
+
+fn is_in_order(f: &FirstAvailable) -> bool {
+    *f == FirstAvailable::InOrder
+}
+
+impl DraPolicy {
+    /// The default policy (every driver, in order).
+    pub fn is_default(&self) -> bool {
+        *self == DraPolicy::default()
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -305,6 +376,10 @@ mod tests {
     fn sharing_accessors_answer_only_for_their_mode() {
         assert_eq!(GpuSharing::time_slicing(4).time_slicing_replicas(), Some(4));
         assert_eq!(GpuSharing::time_slicing(4).mig_profile(), None);
+        assert_eq!(GpuSharing::mps(4).shared_replicas(), Some(4));
+        assert_eq!(GpuSharing::mps(4).time_slicing_replicas(), None);
+        assert_eq!(GpuSharing::time_slicing(4).shared_replicas(), Some(4));
+        assert_eq!(GpuSharing::mig("1g.10gb").shared_replicas(), None);
         assert_eq!(GpuSharing::mig("1g.10gb").mig_profile(), Some("1g.10gb"));
         let odd = GpuSharing {
             mode: GpuSharingMode::None,

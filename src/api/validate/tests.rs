@@ -482,14 +482,34 @@ fn gpu_sharing_fields_must_match_the_mode() {
     expect_error(
         "gpuSharing: { mode: None, replicas: 4, migProfile: 1g.10gb }",
         "spec.gpuSharing.replicas",
-        "only allowed with mode TimeSlicing",
+        "only allowed with modes TimeSlicing and Mps",
     );
+    expect_error(
+        "gpuSharing: { mode: Mps }",
+        "spec.gpuSharing.replicas",
+        "required with mode Mps",
+    );
+    expect_error(
+        "gpuSharing: { mode: Mps, replicas: 49 }",
+        "spec.gpuSharing.replicas",
+        "2..=48",
+    );
+    expect_valid("gpuSharing: { mode: Mps, replicas: 48 }");
     expect_error(
         "gpuSharing: { mode: Mig, migProfile: big }",
         "spec.gpuSharing.migProfile",
         "not a MIG profile name",
     );
     expect_valid("gpuSharing: { mode: TimeSlicing, replicas: 4 }");
+}
+
+#[test]
+fn an_mps_pool_counts_its_gpus_as_shares() {
+    expect_error(
+        "gpuSharing: { mode: Mps, replicas: 4 }\nlimits: { nvidia.com/gpu: '8' }",
+        "spec.limits[nvidia.com/gpu]",
+        "a Mps pool's nodes advertise nvidia.com/gpu.shared",
+    );
 }
 
 #[test]

@@ -59,6 +59,15 @@ pub struct Snapshot {
     /// PodTemplates as the pods they make, or why they cannot be read
     /// (watched where ProvisioningRequests are served).
     pub pod_templates: BTreeMap<String, Result<Pod, String>>,
+    /// DRA objects, where the cluster serves them (`super::dra`).
+    pub dra: crate::cluster::dra::Objects,
+    /// Whether DRA objects are watched (the cluster serves
+    /// `resource.k8s.io/v1`): only then are pending pods' claims matched;
+    /// elsewhere a pod with claims is not placeable.
+    pub dra_served: bool,
+    /// Matches pending pods' DRA claims, keeping what it compiled and
+    /// evaluated across rounds.
+    pub dra_resolver: std::sync::Arc<std::sync::Mutex<crate::cluster::dra::Resolver>>,
 }
 
 /// What the lifecycle reconciler reads about one claim, copied out of the
@@ -176,9 +185,13 @@ impl Snapshot {
             .filter(move |p| p.node_name.as_deref() == Some(node))
     }
 
-    /// The lifecycle's view of a claim.
+    /// The lifecycle's view of a claim: its node's allocatable with the
+    /// devices its DRA drivers publish.
     pub fn claim_view(&self, claim: &NodeClaim) -> ClaimView {
-        let node = self.node_of(claim).cloned();
+        let node = self.node_of(claim).cloned().map(|mut n| {
+            n.allocatable.add(&self.dra.node_devices(&n.name).0);
+            n
+        });
         let pods = match (&node, claim.metadata.deletion_timestamp.is_some()) {
             (Some(n), true) => self.pods_on(&n.name).cloned().collect(),
             _ => Vec::new(),
@@ -306,6 +319,13 @@ pub fn world_parts(
         }
     }
     pending.extend(s.reservations(&pending, &volcano_members, max_pods));
+    // DRA claims matched against the cluster's classes and claims.
+    if s.dra_served && pending.iter().any(|p| !p.resource_claims.is_empty()) {
+        s.dra_resolver
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .attach(&mut pending, &s.dra, catalog);
+    }
     let shape_world = World {
         catalog,
         region,
@@ -335,6 +355,7 @@ pub fn world_parts(
             claim.spec.expire_after.as_deref(),
             claim.spec.termination_grace_period.as_deref(),
         );
+        serve_dra(claim, &mut m, &shape_world);
         let status = claim.status.clone().unwrap_or_default();
         m.ready_at = status
             .condition(conditions::READY)
@@ -345,6 +366,11 @@ pub fn world_parts(
         m.state.unschedulable = deleting;
         if let Some(node) = s.node_of(claim) {
             m.state.name = node.name.clone();
+            // What a pod pinned to the node requires (an allocated DRA
+            // claim's node selector).
+            m.state
+                .labels
+                .insert(l::HOSTNAME.to_string(), node.name.clone());
             // A fallback launch runs elsewhere than the claim says; the
             // node's labels (set from the instance) are the truth.
             if let Some(zone) = node.labels.get(l::ZONE_ID) {
@@ -374,9 +400,13 @@ pub fn world_parts(
                     .condition(conditions::REBOOTED)
                     .and_then(|c| to_chrono(&c.last_transition_time)),
             };
+            // The devices its DRA drivers publish count once it is ready;
+            // those allocated claims take are used.
+            let (published, taken) = s.dra.node_devices(&node.name);
             if m.ready_at.is_some() && !node.allocatable.is_empty() {
-                m.state.allocatable = node.allocatable.clone();
+                m.state.allocatable = node.allocatable.plus(&published);
             }
+            m.state.used.add(&taken);
             for p in by_node.get(node.name.as_str()).into_iter().flatten() {
                 if p.is_stuck_terminating(node, now) {
                     // Gone, but for the kubelet that cannot say so.
@@ -409,6 +439,23 @@ pub fn world_parts(
         pending,
         nodes,
         pdbs,
+    }
+}
+
+/// The node a claim stands for, as launched ([`ManagedNode::launched`]),
+/// serving DRA claims when it was launched to, not ready yet.
+pub fn managed_node(claim: &NodeClaim, world: &World, at: Time) -> Option<ManagedNode> {
+    let mut m = ManagedNode::launched(&request_of(claim), world, at)?;
+    serve_dra(claim, &mut m, world);
+    Some(m)
+}
+
+/// Offers a claim's node's devices through the DRA drivers its pool runs
+/// when the claim was launched to serve DRA claims (its
+/// `quartermaster.dev/dra` label).
+fn serve_dra(claim: &NodeClaim, m: &mut ManagedNode, world: &World) {
+    if claim.spec.labels.get(l::DRA).is_some_and(|v| v == "true") {
+        m.serve_dra(world);
     }
 }
 

@@ -110,12 +110,15 @@ impl PodShape {
             holds_work,
             labels,
             not_placeable,
+            resource_claims,
+            devices,
         } = &self.pod;
         let bits = |s: &Option<f64>| s.map(f64::to_bits);
         (
             (name, requests, affinity, tolerations, zone_spread),
             (hostname_anti_affinity, group, deadline, checkpoints, labels),
-            (holds_work, not_placeable),
+            (holds_work, not_placeable, resource_claims),
+            devices.as_ref().map(std::sync::Arc::as_ptr),
             (
                 bits(checkpoint_interval_s),
                 bits(expected_runtime_s),

@@ -38,12 +38,20 @@ pub enum Kind {
     ProvisioningRequests = 7,
     /// PodTemplates (watched where ProvisioningRequests are served).
     PodTemplates = 8,
+    /// DRA DeviceClasses (watched where `resource.k8s.io/v1` is served).
+    DeviceClasses = 9,
+    /// DRA ResourceClaims.
+    ResourceClaims = 10,
+    /// DRA ResourceClaimTemplates.
+    ResourceClaimTemplates = 11,
+    /// DRA ResourceSlices.
+    ResourceSlices = 12,
 }
 
 /// Kinds every cluster serves: the store waits for each of them.
 const REQUIRED_KINDS: usize = 5;
 /// Every kind, required or optional.
-const KINDS: usize = 9;
+const KINDS: usize = 13;
 
 /// The shared index: the snapshot behind a lock, which kinds have synced,
 /// and a wake-up for the main loop on every change.
@@ -84,6 +92,12 @@ impl Store {
             f(&mut guard);
         }
         self.changed.notify_one();
+    }
+
+    /// Changes the snapshot outside of a watch (what is known about the
+    /// cluster when the watches start).
+    pub fn update(&self, f: impl FnOnce(&mut Snapshot)) {
+        self.write(f);
     }
 
     /// Whether every kind has completed its first list.

@@ -1044,16 +1044,25 @@ fn spot_guard<'c>(
     }
 }
 
-/// Whether one of the node's real pods holds it: `do-not-disrupt`, or a
-/// PDB that allows no disruption now.
+/// Whether one of the node's real pods holds it: `do-not-disrupt`, DRA
+/// claims ([`holds_dra_claims`]), or a PDB that allows no disruption now.
 fn blocked(r: &Round, n: &ManagedNode) -> bool {
     n.pods.iter().any(|p| {
         !p.placeholder
             && (p.do_not_disrupt
+                || holds_dra_claims(&p.pod)
                 || p.pdb
                     .and_then(|i| r.world.pdbs.get(i))
                     .is_some_and(|b| b.disruptions_allowed == 0))
     })
+}
+
+/// Whether the pod takes devices through DRA claims: where its claims'
+/// devices could go is not planned for running pods yet (a replacement
+/// would not be launched to serve DRA claims), so its node is kept until
+/// the pod is gone, as for `do-not-disrupt`.
+fn holds_dra_claims(pod: &Pod) -> bool {
+    !pod.resource_claims.is_empty()
 }
 
 /// The launch of a planned node that takes pods of `n` (same pool), named

@@ -457,6 +457,27 @@ fn a_do_not_disrupt_pod_keeps_its_node_out_of_consolidation() {
 }
 
 #[test]
+fn a_pod_with_dra_claims_keeps_its_node_out_of_consolidation() {
+    let mut a = pod("a");
+    a.pod.resource_claims.push(crate::cluster::ClaimRef {
+        name: "gpu".into(),
+        claim: None,
+        template: Some("one-gpu".into()),
+        generated: Some("a-gpu-x7k2p".into()),
+    });
+    let f = Fixture::new([node("n1").pods([a]), node("n2").pods([pod("b")])]);
+    let mut c = Consolidation::default();
+    step(&mut c, &f, 0);
+    step(&mut c, &f, 60);
+    // n1 would sort first; only n2 (whose pod fits on n1) is a candidate.
+    let expected = Decision::Delete {
+        claim: "n2".into(),
+        saving: 1.0,
+    };
+    assert_eq!(c.candidate(), Some((&expected, t(60))));
+}
+
+#[test]
 fn a_pod_whose_pdb_allows_no_disruption_keeps_its_node_out_of_consolidation() {
     let mut f = Fixture::new([
         node("n1").pods([pod("a").pdb(0)]),

@@ -547,9 +547,10 @@ impl Interruptions {
 
     /// The pods that need a new home now: the real (non-placeholder) pods of
     /// interrupted, draining, replaced and terminated nodes that have not been
-    /// evicted yet. The provisioner adds them to the pending demand, so that
-    /// replacements launch at once; once evicted, their controllers' new pods
-    /// are pending on their own (dedupe by name against pending pods).
+    /// evicted yet, less pods with DRA claims. The provisioner adds them to
+    /// the pending demand, so that replacements launch at once; once
+    /// evicted, their controllers' new pods are pending on their own (dedupe
+    /// by name against pending pods).
     pub fn pods_needing_replacement(&self, world: &World) -> Vec<Pod> {
         let mut out = Vec::new();
         for (claim, h) in &self.nodes {
@@ -563,6 +564,10 @@ impl Interruptions {
                 node.pods
                     .iter()
                     .filter(|p| !p.placeholder && !h.evicted.contains(&p.pod.name))
+                    // A pod's DRA claims are matched once it is pending
+                    // again (its claims re-made or released by then), not
+                    // while they hold this node's devices.
+                    .filter(|p| p.pod.resource_claims.is_empty())
                     // A soft drain leaves do-not-disrupt pods where they are.
                     .filter(|p| {
                         matches!(

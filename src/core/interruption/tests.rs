@@ -503,6 +503,16 @@ fn rebalance_with_replace_launches_replacements_and_drains_once_they_are_ready()
         [cordon("n1", DisruptionReason::Rebalance)]
     );
     assert_eq!(s.pods_needing_replacement(&f.world())[0].name, "a");
+    // A pod with DRA claims is planned once it is pending again.
+    let claims = &mut f.nodes[0].pods[0].pod.resource_claims;
+    claims.push(crate::cluster::ClaimRef {
+        name: "gpu".into(),
+        claim: None,
+        template: Some("one-gpu".into()),
+        generated: None,
+    });
+    assert!(s.pods_needing_replacement(&f.world()).is_empty());
+    f.nodes[0].pods[0].pod.resource_claims.clear();
     // The replacement is on its way: keep running.
     f.nodes.push(node("n2").not_ready());
     assert_eq!(s.decide(&f.world(), t(60)), []);

@@ -1,0 +1,821 @@
+//! DRA claims as demand (`resource.k8s.io/v1`): a pod's `spec.resourceClaims`
+//! resolved against ResourceClaimTemplates (one claim per pod) and
+//! ResourceClaims (one allocation shared by every pod that names it, on
+//! one node; an allocated claim pins its pods to its node), compiled
+//! against their DeviceClasses ([`compile`], CEL selectors compiled once:
+//! [`cel`]), and allocated on every node shape the catalog knows (an
+//! instance type's device templates, its GPUs whole or partitioned into a
+//! MIG profile: [`allocate`]). The result, [`PodDevices`], says for each
+//! shape which devices the pod's claims take there, or why they cannot;
+//! the planner turns it into demand (`plan::dra`). Pure: objects in,
+//! results out. The design is written up in `docs/dra.md`.
+
+pub mod allocate;
+pub mod cel;
+pub mod check;
+pub mod compile;
+
+pub use allocate::Allocation;
+
+use super::pod::{ClaimRef, Pod};
+use super::Resources;
+use crate::catalog::{mig, AcceleratorKind, Catalog};
+use k8s_openapi::api::resource::v1 as dra;
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::sync::Arc;
+
+/// The DRA objects of a cluster (or of the files `plan` read).
+#[derive(Debug, Clone, Default)]
+pub struct Objects {
+    /// DeviceClasses by name.
+    pub classes: BTreeMap<String, dra::DeviceClass>,
+    /// ResourceClaims by `namespace/name`.
+    pub claims: BTreeMap<String, dra::ResourceClaim>,
+    /// ResourceClaimTemplates by `namespace/name`.
+    pub templates: BTreeMap<String, dra::ResourceClaimTemplate>,
+    /// ResourceSlices by name: the devices the drivers publish on running
+    /// nodes.
+    pub slices: BTreeMap<String, dra::ResourceSlice>,
+}
+
+impl Objects {
+    /// Adds a DeviceClass.
+    pub fn add_class(&mut self, c: dra::DeviceClass) {
+        self.classes
+            .insert(c.metadata.name.clone().unwrap_or_default(), c);
+    }
+
+    /// Adds a ResourceClaim.
+    pub fn add_claim(&mut self, c: dra::ResourceClaim) {
+        self.claims.insert(key(&c.metadata), c);
+    }
+
+    /// Adds a ResourceClaimTemplate.
+    pub fn add_template(&mut self, t: dra::ResourceClaimTemplate) {
+        self.templates.insert(key(&t.metadata), t);
+    }
+
+    /// Adds a ResourceSlice.
+    pub fn add_slice(&mut self, s: dra::ResourceSlice) {
+        self.slices
+            .insert(s.metadata.name.clone().unwrap_or_default(), s);
+    }
+
+    /// The devices the drivers publish on `node` (its ResourceSlices), and
+    /// those allocated claims take there, by planner resource
+    /// ([`device_resource`]).
+    pub fn node_devices(&self, node: &str) -> (Resources, Resources) {
+        let mut published = Resources::new();
+        // (driver, pool, device) -> resource, for the node's devices.
+        let mut on_node: HashMap<(&str, &str, &str), String> = HashMap::new();
+        for s in self
+            .slices
+            .values()
+            .filter(|s| s.spec.node_name.as_deref() == Some(node))
+        {
+            for d in s.spec.devices.iter().flatten() {
+                if let Some(r) = device_resource(&s.spec.driver, d) {
+                    published.set(&r, published.get(&r) + 1);
+                    on_node.insert((&s.spec.driver, &s.spec.pool.name, &d.name), r);
+                }
+            }
+        }
+        let mut taken = Resources::new();
+        let mut seen = BTreeSet::new();
+        for c in self.claims.values() {
+            let results = c
+                .status
+                .as_ref()
+                .and_then(|s| s.allocation.as_ref())
+                .and_then(|a| a.devices.as_ref())
+                .and_then(|d| d.results.as_ref());
+            for r in results.into_iter().flatten() {
+                let k = (r.driver.as_str(), r.pool.as_str(), r.device.as_str());
+                if let Some(res) = on_node.get(&k) {
+                    if seen.insert(k) {
+                        taken.set(res, taken.get(res) + 1);
+                    }
+                }
+            }
+        }
+        (published, taken)
+    }
+}
+
+/// The planner resource a published device counts in, as its template
+/// would name it: `gpu.nvidia.com/gpu` or `gpu.nvidia.com/mig-<profile>`,
+/// `neuron.aws.com/neuron`, `dra.net/efa` (DRANET's other network
+/// interfaces are not counted); for another driver `<driver>/<type>` by its
+/// `type` attribute, else `<driver>/device`.
+pub fn device_resource(driver: &str, d: &dra::Device) -> Option<String> {
+    use crate::catalog::devices::{resource_name, EFA_DRIVER, NEURON_DRIVER, NVIDIA_DRIVER};
+    let attr = |name: &str| -> Option<&str> {
+        let attrs = d.attributes.as_ref()?;
+        attrs
+            .get(name)
+            .or_else(|| attrs.get(&format!("{driver}/{name}")))?
+            .string
+            .as_deref()
+    };
+    match driver {
+        NVIDIA_DRIVER => match attr("type")? {
+            "gpu" => Some(resource_name(driver, "gpu")),
+            "mig" => Some(resource_name(driver, &format!("mig-{}", attr("profile")?))),
+            _ => None,
+        },
+        NEURON_DRIVER => Some(resource_name(driver, "neuron")),
+        EFA_DRIVER => (attr("pciDevice")? == "Elastic Fabric Adapter (EFA)")
+            .then(|| resource_name(driver, "efa")),
+        _ => Some(resource_name(driver, attr("type").unwrap_or("device"))),
+    }
+}
+
+fn key(m: &k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta) -> String {
+    format!(
+        "{}/{}",
+        m.namespace.as_deref().unwrap_or("default"),
+        m.name.as_deref().unwrap_or_default()
+    )
+}
+
+/// A node shape: an instance type with its GPUs whole (`mig_profile:
+/// None`) or partitioned into one MIG profile.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct ShapeKey {
+    /// Instance type.
+    pub instance_type: String,
+    /// MIG profile every GPU is partitioned into, if any.
+    pub mig_profile: Option<String>,
+}
+
+impl std::fmt::Display for ShapeKey {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match &self.mig_profile {
+            None => f.write_str(&self.instance_type),
+            Some(p) => write!(f, "{} (MIG {p})", self.instance_type),
+        }
+    }
+}
+
+/// For every node shape, the devices a pod's claims take there or why
+/// they cannot be allocated there.
+pub type Shapes = BTreeMap<ShapeKey, Result<Allocation, String>>;
+
+/// What a pod's DRA claims need, matched against every node shape.
+#[derive(Debug, Clone, PartialEq)]
+pub struct PodDevices {
+    /// How its claims are named in messages.
+    pub claims: Vec<String>,
+    /// The co-location group: pods that share a ResourceClaim share one
+    /// allocation on one node, so they are planned together (the claim's
+    /// `namespace/name`; `None` for a pod whose claims are its own).
+    pub group: Option<String>,
+    /// The node an allocated claim of the pod is on: the pod can run only
+    /// there.
+    pub pinned: Option<String>,
+    /// Its unallocated claims on every shape ([`Shapes`]).
+    pub shapes: Arc<Shapes>,
+}
+
+impl PodDevices {
+    /// Whether some shape can serve the claims.
+    pub fn satisfiable(&self) -> bool {
+        self.shapes.values().any(Result::is_ok)
+    }
+
+    /// Why no shape can serve the claims: the distinct reasons, each with
+    /// the instance types it rules out, most types first (at most `most`
+    /// reasons).
+    pub fn why_not(&self, most: usize) -> String {
+        why_not(self.shapes.iter().map(|(k, v)| (k, v.as_ref())), most)
+    }
+}
+
+/// The distinct reasons of `results`, each with the shapes it rules out,
+/// most shapes first (at most `most` reasons).
+pub fn why_not<'a>(
+    results: impl Iterator<Item = (&'a ShapeKey, Result<&'a Allocation, &'a String>)>,
+    most: usize,
+) -> String {
+    reasons(results, most).join("; ")
+}
+
+/// [`why_not`] as a list of reasons.
+pub fn reasons<'a>(
+    results: impl Iterator<Item = (&'a ShapeKey, Result<&'a Allocation, &'a String>)>,
+    most: usize,
+) -> Vec<String> {
+    // The same reason on several types reads once, with the types.
+    let mut by_reason: BTreeMap<String, Vec<String>> = BTreeMap::new();
+    for (k, r) in results {
+        if let Err(e) = r {
+            let general = e
+                .replace(&format!("{}'s", k.instance_type), "its")
+                .replace(&k.instance_type, "it");
+            by_reason.entry(general).or_default().push(k.to_string());
+        }
+    }
+    // The nearest misses first: devices that match but too few of them
+    // or not together, then a selector, then no device of the class.
+    let rank = |r: &str| {
+        if r.contains("has no devices of a DRA driver") {
+            3
+        } else if r.contains("has no device in DeviceClass") {
+            2
+        } else if r.contains("selects none of") {
+            1
+        } else {
+            0
+        }
+    };
+    let mut reasons: Vec<(String, Vec<String>)> = by_reason.into_iter().collect();
+    reasons.sort_by_key(|(r, types)| (rank(r), std::cmp::Reverse(types.len())));
+    let n = reasons.len();
+    let mut out: Vec<String> = reasons
+        .into_iter()
+        .take(most)
+        .map(|(r, types)| {
+            let shown: Vec<&str> = types.iter().take(3).map(String::as_str).collect();
+            let more = types.len().saturating_sub(3);
+            let on = if more > 0 {
+                format!("{} and {more} more", shown.join(", "))
+            } else {
+                shown.join(", ")
+            };
+            format!("{r} (on {on})")
+        })
+        .collect();
+    if n > most {
+        out.push(format!("and {} more reasons", n - most));
+    }
+    out
+}
+
+/// The node shapes of the catalog: every instance type with its GPUs
+/// whole, and partitioned into each MIG profile they offer.
+pub fn shapes(catalog: &Catalog) -> Vec<ShapeKey> {
+    let mut out = Vec::new();
+    for it in catalog.instance_types() {
+        out.push(ShapeKey {
+            instance_type: it.name.clone(),
+            mig_profile: None,
+        });
+        if let Some(a) = it
+            .accelerator
+            .as_ref()
+            .filter(|a| a.kind == AcceleratorKind::Gpu)
+        {
+            for p in mig::profiles_for(&a.model, a.memory_mib_per_device) {
+                out.push(ShapeKey {
+                    instance_type: it.name.clone(),
+                    mig_profile: Some(p.name.to_string()),
+                });
+            }
+        }
+    }
+    out
+}
+
+/// Matches pods' claims, keeping what it compiled and evaluated across
+/// calls: selectors by expression, outcomes by selector and template, and
+/// the shapes of each set of claims (those the last call used: a
+/// controller keeps one resolver for its lifetime).
+#[derive(Debug, Default)]
+pub struct Resolver {
+    selectors: cel::Selectors,
+    env: cel::Env,
+    shapes: HashMap<String, Arc<Shapes>>,
+    /// The keys of `shapes` used in this call.
+    used: BTreeSet<String>,
+}
+
+/// A claim of a pod, found.
+struct Found {
+    /// How messages name it.
+    label: String,
+    /// `namespace/name` of a shared ResourceClaim.
+    shared: Option<String>,
+    /// Where it is allocated, if it is (`Some(None)`: allocated, not to a
+    /// node).
+    allocated: Option<Option<String>>,
+    /// Its spec.
+    spec: dra::ResourceClaimSpec,
+}
+
+impl Resolver {
+    /// A resolver with nothing cached.
+    pub fn new() -> Resolver {
+        Resolver::default()
+    }
+
+    /// Matches the claims of `pods` (those with [`Pod::resource_claims`]):
+    /// each gets [`Pod::devices`], or, when its claims cannot be read or no
+    /// node shape can serve them, a [`Pod::not_placeable`] reason naming
+    /// the claim, request and problem. Pods that name the same
+    /// ResourceClaim share one allocation: their claims are matched
+    /// together, and they get the same group.
+    pub fn attach(&mut self, pods: &mut [Pod], objects: &Objects, catalog: &Catalog) {
+        self.used.clear();
+        self.attach_pods(pods, objects, catalog);
+        let used = std::mem::take(&mut self.used);
+        self.shapes.retain(|k, _| used.contains(k));
+    }
+
+    fn attach_pods(&mut self, pods: &mut [Pod], objects: &Objects, catalog: &Catalog) {
+        let mut found: Vec<Option<Vec<Found>>> = Vec::with_capacity(pods.len());
+        for pod in pods.iter_mut() {
+            if pod.resource_claims.is_empty() {
+                found.push(None);
+                continue;
+            }
+            let ns = pod.name.split('/').next().unwrap_or("default").to_string();
+            let mut claims = Vec::new();
+            let mut problems = Vec::new();
+            for r in &pod.resource_claims {
+                match find(&ns, r, objects) {
+                    Ok(f) => claims.push(f),
+                    Err(p) => problems.push(p),
+                }
+            }
+            if problems.is_empty() {
+                found.push(Some(claims));
+            } else {
+                pod.not_placeable.extend(problems);
+                found.push(None);
+            }
+        }
+        // Pods sharing a ResourceClaim: one group, by their first shared
+        // claim (union over claims).
+        let mut group_of: BTreeMap<String, String> = BTreeMap::new();
+        for claims in found.iter().flatten() {
+            let shared: Vec<&String> = claims.iter().filter_map(|c| c.shared.as_ref()).collect();
+            let Some(first) = shared.first() else {
+                continue;
+            };
+            let root = shared
+                .iter()
+                .filter_map(|s| group_of.get(*s).cloned())
+                .min()
+                .unwrap_or_else(|| (*first).clone());
+            for s in shared {
+                if let Some(old) = group_of.insert(s.clone(), root.clone()) {
+                    if old != root {
+                        for v in group_of.values_mut().filter(|v| **v == old) {
+                            *v = root.clone();
+                        }
+                    }
+                }
+            }
+        }
+        let group = |claims: &[Found]| -> Option<String> {
+            claims
+                .iter()
+                .filter_map(|c| c.shared.as_ref())
+                .filter_map(|s| group_of.get(s).cloned())
+                .next()
+        };
+        // The claims of each group, each claim once.
+        let mut members: BTreeMap<String, Vec<usize>> = BTreeMap::new();
+        for (i, claims) in found.iter().enumerate() {
+            if let Some(g) = claims.as_deref().and_then(group) {
+                members.entry(g).or_default().push(i);
+            }
+        }
+        let mut done: BTreeMap<String, Result<Arc<PodDevices>, Vec<String>>> = BTreeMap::new();
+        for i in 0..pods.len() {
+            let Some(claims) = &found[i] else { continue };
+            let g = group(claims);
+            let result = match g.as_ref().and_then(|g| done.get(g)) {
+                Some(r) => r.clone(),
+                None => {
+                    let mut all: Vec<&Found> = Vec::new();
+                    let mut seen = BTreeSet::new();
+                    let idx = g
+                        .as_ref()
+                        .and_then(|g| members.get(g).cloned())
+                        .unwrap_or_else(|| vec![i]);
+                    for j in idx {
+                        for c in found[j].iter().flatten() {
+                            // A shared claim once, whatever each pod calls it.
+                            let id = c.shared.clone().unwrap_or_else(|| c.label.clone());
+                            if seen.insert(id) {
+                                all.push(c);
+                            }
+                        }
+                    }
+                    let r = self.match_claims(&all, g.clone(), objects, catalog);
+                    if let Some(g) = &g {
+                        done.insert(g.clone(), r.clone());
+                    }
+                    r
+                }
+            };
+            match result {
+                Ok(d) => {
+                    if d.pinned.is_none() && !d.satisfiable() {
+                        pods[i].not_placeable.push(format!(
+                            "no instance type can satisfy its DRA claims: {}",
+                            d.why_not(4)
+                        ));
+                    }
+                    pods[i].devices = Some(d);
+                }
+                Err(problems) => pods[i].not_placeable.extend(problems),
+            }
+        }
+    }
+
+    /// Compiles and allocates one pod's (or group's) claims on every shape.
+    fn match_claims(
+        &mut self,
+        claims: &[&Found],
+        group: Option<String>,
+        objects: &Objects,
+        catalog: &Catalog,
+    ) -> Result<Arc<PodDevices>, Vec<String>> {
+        let mut pinned = None;
+        let mut open: Vec<(String, compile::Claim)> = Vec::new();
+        let mut problems = Vec::new();
+        let mut identity = vec![catalog.revision().to_string()];
+        for c in claims {
+            if let Some(node) = &c.allocated {
+                if let Some(n) = node {
+                    pinned = Some(n.clone());
+                }
+                continue;
+            }
+            match compile::claim(&c.spec, &objects.classes, &mut self.selectors) {
+                Ok(compiled) => {
+                    identity.push(c.label.clone());
+                    identity.push(serde_json::to_string(&c.spec).unwrap_or_default());
+                    for alt in compiled.requests.iter().flat_map(|r| &r.alternatives) {
+                        if let Some(class) = objects.classes.get(&alt.class) {
+                            identity.push(serde_json::to_string(&class.spec).unwrap_or_default());
+                        }
+                    }
+                    open.push((c.label.clone(), compiled));
+                }
+                Err(ps) => problems.extend(ps.iter().map(|p| format!("{}: {p}", c.label))),
+            }
+        }
+        if !problems.is_empty() {
+            return Err(problems);
+        }
+        let key = identity.join("\u{0}");
+        self.used.insert(key.clone());
+        let shapes = match self.shapes.get(&key) {
+            Some(s) => s.clone(),
+            None => {
+                let named: Vec<allocate::Named> = open
+                    .iter()
+                    .map(|(label, claim)| allocate::Named { label, claim })
+                    .collect();
+                let mut out = Shapes::new();
+                for shape in shapes(catalog) {
+                    let Some(it) = catalog.instance_type(&shape.instance_type) else {
+                        continue;
+                    };
+                    let templates = catalog.device_templates(it, shape.mig_profile.as_deref());
+                    // A MIG shape whose GPUs stay whole is the plain shape.
+                    if shape.mig_profile.is_some()
+                        && !templates.iter().any(|t| t.kind.starts_with("mig-"))
+                    {
+                        continue;
+                    }
+                    let r = allocate::allocate(&named, &templates, &it.name, &mut self.env);
+                    out.insert(shape, r);
+                }
+                let s = Arc::new(out);
+                self.shapes.insert(key, s.clone());
+                s
+            }
+        };
+        Ok(Arc::new(PodDevices {
+            claims: claims.iter().map(|c| c.label.clone()).collect(),
+            group,
+            pinned,
+            shapes,
+        }))
+    }
+}
+
+/// Finds the claim a pod's entry names.
+fn find(ns: &str, r: &ClaimRef, objects: &Objects) -> Result<Found, String> {
+    let of_claim = |name: &str, label: String, shared: bool| -> Result<Found, String> {
+        let c = objects
+            .claims
+            .get(&format!("{ns}/{name}"))
+            .ok_or_else(|| format!("{label}: ResourceClaim {ns}/{name} does not exist"))?;
+        let allocated = c
+            .status
+            .as_ref()
+            .and_then(|s| s.allocation.as_ref())
+            .map(|a| a.node_selector.as_ref().and_then(node_of));
+        Ok(Found {
+            shared: shared.then(|| format!("{ns}/{name}")),
+            allocated,
+            spec: c.spec.clone().unwrap_or_default(),
+            label,
+        })
+    };
+    match (&r.claim, &r.template) {
+        (Some(name), _) => of_claim(
+            name,
+            format!("claim {} (ResourceClaim {name})", r.name),
+            true,
+        ),
+        (None, Some(t)) => {
+            let label = format!("claim {} (template {t})", r.name);
+            if let Some(g) = r
+                .generated
+                .as_deref()
+                .filter(|g| objects.claims.contains_key(&format!("{ns}/{g}")))
+            {
+                return of_claim(g, label, false);
+            }
+            let tpl = objects
+                .templates
+                .get(&format!("{ns}/{t}"))
+                .ok_or_else(|| format!("{label}: ResourceClaimTemplate {ns}/{t} does not exist"))?;
+            Ok(Found {
+                label,
+                shared: None,
+                allocated: None,
+                spec: tpl
+                    .spec
+                    .as_ref()
+                    .and_then(|s| s.spec.clone())
+                    .unwrap_or_default(),
+            })
+        }
+        (None, None) => Err(format!(
+            "claim {}: names neither a ResourceClaim nor a ResourceClaimTemplate",
+            r.name
+        )),
+    }
+}
+
+/// The node a claim's allocation selects (`metadata.name In [node]`).
+fn node_of(s: &k8s_openapi::api::core::v1::NodeSelector) -> Option<String> {
+    s.node_selector_terms.iter().find_map(|t| {
+        t.match_fields
+            .iter()
+            .flatten()
+            .chain(t.match_expressions.iter().flatten())
+            .find(|e| {
+                (e.key == "metadata.name" || e.key == crate::api::labels::HOSTNAME)
+                    && e.operator == "In"
+            })
+            .and_then(|e| e.values.as_ref()?.first().cloned())
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::compile::tests::classes;
+    use super::*;
+    use crate::cluster::Resources;
+
+    fn objects(yaml: &str) -> Objects {
+        let mut o = Objects {
+            classes: classes(),
+            ..Objects::default()
+        };
+        for doc in serde_norway::Deserializer::from_str(yaml) {
+            let v: serde_json::Value = serde::Deserialize::deserialize(doc).unwrap();
+            match v["kind"].as_str() {
+                Some("ResourceClaim") => o.add_claim(serde_json::from_value(v).unwrap()),
+                Some("ResourceClaimTemplate") => o.add_template(serde_json::from_value(v).unwrap()),
+                _ => {}
+            }
+        }
+        o
+    }
+
+    fn pod(name: &str, claims: &[(&str, Option<&str>, Option<&str>)]) -> Pod {
+        let mut p = Pod::new(name, Resources::new().with("cpu", 1000));
+        p.resource_claims = claims
+            .iter()
+            .map(|(n, c, t)| ClaimRef {
+                name: n.to_string(),
+                claim: c.map(str::to_string),
+                template: t.map(str::to_string),
+                generated: None,
+            })
+            .collect();
+        p
+    }
+
+    const OBJECTS: &str = r#"
+apiVersion: resource.k8s.io/v1
+kind: ResourceClaimTemplate
+metadata: {name: one-h100, namespace: ml}
+spec:
+  spec:
+    devices:
+      requests:
+      - name: gpu
+        exactly:
+          deviceClassName: gpu.nvidia.com
+          selectors: [{cel: {expression: "device.attributes['gpu.nvidia.com'].productName == 'NVIDIA H100 80GB HBM3'"}}]
+---
+apiVersion: resource.k8s.io/v1
+kind: ResourceClaim
+metadata: {name: shared, namespace: ml}
+spec:
+  devices:
+    requests:
+    - {name: gpu, exactly: {deviceClassName: gpu.nvidia.com, count: 2}}
+---
+apiVersion: resource.k8s.io/v1
+kind: ResourceClaim
+metadata: {name: taken, namespace: ml}
+spec:
+  devices:
+    requests:
+    - {name: gpu, exactly: {deviceClassName: gpu.nvidia.com}}
+status:
+  allocation:
+    nodeSelector:
+      nodeSelectorTerms: [{matchFields: [{key: metadata.name, operator: In, values: [ip-10-0-0-7]}]}]
+---
+apiVersion: resource.k8s.io/v1
+kind: ResourceClaimTemplate
+metadata: {name: tpu, namespace: ml}
+spec:
+  spec:
+    devices:
+      requests:
+      - {name: t, exactly: {deviceClassName: tpu.example.com}}
+"#;
+
+    #[test]
+    fn a_template_claim_is_the_pods_own_and_is_matched_on_every_shape() {
+        let catalog = Catalog::embedded().unwrap();
+        let mut pods = vec![pod("ml/a", &[("gpu", None, Some("one-h100"))])];
+        Resolver::new().attach(&mut pods, &objects(OBJECTS), &catalog);
+        let d = pods[0].devices.as_ref().unwrap();
+        assert!(
+            pods[0].not_placeable.is_empty(),
+            "{:?}",
+            pods[0].not_placeable
+        );
+        assert_eq!(d.group, None);
+        let p5 = ShapeKey {
+            instance_type: "p5.48xlarge".into(),
+            mig_profile: None,
+        };
+        assert_eq!(
+            d.shapes[&p5]
+                .as_ref()
+                .unwrap()
+                .demand
+                .get("gpu.nvidia.com/gpu"),
+            1
+        );
+        let ok: BTreeSet<&str> = d
+            .shapes
+            .iter()
+            .filter(|(_, r)| r.is_ok())
+            .map(|(k, _)| k.instance_type.as_str())
+            .collect();
+        assert_eq!(ok, BTreeSet::from(["p5.48xlarge", "p5.4xlarge"]));
+    }
+
+    #[test]
+    fn pods_naming_one_claim_share_it_and_an_allocated_claim_pins_its_pods() {
+        let catalog = Catalog::embedded().unwrap();
+        let mut pods = vec![
+            pod("ml/a", &[("gpu", Some("shared"), None)]),
+            pod("ml/b", &[("g", Some("shared"), None)]),
+            pod("ml/c", &[("gpu", Some("taken"), None)]),
+        ];
+        Resolver::new().attach(&mut pods, &objects(OBJECTS), &catalog);
+        let (a, b) = (
+            pods[0].devices.clone().unwrap(),
+            pods[1].devices.clone().unwrap(),
+        );
+        assert_eq!(a.group.as_deref(), Some("ml/shared"));
+        assert!(Arc::ptr_eq(&a, &b), "one allocation for both");
+        let p4d = ShapeKey {
+            instance_type: "p4d.24xlarge".into(),
+            mig_profile: None,
+        };
+        assert_eq!(
+            a.shapes[&p4d]
+                .as_ref()
+                .unwrap()
+                .demand
+                .get("gpu.nvidia.com/gpu"),
+            2
+        );
+        let c = pods[2].devices.as_ref().unwrap();
+        assert_eq!(c.pinned.as_deref(), Some("ip-10-0-0-7"));
+        assert!(pods[2].not_placeable.is_empty());
+    }
+
+    #[test]
+    fn missing_objects_and_unknown_classes_are_reasons_naming_claim_and_request() {
+        let catalog = Catalog::embedded().unwrap();
+        let mut pods = vec![
+            pod("ml/a", &[("gpu", None, Some("nope"))]),
+            pod("ml/b", &[("gpu", Some("gone"), None)]),
+            pod("ml/c", &[("x", None, Some("tpu"))]),
+        ];
+        Resolver::new().attach(&mut pods, &objects(OBJECTS), &catalog);
+        assert_eq!(
+            pods[0].not_placeable,
+            ["claim gpu (template nope): ResourceClaimTemplate ml/nope does not exist"]
+        );
+        assert_eq!(
+            pods[1].not_placeable,
+            ["claim gpu (ResourceClaim gone): ResourceClaim ml/gone does not exist"]
+        );
+        assert_eq!(
+            pods[2].not_placeable,
+            ["claim x (template tpu): devices.requests[0].exactly.deviceClassName: DeviceClass \"tpu.example.com\" does not exist"]
+        );
+        assert!(pods.iter().all(|p| p.devices.is_none()));
+    }
+
+    #[test]
+    fn a_nodes_slices_say_what_devices_it_has_and_allocated_claims_what_is_taken() {
+        let mut o = objects(
+            r#"
+apiVersion: resource.k8s.io/v1
+kind: ResourceClaim
+metadata: {name: used, namespace: ml}
+spec:
+  devices:
+    requests: [{name: gpu, exactly: {deviceClassName: gpu.nvidia.com}}]
+status:
+  allocation:
+    devices:
+      results: [{request: gpu, driver: gpu.nvidia.com, pool: n1, device: gpu-1}]
+"#,
+        );
+        o.add_slice(
+            serde_json::from_value(serde_json::json!({
+                "metadata": {"name": "n1-gpu"},
+                "spec": {
+                    "driver": "gpu.nvidia.com", "nodeName": "n1",
+                    "pool": {"name": "n1", "generation": 1, "resourceSliceCount": 1},
+                    "devices": [
+                        {"name": "gpu-0", "attributes": {"type": {"string": "gpu"}}},
+                        {"name": "gpu-1", "attributes": {"type": {"string": "gpu"}}},
+                        {"name": "gpu-2-mig-1", "attributes": {"type": {"string": "mig"}, "profile": {"string": "1g.10gb"}}}
+                    ]
+                }
+            }))
+            .unwrap(),
+        );
+        o.add_slice(
+            serde_json::from_value(serde_json::json!({
+                "metadata": {"name": "n1-net"},
+                "spec": {
+                    "driver": "dra.net", "nodeName": "n1",
+                    "pool": {"name": "n1", "generation": 1, "resourceSliceCount": 1},
+                    "devices": [
+                        {"name": "eth0", "attributes": {"dra.net/pciDevice": {"string": "Elastic Network Adapter (ENA)"}}},
+                        {"name": "rdmap16s27", "attributes": {"dra.net/pciDevice": {"string": "Elastic Fabric Adapter (EFA)"}}}
+                    ]
+                }
+            }))
+            .unwrap(),
+        );
+        let (published, taken) = o.node_devices("n1");
+        assert_eq!(
+            published,
+            Resources::new()
+                .with("gpu.nvidia.com/gpu", 2)
+                .with("gpu.nvidia.com/mig-1g.10gb", 1)
+                .with("dra.net/efa", 1)
+        );
+        assert_eq!(taken, Resources::new().with("gpu.nvidia.com/gpu", 1));
+        assert!(o.node_devices("n2").0.is_empty());
+    }
+
+    #[test]
+    fn a_claim_no_type_can_satisfy_is_reported_with_its_reasons() {
+        let catalog = Catalog::embedded().unwrap();
+        let o = objects(
+            r#"
+apiVersion: resource.k8s.io/v1
+kind: ResourceClaimTemplate
+metadata: {name: huge, namespace: ml}
+spec:
+  spec:
+    devices:
+      requests:
+      - {name: gpu, exactly: {deviceClassName: gpu.nvidia.com, count: 16}}
+"#,
+        );
+        let mut pods = vec![pod("ml/a", &[("gpu", None, Some("huge"))])];
+        Resolver::new().attach(&mut pods, &o, &catalog);
+        let why = &pods[0].not_placeable[0];
+        assert!(
+            why.starts_with("no instance type can satisfy its DRA claims: claim gpu (template huge) request gpu: asks for 16 devices;"),
+            "{why}"
+        );
+    }
+}
