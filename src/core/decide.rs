@@ -47,6 +47,12 @@ pub struct Config {
     pub max_batch_pods: usize,
     /// Backoff of actions that failed ([`super::retry`]).
     pub retry: super::retry::Config,
+    /// Contain a step that panics ([`Core::decide`]): the core copies its
+    /// state before every decision to go back to it. The live controller
+    /// wants it (one bad object must not stop every decision); the
+    /// simulator turns it off, since a panic there is a bug to surface and
+    /// the copy costs it a whole core per decision.
+    pub contain_panics: bool,
 }
 
 impl Default for Config {
@@ -62,6 +68,7 @@ impl Default for Config {
             checkpoint_cadence: true,
             max_batch_pods: super::batch::DEFAULT_MAX_PODS,
             retry: super::retry::Config::default(),
+            contain_panics: true,
         }
     }
 }
@@ -267,8 +274,12 @@ impl Core {
     /// bad input stops one kind of decision, not all of them (an
     /// interruption is still answered when planning fails), and nothing the
     /// core knows is lost. The failure is kept for
-    /// [`Core::take_failures`].
+    /// [`Core::take_failures`]. Without [`Config::contain_panics`] a panic
+    /// goes through.
     pub fn decide(&mut self, world: &World, now: Time) -> Vec<Action> {
+        if !self.config.contain_panics {
+            return self.decide_steps(world, now, &[]);
+        }
         let before = self.clone();
         let mut skipped: Vec<&'static str> = Vec::new();
         let mut failures = Vec::new();

@@ -164,6 +164,8 @@ impl<'a> Engine<'a> {
         let mut config = Config::default();
         // Deterministic plans: no time-limited search in the simulator.
         config.planner.max_branch_and_bound_integers = 0;
+        // A panic in a replay is a bug to see, not to contain.
+        config.contain_panics = false;
         let mut jobs: Vec<JobRun> = jobs.iter().cloned().map(JobRun::new).collect();
         jobs.sort_by(|a, b| (a.job.submit, &a.job.pod.name).cmp(&(b.job.submit, &b.job.pod.name)));
         match strategy {

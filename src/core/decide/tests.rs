@@ -895,6 +895,20 @@ fn a_step_that_panics_every_time_is_left_out_and_the_rest_decide() {
 }
 
 #[test]
+#[should_panic(expected = "injected")]
+fn without_containment_a_panicking_step_goes_through() {
+    let pools = [gpu_pool(|_| {})];
+    let mut core = Core::new(Config {
+        contain_panics: false,
+        ..Config::default()
+    });
+    let nodes = [ready_spot_node(&pools, gpu_pod("ml/a"), None)];
+    let w = world(&pools, &[], &nodes);
+    core.fail_in = Some("interruptions");
+    spot_notice_on_gpu_1(&mut core, &w);
+}
+
+#[test]
 fn a_failed_launch_is_forgotten_and_its_pods_planned_again() {
     let pools = [gpu_pool(|_| {})];
     let pending = [gpu_pod("ml/a")];
