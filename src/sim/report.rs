@@ -6,11 +6,12 @@
 mod charts;
 mod terminal;
 
-pub use charts::write_charts;
+pub use charts::{write_charts, write_frontier};
 pub(crate) use terminal::bill_lines;
 pub(crate) use terminal::columns;
 pub(crate) use terminal::shape_lines;
 pub use terminal::table;
+pub(crate) use terminal::usd;
 
 use super::result::{ShapeLoss, SimReport, StrategyResult};
 use serde_json::{json, Value};
