@@ -19,6 +19,7 @@ use super::pack::{self, Bin};
 use super::{
     ExistingPlacement, Input, Options, Plan, PlannedNode, SolvedBy, Strategy, Unschedulable,
 };
+use crate::catalog::CapacityType;
 use crate::cluster::resources::{CPU, MEMORY};
 use crate::cluster::{Pod, Resources};
 use std::collections::{BTreeMap, BTreeSet, HashMap};
@@ -33,8 +34,71 @@ struct Building {
     room: Resources,
 }
 
-/// Plans with the greedy baseline.
-pub fn plan(input: &Input) -> Plan {
+/// How a new node's offering is chosen among the options left to it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Allocation {
+    /// The cheapest option (spot when cheaper).
+    LowestPrice,
+    /// As Karpenter chooses: a reservation first; else spot whenever an
+    /// option is cheaper than the cheapest on-demand one (Karpenter drops
+    /// dearer spot types and then always prefers spot), and among those EC2
+    /// Fleet's `price-capacity-optimized`: the pools with the most capacity
+    /// (an interruption rate at most [`DEEP_POOL_RATE_BAND`] times the
+    /// lowest of them), then the cheapest; else the cheapest on-demand.
+    PriceCapacity,
+}
+
+/// How far above the calmest spot pool's interruption rate a pool still
+/// counts as one of those with the most capacity, for
+/// [`Allocation::PriceCapacity`]: EC2 does not publish its capacity ranking,
+/// so the simulator takes the pools' reclaim rates for it, and a factor of
+/// two for "among the deepest".
+pub const DEEP_POOL_RATE_BAND: f64 = 2.0;
+
+/// The option `allocation` picks among `options` (those the limits
+/// allow), `None` when there are none.
+fn pick(options: &[usize], cands: &[Candidate], allocation: Allocation) -> Option<usize> {
+    let cheapest = |it: &mut dyn Iterator<Item = usize>| {
+        it.min_by(|a, c| {
+            cands[*a]
+                .price()
+                .total_cmp(&cands[*c].price())
+                .then(a.cmp(c))
+        })
+    };
+    if allocation == Allocation::LowestPrice {
+        return cheapest(&mut options.iter().copied());
+    }
+    let of = |t: CapacityType| {
+        options
+            .iter()
+            .copied()
+            .filter(move |&o| cands[o].offering.capacity_type == t)
+    };
+    if let Some(r) = cheapest(&mut of(CapacityType::Reserved)) {
+        return Some(r);
+    }
+    let on_demand = cheapest(&mut of(CapacityType::OnDemand));
+    let ceiling = on_demand.map_or(f64::INFINITY, |o| cands[o].price());
+    let spot: Vec<usize> = of(CapacityType::Spot)
+        .filter(|&o| cands[o].price() < ceiling)
+        .collect();
+    let calmest = spot
+        .iter()
+        .map(|&o| cands[o].rate)
+        .fold(f64::INFINITY, f64::min);
+    cheapest(
+        &mut spot
+            .iter()
+            .copied()
+            .filter(|&o| cands[o].rate <= calmest * DEEP_POOL_RATE_BAND),
+    )
+    .or(on_demand)
+}
+
+/// Plans with the greedy baseline, each node's offering chosen by
+/// `allocation`.
+pub fn plan(input: &Input, allocation: Allocation) -> Plan {
     let pods = input.pods;
     let cands = candidates::candidates(input);
     let mut order: Vec<usize> = (0..pods.len()).collect();
@@ -137,17 +201,13 @@ pub fn plan(input: &Input) -> Plan {
     let mut reserved = limits::ReservedLeft::of(input);
     let mut launched = Vec::new();
     for b in building {
-        let cheapest = b
+        let affordable: Vec<usize> = b
             .options
             .iter()
             .copied()
             .filter(|&o| budgets[cands[o].pool].affords(&cands[o]) && reserved.affords(&cands[o]))
-            .min_by(|a, c| {
-                cands[*a]
-                    .price()
-                    .total_cmp(&cands[*c].price())
-                    .then(a.cmp(c))
-            });
+            .collect();
+        let cheapest = pick(&affordable, &cands, allocation);
         match cheapest {
             Some(o) => {
                 budgets[cands[o].pool].charge(&cands[o]);
@@ -161,7 +221,10 @@ pub fn plan(input: &Input) -> Plan {
         }
     }
     finish(
-        Strategy::Greedy,
+        match allocation {
+            Allocation::LowestPrice => Strategy::Greedy,
+            Allocation::PriceCapacity => Strategy::Karpenter,
+        },
         input,
         &cands,
         launched,

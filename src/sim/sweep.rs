@@ -252,8 +252,9 @@ pub struct SweepReport {
 /// The strategy the sweep is about; the others are its baselines.
 pub const SWEPT: &str = "quartermaster";
 
-/// The baselines a point is compared with, when they ran.
-pub const BASELINES: [&str; 2] = ["greedy", super::report::ON_DEMAND];
+/// The baselines a point is compared with, when they ran (karpenter only
+/// when `--strategies` asks for it).
+pub const BASELINES: [&str; 3] = ["greedy", "karpenter", super::report::ON_DEMAND];
 
 /// One point's figures for one strategy: the measures the table, the JSON
 /// and the chart show.

@@ -19,9 +19,14 @@ enum Shape {
     Ring,
     /// greedy.
     Triangle,
+    /// karpenter.
+    Cross,
     /// on-demand.
     Square,
 }
+
+/// Each baseline's shape, in the order of [`BASELINES`].
+const BASELINE_SHAPES: [Shape; 3] = [Shape::Triangle, Shape::Cross, Shape::Square];
 
 /// A mark as drawn: where (lost work in percent, cost), its label, colour
 /// and shape.
@@ -70,17 +75,17 @@ fn marks(report: &SweepReport) -> (Vec<Drawn>, Vec<(f64, f64)>) {
         })
         .collect();
     for m in &frontier.baselines {
-        let greedy = m.label.starts_with(BASELINES[0]);
+        // "greedy", or "greedy (x=1)" where it moved with the values.
+        let i = BASELINES
+            .iter()
+            .position(|b| m.label == *b || m.label.starts_with(&format!("{b} (")))
+            .unwrap_or(0);
         drawn.push(Drawn {
             label: m.label.clone(),
             lost_pct: m.lost * 100.0,
             cost: m.cost,
-            colour: strategy_colour(if greedy { 1 } else { 2 }),
-            shape: if greedy {
-                Shape::Triangle
-            } else {
-                Shape::Square
-            },
+            colour: strategy_colour(i + 1),
+            shape: BASELINE_SHAPES[i],
         });
     }
     let line = frontier
@@ -103,6 +108,7 @@ fn marker<DB: DrawingBackend>(
         Shape::Dot => Circle::new((x, y), 6, filled).into_dyn(),
         Shape::Ring => Circle::new((x, y), 6, colour.stroke_width(2)).into_dyn(),
         Shape::Square => Rectangle::new([(x - 6, y - 6), (x + 6, y + 6)], filled).into_dyn(),
+        Shape::Cross => Cross::new((x, y), 6, colour.stroke_width(3)).into_dyn(),
         Shape::Triangle => TriangleMarker::new((x, y), 8, filled).into_dyn(),
     }
 }
@@ -170,11 +176,7 @@ fn draw(report: &SweepReport, root: &Area<'_>) -> DrawResult {
     }
     // The key: the swept strategy's dot, and each baseline's mark shown.
     let mut key = vec![(SWEPT.to_string(), Shape::Dot, strategy_colour(0))];
-    for (i, (name, shape)) in BASELINES
-        .iter()
-        .zip([Shape::Triangle, Shape::Square])
-        .enumerate()
-    {
+    for (i, (name, shape)) in BASELINES.iter().zip(BASELINE_SHAPES).enumerate() {
         if drawn.iter().any(|m| m.shape == shape) {
             key.push((name.to_string(), shape, strategy_colour(i + 1)));
         }
@@ -198,7 +200,14 @@ mod tests {
     fn the_frontier_marks_each_value_and_each_baseline_once_and_rings_a_beaten_value() {
         // "9" costs more than greedy and loses more: beaten, a ring, off
         // the line.
-        let report = sweep_of(&[("1", 80.0, 6.0), ("4", 150.0, 3.0), ("9", 120.0, 9.0)]);
+        let mut report = sweep_of(&[("1", 80.0, 6.0), ("4", 150.0, 3.0), ("9", 120.0, 9.0)]);
+        // karpenter ran too, the same at every point.
+        for (_, runs) in &mut report.points {
+            let r = &mut runs.runs[0];
+            let mut k = r.strategies["greedy"].clone();
+            (k.total_cost, k.lost_gpu_hours) = (90.0, 5.0);
+            r.strategies.insert("karpenter".into(), k);
+        }
         let (drawn, line) = marks(&report);
         let at: Vec<(&str, f64, f64, Shape)> = drawn
             .iter()
@@ -211,6 +220,7 @@ mod tests {
                 ("4", 3.0, 150.0, Shape::Dot),
                 ("9", 9.0, 120.0, Shape::Ring),
                 ("greedy", 8.0, 100.0, Shape::Triangle),
+                ("karpenter", 5.0, 90.0, Shape::Cross),
                 ("on-demand", 0.0, 200.0, Shape::Square)
             ]
         );
