@@ -1,6 +1,20 @@
 //! Well-known label, annotation and taint keys: one name for one thing across
 //! the CRDs, the planner, the controller and the docs.
 
+/// Something node labels can be looked up in: a label map, or a node's
+/// labels kept in layers (the planner's candidates share their instance
+/// type's labels rather than copy them per offering).
+pub trait LabelLookup {
+    /// The value of label `key`, if the node carries it.
+    fn label(&self, key: &str) -> Option<&String>;
+}
+
+impl LabelLookup for std::collections::BTreeMap<String, String> {
+    fn label(&self, key: &str) -> Option<&String> {
+        self.get(key)
+    }
+}
+
 /// API group of our CRDs.
 pub const GROUP: &str = "quartermaster.dev";
 
@@ -30,6 +44,56 @@ pub const GPU_COUNT: &str = "quartermaster.dev/gpu-count";
 pub const NEURON_NAME: &str = "quartermaster.dev/neuron-name";
 /// Node label: Neuron devices on the node (integer).
 pub const NEURON_COUNT: &str = "quartermaster.dev/neuron-count";
+
+/// Karpenter's API group: its well-known node labels live under it.
+pub const KARPENTER_GROUP: &str = "karpenter.sh";
+/// Karpenter's AWS provider's group: its instance-type labels live under it.
+pub const KARPENTER_AWS_GROUP: &str = "karpenter.k8s.aws";
+/// Karpenter's label of the NodePool that launched the node; ours carry
+/// it beside [`NODEPOOL`], with the same value.
+pub const KARPENTER_NODEPOOL: &str = "karpenter.sh/nodepool";
+/// Karpenter's capacity-type label (`spot`, `on-demand`, `reserved`), set
+/// beside [`CAPACITY_TYPE`] with the same value.
+pub const KARPENTER_CAPACITY_TYPE: &str = "karpenter.sh/capacity-type";
+/// Karpenter: instance family (`p5`), as [`INSTANCE_FAMILY`].
+pub const KARPENTER_INSTANCE_FAMILY: &str = "karpenter.k8s.aws/instance-family";
+/// Karpenter: instance category, the letters the family starts with
+/// (`g`, `p`, `trn`, `inf`, `c`).
+pub const KARPENTER_INSTANCE_CATEGORY: &str = "karpenter.k8s.aws/instance-category";
+/// Karpenter: instance generation, the digits after the category (integer).
+pub const KARPENTER_INSTANCE_GENERATION: &str = "karpenter.k8s.aws/instance-generation";
+/// Karpenter: instance size, the part of the name after the dot (`24xlarge`).
+pub const KARPENTER_INSTANCE_SIZE: &str = "karpenter.k8s.aws/instance-size";
+/// Karpenter: vCPUs (integer).
+pub const KARPENTER_INSTANCE_CPU: &str = "karpenter.k8s.aws/instance-cpu";
+/// Karpenter: CPU manufacturer, lower case (`intel`, `amd`, `aws`).
+pub const KARPENTER_INSTANCE_CPU_MANUFACTURER: &str = "karpenter.k8s.aws/instance-cpu-manufacturer";
+/// Karpenter: hypervisor (`nitro`, `xen`), absent on bare metal.
+pub const KARPENTER_INSTANCE_HYPERVISOR: &str = "karpenter.k8s.aws/instance-hypervisor";
+/// Karpenter: memory in MiB (integer).
+pub const KARPENTER_INSTANCE_MEMORY: &str = "karpenter.k8s.aws/instance-memory";
+/// Karpenter: GPU name, lower case with dashes for spaces (`a10g`, `h100`).
+pub const KARPENTER_INSTANCE_GPU_NAME: &str = "karpenter.k8s.aws/instance-gpu-name";
+/// Karpenter: GPU manufacturer, lower case (`nvidia`).
+pub const KARPENTER_INSTANCE_GPU_MANUFACTURER: &str = "karpenter.k8s.aws/instance-gpu-manufacturer";
+/// Karpenter: GPUs on the node (integer).
+pub const KARPENTER_INSTANCE_GPU_COUNT: &str = "karpenter.k8s.aws/instance-gpu-count";
+/// Karpenter: memory of one GPU in MiB (integer).
+pub const KARPENTER_INSTANCE_GPU_MEMORY: &str = "karpenter.k8s.aws/instance-gpu-memory";
+/// Karpenter: accelerator (Neuron device) name, lower case (`inferentia2`,
+/// `trainium`, `trainium2`).
+pub const KARPENTER_INSTANCE_ACCELERATOR_NAME: &str = "karpenter.k8s.aws/instance-accelerator-name";
+/// Karpenter: accelerator manufacturer (`aws` for Neuron devices).
+pub const KARPENTER_INSTANCE_ACCELERATOR_MANUFACTURER: &str =
+    "karpenter.k8s.aws/instance-accelerator-manufacturer";
+/// Karpenter: accelerators (Neuron devices) on the node (integer).
+pub const KARPENTER_INSTANCE_ACCELERATOR_COUNT: &str =
+    "karpenter.k8s.aws/instance-accelerator-count";
+/// Karpenter: local NVMe instance storage in GB (integer), on types that have it.
+pub const KARPENTER_INSTANCE_LOCAL_NVME: &str = "karpenter.k8s.aws/instance-local-nvme";
+/// Karpenter: baseline network bandwidth in Mbps (integer), where known.
+pub const KARPENTER_INSTANCE_NETWORK_BANDWIDTH: &str =
+    "karpenter.k8s.aws/instance-network-bandwidth";
 
 /// GPU feature discovery label: GPU product name.
 pub const GFD_PRODUCT: &str = "nvidia.com/gpu.product";

@@ -73,6 +73,20 @@ pub struct MessageLabels {
     pub outcome: String,
 }
 
+/// Labels of the decision-failure counter.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct StepLabels {
+    /// The core's step (`provisioning`, `interruptions`, `consolidation`, ...).
+    pub step: String,
+}
+
+/// Labels of the failed-action counter.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ActionLabels {
+    /// `launch`, `cordon`, `uncordon`, `checkpoint`, `evict`, `delete`.
+    pub action: String,
+}
+
 /// Labels of the pricing-source gauge.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct PricingLabels {
@@ -128,6 +142,13 @@ pub struct Metrics {
     pub actions_dropped: Counter,
     /// ProvisioningRequest conditions set, by condition, status and reason.
     pub provisioning_requests: Family<ProvisioningLabels, Counter>,
+    /// Decision steps that panicked (contained: the core decided without
+    /// them), by step.
+    pub decision_failures: Family<StepLabels, Counter>,
+    /// Actions that failed and are issued again after a backoff, by kind.
+    pub actions_failed: Family<ActionLabels, Counter>,
+    /// NodeClaim lifecycle steps (launch, registration, drain) under way.
+    pub lifecycle_in_flight: Gauge,
     /// The series that port Karpenter's (`nodeclaims_created`, ...).
     pub karpenter: karpenter::KarpenterMetrics,
     /// When the loop last made progress (not exported: `/healthz` reads
@@ -159,6 +180,9 @@ impl Metrics {
             leader: Gauge::default(),
             actions_dropped: Counter::default(),
             provisioning_requests: Family::default(),
+            decision_failures: Family::default(),
+            actions_failed: Family::default(),
+            lifecycle_in_flight: Gauge::default(),
             karpenter: Default::default(),
             progress: Default::default(),
         };
@@ -235,7 +259,7 @@ impl Metrics {
         );
         r.register(
             "pricing_fallback",
-            "1 while prices come from the embedded catalog because the APIs are unreachable",
+            "1 while a source (on-demand or spot prices, zone names) is not live because its API failed",
             metrics.pricing_fallback.clone(),
         );
         r.register(
@@ -257,6 +281,21 @@ impl Metrics {
             "provisioning_request_conditions",
             "ProvisioningRequest conditions set, by condition, status and reason",
             metrics.provisioning_requests.clone(),
+        );
+        r.register(
+            "decision_failures",
+            "Decision steps that panicked; the core decided without them, its state kept",
+            metrics.decision_failures.clone(),
+        );
+        r.register(
+            "actions_failed",
+            "Actions that failed and are issued again after a backoff, by kind",
+            metrics.actions_failed.clone(),
+        );
+        r.register(
+            "lifecycle_steps_in_flight",
+            "NodeClaim lifecycle steps (launch, registration, drain) under way",
+            metrics.lifecycle_in_flight.clone(),
         );
         metrics.karpenter.register(r);
         metrics

@@ -19,286 +19,18 @@
 
 mod support;
 
-use aws_sdk_ec2::types::{
-    Filter, InstanceAttributeName, InstanceLifecycleType, ResourceType, Tag, TagSpecification,
-};
+use aws_sdk_ec2::types::{InstanceAttributeName, InstanceLifecycleType};
 use quartermaster::api::labels as l;
 use quartermaster::api::nodeclass::EC2NodeClassSpec;
-use quartermaster::api::{Taint, TaintEffect};
 use quartermaster::catalog::CapacityType;
 use quartermaster::cloud::aws::ec2::{AwsCloud, ImageVariant, NodeClass, Settings};
-use quartermaster::cloud::aws::nodeclass::{reasons, Resolved, Resolver};
+use quartermaster::cloud::aws::nodeclass::reasons;
 use quartermaster::cloud::{self, CloudProvider, Error, InstanceState, NodeTemplate};
 use quartermaster::core::{ClaimRequest, OfferingKey};
-use std::collections::{HashMap, HashSet};
+use std::collections::HashMap;
 use std::sync::Arc;
-use support::moto::{unique, Moto};
-
-/// moto's us-east-1: `us-east-1a` is `use1-az6`, `us-east-1d` is `use1-az4`
-/// (`shared/reference-data/moto-az-name-to-id.json`).
-const ZONES: [(&str, &str); 2] = [("us-east-1a", "use1-az6"), ("us-east-1d", "use1-az4")];
-
-/// One test's world on the shared server: its cluster name and a VPC with
-/// one tagged subnet per zone of [`ZONES`] and a tagged security group.
-struct World {
-    ec2: aws_sdk_ec2::Client,
-    sdk: aws_config::SdkConfig,
-    cluster: String,
-    /// Where this world's EKS image parameters live (see the module note).
-    parameter_root: String,
-    /// The nodes' instance profile, in IAM.
-    instance_profile: String,
-    subnets: Vec<String>,
-    security_group: String,
-    _moto: Moto,
-}
-
-fn tag(k: &str, v: &str) -> Tag {
-    Tag::builder().key(k).value(v).build()
-}
-
-fn tagged(resource: ResourceType, k: &str, v: &str) -> TagSpecification {
-    TagSpecification::builder()
-        .resource_type(resource)
-        .tags(tag(k, v))
-        .build()
-}
-
-impl World {
-    async fn new() -> World {
-        let moto = Moto::start();
-        let sdk = moto.sdk_config();
-        let ec2 = aws_sdk_ec2::Client::new(&sdk);
-        let cluster = unique("qm");
-        let parameter_root = format!("/test/{cluster}/eks");
-        let ssm = aws_sdk_ssm::Client::new(&sdk);
-        for variant in ImageVariant::ALL {
-            ssm.put_parameter()
-                .name(format!(
-                    "{parameter_root}/1.33/amazon-linux-2023/{variant}/recommended/image_id"
-                ))
-                .value(image_of(variant))
-                .r#type(aws_sdk_ssm::types::ParameterType::String)
-                .send()
-                .await
-                .unwrap();
-        }
-        let instance_profile = format!("{cluster}-nodes");
-        let iam = aws_sdk_iam::Client::new(&sdk);
-        iam.create_role()
-            .role_name(&instance_profile)
-            .assume_role_policy_document("{}")
-            .send()
-            .await
-            .unwrap();
-        iam.create_instance_profile()
-            .instance_profile_name(&instance_profile)
-            .send()
-            .await
-            .unwrap();
-        iam.add_role_to_instance_profile()
-            .instance_profile_name(&instance_profile)
-            .role_name(&instance_profile)
-            .send()
-            .await
-            .unwrap();
-        let vpc = ec2
-            .create_vpc()
-            .cidr_block("10.0.0.0/16")
-            .send()
-            .await
-            .unwrap();
-        let vpc = vpc.vpc().unwrap().vpc_id().unwrap().to_string();
-        let mut subnets = Vec::new();
-        for (i, (zone, _)) in ZONES.iter().enumerate() {
-            let s = ec2
-                .create_subnet()
-                .vpc_id(&vpc)
-                .cidr_block(format!("10.0.{i}.0/24"))
-                .availability_zone(*zone)
-                .tag_specifications(tagged(ResourceType::Subnet, "test/discovery", &cluster))
-                .send()
-                .await
-                .unwrap();
-            subnets.push(s.subnet().unwrap().subnet_id().unwrap().to_string());
-        }
-        let sg = ec2
-            .create_security_group()
-            .group_name(format!("{cluster}-nodes"))
-            .description("nodes")
-            .vpc_id(&vpc)
-            .tag_specifications(tagged(
-                ResourceType::SecurityGroup,
-                "test/discovery",
-                &cluster,
-            ))
-            .send()
-            .await
-            .unwrap();
-        World {
-            ec2,
-            sdk,
-            cluster,
-            parameter_root,
-            instance_profile,
-            subnets,
-            security_group: sg.group_id().unwrap().to_string(),
-            _moto: moto,
-        }
-    }
-
-    fn settings(&self, cluster: &str) -> Settings {
-        Settings::from_yaml(&format!(
-            r#"
-clusterName: {cluster}
-kubernetesVersion: "1.33"
-clusterEndpoint: https://example.eks.amazonaws.com
-certificateAuthority: Q0EgYnVuZGxl
-serviceCidr: 10.100.0.0/16
-"#
-        ))
-        .unwrap()
-    }
-
-    /// This world's node class: the latest EKS images, its subnets and
-    /// security group by tag, its role (and so its instance profile).
-    fn node_class_spec(&self) -> EC2NodeClassSpec {
-        serde_norway::from_str(&format!(
-            r#"
-subnetSelectorTerms: [{{ tags: {{ test/discovery: {own} }} }}]
-securityGroupSelectorTerms: [{{ tags: {{ test/discovery: {own} }} }}]
-role: {own}-nodes
-tags: {{ team: ml }}
-"#,
-            own = self.cluster
-        ))
-        .unwrap()
-    }
-
-    fn resolver(&self) -> Resolver {
-        Resolver::new(&self.sdk, Some("1.33".into())).with_parameter_root(&self.parameter_root)
-    }
-
-    async fn resolve(&self, spec: &EC2NodeClassSpec) -> Resolved {
-        self.resolver().resolve(spec).await
-    }
-
-    /// A provider for this world's cluster, as a freshly started controller
-    /// would build it, with pool `train`'s node class resolved.
-    async fn cloud(&self) -> AwsCloud {
-        self.cloud_of(&self.cluster).await
-    }
-
-    /// As [`World::cloud`], for the cluster `cluster` on this world's network.
-    async fn cloud_of(&self, cluster: &str) -> AwsCloud {
-        let aws = AwsCloud::new(self.ec2.clone(), self.settings(cluster)).unwrap();
-        let spec = self.node_class_spec();
-        let class = self.resolve(&spec).await.node_class("gpu", &spec).unwrap();
-        aws.set_node_classes(HashMap::from([("train".to_string(), Arc::new(class))]));
-        aws
-    }
-
-    /// Every instance moto holds carrying this world's cluster tag and the
-    /// claim tag `claim`.
-    async fn instances_of(&self, claim: &str) -> Vec<aws_sdk_ec2::types::Instance> {
-        let out = self
-            .ec2
-            .describe_instances()
-            .filters(
-                Filter::builder()
-                    .name(format!("tag:{}", l::TAG_CLUSTER))
-                    .values(&self.cluster)
-                    .build(),
-            )
-            .filters(
-                Filter::builder()
-                    .name(format!("tag:{}", l::TAG_NODECLAIM))
-                    .values(claim)
-                    .build(),
-            )
-            .send()
-            .await
-            .unwrap();
-        out.reservations()
-            .iter()
-            .flat_map(|r| r.instances().iter().cloned())
-            .collect()
-    }
-
-    /// The launch templates tagged with this world's cluster.
-    async fn launch_templates(&self) -> Vec<aws_sdk_ec2::types::LaunchTemplate> {
-        let out = self
-            .ec2
-            .describe_launch_templates()
-            .filters(
-                Filter::builder()
-                    .name(format!("tag:{}", l::TAG_CLUSTER))
-                    .values(&self.cluster)
-                    .build(),
-            )
-            .send()
-            .await
-            .unwrap();
-        out.launch_templates().to_vec()
-    }
-
-    async fn state_of(&self, id: &str) -> String {
-        let out = self
-            .ec2
-            .describe_instances()
-            .instance_ids(id)
-            .send()
-            .await
-            .unwrap();
-        out.reservations()[0].instances()[0]
-            .state()
-            .and_then(|s| s.name())
-            .map(|n| n.as_str().to_string())
-            .unwrap()
-    }
-}
-
-/// The image ID this world's parameter of `variant` holds.
-fn image_of(variant: ImageVariant) -> String {
-    format!("ami-{}", variant.to_string().replace('/', "-"))
-}
-
-fn claim(name: &str, instance_type: &str, zone: &str, capacity_type: CapacityType) -> ClaimRequest {
-    ClaimRequest {
-        claim: name.into(),
-        nodepool: "train".into(),
-        offering: OfferingKey {
-            instance_type: instance_type.into(),
-            zone: zone.into(),
-            capacity_type,
-        },
-        price_per_hour: 0.42,
-        pods: vec![],
-        prewarm_window: None,
-        reservation: None,
-    }
-}
-
-fn template() -> NodeTemplate {
-    NodeTemplate {
-        labels: [
-            (l::NODEPOOL, "train"),
-            (l::CAPACITY_TYPE, "spot"),
-            (l::INSTANCE_TYPE, "g5.xlarge"),
-            ("team", "ml"),
-        ]
-        .into_iter()
-        .map(|(k, v)| (k.to_string(), v.to_string()))
-        .collect(),
-        taints: vec![Taint::new(l::TAINT_GPU, "present", TaintEffect::NoSchedule)],
-        startup_taints: vec![Taint::new(
-            l::TAINT_UNREGISTERED,
-            "",
-            TaintEffect::NoExecute,
-        )],
-        ..NodeTemplate::default()
-    }
-}
+use support::aws_world::{claim, image_of, template, World, ZONES};
+use support::moto::unique;
 
 fn tag_of<'a>(i: &'a aws_sdk_ec2::types::Instance, key: &str) -> Option<&'a str> {
     i.tags()
@@ -364,6 +96,7 @@ async fn each_launch_gets_the_eks_image_its_architecture_and_accelerator_need() 
             taints: Vec::new(),
             startup_taints: Vec::new(),
             termination_grace_period: None,
+            expire_after: None,
         };
         let stamp = aws.launch_stamp(&spec).expect("the pool has a ready class");
         assert_eq!(Some(stamp.image.as_str()), found[0].image_id(), "{name}");
@@ -994,7 +727,7 @@ async fn garbage_collection_terminates_only_our_old_unclaimed_instances() {
         .unwrap();
     let manual = manual.instances()[0].instance_id().unwrap().to_string();
 
-    let claims: HashSet<String> = ["kept".to_string()].into_iter().collect();
+    let claims: cloud::ClaimIndex = [("kept".to_string(), None)].into_iter().collect();
     let grace = chrono::TimeDelta::minutes(2);
     // Inside the grace period nothing goes: the claim may be being written.
     let (done, failed) = cloud::collect_garbage(&aws, &claims, chrono::Utc::now(), grace)
@@ -1045,7 +778,7 @@ async fn launch_templates_no_live_instance_uses_are_deleted_after_the_grace_peri
     .expect("instances carry their launch template's name")
     .to_string();
 
-    let claims: HashSet<String> = ["kept".to_string()].into_iter().collect();
+    let claims: cloud::ClaimIndex = [("kept".to_string(), None)].into_iter().collect();
     let grace = chrono::TimeDelta::minutes(2);
     // Inside the grace period nothing goes: a launch may be about to use it.
     let (_, failed) = cloud::collect_garbage(&aws, &claims, now, grace)
@@ -1407,12 +1140,13 @@ instanceProfile: nodes
     }
 
     #[tokio::test]
-    async fn a_launch_retried_in_another_subnet_uses_another_client_token() {
+    async fn a_launch_retried_in_another_subnet_keeps_its_client_token() {
         let mut events = before_fleet();
         events.extend([throttled(), throttled(), throttled()]);
         // The retry finds the zone's subnets changed: another one has the
-        // most free addresses now. The same token with another subnet
-        // would be refused by EC2 as IdempotentParameterMismatch.
+        // most free addresses now (the first launch may have taken some).
+        // The token stays: had the first launch gone through unseen, EC2
+        // returns it (or refuses the other subnet), never a second instance.
         events.extend([
             no_instances(),
             subnets_with("subnet-0ccc1c79de3EXAMPLE", 4000),
@@ -1421,6 +1155,9 @@ instanceProfile: nodes
             fleet_launched(),
         ]);
         let (aws, http) = cloud(events);
+        // Nothing reused between the two launches (the retry comes after
+        // the describes' reuse time).
+        let aws = aws.with_describe_ttl(Duration::ZERO);
         let err = aws
             .launch(&spot_claim(), &template(), chrono::Utc::now())
             .await
@@ -1437,7 +1174,54 @@ instanceProfile: nodes
             fleets[3]
         );
         assert_eq!(client_token(&fleets[0]), client_token(&fleets[2]));
-        assert_ne!(client_token(&fleets[0]), client_token(&fleets[3]));
+        assert_eq!(client_token(&fleets[0]), client_token(&fleets[3]));
+    }
+
+    #[tokio::test]
+    async fn a_launch_retried_soon_reuses_what_it_described() {
+        let mut events = before_fleet();
+        events.extend([throttled(), throttled(), throttled()]);
+        // Within the reuse time the retry makes no DescribeInstances,
+        // DescribeSubnets or DescribeSecurityGroups of its own.
+        events.extend([template_created(), fleet_launched()]);
+        let (aws, http) = cloud(events);
+        assert!(aws
+            .launch(&spot_claim(), &template(), chrono::Utc::now())
+            .await
+            .is_err());
+        aws.launch(&spot_claim(), &template(), chrono::Utc::now())
+            .await
+            .unwrap();
+        for action in [
+            "DescribeInstances",
+            "DescribeSubnets",
+            "DescribeSecurityGroups",
+        ] {
+            assert_eq!(bodies_of(&http, action).len(), 1, "{action}");
+        }
+    }
+
+    #[tokio::test]
+    async fn a_token_used_before_with_other_subnets_is_not_ready_until_its_instance_shows() {
+        let mut events = before_fleet();
+        events.push(event(
+            http::Response::builder()
+                .status(400)
+                .body(SdkBody::from(
+                    r#"<?xml version="1.0" encoding="UTF-8"?>
+<Response><Errors><Error><Code>IdempotentParameterMismatch</Code><Message>The client token you have provided is associated with a resource that is already deleted or has other parameters.</Message></Error></Errors><RequestID>d1b2c3e4-5f6a-7b8c-9d0e-EXAMPLE</RequestID></Response>"#,
+                ))
+                .unwrap(),
+        ));
+        let (aws, _) = cloud(events);
+        let err = aws
+            .launch(&spot_claim(), &template(), chrono::Utc::now())
+            .await
+            .unwrap_err();
+        assert!(
+            matches!(&err, Error::NotReady { reason, .. } if reason.contains("IdempotentParameterMismatch")),
+            "{err:?}"
+        );
     }
 
     #[tokio::test]

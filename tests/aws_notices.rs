@@ -646,6 +646,7 @@ fn claim_view(instance_id: &str) -> quartermaster::controller::snapshot::ClaimVi
             taints: vec![],
             startup_taints: vec![],
             termination_grace_period: None,
+            expire_after: None,
         },
     );
     claim.status = Some(NodeClaimStatus {

@@ -147,6 +147,16 @@ fn get_products_unavailable() -> ReplayEvent {
     )
 }
 
+/// `DescribeAvailabilityZones` naming use1-az4 `us-east-1a`.
+fn zone_names_ok() -> ReplayEvent {
+    let body = r#"<?xml version="1.0" encoding="UTF-8"?>
+<DescribeAvailabilityZonesResponse xmlns="http://ec2.amazonaws.com/doc/2016-11-15/"><requestId>6e2b1d8c-0000-4000-8000-000000000001</requestId><availabilityZoneInfo><item><zoneName>us-east-1a</zoneName><zoneId>use1-az4</zoneId><regionName>us-east-1</regionName><zoneState>available</zoneState></item></availabilityZoneInfo></DescribeAvailabilityZonesResponse>"#;
+    ReplayEvent::new(
+        request("http://127.0.0.1:9/"),
+        response(200, "text/xml;charset=UTF-8", body.into()),
+    )
+}
+
 fn spot_history_unavailable() -> ReplayEvent {
     let body = r#"<?xml version="1.0" encoding="UTF-8"?>
 <Response><Errors><Error><Code>Unavailable</Code><Message>The server is overloaded</Message></Error></Errors><RequestID>6e2b1d8c-0000-4000-8000-000000000000</RequestID></Response>"#;
@@ -284,7 +294,14 @@ async fn an_unreachable_endpoint_keeps_the_embedded_prices_and_raises_the_fallba
     let metrics = Metrics::unregistered();
     let mut refresher = Refresher::new(PriceClient::new(&config, REGION), base.clone());
     let (catalog, report) = refresher.refresh(&metrics, now()).await;
-    assert_eq!(report.failed.len(), 2, "{report}");
+    assert_eq!(report.failed.len(), 3, "{report}");
+    assert!(report.failed(Source::ZoneNames), "{report}");
+    assert_eq!(fallback(&metrics, Source::ZoneNames), 1);
+    assert_eq!(
+        catalog.zone_name(REGION, "use1-az4"),
+        "us-east-1d",
+        "the default rule until the account's names are known"
+    );
     assert_eq!(catalog.offerings(), base.offerings());
     assert_eq!(fallback(&metrics, Source::OnDemand), 1);
     assert_eq!(fallback(&metrics, Source::Spot), 1);
@@ -295,6 +312,7 @@ async fn after_a_success_a_failed_source_keeps_the_last_fetched_prices() {
     let http = StaticReplayClient::new(vec![
         get_products_ok("3.5000000000"),
         spot_history_ok(),
+        zone_names_ok(),
         get_products_unavailable(),
         spot_history_ok(),
     ]);
@@ -306,11 +324,17 @@ async fn after_a_success_a_failed_source_keeps_the_last_fetched_prices() {
     let (first, _) = refresher.refresh(&metrics, now()).await;
     assert_eq!(on_demand(&first), Some(3.5));
     assert_eq!(fallback(&metrics, Source::OnDemand), 0);
+    assert_eq!(first.zone_name(REGION, "use1-az4"), "us-east-1a");
+    assert_eq!(fallback(&metrics, Source::ZoneNames), 0);
+    // The second round's zone names find no answer: the last ones stay.
     let (second, report) = refresher.refresh(&metrics, now()).await;
     assert!(
         report.failed(Source::OnDemand) && !report.failed(Source::Spot),
         "{report}"
     );
+    assert!(report.failed(Source::ZoneNames), "{report}");
+    assert_eq!(second.zone_name(REGION, "use1-az4"), "us-east-1a");
+    assert_eq!(fallback(&metrics, Source::ZoneNames), 1);
     assert_eq!(
         on_demand(&second),
         Some(3.5),
@@ -366,6 +390,86 @@ async fn spot_history_from_moto_maps_zone_names_to_zone_ids() {
         .collect();
     assert!(!zones.is_empty(), "{prices:?}");
     assert!(zones.iter().all(|z| z.starts_with("use1-az")), "{zones:?}");
+}
+
+#[tokio::test]
+async fn an_account_whose_zone_names_differ_from_the_default_labels_its_nodes_with_its_own_names() {
+    use quartermaster::api::NodePool;
+    use quartermaster::catalog::default_zone_name;
+    use quartermaster::cluster::{Operator, Pod, Requirement, Resources};
+    use quartermaster::core::{Action, Config, Core, World};
+    use quartermaster::labels as l;
+    // moto's us-east-1 names its zones as ../shared/reference-data says
+    // (us-east-1a is use1-az6), not by the default rule.
+    let reference: serde_json::Value = serde_json::from_str(
+        &std::fs::read_to_string(
+            std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+                .join("../shared/reference-data/moto-az-name-to-id.json"),
+        )
+        .unwrap(),
+    )
+    .unwrap();
+    let account: std::collections::BTreeMap<String, String> =
+        serde_json::from_value(reference[REGION].clone()).unwrap();
+    let moto = Moto::start();
+    let metrics = Metrics::unregistered();
+    let base = Arc::new(embedded());
+    let mut refresher = Refresher::new(PriceClient::new(&moto.sdk_config(), REGION), base.clone());
+    let (catalog, report) = refresher.refresh(&metrics, chrono::Utc::now()).await;
+    assert!(!report.failed(Source::ZoneNames), "{report}");
+    assert_eq!(fallback(&metrics, Source::ZoneNames), 0);
+    for (name, id) in &account {
+        assert_eq!(catalog.zone_name(REGION, id), *name, "{id}");
+    }
+    // A zone the account names otherwise than the default rule, where the
+    // catalog sells the pod's type on demand.
+    let (name, id) = account
+        .iter()
+        .find(|(name, id)| {
+            default_zone_name(REGION, id).as_deref() != Some(name.as_str())
+                && catalog
+                    .offerings_of(REGION, "m7i.large")
+                    .any(|o| &o.zone_id == *id && o.capacity_type == CapacityType::OnDemand)
+        })
+        .expect("moto shuffles us-east-1");
+    let pool: NodePool = serde_json::from_value(serde_json::json!({
+        "apiVersion": "quartermaster.dev/v1alpha1", "kind": "NodePool",
+        "metadata": {"name": "general"},
+        "spec": {"template": {"spec": {"requirements": [
+            {"key": "node.kubernetes.io/instance-type", "operator": "In", "values": ["m7i.large"]}
+        ]}}}
+    }))
+    .unwrap();
+    // The pod selects the zone by the account's name.
+    let mut pod = Pod::new("default/web", Resources::new().with("cpu", 500));
+    pod.affinity.terms = vec![vec![Requirement::new(l::ZONE, Operator::In, &[name])]];
+    let pools = [pool];
+    let pending = [pod];
+    let world = World {
+        catalog: &catalog,
+        region: REGION,
+        pools: &pools,
+        pending: &pending,
+        nodes: &[],
+        pdbs: &[],
+    };
+    // The batch window closes a second after the pod is first seen.
+    let now = chrono::Utc::now();
+    let mut core = Core::new(Config::default());
+    core.decide(&world, now);
+    let now = now + chrono::TimeDelta::seconds(2);
+    let actions = core.decide(&world, now);
+    let Some(Action::Launch(req)) = actions.iter().find(|a| matches!(a, Action::Launch(_))) else {
+        panic!("no launch: {actions:?}")
+    };
+    assert_eq!(&req.offering.zone, id);
+    let pods: Vec<&Pod> = pending.iter().collect();
+    let claim =
+        quartermaster::controller::executor::build_claim(req, &req.claim, &world, &pods, now)
+            .unwrap();
+    assert_eq!(claim.spec.zone, *id);
+    assert_eq!(claim.spec.labels[l::ZONE], *name);
+    assert_eq!(claim.spec.labels[l::ZONE_ID], *id);
 }
 
 /// A fake AWS endpoint on loopback for the `catalog refresh` binary:

@@ -30,6 +30,9 @@ use support::api_server::{Access, Recorder, Served};
 
 const CHART: &str = "deploy/helm/quartermaster/templates/rbac.yaml";
 
+/// A `resourceVersion` the mock refuses as stale (409).
+const STALE: &str = "stale";
+
 /// The clouds the chart supports.
 const MODES: [&str; 2] = ["aws", "simulated"];
 
@@ -37,6 +40,12 @@ const MODES: [&str; 2] = ["aws", "simulated"];
 /// creates its Lease), lists are empty, writes echo the body back.
 fn answer(served: &Served, body: &Value) -> (u16, Value) {
     let access = served.access().expect("a resource path");
+    if body["metadata"]["resourceVersion"] == STALE {
+        return (
+            409,
+            support::api_server::status_body(409, "Conflict", "stale"),
+        );
+    }
     let stored = |code: u16| {
         let mut object = body.clone();
         if let Some(meta) = object.get_mut("metadata").and_then(Value::as_object_mut) {
@@ -103,9 +112,13 @@ async fn kube_api_calls(
         }};
     }
     call!("create_node_claim", api.create_node_claim(&claim));
+    // A status write from a stale copy is refused (409) and the claim read
+    // again: both are ways the write talks to the server.
+    let mut stale = claim.clone();
+    stale.metadata.resource_version = Some(STALE.into());
     call!(
-        "patch_node_claim_status",
-        api.patch_node_claim_status("gpu-abc", &Default::default())
+        "update_node_claim_status",
+        api.update_node_claim_status(&stale, |_| true)
     );
     call!("delete_node_claim", api.delete_node_claim("gpu-abc"));
     call!("remove_finalizer", api.remove_finalizer(&claim));

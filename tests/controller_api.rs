@@ -45,6 +45,7 @@ fn claim(name: &str) -> NodeClaim {
             taints: vec![Taint::new("nvidia.com/gpu", "", TaintEffect::NoSchedule)],
             startup_taints: Vec::new(),
             termination_grace_period: None,
+            expire_after: None,
         },
     );
     claim.metadata.finalizers = Some(vec![FINALIZER.to_string()]);
@@ -130,29 +131,61 @@ async fn creating_a_claim_surfaces_other_errors() {
     );
 }
 
-#[tokio::test]
-async fn claim_status_is_merge_patched_on_the_status_subresource() {
-    let status = NodeClaimStatus {
+fn condition(type_: &str, reason: &str) -> Condition {
+    Condition {
+        type_: type_.into(),
+        status: "True".into(),
+        reason: reason.into(),
+        message: String::new(),
+        last_transition_time: k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(
+            "2026-11-22T00:00:00Z".parse().unwrap(),
+        ),
+        observed_generation: None,
+    }
+}
+
+/// A claim as the cache has it: at `rv`, with these conditions.
+fn cached_claim(rv: &str, conditions: Vec<Condition>) -> NodeClaim {
+    let mut c = claim("train-abc12");
+    c.metadata.resource_version = Some(rv.into());
+    c.status = Some(NodeClaimStatus {
         provider_id: Some("aws:///use1-az4/i-0abc".into()),
-        conditions: vec![Condition {
-            type_: "Launched".into(),
-            status: "True".into(),
-            reason: "Launched".into(),
-            message: String::new(),
-            last_transition_time: k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(
-                "2026-11-22T00:00:00Z".parse().unwrap(),
-            ),
-            observed_generation: None,
-        }],
+        conditions,
         ..NodeClaimStatus::default()
-    };
+    });
+    c
+}
+
+/// The change registration makes: node name and `Registered`.
+fn register(status: &mut NodeClaimStatus) -> bool {
+    status.node_name = Some("ip-10-0-0-1".into());
+    status
+        .conditions
+        .push(condition("Registered", "Registered"));
+    true
+}
+
+fn types(body: &Value) -> Vec<String> {
+    body["status"]["conditions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| c["type"].as_str().unwrap().to_string())
+        .collect()
+}
+
+#[tokio::test]
+async fn claim_status_is_merge_patched_on_the_status_subresource_with_the_cached_version() {
+    let cached = cached_claim("7", vec![condition("Launched", "Launched")]);
     let (client, verifier) = Scenario::new()
         .expect(
             Method::PATCH,
             &format!("{CLAIMS}/train-abc12/status?fieldManager=quartermaster"),
             |body| {
+                assert_eq!(body["metadata"]["resourceVersion"], "7");
                 assert_eq!(body["status"]["providerID"], "aws:///use1-az4/i-0abc");
-                assert_eq!(body["status"]["conditions"][0]["type"], "Launched");
+                assert_eq!(body["status"]["nodeName"], "ip-10-0-0-1");
+                assert_eq!(types(body), ["Launched", "Registered"]);
                 assert_eq!(
                     body["status"]["conditions"][0]["lastTransitionTime"],
                     "2026-11-22T00:00:00Z"
@@ -163,7 +196,57 @@ async fn claim_status_is_merge_patched_on_the_status_subresource() {
         .respond(200, claim_json("train-abc12"))
         .run();
     KubeApi::new(client)
-        .patch_node_claim_status("train-abc12", &status)
+        .update_node_claim_status(&cached, register)
+        .await
+        .unwrap();
+    verifier.finish().await;
+}
+
+#[tokio::test]
+async fn a_status_write_from_a_stale_copy_is_refused_and_made_again_on_the_fresh_claim() {
+    // The cache has the claim before a spot interruption was recorded; the
+    // server has the `Interrupted` condition. The write from the cache is
+    // refused (409), the claim read again, and the condition kept.
+    let stale = cached_claim("7", vec![condition("Launched", "Launched")]);
+    let fresh = cached_claim(
+        "8",
+        vec![
+            condition("Launched", "Launched"),
+            condition("Interrupted", "SpotInterruption"),
+        ],
+    );
+    let path = format!("{CLAIMS}/train-abc12/status?fieldManager=quartermaster");
+    let (client, verifier) = Scenario::new()
+        .expect(Method::PATCH, &path, |body| {
+            assert_eq!(body["metadata"]["resourceVersion"], "7");
+        })
+        .content_type(MERGE)
+        .respond(
+            409,
+            status_body(409, "Conflict", "the object has been modified"),
+        )
+        .expect(Method::GET, &format!("{CLAIMS}/train-abc12"), |_| {})
+        .respond(200, serde_json::to_value(&fresh).unwrap())
+        .expect(Method::PATCH, &path, |body| {
+            assert_eq!(body["metadata"]["resourceVersion"], "8");
+            assert_eq!(types(body), ["Launched", "Interrupted", "Registered"]);
+        })
+        .content_type(MERGE)
+        .respond(200, claim_json("train-abc12"))
+        .run();
+    KubeApi::new(client)
+        .update_node_claim_status(&stale, register)
+        .await
+        .unwrap();
+    verifier.finish().await;
+}
+
+#[tokio::test]
+async fn a_status_change_that_changes_nothing_sends_nothing() {
+    let cached = cached_claim("7", vec![]);
+    let (client, verifier) = Scenario::new().run();
+    KubeApi::new(client)
+        .update_node_claim_status(&cached, |_| false)
         .await
         .unwrap();
     verifier.finish().await;

@@ -35,7 +35,7 @@ use quartermaster::core::{Action, ClaimRequest, Config, Core, Notice, Time};
 use quartermaster::metrics::karpenter::TerminatedLabels;
 use quartermaster::metrics::{LaunchFailureLabels, Metrics};
 use serde_json::{json, Value};
-use std::collections::HashSet;
+use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 use support::api_server::{echo, status_body, Scenario, Verifier};
@@ -183,7 +183,32 @@ fn lifecycle<'a>(
         registration_timeout: Duration::from_secs(600),
         catalog: catalog(),
         region: REGION,
+        policies: no_policies(),
+        hooks: hooks(),
+        hook_acks: hook_acks(),
+        launches: no_launches(),
     }
+}
+
+/// No pool policies (the default checkpoint grace).
+fn no_policies() -> &'static BTreeMap<String, quartermaster::api::InterruptionPolicy> {
+    static P: OnceLock<BTreeMap<String, quartermaster::api::InterruptionPolicy>> = OnceLock::new();
+    P.get_or_init(BTreeMap::new)
+}
+
+fn hooks() -> &'static quartermaster::controller::checkpoint::HookClient {
+    static H: OnceLock<quartermaster::controller::checkpoint::HookClient> = OnceLock::new();
+    H.get_or_init(quartermaster::controller::checkpoint::HookClient::new)
+}
+
+fn hook_acks() -> &'static HookAcks {
+    static A: OnceLock<HookAcks> = OnceLock::new();
+    A.get_or_init(HookAcks::default)
+}
+
+fn no_launches() -> &'static quartermaster::controller::interruptions::Launches {
+    static L: OnceLock<quartermaster::controller::interruptions::Launches> = OnceLock::new();
+    L.get_or_init(Default::default)
 }
 
 /// Runs the executor over `actions` against `api`, as the leader.
@@ -224,6 +249,7 @@ async fn execute_as(
         events: None,
         hooks: &hooks,
         hook_acks: &acks,
+        parallel: 1,
         disruptions,
     };
     let outcomes = ex
@@ -698,6 +724,14 @@ fn script_for(actions: &[Action], node: &str) -> Scenario {
             Action::Delete { claim, .. } => sc
                 .expect(Method::DELETE, &format!("{CLAIMS}/{claim}"), |_| {})
                 .respond(200, status_body(200, "", "deleting")),
+            Action::Uncordon { .. } => sc
+                .expect(Method::PATCH, &format!("/api/v1/nodes/{node}"), |body| {
+                    assert_eq!(patched(body, "/spec/unschedulable"), false);
+                })
+                .respond(
+                    200,
+                    json!({"apiVersion": "v1", "kind": "Node", "metadata": {"name": node}}),
+                ),
         };
     }
     sc
@@ -1533,7 +1567,8 @@ async fn deleting_a_claim_drains_within_pdbs_and_waits_for_pods_to_go_before_ter
             failed: 0,
             evicted: 1,
             blocked: 1,
-            remaining: 2
+            remaining: 2,
+            until: None
         }
     );
     assert!(
@@ -1577,7 +1612,8 @@ async fn deleting_a_claim_drains_within_pdbs_and_waits_for_pods_to_go_before_ter
             failed: 0,
             evicted: 1,
             blocked: 0,
-            remaining: 2
+            remaining: 2,
+            until: None
         }
     );
 
@@ -1683,7 +1719,8 @@ async fn a_restart_in_the_middle_of_a_launch_neither_doubles_nor_leaks_the_insta
         .launch(&orphan, &NodeTemplate::default(), t(2))
         .await
         .unwrap();
-    let claims: HashSet<String> = s.read(|s| s.claims.keys().cloned().collect());
+    let claims: quartermaster::cloud::ClaimIndex =
+        s.read(|s| s.claims.keys().map(|c| (c.clone(), None)).collect());
     let grace = chrono::TimeDelta::minutes(5);
     let (done, failed) = collect_garbage(&cloud, &claims, t(60), grace)
         .await
@@ -2490,13 +2527,14 @@ async fn a_failed_eviction_is_recorded_on_the_claim_and_the_drain_goes_on_with_t
             evicted: 1,
             blocked: 0,
             failed: 1,
-            remaining: 2
+            remaining: 2,
+            until: None
         }
     );
 }
 
 #[tokio::test]
-async fn after_the_termination_grace_period_remaining_pods_are_deleted_and_the_node_goes() {
+async fn pods_are_deleted_in_time_to_finish_their_grace_period_and_the_node_goes_at_the_deadline() {
     let cloud = cloud();
     let (s, claim) = draining(&cloud, t(100), Some("1h"), &["a"]).await;
     let name = claim.name_any();
@@ -2517,12 +2555,40 @@ async fn after_the_termination_grace_period_remaining_pods_are_deleted_and_the_n
         )
         .respond(429, pdb_says_no())
         .run();
-    let step = reconcile_scripted(api, &s, &cloud, &metrics, &name, t(100 + 3599)).await;
+    let step = reconcile_scripted(api, &s, &cloud, &metrics, &name, t(100 + 3500)).await;
     assert!(
         matches!(step, Step::Draining { blocked: 1, .. }),
         "{step:?}"
     );
-    // Past it, the pod is deleted, not evicted, and the node goes.
+    // The pod's own grace period (30 s) before the claim's deadline, it is
+    // deleted (not evicted: no PDB waits now) so that it ends by the
+    // deadline; the instance stays until then.
+    let api = Scenario::new()
+        .expect(Method::DELETE, "/api/v1/namespaces/ml/pods/a", |_| {})
+        .respond(
+            200,
+            json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "a"}}),
+        )
+        .expect(
+            Method::PATCH,
+            &format!("{CLAIMS}/{name}/status"),
+            drained_false("GracePeriodElapsed", "ml/a"),
+        )
+        .respond(200, claim_json(&claim))
+        .run();
+    let step = reconcile_scripted(api, &s, &cloud, &metrics, &name, t(100 + 3570)).await;
+    assert!(matches!(step, Step::Draining { .. }), "{step:?}");
+    assert!(
+        cloud
+            .describe(&name)
+            .await
+            .unwrap()
+            .unwrap()
+            .state
+            .is_alive(),
+        "the instance runs until the deadline"
+    );
+    // At the deadline, the node goes whatever is left.
     let api = Scenario::new()
         .expect(Method::DELETE, "/api/v1/namespaces/ml/pods/a", |_| {})
         .respond(
@@ -2999,6 +3065,8 @@ async fn drift_and_unused_resource_collection_run_through_the_leader_fence() {
         .unwrap_or_else(|| panic!("no Drifted condition written: {writes:#?}"));
     assert_eq!(drifted["status"], "True");
     assert_eq!(drifted["reason"], "ImageChanged");
+    // Garbage collection runs beside the loop.
+    run.driver.wait_for_gc().await;
     assert_eq!(fenced.inner().collected.load(Ordering::SeqCst), 1);
 }
 

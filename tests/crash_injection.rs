@@ -20,7 +20,6 @@
 mod support;
 
 use chrono::TimeZone;
-use k8s_openapi::api::core::v1 as core;
 use kube::ResourceExt;
 use quartermaster::api::labels as l;
 use quartermaster::api::nodeclaim::conditions;
@@ -36,7 +35,7 @@ use quartermaster::controller::snapshot::{to_k8s_time, Store};
 use quartermaster::core::{ClaimRequest, OfferingKey, Time};
 use quartermaster::metrics::Metrics;
 use serde_json::{json, Value};
-use std::collections::{BTreeMap, BTreeSet, HashSet};
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 use support::fake_api::FakeApi;
@@ -44,6 +43,7 @@ use support::fake_api::FakeApi;
 const REGION: &str = "us-east-1";
 const CLAIMS: &str = "apis/quartermaster.dev/v1alpha1/nodeclaims";
 const NODES: &str = "api/v1/nodes";
+const POOLS: &str = "apis/quartermaster.dev/v1alpha1/nodepools";
 const PODS: &str = "api/v1/namespaces/ml/pods";
 const CLAIM: &str = "gpu-000001";
 
@@ -206,29 +206,8 @@ impl CloudProvider for Cloud {
 
 /// A store as a freshly started controller lists it from the API server.
 fn store(api: &FakeApi) -> Store {
-    let s = api.state.lock().unwrap();
-    let decode = |c: &str| s.list(c);
     let store = Store::new();
-    store.reset(vec![pool()]);
-    store.reset(
-        decode(PODS)
-            .into_iter()
-            .map(|v| serde_json::from_value::<core::Pod>(v).unwrap())
-            .collect(),
-    );
-    store.reset(
-        decode(NODES)
-            .into_iter()
-            .map(|v| serde_json::from_value::<core::Node>(v).unwrap())
-            .collect(),
-    );
-    store.reset(
-        decode(CLAIMS)
-            .into_iter()
-            .map(|v| serde_json::from_value::<NodeClaim>(v).unwrap())
-            .collect(),
-    );
-    store.reset(Vec::<k8s_openapi::api::policy::v1::PodDisruptionBudget>::new());
+    api.fill(&store);
     store
 }
 
@@ -248,6 +227,10 @@ struct Run {
 /// breaks.
 async fn life(crash_at: Option<usize>) -> Run {
     let api = FakeApi::new();
+    api.state
+        .lock()
+        .unwrap()
+        .put(POOLS, serde_json::to_value(pool()).unwrap());
     if let Some(n) = crash_at {
         api.crash_after(n);
     }
@@ -276,6 +259,8 @@ async fn life(crash_at: Option<usize>) -> Run {
         // is the same thing and makes every round a possible restart.
         let controller = KubeApi::new(api.controller_client());
         let s = store(&api);
+        let (policies, hooks, hook_acks) = Default::default();
+        let launches = Default::default();
         let lifecycle = Lifecycle {
             api: &controller,
             cloud: &cloud,
@@ -284,6 +269,10 @@ async fn life(crash_at: Option<usize>) -> Run {
             registration_timeout: Duration::from_secs(600),
             catalog: catalog(),
             region: REGION,
+            policies: &policies,
+            hooks: &hooks,
+            hook_acks: &hook_acks,
+            launches: &launches,
         };
         // The executor writes the claim (once it is written, the core sees
         // it and does not plan the pod again).
@@ -300,7 +289,13 @@ async fn life(crash_at: Option<usize>) -> Run {
             let _ = lifecycle.reconcile(&view, now).await;
         }
         // Garbage collection, as the controller runs it.
-        let names: HashSet<String> = claims.iter().map(|c| c.name_any()).collect();
+        let names: cloud::ClaimIndex = claims
+            .iter()
+            .map(|c| {
+                let provider = c.status.as_ref().and_then(|s| s.provider_id.clone());
+                (c.name_any(), provider)
+            })
+            .collect();
         let _ = cloud::collect_garbage(&cloud, &names, now, chrono::TimeDelta::minutes(5)).await;
         // The world: nodes come and go with instances; a pod lands on the
         // Ready node; then the claim is deleted.
@@ -366,7 +361,7 @@ async fn life(crash_at: Option<usize>) -> Run {
     let later = t(15 * rounds as i64 + 3600);
     cloud::collect_garbage(
         &cloud,
-        &HashSet::new(),
+        &cloud::ClaimIndex::new(),
         later,
         chrono::TimeDelta::minutes(5),
     )

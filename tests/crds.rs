@@ -480,20 +480,57 @@ fn cel_refuses_labels_that_would_overwrite_what_a_node_is() {
 }
 
 #[test]
-fn cel_and_validate_agree_on_every_label_key() {
-    use quartermaster::api::validate::{label_restriction, WELL_KNOWN_LABELS};
-    let keys = WELL_KNOWN_LABELS.iter().copied().chain([
+fn cel_and_validate_agree_on_karpenters_labels_in_requirements() {
+    use quartermaster::api::validate::{karpenter_key_unknown, karpenter_labels_set};
+    let requirement = |k: &str| {
+        json!({ "template": { "spec": { "requirements": [
+            { "key": k, "operator": "Exists" }
+        ] } } })
+    };
+    for k in karpenter_labels_set().into_iter().chain([
+        "karpenter.k8s.aws/instance-ebs-bandwidth",
+        "karpenter.sh/registered",
+        "x.karpenter.sh/y",
+        "example.com/karpenter.sh",
         "team",
-        "example.com/team",
-        "node.kubernetes.io/role",
-        "a.node.kubernetes.io/x",
-        "kops.k8s.io/instancegroup",
-        "node-restriction.kubernetes.io/trusted",
-        "kubelet.kubernetes.io/x",
-        "notkubernetes.io/x",
-        "k8s.aws.example.com/x",
-        "x.quartermaster.dev/y",
-    ]);
+    ]) {
+        let cel = cel_errors(requirement(k));
+        let refused = cel.iter().any(|e| e.contains("Karpenter"));
+        assert_eq!(
+            refused,
+            karpenter_key_unknown(k).is_some(),
+            "{k}: CEL says {cel:?}, validate says {:?}",
+            karpenter_key_unknown(k)
+        );
+    }
+    expect_cel_error(requirement("karpenter.sh/nodepool"), "cannot be required");
+    assert!(cel_errors(requirement("karpenter.sh/capacity-type")).is_empty());
+}
+
+#[test]
+fn cel_and_validate_agree_on_every_label_key() {
+    use quartermaster::api::validate::{
+        karpenter_labels_set, label_restriction, WELL_KNOWN_LABELS,
+    };
+    let keys = WELL_KNOWN_LABELS
+        .iter()
+        .copied()
+        .chain(karpenter_labels_set())
+        .chain([
+            "karpenter.sh/anything",
+            "karpenter.k8s.aws/ec2nodeclass",
+            "x.karpenter.k8s.aws/y",
+            "team",
+            "example.com/team",
+            "node.kubernetes.io/role",
+            "a.node.kubernetes.io/x",
+            "kops.k8s.io/instancegroup",
+            "node-restriction.kubernetes.io/trusted",
+            "kubelet.kubernetes.io/x",
+            "notkubernetes.io/x",
+            "k8s.aws.example.com/x",
+            "x.quartermaster.dev/y",
+        ]);
     for k in keys {
         let cel = cel_errors(json!({ "template": { "metadata": { "labels": { k: "x" } } } }));
         assert_eq!(

@@ -503,6 +503,7 @@ proptest! {
                     .collect(),
                 startup_taints: vec![],
                 termination_grace_period: None,
+                expire_after: None,
             },
         );
         claim.spec.labels.retain(|k, _| !k.is_empty());

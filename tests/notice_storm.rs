@@ -214,6 +214,7 @@ fn cluster() -> ApiState {
                 taints: vec![],
                 startup_taints: vec![],
                 termination_grace_period: None,
+                expire_after: None,
             },
         );
         claim.status = Some(NodeClaimStatus::default());

@@ -448,3 +448,159 @@ fn plan_uses_a_reservation_first_and_explains_the_expired_one() {
     );
     let _ = std::fs::remove_file(pools);
 }
+
+/// A CPU pod selecting `topology.kubernetes.io/zone: ZONE`.
+fn zone_pod(zone: &str) -> String {
+    format!(
+        "apiVersion: v1\nkind: Pod\nmetadata: {{name: web, namespace: default}}\nspec:\n  nodeSelector: {{topology.kubernetes.io/zone: {zone}}}\n  containers: [{{name: c, resources: {{requests: {{cpu: 500m}}}}}}]\n"
+    )
+}
+
+/// The zone ID and name of the one node `plan` launches for `pods`.
+fn planned_zone(dir: &std::path::Path, pods: &str, extra: &[&str]) -> (String, String) {
+    let file = dir.join("pods.yaml");
+    std::fs::write(&file, pods).unwrap();
+    let args = [
+        &[
+            "plan",
+            "--pods",
+            file.to_str().unwrap(),
+            "--nodepools",
+            POOLS,
+            "--strategy",
+            "greedy",
+            "--output",
+            "json",
+        ][..],
+        extra,
+    ]
+    .concat();
+    let v = json(&qm(&args));
+    assert!(v["unschedulable"].as_array().unwrap().is_empty(), "{v}");
+    let node = &v["nodes"][0];
+    (
+        node["zone"].as_str().unwrap().to_string(),
+        node["zone_name"].as_str().unwrap().to_string(),
+    )
+}
+
+#[test]
+fn a_pod_selecting_a_zone_by_name_or_by_id_is_placed_in_that_zone() {
+    let dir = std::env::temp_dir().join(format!("qm-plan-zone-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    // The default rule: use1-az1 is us-east-1a, use1-az4 us-east-1d.
+    assert_eq!(
+        planned_zone(&dir, &zone_pod("us-east-1a"), &[]),
+        ("use1-az1".to_string(), "us-east-1a".to_string())
+    );
+    assert_eq!(
+        planned_zone(&dir, &zone_pod("use1-az4"), &[]),
+        ("use1-az4".to_string(), "us-east-1d".to_string())
+    );
+    // The account's own names.
+    let names = ["--zone-names", "us-east-1a=use1-az6,us-east-1b=use1-az1"];
+    assert_eq!(
+        planned_zone(&dir, &zone_pod("us-east-1a"), &names),
+        ("use1-az6".to_string(), "us-east-1a".to_string())
+    );
+    let bad = qm(&[
+        "plan",
+        "--pods",
+        dir.join("pods.yaml").to_str().unwrap(),
+        "--nodepools",
+        POOLS,
+        "--zone-names",
+        "us-east-1a",
+    ]);
+    assert!(!bad.status.success());
+    assert!(String::from_utf8_lossy(&bad.stderr).contains("--zone-names"));
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+const KARPENTER_POOLS: &str = "tests/fixtures/karpenter/nodepools.yaml";
+const KARPENTER_PODS: &str = "tests/fixtures/karpenter/pods.yaml";
+
+/// `plan --output json` of the Karpenter pods on `pools`.
+fn karpenter_plan(pools: &str) -> serde_json::Value {
+    json(&qm(&[
+        "plan",
+        "--pods",
+        KARPENTER_PODS,
+        "--nodepools",
+        pools,
+        "--strategy",
+        "greedy",
+        "--output",
+        "json",
+    ]))
+}
+
+#[test]
+fn a_karpenter_nodepool_plans_the_families_and_capacity_types_it_allows_and_pods_get_what_they_select(
+) {
+    let v = karpenter_plan(KARPENTER_POOLS);
+    assert!(v["unschedulable"].as_array().unwrap().is_empty(), "{v}");
+    let nodes = v["nodes"].as_array().unwrap();
+    let node_of = |pod: &str| {
+        nodes
+            .iter()
+            .find(|n| n["pods"].as_array().unwrap().iter().any(|p| p == pod))
+            .unwrap_or_else(|| panic!("{pod} not placed: {v}"))
+    };
+    let family = |n: &serde_json::Value| {
+        let t = n["instance_type"].as_str().unwrap();
+        t.split('.').next().unwrap().to_string()
+    };
+    for n in nodes.iter().filter(|n| n["nodepool"] == "gpu") {
+        assert!(["g5", "g6e", "p4d"].contains(&family(n).as_str()), "{n}");
+    }
+    assert_eq!(node_of("ml/train-spot")["capacity_type"], "spot");
+    assert_eq!(node_of("ml/serve-on-demand")["capacity_type"], "on-demand");
+    assert_eq!(family(node_of("ml/l40s")), "g6e");
+    // The general pool has no capacity-type requirement: on-demand, as
+    // Karpenter defaults; a category and a generation above 6.
+    let api = node_of("web/api");
+    assert_eq!(api["nodepool"], "general");
+    assert_eq!(api["capacity_type"], "on-demand");
+    let f = family(api);
+    assert!(
+        ["c", "m", "r"].contains(&&f[..1]) && f[1..2].parse::<u32>().unwrap() > 6,
+        "{f}"
+    );
+    // The same pools in our own vocabulary plan the same GPU nodes.
+    let text = std::fs::read_to_string(KARPENTER_POOLS).unwrap();
+    let ours = text
+        .replace(
+            "karpenter.sh/capacity-type",
+            "quartermaster.dev/capacity-type",
+        )
+        .replace(
+            "karpenter.k8s.aws/instance-family",
+            "quartermaster.dev/instance-family",
+        )
+        .replace(
+            "karpenter.k8s.aws/instance-gpu-name",
+            "quartermaster.dev/gpu-name",
+        )
+        .replace(
+            "karpenter.k8s.aws/instance-gpu-count",
+            "quartermaster.dev/gpu-count",
+        );
+    assert_ne!(ours, text);
+    let dir = std::env::temp_dir().join(format!("qm-plan-karpenter-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let file = dir.join("nodepools.yaml");
+    std::fs::write(&file, ours).unwrap();
+    let theirs = karpenter_plan(file.to_str().unwrap());
+    let gpu_nodes = |v: &serde_json::Value| -> Vec<serde_json::Value> {
+        v["nodes"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|n| n["nodepool"] == "gpu")
+            .cloned()
+            .collect()
+    };
+    assert_eq!(gpu_nodes(&v), gpu_nodes(&theirs));
+    let _ = std::fs::remove_dir_all(&dir);
+}

@@ -1465,10 +1465,50 @@ fn a_capacity_block_ending_mid_training_is_drained_and_replaced_before_its_end_l
     assert!(with.lower_bound_cost <= r.total_cost);
 }
 
+/// What a run's log says of its nodes, by claim.
+struct NodeLog {
+    /// When each was launched.
+    launched: std::collections::BTreeMap<String, chrono::DateTime<chrono::Utc>>,
+    /// When each was first cordoned, and why.
+    cordoned: std::collections::BTreeMap<
+        String,
+        (
+            chrono::DateTime<chrono::Utc>,
+            quartermaster::core::DisruptionReason,
+        ),
+    >,
+    /// When each went.
+    gone: std::collections::BTreeMap<String, chrono::DateTime<chrono::Utc>>,
+}
+
+fn node_log(r: &quartermaster::sim::result::StrategyResult) -> NodeLog {
+    use quartermaster::core::Action;
+    use quartermaster::sim::result::LogEvent;
+    let mut log = NodeLog {
+        launched: Default::default(),
+        cordoned: Default::default(),
+        gone: Default::default(),
+    };
+    for (at, e) in &r.log {
+        match e {
+            LogEvent::Action(Action::Launch(c)) => {
+                log.launched.insert(c.claim.clone(), *at);
+            }
+            LogEvent::Action(Action::Cordon { claim, reason }) => {
+                log.cordoned.entry(claim.clone()).or_insert((*at, *reason));
+            }
+            LogEvent::NodeGone(claim) => {
+                log.gone.insert(claim.clone(), *at);
+            }
+            _ => {}
+        }
+    }
+    log
+}
+
 #[test]
 fn an_image_release_replaces_every_older_node_new_node_first_and_the_replacements_are_paid_for() {
-    use quartermaster::core::{Action, DisruptionReason};
-    use quartermaster::sim::result::LogEvent;
+    use quartermaster::core::DisruptionReason;
     let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("simulations/image-release.yaml");
     let text = std::fs::read_to_string(&path).unwrap();
     let dir = path.parent().unwrap();
@@ -1481,23 +1521,11 @@ fn an_image_release_replaces_every_older_node_new_node_first_and_the_replacement
         let n = &never.strategies[name];
         assert_eq!(n.drift_replacements, 0, "{name}: no release, no drift");
         // Nodes launched before the release and still there at it.
-        let mut launched = std::collections::BTreeMap::new();
-        let mut gone = std::collections::BTreeMap::new();
-        let mut cordoned = std::collections::BTreeMap::new();
-        for (at, e) in &r.log {
-            match e {
-                LogEvent::Action(Action::Launch(c)) => {
-                    launched.insert(c.claim.clone(), *at);
-                }
-                LogEvent::Action(Action::Cordon { claim, reason }) => {
-                    cordoned.entry(claim.clone()).or_insert((*at, *reason));
-                }
-                LogEvent::NodeGone(claim) => {
-                    gone.insert(claim.clone(), *at);
-                }
-                _ => {}
-            }
-        }
+        let NodeLog {
+            launched,
+            cordoned,
+            gone,
+        } = node_log(r);
         let old: Vec<&String> = launched
             .iter()
             .filter(|(c, at)| **at < release && gone.get(*c).is_none_or(|g| *g > release))
@@ -1536,5 +1564,77 @@ fn an_image_release_replaces_every_older_node_new_node_first_and_the_replacement
         // Replacements are extra nodes, and they are paid for.
         assert!(r.nodes_launched > n.nodes_launched, "{name}");
         assert!(r.total_cost > n.total_cost, "{name}");
+    }
+}
+
+#[test]
+fn nodes_outliving_expire_after_are_replaced_new_node_first_and_no_node_lives_much_longer() {
+    use quartermaster::core::DisruptionReason;
+    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("simulations/image-release.yaml");
+    let text = std::fs::read_to_string(&path).unwrap();
+    let dir = path.parent().unwrap();
+    let lifetime = chrono::TimeDelta::hours(6);
+    let no_release = |s: &mut Scenario| s.cloud.image_releases.clear();
+    let never = run_changed(&text, dir, no_release);
+    let expiring = run_changed(&text, dir, |s| {
+        no_release(s);
+        for p in &mut s.node_pools {
+            p.spec.template.spec.expire_after = Some("6h".into());
+        }
+    });
+    for (name, r) in &expiring.strategies {
+        let n = &never.strategies[name];
+        assert_eq!(
+            n.expired_replacements, 0,
+            "{name}: no expireAfter, no expiry"
+        );
+        let NodeLog {
+            launched,
+            cordoned,
+            gone,
+        } = node_log(r);
+        let expired: Vec<&String> = cordoned
+            .iter()
+            .filter(|(_, (_, reason))| *reason == DisruptionReason::Expired)
+            .map(|(c, _)| c)
+            .collect();
+        assert!(
+            !expired.is_empty(),
+            "{name}: a day of 8-hour jobs on 6-hour nodes"
+        );
+        assert_eq!(r.expired_replacements as usize, expired.len(), "{name}");
+        let end = expiring.duration_s as i64;
+        let start = launched.values().min().copied().unwrap();
+        for (c, at) in &launched {
+            let until = gone
+                .get(c)
+                .copied()
+                .unwrap_or(start + chrono::TimeDelta::seconds(end));
+            // Every node that lived past its expiry was cordoned for it,
+            // within the round that noticed (the replacement's boot aside).
+            if until - *at > lifetime + chrono::TimeDelta::minutes(30) {
+                let (when, reason) = cordoned
+                    .get(c)
+                    .unwrap_or_else(|| panic!("{name}: {c} outlived expireAfter"));
+                assert_eq!(*reason, DisruptionReason::Expired, "{name}: {c}");
+                assert!(
+                    *when >= *at + lifetime,
+                    "{name}: {c} cordoned before expiring"
+                );
+            }
+        }
+        for c in &expired {
+            let (at, _) = cordoned[*c];
+            assert!(at >= launched[*c] + lifetime, "{name}: {c} expired early");
+            // New node first: a launch at or after its expiry and before the
+            // cordon made room for its pods.
+            let expiry = launched[*c] + lifetime;
+            assert!(
+                launched.values().any(|l| *l >= expiry && *l <= at),
+                "{name}: {c} cordoned at {at} before any replacement was launched"
+            );
+        }
+        assert_every_job_ran(r);
+        assert!(r.nodes_launched > n.nodes_launched, "{name}");
     }
 }

@@ -1,6 +1,7 @@
 //! Types both CRDs share: node-label requirements, taints, conditions and the
 //! schema of resource maps.
 
+use crate::labels;
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use kube::KubeSchema;
 use schemars::JsonSchema;
@@ -65,8 +66,10 @@ impl fmt::Display for Operator {
         .message("operators Exists and DoesNotExist take no values"),
     validation = Rule::new("(self.operator == 'Gt' || self.operator == 'Lt') ? (has(self.values) && size(self.values) == 1 && self.values[0].matches('^-?[0-9]+$')) : true")
         .message("operators Gt and Lt take exactly one integer value"),
-    validation = Rule::new("!(self.key in ['quartermaster.dev/nodepool', 'kubernetes.io/hostname'])")
-        .message("this label is set by Quartermaster and cannot be required")
+    validation = Rule::new(crate::api::validate::restricted_keys_rule())
+        .message("this label is set by Quartermaster and cannot be required"),
+    validation = Rule::new(crate::api::validate::karpenter_key_rule())
+        .message(crate::api::validate::KARPENTER_KEY_MESSAGE)
 )]
 #[serde(rename_all = "camelCase")]
 pub struct Requirement {
@@ -95,8 +98,29 @@ impl Requirement {
     /// Whether a node with `labels` satisfies the requirement (Kubernetes
     /// node-affinity semantics: `NotIn` and `DoesNotExist` hold for an absent
     /// label; `Gt`/`Lt` need the label and the value to be integers).
-    pub fn matches(&self, labels: &BTreeMap<String, String>) -> bool {
-        let value = labels.get(&self.key);
+    ///
+    /// A requirement on `topology.kubernetes.io/zone` takes the zone in
+    /// either form: its values may be zone names (`us-east-1a`, what the
+    /// node's zone label carries) or zone IDs (`use1-az4`, its
+    /// `topology.k8s.aws/zone-id`). `In`/`Exists` hold when either label
+    /// meets it, `NotIn`/`DoesNotExist` when both do.
+    pub fn matches<L: labels::LabelLookup + ?Sized>(&self, labels: &L) -> bool {
+        if self.key != labels::ZONE {
+            return self.matches_value(labels.label(&self.key));
+        }
+        let (name, id) = (labels.label(labels::ZONE), labels.label(labels::ZONE_ID));
+        match self.operator {
+            Operator::In | Operator::Exists => self.matches_value(name) || self.matches_value(id),
+            Operator::NotIn | Operator::DoesNotExist => {
+                self.matches_value(name) && self.matches_value(id)
+            }
+            Operator::Gt | Operator::Lt => self.matches_value(name),
+        }
+    }
+
+    /// Whether a label with this value (`None`: absent) satisfies the
+    /// requirement.
+    fn matches_value(&self, value: Option<&String>) -> bool {
         match self.operator {
             Operator::In => value.is_some_and(|v| self.values.contains(v)),
             Operator::NotIn => value.is_none_or(|v| !self.values.contains(v)),
@@ -230,6 +254,26 @@ mod tests {
         assert!(Requirement::new("gpus", Gt, &["7"]).matches(&l));
         assert!(!Requirement::new("gpus", Lt, &["8"]).matches(&l));
         assert!(!Requirement::new("zone", Gt, &["1"]).matches(&l));
+    }
+
+    #[test]
+    fn a_zone_requirement_matches_the_zone_by_name_or_by_id() {
+        let node = labels(&[(labels::ZONE, "us-east-1a"), (labels::ZONE_ID, "use1-az6")]);
+        for zone in ["us-east-1a", "use1-az6"] {
+            assert!(Requirement::new(labels::ZONE, In, &[zone]).matches(&node));
+            assert!(!Requirement::new(labels::ZONE, NotIn, &[zone]).matches(&node));
+        }
+        for zone in ["us-east-1b", "use1-az1"] {
+            assert!(!Requirement::new(labels::ZONE, In, &[zone]).matches(&node));
+            assert!(Requirement::new(labels::ZONE, NotIn, &[zone]).matches(&node));
+        }
+        assert!(Requirement::new(labels::ZONE, Exists, &[]).matches(&node));
+        assert!(!Requirement::new(labels::ZONE, DoesNotExist, &[]).matches(&node));
+        let id_only = labels(&[(labels::ZONE_ID, "use1-az6")]);
+        assert!(Requirement::new(labels::ZONE, Exists, &[]).matches(&id_only));
+        assert!(Requirement::new(labels::ZONE, DoesNotExist, &[]).matches(&labels(&[])));
+        // The zone-ID key takes IDs only.
+        assert!(!Requirement::new(labels::ZONE_ID, In, &["us-east-1a"]).matches(&node));
     }
 
     #[test]

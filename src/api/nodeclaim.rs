@@ -141,6 +141,12 @@ pub struct NodeClaimSpec {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(regex(pattern = super::duration::DURATION_PATTERN), length(max = 32))]
     pub termination_grace_period: Option<String>,
+    /// How long the node may live (Go duration or `Never`), copied from the
+    /// pool's template at creation: an older node is replaced (`expireAfter`
+    /// in `docs/disruption.md`). Unset: forever.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(regex(pattern = super::nodepool::EXPIRE_AFTER_PATTERN), length(max = 32))]
+    pub expire_after: Option<String>,
 }
 
 /// What the lifecycle reconciler observed about a claim.

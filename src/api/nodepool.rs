@@ -5,13 +5,14 @@
 //! `docs/crds.md`; offline checks in [`super::validate`].
 
 use super::common::{resource_list_schema, Condition, Requirement, ResourceList, Taint};
-use super::duration::DURATION_PATTERN;
+use super::duration::{parse_duration, DurationError, DURATION_PATTERN};
 use super::quantity::{quantity_value, QuantityError};
 use crate::catalog::CapacityType;
 use kube::{CustomResource, KubeSchema};
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
+use std::time::Duration;
 
 mod disruption;
 mod policies;
@@ -51,7 +52,7 @@ pub mod conditions {
 // kube's `printcolumn(..)` repeats `type_ = ...`, which clippy mistakes for
 // duplicated attributes.
 #[allow(clippy::duplicated_attributes)]
-#[derive(CustomResource, Serialize, Deserialize, Clone, Debug, PartialEq, KubeSchema)]
+#[derive(CustomResource, Serialize, Deserialize, Clone, Debug, Default, PartialEq, KubeSchema)]
 #[kube(
     group = "quartermaster.dev",
     version = "v1alpha1",
@@ -109,8 +110,12 @@ pub struct NodePoolSpec {
     /// capacity reservations and Capacity Blocks the node class selects,
     /// used before the others up to their available count), or several (the
     /// planner picks the cheapest risk-adjusted offering among them).
-    #[serde(default = "default_capacity_types")]
-    #[schemars(length(min = 1, max = 3))]
+    /// Requirements on the capacity-type label (`quartermaster.dev/` or
+    /// `karpenter.sh/capacity-type`) narrow them. Unset (or empty): the
+    /// capacity types those requirements allow, and on-demand alone without
+    /// one (Karpenter's default).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = 3))]
     pub capacity_types: Vec<CapacityType>,
     /// Upper bounds over all the pool's nodes: any resource (`nvidia.com/gpu`,
     /// `cpu`, `memory`, ...), `nodes` (a count) and `costPerHour` (USD per hour,
@@ -148,25 +153,20 @@ pub struct NodePoolSpec {
     pub risk: RiskPolicy,
 }
 
-impl Default for NodePoolSpec {
-    fn default() -> Self {
-        NodePoolSpec {
-            template: NodeClaimTemplate::default(),
-            capacity_types: default_capacity_types(),
-            limits: ResourceList::new(),
-            weight: None,
-            disruption: Disruption::default(),
-            interruption: InterruptionPolicy::default(),
-            gpu_sharing: GpuSharing::default(),
-            prewarm: Vec::new(),
-            risk: RiskPolicy::default(),
-        }
-    }
-}
+/// The capacity-type labels, ours and Karpenter's: a requirement on
+/// either narrows a pool's capacity types.
+pub const CAPACITY_TYPE_KEYS: [&str; 2] = [
+    crate::labels::CAPACITY_TYPE,
+    crate::labels::KARPENTER_CAPACITY_TYPE,
+];
 
-fn default_capacity_types() -> Vec<CapacityType> {
-    vec![CapacityType::OnDemand]
-}
+/// Every capacity type, in the order [`NodePoolSpec::allowed_capacity_types`]
+/// lists them.
+const ALL_CAPACITY_TYPES: [CapacityType; 3] = [
+    CapacityType::Spot,
+    CapacityType::OnDemand,
+    CapacityType::Reserved,
+];
 
 /// A limit in `spec.limits` that cannot be read as a number.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -199,6 +199,37 @@ impl NodePool {
 }
 
 impl NodePoolSpec {
+    /// The capacity types the pool may buy: those `capacityTypes` lists
+    /// (when unset or empty: every capacity type if the pool requires the
+    /// capacity-type label, on-demand alone if not, as Karpenter defaults),
+    /// less those a requirement on `quartermaster.dev/capacity-type` or
+    /// `karpenter.sh/capacity-type` rules out. Empty when they exclude
+    /// every listed one (validation refuses such a pool).
+    pub fn allowed_capacity_types(&self) -> Vec<CapacityType> {
+        let reqs: Vec<&Requirement> = self
+            .template
+            .spec
+            .requirements
+            .iter()
+            .filter(|r| CAPACITY_TYPE_KEYS.contains(&r.key.as_str()))
+            .collect();
+        let listed: Vec<CapacityType> = match (&self.capacity_types[..], reqs.is_empty()) {
+            ([], true) => vec![CapacityType::OnDemand],
+            ([], false) => ALL_CAPACITY_TYPES.to_vec(),
+            (listed, _) => listed.to_vec(),
+        };
+        let mut allowed: Vec<CapacityType> = Vec::new();
+        for ct in listed {
+            let ok = reqs
+                .iter()
+                .all(|r| r.matches(&BTreeMap::from([(r.key.clone(), ct.as_str().to_string())])));
+            if ok && !allowed.contains(&ct) {
+                allowed.push(ct);
+            }
+        }
+        allowed
+    }
+
     /// The limit of that name as a number (`nvidia.com/gpu: 16` is 16.0,
     /// `memory: 1Ti` is bytes, `cpu: 500m` is 0.5), `None` when unset.
     ///
@@ -399,6 +430,30 @@ pub struct NodeClaimTemplateSpec {
 }
 
 impl NodeClaimTemplateSpec {
+    /// `expireAfter` parsed: `None` when unset or `Never`.
+    ///
+    /// # Errors
+    ///
+    /// [`DurationError`] when it is neither `Never` nor a duration.
+    pub fn expire_after_duration(&self) -> Result<Option<Duration>, DurationError> {
+        match self.expire_after.as_deref() {
+            None | Some("Never") => Ok(None),
+            Some(d) => parse_duration(d).map(Some),
+        }
+    }
+
+    /// `terminationGracePeriod` parsed: `None` when unset.
+    ///
+    /// # Errors
+    ///
+    /// [`DurationError`] when it is not a duration.
+    pub fn termination_grace_period_duration(&self) -> Result<Option<Duration>, DurationError> {
+        self.termination_grace_period
+            .as_deref()
+            .map(parse_duration)
+            .transpose()
+    }
+
     /// The name of the pool's EC2NodeClass: its `nodeClassRef`'s, or
     /// [`super::nodeclass::DEFAULT_NODE_CLASS`].
     pub fn node_class_name(&self) -> &str {
@@ -442,6 +497,7 @@ pub struct NodePoolStatus {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::api::Operator;
     use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 
     fn spec_with_limits(pairs: &[(&str, &str)]) -> NodePoolSpec {
@@ -455,6 +511,38 @@ mod tests {
     }
 
     #[test]
+    fn capacity_types_come_from_the_requirements_when_unset_and_are_narrowed_by_them_when_set() {
+        let spec = |capacity_types: &[CapacityType], reqs: &[(&str, Operator, &[&str])]| {
+            let mut s = NodePoolSpec {
+                capacity_types: capacity_types.to_vec(),
+                ..NodePoolSpec::default()
+            };
+            s.template.spec.requirements = reqs
+                .iter()
+                .map(|(k, op, v)| Requirement::new(k, *op, v))
+                .collect();
+            s.allowed_capacity_types()
+        };
+        use CapacityType::{OnDemand, Reserved, Spot};
+        use Operator::{In, NotIn};
+        let karpenter = crate::labels::KARPENTER_CAPACITY_TYPE;
+        let ours = crate::labels::CAPACITY_TYPE;
+        assert_eq!(spec(&[], &[]), [OnDemand]);
+        assert_eq!(spec(&[], &[(karpenter, In, &["spot"])]), [Spot]);
+        assert_eq!(
+            spec(&[], &[(karpenter, In, &["spot", "on-demand"])]),
+            [Spot, OnDemand]
+        );
+        assert_eq!(spec(&[], &[(ours, NotIn, &["spot"])]), [OnDemand, Reserved]);
+        assert_eq!(
+            spec(&[Spot, OnDemand], &[(karpenter, In, &["spot"])]),
+            [Spot]
+        );
+        assert_eq!(spec(&[OnDemand], &[(karpenter, In, &["spot"])]), []);
+        assert_eq!(spec(&[Spot], &[("team", In, &["a"])]), [Spot]);
+    }
+
+    #[test]
     fn minimal_pool_gets_karpenter_like_defaults() {
         let pool: NodePool = serde_json::from_value(serde_json::json!({
             "apiVersion": "quartermaster.dev/v1alpha1",
@@ -464,7 +552,8 @@ mod tests {
         }))
         .unwrap();
         let s = &pool.spec;
-        assert_eq!(s.capacity_types, [CapacityType::OnDemand]);
+        assert!(s.capacity_types.is_empty());
+        assert_eq!(s.allowed_capacity_types(), [CapacityType::OnDemand]);
         assert_eq!(
             s.disruption.consolidation_policy,
             ConsolidationPolicy::WhenEmptyOrUnderutilized

@@ -10,8 +10,8 @@ use super::common::{Operator, Requirement, ResourceList, Taint};
 use super::duration::{matches_duration_pattern, parse_duration};
 use super::labels as l;
 use super::nodepool::{
-    BudgetNodes, GpuSharingMode, NodePool, NodePoolSpec, LIMIT_COST_PER_HOUR, LIMIT_NODES,
-    MAX_RESOURCE_LIMIT,
+    BudgetNodes, GpuSharingMode, NodePool, NodePoolSpec, CAPACITY_TYPE_KEYS, LIMIT_COST_PER_HOUR,
+    LIMIT_NODES, MAX_RESOURCE_LIMIT,
 };
 use super::quantity::parse_quantity;
 use super::schedule::{parse_cron, parse_time_zone};
@@ -27,7 +27,8 @@ mod syntax;
 pub use claim::validate_node_claim;
 
 pub use restricted::{
-    label_domain_rule, label_restriction, well_known_label_rule, LABEL_DOMAIN_EXCEPTIONS,
+    karpenter_key_rule, karpenter_key_unknown, karpenter_labels_set, label_domain_rule,
+    label_restriction, well_known_label_rule, KARPENTER_KEY_MESSAGE, LABEL_DOMAIN_EXCEPTIONS,
     LABEL_DOMAIN_MESSAGE, RESTRICTED_LABEL_DOMAINS, WELL_KNOWN_LABELS, WELL_KNOWN_LABEL_MESSAGE,
 };
 use syntax::{
@@ -125,8 +126,9 @@ pub fn selected_instance_types<'a>(
     catalog
         .instance_types()
         .filter(|it| {
-            let labels = catalog::instance_type_labels(it);
-            reqs.iter().all(|r| r.matches(&labels))
+            catalog
+                .type_labels(&it.name)
+                .is_some_and(|labels| reqs.iter().all(|r| r.matches(labels.as_ref())))
         })
         .collect()
 }
@@ -141,10 +143,11 @@ pub fn families_without_offerings(
     region: &str,
 ) -> Vec<String> {
     let mut families: BTreeMap<&str, bool> = BTreeMap::new();
+    let allowed = spec.allowed_capacity_types();
     for it in selected_instance_types(spec, catalog) {
         let sold = catalog
             .offerings_of(region, &it.name)
-            .any(|o| spec.capacity_types.contains(&o.capacity_type));
+            .any(|o| allowed.contains(&o.capacity_type));
         *families.entry(it.family.as_str()).or_default() |= sold;
     }
     families
@@ -161,13 +164,27 @@ const INTEGER_KEYS: &[&str] = &[
     l::NEURON_COUNT,
     l::GFD_COUNT,
     l::GFD_MEMORY,
+    l::KARPENTER_INSTANCE_GENERATION,
+    l::KARPENTER_INSTANCE_CPU,
+    l::KARPENTER_INSTANCE_MEMORY,
+    l::KARPENTER_INSTANCE_GPU_COUNT,
+    l::KARPENTER_INSTANCE_GPU_MEMORY,
+    l::KARPENTER_INSTANCE_ACCELERATOR_COUNT,
+    l::KARPENTER_INSTANCE_LOCAL_NVME,
+    l::KARPENTER_INSTANCE_NETWORK_BANDWIDTH,
 ];
 
 /// Most labels a pool's template may set (the CRD's `maxProperties`).
 pub const MAX_LABELS: usize = 100;
 
 /// Labels Quartermaster sets itself; pools may not require them.
-const RESTRICTED_KEYS: &[&str] = &[l::NODEPOOL, l::HOSTNAME];
+pub const RESTRICTED_KEYS: &[&str] = &[l::NODEPOOL, l::KARPENTER_NODEPOOL, l::HOSTNAME];
+
+/// The CEL rule on a requirement that refuses [`RESTRICTED_KEYS`].
+pub fn restricted_keys_rule() -> String {
+    let list: Vec<String> = RESTRICTED_KEYS.iter().map(|k| format!("'{k}'")).collect();
+    format!("!(self.key in [{}])", list.join(", "))
+}
 
 #[derive(Default)]
 struct Errors(Vec<FieldError>);
@@ -267,6 +284,9 @@ fn check_requirement(e: &mut Errors, path: &str, r: &Requirement, catalog: Optio
             format!("{} is set by Quartermaster and cannot be required", r.key),
         );
     }
+    if let Some(why) = karpenter_key_unknown(&r.key) {
+        e.push(format!("{path}.key"), why);
+    }
     let values = format!("{path}.values");
     match r.operator {
         Operator::In | Operator::NotIn if r.values.is_empty() => {
@@ -308,7 +328,7 @@ fn check_requirement(e: &mut Errors, path: &str, r: &Requirement, catalog: Optio
                     format!("{k} is an integer label; {v:?} is not an integer"),
                 );
             }
-            l::CAPACITY_TYPE if v.parse::<CapacityType>().is_err() => {
+            k if CAPACITY_TYPE_KEYS.contains(&k) && v.parse::<CapacityType>().is_err() => {
                 e.push(
                     &vpath,
                     format!("unknown capacity type {v:?} (expected spot, on-demand or reserved)"),
@@ -320,7 +340,7 @@ fn check_requirement(e: &mut Errors, path: &str, r: &Requirement, catalog: Optio
                     format!("unknown architecture {v:?} (expected amd64 or arm64)"),
                 );
             }
-            l::INSTANCE_FAMILY => {
+            l::INSTANCE_FAMILY | l::KARPENTER_INSTANCE_FAMILY => {
                 if let Some(c) = catalog {
                     if !c.instance_types().any(|it| &it.family == v) {
                         let families: BTreeSet<&str> =
@@ -360,36 +380,19 @@ fn check_requirement(e: &mut Errors, path: &str, r: &Requirement, catalog: Optio
 
 fn check_capacity_types(e: &mut Errors, spec: &NodePoolSpec) {
     let path = "spec.capacityTypes";
-    if spec.capacity_types.is_empty() {
-        e.push(
-            path,
-            "at least one capacity type (spot, on-demand) is required",
-        );
-        return;
-    }
     let unique: BTreeSet<CapacityType> = spec.capacity_types.iter().copied().collect();
     if unique.len() != spec.capacity_types.len() {
         e.push(path, "capacity types must be unique");
     }
-    let allowed: Vec<CapacityType> = unique
-        .into_iter()
-        .filter(|ct| {
-            let labels = BTreeMap::from([(l::CAPACITY_TYPE.to_string(), ct.to_string())]);
-            spec.template
-                .spec
-                .requirements
-                .iter()
-                .filter(|r| r.key == l::CAPACITY_TYPE)
-                .all(|r| r.matches(&labels))
-        })
-        .collect();
-    if allowed.is_empty() {
+    if spec.allowed_capacity_types().is_empty() {
+        let keys = format!("{} and {}", CAPACITY_TYPE_KEYS[0], CAPACITY_TYPE_KEYS[1]);
         e.push(
             path,
-            format!(
-                "requirements on {} exclude every capacity type listed here",
-                l::CAPACITY_TYPE
-            ),
+            if spec.capacity_types.is_empty() {
+                format!("requirements on {keys} allow no capacity type (spot, on-demand, reserved)")
+            } else {
+                format!("requirements on {keys} exclude every capacity type listed here")
+            },
         );
     }
 }

@@ -93,6 +93,8 @@ struct RefInstanceType {
     gpu_interconnect: Option<String>,
     local_storage: Option<RefLocalStorage>,
     usage_classes: Vec<String>,
+    cpu_manufacturer: Option<String>,
+    hypervisor: Option<String>,
 }
 
 #[derive(Deserialize)]
@@ -120,6 +122,8 @@ struct RefNetwork {
 struct RefLocalStorage {
     #[serde(rename = "totalGB")]
     total_gb: u64,
+    /// EC2's `NvmeSupport`: `required`, `supported` or `unsupported`.
+    nvme: Option<String>,
 }
 
 /// The instance types, sorted by name, each with whether it can run as spot.
@@ -172,7 +176,14 @@ fn instance_types(text: &str) -> Result<Vec<(InstanceType, bool)>> {
             max_network_interfaces: r.network.max_network_interfaces,
             gpu_interconnect: r.gpu_interconnect,
             network_baseline_mbps: r.network.baseline_bandwidth_mbps_karpenter,
-            local_storage_gb: r.local_storage.map(|s| s.total_gb),
+            local_storage_gb: r.local_storage.as_ref().map(|s| s.total_gb),
+            local_storage_nvme: r
+                .local_storage
+                .as_ref()
+                .and_then(|s| s.nvme.as_deref())
+                .is_some_and(|n| n != "unsupported"),
+            cpu_manufacturer: r.cpu_manufacturer,
+            hypervisor: r.hypervisor.filter(|h| !h.is_empty()),
         };
         if out.insert(r.instance_type.clone(), (t, spot)).is_some() {
             return Err(invalid("listed twice".into()));

@@ -14,12 +14,14 @@ pub mod market;
 pub mod mig;
 pub mod pricing_data;
 mod types;
+mod zones;
 
 pub use embedded::EMBEDDED;
 pub use labels::{gfd_product, gpu_short_name, instance_type_labels, INSTANCE_TYPE_KEYS};
 pub use market::{MarketModel, MarketParams, PoolFacts, PoolMarket};
 pub use pricing_data::{PricingFiles, ReferenceFiles};
 pub use types::*;
+pub use zones::{default_name as default_zone_name, ZoneNames};
 
 use std::collections::{BTreeMap, HashMap};
 
@@ -59,6 +61,10 @@ pub type Result<T, E = Error> = std::result::Result<T, E>;
 #[derive(Debug, Clone, Default)]
 pub struct Catalog {
     instance_types: BTreeMap<String, InstanceType>,
+    /// Each instance type's [`instance_type_labels`], computed once: the
+    /// planner labels every offering of every type in every plan.
+    /// Shared, so that every offering's labels can hold them uncopied.
+    type_labels: HashMap<String, std::sync::Arc<BTreeMap<String, String>>>,
     offerings: Vec<Offering>,
     market: MarketModel,
     /// Every reservation handed to [`Catalog::with_reservations`], usable or
@@ -69,6 +75,9 @@ pub struct Catalog {
     /// that caches per pool ([`crate::core::cadence`]) knows when a price
     /// refresh or a new model made its cache stale.
     revision: u64,
+    /// The names the account gives the zones ([`ZoneNames`]): what nodes
+    /// carry in `topology.kubernetes.io/zone`.
+    zone_names: ZoneNames,
 }
 
 /// A revision no catalog had before (see [`Catalog::revision`]).
@@ -94,14 +103,43 @@ impl Catalog {
             .into_iter()
             .filter(|o| instance_types.contains_key(&o.instance_type))
             .collect();
+        let type_labels = instance_types
+            .values()
+            .map(|t| (t.name.clone(), std::sync::Arc::new(instance_type_labels(t))))
+            .collect();
         Catalog {
             instance_types,
+            type_labels,
             offerings,
             market: MarketModel::default(),
             reservations: Vec::new(),
             revision: next_revision(),
+            zone_names: ZoneNames::default(),
         }
         .with_market(MarketModel::default())
+    }
+
+    /// The same catalog with the account's zone names ([`ZoneNames`]) in
+    /// place of the ones it had (by default, none: the default rule).
+    pub fn with_zone_names(mut self, zone_names: ZoneNames) -> Catalog {
+        self.zone_names = zone_names;
+        self
+    }
+
+    /// The account's zone names.
+    pub fn zone_names(&self) -> &ZoneNames {
+        &self.zone_names
+    }
+
+    /// The name of zone `zone_id` of `region` ([`ZoneNames::name_of`]).
+    pub fn zone_name(&self, region: &str, zone_id: &str) -> String {
+        self.zone_names.name_of(region, zone_id)
+    }
+
+    /// The zone ID that zone name `name` names in `region`, among the
+    /// region's zones ([`ZoneNames::id_of`]).
+    pub fn zone_id_of(&self, region: &str, name: &str) -> Option<String> {
+        self.zone_names.id_of(region, name, self.zones(region))
     }
 
     /// The same catalog priced with another market model: every spot
@@ -229,6 +267,12 @@ impl Catalog {
     /// The instance type of that name.
     pub fn instance_type(&self, name: &str) -> Option<&InstanceType> {
         self.instance_types.get(name)
+    }
+
+    /// The labels a node of instance type `name` carries because of its
+    /// type ([`instance_type_labels`]), if the catalog knows the type.
+    pub fn type_labels(&self, name: &str) -> Option<&std::sync::Arc<BTreeMap<String, String>>> {
+        self.type_labels.get(name)
     }
 
     /// Every instance type, by name.

@@ -131,6 +131,16 @@ pub struct InstanceType {
     /// Local instance storage, GB, if the type has any.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub local_storage_gb: Option<u64>,
+    /// Whether the local instance storage is NVMe (EC2's `NvmeSupport`
+    /// other than `unsupported`).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub local_storage_nvme: bool,
+    /// CPU manufacturer as EC2 reports it (`Intel`, `AMD`, `AWS`), where known.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cpu_manufacturer: Option<String>,
+    /// Hypervisor (`nitro`, `xen`); `None` for bare metal or unknown.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub hypervisor: Option<String>,
 }
 
 #[cfg(test)]
@@ -151,6 +161,9 @@ impl InstanceType {
             gpu_interconnect: None,
             network_baseline_mbps: None,
             local_storage_gb: None,
+            local_storage_nvme: false,
+            cpu_manufacturer: None,
+            hypervisor: None,
         }
     }
 

@@ -3,7 +3,7 @@
 
 use anyhow::{bail, Context};
 use quartermaster::api::read;
-use quartermaster::catalog::Catalog;
+use quartermaster::catalog::{Catalog, ZoneNames};
 use quartermaster::cluster::workloads::Manifests;
 use quartermaster::cluster::Pool;
 use quartermaster::plan::{self, Input, Options, Plan, SolvedBy, Strategy};
@@ -43,6 +43,14 @@ pub struct Args {
     /// `available`, optional `start`, `end` (RFC 3339) and `pricePerHour`.
     #[arg(long)]
     reservations: Option<PathBuf>,
+    /// The account's zone names, `NAME=ID` pairs separated by commas
+    /// (`us-east-1a=use1-az6,us-east-1b=use1-az1`; `aws ec2
+    /// describe-availability-zones` lists them): nodes carry the name in
+    /// `topology.kubernetes.io/zone`, and pods may select either. Without
+    /// it, zone ID `<short>-azN` is named the region's N-th letter
+    /// (`use1-az4` is `us-east-1d`).
+    #[arg(long, value_name = "NAME=ID,...")]
+    zone_names: Option<String>,
     /// Longest the MIP may search, in milliseconds.
     #[arg(long, default_value_t = 800)]
     time_limit_ms: u64,
@@ -80,6 +88,14 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         }
         None => catalog,
     };
+    let catalog = match &args.zone_names {
+        Some(text) => {
+            let pairs =
+                ZoneNames::parse_pairs(text).map_err(|e| anyhow::anyhow!("--zone-names: {e}"))?;
+            catalog.with_zone_names(ZoneNames::new().with_region(&args.region, pairs))
+        }
+        None => catalog,
+    };
     if !catalog.regions().contains(&args.region.as_str()) {
         bail!(
             "no offerings in region {:?}; known regions: {}",
@@ -97,7 +113,10 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     }
     let overhead = manifests.daemonset_overhead.clone();
     let pools = read_pools(&args.nodepools, &catalog, overhead)?;
-    let (pods, nodes, ignored) = manifests.into_cluster()?;
+    let (pods, mut nodes, ignored) = manifests.into_cluster()?;
+    for n in &mut nodes {
+        n.resolve_zone(&catalog, &args.region);
+    }
     // A badly annotated pod is planned without the annotation, and said so
     // (on stderr, so that JSON output stays parseable).
     for i in &ignored {
@@ -190,8 +209,8 @@ fn print_table(p: &Plan, tolerance: f64) {
         println!("no nodes to launch");
     } else {
         println!(
-            "{:<14} {:<18} {:<10} {:<10} {:>9} {:>9}  PODS",
-            "NODEPOOL", "INSTANCE TYPE", "ZONE", "CAPACITY", "$/H", "RISK $/H"
+            "{:<14} {:<18} {:<22} {:<10} {:>9} {:>9}  PODS",
+            "NODEPOOL", "INSTANCE TYPE", "ZONE (ID)", "CAPACITY", "$/H", "RISK $/H"
         );
         for n in &p.nodes {
             let pods = if n.pods.len() > 4 {
@@ -200,11 +219,11 @@ fn print_table(p: &Plan, tolerance: f64) {
                 n.pods.join(", ")
             };
             println!(
-                "{:<14} {:<18} {:<10} {:<10} {:>9.4} {:>9.4}  {}",
+                "{:<14} {:<18} {:<22} {:<10} {:>9.4} {:>9.4}  {}",
                 n.nodepool,
                 n.instance_type,
-                n.zone,
-                n.capacity_type,
+                format!("{} ({})", n.zone_name, n.zone),
+                n.capacity_type.as_str(),
                 n.price_per_hour,
                 n.interruption_cost_per_hour,
                 pods

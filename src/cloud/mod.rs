@@ -302,15 +302,21 @@ impl InstanceNotice {
     }
 }
 
+/// The claims garbage collection compares the instances with: each claim's
+/// name, with the provider ID its status records, if it records one.
+pub type ClaimIndex = std::collections::HashMap<String, Option<String>>;
+
 /// The instances garbage collection must terminate: alive or stopped (a
 /// stopped instance still holds its volumes and addresses), launched more
 /// than `grace` before `now` (so a launch whose NodeClaim is still being
-/// written is spared), and belonging to no claim in `claims`. Providers list
-/// only instances carrying their ownership tag, so nothing else is ever a
-/// candidate.
+/// written is spared), and belonging to no claim in `claims`, or a double
+/// of a claim's instance: tagged with a claim whose status records another
+/// instance (a launch retried after its first answer was lost, which EC2
+/// carried out twice). Providers list only instances carrying their
+/// ownership tag, so nothing else is ever a candidate.
 pub fn orphans<'a>(
     instances: &'a [Instance],
-    claims: &std::collections::HashSet<String>,
+    claims: &ClaimIndex,
     now: Time,
     grace: chrono::TimeDelta,
 ) -> Vec<&'a Instance> {
@@ -318,22 +324,28 @@ pub fn orphans<'a>(
         .iter()
         .filter(|i| {
             (i.state.is_alive() || i.state == InstanceState::Stopped)
-                && !claims.contains(&i.claim)
                 && now - i.launched_at > grace
+        })
+        .filter(|i| match claims.get(&i.claim) {
+            None => true,
+            Some(Some(recorded)) => instance_id_of(recorded) != instance_id_of(&i.provider_id),
+            Some(None) => false,
         })
         .collect()
 }
 
-/// Terminates every [`orphans`] instance of `cloud` and returns them, then
-/// lets the provider delete what no claim uses any more
-/// ([`CloudProvider::collect_unused_resources`]); one failed terminate or
-/// delete does not stop the others (its error is returned beside).
+/// Terminates every [`orphans`] instance of `cloud` and returns them (a
+/// double by its ID, [`CloudProvider::terminate_instance`], so that its
+/// claim's own instance stays), then lets the provider delete what no claim
+/// uses any more ([`CloudProvider::collect_unused_resources`]); one failed
+/// terminate or delete does not stop the others (its error is returned
+/// beside).
 ///
 /// # Errors
 /// Listing the instances failed.
 pub async fn collect_garbage<C: CloudProvider + ?Sized>(
     cloud: &C,
-    claims: &std::collections::HashSet<String>,
+    claims: &ClaimIndex,
     now: Time,
     grace: chrono::TimeDelta,
 ) -> Result<(Vec<Instance>, Vec<Error>)> {
@@ -341,7 +353,15 @@ pub async fn collect_garbage<C: CloudProvider + ?Sized>(
     let mut done = Vec::new();
     let mut failed = Vec::new();
     for orphan in orphans(&instances, claims, now, grace) {
-        match cloud.terminate(&orphan.claim, now).await {
+        let result = if claims.contains_key(&orphan.claim) {
+            cloud
+                .terminate_instance(orphan, now)
+                .await
+                .map(|()| orphan.clone())
+        } else {
+            cloud.terminate(&orphan.claim, now).await
+        };
+        match result {
             Ok(i) => done.push(i),
             Err(Error::NotFound { .. }) => {}
             Err(e) => failed.push(e),
@@ -406,6 +426,27 @@ pub trait CloudProvider {
     /// [`Error::NotReady`] / [`Error::Other`] when the provider cannot be
     /// asked; not finding the instance is `Ok(None)`.
     fn describe(&self, claim: &str) -> impl Future<Output = Result<Option<Instance>>> + Send;
+
+    /// Terminates one instance, by its provider ID, leaving the claim's
+    /// other instances alone: garbage collection's way to end a double of
+    /// a claim's instance ([`orphans`]). Providers that cannot launch a
+    /// claim twice keep this default, which refuses.
+    ///
+    /// # Errors
+    /// [`Error::NotFound`] when the instance is gone; [`Error::NotReady`] /
+    /// [`Error::Other`] when the provider fails or does not support it.
+    fn terminate_instance(
+        &self,
+        instance: &Instance,
+        now: Time,
+    ) -> impl Future<Output = Result<()>> + Send {
+        let _ = now;
+        let message = format!(
+            "cannot terminate {} of {} by ID: this provider launches one instance per claim",
+            instance.provider_id, instance.claim
+        );
+        async move { Err(Error::Other(message)) }
+    }
 
     /// Every instance this provider launched that is not terminated yet
     /// (pending, running, shutting down), by claim name; what garbage
@@ -504,12 +545,33 @@ mod tests {
             instance("gone", t0, InstanceState::ShuttingDown),
             instance("stopped", t0, InstanceState::Stopped),
         ];
-        let claims = ["claimed".to_string()].into_iter().collect();
+        let claims: ClaimIndex = [("claimed".to_string(), None)].into_iter().collect();
         let found: Vec<&str> = orphans(&instances, &claims, now, chrono::TimeDelta::minutes(2))
             .iter()
             .map(|i| i.claim.as_str())
             .collect();
         assert_eq!(found, ["orphan", "stopped"]);
+    }
+
+    #[test]
+    fn a_double_of_a_claims_recorded_instance_is_an_orphan_and_the_recorded_one_is_not() {
+        use chrono::TimeZone;
+        let t0 = chrono::Utc.with_ymd_and_hms(2026, 1, 1, 0, 0, 0).unwrap();
+        let now = t0 + chrono::TimeDelta::minutes(10);
+        let mut double = instance("c", t0, InstanceState::Running);
+        double.provider_id = "aws:///us-east-1b/i-0double".into();
+        let instances = vec![instance("c", t0, InstanceState::Running), double];
+        let recorded = instances[0].provider_id.clone();
+        let claims: ClaimIndex = [("c".to_string(), Some(recorded))].into_iter().collect();
+        let found: Vec<&str> = orphans(&instances, &claims, now, chrono::TimeDelta::minutes(2))
+            .iter()
+            .map(|i| i.provider_id.as_str())
+            .collect();
+        assert_eq!(found, ["aws:///us-east-1b/i-0double"]);
+        // A claim that records no instance yet keeps both: which one is
+        // its own is not known.
+        let unrecorded: ClaimIndex = [("c".to_string(), None)].into_iter().collect();
+        assert!(orphans(&instances, &unrecorded, now, chrono::TimeDelta::minutes(2)).is_empty());
     }
 
     #[test]

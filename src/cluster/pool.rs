@@ -109,7 +109,7 @@ impl Pool {
         };
         Ok(Pool {
             weight: spec.weight_or_default(),
-            capacity_types: spec.capacity_types.clone(),
+            capacity_types: spec.allowed_capacity_types(),
             requirements: spec
                 .template
                 .spec

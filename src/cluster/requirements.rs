@@ -30,7 +30,7 @@ pub struct NodeAffinity {
 
 impl NodeAffinity {
     /// True when `labels` satisfy some term (or there are no terms).
-    pub fn matches(&self, labels: &Labels) -> bool {
+    pub fn matches<L: crate::labels::LabelLookup + ?Sized>(&self, labels: &L) -> bool {
         self.terms.is_empty()
             || self
                 .terms
@@ -61,7 +61,10 @@ impl NodeAffinity {
 
     /// The requirement that rules `labels` out: for a single term, the first
     /// failing requirement; for several, the first failing one of the first.
-    pub fn first_failure(&self, labels: &Labels) -> Option<&Requirement> {
+    pub fn first_failure<L: crate::labels::LabelLookup + ?Sized>(
+        &self,
+        labels: &L,
+    ) -> Option<&Requirement> {
         if self.matches(labels) {
             return None;
         }

@@ -16,7 +16,7 @@
 use super::requirements::Labels;
 use super::resources::{Resources, CPU, EPHEMERAL_STORAGE, MEMORY, PODS};
 use crate::api::labels as l;
-use crate::catalog::{self, mig, AcceleratorKind, InstanceType, Offering};
+use crate::catalog::{self, mig, AcceleratorKind, InstanceType, Offering, ZoneNames};
 
 const MIB: i64 = 1 << 20;
 const GIB: i64 = 1 << 30;
@@ -131,29 +131,41 @@ pub fn allocatable(it: &InstanceType, sharing: &GpuSharing) -> Resources {
 }
 
 /// Labels a node launched from `offering` will carry: the instance type's own
-/// (see [`catalog::instance_type_labels`]) plus region, zone, capacity type and
-/// NodePool; the pool's template labels are added by the caller.
-pub fn node_labels(it: &InstanceType, offering: &Offering, nodepool: &str) -> Labels {
-    node_labels_from(catalog::instance_type_labels(it), offering, nodepool)
-}
-
-/// [`node_labels`] from the instance type's labels computed already
-/// (`catalog::instance_type_labels`), for callers that label many offerings
-/// of the same types.
-pub fn node_labels_from(
-    instance_type_labels: Labels,
+/// (see [`catalog::instance_type_labels`]) plus region, zone (its name, as
+/// `zones` has it for the account, in `topology.kubernetes.io/zone`, and
+/// its ID in `topology.k8s.aws/zone-id`), capacity type and NodePool, ours
+/// and Karpenter's; the pool's template labels are added by the caller.
+pub fn node_labels(
+    it: &InstanceType,
     offering: &Offering,
+    zones: &ZoneNames,
     nodepool: &str,
 ) -> Labels {
-    let mut m = instance_type_labels;
+    let mut m = catalog::instance_type_labels(it);
+    m.extend(offering_labels(
+        offering,
+        &zones.name_of(&offering.region, &offering.zone_id),
+        nodepool,
+    ));
+    m
+}
+
+/// The labels of [`node_labels`] that the offering and pool set (region,
+/// zone name and ID, capacity type, NodePool, reservation), for callers
+/// that keep the instance type's own apart (`Catalog::type_labels`) and
+/// name zones once (`ZoneNames::name_of`).
+pub fn offering_labels(offering: &Offering, zone_name: &str, nodepool: &str) -> Labels {
+    let mut m = Labels::new();
     let mut put = |k: &str, v: &str| {
         m.insert(k.to_string(), v.to_string());
     };
     put(l::REGION, &offering.region);
     put(l::ZONE_ID, &offering.zone_id);
-    put(l::ZONE, &offering.zone_id);
+    put(l::ZONE, zone_name);
     put(l::CAPACITY_TYPE, offering.capacity_type.as_str());
+    put(l::KARPENTER_CAPACITY_TYPE, offering.capacity_type.as_str());
     put(l::NODEPOOL, nodepool);
+    put(l::KARPENTER_NODEPOOL, nodepool);
     if let Some(r) = &offering.reservation {
         put(l::CAPACITY_RESERVATION_ID, &r.id);
         put(l::CAPACITY_RESERVATION_KIND, r.kind.as_str());
@@ -203,26 +215,51 @@ mod tests {
         assert_eq!(a.get(l::RESOURCE_GPU), 0);
     }
 
-    #[test]
-    fn node_labels_name_the_gpu_as_gfd_and_we_do() {
-        let it = p4d();
-        let o = Offering {
-            instance_type: it.name.clone(),
+    /// A p4d offering in `zone_id` of us-east-1.
+    fn offering(zone_id: &str, capacity_type: CapacityType) -> Offering {
+        Offering {
+            instance_type: p4d().name,
             region: "us-east-1".into(),
-            zone_id: "use1-az4".into(),
-            capacity_type: CapacityType::Spot,
+            zone_id: zone_id.into(),
+            capacity_type,
             price_per_hour: 10.0,
             price_source: PriceSource::SpotObserved,
             interruption_bucket: None,
             market: None,
             reservation: None,
-        };
-        let labels = node_labels(&it, &o, "train");
+        }
+    }
+
+    #[test]
+    fn node_labels_name_the_gpu_as_gfd_and_we_do() {
+        let it = p4d();
+        let o = offering("use1-az4", CapacityType::Spot);
+        let labels = node_labels(&it, &o, &ZoneNames::new(), "train");
         assert_eq!(labels[l::GPU_NAME], "a100");
         assert_eq!(labels[l::GPU_MEMORY_GIB], "40");
         assert_eq!(labels[l::GFD_PRODUCT], "NVIDIA-A100-SXM4-40GB");
         assert_eq!(labels[l::CAPACITY_TYPE], "spot");
         assert_eq!(labels[l::NODEPOOL], "train");
         assert_eq!(labels[l::ARCH], "amd64");
+    }
+
+    #[test]
+    fn a_node_carries_its_zone_name_as_the_account_maps_it_and_the_zone_id_beside_it() {
+        let it = p4d();
+        let o = offering("use1-az6", CapacityType::OnDemand);
+        // The default rule: az6 is the sixth letter.
+        let labels = node_labels(&it, &o, &ZoneNames::new(), "train");
+        assert_eq!(labels[l::ZONE], "us-east-1f");
+        assert_eq!(labels[l::ZONE_ID], "use1-az6");
+        // moto's account (and many real ones) calls use1-az6 us-east-1a.
+        let account = ZoneNames::new().with_region(
+            "us-east-1",
+            [("us-east-1a".to_string(), "use1-az6".to_string())],
+        );
+        let labels = node_labels(&it, &o, &account, "train");
+        assert_eq!(labels[l::ZONE], "us-east-1a");
+        assert_eq!(labels[l::ZONE_ID], "use1-az6");
+        assert_eq!(labels[l::KARPENTER_CAPACITY_TYPE], "on-demand");
+        assert_eq!(labels[l::KARPENTER_NODEPOOL], "train");
     }
 }

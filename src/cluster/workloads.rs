@@ -226,6 +226,7 @@ pub fn node_state(n: &core::Node) -> Result<NodeState, Error> {
             .unwrap_or_default(),
         capacity_type: labels
             .get(l::CAPACITY_TYPE)
+            .or_else(|| labels.get(l::KARPENTER_CAPACITY_TYPE))
             .and_then(|c| c.parse::<CapacityType>().ok()),
         taints,
         allocatable,

@@ -465,6 +465,63 @@ pub async fn request_checkpoint(
     Ok(Some(outcome))
 }
 
+/// Checkpoint acknowledgements that came from a pod's HTTP hook (a 2xx),
+/// by pod, with when; the loop folds them into the world as the pods'
+/// `checkpoint_completed`.
+pub type HookAcks = std::sync::Arc<std::sync::Mutex<HashMap<String, Time>>>;
+
+/// Signals `request` to its pod: the annotation first, then the pod's hook
+/// when the pod or its pool names one that may be called (`info`: the pod
+/// as the snapshot has it; `policy`: its pool's), POSTed in a spawned task
+/// so that a slow hook holds nobody; a 2xx lands in `acks`. Returns why the
+/// hook was not called when it was refused (the annotation alone still
+/// signals the pod).
+///
+/// # Errors
+/// [`Error::Annotate`] when the annotation cannot be written (the hook is
+/// then not called).
+pub async fn signal(
+    api: &KubeApi,
+    hooks: &HookClient,
+    acks: &HookAcks,
+    metrics: &Metrics,
+    request: &CheckpointRequest,
+    info: Option<&crate::controller::snapshot::PodInfo>,
+    policy: Option<&InterruptionPolicy>,
+) -> Result<Option<Error>> {
+    let pod = request.pod();
+    let (hook, refused) = match info {
+        Some(i) => match hook_target(
+            &pod,
+            &i.checkpoint_annotations,
+            i.pod_ip.as_deref(),
+            &i.shape.hook_endpoint,
+            policy,
+        ) {
+            Ok(hook) => (hook, None),
+            Err(e) => (None, Some(e)),
+        },
+        None => (None, None),
+    };
+    request_checkpoint(api, hooks, request, None, metrics).await?;
+    if let Some(target) = hook {
+        let (hooks, acks) = (hooks.clone(), acks.clone());
+        let acknowledged = metrics.checkpoints_acknowledged.clone();
+        let body = request.hook_body();
+        tokio::spawn(async move {
+            let outcome = hooks.post(&target, &body).await;
+            tracing::info!(%pod, url = %target.url, ?outcome, "checkpoint hook called");
+            if outcome.is_acknowledged() {
+                acknowledged.inc();
+                if let Ok(mut a) = acks.lock() {
+                    a.insert(pod, chrono::Utc::now());
+                }
+            }
+        });
+    }
+    Ok(refused)
+}
+
 /// Whether a pod acknowledged a checkpoint request, read from its annotations.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Acknowledgement {
@@ -511,7 +568,7 @@ pub fn acknowledgement(
     }
 }
 
-fn parse_time(value: &str) -> Option<Time> {
+pub(crate) fn parse_time(value: &str) -> Option<Time> {
     DateTime::parse_from_rfc3339(value.trim())
         .ok()
         .map(|t| t.to_utc())

@@ -22,11 +22,11 @@ use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
 use kube::Resource;
 use std::collections::{BTreeMap, HashMap};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use tokio::sync::watch;
 
-/// Errors applying one action; the core decides again next round, so none
-/// is retried here.
+/// Errors applying one action; none is retried here: the core learns the
+/// outcome ([`core_outcome`]) and issues the action again.
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
     /// The claim cannot be built: its pool or instance type is unknown.
@@ -140,6 +140,7 @@ pub fn build_claim(
             taints: template.taints.clone(),
             startup_taints,
             termination_grace_period: template.termination_grace_period.clone(),
+            expire_after: template.expire_after.clone(),
         },
     );
     claim.metadata.finalizers = Some(vec![l::FINALIZER.to_string()]);
@@ -197,14 +198,13 @@ pub enum Outcome {
     Skipped(&'static str),
     /// A PDB refused the eviction; the core retries.
     Blocked,
+    /// The object is gone already (a pod evicted before, a node deleted).
+    Gone,
     /// Not written: this replica lost the lease.
     NotLeader,
 }
 
-/// Checkpoint acknowledgements that came from a pod's HTTP hook (a 2xx),
-/// by pod, with when; the loop folds them into the world as the pods'
-/// `checkpoint_completed`.
-pub type HookAcks = Arc<Mutex<HashMap<String, Time>>>;
+pub use super::checkpoint::HookAcks;
 
 /// What the executor reads about the objects the actions name, copied out
 /// of the snapshot for the round.
@@ -231,15 +231,17 @@ pub struct Executor<'a> {
     pub hooks: &'a HookClient,
     /// Where hook acknowledgements are recorded.
     pub hook_acks: &'a HookAcks,
+    /// How many claims' actions are applied at once ([`PARALLEL`] in the
+    /// controller); 1 applies every action in the order given.
+    pub parallel: usize,
     /// The disruptions the core started this round: a launch that
     /// replaces one of their nodes is counted as created for its reason.
     pub disruptions: &'a [DisruptionDecision],
 }
 
 impl Executor<'_> {
-    /// Annotates the pod (through `checkpoint`), and when the pod or its
-    /// pool names a hook, POSTs it in a spawned task so that a slow hook
-    /// does not hold the round; a 2xx lands in [`HookAcks`].
+    /// Annotates the pod and calls its hook, if any ([`checkpoint::signal`]),
+    /// with an Event on the pod (and one saying why a hook was refused).
     async fn request_checkpoint(
         &self,
         pod: &str,
@@ -249,7 +251,6 @@ impl Executor<'_> {
         targets: &Targets,
     ) -> Result<Outcome> {
         let (ns, name) = split_pod(pod);
-        let info = targets.pods.get(pod);
         let node = targets
             .nodes
             .get(claim)
@@ -272,53 +273,41 @@ impl Executor<'_> {
                     .find(|p| p.metadata.name.as_deref() == Some(n.nodepool.as_str()))
             })
             .map(|p| &p.spec.interruption);
-        let hook = match info {
-            Some(i) => match checkpoint::hook_target(
-                pod,
-                &i.checkpoint_annotations,
-                i.pod_ip.as_deref(),
-                &i.shape.hook_endpoint,
-                policy,
-            ) {
-                Ok(hook) => hook,
-                Err(e) => {
-                    tracing::warn!(%pod, error = %e, "checkpoint hook unusable; annotation only");
-                    if let Some(ev) = self.events {
-                        ev.checkpoint_hook_refused(&events::pod_ref(pod, None), &e.to_string())
-                            .await;
-                    }
-                    None
-                }
-            },
-            None => None,
-        };
-        checkpoint::request_checkpoint(self.api, self.hooks, &request, None, self.metrics)
-            .await
-            .map_err(|e| Error::Checkpoint(e.to_string()))?;
+        let refused = checkpoint::signal(
+            self.api,
+            self.hooks,
+            self.hook_acks,
+            self.metrics,
+            &request,
+            targets.pods.get(pod),
+            policy,
+        )
+        .await
+        .map_err(|e| Error::Checkpoint(e.to_string()))?;
+        if let Some(e) = refused {
+            tracing::warn!(%pod, error = %e, "checkpoint hook unusable; annotation only");
+            if let Some(ev) = self.events {
+                ev.checkpoint_hook_refused(&events::pod_ref(pod, None), &e.to_string())
+                    .await;
+            }
+        }
         if let Some(ev) = self.events {
             ev.checkpoint_requested(&events::pod_ref(pod, None), claim, "node disruption")
                 .await;
         }
-        if let Some(target) = hook {
-            let (hooks, acks, metrics, pod) = (
-                self.hooks.clone(),
-                self.hook_acks.clone(),
-                self.metrics.clone(),
-                pod.to_string(),
-            );
-            let body = request.hook_body();
-            tokio::spawn(async move {
-                let outcome = hooks.post(&target, &body).await;
-                tracing::info!(%pod, url = %target.url, ?outcome, "checkpoint hook called");
-                if outcome.is_acknowledged() {
-                    metrics.checkpoints_acknowledged.inc();
-                    if let Ok(mut a) = acks.lock() {
-                        a.insert(pod, chrono::Utc::now());
-                    }
-                }
-            });
-        }
         Ok(Outcome::Done)
+    }
+}
+
+/// The claim an action is about (a launch's new claim).
+fn action_claim(a: &Action) -> &str {
+    match a {
+        Action::Launch(req) => &req.claim,
+        Action::Cordon { claim, .. }
+        | Action::Uncordon { claim }
+        | Action::RequestCheckpoint { claim, .. }
+        | Action::Evict { claim, .. }
+        | Action::Delete { claim, .. } => claim,
     }
 }
 
@@ -326,11 +315,34 @@ fn split_pod(pod: &str) -> (&str, &str) {
     pod.split_once('/').unwrap_or(("default", pod))
 }
 
+/// How many claims' actions [`Executor::execute`] applies at once.
+pub const PARALLEL: usize = 16;
+
+/// What the core learns of an action from what came of it: written is
+/// done, an object already gone is gone, anything else (a PDB's 429, an API
+/// error, a node not registered yet, a lost lease) failed and is issued
+/// again after a backoff ([`crate::core::retry`]).
+pub fn core_outcome(result: &Result<Outcome>) -> crate::core::Outcome {
+    use crate::core::Outcome as O;
+    match result {
+        Ok(Outcome::Done | Outcome::Created(_)) => O::Done,
+        Ok(Outcome::Gone) => O::Gone,
+        Ok(Outcome::Skipped(_) | Outcome::Blocked | Outcome::NotLeader) => O::Failed,
+        Err(Error::Kube { source, .. }) if super::kube_api::is_status(source, 404) => O::Gone,
+        Err(_) => O::Failed,
+    }
+}
+
 impl Executor<'_> {
-    /// Applies the actions in order and returns each one's outcome. Stops
-    /// writing (every later outcome is [`Outcome::NotLeader`]) as soon as
-    /// the lease is lost. `nodes` gives the registered node of each claim
-    /// the actions name.
+    /// Applies the actions and returns each one's outcome, in the order
+    /// given. The actions of one claim are applied in their order, those of
+    /// different claims concurrently, at most [`PARALLEL`] claims at once,
+    /// so that a slow write holds one claim, not the batch. After a cordon
+    /// that is not written, the rest of its claim's actions are not tried
+    /// ([`Outcome::Skipped`]): nothing is evicted from a node that is not
+    /// cordoned. Stops writing (every later outcome is
+    /// [`Outcome::NotLeader`]) as soon as the lease is lost. `targets` gives
+    /// the registered node of each claim and the pods the actions name.
     pub async fn execute(
         &self,
         actions: &[Action],
@@ -338,22 +350,90 @@ impl Executor<'_> {
         targets: &Targets,
         now: Time,
     ) -> Vec<Result<Outcome>> {
-        let mut out = Vec::with_capacity(actions.len());
-        for action in actions {
-            if !*self.leader.borrow() {
-                tracing::warn!(%action, "not leader: action dropped");
-                self.metrics.actions_dropped.inc();
-                out.push(Ok(Outcome::NotLeader));
-                continue;
+        use futures::StreamExt;
+        if self.parallel <= 1 {
+            let all: Vec<usize> = (0..actions.len()).collect();
+            return self
+                .group(all, actions, world, targets, now)
+                .await
+                .into_iter()
+                .map(|(_, r)| r)
+                .collect();
+        }
+        let mut groups: Vec<(&str, Vec<usize>)> = Vec::new();
+        for (i, a) in actions.iter().enumerate() {
+            let claim = action_claim(a);
+            match groups.iter_mut().find(|(c, _)| *c == claim) {
+                Some((_, members)) => members.push(i),
+                None => groups.push((claim, vec![i])),
             }
-            tracing::info!(%action, "executing");
-            let result = self.apply(action, world, targets, now).await;
-            if let Err(e) = &result {
-                tracing::warn!(%action, error = %e, "action failed");
+        }
+        let runs: Vec<_> = groups
+            .into_iter()
+            .map(|(_, members)| self.group(members, actions, world, targets, now))
+            .collect();
+        let done: Vec<Vec<(usize, Result<Outcome>)>> = futures::stream::iter(runs)
+            .buffer_unordered(self.parallel)
+            .collect()
+            .await;
+        let mut out: Vec<Option<Result<Outcome>>> = (0..actions.len()).map(|_| None).collect();
+        for (i, r) in done.into_iter().flatten() {
+            out[i] = Some(r);
+        }
+        out.into_iter()
+            .map(|r| r.unwrap_or(Ok(Outcome::Skipped("not applied"))))
+            .collect()
+    }
+
+    /// The actions of one claim (`members`, indices into `actions`), in
+    /// order; after a cordon that is not written the rest of its claim's
+    /// are skipped.
+    async fn group(
+        &self,
+        members: Vec<usize>,
+        actions: &[Action],
+        world: &World<'_>,
+        targets: &Targets,
+        now: Time,
+    ) -> Vec<(usize, Result<Outcome>)> {
+        let mut out = Vec::with_capacity(members.len());
+        let mut not_cordoned: Vec<&str> = Vec::new();
+        for i in members {
+            let action = &actions[i];
+            let claim = action_claim(action);
+            let result = if not_cordoned.contains(&claim) {
+                Ok(Outcome::Skipped("waits for its node's cordon"))
+            } else {
+                self.one(action, world, targets, now).await
+            };
+            if matches!(action, Action::Cordon { .. }) && !matches!(result, Ok(Outcome::Done)) {
+                not_cordoned.push(claim);
             }
-            out.push(result);
+            out.push((i, result));
         }
         out
+    }
+
+    /// One action, unless the lease is lost.
+    async fn one(
+        &self,
+        action: &Action,
+        world: &World<'_>,
+        targets: &Targets,
+        now: Time,
+    ) -> Result<Outcome> {
+        if !*self.leader.borrow() {
+            tracing::warn!(%action, "not leader: action dropped");
+            self.metrics.actions_dropped.inc();
+            return Ok(Outcome::NotLeader);
+        }
+        tracing::info!(%action, "executing");
+        let result = self.apply(action, world, targets, now).await;
+        if let Err(e) = &result {
+            tracing::warn!(%action, error = %e, "action failed");
+        }
+        self.metrics.progress.beat();
+        result
     }
 
     async fn apply(
@@ -423,6 +503,16 @@ impl Executor<'_> {
                 }
                 Ok(Outcome::Done)
             }
+            Action::Uncordon { claim } => {
+                let Some(node) = targets.nodes.get(claim) else {
+                    return Ok(Outcome::Gone);
+                };
+                self.api
+                    .patch_node(node, &NodeChange::uncordon())
+                    .await
+                    .map_err(kube)?;
+                Ok(Outcome::Done)
+            }
             Action::RequestCheckpoint {
                 pod,
                 claim,
@@ -442,7 +532,7 @@ impl Executor<'_> {
                         }
                         Ok(Outcome::Done)
                     }
-                    Eviction::Gone => Ok(Outcome::Done),
+                    Eviction::Gone => Ok(Outcome::Gone),
                 }
             }
             Action::Delete { claim, reason } => {
@@ -482,6 +572,8 @@ mod tests {
             ..Default::default()
         };
         spec.template.spec.taints = vec![Taint::new(l::TAINT_GPU, "", TaintEffect::NoSchedule)];
+        spec.template.spec.expire_after = Some("720h".into());
+        spec.template.spec.termination_grace_period = Some("1h".into());
         let mut pool = NodePool::new("gpu", spec);
         pool.metadata.uid = Some("0b1c-pool-uid".into());
         let pools = [pool];
@@ -543,6 +635,10 @@ mod tests {
             crate::api::validate_node_claim(&claim, catalog(), "us-east-1"),
             []
         );
+        // Its lifetime is the pool's as it is now: a later change of the
+        // pool's applies to new nodes only.
+        assert_eq!(claim.spec.expire_after.as_deref(), Some("720h"));
+        assert_eq!(claim.spec.termination_grace_period.as_deref(), Some("1h"));
         // No pod pins it: fallbacks in other zones are recorded.
         let fallbacks = claim.annotations()[FALLBACKS_ANNOTATION].clone();
         assert!(fallbacks.starts_with("g5.xlarge/"), "{fallbacks}");

@@ -126,6 +126,11 @@ impl<C: CloudProvider + Send + Sync> CloudProvider for Fenced<C> {
         self.inner.terminate(claim, now).await
     }
 
+    async fn terminate_instance(&self, instance: &Instance, now: Time) -> cloud::Result<()> {
+        self.check(&instance.claim, "terminate")?;
+        self.inner.terminate_instance(instance, now).await
+    }
+
     async fn describe(&self, claim: &str) -> cloud::Result<Option<Instance>> {
         self.inner.describe(claim).await
     }
@@ -260,6 +265,7 @@ mod tests {
             taints: vec![],
             startup_taints: vec![],
             termination_grace_period: None,
+            expire_after: None,
         }
     }
 

@@ -448,6 +448,16 @@ mod tests {
                 reason: "CapacityIsProvisioned".into(),
             })
             .inc();
+        m.decision_failures
+            .get_or_create(&StepLabels {
+                step: "provisioning".into(),
+            })
+            .inc();
+        m.actions_failed
+            .get_or_create(&ActionLabels {
+                action: "evict".into(),
+            })
+            .inc();
         // The series ported from Karpenter's.
         let k = &m.karpenter;
         let claim: crate::api::NodeClaim = serde_json::from_value(serde_json::json!({

@@ -12,13 +12,14 @@
 
 use super::kube_api::{KubeApi, NodeChange};
 use super::lifecycle::set_condition;
-use super::snapshot::ClaimView;
+use super::snapshot::{ClaimView, Snapshot};
 use crate::api::nodeclaim::conditions;
-use crate::api::NodeClaimStatus;
-use crate::cloud::{instance_id_of, InstanceNotice, NoticeKind, NoticeOutcome};
+use crate::api::{NodeClaim, NodeClaimStatus};
+use crate::cloud::{instance_id_of, Instance, InstanceNotice, NoticeKind, NoticeOutcome};
 use crate::core::{Notice, Time};
 use kube::ResourceExt;
 use std::collections::{HashMap, HashSet, VecDeque};
+use std::sync::{Arc, Mutex};
 
 /// Reason of the `Interrupted` condition for a spot interruption warning.
 pub const REASON: &str = "SpotInterruption";
@@ -130,11 +131,17 @@ pub fn interrupted_status(view: &ClaimView, record: Record, now: Time) -> NodeCl
 
 /// What the claim's `Interrupted` condition records, if it has one.
 pub fn recorded(view: &ClaimView) -> Option<Record> {
-    let c = view
-        .claim
-        .status
-        .as_ref()?
-        .condition(conditions::INTERRUPTED)?;
+    recorded_of(&view.claim)
+}
+
+/// [`recorded`] of a claim.
+pub fn recorded_of(claim: &NodeClaim) -> Option<Record> {
+    record_in(claim.status.as_ref()?)
+}
+
+/// What a claim status's `Interrupted` condition records, if it has one.
+fn record_in(status: &NodeClaimStatus) -> Option<Record> {
+    let c = status.condition(conditions::INTERRUPTED)?;
     if c.status != "True" {
         return None;
     }
@@ -149,6 +156,108 @@ pub fn recorded(view: &ClaimView) -> Option<Record> {
     } else {
         at.map(|deadline| Record::Spot { deadline })
     }
+}
+
+/// How long an instance this process launched is remembered by its ID
+/// (until the claim's status, which the watch brings, names it).
+const RECENT_LAUNCH: chrono::TimeDelta = chrono::TimeDelta::minutes(10);
+
+/// What this process knows of its launches, shared by the lifecycle
+/// (which launches) and the notice path (which must tell our instances from
+/// other fleets' at once): the instances launched lately, by ID, with
+/// their claims (a notice may come before the claim's status names the
+/// instance), and the claims whose launch may have made an instance not
+/// seen yet (a call in flight, or one that timed out or was throttled).
+#[derive(Debug, Clone, Default)]
+pub struct Launches(Arc<Mutex<LaunchState>>);
+
+#[derive(Debug, Default)]
+struct LaunchState {
+    /// Instance ID to claim and when it was launched.
+    recent: HashMap<String, (String, Time)>,
+    /// Claims tried in this process.
+    attempted: HashSet<String>,
+    /// Claims whose launch may have made an unseen instance.
+    uncertain: HashSet<String>,
+}
+
+impl Launches {
+    fn with<T>(&self, f: impl FnOnce(&mut LaunchState) -> T) -> T {
+        f(&mut self.0.lock().unwrap_or_else(|e| e.into_inner()))
+    }
+
+    /// A launch of `claim` starts.
+    pub fn started(&self, claim: &str) {
+        self.with(|s| {
+            s.attempted.insert(claim.to_string());
+            s.uncertain.insert(claim.to_string());
+        });
+    }
+
+    /// The launch of `claim` returned: the instance it made, or whether its
+    /// error leaves it unknown whether one was made (a timeout, throttling).
+    pub fn finished(&self, claim: &str, launched: Option<&Instance>, unknown: bool, now: Time) {
+        self.with(|s| {
+            if !unknown || launched.is_some() {
+                s.uncertain.remove(claim);
+            }
+            if let Some(i) = launched {
+                let id = instance_id_of(&i.provider_id).to_string();
+                s.recent.insert(id, (claim.to_string(), now));
+            }
+            s.recent.retain(|_, (_, at)| *at + RECENT_LAUNCH > now);
+        });
+    }
+
+    /// The claim this process launched instance `id` for, lately.
+    pub fn claim_of(&self, id: &str) -> Option<String> {
+        self.with(|s| s.recent.get(id).map(|(c, _)| c.clone()))
+    }
+
+    /// Whether the claim (not launched as far as its status says) may have
+    /// an instance that is not known: a launch of it is under way or ended
+    /// without an answer, or it was not tried in this process (launched by
+    /// a predecessor that did not record it).
+    pub fn may_have_unseen_instance(&self, claim: &str) -> bool {
+        self.with(|s| s.uncertain.contains(claim) || !s.attempted.contains(claim))
+    }
+
+    /// Forgets the claims that are gone.
+    pub fn retain(&self, present: &HashSet<String>) {
+        self.with(|s| {
+            s.attempted.retain(|c| present.contains(c));
+            s.uncertain.retain(|c| present.contains(c));
+        });
+    }
+}
+
+/// Whether a notice of this kind asks for nothing even about one of our
+/// instances (a state change to pending or running): it is settled at
+/// once, never delivered again.
+fn says_nothing(kind: &NoticeKind) -> bool {
+    matches!(kind, NoticeKind::StateChange { state } if state.is_alive())
+}
+
+/// The claims a notice may be about, as views: the one whose provider ID
+/// (or recent launch) is the notice's instance, those in the reservation
+/// a reservation notice names, and those not launched yet as far as their
+/// status says (its instance may be theirs). Cheap: no view is built for
+/// the other claims.
+pub fn notice_views(s: &Snapshot, n: &InstanceNotice, launches: &Launches) -> Vec<ClaimView> {
+    let launched_for = launches.claim_of(&n.instance_id);
+    s.claims
+        .values()
+        .filter(|c| {
+            let provider = c.status.as_ref().and_then(|st| st.provider_id.as_deref());
+            let ours = provider.is_none_or(|p| instance_id_of(p) == n.instance_id);
+            ours || launched_for.as_deref() == Some(c.name_any().as_str())
+                || c.spec
+                    .labels
+                    .get(crate::api::labels::CAPACITY_RESERVATION_ID)
+                    == Some(&n.instance_id)
+        })
+        .map(|c| s.claim_view(c))
+        .collect()
 }
 
 /// What a notice came to.
@@ -212,6 +321,12 @@ impl NoticeHandler {
         }
     }
 
+    /// Forgets the claims that are gone (their notices were acted on or
+    /// are moot).
+    pub fn retain_claims(&mut self, present: &HashSet<String>) {
+        self.told.retain(|c, _| present.contains(c));
+    }
+
     /// The notices recorded on claims that the core has not heard of in
     /// this process (all of them after a restart), as the core's notices;
     /// each once. Claims being deleted are left to their finalizer. Claims
@@ -258,6 +373,26 @@ impl NoticeHandler {
         leader: bool,
         now: Time,
     ) -> Handled {
+        self.handle_with(n, views, &Launches::default(), api, leader, now)
+            .await
+    }
+
+    /// [`NoticeHandler::handle`], knowing this process' `launches`: a
+    /// notice about an instance launched lately is its claim's before the
+    /// claim's status says so, and one about an unknown instance is retried
+    /// only while a claim not launched as far as its status says may have
+    /// an unseen instance ([`Launches::may_have_unseen_instance`]). A
+    /// notice that asks for nothing even about ours (a state change to
+    /// running) is settled at once.
+    pub async fn handle_with(
+        &mut self,
+        n: &InstanceNotice,
+        views: &[ClaimView],
+        launches: &Launches,
+        api: &KubeApi,
+        leader: bool,
+        now: Time,
+    ) -> Handled {
         // One AWS Health event can name several instances: the event ID
         // alone would act on the first of them only.
         let key = format!("{}/{}", n.id, n.instance_id);
@@ -268,21 +403,25 @@ impl NoticeHandler {
             self.remember(key);
             return reservation_ending(n, views);
         }
+        let launched_for = launches.claim_of(&n.instance_id);
         let view = views.iter().find(|v| {
             v.claim
                 .status
                 .as_ref()
                 .and_then(|s| s.provider_id.as_deref())
                 .is_some_and(|p| instance_id_of(p) == n.instance_id)
+                || launched_for.as_deref() == Some(v.claim.name_any().as_str())
         });
         let Some(view) = view else {
-            let launching = views.iter().any(|v| {
-                v.claim.metadata.deletion_timestamp.is_none()
-                    && v.claim
-                        .status
-                        .as_ref()
-                        .is_none_or(|s| s.provider_id.is_none())
-            });
+            let launching = !says_nothing(&n.kind)
+                && views.iter().any(|v| {
+                    v.claim.metadata.deletion_timestamp.is_none()
+                        && v.claim
+                            .status
+                            .as_ref()
+                            .is_none_or(|s| s.provider_id.is_none())
+                        && launches.may_have_unseen_instance(&v.claim.name_any())
+                });
             if launching {
                 tracing::debug!(instance = %n.instance_id, "notice about an unknown instance while a claim launches; retried");
                 return Handled::settled(NoticeOutcome::Retry);
@@ -365,15 +504,29 @@ fn reservation_ending(n: &InstanceNotice, views: &[ClaimView]) -> Handled {
 /// # Errors
 /// The API error of the write that failed.
 pub async fn record(api: &KubeApi, view: &ClaimView, what: Record, now: Time) -> kube::Result<()> {
-    let claim = view.claim.name_any();
-    let write = match recorded(view) {
+    let write = |recorded: Option<Record>| match recorded {
         None => true,
         Some(Record::Scheduled { .. }) => matches!(what, Record::Spot { .. }),
         Some(Record::Spot { .. }) => false,
     };
-    if write {
-        api.patch_node_claim_status(&claim, &interrupted_status(view, what, now))
-            .await?;
+    if write(recorded(view)) {
+        // Judged again on the status as it is when written (a concurrent
+        // write may have recorded the harder one meanwhile).
+        api.update_node_claim_status(&view.claim, |status| {
+            if !write(record_in(status)) {
+                return false;
+            }
+            set_condition(
+                status,
+                conditions::INTERRUPTED,
+                true,
+                what.reason(),
+                &what.message(),
+                now,
+            );
+            true
+        })
+        .await?;
     }
     if let Some(node) = &view.node {
         api.patch_node(node, &NodeChange::cordon()).await?;
@@ -417,6 +570,7 @@ mod tests {
                 taints: vec![],
                 startup_taints: vec![],
                 termination_grace_period: None,
+                expire_after: None,
             },
         );
         claim.status = status;

@@ -26,6 +26,10 @@ pub const FIELD_MANAGER: &str = "quartermaster";
 /// keeps changing under it.
 pub const NODE_PATCH_ATTEMPTS: usize = 4;
 
+/// How often [`KubeApi::update_node_claim_status`] tries before giving up
+/// on a claim that keeps changing under it.
+pub const STATUS_UPDATE_ATTEMPTS: usize = 4;
+
 /// What we change on a node: labels to set, our taints to add (when no
 /// taint of that key and effect is there) and taint keys of ours to remove,
 /// and the cordon. Applied against the node's current state, never as a
@@ -48,6 +52,16 @@ fn pointer_escape(key: &str) -> String {
 }
 
 impl NodeChange {
+    /// Taking back our cordon: `quartermaster.dev/disrupted` off and
+    /// `unschedulable` false (only for a node we cordoned ourselves).
+    pub fn uncordon() -> NodeChange {
+        NodeChange {
+            remove_taints: vec![crate::api::labels::TAINT_DISRUPTED.into()],
+            unschedulable: Some(false),
+            ..NodeChange::default()
+        }
+    }
+
     /// The cordon of a node being disrupted: `unschedulable` and
     /// `quartermaster.dev/disrupted:NoSchedule` (the durable record that the
     /// node is going, which a restarted controller reads back).
@@ -178,16 +192,54 @@ impl KubeApi {
         }
     }
 
-    /// Replaces the NodeClaim's status (merge patch on the status subresource).
+    /// Changes the NodeClaim's status with `change`, applied to the
+    /// current status rather than to a copy that may be stale: first to
+    /// `cached`'s, sent as a merge patch on the status subresource that
+    /// carries `cached`'s `metadata.resourceVersion` (the API server then
+    /// refuses it with 409 when the claim changed since); on a conflict the
+    /// claim is read again and `change` applied to it, at most
+    /// [`STATUS_UPDATE_ATTEMPTS`] times. So one writer's condition (a spot
+    /// interruption's `Interrupted`, written a moment ago) is never erased
+    /// by another's write from an older copy. `change` returns whether it
+    /// changed anything; nothing is sent when it did not.
     ///
     /// # Errors
-    /// Any API error.
-    pub async fn patch_node_claim_status(
+    /// Any API error, a conflict on the last attempt included.
+    pub async fn update_node_claim_status(
         &self,
-        name: &str,
-        status: &NodeClaimStatus,
+        cached: &NodeClaim,
+        change: impl Fn(&mut NodeClaimStatus) -> bool,
     ) -> kube::Result<()> {
-        self.merge_status::<NodeClaim>(name, status).await
+        let api: Api<NodeClaim> = Api::all(self.client.clone());
+        let name = object_name(&cached.metadata, "NodeClaim")?;
+        let mut current = cached.clone();
+        for attempt in 1..=STATUS_UPDATE_ATTEMPTS {
+            let mut status = current.status.clone().unwrap_or_default();
+            if !change(&mut status) {
+                return Ok(());
+            }
+            // A copy without a version (never from a watch) is written
+            // without the precondition.
+            let patch = match &current.metadata.resource_version {
+                Some(rv) => json!({ "metadata": { "resourceVersion": rv }, "status": status }),
+                None => json!({ "status": status }),
+            };
+            match api
+                .patch_status(name, &patch_params(), &Patch::Merge(patch))
+                .await
+            {
+                Err(e) if is_status(&e, 409) && attempt < STATUS_UPDATE_ATTEMPTS => {
+                    tracing::debug!(
+                        claim = name,
+                        attempt,
+                        "claim changed meanwhile; reading it again"
+                    );
+                    current = api.get(name).await?;
+                }
+                other => return other.map(drop),
+            }
+        }
+        unreachable!("the last attempt returns")
     }
 
     /// Requests deletion of the NodeClaim (our finalizer holds it until the

@@ -19,13 +19,15 @@
 //! It decides nothing about what to launch or drain (that is `core`); it
 //! reports what it did as a [`Step`] for the loop to hand on to the core.
 
+use super::checkpoint::{self, CheckpointRequest, HookAcks, HookClient};
 use super::kube_api::{Eviction, KubeApi, NodeChange};
-use super::snapshot::{is_accelerator, request_of, to_k8s_time, ClaimView, NodeInfo};
+use super::snapshot::{is_accelerator, request_of, to_k8s_time, ClaimView, NodeInfo, PodInfo};
 use crate::api::labels as l;
 use crate::api::nodeclaim::conditions;
-use crate::api::{NodeClaim, NodeClaimStatus};
-use crate::catalog::CapacityType;
+use crate::api::{InterruptionPolicy, NodeClaim, NodeClaimStatus};
+use crate::catalog::{CapacityType, ZoneNames};
 use crate::cloud::{self, CloudProvider, Instance, NodeTemplate};
+use crate::core::termination::{self, Deletion, DrainPod, PodStep};
 use crate::core::{Notice, OfferingKey, Time};
 use crate::metrics::{LaunchFailureLabels, Metrics};
 use k8s_openapi::api::core::v1::Taint as KubeTaint;
@@ -108,6 +110,9 @@ pub enum Step {
         failed: usize,
         /// Pods still on the node.
         remaining: usize,
+        /// When the drain has a step to take without the pods changing (a
+        /// checkpoint wait ends, a pod is due for deletion), if it does.
+        until: Option<Time>,
     },
     /// Instance terminated, node deleted, finalizer removed.
     Finalized,
@@ -136,6 +141,31 @@ pub struct Lifecycle<'a, C> {
     pub catalog: std::sync::Arc<crate::catalog::Catalog>,
     /// The region the claims are launched in.
     pub region: &'a str,
+    /// Each NodePool's interruption policy, by name (checkpoint grace
+    /// period and hook of a drain).
+    pub policies: &'a BTreeMap<String, InterruptionPolicy>,
+    /// HTTP client of checkpoint hooks.
+    pub hooks: &'a HookClient,
+    /// Checkpoint acknowledgements from hooks.
+    pub hook_acks: &'a HookAcks,
+    /// This process' launches, which the notice path reads to know our
+    /// instances before their claims' status names them.
+    pub launches: &'a super::interruptions::Launches,
+}
+
+/// Whether [`Lifecycle::reconcile`] has anything to do for the claim: it is
+/// being deleted with our finalizer, or not launched, registered and
+/// initialized yet. Ready claims are left alone (no request made).
+pub fn needs_work(claim: &NodeClaim) -> bool {
+    if claim.metadata.deletion_timestamp.is_some() {
+        return claim.finalizers().iter().any(|f| f == l::FINALIZER);
+    }
+    let Some(status) = &claim.status else {
+        return true;
+    };
+    status.provider_id.is_none()
+        || !status.is_true(conditions::REGISTERED)
+        || !status.is_true(conditions::INITIALIZED)
 }
 
 fn kube_err<'a>(claim: &'a str, step: &'static str) -> impl FnOnce(kube::Error) -> Error + 'a {
@@ -201,28 +231,34 @@ pub fn drift_status(
         return None;
     }
     let mut status = claim.status.clone().unwrap_or_default();
+    apply_drift(&mut status, drifted, now).then_some(status)
+}
+
+/// Brings `status`'s `Drifted` condition in line with `drifted` (see
+/// [`drift_status`]); whether it changed anything.
+pub fn apply_drift(
+    status: &mut NodeClaimStatus,
+    drifted: Option<crate::core::drift::Drift>,
+    now: Time,
+) -> bool {
+    let ready = status.is_true(conditions::READY);
     let current = status.condition(conditions::DRIFTED);
-    match drifted.filter(|_| claim.is_ready()) {
+    match drifted.filter(|_| ready) {
         Some(d) => {
             if current.is_some_and(|c| c.status == "True" && c.reason == d.reason()) {
-                return None;
+                return false;
             }
             let message = format!("{d}: the node is replaced within the pool's disruption budget");
-            set_condition(
-                &mut status,
-                conditions::DRIFTED,
-                true,
-                d.reason(),
-                &message,
-                now,
-            );
+            set_condition(status, conditions::DRIFTED, true, d.reason(), &message, now);
         }
         None => {
-            current?;
+            if current.is_none() {
+                return false;
+            }
             status.conditions.retain(|c| c.type_ != conditions::DRIFTED);
         }
     }
-    Some(status)
+    true
 }
 
 /// The error code of a launch failure for metrics and conditions: the EC2
@@ -288,14 +324,22 @@ pub fn template_of(claim: &NodeClaim) -> NodeTemplate {
 }
 
 /// The node's labels as the claim wants them, corrected to the offering the
-/// instance actually runs as (a fallback zone or capacity type).
-pub fn node_labels(claim: &NodeClaim, actual: Option<&OfferingKey>) -> BTreeMap<String, String> {
+/// instance actually runs as (a fallback zone or capacity type), the zone
+/// named as `zones` name it for the claim's region.
+pub fn node_labels(
+    claim: &NodeClaim,
+    actual: Option<&OfferingKey>,
+    zones: &ZoneNames,
+) -> BTreeMap<String, String> {
     let mut labels = claim.spec.labels.clone();
     if let Some(a) = actual {
+        let region = labels.get(l::REGION).cloned().unwrap_or_default();
+        let capacity_type = a.capacity_type.as_str();
         labels.insert(l::INSTANCE_TYPE.into(), a.instance_type.clone());
         labels.insert(l::ZONE_ID.into(), a.zone.clone());
-        labels.insert(l::ZONE.into(), a.zone.clone());
-        labels.insert(l::CAPACITY_TYPE.into(), a.capacity_type.as_str().into());
+        labels.insert(l::ZONE.into(), zones.name_of(&region, &a.zone));
+        labels.insert(l::CAPACITY_TYPE.into(), capacity_type.into());
+        labels.insert(l::KARPENTER_CAPACITY_TYPE.into(), capacity_type.into());
     }
     labels
 }
@@ -360,20 +404,51 @@ fn created(claim: &NodeClaim, now: Time) -> Time {
         .unwrap_or(now)
 }
 
-/// The claim's termination grace period, as written, once it has passed
-/// since the claim's deletion started.
-fn grace_expired(claim: &NodeClaim, now: Time) -> Option<&str> {
-    let text = claim.spec.termination_grace_period.as_deref()?;
-    let grace = match crate::api::parse_duration(text) {
-        Ok(d) => d,
-        Err(e) => {
-            tracing::warn!(claim = %claim.name_any(), error = %e, "unreadable terminationGracePeriod; the drain waits for its pods");
-            return None;
-        }
-    };
-    let deleting = claim.metadata.deletion_timestamp.as_ref()?;
-    let since = chrono::DateTime::from_timestamp(deleting.0.as_second(), 0)?;
-    older_than(since, now, grace).then_some(text)
+/// The claim's deletion as the drain plans it: its start, the claim's
+/// `terminationGracePeriod` (an unreadable one is logged and ignored: the
+/// drain then waits for its pods) and the pool's checkpoint grace period.
+fn deletion(claim: &NodeClaim, policy: Option<&InterruptionPolicy>, now: Time) -> Deletion {
+    let started = claim
+        .metadata
+        .deletion_timestamp
+        .as_ref()
+        .and_then(|t| chrono::DateTime::from_timestamp(t.0.as_second(), 0))
+        .unwrap_or(now);
+    let grace = claim.spec.termination_grace_period.as_deref().and_then(|text| {
+        crate::api::parse_duration(text)
+            .map_err(|e| {
+                tracing::warn!(claim = %claim.name_any(), error = %e, "unreadable terminationGracePeriod; the drain waits for its pods");
+            })
+            .ok()
+    });
+    Deletion {
+        started,
+        grace,
+        checkpoint_grace: crate::core::interruption::checkpoint_grace(policy),
+    }
+}
+
+/// A pod as the drain plan reads it: its checkpoint request's deadline and
+/// acknowledgement (the annotation, or a hook's 2xx since the deletion
+/// started) from its annotations.
+fn drain_pod(p: &PodInfo, hook: bool, acked_by_hook: Option<Time>, started: Time) -> DrainPod {
+    let requested = p
+        .checkpoint_annotations
+        .get(l::CHECKPOINT_REQUESTED)
+        .and_then(|v| checkpoint::parse_time(v));
+    let annotated = p
+        .checkpoint_annotations
+        .contains_key(l::CHECKPOINT_COMPLETED);
+    DrainPod {
+        name: p.key(),
+        do_not_disrupt: p.do_not_disrupt,
+        checkpoints: p.shape.pod.checkpoints || hook,
+        requested,
+        acknowledged: requested.is_some()
+            && (annotated || acked_by_hook.is_some_and(|t| t >= started)),
+        terminating: p.terminating.is_some(),
+        grace: Duration::from_secs(u64::from(p.grace_seconds)),
+    }
 }
 
 fn older_than(since: Time, now: Time, limit: Duration) -> bool {
@@ -398,11 +473,11 @@ impl<C: CloudProvider + Send + Sync> Lifecycle<'_, C> {
             // offering gives.
             let problems = crate::api::validate_node_claim(claim, &self.catalog, self.region);
             if !problems.is_empty() {
-                return self.refuse(claim, status, &problems, now).await;
+                return self.refuse(claim, &problems, now).await;
             }
         }
         if status.provider_id.is_none() {
-            return self.launch(claim, status, now).await;
+            return self.launch(claim, now).await;
         }
         if !status.is_true(conditions::REGISTERED) {
             return self.register(view, status, now).await;
@@ -479,11 +554,18 @@ impl<C: CloudProvider + Send + Sync> Lifecycle<'_, C> {
         Ok(lost)
     }
 
-    async fn patch_status(&self, claim: &str, status: &NodeClaimStatus) -> Result<()> {
+    /// Applies `change` to the claim's current status
+    /// ([`KubeApi::update_node_claim_status`]).
+    async fn update_status(
+        &self,
+        claim: &NodeClaim,
+        change: impl Fn(&mut NodeClaimStatus) -> bool,
+    ) -> Result<()> {
+        let name = claim.name_any();
         self.api
-            .patch_node_claim_status(claim, status)
+            .update_node_claim_status(claim, change)
             .await
-            .map_err(kube_err(claim, "recording the status"))
+            .map_err(kube_err(&name, "recording the status"))
     }
 
     fn count_failure(&self, claim: &NodeClaim, reason: &str) {
@@ -496,16 +578,19 @@ impl<C: CloudProvider + Send + Sync> Lifecycle<'_, C> {
             .inc();
     }
 
-    async fn launch(
-        &self,
-        claim: &NodeClaim,
-        mut status: NodeClaimStatus,
-        now: Time,
-    ) -> Result<Step> {
+    async fn launch(&self, claim: &NodeClaim, now: Time) -> Result<Step> {
         let name = claim.name_any();
         let req = request_of(claim);
         let template = template_of(claim);
-        match self.cloud.launch(&req, &template, now).await {
+        self.launches.started(&name);
+        let launched = self.cloud.launch(&req, &template, now).await;
+        self.launches.finished(
+            &name,
+            launched.as_ref().ok(),
+            matches!(launched, Err(cloud::Error::NotReady { .. })),
+            now,
+        );
+        match launched {
             Ok(instance) => {
                 let message = if instance.offering == req.offering {
                     format!("launched {} as {}", instance.provider_id, instance.offering)
@@ -515,21 +600,25 @@ impl<C: CloudProvider + Send + Sync> Lifecycle<'_, C> {
                         instance.provider_id, instance.offering, req.offering
                     )
                 };
-                status.provider_id = Some(instance.provider_id.clone());
                 // What it was launched with, for drift.
-                if let Some(stamp) = self.cloud.launch_stamp(&claim.spec) {
-                    status.image_id = Some(stamp.image);
-                    status.node_class_hash = Some(stamp.hash);
-                }
-                set_condition(
-                    &mut status,
-                    conditions::LAUNCHED,
-                    true,
-                    "Launched",
-                    &message,
-                    now,
-                );
-                self.patch_status(&name, &status).await?;
+                let stamp = self.cloud.launch_stamp(&claim.spec);
+                self.update_status(claim, |status| {
+                    status.provider_id = Some(instance.provider_id.clone());
+                    if let Some(stamp) = &stamp {
+                        status.image_id = Some(stamp.image.clone());
+                        status.node_class_hash = Some(stamp.hash.clone());
+                    }
+                    set_condition(
+                        status,
+                        conditions::LAUNCHED,
+                        true,
+                        "Launched",
+                        &message,
+                        now,
+                    );
+                    true
+                })
+                .await?;
                 tracing::info!(claim = %name, "{message}");
                 Ok(Step::Launched(instance))
             }
@@ -540,22 +629,23 @@ impl<C: CloudProvider + Send + Sync> Lifecycle<'_, C> {
                 } else {
                     error_code(&e)
                 };
-                set_condition(
-                    &mut status,
-                    conditions::LAUNCHED,
-                    false,
-                    &reason,
-                    &e.to_string(),
-                    now,
-                );
+                let message = e.to_string();
+                let failed = |status: &mut NodeClaimStatus| {
+                    if status.provider_id.is_some() {
+                        // Recorded launched meanwhile (another replica).
+                        return false;
+                    }
+                    set_condition(status, conditions::LAUNCHED, false, &reason, &message, now);
+                    true
+                };
                 if matches!(e, cloud::Error::NotReady { .. }) && !timed_out {
                     tracing::info!(claim = %name, error = %e, "launch not possible yet");
-                    self.patch_status(&name, &status).await?;
+                    self.update_status(claim, failed).await?;
                     return Ok(Step::Waiting("launch"));
                 }
                 tracing::warn!(claim = %name, error = %e, %reason, "launch failed; the claim is deleted and its pods re-planned");
                 self.count_failure(claim, &reason);
-                self.patch_status(&name, &status).await?;
+                self.update_status(claim, failed).await?;
                 self.api
                     .delete_node_claim(&name)
                     .await
@@ -575,7 +665,6 @@ impl<C: CloudProvider + Send + Sync> Lifecycle<'_, C> {
     async fn refuse(
         &self,
         claim: &NodeClaim,
-        mut status: NodeClaimStatus,
         problems: &[crate::api::FieldError],
         now: Time,
     ) -> Result<Step> {
@@ -586,16 +675,19 @@ impl<C: CloudProvider + Send + Sync> Lifecycle<'_, C> {
             .collect::<Vec<_>>()
             .join("; ");
         tracing::warn!(claim = %name, %message, "invalid NodeClaim: not launched, deleted");
-        set_condition(
-            &mut status,
-            conditions::LAUNCHED,
-            false,
-            INVALID_REASON,
-            &message,
-            now,
-        );
         self.count_failure(claim, INVALID_REASON);
-        self.patch_status(&name, &status).await?;
+        self.update_status(claim, |status| {
+            set_condition(
+                status,
+                conditions::LAUNCHED,
+                false,
+                INVALID_REASON,
+                &message,
+                now,
+            );
+            true
+        })
+        .await?;
         self.api
             .delete_node_claim(&name)
             .await
@@ -606,12 +698,7 @@ impl<C: CloudProvider + Send + Sync> Lifecycle<'_, C> {
         })
     }
 
-    async fn register(
-        &self,
-        view: &ClaimView,
-        mut status: NodeClaimStatus,
-        now: Time,
-    ) -> Result<Step> {
+    async fn register(&self, view: &ClaimView, status: NodeClaimStatus, now: Time) -> Result<Step> {
         let claim = &view.claim;
         let name = claim.name_any();
         let Some(node) = &view.node else {
@@ -637,21 +724,25 @@ impl<C: CloudProvider + Send + Sync> Lifecycle<'_, C> {
             .map_err(cloud_err(&name, "describing the instance"))?
             .map(|i| i.offering)
             .filter(|o| o.zone != claim.spec.zone || o.capacity_type != claim.spec.capacity_type);
-        let labels = node_labels(claim, actual.as_ref());
+        let labels = node_labels(claim, actual.as_ref(), self.catalog.zone_names());
         self.api
             .patch_node(node, &registered_change(claim, labels))
             .await
             .map_err(kube_err(&name, "labelling and tainting the node"))?;
-        status.node_name = Some(node.name.clone());
-        set_condition(
-            &mut status,
-            conditions::REGISTERED,
-            true,
-            "Registered",
-            &format!("node {} registered", node.name),
-            now,
-        );
-        self.patch_status(&name, &status).await?;
+        let message = format!("node {} registered", node.name);
+        self.update_status(claim, |status| {
+            status.node_name = Some(node.name.clone());
+            set_condition(
+                status,
+                conditions::REGISTERED,
+                true,
+                "Registered",
+                &message,
+                now,
+            );
+            true
+        })
+        .await?;
         tracing::info!(claim = %name, node = %node.name, "registered");
         Ok(Step::Registered {
             node: node.name.clone(),
@@ -661,7 +752,7 @@ impl<C: CloudProvider + Send + Sync> Lifecycle<'_, C> {
     async fn initialize(
         &self,
         view: &ClaimView,
-        mut status: NodeClaimStatus,
+        status: NodeClaimStatus,
         now: Time,
     ) -> Result<Step> {
         let claim = &view.claim;
@@ -689,117 +780,164 @@ impl<C: CloudProvider + Send + Sync> Lifecycle<'_, C> {
             return Ok(Step::Waiting("initialization"));
         }
         let message = format!("node {} is ready with its accelerators", node.name);
-        set_condition(
-            &mut status,
-            conditions::INITIALIZED,
-            true,
-            "Initialized",
-            &message,
-            now,
-        );
-        set_condition(&mut status, conditions::READY, true, "Ready", &message, now);
-        status.allocatable = node
-            .allocatable
-            .iter()
-            .map(|(k, v)| {
-                let q = if k == crate::cluster::resources::CPU {
-                    format!("{v}m")
-                } else {
-                    v.to_string()
-                };
-                (
-                    k.to_string(),
-                    k8s_openapi::apimachinery::pkg::api::resource::Quantity(q),
-                )
-            })
-            .collect();
-        self.patch_status(&name, &status).await?;
+        let allocatable: BTreeMap<String, k8s_openapi::apimachinery::pkg::api::resource::Quantity> =
+            node.allocatable
+                .iter()
+                .map(|(k, v)| {
+                    let q = if k == crate::cluster::resources::CPU {
+                        format!("{v}m")
+                    } else {
+                        v.to_string()
+                    };
+                    (
+                        k.to_string(),
+                        k8s_openapi::apimachinery::pkg::api::resource::Quantity(q),
+                    )
+                })
+                .collect();
+        self.update_status(claim, |status| {
+            set_condition(
+                status,
+                conditions::INITIALIZED,
+                true,
+                "Initialized",
+                &message,
+                now,
+            );
+            set_condition(status, conditions::READY, true, "Ready", &message, now);
+            status.allocatable = allocatable.clone();
+            true
+        })
+        .await?;
         tracing::info!(claim = %name, node = %node.name, "initialized");
         Ok(Step::Initialized {
             node: node.name.clone(),
         })
     }
 
-    /// Evicts the node's pods (PDB-aware). An eviction that fails other
-    /// than by a PDB (429) or a pod already gone (404) does not stop the
-    /// others; each failure is named on the claim's `Drained` condition and
-    /// retried next round. Once the claim's termination grace period has
-    /// passed since its deletion, pods still there are deleted instead and
-    /// the node goes. `None`: the node is empty (or the grace period is
-    /// over) and may be terminated.
+    /// One step of the drain of a claim being deleted, as
+    /// [`termination::plan`] has it: checkpoint requests first (annotation
+    /// and hook), evictions (PDB-aware) of pods that acknowledged, waited
+    /// long enough or never checkpoint, do-not-disrupt pods left alone,
+    /// and, once the claim's `terminationGracePeriod` requires it, pods
+    /// deleted early enough to finish their own grace period by its
+    /// deadline. A failed eviction, deletion or request does not stop the
+    /// others; each is named on the claim's `Drained` condition and retried.
+    /// `None`: the node is empty, or the claim's deadline has come, and the
+    /// instance may be terminated.
     async fn drain(&self, view: &ClaimView, node: &NodeInfo, now: Time) -> Result<Option<Step>> {
         let claim = &view.claim;
         let name = claim.name_any();
-        let pods: Vec<_> = view.pods.iter().filter(|p| !p.daemon).collect();
-        if let Some(grace) = grace_expired(claim, now) {
-            let mut problems = Vec::new();
-            for p in &pods {
-                if let Err(e) = self.api.delete_pod(&p.namespace, &p.name).await {
-                    problems.push(format!("{}: {e}", p.key()));
-                }
-            }
-            if !problems.is_empty() {
-                // Deleting is all that is left to try; retried next round.
-                let message = format!("deleting pods failed: {}", problems.join("; "));
-                self.record_drain(claim, "DeleteFailed", &message, now)
-                    .await?;
-                return Ok(Some(Step::Draining {
-                    evicted: 0,
-                    blocked: 0,
-                    failed: problems.len(),
-                    remaining: pods.len(),
-                }));
-            }
-            if !pods.is_empty() {
-                let message = format!(
-                    "terminationGracePeriod {grace} elapsed: {} pod(s) deleted ({})",
-                    pods.len(),
-                    pods.iter().map(|p| p.key()).collect::<Vec<_>>().join(", ")
-                );
-                tracing::warn!(claim = %name, node = %node.name, "{message}");
-                self.record_drain(claim, "GracePeriodElapsed", &message, now)
-                    .await?;
-            }
-            return Ok(None);
-        }
-        let (mut evicted, mut blocked, mut remaining) = (0, 0, 0);
+        let policy = self.policies.get(&claim.spec.node_pool);
+        let hook = policy.is_some_and(|p| p.checkpoint_hook.is_some());
+        let deletion = deletion(claim, policy, now);
+        // A pod terminating on an unreachable node long past its grace
+        // period is gone as far as the drain goes: no kubelet will ever
+        // confirm it.
+        let pods: Vec<&PodInfo> = view
+            .pods
+            .iter()
+            .filter(|p| !p.daemon && !p.is_stuck_terminating(node, now))
+            .collect();
+        let acks: std::collections::HashMap<String, Time> =
+            self.hook_acks.lock().map(|a| a.clone()).unwrap_or_default();
+        let planned: Vec<DrainPod> = pods
+            .iter()
+            .map(|p| drain_pod(p, hook, acks.get(&p.key()).copied(), deletion.started))
+            .collect();
+        let plan = termination::plan(&deletion, &planned, now);
+        let (mut evicted, mut blocked, mut deleted) = (0, 0, Vec::new());
         let mut failures = Vec::new();
-        for p in pods {
-            if p.terminating.is_some() {
-                // Evicted already: its grace period runs; wait for it,
-                // unless its node is unreachable and it is long past it
-                // (no kubelet will ever confirm it is gone).
-                if !p.is_stuck_terminating(node, now) {
+        let mut remaining = 0;
+        for (p, (_, step)) in pods.iter().zip(&plan.pods) {
+            match step {
+                PodStep::Wait => remaining += 1,
+                PodStep::RequestCheckpoint { deadline } => {
                     remaining += 1;
+                    let request = CheckpointRequest {
+                        namespace: p.namespace.to_string(),
+                        name: p.name.to_string(),
+                        node: node.name.clone(),
+                        deadline: *deadline,
+                        reason: "node claim deleted".into(),
+                    };
+                    match checkpoint::signal(
+                        self.api,
+                        self.hooks,
+                        self.hook_acks,
+                        self.metrics,
+                        &request,
+                        Some(p),
+                        policy,
+                    )
+                    .await
+                    {
+                        Ok(refused) => {
+                            tracing::info!(claim = %name, pod = %p.key(), deadline = %deadline, "checkpoint requested before the drain");
+                            if let Some(e) = refused {
+                                tracing::warn!(pod = %p.key(), error = %e, "checkpoint hook unusable; annotation only");
+                            }
+                        }
+                        Err(e) => {
+                            failures.push(format!("requesting a checkpoint of {}: {e}", p.key()))
+                        }
+                    }
                 }
-                continue;
-            }
-            match self.api.evict(&p.namespace, &p.name).await {
-                Ok(Eviction::Evicted) => {
-                    evicted += 1;
+                PodStep::Evict => match self.api.evict(&p.namespace, &p.name).await {
+                    Ok(Eviction::Evicted) => {
+                        evicted += 1;
+                        remaining += 1;
+                    }
+                    Ok(Eviction::Blocked) => {
+                        blocked += 1;
+                        remaining += 1;
+                    }
+                    Ok(Eviction::Gone) => {}
+                    Err(e) => {
+                        tracing::warn!(claim = %name, pod = %p.key(), error = %e, "eviction failed; trying the other pods");
+                        failures.push(format!("evicting {}: {e}", p.key()));
+                        remaining += 1;
+                    }
+                },
+                PodStep::Delete => {
                     remaining += 1;
-                }
-                Ok(Eviction::Blocked) => {
-                    blocked += 1;
-                    remaining += 1;
-                }
-                Ok(Eviction::Gone) => {}
-                Err(e) => {
-                    tracing::warn!(claim = %name, pod = %p.key(), error = %e, "eviction failed; trying the other pods");
-                    failures.push(format!("evicting {}: {e}", p.key()));
-                    remaining += 1;
+                    match self.api.delete_pod(&p.namespace, &p.name).await {
+                        Ok(()) => deleted.push(p.key()),
+                        Err(e) => failures.push(format!("deleting {}: {e}", p.key())),
+                    }
                 }
             }
         }
         if !failures.is_empty() {
             self.record_drain(claim, "EvictionFailed", &failures.join("; "), now)
                 .await?;
+        } else if !deleted.is_empty() {
+            let grace = claim.spec.termination_grace_period.as_deref().unwrap_or("");
+            let message = format!(
+                "terminationGracePeriod {grace} ends at {}: {} pod(s) deleted to finish by then ({})",
+                deletion
+                    .deadline()
+                    .map(super::checkpoint::rfc3339)
+                    .unwrap_or_default(),
+                deleted.len(),
+                deleted.join(", ")
+            );
+            tracing::warn!(claim = %name, node = %node.name, "{message}");
+            self.record_drain(claim, "GracePeriodElapsed", &message, now)
+                .await?;
         }
-        Ok((remaining > 0).then_some(Step::Draining {
+        if plan.terminate {
+            if !pods.is_empty() {
+                tracing::warn!(claim = %name, node = %node.name, pods = pods.len(), "terminationGracePeriod over: the instance is terminated with pods left");
+            }
+            return Ok(None);
+        }
+        Ok(Some(Step::Draining {
             evicted,
             blocked,
             failed: failures.len(),
             remaining,
+            until: plan.next,
         }))
     }
 
@@ -812,22 +950,17 @@ impl<C: CloudProvider + Send + Sync> Lifecycle<'_, C> {
         message: &str,
         now: Time,
     ) -> Result<()> {
-        let mut status = claim.status.clone().unwrap_or_default();
-        if status
-            .condition(conditions::DRAINED)
-            .is_some_and(|c| c.reason == reason && c.message == message)
-        {
-            return Ok(());
-        }
-        set_condition(
-            &mut status,
-            conditions::DRAINED,
-            false,
-            reason,
-            message,
-            now,
-        );
-        self.patch_status(&claim.name_any(), &status).await
+        self.update_status(claim, |status| {
+            if status
+                .condition(conditions::DRAINED)
+                .is_some_and(|c| c.reason == reason && c.message == message)
+            {
+                return false;
+            }
+            set_condition(status, conditions::DRAINED, false, reason, message, now);
+            true
+        })
+        .await
     }
 
     async fn finalize(&self, view: &ClaimView, now: Time) -> Result<Step> {
@@ -943,7 +1076,9 @@ mod tests {
                 price_per_hour: 0.4,
                 resources: BTreeMap::new(),
                 labels: [
+                    (l::REGION.to_string(), "us-east-1".to_string()),
                     (l::ZONE_ID.to_string(), "use1-az1".to_string()),
+                    (l::ZONE.to_string(), "us-east-1b".to_string()),
                     (l::CAPACITY_TYPE.to_string(), "spot".to_string()),
                     (l::NODEPOOL.to_string(), "gpu".to_string()),
                 ]
@@ -951,6 +1086,7 @@ mod tests {
                 taints: vec![],
                 startup_taints: vec![],
                 termination_grace_period: None,
+                expire_after: None,
             },
         );
         claim.metadata.annotations = Some(
@@ -960,15 +1096,24 @@ mod tests {
             )]
             .into(),
         );
-        assert_eq!(node_labels(&claim, None), claim.spec.labels);
+        // The account's names (moto's): use1-az1 is us-east-1b, use1-az2
+        // us-east-1c.
+        let zones = ZoneNames::new().with_region(
+            "us-east-1",
+            [
+                ("us-east-1b".to_string(), "use1-az1".to_string()),
+                ("us-east-1c".to_string(), "use1-az2".to_string()),
+            ],
+        );
+        assert_eq!(node_labels(&claim, None, &zones), claim.spec.labels);
         let actual = OfferingKey {
             instance_type: "g5.xlarge".into(),
             zone: "use1-az2".into(),
             capacity_type: CapacityType::Spot,
         };
-        let labels = node_labels(&claim, Some(&actual));
+        let labels = node_labels(&claim, Some(&actual), &zones);
         assert_eq!(labels[l::ZONE_ID], "use1-az2");
-        assert_eq!(labels[l::ZONE], "use1-az2");
+        assert_eq!(labels[l::ZONE], "us-east-1c");
         assert_eq!(labels[l::NODEPOOL], "gpu");
         assert_eq!(template_of(&claim).fallbacks, [actual]);
     }

@@ -4,6 +4,7 @@
 //! health endpoints and Events. Nothing here decides what to launch or
 //! drain: that is `core`.
 
+pub mod backoff;
 pub mod checkpoint;
 pub mod events;
 pub mod executor;
@@ -16,8 +17,10 @@ pub mod leader;
 pub mod lifecycle;
 pub mod logging;
 pub mod nodeclasses;
+pub mod notice_path;
 pub mod podgroups;
 pub mod run;
 pub mod simulated_nodes;
 pub mod snapshot;
 pub mod status;
+pub mod steps;

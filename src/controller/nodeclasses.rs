@@ -135,6 +135,67 @@ pub fn efa_condition(
     })
 }
 
+/// How long a class's last complete resolution stands in for parts that
+/// AWS could not be asked about (throttled, unreachable, a 5xx).
+pub const LAST_KNOWN_GOOD_FOR: Duration = Duration::from_secs(30 * 60);
+
+/// A class's last resolution in which every part resolved, with its spec
+/// and when.
+#[derive(Debug, Clone)]
+pub struct LastGood {
+    /// The spec it was resolved from.
+    pub spec: crate::api::EC2NodeClassSpec,
+    /// What it found.
+    pub resolved: Resolved,
+    /// When.
+    pub at: Time,
+}
+
+/// `fresh`, with each part that failed only because AWS could not be asked
+/// (reason [`crate::cloud::aws::nodeclass::reasons::AWS_ERROR`]) taken from
+/// `last` instead, when `last` was resolved from the same spec at most
+/// `limit` before `now`. One throttled `DescribeImages`, `GetParameters` or
+/// IAM call then does not make the class NotReady and its pools launch
+/// nothing; a part AWS answered (an image not found, a spec problem) is
+/// never overridden, and an old resolution is not used for ever. Returns
+/// the parts used and how many came from `last`.
+pub fn with_last_known_good(
+    fresh: Resolved,
+    last: Option<&LastGood>,
+    spec: &crate::api::EC2NodeClassSpec,
+    now: Time,
+    limit: Duration,
+) -> (Resolved, usize) {
+    let usable =
+        last.filter(|l| l.spec == *spec && (now - l.at).to_std().is_ok_and(|age| age <= limit));
+    let Some(last) = usable else {
+        return (fresh, 0);
+    };
+    let mut used = 0;
+    fn pick<T: Clone>(
+        part: Result<T, Problem>,
+        old: &Result<T, Problem>,
+        used: &mut usize,
+    ) -> Result<T, Problem> {
+        match (&part, old) {
+            (Err(p), Ok(v)) if p.reason == crate::cloud::aws::nodeclass::reasons::AWS_ERROR => {
+                *used += 1;
+                Ok(v.clone())
+            }
+            _ => part,
+        }
+    }
+    let old = &last.resolved;
+    let resolved = Resolved {
+        amis: pick(fresh.amis, &old.amis, &mut used),
+        subnets: pick(fresh.subnets, &old.subnets, &mut used),
+        security_groups: pick(fresh.security_groups, &old.security_groups, &mut used),
+        instance_profile: pick(fresh.instance_profile, &old.instance_profile, &mut used),
+        efa_rule: pick(fresh.efa_rule, &old.efa_rule, &mut used),
+    };
+    (resolved, used)
+}
+
 /// Each pool's class, and why the others have none.
 #[derive(Debug, Default)]
 pub struct PoolClasses {
@@ -180,6 +241,8 @@ pub struct Reconciler {
     /// Why each pool launched nothing at the last round (to publish an
     /// Event only when the reason changes).
     reported: BTreeMap<String, String>,
+    /// Each class's last complete resolution ([`with_last_known_good`]).
+    last_good: HashMap<String, LastGood>,
 }
 
 impl Reconciler {
@@ -192,6 +255,7 @@ impl Reconciler {
             resolver,
             classes,
             reported: BTreeMap::new(),
+            last_good: HashMap::new(),
         }
     }
 
@@ -205,11 +269,32 @@ impl Reconciler {
     pub async fn round(&mut self, leading: bool, now: Time) -> kube::Result<()> {
         let classes: Vec<EC2NodeClass> = self.api.list_node_classes().await?;
         let pools: Vec<NodePool> = self.api.list_node_pools().await?;
+        self.last_good
+            .retain(|name, _| classes.iter().any(|c| c.name_any() == *name));
         let mut ready = HashMap::new();
         let mut why = HashMap::new();
         for class in &classes {
             let name = class.name_any();
-            let resolved = self.resolver.resolve(&class.spec).await;
+            let fresh = self.resolver.resolve(&class.spec).await;
+            let (resolved, stale) = with_last_known_good(
+                fresh,
+                self.last_good.get(&name),
+                &class.spec,
+                now,
+                LAST_KNOWN_GOOD_FOR,
+            );
+            if stale > 0 {
+                tracing::warn!(class = name, parts = stale, "AWS could not be asked about part of the EC2NodeClass; its last resolution stands in");
+            } else if resolved.first_problem().is_none() {
+                self.last_good.insert(
+                    name.clone(),
+                    LastGood {
+                        spec: class.spec.clone(),
+                        resolved: resolved.clone(),
+                        at: now,
+                    },
+                );
+            }
             let mut status = node_class_status(
                 &resolved,
                 class.status.as_ref(),
@@ -326,6 +411,55 @@ mod tests {
     fn status_of(s: &EC2NodeClassStatus, type_: &str) -> (String, String, String) {
         let c = s.conditions.iter().find(|c| c.type_ == type_).unwrap();
         (c.status.clone(), c.reason.clone(), c.message.clone())
+    }
+
+    #[test]
+    fn a_throttled_part_is_taken_from_the_last_good_resolution_of_the_same_spec_for_a_while() {
+        let spec: crate::api::EC2NodeClassSpec = serde_json::from_value(serde_json::json!({
+            "amiSelectorTerms": [{"alias": "al2023@latest"}],
+            "subnetSelectorTerms": [{"tags": {"tier": "private"}}],
+            "securityGroupSelectorTerms": [{"tags": {"tier": "nodes"}}],
+            "role": "nodes"
+        }))
+        .unwrap();
+        let last = LastGood {
+            spec: spec.clone(),
+            resolved: resolved(),
+            at: at(0),
+        };
+        let throttled = || {
+            let mut r = resolved();
+            r.amis = Err(Problem {
+                reason: reasons::AWS_ERROR,
+                message: "ssm:GetParameters: ThrottlingException: Rate exceeded".into(),
+            });
+            r
+        };
+        let limit = LAST_KNOWN_GOOD_FOR;
+        let (r, used) = with_last_known_good(throttled(), Some(&last), &spec, at(5), limit);
+        assert_eq!(used, 1);
+        assert!(r.node_class("gpu", &spec).is_some(), "still Ready: {r:?}");
+        // Not without a good resolution, not past the limit, not for
+        // another spec.
+        let (r, _) = with_last_known_good(throttled(), None, &spec, at(5), limit);
+        assert!(r.node_class("gpu", &spec).is_none());
+        let late = at(1) + chrono::TimeDelta::from_std(limit).unwrap();
+        let (r, used) = with_last_known_good(throttled(), Some(&last), &spec, late, limit);
+        assert_eq!(used, 0);
+        assert!(r.node_class("gpu", &spec).is_none());
+        let mut other = spec.clone();
+        other.role = Some("other".into());
+        let (_, used) = with_last_known_good(throttled(), Some(&last), &other, at(5), limit);
+        assert_eq!(used, 0);
+        // What AWS did answer (no such image) is never overridden.
+        let mut gone = resolved();
+        gone.amis = Err(Problem {
+            reason: reasons::AMIS_NOT_FOUND,
+            message: "no image".into(),
+        });
+        let (r, used) = with_last_known_good(gone, Some(&last), &spec, at(5), limit);
+        assert_eq!(used, 0);
+        assert!(r.amis.is_err());
     }
 
     #[test]

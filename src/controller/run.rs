@@ -3,22 +3,23 @@
 //! while this replica leads) and hands the actions to the executor; also
 //! drives the NodeClaim lifecycle and garbage collection.
 
-use super::checkpoint::{HookClient, Outstanding};
+use super::checkpoint::{HookAcks, HookClient, Outstanding};
 use super::events::Events;
-use super::executor::{self, Executor, HookAcks, Outcome, Targets};
-use super::interruptions::NoticeHandler;
+use super::executor::{self, Executor, Outcome, Targets};
 use super::kube_api::KubeApi;
-use super::lifecycle::{Lifecycle, Step};
+use super::lifecycle::{self, Lifecycle, Step};
+use super::notice_path::NoticePath;
 use super::simulated_nodes;
 use super::snapshot::{self, ClaimView, Store, WorldParts};
 use super::status;
-use crate::api::{NodeClaim, NodePool};
+use super::steps::{self, Finished, Steps};
+use crate::api::NodeClaim;
 use crate::catalog::Catalog;
 use crate::cloud::{self, CloudProvider, InstanceNotice, NoticeAcks};
-use crate::core::{Action, Core, ManagedNode, Time, World};
-use crate::metrics::{InterruptionLabels, Metrics, NodeLabels, PoolLabels};
+use crate::core::{Action, Core, ManagedNode, Notice, Time, World};
+use crate::metrics::{ActionLabels, Metrics, NodeLabels, PoolLabels, StepLabels};
 use kube::ResourceExt;
-use std::collections::{HashMap, HashSet};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
@@ -79,21 +80,36 @@ pub const GC_EVERY: Duration = Duration::from_secs(300);
 /// (a burst of pod events makes one round, not hundreds).
 pub const DEBOUNCE: Duration = Duration::from_millis(200);
 
-/// How long a draining claim waits before its evictions are retried.
-pub const DRAIN_RETRY: Duration = Duration::from_secs(5);
+pub use super::steps::DRAIN_RETRY;
+
+/// How long a shutdown waits for the lifecycle steps under way.
+const SHUTDOWN_STEPS: Duration = Duration::from_secs(15);
 
 /// How long a claim this process created counts in the world before the
 /// watch delivers it.
 const UNSEEN_CLAIM_TTL: Duration = Duration::from_secs(60);
 
 /// Runs until `shutdown` is cancelled, then finishes the round in flight
-/// and returns.
+/// (and the lifecycle steps under way) and returns.
 ///
-/// The order of one round: read the snapshot; hand new cloud notices to the
-/// core; if leader, run the core and execute its actions, reconcile every
-/// NodeClaim's lifecycle, keep simulated nodes in step, collect garbage
-/// every [`GC_EVERY`]; update metrics; sleep until the core's next deadline,
-/// `tick`, a watch change, a notice or a leadership change.
+/// Beside the loop, cloud notices have a task of their own
+/// ([`super::notice_path`]): each is made durable (an interruption's
+/// condition and cordon) as it comes, however long a round takes, and what
+/// the core must hear wakes the loop. NodeClaim lifecycle steps (launch,
+/// registration, drain) run as tasks too ([`super::steps`]), so that a
+/// round never waits for EC2.
+///
+/// The order of one round: read the snapshot; hand the core what the
+/// notice path and the lifecycle steps that ended came to; if leader, run
+/// the core (a step that panics is contained: see [`Core::decide`]) and
+/// carry out its actions, concurrently across claims, telling the core what
+/// came of each (a failed one is issued again after a backoff); start the
+/// lifecycle steps that are due, write drift and pool statuses, keep
+/// simulated nodes in step, start garbage collection every [`GC_EVERY`];
+/// update metrics; sleep until the core's next deadline or a claim's
+/// backoff ends (at most `tick`), a watch change, a notice for the core, a
+/// lifecycle step's end or a leadership change. Liveness counts progress
+/// (a round, a step, a notice, an action), not rounds.
 ///
 /// # Errors
 /// A watch that cannot start (missing CRDs, no permission).
@@ -162,14 +178,25 @@ pub struct Driver<C> {
     store: Arc<Store>,
     core: Core,
     last_gc: Option<Time>,
+    /// Garbage collection under way (it runs beside the loop).
+    gc: Option<tokio::task::JoinHandle<()>>,
     next_deadline: Option<Time>,
-    notices: NoticeHandler,
-    inbox: Vec<InstanceNotice>,
+    /// The notice path, when the loop runs it inline (rounds driven by
+    /// hand); [`Driver::run`] moves it into a task of its own.
+    notice_path: Option<NoticePath>,
+    /// What the notice path tells the core.
+    heard: mpsc::UnboundedReceiver<Notice>,
+    /// Notices taken off `heard` while the loop waited.
+    early: Vec<Notice>,
+    /// Lifecycle steps that ended and were taken while waiting.
+    finished: Vec<Finished>,
+    /// The time of the last round.
+    last_round: Option<Time>,
     /// Claims created by this process that the watch may not have
     /// delivered yet, so that the next round does not plan their pods again.
     created: Vec<(NodeClaim, Time)>,
-    /// Claims being drained, with when their evictions are retried.
-    drain_backoff: HashMap<String, Time>,
+    /// The NodeClaim lifecycle steps under way, and each claim's backoff.
+    steps: Steps,
     /// Kubernetes Events (left out in tests).
     pub events: Option<Events>,
     hooks: HookClient,
@@ -178,7 +205,6 @@ pub struct Driver<C> {
     /// Pods with an outstanding checkpoint request (to look them up).
     requested: std::collections::BTreeSet<String>,
     leader_open: bool,
-    notices_open: bool,
     /// The reason last published in a not-placeable Event, per pending pod,
     /// so an unchanged reason is not published every round.
     unplaceable: HashMap<String, String>,
@@ -186,21 +212,6 @@ pub struct Driver<C> {
     unreadable: snapshot::UnreadableReports,
     /// The actions of this round's decision.
     decided: Vec<Action>,
-}
-
-/// The NodeClaim lifecycle over a driver's API, cloud and timeouts (a free
-/// function: it borrows only these, so the driver's other fields stay
-/// writable while it works).
-fn lifecycle_of<'a, C>(ctx: &'a Context<C>, settings: &'a Settings) -> Lifecycle<'a, C> {
-    Lifecycle {
-        api: &ctx.api,
-        cloud: &*ctx.cloud,
-        metrics: &ctx.metrics,
-        launch_timeout: settings.launch_timeout,
-        registration_timeout: settings.registration_timeout,
-        catalog: ctx.catalog.borrow().clone(),
-        region: &settings.region,
-    }
 }
 
 /// Seconds since the first call, on a monotonic clock: the planner's timer
@@ -213,9 +224,32 @@ fn monotonic_seconds() -> f64 {
         .as_secs_f64()
 }
 
+/// The kind of an action, for the `actions_failed` metric.
+fn action_kind(a: &Action) -> &'static str {
+    match a {
+        Action::Launch(_) => "launch",
+        Action::Cordon { .. } => "cordon",
+        Action::Uncordon { .. } => "uncordon",
+        Action::RequestCheckpoint { .. } => "checkpoint",
+        Action::Evict { .. } => "evict",
+        Action::Delete { .. } => "delete",
+    }
+}
+
 impl<C: CloudProvider + Send + Sync + 'static> Driver<C> {
     /// A driver over a synced store; `now` tags this process' claim names.
     pub fn new(ctx: Context<C>, settings: Settings, store: Arc<Store>, now: Time) -> Driver<C> {
+        let steps = Steps::new(now.timestamp().unsigned_abs());
+        let (to_core, heard) = mpsc::unbounded_channel();
+        let notice_path = NoticePath::new(
+            store.clone(),
+            ctx.api.clone(),
+            ctx.leader.clone(),
+            ctx.notice_acks.clone(),
+            ctx.metrics.clone(),
+            steps.launches.clone(),
+            to_core,
+        );
         Driver {
             core: Core::new(settings.core.clone())
                 .with_solve_clock(monotonic_seconds)
@@ -224,18 +258,21 @@ impl<C: CloudProvider + Send + Sync + 'static> Driver<C> {
             settings,
             store,
             last_gc: None,
+            gc: None,
             next_deadline: None,
-            notices: NoticeHandler::new(),
-            inbox: Vec::new(),
+            notice_path: Some(notice_path),
+            heard,
+            early: Vec::new(),
+            finished: Vec::new(),
+            last_round: None,
             created: Vec::new(),
-            drain_backoff: HashMap::new(),
+            steps,
             events: None,
             hooks: HookClient::new(),
             hook_acks: HookAcks::default(),
             outstanding: Outstanding::default(),
             requested: Default::default(),
             leader_open: true,
-            notices_open: true,
             unplaceable: HashMap::new(),
             unreadable: Default::default(),
             decided: Vec::new(),
@@ -243,36 +280,54 @@ impl<C: CloudProvider + Send + Sync + 'static> Driver<C> {
     }
 
     /// Runs the core on a blocking thread (the planner may take seconds on
-    /// a big batch; the async workers keep serving watches, leases and
-    /// probes), leaving its actions in `self.decided`; gives `parts` back.
+    /// a big batch; the async workers keep serving watches, leases, probes
+    /// and notices), leaving its actions in `self.decided`; gives `parts`
+    /// back. The core decides on a copy: should the blocking thread fail
+    /// even so (a step's panic is contained in the core itself), the core
+    /// as it was is kept, with everything in flight and its claim tag.
     async fn decide_off_loop(
         &mut self,
         parts: WorldParts,
         catalog: Arc<Catalog>,
         now: Time,
-    ) -> Option<WorldParts> {
+    ) -> WorldParts {
         let region = self.settings.region.clone();
-        let fresh = Core::new(self.settings.core.clone()).with_solve_clock(monotonic_seconds);
-        let mut core = std::mem::replace(&mut self.core, fresh);
+        let mut core = self.core.clone();
+        let world_parts = Arc::new(parts);
+        let shared = world_parts.clone();
         let decided = tokio::task::spawn_blocking(move || {
-            let actions = core.decide(&parts.world(&catalog, &region), now);
-            (core, actions, parts)
+            let actions = core.decide(&shared.world(&catalog, &region), now);
+            (core, actions)
         })
         .await;
         match decided {
-            Ok((core, actions, parts)) => {
+            Ok((core, actions)) => {
                 self.core = core;
                 self.decided = actions;
-                Some(parts)
             }
             Err(e) => {
-                // The core's state went with the panic; a fresh core
-                // decides again from the world next round.
-                tracing::error!(error = %e, "the decision core failed; starting afresh");
+                tracing::error!(error = %e, "the decision core failed; its state is kept and it decides again next round");
+                self.ctx
+                    .metrics
+                    .decision_failures
+                    .get_or_create(&StepLabels {
+                        step: "decide".into(),
+                    })
+                    .inc();
                 self.decided = Vec::new();
-                None
             }
         }
+        for f in self.core.take_failures() {
+            tracing::error!(step = f.step, message = %f.message, "a decision step failed; the core decided without it");
+            self.ctx
+                .metrics
+                .decision_failures
+                .get_or_create(&StepLabels {
+                    step: f.step.into(),
+                })
+                .inc();
+        }
+        Arc::try_unwrap(world_parts).unwrap_or_else(|a| (*a).clone())
     }
 
     /// A Warning Event on each pod the batch cap left for a later batch,
@@ -349,25 +404,42 @@ impl<C: CloudProvider + Send + Sync + 'static> Driver<C> {
     }
 
     async fn run(&mut self, shutdown: &CancellationToken) {
+        // Notices get a task of their own: they are handled as they come,
+        // however long a round takes.
+        let path_stop = shutdown.child_token();
+        if let Some(path) = self.notice_path.take() {
+            let (_, closed) = mpsc::channel(1);
+            let notices = std::mem::replace(&mut self.ctx.notices, closed);
+            tokio::spawn(path.serve(notices, path_stop.clone()));
+        }
         loop {
             let now = chrono::Utc::now();
             self.round(now).await;
             self.ctx.metrics.progress.beat();
             if shutdown.is_cancelled() {
-                return;
+                break;
             }
             let wait = sleep_for(self.next_deadline, chrono::Utc::now(), self.settings.tick);
-            let (leader_open, notices_open) = (self.leader_open, self.notices_open);
+            let leader_open = self.leader_open;
             tokio::select! {
-                _ = shutdown.cancelled() => return,
+                _ = shutdown.cancelled() => break,
                 _ = tokio::time::sleep(wait) => {}
                 _ = self.store.changed.notified() => {
                     tokio::time::sleep(DEBOUNCE).await;
                 }
-                n = self.ctx.notices.recv(), if notices_open => match n {
-                    Some(n) => self.inbox.push(n),
-                    None => self.notices_open = false,
-                },
+                // A notice for the core: a round at once.
+                n = self.heard.recv() => {
+                    if let Some(n) = n {
+                        self.early.push(n);
+                    }
+                }
+                // A lifecycle step ended: its outcome goes to the core.
+                f = self.steps.wait_finished() => {
+                    if let Some(f) = f {
+                        self.steps.put_back(f);
+                    }
+                    tokio::time::sleep(DEBOUNCE).await;
+                }
                 r = self.ctx.leader.changed(), if leader_open => {
                     if r.is_err() {
                         self.leader_open = false;
@@ -376,62 +448,109 @@ impl<C: CloudProvider + Send + Sync + 'static> Driver<C> {
             }
             self.ctx.metrics.progress.beat();
         }
+        path_stop.cancel();
+        // Let the steps under way finish, within the default shutdown
+        // timeout (one cut short is taken up again by the next leader: every
+        // step is idempotent).
+        let _ = tokio::time::timeout(SHUTDOWN_STEPS, self.steps.idle(chrono::Utc::now())).await;
     }
 
     fn is_leader(&self) -> bool {
         *self.ctx.leader.borrow()
     }
 
+    /// Waits until no lifecycle step is under way and folds what they came
+    /// to into the driver, as the next round would (tests driving rounds by
+    /// hand use it to see a round's steps through).
+    pub async fn settle(&mut self) {
+        let now = self.last_round.unwrap_or_else(chrono::Utc::now);
+        let finished = self.steps.idle(now).await;
+        self.finished.extend(finished);
+    }
+
     /// One round at `now` (see [`run`]).
     pub async fn round(&mut self, now: Time) {
         let started = std::time::Instant::now();
+        self.last_round = Some(now);
         let catalog = self.ctx.catalog.borrow().clone();
         let region = self.settings.region.clone();
         let created = std::mem::take(&mut self.created);
-        let (parts, views, nodes_by_claim) = self.store.read(|s| {
-            let mut parts =
-                snapshot::world_parts(s, &catalog, &region, now, self.settings.core.max_batch_pods);
-            snapshot::mark_drift(s, &mut parts.nodes, &|c| self.ctx.cloud.launch_stamp(c));
-            // What the cloud can launch for each pool (EC2: the variants its
-            // node class has images for) narrows the pool's requirements.
-            for pool in &mut parts.pools {
-                let extra = self.ctx.cloud.pool_requirements(&pool.name_any());
-                pool.spec.template.spec.requirements.extend(extra);
-                // A pool the cloud cannot launch for (its EC2NodeClass is
-                // missing or not Ready) is marked not Ready for this
-                // round's decisions, so that nothing is planned for it; the
-                // status write and the node class reconciler's Event say why.
-                if let Some(why) = self.ctx.cloud.pool_problem(&pool.name_any()) {
-                    status::hold_not_ready(pool, &why, now);
-                }
-            }
-            for (claim, at) in created {
-                let name = claim.name_any();
-                let fresh = (now - at).to_std().is_ok_and(|d| d < UNSEEN_CLAIM_TTL);
-                if s.claims.contains_key(&name) || !fresh {
-                    continue;
-                }
-                let shape = WorldParts {
-                    pools: parts.pools.clone(),
-                    ..WorldParts::default()
-                };
-                let node = ManagedNode::launched(
-                    &snapshot::request_of(&claim),
-                    &shape.world(&catalog, &region),
-                    at,
+        if let Some(path) = self.notice_path.as_mut() {
+            path.take(&mut self.ctx.notices, now).await;
+        }
+        let mut finished = std::mem::take(&mut self.finished);
+        finished.extend(self.steps.take_finished(now));
+        let (parts, pending_work, nodes_by_claim, present, (prewarm, usage)) =
+            self.store.read(|s| {
+                let mut parts = snapshot::world_parts(
+                    s,
+                    &catalog,
+                    &region,
+                    now,
+                    self.settings.core.max_batch_pods,
                 );
-                parts.nodes.extend(node);
-                self.created.push((claim, at));
-            }
-            let views: Vec<ClaimView> = s.claims.values().map(|c| s.claim_view(c)).collect();
-            let mut nodes = HashMap::new();
-            for c in s.claims.values() {
-                if let Some(n) = s.node_of(c) {
-                    nodes.insert(c.name_any(), n.clone());
+                snapshot::mark_drift(s, &mut parts.nodes, &|c| self.ctx.cloud.launch_stamp(c));
+                // What the cloud can launch for each pool (EC2: the variants its
+                // node class has images for) narrows the pool's requirements.
+                for pool in &mut parts.pools {
+                    let extra = self.ctx.cloud.pool_requirements(&pool.name_any());
+                    pool.spec.template.spec.requirements.extend(extra);
+                    // A pool the cloud cannot launch for (its EC2NodeClass is
+                    // missing or not Ready) is marked not Ready for this
+                    // round's decisions, so that nothing is planned for it; the
+                    // status write and the node class reconciler's Event say why.
+                    if let Some(why) = self.ctx.cloud.pool_problem(&pool.name_any()) {
+                        status::hold_not_ready(pool, &why, now);
+                    }
                 }
-            }
-            (parts, views, nodes)
-        });
+                for (claim, at) in created {
+                    let name = claim.name_any();
+                    let fresh = (now - at).to_std().is_ok_and(|d| d < UNSEEN_CLAIM_TTL);
+                    if s.claims.contains_key(&name) || !fresh {
+                        continue;
+                    }
+                    let shape = WorldParts {
+                        pools: parts.pools.clone(),
+                        ..WorldParts::default()
+                    };
+                    let node = ManagedNode::launched(
+                        &snapshot::request_of(&claim),
+                        &shape.world(&catalog, &region),
+                        at,
+                    );
+                    parts.nodes.extend(node);
+                    self.created.push((claim, at));
+                }
+                // Views only of the claims whose lifecycle has a step to take
+                // now (building one clones the claim and its pods).
+                let pending_work: Vec<ClaimView> = s
+                    .claims
+                    .values()
+                    .filter(|c| lifecycle::needs_work(c))
+                    .filter(|c| self.steps.may_start(&c.name_any(), now))
+                    .map(|c| s.claim_view(c))
+                    .collect();
+                let mut nodes = HashMap::new();
+                for c in s.claims.values() {
+                    if let Some(n) = s.node_of(c) {
+                        nodes.insert(c.name_any(), n.clone());
+                    }
+                }
+                let present = steps::names(s.claims.values());
+                let prewarm: Vec<String> = s
+                    .claims
+                    .values()
+                    .filter(|c| c.labels().contains_key(executor::PREWARM_LABEL))
+                    .map(|c| c.spec.node_pool.clone())
+                    .collect();
+                let usage: Vec<status::PoolUsage> = parts
+                    .pools
+                    .iter()
+                    .map(|p| status::pool_usage(p, s.claims.values(), &catalog))
+                    .collect();
+                (parts, pending_work, nodes, present, (prewarm, usage))
+            });
+        self.steps.retain(&present);
         let mut parts = parts;
         self.checkpoint_bookkeeping(&mut parts, now);
         // ProvisioningRequests: stand-ins to plan, room to hold.
@@ -460,18 +579,19 @@ impl<C: CloudProvider + Send + Sync + 'static> Driver<C> {
         parts.pending = kept;
         {
             let world = parts.world(&catalog, &region);
-            self.take_notices(&world, &views, now).await;
+            self.hear(&world, finished, now).await;
         }
 
         if self.is_leader() {
-            let Some(back) = self.decide_off_loop(parts, catalog.clone(), now).await else {
-                return;
-            };
-            parts = back;
+            parts = self.decide_off_loop(parts, catalog.clone(), now).await;
             self.ctx
                 .metrics
                 .decision_duration_seconds
                 .observe(started.elapsed().as_secs_f64());
+            self.ctx
+                .metrics
+                .karpenter
+                .decided(self.core.disruption_decisions());
             self.ctx
                 .metrics
                 .karpenter
@@ -499,59 +619,102 @@ impl<C: CloudProvider + Send + Sync + 'static> Driver<C> {
                 now,
             )
             .await;
-            let pods = self.store.read(|s| {
-                actions
-                    .iter()
-                    .filter_map(|a| match a {
-                        Action::RequestCheckpoint { pod, .. } => {
-                            s.pods.get(pod).map(|p| (pod.clone(), p.clone()))
-                        }
-                        _ => None,
-                    })
-                    .collect()
-            });
-            let targets = Targets {
-                nodes: nodes_by_claim,
-                pods,
-            };
-            let executor = Executor {
-                api: &self.ctx.api,
-                metrics: &self.ctx.metrics,
-                leader: &self.ctx.leader,
-                events: self.events.as_ref(),
-                hooks: &self.hooks,
-                hook_acks: &self.hook_acks,
-                disruptions: self.core.disruption_decisions(),
-            };
-            let outcomes = executor.execute(&actions, &world, &targets, now).await;
-            for (action, o) in actions.iter().zip(outcomes) {
-                match (action, o) {
-                    (_, Ok(Outcome::Created(claim))) => self.created.push((*claim, now)),
-                    (Action::RequestCheckpoint { pod, deadline, .. }, Ok(Outcome::Done)) => {
-                        self.outstanding.requested(pod, now, *deadline);
-                        self.requested.insert(pod.clone());
-                    }
-                    _ => {}
-                }
-            }
-            self.reconcile_claims(&views, &world, now).await;
-            self.write_drift(&views, &world, now).await;
-            if self.is_leader() {
-                self.update_pool_statuses(&catalog, now).await;
-            }
-            if self.ctx.simulated_nodes && self.is_leader() {
+            self.execute(&actions, &world, nodes_by_claim, now).await;
+            self.start_steps(pending_work, &parts, now);
+            self.write_drift(&world, now).await;
+            self.update_pool_statuses(&catalog, now).await;
+            if self.ctx.simulated_nodes {
                 self.simulated_nodes(now).await;
             }
-            if self.is_leader()
-                && self
-                    .last_gc
-                    .is_none_or(|t| (now - t).to_std().is_ok_and(|d| d >= GC_EVERY))
-            {
-                self.collect_garbage(&views, now).await;
+            let due = self
+                .last_gc
+                .is_none_or(|t| (now - t).to_std().is_ok_and(|d| d >= GC_EVERY));
+            if due && self.gc.as_ref().is_none_or(|g| g.is_finished()) {
+                self.collect_garbage(now);
             }
         }
-        update_metrics(&self.ctx.metrics, &catalog, &parts, &views);
-        self.next_deadline = self.core.next_deadline(&world, now);
+        update_metrics(&self.ctx.metrics, &catalog, &parts, &prewarm, &usage);
+        let core = self.core.next_deadline(&world, now);
+        let steps = self.steps.next_due(now);
+        self.next_deadline = [core, steps].into_iter().flatten().min();
+    }
+
+    /// Carries out the round's actions (concurrently across claims: see
+    /// [`Executor::execute`]) and tells the core what came of each: a
+    /// failed one is issued again after a backoff.
+    async fn execute(
+        &mut self,
+        actions: &[Action],
+        world: &World<'_>,
+        nodes: HashMap<String, snapshot::NodeInfo>,
+        now: Time,
+    ) {
+        let pods = self.store.read(|s| {
+            actions
+                .iter()
+                .filter_map(|a| match a {
+                    Action::RequestCheckpoint { pod, .. } => {
+                        s.pods.get(pod).map(|p| (pod.clone(), p.clone()))
+                    }
+                    _ => None,
+                })
+                .collect()
+        });
+        let targets = Targets { nodes, pods };
+        let executor = Executor {
+            api: &self.ctx.api,
+            metrics: &self.ctx.metrics,
+            leader: &self.ctx.leader,
+            events: self.events.as_ref(),
+            hooks: &self.hooks,
+            hook_acks: &self.hook_acks,
+            parallel: executor::PARALLEL,
+            disruptions: self.core.disruption_decisions(),
+        };
+        let outcomes = executor.execute(actions, world, &targets, now).await;
+        for (action, o) in actions.iter().zip(outcomes) {
+            let outcome = executor::core_outcome(&o);
+            if outcome == crate::core::Outcome::Failed {
+                self.ctx
+                    .metrics
+                    .actions_failed
+                    .get_or_create(&ActionLabels {
+                        action: action_kind(action).into(),
+                    })
+                    .inc();
+            }
+            self.core.observe_outcome(action, outcome, now);
+            match (action, o) {
+                (_, Ok(Outcome::Created(claim))) => self.created.push((*claim, now)),
+                (Action::RequestCheckpoint { pod, deadline, .. }, Ok(Outcome::Done)) => {
+                    self.outstanding.requested(pod, now, *deadline);
+                    self.requested.insert(pod.clone());
+                }
+                _ => {}
+            }
+        }
+    }
+
+    /// Starts a lifecycle step for each claim that has one to take and no
+    /// step under way, its backoff over ([`Steps`]).
+    fn start_steps(&mut self, views: Vec<ClaimView>, parts: &WorldParts, now: Time) {
+        if views.is_empty() {
+            return;
+        }
+        let handles = steps::Handles {
+            api: self.ctx.api.clone(),
+            cloud: self.ctx.cloud.clone(),
+            metrics: self.ctx.metrics.clone(),
+            leader: self.ctx.leader.clone(),
+            launch_timeout: self.settings.launch_timeout,
+            registration_timeout: self.settings.registration_timeout,
+            policies: Arc::new(steps::policies(&parts.pools)),
+            hooks: self.hooks.clone(),
+            hook_acks: self.hook_acks.clone(),
+            catalog: self.ctx.catalog.borrow().clone(),
+            region: self.settings.region.as_str().into(),
+        };
+        self.steps.start(views, &handles, now);
     }
 
     /// Folds hook acknowledgements into the world's pods, and resolves
@@ -598,115 +761,82 @@ impl<C: CloudProvider + Send + Sync + 'static> Driver<C> {
         }
     }
 
-    /// Hands the core the interruptions recorded on claims it has not
-    /// heard of (after a restart), then every new cloud notice, each
-    /// recorded first where it must be, and reports to the feed what became
-    /// of each (see [`super::interruptions`]).
-    async fn take_notices(&mut self, world: &World<'_>, views: &[ClaimView], now: Time) {
-        for notice in self.notices.resume(views) {
-            self.core.handle_notice(&notice, world, now);
+    /// Hands the core what it must hear before deciding: the notices the
+    /// notice path passed on (each made durable first where it must be:
+    /// see [`super::interruptions`]), and what the lifecycle steps that
+    /// ended came to (a capacity error, a node Ready), with an Event on a
+    /// pool whose launch failed.
+    async fn hear(&mut self, world: &World<'_>, finished: Vec<Finished>, now: Time) {
+        for n in std::mem::take(&mut self.early) {
+            self.core.handle_notice(&n, world, now);
         }
-        while let Ok(n) = self.ctx.notices.try_recv() {
-            self.inbox.push(n);
+        while let Ok(n) = self.heard.try_recv() {
+            self.core.handle_notice(&n, world, now);
         }
-        let leader = self.is_leader();
-        for n in std::mem::take(&mut self.inbox) {
-            let handled = self
-                .notices
-                .handle(&n, views, &self.ctx.api, leader, now)
-                .await;
-            self.ctx.notice_acks.push(&n, handled.outcome);
-            for (pool, kind) in handled.counted {
-                self.ctx
-                    .metrics
-                    .interruptions
-                    .get_or_create(&InterruptionLabels {
-                        nodepool: pool,
-                        kind: kind.into(),
-                    })
-                    .inc();
-            }
-            for notice in handled.notices {
-                tracing::info!(instance = %n.instance_id, ?notice, "cloud notice");
-                self.core.handle_notice(&notice, world, now);
-            }
-        }
-    }
-
-    async fn reconcile_claims(&mut self, views: &[ClaimView], world: &World<'_>, now: Time) {
-        let lifecycle = lifecycle_of(&self.ctx, &self.settings);
-        let mut to_core = Vec::new();
-        let present: HashSet<String> = views.iter().map(|v| v.claim.name_any()).collect();
-        self.drain_backoff.retain(|c, _| present.contains(c));
-        for view in views {
-            if !*self.ctx.leader.borrow() {
-                return;
-            }
-            let name = view.claim.name_any();
-            if self.drain_backoff.get(&name).is_some_and(|t| *t > now) {
-                continue;
-            }
-            match lifecycle.reconcile(view, now).await {
-                Ok(Step::Draining { .. }) => {
-                    // Pods are leaving or a PDB said not yet: evictions are
-                    // retried after a pause, not on every watch event.
-                    let pause = chrono::TimeDelta::from_std(DRAIN_RETRY).unwrap_or_default();
-                    self.drain_backoff.insert(name, now + pause);
-                }
-                Ok(Step::Initialized { .. }) => to_core.push(Err(name)),
-                Ok(Step::LaunchFailed { reason, notice }) => {
-                    if let Some(ev) = &self.events {
-                        let pool = super::events::node_pool_ref(&view.claim.spec.node_pool, None);
-                        ev.launch_failed(
-                            &pool,
-                            &view.claim.name_any(),
-                            &reason,
-                            "the claim is re-planned",
-                        )
-                        .await;
-                    }
-                    to_core.extend(notice.map(Ok));
-                }
-                Ok(_) => {}
-                Err(e) => tracing::warn!(error = %e, "lifecycle step failed; retrying next round"),
-            }
-        }
-        for item in to_core {
-            match item {
-                Ok(notice) => self.core.handle_notice(&notice, world, now),
-                Err(claim) => {
-                    if let Some(mut node) = world.nodes.iter().find(|n| n.claim == claim).cloned() {
+        for f in finished {
+            match f.result {
+                Ok(Step::Initialized { .. }) => {
+                    if let Some(mut node) = world.nodes.iter().find(|n| n.claim == f.claim).cloned()
+                    {
                         node.ready_at = Some(now);
                         node.state.in_flight = false;
                         self.core.observe_ready(&node);
                     }
+                }
+                Ok(Step::LaunchFailed { reason, notice }) => {
+                    if let Some(ev) = &self.events {
+                        let pool = super::events::node_pool_ref(&f.pool, None);
+                        ev.launch_failed(&pool, &f.claim, &reason, "the claim is re-planned")
+                            .await;
+                    }
+                    if let Some(notice) = notice {
+                        self.core.handle_notice(&notice, world, now);
+                    }
+                }
+                Ok(_) => {}
+                Err(e) => {
+                    tracing::warn!(claim = %f.claim, error = %e, "lifecycle step failed; retried after a backoff")
                 }
             }
         }
     }
 
     /// Brings each claim's `Drifted` condition in line with what the world
-    /// says drifted (leader only; a failed write is retried next round).
-    async fn write_drift(&mut self, views: &[ClaimView], world: &World<'_>, now: Time) {
-        for view in views {
+    /// says drifted (leader only; written against the claim's current
+    /// status; a failed write is retried next round).
+    async fn write_drift(&mut self, world: &World<'_>, now: Time) {
+        let changes: Vec<(NodeClaim, Option<crate::core::drift::Drift>)> = self.store.read(|s| {
+            s.claims
+                .values()
+                .filter_map(|c| {
+                    let name = c.name_any();
+                    let drifted = world
+                        .nodes
+                        .iter()
+                        .find(|n| n.claim == name)
+                        .and_then(|n| n.drifted);
+                    super::lifecycle::drift_status(c, drifted, now).map(|_| (c.clone(), drifted))
+                })
+                .collect()
+        });
+        for (claim, drifted) in changes {
             if !self.is_leader() {
                 return;
             }
-            let name = view.claim.name_any();
-            let drifted = world
-                .nodes
-                .iter()
-                .find(|n| n.claim == name)
-                .and_then(|n| n.drifted);
-            let Some(status) = super::lifecycle::drift_status(&view.claim, drifted, now) else {
-                continue;
-            };
-            match self.ctx.api.patch_node_claim_status(&name, &status).await {
+            let name = claim.name_any();
+            let written = self
+                .ctx
+                .api
+                .update_node_claim_status(&claim, |status| {
+                    super::lifecycle::apply_drift(status, drifted, now)
+                })
+                .await;
+            match written {
                 Ok(()) => {
                     if let Some(d) = drifted {
                         tracing::info!(claim = %name, reason = d.reason(), "NodeClaim drifted: {d}");
                         if let Some(ev) = &self.events {
-                            let uid = view.claim.uid();
+                            let uid = claim.uid();
                             let claim = super::events::node_claim_ref(&name, uid.as_deref());
                             ev.drifted(&claim, &d.to_string()).await;
                         }
@@ -808,31 +938,78 @@ impl<C: CloudProvider + Send + Sync + 'static> Driver<C> {
         simulated_nodes::apply(&self.ctx.api, ops, now).await;
     }
 
-    async fn collect_garbage(&mut self, views: &[ClaimView], now: Time) {
+    /// Waits for the garbage collection under way, if any, to end.
+    pub async fn wait_for_gc(&mut self) {
+        if let Some(gc) = self.gc.take() {
+            let _ = gc.await;
+        }
+    }
+
+    /// Starts garbage collection beside the loop (it lists every instance,
+    /// which EC2 may throttle): instances of ours without a claim, or
+    /// doubles of a claim's instance, are terminated; claims whose instance
+    /// is gone are deleted.
+    fn collect_garbage(&mut self, now: Time) {
         self.last_gc = Some(now);
-        let claims: HashSet<String> = views.iter().map(|v| v.claim.name_any()).collect();
-        let grace =
-            chrono::TimeDelta::from_std(self.settings.gc_grace).unwrap_or(chrono::TimeDelta::MAX);
-        match cloud::collect_garbage(&*self.ctx.cloud, &claims, now, grace).await {
-            Ok((done, failed)) => {
-                for i in &done {
-                    tracing::warn!(claim = %i.claim, provider_id = %i.provider_id, "terminated an instance without a NodeClaim");
+        let (claims, views) = self.store.read(|s| {
+            let claims: HashMap<String, Option<String>> = s
+                .claims
+                .values()
+                .map(|c| {
+                    let provider = c.status.as_ref().and_then(|st| st.provider_id.clone());
+                    (c.name_any(), provider)
+                })
+                .collect();
+            let views: Vec<ClaimView> = s.claims.values().map(|c| s.claim_view(c)).collect();
+            (claims, views)
+        });
+        let (cloud, api, metrics) = (
+            self.ctx.cloud.clone(),
+            self.ctx.api.clone(),
+            self.ctx.metrics.clone(),
+        );
+        let settings = self.settings.clone();
+        let catalog = self.ctx.catalog.borrow().clone();
+        let (hooks, acks, launches) = (
+            self.hooks.clone(),
+            self.hook_acks.clone(),
+            self.steps.launches.clone(),
+        );
+        self.gc = Some(tokio::spawn(async move {
+            let grace =
+                chrono::TimeDelta::from_std(settings.gc_grace).unwrap_or(chrono::TimeDelta::MAX);
+            match cloud::collect_garbage(&*cloud, &claims, now, grace).await {
+                Ok((done, failed)) => {
+                    for i in &done {
+                        tracing::warn!(claim = %i.claim, provider_id = %i.provider_id, "terminated an instance without a NodeClaim (or a double of one)");
+                    }
+                    metrics.garbage_collected.inc_by(done.len() as u64);
+                    for e in failed {
+                        tracing::warn!(error = %e, "garbage collection could not terminate an instance");
+                    }
                 }
-                self.ctx.metrics.garbage_collected.inc_by(done.len() as u64);
-                for e in failed {
-                    tracing::warn!(error = %e, "garbage collection could not terminate an instance");
-                }
+                Err(e) => tracing::warn!(error = %e, "garbage collection could not list instances"),
             }
-            Err(e) => tracing::warn!(error = %e, "garbage collection could not list instances"),
-        }
-        // And the other way round: claims whose instance is gone.
-        let lifecycle = lifecycle_of(&self.ctx, &self.settings);
-        if let Err(e) = lifecycle
-            .collect_lost(views, now, self.settings.gc_grace)
-            .await
-        {
-            tracing::warn!(error = %e, "garbage collection could not check the claims' instances");
-        }
+            // And the other way round: claims whose instance is gone.
+            let policies = BTreeMap::new();
+            let lifecycle = Lifecycle {
+                api: &api,
+                cloud: &*cloud,
+                metrics: &metrics,
+                launch_timeout: settings.launch_timeout,
+                registration_timeout: settings.registration_timeout,
+                policies: &policies,
+                hooks: &hooks,
+                hook_acks: &acks,
+                launches: &launches,
+                catalog,
+                region: &settings.region,
+            };
+            if let Err(e) = lifecycle.collect_lost(&views, now, settings.gc_grace).await {
+                tracing::warn!(error = %e, "garbage collection could not check the claims' instances");
+            }
+            metrics.progress.beat();
+        }));
     }
 }
 
@@ -848,12 +1025,15 @@ pub fn sleep_for(deadline: Option<Time>, now: Time, tick: Duration) -> Duration 
 
 /// Sets the per-pool gauges from the round's world: nodes and accelerators
 /// by pool, instance type and capacity type; cost per hour by pool; nodes
-/// held for pre-warm windows by pool; each pool's usage and limits.
+/// held for pre-warm windows by pool (`prewarm`: the pool of each claim
+/// launched for a window); each pool's usage and limits (`usage`, one per
+/// pool of `parts`, in order).
 pub fn update_metrics(
     metrics: &Metrics,
     catalog: &Catalog,
     parts: &WorldParts,
-    views: &[ClaimView],
+    prewarm: &[String],
+    usage: &[status::PoolUsage],
 ) {
     metrics.nodes.clear();
     metrics.gpus.clear();
@@ -880,30 +1060,20 @@ pub fn update_metrics(
             .get_or_create(&PoolLabels { nodepool: pool })
             .set(c);
     }
-    let usage: Vec<(&NodePool, status::PoolUsage)> = parts
-        .pools
-        .iter()
-        .map(|p| {
-            (
-                p,
-                status::pool_usage(p, views.iter().map(|v| &v.claim), catalog),
-            )
-        })
-        .collect();
     metrics.karpenter.set_pools(
-        usage
+        parts
+            .pools
             .iter()
-            .map(|(p, u)| (*p, &u.resources, u.nodes, u.cost_per_hour)),
+            .zip(usage)
+            .map(|(p, u)| (p, &u.resources, u.nodes, u.cost_per_hour)),
     );
-    for v in views {
-        if v.claim.labels().contains_key(executor::PREWARM_LABEL) {
-            metrics
-                .prewarm_nodes
-                .get_or_create(&PoolLabels {
-                    nodepool: v.claim.spec.node_pool.clone(),
-                })
-                .inc();
-        }
+    for pool in prewarm {
+        metrics
+            .prewarm_nodes
+            .get_or_create(&PoolLabels {
+                nodepool: pool.clone(),
+            })
+            .inc();
     }
 }
 

@@ -100,6 +100,13 @@ pub fn node_for(instance: &Instance, claim: &NodeClaim) -> Node {
         instance.offering.instance_type.clone(),
     );
     labels.insert(l::ZONE_ID.into(), instance.offering.zone.clone());
+    // The simulated account names its zones by the default rule, and its
+    // "cloud-controller-manager" labels the node with the name.
+    let region = labels.get(l::REGION).cloned().unwrap_or_default();
+    labels.insert(
+        l::ZONE.into(),
+        crate::catalog::ZoneNames::new().name_of(&region, &instance.offering.zone),
+    );
     labels.insert(
         l::CAPACITY_TYPE.into(),
         instance.offering.capacity_type.as_str().into(),
@@ -252,6 +259,7 @@ mod tests {
                     TaintEffect::NoSchedule,
                 )],
                 termination_grace_period: None,
+                expire_after: None,
             },
         );
         c.metadata.finalizers = Some(vec![l::FINALIZER.into()]);

@@ -340,6 +340,7 @@ mod tests {
                 taints: Vec::new(),
                 startup_taints: Vec::new(),
                 termination_grace_period: None,
+                expire_after: None,
             },
         );
         if launched {

@@ -75,7 +75,7 @@ fn seconds(from: Time, now: Time) -> f64 {
 
 /// The cadence rule's memory: requests not yet answered, and the next time
 /// a pod falls due.
-#[derive(Debug, Default)]
+#[derive(Debug, Clone, Default)]
 pub struct Cadence {
     /// Pod → when its last cadence request was made, and the last round
     /// that saw the pod still asked for (older entries are dropped).
@@ -275,6 +275,8 @@ mod tests {
             do_not_disrupt: false,
             drifted: None,
             disrupted: false,
+            expire_after: None,
+            termination_grace: None,
         }
     }
 

@@ -350,6 +350,8 @@ mod tests {
             do_not_disrupt: false,
             drifted: None,
             disrupted: false,
+            expire_after: None,
+            termination_grace: None,
         };
         let k = spot("g5.xlarge", "use1-az1");
         let nodes = [

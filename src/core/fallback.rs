@@ -45,7 +45,8 @@ pub fn fallbacks(req: &ClaimRequest, world: &World, pods: &[&Pod]) -> Vec<Offeri
         .filter(|o| o.capacity_type == req.offering.capacity_type)
         .filter(|o| o.zone_id != req.offering.zone)
         .filter(|o| {
-            let labels = crate::cluster::shape::node_labels(it, o, &pool.name);
+            let labels =
+                crate::cluster::shape::node_labels(it, o, world.catalog.zone_names(), &pool.name);
             pool.requirements.iter().all(|r| r.matches(&labels))
         })
         .map(|o| (o.price_per_hour, offering_key(o)))

@@ -88,6 +88,16 @@ impl GangLaunches {
         }
     }
 
+    /// Takes in that `claim` could not even be created: it failed as a
+    /// launch without capacity does, seen or not.
+    pub fn launch_failed(&mut self, claim: &str) {
+        for launch in self.gangs.values_mut() {
+            if launch.claims.contains_key(claim) {
+                launch.out_of_capacity.insert(claim.to_string());
+            }
+        }
+    }
+
     /// Deletes of the other claims (in flight or Ready) of every gang one
     /// of whose claims is gone before it became Ready, after it was seen in flight or a
     /// capacity error for its offering; such gangs, and gangs whose claims

@@ -22,8 +22,11 @@ pub mod interruption;
 pub mod prewarm;
 pub mod provisioning;
 pub mod time;
+pub mod retry;
+pub mod termination;
 
-pub use decide::{Config, Core, PlanReport};
+pub use decide::{Config, Core, PlanReport, StepFailure};
+pub use retry::Outcome;
 
 use crate::catalog::CapacityType;
 use crate::cluster::{NodeState, Pod};
@@ -102,6 +105,13 @@ pub struct ManagedNode {
     /// its finalizer's): a disruption of ours started on it. One that no
     /// in-memory drain owns was lost with a restarted controller.
     pub disrupted: bool,
+    /// How long it may live (its claim's `expireAfter`: its pool's when it
+    /// was launched); `None`: forever. An older node is replaced
+    /// (`consolidation::expired`).
+    pub expire_after: Option<std::time::Duration>,
+    /// Its claim's `terminationGracePeriod` (its pool's when it was
+    /// launched); `None`: none.
+    pub termination_grace: Option<std::time::Duration>,
 }
 
 /// A PodDisruptionBudget, reduced to what eviction decisions need.
@@ -202,6 +212,9 @@ pub enum DisruptionReason {
     /// A scheduled change (instance retirement, stop, reboot, maintenance)
     /// is coming: drained before it starts.
     ScheduledChange,
+    /// Older than its pool's `expireAfter`: replaced, new node first,
+    /// whatever the disruption budgets say (`consolidation::expired`).
+    Expired,
 }
 
 impl fmt::Display for DisruptionReason {
@@ -215,6 +228,7 @@ impl fmt::Display for DisruptionReason {
             DisruptionReason::Drifted => "drifted",
             DisruptionReason::GangLaunchFailed => "another member of its gang failed to launch",
             DisruptionReason::ScheduledChange => "scheduled maintenance",
+            DisruptionReason::Expired => "expired",
         })
     }
 }
@@ -235,17 +249,19 @@ impl DisruptionReason {
             DisruptionReason::Drifted => "drifted",
             DisruptionReason::GangLaunchFailed => "gang_launch_failed",
             DisruptionReason::ScheduledChange => "scheduled_change",
+            DisruptionReason::Expired => "expired",
         }
     }
 }
 
-/// A voluntary disruption [`Core::decide`] started (consolidation or drift
-/// replacement): which nodes go, why, and the claims launched to take their
-/// pods. Data for the drivers' metrics; the actions carry it out.
+/// A disruption [`Core::decide`] started (consolidation, drift replacement,
+/// or the forceful replacement of an expired node): which nodes go, why,
+/// and the claims launched to take their pods. Data for the drivers'
+/// metrics; the actions carry it out.
 #[derive(Debug, Clone, PartialEq)]
 pub struct DisruptionDecision {
-    /// Why: [`DisruptionReason::Empty`], [`DisruptionReason::Underutilized`]
-    /// or [`DisruptionReason::Drifted`].
+    /// Why: [`DisruptionReason::Empty`], [`DisruptionReason::Underutilized`],
+    /// [`DisruptionReason::Drifted`] or [`DisruptionReason::Expired`].
     pub reason: DisruptionReason,
     /// The claims to remove (several empty nodes go in one decision).
     pub claims: Vec<String>,
@@ -284,6 +300,12 @@ pub enum Action {
         claim: String,
         /// Why.
         reason: DisruptionReason,
+    },
+    /// Take back a cordon of ours: remove `quartermaster.dev/disrupted` and
+    /// `unschedulable` (a removal that no longer holds on a fresh world).
+    Uncordon {
+        /// NodeClaim.
+        claim: String,
     },
     /// Ask a pod to checkpoint by `deadline` (annotation, and the hook if
     /// the pod or pool names one).
@@ -326,6 +348,7 @@ impl fmt::Display for Action {
                 }
             }
             Action::Cordon { claim, reason } => write!(f, "cordon {claim} ({reason})"),
+            Action::Uncordon { claim } => write!(f, "uncordon {claim}"),
             Action::RequestCheckpoint {
                 pod,
                 claim,

@@ -273,7 +273,10 @@ pub fn is_placeholder(pod: &str) -> bool {
 /// can be used up), so a pool of spot and reserved capacity still holds its
 /// windows on either.
 pub fn holds_on_spot(pool: &NodePool) -> bool {
-    !pool.spec.capacity_types.contains(&CapacityType::OnDemand)
+    !pool
+        .spec
+        .allowed_capacity_types()
+        .contains(&CapacityType::OnDemand)
 }
 
 /// The window's `capacity` as placeholder pods the planner can place,
@@ -846,6 +849,8 @@ mod tests {
             do_not_disrupt: false,
             drifted: None,
             disrupted: false,
+            expire_after: None,
+            termination_grace: None,
         };
         l.observe_node(&node);
         assert_eq!(l.observations("g5"), 0, "not Ready yet");

@@ -170,9 +170,14 @@ impl KarpenterMetrics {
             .inc();
     }
 
-    /// Counts the disruptions the core started.
+    /// Counts the voluntary disruptions the core started (an expiry is
+    /// forceful, as in Karpenter, and not counted here; its replacements
+    /// are created with reason `expired`).
     pub fn decided(&self, disruptions: &[DisruptionDecision]) {
-        for d in disruptions {
+        for d in disruptions
+            .iter()
+            .filter(|d| d.reason != DisruptionReason::Expired)
+        {
             let consolidation_type = match d.reason {
                 DisruptionReason::Empty => "empty",
                 DisruptionReason::Underutilized => "single",

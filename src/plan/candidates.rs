@@ -2,7 +2,7 @@
 //! zone x capacity type) with the shape, labels and taints their nodes would
 //! have, and the explanation of why a pod fits none of them.
 
-use crate::api::labels as l;
+use crate::api::labels::{self as l, LabelLookup};
 use crate::catalog::{mig, AcceleratorKind, CapacityType, Offering};
 use crate::cluster::requirements::untolerated;
 use crate::cluster::shape::{self, GpuSharing};
@@ -10,18 +10,46 @@ use crate::cluster::{Labels, Pool, Resources, Taint};
 
 use super::classes::Class;
 use super::Input;
+use std::sync::Arc;
 
-/// The labels [`shape::node_labels_from`] sets per offering (the rest come
+/// The labels [`shape::offering_labels`] sets per offering (the rest come
 /// from the instance type).
-const OFFERING_LABELS: [&str; 7] = [
+const OFFERING_LABELS: [&str; 9] = [
     l::REGION,
     l::ZONE_ID,
     l::ZONE,
     l::CAPACITY_TYPE,
+    l::KARPENTER_CAPACITY_TYPE,
     l::NODEPOOL,
+    l::KARPENTER_NODEPOOL,
     l::CAPACITY_RESERVATION_ID,
     l::CAPACITY_RESERVATION_KIND,
 ];
+
+/// A candidate node's labels: its instance type's, shared with every
+/// offering of the type (`Catalog::type_labels`), and the ones its offering
+/// and pool set on top. Kept apart so that a plan over thousands of
+/// offerings does not copy each type's labels for every one of them.
+#[derive(Debug, Clone)]
+pub struct NodeLabels {
+    type_labels: Arc<Labels>,
+    own: Labels,
+}
+
+impl NodeLabels {
+    /// Every label, in one map (what the node will carry).
+    pub fn to_map(&self) -> Labels {
+        let mut m = (*self.type_labels).clone();
+        m.extend(self.own.iter().map(|(k, v)| (k.clone(), v.clone())));
+        m
+    }
+}
+
+impl LabelLookup for NodeLabels {
+    fn label(&self, key: &str) -> Option<&String> {
+        self.own.get(key).or_else(|| self.type_labels.get(key))
+    }
+}
 
 /// One offering as a given pool would launch it.
 #[derive(Debug, Clone)]
@@ -37,7 +65,7 @@ pub struct Candidate {
     /// What pods can use: allocatable minus the pool's daemonset overhead.
     pub allocatable: Resources,
     /// Labels of the node.
-    pub labels: Labels,
+    pub labels: NodeLabels,
     /// Taints of the node.
     pub taints: Vec<Taint>,
     /// Hourly interruption rate (0 for on-demand).
@@ -84,9 +112,10 @@ pub fn candidates(input: &Input) -> Vec<Candidate> {
     let (catalog, region, pools) = (input.catalog, input.region, input.pools);
     let unavailable = input.unavailable;
     let mut out = Vec::new();
-    // Each instance type's labels once per call, not once per offering and
-    // pool: building them dominated planning in long simulations.
-    let mut type_labels: std::collections::HashMap<&str, Labels> = Default::default();
+    // Each instance type's labels come from the catalog, computed once
+    // (building them per plan dominated planning in long simulations), and
+    // each zone is named once per call.
+    let mut zone_names: std::collections::HashMap<&str, String> = Default::default();
     for (pi, pool) in pools.iter().enumerate() {
         // Requirements on labels only the instance type sets are checked once
         // per type, before any offering's labels are built: most offerings
@@ -122,20 +151,26 @@ pub fn candidates(input: &Input) -> Vec<Candidate> {
                     continue;
                 }
             }
-            let base = type_labels
-                .entry(it.name.as_str())
-                .or_insert_with(|| crate::catalog::instance_type_labels(it));
+            let Some(base) = catalog.type_labels(&it.name) else {
+                continue;
+            };
             let ok = *type_ok
                 .entry(it.name.as_str())
-                .or_insert_with(|| type_level.iter().all(|r| r.matches(base)));
+                .or_insert_with(|| type_level.iter().all(|r| r.matches(base.as_ref())));
             if !ok {
                 continue;
             }
-            let base = base.clone();
-            let mut labels = shape::node_labels_from(base, o, &pool.name);
+            let zone_name = zone_names
+                .entry(o.zone_id.as_str())
+                .or_insert_with(|| catalog.zone_name(region, &o.zone_id));
+            let mut own = shape::offering_labels(o, zone_name, &pool.name);
             for (k, v) in &pool.labels {
-                labels.insert(k.clone(), v.clone());
+                own.insert(k.clone(), v.clone());
             }
+            let labels = NodeLabels {
+                type_labels: base.clone(),
+                own,
+            };
             if !pool.requirements.iter().all(|r| r.matches(&labels)) {
                 continue;
             }

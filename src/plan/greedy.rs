@@ -345,13 +345,16 @@ pub fn finish(
             nodepool: input.pools[c.pool].name.clone(),
             instance_type: c.offering.instance_type.clone(),
             zone: c.offering.zone_id.clone(),
+            zone_name: input
+                .catalog
+                .zone_name(&c.offering.region, &c.offering.zone_id),
             capacity_type: c.offering.capacity_type,
             reservation: c.offering.reservation.as_ref().map(|r| r.id.clone()),
             price_per_hour: c.price(),
             interruption_cost_per_hour: risk,
             idle_charge_per_hour: idle,
             pods: members.iter().map(|&j| pods[j].name.clone()).collect(),
-            labels: c.labels.clone(),
+            labels: c.labels.to_map(),
             taints: c
                 .taints
                 .iter()

@@ -172,6 +172,9 @@ pub struct PlannedNode {
     pub instance_type: String,
     /// Zone ID.
     pub zone: String,
+    /// Zone name, as the catalog's zone names have it for the account
+    /// (the node's `topology.kubernetes.io/zone`).
+    pub zone_name: String,
     /// Spot, on-demand or reserved.
     pub capacity_type: CapacityType,
     /// The capacity reservation it launches into (reserved only).

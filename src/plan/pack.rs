@@ -7,7 +7,7 @@ use crate::api::labels as l;
 use crate::cluster::requirements::untolerated;
 use crate::cluster::requirements::{NodeAffinity, Toleration};
 use crate::cluster::resources::{CPU, MEMORY};
-use crate::cluster::{Labels, NodeState, Pod, Resources, Taint};
+use crate::cluster::{NodeState, Pod, Resources, Taint};
 use std::collections::{BTreeSet, HashMap};
 
 /// The identity of a pod for hostname anti-affinity: pods with the same key
@@ -69,7 +69,11 @@ impl Bin {
 }
 
 /// Whether `pod` may run on a node with these labels and taints.
-pub fn compatible(pod: &Pod, labels: &Labels, taints: &[Taint]) -> bool {
+pub fn compatible<L: crate::labels::LabelLookup + ?Sized>(
+    pod: &Pod,
+    labels: &L,
+    taints: &[Taint],
+) -> bool {
     untolerated(taints, &pod.tolerations).is_none() && pod.affinity.matches(labels)
 }
 
@@ -290,6 +294,7 @@ pub fn pack_new(
 mod tests {
     use super::*;
     use crate::cluster::pod::GroupRef;
+    use crate::cluster::Labels;
 
     fn node(name: &str, gpus: i64, used: i64) -> NodeState {
         NodeState {

@@ -11,6 +11,7 @@ use super::scenario::{Scenario, StrategyName};
 use super::static_groups;
 use super::workload::SimJob;
 use crate::api::labels as l;
+use crate::api::nodepool::CAPACITY_TYPE_KEYS;
 use crate::api::NodePool;
 use crate::catalog::{CapacityType, Catalog};
 use crate::cloud::simulated::{CloudEvent, SimulatedCloud};
@@ -183,6 +184,11 @@ impl<'a> Engine<'a> {
             StrategyName::OnDemand | StrategyName::Static => {
                 for p in &mut pools {
                     p.spec.capacity_types = vec![CapacityType::OnDemand];
+                    p.spec
+                        .template
+                        .spec
+                        .requirements
+                        .retain(|r| !CAPACITY_TYPE_KEYS.contains(&r.key.as_str()));
                 }
             }
         }
@@ -614,12 +620,20 @@ impl<'a> Engine<'a> {
         match action {
             Action::Launch(req) => self.launch(req),
             Action::Cordon { claim, reason } => {
-                if reason == DisruptionReason::Drifted {
-                    self.result.drift_replacements += 1;
+                match reason {
+                    DisruptionReason::Drifted => self.result.drift_replacements += 1,
+                    DisruptionReason::Expired => self.result.expired_replacements += 1,
+                    _ => {}
                 }
                 if let Some((n, _)) = self.nodes.get_mut(&claim) {
                     n.state.unschedulable = true;
                     n.disrupted = true;
+                }
+            }
+            Action::Uncordon { claim } => {
+                if let Some((n, _)) = self.nodes.get_mut(&claim) {
+                    n.state.unschedulable = false;
+                    n.disrupted = false;
                 }
             }
             Action::RequestCheckpoint { pod, .. } => {
@@ -1099,7 +1113,8 @@ fn static_options(pool: &NodePool, catalog: &Catalog, region: &str) -> Vec<Stati
         .filter(|o| o.capacity_type == CapacityType::OnDemand)
         .filter_map(|o| {
             let it = selected.iter().find(|t| t.name == o.instance_type)?;
-            let mut labels = crate::cluster::shape::node_labels(it, o, &shape.name);
+            let mut labels =
+                crate::cluster::shape::node_labels(it, o, catalog.zone_names(), &shape.name);
             labels.extend(shape.labels.clone());
             Some(StaticOption {
                 offering: OfferingKey {

@@ -98,12 +98,13 @@ pub fn launchable(pools: &[NodePool], catalog: &Catalog, region: &str) -> BTreeS
     pools
         .iter()
         .flat_map(|p| {
+            let allowed = p.spec.allowed_capacity_types();
             selected_instance_types(&p.spec, catalog)
                 .into_iter()
-                .filter(|it| {
+                .filter(move |it| {
                     catalog
                         .offerings_of(region, &it.name)
-                        .any(|o| p.spec.capacity_types.contains(&o.capacity_type))
+                        .any(|o| allowed.contains(&o.capacity_type))
                 })
         })
         .filter_map(gpu_name)

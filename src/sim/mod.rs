@@ -279,6 +279,7 @@ pub fn simulate(
         strategies: Default::default(),
     };
     let jobs = &workload.jobs;
+    let catalog = &scenario.catalog_with_zone_names(catalog);
     // With reservations, the bound may use them free at any time and any
     // count (a relaxation), and adds what they cost up front.
     let specs = &scenario.cloud.reservations;

@@ -191,6 +191,8 @@ pub struct StrategyResult {
     pub spot_notices: u32,
     /// Drifted nodes replaced (drained after a new image was released).
     pub drift_replacements: u32,
+    /// Nodes replaced because they outlived their pool's `expireAfter`.
+    pub expired_replacements: u32,
     /// Pre-warm windows whose capacity was Ready at window start, and all
     /// windows seen.
     pub prewarm_ready: (u32, u32),

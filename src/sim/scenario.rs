@@ -248,6 +248,13 @@ pub struct Scenario {
     /// Simulated cloud behaviour.
     #[serde(default)]
     pub cloud: CloudSpec,
+    /// The simulated account's zone names, name to zone ID
+    /// (`us-east-1a: use1-az6`): what nodes carry in
+    /// `topology.kubernetes.io/zone`. Empty: the default rule (zone ID
+    /// `<short>-azN` is named the region's N-th letter). Every zone field
+    /// of a scenario (`cloud.*.zone`, reservations) is a zone ID.
+    #[serde(default)]
+    pub zone_names: std::collections::BTreeMap<String, String>,
 }
 
 /// `nodePools`: a list of NodePools, each checked against the CRD's own
@@ -490,7 +497,40 @@ impl Scenario {
             }
         }
         problems.extend(s.cloud.market_problems(catalog, &s.region));
+        let zones = catalog.zones(&s.region);
+        let mut named = std::collections::BTreeSet::new();
+        for (name, id) in &s.zone_names {
+            if !zones.contains(&id.as_str()) {
+                problems.push(format!(
+                    "zoneNames[{name}]: {id:?} is not a zone ID of {} ({})",
+                    s.region,
+                    zones.join(", ")
+                ));
+            } else if !named.insert(id) {
+                problems.push(format!("zoneNames[{name}]: zone {id} is named twice"));
+            }
+        }
         problems
+    }
+
+    /// `catalog` with the scenario's [`Scenario::zone_names`] for its
+    /// region (the same catalog when it names none).
+    pub fn catalog_with_zone_names(
+        &self,
+        catalog: &std::sync::Arc<Catalog>,
+    ) -> std::sync::Arc<Catalog> {
+        if self.zone_names.is_empty() {
+            return catalog.clone();
+        }
+        let pairs = self
+            .zone_names
+            .iter()
+            .map(|(name, id)| (name.clone(), id.clone()));
+        let names = catalog
+            .zone_names()
+            .clone()
+            .with_region(&self.region, pairs);
+        std::sync::Arc::new((**catalog).clone().with_zone_names(names))
     }
 
     /// When the scenario's images are released, in order (releases whose
@@ -679,6 +719,38 @@ cloud:
         assert_eq!(s.workloads.len(), 2);
         assert_eq!(s.length(), chrono::Duration::hours(24));
         assert_eq!(s.region, "us-east-1");
+    }
+
+    #[test]
+    fn a_scenarios_zone_names_name_the_catalogs_zones_and_bad_ones_are_refused() {
+        let catalog = std::sync::Arc::new(Catalog::embedded().unwrap());
+        let s = Scenario::parse(
+            &format!("{GOOD}zoneNames: {{us-east-1a: use1-az6}}\n"),
+            &catalog,
+        )
+        .unwrap();
+        let named = s.catalog_with_zone_names(&catalog);
+        assert_eq!(named.zone_name("us-east-1", "use1-az6"), "us-east-1a");
+        assert_eq!(catalog.zone_name("us-east-1", "use1-az6"), "us-east-1f");
+        let plain = Scenario::parse(GOOD, &catalog).unwrap();
+        assert!(std::sync::Arc::ptr_eq(
+            &plain.catalog_with_zone_names(&catalog),
+            &catalog
+        ));
+        let e = Scenario::parse(
+            &format!("{GOOD}zoneNames: {{us-east-1a: use1-az6, us-east-1b: use1-az6, us-east-1c: mars}}\n"),
+            &catalog,
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(
+            e.contains("zoneNames[us-east-1b]: zone use1-az6 is named twice"),
+            "{e}"
+        );
+        assert!(
+            e.contains("zoneNames[us-east-1c]: \"mars\" is not a zone ID"),
+            "{e}"
+        );
     }
 
     #[test]

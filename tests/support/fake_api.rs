@@ -65,8 +65,65 @@ pub struct Logged {
     pub body: Value,
     /// The status code answered.
     pub code: u16,
+    /// A write the server applied (a crash may answer 503 to it all the
+    /// same).
+    pub applied: bool,
     /// When it was answered.
     pub at: Instant,
+}
+
+/// An answer to give instead of the real one, at chosen moments: to the
+/// `skip + 1`-th to `skip + times`-th controller request matching `method`
+/// (any when `None`) and whose path contains `path` (and, for watches,
+/// whose query asks for one). The request is not applied.
+#[derive(Debug, Clone)]
+pub struct Fault {
+    /// The method to match, or any.
+    pub method: Option<Method>,
+    /// A piece of the path to match.
+    pub path: String,
+    /// Match watch requests only (`?watch=true`).
+    pub watch: bool,
+    /// The status code to answer (409, 429, 5xx, 410, ...).
+    pub code: u16,
+    /// Matching requests let through before the fault applies.
+    pub skip: usize,
+    /// How many matching requests get the fault.
+    pub times: usize,
+}
+
+impl Fault {
+    /// `code` for the next `times` requests of `method` on paths containing
+    /// `path`.
+    pub fn new(method: Method, path: &str, code: u16, times: usize) -> Fault {
+        Fault {
+            method: Some(method),
+            path: path.to_string(),
+            watch: false,
+            code,
+            skip: 0,
+            times,
+        }
+    }
+
+    /// The same, after letting `skip` matching requests through.
+    pub fn after(mut self, skip: usize) -> Fault {
+        self.skip = skip;
+        self
+    }
+
+    /// The answer's reason, as the API server names it.
+    pub fn reason(code: u16) -> &'static str {
+        match code {
+            409 => "Conflict",
+            410 => "Expired",
+            429 => "TooManyRequests",
+            500 => "InternalError",
+            502 | 503 => "ServiceUnavailable",
+            504 => "Timeout",
+            _ => "Failure",
+        }
+    }
 }
 
 /// Objects by collection path (`api/v1/nodes`,
@@ -92,6 +149,13 @@ pub struct State {
     /// `deletionTimestamp` (a fixed time by default, for tests on a
     /// virtual clock; the wall clock for a live controller).
     pub clock: fn() -> String,
+    /// Faults to inject ([`Fault`]).
+    pub faults: Vec<Fault>,
+    /// Faults injected so far, by status code.
+    pub injected: BTreeMap<u16, usize>,
+    /// The checkpoint annotations each evicted pod had when it was evicted
+    /// (`namespace/name`, annotations), in order.
+    pub evicted_with: Vec<(String, BTreeMap<String, String>)>,
     /// Recent changes, oldest first, for watches.
     history: VecDeque<Change>,
     /// Changes up to this version have left the history.
@@ -122,6 +186,9 @@ impl Default for State {
             requests: Vec::new(),
             watch_sent: BTreeMap::new(),
             clock: fixed_clock,
+            faults: Vec::new(),
+            injected: BTreeMap::new(),
+            evicted_with: Vec::new(),
             history: VecDeque::new(),
             history_floor: 0,
             latest: tokio::sync::watch::Sender::new(0),
@@ -152,6 +219,27 @@ pub fn covers(asked: &str, stored: &str) -> bool {
 }
 
 impl State {
+    /// The fault to answer a controller request with, if one applies now
+    /// (counting it).
+    pub fn fault(&mut self, method: &Method, path: &str, watch: bool) -> Option<u16> {
+        for f in &mut self.faults {
+            let matches = f.method.as_ref().is_none_or(|m| m == method)
+                && path.contains(&f.path)
+                && f.watch == watch;
+            if !matches || f.times == 0 {
+                continue;
+            }
+            if f.skip > 0 {
+                f.skip -= 1;
+                continue;
+            }
+            f.times -= 1;
+            *self.injected.entry(f.code).or_default() += 1;
+            return Some(f.code);
+        }
+        None
+    }
+
     /// Counts one controller effect; true when it is the crash point.
     pub fn count_effect(&mut self) -> bool {
         self.effects += 1;
@@ -310,6 +398,33 @@ pub struct FakeApi {
 }
 
 impl FakeApi {
+    /// Fills `store` with what the server holds, as a freshly started
+    /// controller's watches list it (pools, pods, nodes, claims, PDBs),
+    /// replacing what it held.
+    pub fn fill(&self, store: &quartermaster::controller::snapshot::Store) {
+        use k8s_openapi::api::core::v1 as core;
+        use k8s_openapi::api::policy::v1::PodDisruptionBudget;
+        use quartermaster::api::{NodeClaim, NodePool};
+        let s = self.state.lock().unwrap();
+        let of = |suffix: &str| -> Vec<Value> {
+            s.objects
+                .iter()
+                .filter(|(c, _)| c.ends_with(suffix))
+                .flat_map(|(_, objs)| objs.values().cloned())
+                .collect()
+        };
+        fn decoded<K: serde::de::DeserializeOwned>(objs: Vec<Value>) -> Vec<K> {
+            objs.into_iter()
+                .map(|v| serde_json::from_value(v).unwrap())
+                .collect()
+        }
+        store.reset(decoded::<NodePool>(of("/nodepools")));
+        store.reset(decoded::<core::Pod>(of("/pods")));
+        store.reset(decoded::<core::Node>(of("api/v1/nodes")));
+        store.reset(decoded::<NodeClaim>(of("/nodeclaims")));
+        store.reset(decoded::<PodDisruptionBudget>(of("/poddisruptionbudgets")));
+    }
+
     /// An empty cluster.
     pub fn new() -> FakeApi {
         FakeApi::default()
@@ -362,12 +477,21 @@ impl FakeApi {
                 status(503, "ServiceUnavailable", "the controller crashed"),
             )
         };
+        let fault = if controller {
+            s.fault(method, path, false)
+        } else {
+            None
+        };
+        let mut applied = false;
         let (code, answer) = if controller && s.crashed {
             crashed()
+        } else if let Some(code) = fault {
+            (code, status(code, Fault::reason(code), "injected fault"))
         } else {
             let (code, answer) =
                 handle_request(&mut s, method, path, query, content_type, body.clone());
             let write = method != Method::GET;
+            applied = write && code < 400;
             if controller && write && code < 400 && s.count_effect() {
                 crashed()
             } else {
@@ -384,6 +508,7 @@ impl FakeApi {
                 body
             },
             code,
+            applied,
             at: Instant::now(),
         });
         (code, answer)
@@ -506,9 +631,19 @@ fn handle_request(
     let (collection, name, sub) = split(path);
     match (method.clone(), name, sub.as_deref()) {
         (Method::POST, Some(pod), Some("eviction")) => match s.remove(&collection, &pod) {
-            Some(_) => {
+            Some(removed) => {
                 let ns = collection.split('/').nth(3).unwrap_or_default();
                 s.evictions.push(format!("{ns}/{pod}"));
+                let annotations = removed["metadata"]["annotations"]
+                    .as_object()
+                    .map(|a| {
+                        a.iter()
+                            .filter(|(k, _)| k.starts_with("quartermaster.dev/checkpoint"))
+                            .map(|(k, v)| (k.clone(), v.as_str().unwrap_or_default().to_string()))
+                            .collect()
+                    })
+                    .unwrap_or_default();
+                s.evicted_with.push((format!("{ns}/{pod}"), annotations));
                 (201, status(201, "", "evicted"))
             }
             None => (404, status(404, "NotFound", "no such pod")),

@@ -16,7 +16,7 @@
 
 #![allow(dead_code)]
 
-use super::fake_api::{query_value, split, status, FakeApi, Logged};
+use super::fake_api::{query_value, split, status, FakeApi, Fault, Logged};
 use axum::body::{Body, Bytes};
 use axum::http::{HeaderMap, Method, StatusCode, Uri};
 use axum::response::Response;
@@ -103,6 +103,10 @@ async fn handle(
     let query = uri.query().unwrap_or("");
     let watching = matches!(query_value(query, "watch").as_deref(), Some("true" | "1"));
     if method == Method::GET && watching {
+        let fault = api.state.lock().unwrap().fault(&method, uri.path(), true);
+        if let Some(code) = fault {
+            return json_response(code, &status(code, Fault::reason(code), "injected fault"));
+        }
         return watch(api, uri.path(), query);
     }
     let body: Value = serde_json::from_slice(&body).unwrap_or(Value::Null);
@@ -166,6 +170,7 @@ fn watch(api: FakeApi, path: &str, query: &str) -> Response {
             query: query.to_string(),
             body: Value::Null,
             code: 200,
+            applied: false,
             at: Instant::now(),
         });
     }

@@ -16,35 +16,42 @@ use std::collections::BTreeMap;
 
 /// The labels Quartermaster sets on a claim of this spec that a pool may
 /// not set, with the value each must have (`None`: any valid value). The
-/// instance type's own labels come from `catalog` when it knows the type.
+/// instance type's own labels (ours, the well-known ones and Karpenter's)
+/// come from `catalog` when it knows the type. The zone's name may be any:
+/// the account's names are learnt after start, and the node's zone label is
+/// set again from where the instance runs when it registers.
 fn offering_labels(
     spec: &crate::api::NodeClaimSpec,
     catalog: &Catalog,
     region: &str,
-) -> BTreeMap<&'static str, Option<String>> {
-    let mut m: BTreeMap<&'static str, Option<String>> = BTreeMap::new();
-    m.insert(l::NODEPOOL, Some(spec.node_pool.clone()));
-    m.insert(l::INSTANCE_TYPE, Some(spec.instance_type.clone()));
-    m.insert(l::ZONE_ID, Some(spec.zone.clone()));
-    m.insert(l::ZONE, Some(spec.zone.clone()));
-    m.insert(l::REGION, Some(region.to_string()));
-    m.insert(
-        l::CAPACITY_TYPE,
-        Some(spec.capacity_type.as_str().to_string()),
-    );
+) -> BTreeMap<String, Option<String>> {
+    let mut m: BTreeMap<String, Option<String>> = BTreeMap::new();
+    let mut put = |k: &str, v: Option<&str>| {
+        m.insert(k.to_string(), v.map(str::to_string));
+    };
+    for k in [l::NODEPOOL, l::KARPENTER_NODEPOOL] {
+        put(k, Some(&spec.node_pool));
+    }
+    for k in [l::CAPACITY_TYPE, l::KARPENTER_CAPACITY_TYPE] {
+        put(k, Some(spec.capacity_type.as_str()));
+    }
+    put(l::INSTANCE_TYPE, Some(&spec.instance_type));
+    put(l::ZONE_ID, Some(&spec.zone));
+    put(l::ZONE, None);
+    put(l::REGION, Some(region));
     if spec.capacity_type == CapacityType::Reserved {
-        m.insert(l::CAPACITY_RESERVATION_ID, None);
-        m.insert(l::CAPACITY_RESERVATION_KIND, None);
+        put(l::CAPACITY_RESERVATION_ID, None);
+        put(l::CAPACITY_RESERVATION_KIND, None);
     }
     if let Some(it) = catalog.instance_type(&spec.instance_type) {
-        for (k, v) in crate::catalog::instance_type_labels(it) {
-            if let Some(key) = super::WELL_KNOWN_LABELS.iter().find(|w| **w == k) {
-                m.insert(key, Some(v));
-            }
-        }
         if it.efa_supported {
-            m.insert(l::EFA_INTERFACES, None);
+            put(l::EFA_INTERFACES, None);
         }
+        m.extend(
+            crate::catalog::instance_type_labels(it)
+                .into_iter()
+                .map(|(k, v)| (k, Some(v))),
+        );
     }
     m
 }
@@ -118,10 +125,12 @@ mod tests {
         let mut labels: BTreeMap<String, String> = crate::catalog::instance_type_labels(it);
         for (k, v) in [
             (l::NODEPOOL, "train"),
+            (l::KARPENTER_NODEPOOL, "train"),
             (l::ZONE_ID, "use1-az6"),
-            (l::ZONE, "use1-az6"),
+            (l::ZONE, "us-east-1f"),
             (l::REGION, "us-east-1"),
             (l::CAPACITY_TYPE, "spot"),
+            (l::KARPENTER_CAPACITY_TYPE, "spot"),
             (l::EFA_INTERFACES, "4"),
             ("team", "ml"),
         ] {
@@ -144,6 +153,7 @@ mod tests {
                     TaintEffect::NoExecute,
                 )],
                 termination_grace_period: None,
+                expire_after: None,
             },
         )
     }
@@ -185,7 +195,11 @@ mod tests {
             (l::INSTANCE_TYPE, "p5.48xlarge"),
             (l::GPU_NAME, "h100"),
             (l::CAPACITY_TYPE, "on-demand"),
+            (l::KARPENTER_CAPACITY_TYPE, "on-demand"),
+            (l::KARPENTER_INSTANCE_FAMILY, "p5"),
+            (l::KARPENTER_INSTANCE_GPU_COUNT, "1"),
             (l::NODEPOOL, "other"),
+            (l::KARPENTER_NODEPOOL, "other"),
             (l::REGION, "eu-west-1"),
         ] {
             let mut c = claim();
@@ -204,9 +218,9 @@ mod tests {
             .insert(l::CAPACITY_RESERVATION_ID.into(), "cr-1".into());
         assert_eq!(problems(&c).len(), 1);
         c.spec.capacity_type = CapacityType::Reserved;
-        c.spec
-            .labels
-            .insert(l::CAPACITY_TYPE.into(), "reserved".into());
+        for k in [l::CAPACITY_TYPE, l::KARPENTER_CAPACITY_TYPE] {
+            c.spec.labels.insert(k.into(), "reserved".into());
+        }
         assert_eq!(problems(&c), Vec::<String>::new());
     }
 

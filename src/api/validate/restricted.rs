@@ -10,14 +10,84 @@
 //! restricted (Karpenter exempts it), because those labels exist so that a
 //! workload can trust that an administrator, not a node, put them there.
 //!
+//! Karpenter's domains, `karpenter.sh` (its core's `RestrictedLabelDomains`)
+//! and `karpenter.k8s.aws` (its AWS provider's), are restricted the same
+//! way, and the Karpenter labels Quartermaster sets on its nodes
+//! ([`karpenter_labels_set`]) are well-known labels. A requirement may name
+//! a Karpenter label only if Quartermaster sets it ([`karpenter_key_unknown`]):
+//! one on a label no node carries would select nothing (or everything).
+//!
 //! The same rules run in three places: [`super::validate_node_pool`], the
-//! CRD's CEL rules ([`label_domain_rule`], [`well_known_label_rule`]), and
-//! `cluster::Pool::from_api`, which refuses a pool that fails validation.
+//! CRD's CEL rules ([`label_domain_rule`], [`well_known_label_rule`],
+//! [`karpenter_key_rule`]), and `cluster::Pool::from_api`, which refuses a
+//! pool that fails validation.
 
 use crate::api::labels as l;
 
 /// Label domains (and, by suffix, their subdomains) a pool may not use.
-pub const RESTRICTED_LABEL_DOMAINS: &[&str] = &["kubernetes.io", "k8s.io", l::GROUP];
+pub const RESTRICTED_LABEL_DOMAINS: &[&str] = &[
+    "kubernetes.io",
+    "k8s.io",
+    l::GROUP,
+    l::KARPENTER_GROUP,
+    l::KARPENTER_AWS_GROUP,
+];
+
+/// Karpenter's label domains: a requirement may name a label in them only
+/// if it is one of [`karpenter_labels_set`].
+const KARPENTER_DOMAINS: &[&str] = &[l::KARPENTER_GROUP, l::KARPENTER_AWS_GROUP];
+
+/// The Karpenter labels Quartermaster sets on its nodes (with the values
+/// Karpenter gives them): its NodePool and capacity type, and the instance
+/// type's labels of Karpenter's AWS provider that the catalog knows (those
+/// of [`crate::catalog::INSTANCE_TYPE_KEYS`] in Karpenter's domains).
+pub fn karpenter_labels_set() -> Vec<&'static str> {
+    [l::KARPENTER_NODEPOOL, l::KARPENTER_CAPACITY_TYPE]
+        .into_iter()
+        .chain(
+            crate::catalog::INSTANCE_TYPE_KEYS
+                .iter()
+                .copied()
+                .filter(|k| in_karpenter_domain(k)),
+        )
+        .collect()
+}
+
+/// Whether `key`'s domain is one of Karpenter's (or a subdomain).
+fn in_karpenter_domain(key: &str) -> bool {
+    key.split_once('/')
+        .is_some_and(|(domain, _)| KARPENTER_DOMAINS.iter().any(|d| domain.ends_with(d)))
+}
+
+/// Why a requirement may not name `key`: a label in a Karpenter domain
+/// that Quartermaster does not set; `None` for any other key.
+pub fn karpenter_key_unknown(key: &str) -> Option<String> {
+    let set = karpenter_labels_set();
+    if !in_karpenter_domain(key) || set.contains(&key) {
+        return None;
+    }
+    Some(format!(
+        "{key} is not a Karpenter label Quartermaster sets, so no node would carry it; it sets {}",
+        set.join(", ")
+    ))
+}
+
+/// The CEL rule on a requirement that refuses keys in Karpenter's domains
+/// other than [`karpenter_labels_set`] (the test of [`karpenter_key_unknown`]).
+pub fn karpenter_key_rule() -> String {
+    let list: Vec<String> = karpenter_labels_set()
+        .iter()
+        .map(|k| format!("'{k}'"))
+        .collect();
+    format!(
+        "!self.key.matches('^[^/]*({})/') || self.key in [{}]",
+        alternation(KARPENTER_DOMAINS),
+        list.join(", ")
+    )
+}
+
+/// Message of [`karpenter_key_rule`].
+pub const KARPENTER_KEY_MESSAGE: &str = "of Karpenter's labels (karpenter.sh/, karpenter.k8s.aws/) only those Quartermaster sets on its nodes may be required: see docs/crds.md, Node labels";
 
 /// Subdomains of restricted domains that a pool may use: the ones kubelets
 /// may set on themselves (`node.kubernetes.io`) and kOps's.
@@ -55,7 +125,7 @@ pub const WELL_KNOWN_LABELS: &[&str] = &[
 
 /// Why a pool may not set the label `key` on its nodes; `None` when it may.
 pub fn label_restriction(key: &str) -> Option<String> {
-    if WELL_KNOWN_LABELS.contains(&key) {
+    if WELL_KNOWN_LABELS.contains(&key) || karpenter_labels_set().contains(&key) {
         return Some(format!(
             "{key} is a well-known label, set by Quartermaster, the kubelet or the cloud from what the node is; select it with spec.template.spec.requirements instead"
         ));
@@ -99,16 +169,22 @@ pub fn label_domain_rule() -> String {
 }
 
 /// Message of [`label_domain_rule`].
-pub const LABEL_DOMAIN_MESSAGE: &str = "label domains kubernetes.io, k8s.io and quartermaster.dev are restricted (node.kubernetes.io/ and kops.k8s.io/ are open); use a domain of your own";
+pub const LABEL_DOMAIN_MESSAGE: &str = "label domains kubernetes.io, k8s.io, quartermaster.dev, karpenter.sh and karpenter.k8s.aws are restricted (node.kubernetes.io/ and kops.k8s.io/ are open); use a domain of your own";
 
-/// The CEL rule on a labels map that rejects [`WELL_KNOWN_LABELS`].
+/// The CEL rule on a labels map that rejects [`WELL_KNOWN_LABELS`] and
+/// [`karpenter_labels_set`].
 pub fn well_known_label_rule() -> String {
-    let list: Vec<String> = WELL_KNOWN_LABELS.iter().map(|k| format!("'{k}'")).collect();
+    let list: Vec<String> = WELL_KNOWN_LABELS
+        .iter()
+        .copied()
+        .chain(karpenter_labels_set())
+        .map(|k| format!("'{k}'"))
+        .collect();
     format!("self.all(k, !(k in [{}]))", list.join(", "))
 }
 
 /// Message of [`well_known_label_rule`].
-pub const WELL_KNOWN_LABEL_MESSAGE: &str = "well-known labels (zone, instance type, hostname, architecture, GPUs, quartermaster.dev/nodepool, ...) are set by Quartermaster, the kubelet or the cloud; select them with requirements instead";
+pub const WELL_KNOWN_LABEL_MESSAGE: &str = "well-known labels (zone, instance type, hostname, architecture, GPUs, quartermaster.dev/nodepool, Karpenter's karpenter.sh/capacity-type, ...) are set by Quartermaster, the kubelet or the cloud; select them with requirements instead";
 
 #[cfg(test)]
 mod tests {
@@ -130,6 +206,11 @@ mod tests {
             "kubelet.kubernetes.io/x",
             "sub.k8s.io/x",
             "kubernetes.io/custom",
+            "karpenter.sh/capacity-type",
+            "karpenter.sh/nodepool",
+            "karpenter.sh/anything",
+            "karpenter.k8s.aws/instance-family",
+            "karpenter.k8s.aws/ec2nodeclass",
         ] {
             assert!(label_restriction(key).is_some(), "{key} passed");
         }
@@ -142,6 +223,34 @@ mod tests {
             "k8s.aws.example.com/x",
         ] {
             assert_eq!(label_restriction(key), None, "{key}");
+        }
+    }
+
+    #[test]
+    fn the_karpenter_labels_set_are_the_offerings_and_karpenters_instance_type_ones() {
+        let set = karpenter_labels_set();
+        assert!(set.contains(&l::KARPENTER_NODEPOOL) && set.contains(&l::KARPENTER_CAPACITY_TYPE));
+        assert!(set.contains(&l::KARPENTER_INSTANCE_GPU_NAME));
+        assert!(!set.contains(&l::INSTANCE_FAMILY));
+        assert!(set.iter().all(|k| k.starts_with("karpenter.")));
+    }
+
+    #[test]
+    fn only_the_karpenter_labels_quartermaster_sets_may_be_required() {
+        assert_eq!(karpenter_key_unknown("karpenter.sh/capacity-type"), None);
+        assert_eq!(karpenter_key_unknown(l::KARPENTER_INSTANCE_GPU_NAME), None);
+        assert_eq!(karpenter_key_unknown("example.com/x"), None);
+        for key in [
+            "karpenter.k8s.aws/instance-ebs-bandwidth",
+            "karpenter.k8s.aws/ec2nodeclass",
+            "karpenter.sh/registered",
+        ] {
+            assert!(
+                karpenter_key_unknown(key)
+                    .unwrap()
+                    .contains("not a Karpenter label"),
+                "{key}"
+            );
         }
     }
 

@@ -237,11 +237,79 @@ template: { spec: { requirements: [
         "spec.capacityTypes",
         "exclude every capacity type",
     );
-    expect_error("capacityTypes: []", "spec.capacityTypes", "at least one");
+    expect_error(
+        r#"template: { spec: { requirements: [
+  { key: karpenter.sh/capacity-type, operator: NotIn, values: [spot, on-demand, reserved] } ] } }"#,
+        "spec.capacityTypes",
+        "allow no capacity type",
+    );
+    expect_error(
+        r#"template: { spec: { requirements: [
+  { key: karpenter.sh/capacity-type, operator: In, values: [sport] } ] } }"#,
+        "spec.template.spec.requirements[0].values[0]",
+        "unknown capacity type",
+    );
+    // Unset or empty: the requirements decide, on-demand without one.
+    expect_valid("capacityTypes: []");
     expect_error(
         "capacityTypes: [spot, spot]",
         "spec.capacityTypes",
         "unique",
+    );
+}
+
+#[test]
+fn karpenters_labels_are_understood_in_requirements_and_refused_where_ours_are() {
+    let spec = r#"
+template: { spec: { requirements: [
+  { key: karpenter.k8s.aws/instance-gpu-count, operator: Gt, values: [many] },
+  { key: karpenter.k8s.aws/instance-gpu-memory, operator: In, values: [lots] },
+  { key: karpenter.sh/nodepool, operator: Exists },
+  { key: karpenter.k8s.aws/instance-ebs-bandwidth, operator: Gt, values: ["1000"] },
+  { key: karpenter.k8s.aws/instance-family, operator: In, values: [p9] } ] } }
+"#;
+    let base = "spec.template.spec.requirements";
+    expect_error(spec, &format!("{base}[0].values"), "exactly one integer");
+    expect_error(spec, &format!("{base}[1].values[0]"), "not an integer");
+    expect_error(spec, &format!("{base}[2].key"), "set by Quartermaster");
+    expect_error(spec, &format!("{base}[3].key"), "not a Karpenter label");
+    expect_error(
+        spec,
+        &format!("{base}[4].values[0]"),
+        "unknown instance family",
+    );
+    // Karpenter's labels select the same types ours do.
+    let karpenter = pool(
+        r#"template: { spec: { requirements: [
+  { key: karpenter.k8s.aws/instance-gpu-name, operator: In, values: [a100, h100] },
+  { key: karpenter.k8s.aws/instance-gpu-count, operator: Gt, values: ["4"] } ] } }"#,
+    );
+    let ours = pool(
+        r#"template: { spec: { requirements: [
+  { key: quartermaster.dev/gpu-name, operator: In, values: [a100, h100] },
+  { key: quartermaster.dev/gpu-count, operator: Gt, values: ["4"] } ] } }"#,
+    );
+    let c = catalog();
+    let names = |p: &NodePool| -> Vec<String> {
+        selected_instance_types(&p.spec, &c)
+            .iter()
+            .map(|t| t.name.clone())
+            .collect()
+    };
+    assert_eq!(
+        names(&karpenter),
+        ["p4d.24xlarge", "p4de.24xlarge", "p5.48xlarge"]
+    );
+    assert_eq!(names(&karpenter), names(&ours));
+    expect_error(
+        r#"template: { metadata: { labels: { karpenter.sh/capacity-type: spot, karpenter.k8s.aws/team: x } } }"#,
+        "spec.template.metadata.labels[karpenter.sh/capacity-type]",
+        "requirements instead",
+    );
+    expect_error(
+        r#"template: { metadata: { labels: { karpenter.k8s.aws/team: x } } }"#,
+        "spec.template.metadata.labels[karpenter.k8s.aws/team]",
+        "restricted",
     );
 }
 

@@ -109,6 +109,46 @@ impl NodeClasses {
     }
 }
 
+/// How long what launches look up in EC2 is reused ([`Described`]): about
+/// one round of the loop.
+pub const DESCRIBE_TTL: std::time::Duration = std::time::Duration::from_secs(10);
+
+/// What launches look up in EC2, shared by the launches under way at once
+/// and reused for [`DESCRIBE_TTL`]: the subnets and the security groups of
+/// each node class's selector terms, and every instance of the cluster (a
+/// launch first checks that its claim has none). One call fills each
+/// entry; concurrent launches wait for it instead of making their own, so
+/// a burst of 300 launches costs a few describes, not 900.
+#[derive(Debug, Default)]
+struct Described {
+    subnets: Reused<HashMap<String, Subnet>>,
+    security_groups: Reused<Vec<String>>,
+    instances: tokio::sync::Mutex<Option<(std::time::Instant, Vec<Instance>)>>,
+}
+
+/// Lookups by selector terms, with when each was made.
+type Reused<T> = tokio::sync::Mutex<HashMap<String, (std::time::Instant, T)>>;
+
+/// What `fetch` finds for `terms`, from `cache` while younger than `ttl`;
+/// one fetch at a time (the others wait for it and reuse what it found).
+async fn reused<T: Clone, F: std::future::Future<Output = Result<T>>>(
+    cache: &Reused<T>,
+    ttl: std::time::Duration,
+    terms: &[SelectorTerm],
+    fetch: impl FnOnce() -> F,
+) -> Result<T> {
+    let key = format!("{terms:?}");
+    let mut cache = cache.lock().await;
+    if let Some((at, found)) = cache.get(&key) {
+        if at.elapsed() < ttl {
+            return Ok(found.clone());
+        }
+    }
+    let found = fetch().await?;
+    cache.insert(key, (std::time::Instant::now(), found.clone()));
+    Ok(found)
+}
+
 /// The EC2 [`CloudProvider`]: one per cluster and region. Cheap to share
 /// behind an `Arc`; every method takes `&self`.
 #[derive(Debug)]
@@ -124,6 +164,10 @@ pub struct AwsCloud {
     /// Placement groups known to exist, with when a launch last used them
     /// ([`placement`]).
     placement_groups: Mutex<HashMap<String, Time>>,
+    /// Describes reused by launches ([`Described`]).
+    described: Described,
+    /// How long they are reused ([`DESCRIBE_TTL`]).
+    describe_ttl: std::time::Duration,
 }
 
 impl AwsCloud {
@@ -141,6 +185,8 @@ impl AwsCloud {
             zones: tokio::sync::OnceCell::new(),
             templates: Mutex::new(HashMap::new()),
             placement_groups: Mutex::new(HashMap::new()),
+            described: Described::default(),
+            describe_ttl: DESCRIBE_TTL,
         })
     }
 
@@ -155,6 +201,14 @@ impl AwsCloud {
         settings: Settings,
     ) -> Result<AwsCloud, settings::Error> {
         AwsCloud::new(aws_sdk_ec2::Client::new(sdk), settings)
+    }
+
+    /// This provider reusing what launches describe for `ttl` instead of
+    /// [`DESCRIBE_TTL`] (zero: never).
+    #[must_use]
+    pub fn with_describe_ttl(mut self, ttl: std::time::Duration) -> AwsCloud {
+        self.describe_ttl = ttl;
+        self
     }
 
     /// The settings in use.
@@ -248,20 +302,54 @@ impl AwsCloud {
 
     /// The instances of `claim`, best first: alive before gone, newest first.
     async fn of_claim(&self, claim: &str) -> Result<Vec<Instance>> {
-        let mut found = self
+        let found = self
             .find(claim, vec![tag_filter(l::TAG_NODECLAIM, claim)])
             .await?;
-        found.sort_by(|a, b| {
-            b.state
-                .is_alive()
-                .cmp(&a.state.is_alive())
-                .then(b.launched_at.cmp(&a.launched_at))
-        });
-        Ok(found)
+        Ok(best_first(found))
     }
 
-    /// Subnets matching any of `terms`, best per zone ID (most free addresses).
+    /// The instances of `claim` as the cluster's instance listing has them
+    /// ([`Described`]: listed at most [`DESCRIBE_TTL`] ago), best first.
+    async fn of_claim_listed(&self, claim: &str) -> Result<Vec<Instance>> {
+        let mut listed = self.described.instances.lock().await;
+        if listed
+            .as_ref()
+            .is_none_or(|(at, _)| at.elapsed() >= self.describe_ttl)
+        {
+            let all = self.find(claim, Vec::new()).await?;
+            *listed = Some((std::time::Instant::now(), all));
+        }
+        let mine = listed
+            .as_ref()
+            .map(|(_, all)| all.iter().filter(|i| i.claim == claim).cloned().collect())
+            .unwrap_or_default();
+        Ok(best_first(mine))
+    }
+
+    /// Adds a launched instance to the cached listing, or (`None`) drops the
+    /// listing after instances changed state.
+    async fn relist(&self, launched: Option<&Instance>) {
+        let mut listed = self.described.instances.lock().await;
+        match (launched, listed.as_mut()) {
+            (Some(i), Some((_, all))) => all.push(i.clone()),
+            _ => *listed = None,
+        }
+    }
+
+    /// Subnets matching any of `terms`, best per zone ID (most free
+    /// addresses), looked up at most once per [`DESCRIBE_TTL`].
     async fn subnets(
+        &self,
+        claim: &str,
+        terms: &[SelectorTerm],
+    ) -> Result<HashMap<String, Subnet>> {
+        reused(&self.described.subnets, self.describe_ttl, terms, || {
+            self.describe_subnets(claim, terms)
+        })
+        .await
+    }
+
+    async fn describe_subnets(
         &self,
         claim: &str,
         terms: &[SelectorTerm],
@@ -289,7 +377,23 @@ impl AwsCloud {
         Ok(best)
     }
 
+    /// Security group IDs matching any of `terms`, looked up at most once
+    /// per [`DESCRIBE_TTL`].
     async fn security_groups(&self, claim: &str, terms: &[SelectorTerm]) -> Result<Vec<String>> {
+        reused(
+            &self.described.security_groups,
+            self.describe_ttl,
+            terms,
+            || self.describe_security_groups(claim, terms),
+        )
+        .await
+    }
+
+    async fn describe_security_groups(
+        &self,
+        claim: &str,
+        terms: &[SelectorTerm],
+    ) -> Result<Vec<String>> {
         let ids: Vec<String> = find_security_groups(&self.ec2, terms)
             .await
             .map_err(|e| step("DescribeSecurityGroups", claim).sdk_error(&e))?
@@ -526,6 +630,17 @@ impl AwsCloud {
     }
 }
 
+/// Instances best first: alive before gone, newest first.
+fn best_first(mut found: Vec<Instance>) -> Vec<Instance> {
+    found.sort_by(|a, b| {
+        b.state
+            .is_alive()
+            .cmp(&a.state.is_alive())
+            .then(b.launched_at.cmp(&a.launched_at))
+    });
+    found
+}
+
 /// A [`Step`] without an offering.
 fn step<'a>(action: &'static str, claim: &'a str) -> Step<'a> {
     Step {
@@ -738,7 +853,7 @@ impl CloudProvider for AwsCloud {
                 !efa && f.capacity_type == claim.offering.capacity_type && **f != claim.offering
             }))
             .collect();
-        if let Some(existing) = self.of_claim(&claim.claim).await?.into_iter().next() {
+        if let Some(existing) = self.of_claim_listed(&claim.claim).await?.into_iter().next() {
             if !offerings.contains(&&existing.offering) {
                 return Err(Error::Other(format!(
                     "cannot launch {} as {}: already launched as {}",
@@ -834,14 +949,16 @@ impl CloudProvider for AwsCloud {
         let (id, rank) = launched?;
         let choice = &choices[rank];
         tracing::info!(claim = claim.claim, instance = id, offering = %choice.offering, "launched");
-        Ok(Instance {
+        let instance = Instance {
             claim: claim.claim.clone(),
             provider_id: format!("aws:///{}/{id}", choice.subnet.zone_name),
             offering: choice.offering.clone(),
             price_per_hour: claim.price_per_hour,
             launched_at: now,
             state: InstanceState::Pending,
-        })
+        };
+        self.relist(Some(&instance)).await;
+        Ok(instance)
     }
 
     /// Terminates every live instance tagged with the claim (normally one)
@@ -881,10 +998,36 @@ impl CloudProvider for AwsCloud {
             _ => InstanceState::ShuttingDown,
         };
         tracing::info!(claim, instance = id, "terminating");
+        self.relist(None).await;
         Ok(instance)
     }
 
+    /// Terminates that instance alone (a double of its claim's).
+    async fn terminate_instance(&self, instance: &Instance, _now: Time) -> Result<()> {
+        let id = crate::cloud::instance_id_of(&instance.provider_id).to_string();
+        self.ec2
+            .terminate_instances()
+            .instance_ids(&id)
+            .send()
+            .await
+            .map_err(|e| step("TerminateInstances", &instance.claim).sdk_error(&e))?;
+        tracing::info!(
+            claim = instance.claim,
+            instance = id,
+            "terminating a double"
+        );
+        self.relist(None).await;
+        Ok(())
+    }
+
+    /// The claim's instance as the cluster's listing of the last
+    /// [`DESCRIBE_TTL`] has it, or from its own `DescribeInstances` when
+    /// the listing has none (a launch this listing predates is never
+    /// missed).
     async fn describe(&self, claim: &str) -> Result<Option<Instance>> {
+        if let Some(i) = self.of_claim_listed(claim).await?.into_iter().next() {
+            return Ok(Some(i));
+        }
         Ok(self.of_claim(claim).await?.into_iter().next())
     }
 

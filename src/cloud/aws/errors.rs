@@ -56,6 +56,11 @@ pub const TRANSIENT_CODES: &[&str] = &[
     "InvalidLaunchTemplateName.NotFoundException",
     "InvalidLaunchTemplateId.NotFound",
     "InvalidLaunchTemplateId.VersionNotFound",
+    // A `CreateFleet` with this launch's client token was made before with
+    // other subnets (its answer was lost, and free addresses changed the
+    // subnets' ranking since): its instance shows in `DescribeInstances`
+    // soon, and the next try returns it (see `ec2::fleet::client_token`).
+    "IdempotentParameterMismatch",
 ];
 
 /// Codes saying that the instance asked about does not exist (any more).

@@ -12,6 +12,7 @@ pub mod nodeclass;
 pub mod notices;
 pub mod pricing;
 
+use aws_config::retry::RetryConfig;
 use aws_config::timeout::TimeoutConfig;
 use aws_config::{BehaviorVersion, Region, SdkConfig};
 use aws_smithy_http_client::tls::{rustls_provider::CryptoMode, Provider};
@@ -41,14 +42,29 @@ pub fn timeouts() -> TimeoutConfig {
         .build()
 }
 
+/// How the SDK retries one AWS call: the standard mode (throttling and
+/// transient errors, with the standard retry quota), three attempts, a
+/// jittered backoff from 1 s doubling to at most 20 s. Made explicit (these
+/// are the SDK's defaults today) because the controller's own per-claim
+/// backoff starts where this one ends (`controller::backoff`): a call that
+/// still fails after these attempts makes its claim wait 5 s or more before
+/// the next launch, not retry at once.
+pub fn retry_config() -> RetryConfig {
+    RetryConfig::standard()
+        .with_max_attempts(3)
+        .with_initial_backoff(Duration::from_secs(1))
+        .with_max_backoff(Duration::from_secs(20))
+}
+
 /// Loads the SDK configuration the standard way (environment, profile, web
-/// identity for IRSA/Pod Identity, IMDS), with our HTTP client and
-/// [`timeouts`], `region` when given, and `endpoint_url` when given (for
+/// identity for IRSA/Pod Identity, IMDS), with our HTTP client,
+/// [`timeouts`] and [`retry_config`], `region` when given, and `endpoint_url` when given (for
 /// testing against a local endpoint).
 pub async fn load_sdk_config(region: Option<&str>, endpoint_url: Option<&str>) -> SdkConfig {
     let mut loader = aws_config::defaults(BehaviorVersion::latest())
         .http_client(http_client())
-        .timeout_config(timeouts());
+        .timeout_config(timeouts())
+        .retry_config(retry_config());
     if let Some(region) = region {
         loader = loader.region(Region::new(region.to_string()));
     }
@@ -75,5 +91,15 @@ mod tests {
         let attempt = t.operation_attempt_timeout().expect("an attempt timeout");
         let operation = t.operation_timeout().expect("an operation timeout");
         assert!(read < attempt && attempt < operation, "{t:?}");
+    }
+
+    #[tokio::test]
+    async fn sdk_clients_retry_three_times_in_the_standard_mode() {
+        let sdk = load_sdk_config(Some("us-east-1"), Some("http://127.0.0.1:9")).await;
+        let r = sdk.retry_config().expect("a retry config");
+        assert_eq!(r.mode(), aws_config::retry::RetryMode::Standard);
+        assert_eq!(r.max_attempts(), 3);
+        assert_eq!(r.initial_backoff(), Duration::from_secs(1));
+        assert_eq!(r.max_backoff(), Duration::from_secs(20));
     }
 }

@@ -1,9 +1,11 @@
 //! Live prices: on-demand from the Pricing API (`GetProducts`), spot per
 //! zone from `DescribeSpotPriceHistory`; [`refresh_catalog`] applies them to
-//! a catalog, [`Refresher`] does so every few hours and publishes the result
-//! on a `watch` channel, falling back to the previous (at first the
-//! embedded) prices when an API fails, with a warning and the
-//! `pricing_fallback{source}` gauge at 1. See `docs/aws-prices-and-notices.md`.
+//! a catalog, [`Refresher`] does so every few hours, with the account's
+//! zone names (`DescribeAvailabilityZones`, the names nodes are labelled
+//! with), and publishes the result on a `watch` channel, falling back to
+//! the previous (at first the embedded) prices and names when an API
+//! fails, with a warning and the `pricing_fallback{source}` gauge at 1. See
+//! `docs/aws-prices-and-notices.md`.
 //! The rules for applying prices are in [`apply`]; parsing the price list in
 //! [`price_list`].
 
@@ -260,9 +262,20 @@ impl PriceClient {
 
     /// Zone name -> zone ID in the region (`DescribeAvailabilityZones`).
     async fn zone_ids(&self) -> Result<HashMap<String, String>> {
+        Ok(self.zone_names().await?.into_iter().collect())
+    }
+
+    /// The account's (zone name, zone ID) pairs in the region, as
+    /// `DescribeAvailabilityZones` lists them (zones not opted in
+    /// included: a zone's name does not depend on it).
+    ///
+    /// # Errors
+    /// [`Error::Ec2`] when the request fails.
+    pub async fn zone_names(&self) -> Result<Vec<(String, String)>> {
         let out = self
             .ec2
             .describe_availability_zones()
+            .all_availability_zones(true)
             .send()
             .await
             .map_err(|e| Error::Ec2 {
@@ -273,6 +286,7 @@ impl PriceClient {
         Ok(out
             .availability_zones()
             .iter()
+            .filter(|z| z.region_name().is_none_or(|r| r == self.region))
             .filter_map(|z| Some((z.zone_name()?.to_string(), z.zone_id()?.to_string())))
             .collect())
     }
@@ -320,14 +334,16 @@ fn set_fallback(metrics: &Metrics, source: Source, fallback: bool) {
         .set(i64::from(fallback));
 }
 
-/// Refreshes prices on an interval, remembering the last good prices of each
-/// source so that a failed source falls back to them (or, before any
-/// success, to the base catalog's).
+/// Refreshes prices and the account's zone names on an interval,
+/// remembering the last good answer of each source so that a failed source
+/// falls back to it (or, before any success, to the base catalog's: the
+/// embedded prices, and zone names by the default rule).
 #[derive(Debug)]
 pub struct Refresher {
     client: PriceClient,
     base: Arc<Catalog>,
     last: LivePrices,
+    last_zone_names: Option<Vec<(String, String)>>,
 }
 
 impl Refresher {
@@ -338,17 +354,26 @@ impl Refresher {
             client,
             base,
             last: LivePrices::default(),
+            last_zone_names: None,
         }
     }
 
-    /// One refresh: fetches both sources, keeps the last good prices of a
-    /// failed one (logging a warning and setting its fallback gauge to 1;
-    /// a source that succeeds gets 0), and returns the refreshed catalog.
+    /// One refresh: fetches both price sources and the zone names, keeps
+    /// the last good answer of a failed one (logging a warning and setting
+    /// its fallback gauge to 1; a source that succeeds gets 0), and returns
+    /// the refreshed catalog.
     pub async fn refresh(&mut self, metrics: &Metrics, now: Time) -> (Arc<Catalog>, RefreshReport) {
-        let (live, failed) = self.client.fetch(&self.base, now).await;
+        let (live, mut failed) = self.client.fetch(&self.base, now).await;
+        let zone_names = self
+            .client
+            .zone_names()
+            .await
+            .map_err(|e| failed.push((Source::ZoneNames, e.to_string())))
+            .ok();
         for (source, fresh) in [
             (Source::OnDemand, live.on_demand.is_some()),
             (Source::Spot, live.spot.is_some()),
+            (Source::ZoneNames, zone_names.is_some()),
         ] {
             set_fallback(metrics, source, !fresh);
         }
@@ -358,20 +383,32 @@ impl Refresher {
         if let Some(p) = live.spot {
             self.last.spot = Some(p);
         }
+        if let Some(z) = zone_names {
+            self.last_zone_names = Some(z);
+        }
         for (source, reason) in &failed {
-            let kept = match source {
-                Source::OnDemand => self.last.on_demand.is_some(),
-                Source::Spot => self.last.spot.is_some(),
+            let (kept, what, fallback) = match source {
+                Source::OnDemand => (self.last.on_demand.is_some(), "prices", "embedded"),
+                Source::Spot => (self.last.spot.is_some(), "prices", "embedded"),
+                Source::ZoneNames => (self.last_zone_names.is_some(), "names", "default-rule"),
             };
             tracing::warn!(
                 region = %self.client.region(),
                 %source,
                 error = %reason,
-                "{source} prices unavailable; keeping the {} prices",
-                if kept { "last fetched" } else { "embedded" }
+                "{source} unavailable; keeping the {} {what}",
+                if kept { "last fetched" } else { fallback }
             );
         }
-        let (catalog, mut report) = apply_prices(&self.base, self.client.region(), &self.last);
+        let region = self.client.region();
+        let (mut catalog, mut report) = apply_prices(&self.base, region, &self.last);
+        if let Some(pairs) = &self.last_zone_names {
+            let names = catalog
+                .zone_names()
+                .clone()
+                .with_region(region, pairs.iter().cloned());
+            catalog = catalog.with_zone_names(names);
+        }
         report.failed = failed;
         tracing::info!(%report, "prices refreshed");
         (Arc::new(catalog), report)

@@ -1,10 +1,13 @@
 //! The index and the world it makes.
 
 use super::*;
+use k8s_openapi::api::core::v1 as core;
+use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use crate::core::batch::DEFAULT_MAX_PODS;
 use chrono::TimeZone;
 use serde_json::json;
-use std::sync::OnceLock;
+use std::sync::{Arc, OnceLock};
+use std::time::Duration;
 
 fn catalog() -> &'static Catalog {
     static C: OnceLock<Catalog> = OnceLock::new();
@@ -378,7 +381,10 @@ fn a_claim_joins_its_node_and_bound_pods_with_pdbs_annotations_and_readiness() {
             {"type": "Ready", "status": "True", "reason": "Ready", "message": "",
              "lastTransitionTime": "2026-01-05T00:05:00Z"}]}}),
     );
-    let in_flight = claim("gpu-2", json!({}));
+    let in_flight = claim(
+        "gpu-2",
+        json!({"spec": {"expireAfter": "24h", "terminationGracePeriod": "1h"}}),
+    );
     let leaving = claim(
         "gpu-3",
         json!({"metadata": {"deletionTimestamp": "2026-01-05T00:00:00Z"}}),
@@ -448,6 +454,10 @@ fn a_claim_joins_its_node_and_bound_pods_with_pdbs_annotations_and_readiness() {
     let flight = &parts.nodes[1];
     assert!(flight.state.in_flight && flight.ready_at.is_none() && flight.pods.is_empty());
     assert_eq!(flight.launched_at, t(0));
+    // Its lifetime is what its claim recorded, not the pool's (none).
+    assert_eq!(flight.expire_after, Some(Duration::from_secs(24 * 3600)));
+    assert_eq!(flight.termination_grace, Some(Duration::from_secs(3600)));
+    assert_eq!(n.expire_after, None);
     assert!(
         parts.nodes[2].state.unschedulable,
         "a deleting claim takes no pods"

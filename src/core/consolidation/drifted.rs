@@ -49,21 +49,36 @@ impl Consolidation {
                 continue;
             };
             *budget -= 1;
-            let names: Vec<String> = launches.iter().map(|c| c.claim.clone()).collect();
-            out.extend(launches.into_iter().map(Action::Launch));
-            self.decided.push(DisruptionDecision {
-                reason: DisruptionReason::Drifted,
-                claims: vec![n.claim.clone()],
-                replacements: names.clone(),
-            });
-            self.disrupting.insert(
-                n.claim.clone(),
-                Disrupting {
-                    replacement: (!names.is_empty()).then_some((names, r.now)),
-                    ..Disrupting::new(DisruptionReason::Drifted)
-                },
-            );
+            let removal = Disrupting::new(DisruptionReason::Drifted);
+            self.replace_with(r, n, launches, removal, out);
         }
+    }
+
+    /// Launches `launches` for `n` and records its removal: `removal` with
+    /// the launches as the replacement to wait for (none: the drain starts
+    /// at once).
+    pub(super) fn replace_with(
+        &mut self,
+        r: &Round,
+        n: &ManagedNode,
+        launches: Vec<ClaimRequest>,
+        removal: Disrupting,
+        out: &mut Vec<Action>,
+    ) {
+        let names: Vec<String> = launches.iter().map(|c| c.claim.clone()).collect();
+        out.extend(launches.into_iter().map(Action::Launch));
+        self.decided.push(DisruptionDecision {
+            reason: removal.reason,
+            claims: vec![n.claim.clone()],
+            replacements: names.clone(),
+        });
+        self.disrupting.insert(
+            n.claim.clone(),
+            Disrupting {
+                replacement: (!names.is_empty()).then_some((names, r.now)),
+                ..removal
+            },
+        );
     }
 
     /// Whether a drifted node may be replaced now: ready, not held by
@@ -84,7 +99,7 @@ impl Consolidation {
     /// fit on the other ready, undrifted nodes that stay; else the planner's
     /// new nodes from the node's pool. `None` when some pod would have no
     /// place (the node then stays until it has).
-    fn replacements_for(
+    pub(super) fn replacements_for(
         &self,
         r: &Round,
         n: &ManagedNode,
@@ -126,16 +141,11 @@ impl Consolidation {
 #[cfg(test)]
 mod tests {
     use super::super::super::interruption::fixtures::*;
-    use super::super::super::interruption::Interruptions;
-    use super::super::Context;
+    use super::super::tests::{kinds, step};
     use super::*;
     use crate::api::Budget;
     use crate::core::drift::Drift;
     use crate::core::interruption::fixtures::launches;
-
-    fn step(c: &mut Consolidation, f: &Fixture, at: i64) -> Vec<Action> {
-        c.decide_in(&f.world(), t(at), &Context::new(&Interruptions::default()))
-    }
 
     fn drifted(n: ManagedNode) -> ManagedNode {
         ManagedNode {
@@ -147,26 +157,7 @@ mod tests {
     /// A pool whose nodes may not be consolidated (so that only drift acts)
     /// with a budget of `nodes`.
     fn pool(nodes: &str) -> Vec<NodePool> {
-        vec![pool_with("gpu", |s| {
-            s.disruption.consolidate_after = "Never".into();
-            s.disruption.budgets = vec![Budget {
-                nodes: nodes.into(),
-                ..Budget::default()
-            }];
-        })]
-    }
-
-    fn kinds(actions: &[Action]) -> Vec<String> {
-        actions
-            .iter()
-            .map(|a| match a {
-                Action::Launch(_) => "launch".to_string(),
-                Action::Cordon { claim, reason } => format!("cordon {claim} ({reason})"),
-                Action::RequestCheckpoint { pod, .. } => format!("checkpoint {pod}"),
-                Action::Evict { pod, .. } => format!("evict {pod}"),
-                Action::Delete { claim, reason } => format!("delete {claim} ({reason})"),
-            })
-            .collect()
+        super::super::tests::unconsolidated("gpu", nodes)
     }
 
     /// Two full nodes (a GPU pod each: neither fits on the other).
@@ -175,13 +166,7 @@ mod tests {
         let n2 = node("n2").pods([pod("b").gpus(1)]);
         let mut f = Fixture::new([n1, if drift_both { drifted(n2) } else { n2 }]);
         f.pools = pool("1");
-        f.catalog = super::super::tests::catalog(&[(
-            "g5.xlarge",
-            "use1-az1",
-            crate::catalog::CapacityType::OnDemand,
-            1.0,
-            None,
-        )]);
+        f.catalog = super::super::tests::g5_on_demand();
         f
     }
 

@@ -5,7 +5,9 @@
 //! world after a validation period. It does not touch nodes under
 //! interruption handling ([`super::interruption`]) nor nodes the caller
 //! protects (pre-warm windows). Drifted nodes ([`super::drift`]) are
-//! replaced through the same removal path (`consolidation::drifted`).
+//! replaced through the same removal path (`consolidation::drifted`), and
+//! so are nodes older than their pool's `expireAfter`
+//! (`consolidation::expired`), the one removal not bound by budgets.
 //!
 //! The rules are written up in `docs/disruption.md`.
 
@@ -22,6 +24,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 
 mod drifted;
+mod expired;
 
 /// Knobs of consolidation.
 #[derive(Debug, Clone, PartialEq)]
@@ -101,7 +104,21 @@ struct Disrupting {
     checkpoint_until: Option<Time>,
     evicted: BTreeSet<String>,
     deleted: bool,
+    /// When the claim is deleted whatever is still on the node (an expired
+    /// node's expiry plus its pool's `terminationGracePeriod`): its
+    /// termination then drains the rest.
+    force_at: Option<Time>,
+    /// An empty node cordoned at this time, to be deleted once a world
+    /// that shows the cordon still shows it empty ([`Consolidation::remove_empty`]).
+    recheck: Option<Time>,
+    /// The empty node was not empty any more once cordoned: its cordon was
+    /// taken back, and it is left alone once the world shows that.
+    released: bool,
 }
+
+/// How soon after cordoning an empty node it is looked at again (a world
+/// that shows the cordon, and whether a pod landed just before it).
+const EMPTY_RECHECK: Duration = Duration::from_secs(1);
 
 impl Disrupting {
     /// Nothing done yet.
@@ -114,6 +131,9 @@ impl Disrupting {
             checkpoint_until: None,
             evicted: BTreeSet::new(),
             deleted: false,
+            force_at: None,
+            recheck: None,
+            released: false,
         }
     }
 
@@ -178,6 +198,8 @@ pub struct Consolidation {
     round: u64,
     /// The pools' budgets `budget_change` was computed for, and when.
     budget_cache: Option<(Vec<Vec<crate::api::Budget>>, Time)>,
+    /// When the next node expires (`expireAfter`), as of the last round.
+    next_expiry: Option<Time>,
     /// The disruptions the last [`Consolidation::decide_in`] started.
     decided: Vec<DisruptionDecision>,
 }
@@ -369,6 +391,7 @@ impl Consolidation {
                 self.candidate = Some((decision, at));
             }
         }
+        self.replace_expired(&round, &mut out);
         self.replace_drifted(&round, &mut out);
         self.progress(&round, &mut out);
         out
@@ -377,7 +400,8 @@ impl Consolidation {
     /// The next time [`Consolidation::decide`] may act without any change in
     /// the world: the end of the validation period, a node becoming stable for
     /// `consolidateAfter`, a scheduled disruption budget opening or closing, a
-    /// replacement timing out.
+    /// replacement timing out, a node expiring, an expired node's
+    /// `terminationGracePeriod` running out.
     pub fn next_deadline(&self) -> Option<Time> {
         let pending = |t: &Time| self.last_now.is_none_or(|n| *t > n);
         let validation = self
@@ -395,14 +419,40 @@ impl Consolidation {
             .values()
             .filter(|d| !d.deleted && !d.requested.is_empty())
             .filter_map(|d| d.checkpoint_until);
+        let forced = self
+            .disrupting
+            .values()
+            .filter(|d| !d.deleted)
+            .filter_map(|d| d.force_at);
+        let rechecks = self
+            .disrupting
+            .values()
+            .filter(|d| !d.deleted && !d.released)
+            .filter_map(|d| d.recheck.map(|t| after(t, EMPTY_RECHECK)));
         validation
             .into_iter()
             .chain(self.budget_change)
             .chain(eligible)
             .chain(timeouts)
             .chain(checkpoints)
+            .chain(self.next_expiry)
+            .chain(forced)
+            .chain(rechecks)
             .filter(pending)
             .min()
+    }
+
+    /// Takes in that the claim of a replacement could not be created: the
+    /// removals waiting for it (none of them started yet: a node is
+    /// cordoned only once its replacements are Ready) are given up.
+    pub fn launch_failed(&mut self, claim: &str) {
+        self.disrupting.retain(|_, d| {
+            d.cordoned
+                || !d
+                    .replacement
+                    .as_ref()
+                    .is_some_and(|(r, _)| r.iter().any(|c| c == claim))
+        });
     }
 
     /// Whether consolidation is removing the node.
@@ -538,29 +588,45 @@ impl Consolidation {
     /// both, and a drain that no restart cut short does not re-check
     /// either once cordoned: pods that find no place are pending and get
     /// new capacity like any other. A node held by `do-not-disrupt` stays
-    /// as it is. The reason it was cordoned for is not recorded: drift when
-    /// it is drifted, else empty or underutilized by its pods.
+    /// as it is, unless it has expired (`expireAfter` is not held back by
+    /// it). The reason it was cordoned for is not recorded: expiry when it
+    /// has expired, drift when it is drifted, else empty or underutilized by
+    /// its pods.
     fn resume_orphans(&mut self, r: &Round) {
         for n in r.world.nodes {
             let owned =
                 self.disrupting.contains_key(&n.claim) || r.ctx.interruptions.is_handling(&n.claim);
-            if !n.disrupted || n.ready_at.is_none() || n.do_not_disrupt || owned {
+            if !n.disrupted || n.ready_at.is_none() || owned {
                 continue;
             }
-            let reason = if n.drifted.is_some() {
+            let expiry = expired::expiry(n, r.now);
+            if n.do_not_disrupt && expiry.is_none() {
+                continue;
+            }
+            let reason = if expiry.is_some() {
+                DisruptionReason::Expired
+            } else if n.drifted.is_some() {
                 DisruptionReason::Drifted
             } else if real_pods(n).next().is_none() {
                 DisruptionReason::Empty
             } else {
                 DisruptionReason::Underutilized
             };
-            self.disrupting
-                .insert(n.claim.clone(), Disrupting::new(reason));
+            self.disrupting.insert(
+                n.claim.clone(),
+                Disrupting {
+                    force_at: expiry.and_then(|e| e.force_at),
+                    ..Disrupting::new(reason)
+                },
+            );
         }
     }
 
-    /// Cordons and deletes the empty nodes that are still empty and
-    /// eligible, within their pools' budgets.
+    /// Cordons the empty nodes that are still empty and eligible, within
+    /// their pools' budgets. Each is deleted by [`Consolidation::progress`]
+    /// once a world that shows its cordon still shows it empty: a pod bound
+    /// between the world this decision read and the cordon would otherwise
+    /// be evicted with the node. If one was, the cordon is taken back.
     fn remove_empty(&mut self, r: &Round, claims: Vec<String>, out: &mut Vec<Action>) {
         let mut left: BTreeMap<String, u32> = BTreeMap::new();
         let mut removed = Vec::new();
@@ -586,16 +652,12 @@ impl Consolidation {
                 claim: claim.clone(),
                 reason,
             });
-            out.push(Action::Delete {
-                claim: claim.clone(),
-                reason,
-            });
             removed.push(claim.clone());
             self.disrupting.insert(
                 claim,
                 Disrupting {
                     cordoned: true,
-                    deleted: true,
+                    recheck: Some(r.now),
                     ..Disrupting::new(reason)
                 },
             );
@@ -612,21 +674,64 @@ impl Consolidation {
     /// Carries on the removals under way: once every replacement is ready,
     /// cordon and ask opted-in pods to checkpoint; evict
     /// within PDBs (never do-not-disrupt pods, nor pods asked to checkpoint
-    /// before they acknowledge or their wait ends); delete once empty. A
-    /// node that gets an interruption notice meanwhile is left to
-    /// `interruptions`.
+    /// before they acknowledge or their wait ends); delete once empty, or,
+    /// for an expired node, at its `force_at` whatever is left (its
+    /// termination drains the rest). A node that gets an interruption
+    /// notice meanwhile is left to `interruptions`.
     fn progress(&mut self, r: &Round, out: &mut Vec<Action>) {
         let (world, now) = (r.world, r.now);
         let mut pdb_left: Vec<u32> = world.pdbs.iter().map(|p| p.disruptions_allowed).collect();
+        let mut settled = Vec::new();
         for (claim, d) in &mut self.disrupting {
             let Some(n) = world.nodes.iter().find(|n| &n.claim == claim) else {
                 continue;
             };
-            if d.deleted
-                || r.ctx.interruptions.is_handling(claim)
-                || d.replacement
-                    .as_ref()
-                    .is_some_and(|(r, _)| !all_ready(world, r))
+            if let (Some(at), false) = (d.recheck, d.deleted) {
+                if r.ctx.interruptions.is_handling(claim) {
+                    // A notice came meanwhile: its handling deletes the node.
+                    continue;
+                }
+                if d.released {
+                    if !n.disrupted {
+                        settled.push(claim.clone());
+                    }
+                } else if n.state.unschedulable && now > at {
+                    if real_pods(n).next().is_none() {
+                        d.deleted = true;
+                        out.push(Action::Delete {
+                            claim: claim.clone(),
+                            reason: d.reason,
+                        });
+                    } else {
+                        d.released = true;
+                        out.push(Action::Uncordon {
+                            claim: claim.clone(),
+                        });
+                    }
+                }
+                continue;
+            }
+            if d.deleted || r.ctx.interruptions.is_handling(claim) {
+                continue;
+            }
+            if d.force_at.is_some_and(|t| now >= t) {
+                if !d.cordoned {
+                    d.cordoned = true;
+                    out.push(Action::Cordon {
+                        claim: claim.clone(),
+                        reason: d.reason,
+                    });
+                }
+                d.deleted = true;
+                out.push(Action::Delete {
+                    claim: claim.clone(),
+                    reason: d.reason,
+                });
+                continue;
+            }
+            if d.replacement
+                .as_ref()
+                .is_some_and(|(r, _)| !all_ready(world, r))
             {
                 continue;
             }
@@ -661,6 +766,9 @@ impl Consolidation {
                     reason: d.reason,
                 });
             }
+        }
+        for claim in settled {
+            self.disrupting.remove(&claim);
         }
     }
 
@@ -978,596 +1086,4 @@ fn replacement_name(pool: &str, claim: &str, at: Time) -> String {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::super::interruption::fixtures::*;
-    use super::*;
-    use crate::api::Budget;
-    use crate::catalog::{Catalog, InstanceType, PriceSource};
-
-    fn step(c: &mut Consolidation, f: &Fixture, at: i64) -> Vec<Action> {
-        c.decide_in(&f.world(), t(at), &Context::new(&Interruptions::default()))
-    }
-
-    fn cordon(claim: &str, reason: DisruptionReason) -> Action {
-        Action::Cordon {
-            claim: claim.into(),
-            reason,
-        }
-    }
-
-    fn delete(claim: &str, reason: DisruptionReason) -> Action {
-        Action::Delete {
-            claim: claim.into(),
-            reason,
-        }
-    }
-
-    fn evict(pod: &str, claim: &str) -> Action {
-        Action::Evict {
-            pod: pod.into(),
-            claim: claim.into(),
-        }
-    }
-
-    /// The actions of the round at 75 s after rounds at 0 and 60 s: a node
-    /// stable since 0 s under the default `consolidateAfter` (1m) is a
-    /// candidate at 60 s and carried out after the validation period.
-    fn validated(c: &mut Consolidation, f: &Fixture) -> Vec<Action> {
-        step(c, f, 0);
-        step(c, f, 60);
-        step(c, f, 75)
-    }
-
-    fn checkpoint(pod: &str, claim: &str, deadline: i64) -> Action {
-        Action::RequestCheckpoint {
-            pod: pod.into(),
-            claim: claim.into(),
-            deadline: t(deadline),
-        }
-    }
-
-    /// n1 (an opted-in pod `a` and a plain `b`) is underutilized: both fit
-    /// on n2, which is held by `do-not-disrupt`. Its drain starts at 75 s.
-    fn checkpointer_on_an_underutilized_node() -> (Fixture, Consolidation) {
-        let mut f = Fixture::new([
-            node("n1").pods([pod("a").checkpoints(), pod("b")]),
-            node("n2").do_not_disrupt().pods([pod("c")]),
-        ]);
-        f.pools = vec![pool_with("gpu", |s| s.disruption.budgets = budget("1"))];
-        let mut c = Consolidation::default();
-        assert_eq!(
-            validated(&mut c, &f),
-            [
-                cordon("n1", DisruptionReason::Underutilized),
-                checkpoint("a", "n1", 75 + 90),
-                evict("b", "n1"),
-            ]
-        );
-        // The driver's fresh world: b is gone, a is still checkpointing.
-        *f.node_mut("n1") = node("n1").disrupted().pods([pod("a").checkpoints()]);
-        (f, c)
-    }
-
-    #[test]
-    fn an_underutilized_drain_evicts_a_checkpointing_pod_once_it_acknowledges() {
-        let (mut f, mut c) = checkpointer_on_an_underutilized_node();
-        assert_eq!(c.next_deadline(), Some(t(165)), "its grace period");
-        assert_eq!(step(&mut c, &f, 100), [], "not before it acknowledges");
-        *f.node_mut("n1") = node("n1")
-            .disrupted()
-            .pods([pod("a").checkpoints().acked(t(110))]);
-        assert_eq!(step(&mut c, &f, 111), [evict("a", "n1")]);
-        f.node_mut("n1").pods.clear();
-        assert_eq!(
-            step(&mut c, &f, 112),
-            [delete("n1", DisruptionReason::Underutilized)]
-        );
-    }
-
-    #[test]
-    fn an_underutilized_drain_evicts_a_checkpointing_pod_that_never_acknowledges_at_its_deadline() {
-        let (f, mut c) = checkpointer_on_an_underutilized_node();
-        assert_eq!(step(&mut c, &f, 164), []);
-        assert_eq!(step(&mut c, &f, 165), [evict("a", "n1")]);
-    }
-
-    #[test]
-    fn a_node_left_cordoned_by_a_restart_is_drained_again_asking_checkpointers_first() {
-        let f = Fixture::new([
-            node("n1")
-                .disrupted()
-                .pods([pod("a").checkpoints(), pod("b")]),
-            node("n2").disrupted(),
-            node("n3"),
-        ]);
-        // A new core: nothing remembered of the drains.
-        let mut c = Consolidation::default();
-        assert_eq!(
-            step(&mut c, &f, 0),
-            [
-                cordon("n1", DisruptionReason::Underutilized),
-                checkpoint("a", "n1", 90),
-                evict("b", "n1"),
-                cordon("n2", DisruptionReason::Empty),
-                delete("n2", DisruptionReason::Empty),
-            ]
-        );
-        assert!(c.is_disrupting("n1") && c.is_disrupting("n2"));
-        assert_eq!(step(&mut c, &f, 1), [], "nothing twice");
-    }
-
-    #[test]
-    fn a_node_cordoned_by_someone_else_or_held_by_do_not_disrupt_is_left_as_it_is() {
-        let f = Fixture::new([
-            node("n1").cordoned().pods([pod("a")]),
-            node("n2").disrupted().do_not_disrupt().pods([pod("b")]),
-            node("n3").pods([pod("c").do_not_disrupt()]),
-        ]);
-        let mut c = Consolidation::default();
-        for at in [0, 60, 75, 3600] {
-            assert_eq!(step(&mut c, &f, at), []);
-        }
-        assert!(!c.is_disrupting("n1") && !c.is_disrupting("n2"));
-    }
-
-    #[test]
-    fn a_node_left_cordoned_under_interruption_handling_is_left_to_it() {
-        let f = Fixture::new([node("n1").spot().disrupted().pods([pod("a")]), node("n2")]);
-        let mut interruptions = Interruptions::default();
-        let notice = crate::core::Notice::SpotInterruption {
-            claim: "n1".into(),
-            deadline: t(120),
-        };
-        interruptions.handle(&notice, &f.world(), t(0));
-        let mut c = Consolidation::default();
-        let ctx = Context::new(&interruptions);
-        let acted = c.decide_in(&f.world(), t(0), &ctx);
-        assert!(
-            acted.iter().all(|a| !matches!(a, Action::Cordon { claim, .. } | Action::Evict { claim, .. } if claim == "n1")),
-            "{acted:?}"
-        );
-        assert!(!c.is_disrupting("n1"));
-    }
-
-    fn budget(nodes: &str) -> Vec<Budget> {
-        vec![Budget {
-            nodes: nodes.into(),
-            ..Budget::default()
-        }]
-    }
-
-    fn gpu_type(name: &str, vcpu: u32, model: &str) -> InstanceType {
-        InstanceType::bare(name, vcpu, u64::from(vcpu) * 4096).with_gpus(model, 1, 23028)
-    }
-
-    /// `(instance type, zone, capacity type, USD/h, advisor bucket)`.
-    pub(super) type Row = (&'static str, &'static str, CapacityType, f64, Option<u8>);
-
-    pub(super) fn catalog(rows: &[Row]) -> Catalog {
-        Catalog::from_parts(
-            [
-                gpu_type("g5.xlarge", 4, "A10G"),
-                gpu_type("g5.2xlarge", 8, "A10G"),
-                gpu_type("g6.xlarge", 4, "L4"),
-            ],
-            rows.iter().map(|(it, zone, ct, price, bucket)| Offering {
-                instance_type: (*it).into(),
-                region: REGION.into(),
-                zone_id: (*zone).into(),
-                capacity_type: *ct,
-                price_per_hour: *price,
-                price_source: PriceSource::SpotObserved,
-                interruption_bucket: bucket.map(InterruptionBucket),
-                market: None,
-                reservation: None,
-            }),
-        )
-    }
-
-    fn launched(actions: &[Action]) -> &ClaimRequest {
-        match actions {
-            [Action::Launch(c)] => c,
-            other => panic!("expected one launch, got {other:?}"),
-        }
-    }
-
-    #[test]
-    fn a_node_empty_longer_than_consolidate_after_is_removed_and_one_empty_for_less_is_not() {
-        let mut f = Fixture::new([node("n1"), node("n2").pods([pod("a")]), node("n3")]);
-        f.pools = vec![pool_with("gpu", |s| {
-            s.disruption.consolidation_policy = ConsolidationPolicy::WhenEmpty;
-            s.disruption.budgets = budget("100%");
-        })];
-        let mut c = Consolidation::default();
-        assert_eq!(step(&mut c, &f, 0), []);
-        // n2 empties at 30 s; n3 was empty from the start.
-        f.node_mut("n2").pods.clear();
-        assert_eq!(step(&mut c, &f, 30), []);
-        assert_eq!(c.next_deadline(), Some(t(60)));
-        // consolidateAfter is 1m: n1 and n3 qualify at 60 s, n2 not before 90 s.
-        assert_eq!(step(&mut c, &f, 60), []);
-        let empty = Decision::Empty {
-            claims: vec!["n1".into(), "n3".into()],
-        };
-        assert_eq!(c.candidate(), Some((&empty, t(60))));
-        assert_eq!(c.next_deadline(), Some(t(75)));
-        assert_eq!(
-            step(&mut c, &f, 75),
-            [
-                cordon("n1", DisruptionReason::Empty),
-                delete("n1", DisruptionReason::Empty),
-                cordon("n3", DisruptionReason::Empty),
-                delete("n3", DisruptionReason::Empty),
-            ]
-        );
-        assert_eq!(
-            c.decisions(),
-            [DisruptionDecision {
-                reason: DisruptionReason::Empty,
-                claims: vec!["n1".into(), "n3".into()],
-                replacements: vec![],
-            }],
-            "one decision for the empty nodes that go together"
-        );
-        assert_eq!(c.next_deadline(), Some(t(90)));
-        assert_eq!(step(&mut c, &f, 76), [], "nothing twice, n2 not yet");
-        assert_eq!(c.decisions(), []);
-    }
-
-    #[test]
-    fn a_node_that_leaves_the_world_is_forgotten_and_counted_afresh_when_back() {
-        let mut f = Fixture::new([node("n1")]);
-        f.pools = vec![pool_with("gpu", |s| {
-            s.disruption.consolidation_policy = ConsolidationPolicy::WhenEmpty;
-        })];
-        let mut c = Consolidation::default();
-        assert_eq!(step(&mut c, &f, 0), []);
-        assert_eq!(c.next_deadline(), Some(t(60)));
-        let gone = f.nodes.remove(0);
-        assert_eq!(step(&mut c, &f, 30), []);
-        assert_eq!(c.next_deadline(), None, "n1 forgotten");
-        f.nodes.insert(0, gone);
-        assert_eq!(step(&mut c, &f, 40), []);
-        assert_eq!(c.next_deadline(), Some(t(100)), "empty since 40 s");
-    }
-
-    #[test]
-    fn consolidate_after_never_keeps_empty_nodes() {
-        let mut f = Fixture::new([node("n1")]);
-        f.pools = vec![pool_with("gpu", |s| {
-            s.disruption.consolidate_after = "Never".into()
-        })];
-        let mut c = Consolidation::default();
-        for at in [0, 60, 600, 86_400] {
-            assert_eq!(step(&mut c, &f, at), []);
-        }
-        assert_eq!(c.next_deadline(), None);
-    }
-
-    #[test]
-    fn a_protected_node_is_not_removed() {
-        let f = Fixture::new([node("n1"), node("n2")]);
-        let mut c = Consolidation::default();
-        let keep_n1 = |n: &ManagedNode| n.claim == "n1";
-        let none = Interruptions::default();
-        let ctx = Context {
-            protected: &keep_n1,
-            ..Context::new(&none)
-        };
-        for at in [0, 60] {
-            assert_eq!(c.decide_in(&f.world(), t(at), &ctx), []);
-        }
-        assert_eq!(
-            c.decide_in(&f.world(), t(75), &ctx),
-            [
-                cordon("n2", DisruptionReason::Empty),
-                delete("n2", DisruptionReason::Empty),
-            ]
-        );
-    }
-
-    #[test]
-    fn a_budget_of_zero_blocks_consolidation() {
-        let mut f = Fixture::new([node("n1"), node("n2").pods([pod("a")])]);
-        f.pools = vec![pool_with("gpu", |s| s.disruption.budgets = budget("0"))];
-        let mut c = Consolidation::default();
-        for at in [0, 60, 75, 3600] {
-            assert_eq!(step(&mut c, &f, at), []);
-        }
-        assert_eq!(c.candidate(), None);
-    }
-
-    #[test]
-    fn the_budget_caps_how_many_empty_nodes_go_at_once_most_expensive_first() {
-        let mut f = Fixture::new([
-            node("n1"),
-            node("n2").offering("g5.2xlarge", "use1-az1", 2.0),
-            node("n3").pods([pod("a")]),
-        ]);
-        f.pools = vec![pool_with("gpu", |s| s.disruption.budgets = budget("1"))];
-        let mut c = Consolidation::default();
-        assert_eq!(
-            validated(&mut c, &f),
-            [
-                cordon("n2", DisruptionReason::Empty),
-                delete("n2", DisruptionReason::Empty),
-            ]
-        );
-        // n2 is still going away: the budget is used up.
-        assert_eq!(step(&mut c, &f, 200), []);
-        f.nodes.retain(|n| n.claim != "n2");
-        step(&mut c, &f, 300);
-        assert_eq!(
-            step(&mut c, &f, 315),
-            [
-                cordon("n1", DisruptionReason::Empty),
-                delete("n1", DisruptionReason::Empty),
-            ]
-        );
-    }
-
-    #[test]
-    fn budgets_are_per_pool() {
-        let mut f = Fixture::new([node("n1"), node("n2").pool("cpu")]);
-        f.pools = vec![
-            pool_with("gpu", |s| s.disruption.budgets = budget("0")),
-            pool_with("cpu", |_| {}),
-        ];
-        let mut c = Consolidation::default();
-        assert_eq!(
-            validated(&mut c, &f),
-            [
-                cordon("n2", DisruptionReason::Empty),
-                delete("n2", DisruptionReason::Empty),
-            ]
-        );
-    }
-
-    #[test]
-    fn unready_do_not_disrupt_and_interrupted_nodes_are_kept() {
-        let mut f = Fixture::new([
-            node("n1").not_ready(),
-            node("n2").do_not_disrupt(),
-            node("n3").spot(),
-        ]);
-        f.pools = vec![pool_with("gpu", |s| s.disruption.budgets = budget("100%"))];
-        let mut interruptions = Interruptions::default();
-        let notice = crate::core::Notice::SpotInterruption {
-            claim: "n3".into(),
-            deadline: t(120),
-        };
-        interruptions.handle(&notice, &f.world(), t(0));
-        let mut c = Consolidation::default();
-        for at in [0, 60, 75, 3600] {
-            assert_eq!(c.decide(&f.world(), t(at), &interruptions, &|_| false), []);
-        }
-    }
-
-    #[test]
-    fn a_do_not_disrupt_pod_keeps_its_node_out_of_consolidation() {
-        let f = Fixture::new([
-            node("n1").pods([pod("a").do_not_disrupt()]),
-            node("n2").pods([pod("b")]),
-        ]);
-        let mut c = Consolidation::default();
-        step(&mut c, &f, 0);
-        step(&mut c, &f, 60);
-        // n1 would sort first; only n2 (whose pod fits on n1) is a candidate.
-        let expected = Decision::Delete {
-            claim: "n2".into(),
-            saving: 1.0,
-        };
-        assert_eq!(c.candidate(), Some((&expected, t(60))));
-    }
-
-    #[test]
-    fn a_pod_whose_pdb_allows_no_disruption_keeps_its_node_out_of_consolidation() {
-        let mut f = Fixture::new([
-            node("n1").pods([pod("a").pdb(0)]),
-            node("n2").pods([pod("b").cpu(3000)]),
-        ]);
-        f.pdbs = vec![pdb("ml/a", 0)];
-        let mut c = Consolidation::default();
-        step(&mut c, &f, 0);
-        step(&mut c, &f, 60);
-        // n1 would sort first; only n2 (whose pod fits on n1) is a candidate.
-        let expected = Decision::Delete {
-            claim: "n2".into(),
-            saving: 1.0,
-        };
-        assert_eq!(c.candidate(), Some((&expected, t(60))));
-    }
-
-    #[test]
-    fn an_underutilized_node_whose_pods_fit_elsewhere_is_drained_after_the_validation_period() {
-        let mut f = Fixture::new([node("n1").pods([pod("a")]), node("n2").pods([pod("b")])]);
-        let mut c = Consolidation::default();
-        assert_eq!(step(&mut c, &f, 0), []);
-        assert_eq!(step(&mut c, &f, 60), []);
-        let expected = Decision::Delete {
-            claim: "n1".into(),
-            saving: 1.0,
-        };
-        assert_eq!(c.candidate(), Some((&expected, t(60))));
-        assert_eq!(step(&mut c, &f, 74), []);
-        assert_eq!(
-            step(&mut c, &f, 75),
-            [
-                cordon("n1", DisruptionReason::Underutilized),
-                evict("a", "n1")
-            ]
-        );
-        assert_eq!(
-            c.decisions(),
-            [DisruptionDecision {
-                reason: DisruptionReason::Underutilized,
-                claims: vec!["n1".into()],
-                replacements: vec![],
-            }]
-        );
-        assert_eq!(step(&mut c, &f, 75), [], "nothing twice");
-        assert_eq!(c.decisions(), []);
-        f.nodes = vec![node("n1").cordoned(), node("n2").pods([pod("b"), pod("a")])];
-        assert_eq!(
-            step(&mut c, &f, 80),
-            [delete("n1", DisruptionReason::Underutilized)]
-        );
-        assert_eq!(step(&mut c, &f, 81), []);
-    }
-
-    #[test]
-    fn a_candidate_that_no_longer_holds_after_the_validation_period_is_dropped() {
-        let mut f = Fixture::new([node("n1").pods([pod("a")]), node("n2").pods([pod("b")])]);
-        let mut c = Consolidation::default();
-        step(&mut c, &f, 0);
-        step(&mut c, &f, 60);
-        assert!(c.candidate().is_some());
-        // n2 fills up during validation: a no longer fits there.
-        *f.node_mut("n2") = node("n2").pods([pod("b"), pod("c").cpu(3000)]);
-        assert_eq!(step(&mut c, &f, 75), []);
-        assert_eq!(c.candidate(), None);
-    }
-
-    #[test]
-    fn an_underutilized_drain_evicts_within_pdbs() {
-        let mut f = Fixture::new([
-            node("n1").pods([pod("a").pdb(0), pod("b").pdb(0)]),
-            node("n2").do_not_disrupt().pods([pod("c")]),
-        ]);
-        f.pdbs = vec![pdb("ml/ab", 1)];
-        f.pools = vec![pool_with("gpu", |s| s.disruption.budgets = budget("1"))];
-        let mut c = Consolidation::default();
-        assert_eq!(
-            validated(&mut c, &f),
-            [
-                cordon("n1", DisruptionReason::Underutilized),
-                evict("a", "n1")
-            ]
-        );
-        // The driver's fresh world: a is gone and the PDB is used up.
-        f.pdbs[0].disruptions_allowed = 0;
-        *f.node_mut("n1") = node("n1").cordoned().pods([pod("b").pdb(0)]);
-        assert_eq!(step(&mut c, &f, 76), []);
-        f.pdbs[0].disruptions_allowed = 1;
-        assert_eq!(step(&mut c, &f, 77), [evict("b", "n1")]);
-    }
-
-    #[test]
-    fn an_underutilized_node_is_replaced_by_one_cheaper_node_once_it_is_ready() {
-        let mut f = Fixture::new([node("n1")
-            .offering("g5.2xlarge", "use1-az1", 2.0)
-            .pods([pod("a").gpus(1)])]);
-        f.catalog = catalog(&[
-            ("g5.xlarge", "use1-az1", CapacityType::OnDemand, 1.0, None),
-            ("g5.2xlarge", "use1-az1", CapacityType::OnDemand, 2.0, None),
-        ]);
-        let mut c = Consolidation::default();
-        step(&mut c, &f, 0);
-        assert_eq!(step(&mut c, &f, 60), []);
-        let launch = step(&mut c, &f, 75);
-        let r = launched(&launch).clone();
-        assert_eq!(r.offering.instance_type, "g5.xlarge");
-        assert_eq!(r.offering.capacity_type, CapacityType::OnDemand);
-        assert_eq!(
-            (r.price_per_hour, r.pods.as_slice()),
-            (1.0, &["a".to_string()][..])
-        );
-        assert_eq!(
-            c.decisions(),
-            [DisruptionDecision {
-                reason: DisruptionReason::Underutilized,
-                claims: vec!["n1".into()],
-                replacements: vec![r.claim.clone()],
-            }]
-        );
-        // Not drained while the replacement is on its way.
-        f.nodes.push(node(&r.claim).not_ready());
-        assert_eq!(step(&mut c, &f, 100), []);
-        *f.node_mut(&r.claim) = node(&r.claim);
-        assert_eq!(
-            step(&mut c, &f, 200),
-            [
-                cordon("n1", DisruptionReason::Underutilized),
-                evict("a", "n1")
-            ]
-        );
-    }
-
-    #[test]
-    fn a_replacement_that_never_becomes_ready_is_given_up() {
-        let mut f = Fixture::new([node("n1")
-            .offering("g5.2xlarge", "use1-az1", 2.0)
-            .pods([pod("a").gpus(1)])]);
-        f.catalog = catalog(&[("g5.xlarge", "use1-az1", CapacityType::OnDemand, 1.0, None)]);
-        let mut c = Consolidation::default();
-        step(&mut c, &f, 0);
-        step(&mut c, &f, 60);
-        assert_eq!(step(&mut c, &f, 75).len(), 1);
-        assert!(c.is_disrupting("n1"));
-        assert_eq!(c.next_deadline(), Some(t(75 + 900)));
-        assert_eq!(step(&mut c, &f, 75 + 899), []);
-        step(&mut c, &f, 75 + 900);
-        assert!(!c.is_disrupting("n1"));
-        assert!(c.candidate().is_some(), "it may be tried again");
-    }
-
-    #[test]
-    fn the_spot_to_spot_guard_refuses_a_riskier_pool() {
-        let mut f = Fixture::new([node("n1")
-            .spot()
-            .offering("g5.xlarge", "use1-az1", 1.0)
-            .pods([pod("a").gpus(1)])]);
-        f.pools = vec![pool_with("gpu", |s| {
-            s.capacity_types = vec![CapacityType::Spot]
-        })];
-        let spot = CapacityType::Spot;
-        f.catalog = catalog(&[
-            ("g5.xlarge", "use1-az1", spot, 1.0, Some(1)),
-            // 60% cheaper, but interrupted far more often.
-            ("g6.xlarge", "use1-az2", spot, 0.4, Some(3)),
-        ]);
-        let mut c = Consolidation::default();
-        for at in [0, 60, 75, 3600] {
-            assert_eq!(step(&mut c, &f, at), []);
-        }
-        assert_eq!(c.candidate(), None);
-        // A cheaper pool that is no riskier is taken.
-        f.catalog = catalog(&[
-            ("g5.xlarge", "use1-az1", spot, 1.0, Some(1)),
-            ("g6.xlarge", "use1-az2", spot, 0.4, Some(3)),
-            ("g6.xlarge", "use1-az3", spot, 0.7, Some(1)),
-        ]);
-        step(&mut c, &f, 3601);
-        let r = launched(&step(&mut c, &f, 3616)).clone();
-        assert_eq!(
-            (r.offering.zone.as_str(), r.price_per_hour),
-            ("use1-az3", 0.7)
-        );
-    }
-
-    #[test]
-    fn a_spot_node_in_the_riskiest_pool_moves_only_to_a_less_risky_one() {
-        let mut f = Fixture::new([node("n1")
-            .spot()
-            .offering("g5.xlarge", "use1-az1", 1.0)
-            .pods([pod("a").gpus(1)])]);
-        f.pools = vec![pool_with("gpu", |s| {
-            s.capacity_types = vec![CapacityType::Spot]
-        })];
-        let spot = CapacityType::Spot;
-        f.catalog = catalog(&[
-            ("g5.xlarge", "use1-az1", spot, 1.0, Some(3)),
-            // As risky as the node's own pool, and the riskiest there is.
-            ("g6.xlarge", "use1-az2", spot, 0.4, Some(3)),
-            ("g6.xlarge", "use1-az3", spot, 0.8, Some(0)),
-        ]);
-        let mut c = Consolidation::default();
-        step(&mut c, &f, 0);
-        step(&mut c, &f, 60);
-        let r = launched(&step(&mut c, &f, 75)).clone();
-        assert_eq!(
-            (r.offering.zone.as_str(), r.price_per_hour),
-            ("use1-az3", 0.8)
-        );
-    }
-}
+mod tests;

@@ -50,6 +50,8 @@ pub fn node(claim: &str) -> ManagedNode {
         do_not_disrupt: false,
         drifted: None,
         disrupted: false,
+        expire_after: None,
+        termination_grace: None,
     }
 }
 

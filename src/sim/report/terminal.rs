@@ -254,23 +254,36 @@ fn prewarm(out: &mut String, report: &SimReport) {
 }
 
 /// The drifted nodes each strategy replaced, when a scenario released new
-/// images (the replacements' cost is in the cost column).
+/// images, and the nodes it replaced for outliving `expireAfter` (the
+/// replacements' cost is in the cost column).
 fn drift(out: &mut String, report: &SimReport) {
+    replacements(out, report, "drifted nodes replaced (new images):", |r| {
+        r.drift_replacements
+    });
+    replacements(out, report, "expired nodes replaced (expireAfter):", |r| {
+        r.expired_replacements
+    });
+}
+
+/// One line per strategy with `count` above 0 under `title`, nothing when
+/// none has any.
+fn replacements(
+    out: &mut String,
+    report: &SimReport,
+    title: &str,
+    count: impl Fn(&crate::sim::result::StrategyResult) -> u32,
+) {
     let seen: Vec<_> = ordered(report)
         .into_iter()
-        .filter(|(_, r)| r.drift_replacements > 0)
+        .filter(|(_, r)| count(r) > 0)
         .collect();
     if seen.is_empty() {
         return;
     }
-    let _ = writeln!(
-        out,
-        "
-drifted nodes replaced (new images):"
-    );
+    let _ = writeln!(out, "\n{title}");
     let width = seen.iter().map(|(n, _)| n.len()).max().unwrap_or(0);
     for (name, r) in seen {
-        let _ = writeln!(out, "  {name:<width$}  {}", r.drift_replacements);
+        let _ = writeln!(out, "  {name:<width$}  {}", count(r));
     }
 }
 
@@ -522,6 +535,17 @@ mod tests {
             .nth(1)
             .unwrap();
         assert_eq!(section.trim(), "greedy  4");
+        assert!(!t.contains("expired nodes"));
+        r.strategies
+            .get_mut("quartermaster")
+            .unwrap()
+            .expired_replacements = 2;
+        let t = table(&r);
+        let section = t
+            .split("expired nodes replaced (expireAfter):")
+            .nth(1)
+            .unwrap();
+        assert_eq!(section.trim(), "quartermaster  2");
     }
 
     #[test]

@@ -45,15 +45,18 @@ pub struct Choice {
 }
 
 /// The `CreateFleet` client token of a launch: SHA-256 (64 hex characters,
-/// EC2's limit) of everything [`request`] puts into the call: the cluster,
-/// the claim, the launch template, each ranked offering with its subnet,
-/// and the tags. The same launch retried (by the SDK after a timeout, or by
-/// a restarted controller before the instance is visible to
-/// `DescribeInstances`) gets the first request's fleet back. A request that
-/// differs in anything (another subnet chosen because free addresses
-/// changed, a new template, the claim re-planned onto other offerings) gets
-/// a new token: EC2 refuses a reused token with other parameters
-/// (`IdempotentParameterMismatch`), which would block the claim for good.
+/// EC2's limit) of the cluster, the claim, the launch template, each ranked
+/// offering and the tags. The same launch retried (by the SDK after a
+/// timeout, or by a restarted controller before the instance is visible to
+/// `DescribeInstances`) gets the first request's fleet back, not a second
+/// instance. The subnets are left out on purpose: they are ranked by free
+/// addresses, which the first launch itself changes, so a retry may pick
+/// another one; with the subnet in the token that retry would launch a
+/// second instance under the same claim. A retry whose subnets did change
+/// gets `IdempotentParameterMismatch` from EC2 instead, which waits for the
+/// first launch's instance to be seen (see `errors::TRANSIENT_CODES`). A
+/// launch that differs otherwise (a new template, the claim re-planned onto
+/// other offerings) gets a new token.
 pub fn client_token(
     cluster: &str,
     claim: &str,
@@ -63,7 +66,7 @@ pub fn client_token(
 ) -> String {
     let mut text = format!("{cluster}\n{claim}\ntemplate {template_name}");
     for c in choices {
-        text.push_str(&format!("\n{} in {}", c.offering, c.subnet.id));
+        text.push_str(&format!("\n{}", c.offering));
     }
     let mut tags: Vec<&(String, String)> = tags.iter().collect();
     tags.sort();
@@ -348,11 +351,20 @@ mod tests {
     }
 
     #[test]
-    fn the_token_changes_with_anything_else_the_request_carries() {
+    fn a_retried_launch_keeps_its_token_when_free_addresses_pick_another_subnet() {
+        // The first launch took addresses from its subnet; the retry ranks
+        // another subnet of the zone first. Same token: EC2 returns the
+        // first launch (or refuses the mismatch), never a second instance.
         let t = token("prod", "c", &choices());
         let mut other_subnet = choices();
         other_subnet[0].subnet.id = "subnet-z".into();
-        assert_ne!(t, token("prod", "c", &other_subnet));
+        other_subnet[0].subnet.free_addresses -= 1;
+        assert_eq!(t, token("prod", "c", &other_subnet));
+    }
+
+    #[test]
+    fn the_token_changes_with_anything_else_the_request_carries() {
+        let t = token("prod", "c", &choices());
         let tags = [("quartermaster.dev/cluster".to_string(), "prod".to_string())];
         assert_ne!(
             t,

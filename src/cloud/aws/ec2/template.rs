@@ -224,23 +224,13 @@ pub fn hex(bytes: &[u8]) -> String {
     bytes.iter().map(|b| format!("{b:02x}")).collect()
 }
 
-/// Labels whose value depends on the instance type or zone, which a
-/// fallback override may change after the user data is written: the
-/// controller applies them once the node registers.
+/// Labels whose value depends on the zone, which a fallback override may
+/// change after the user data is written (with the instance type's own,
+/// [`crate::catalog::INSTANCE_TYPE_KEYS`]): the controller applies them
+/// once the node registers.
 const OFFERING_LABELS: &[&str] = &[
-    l::INSTANCE_TYPE,
     l::ZONE,
     l::ZONE_ID,
-    l::INSTANCE_FAMILY,
-    l::GPU_NAME,
-    l::GPU_MEMORY_GIB,
-    l::GPU_COUNT,
-    l::NEURON_NAME,
-    l::NEURON_COUNT,
-    l::GFD_PRODUCT,
-    l::GFD_COUNT,
-    l::GFD_MEMORY,
-    l::ARCH,
     "beta.kubernetes.io/instance-type",
     "beta.kubernetes.io/arch",
     "failure-domain.beta.kubernetes.io/zone",
@@ -254,7 +244,11 @@ const OFFERING_LABELS: &[&str] = &[
 pub fn kubelet_labels(labels: &BTreeMap<String, String>) -> BTreeMap<String, String> {
     labels
         .iter()
-        .filter(|(k, _)| !OFFERING_LABELS.contains(&k.as_str()) && kubelet_may_set(k))
+        .filter(|(k, _)| {
+            !OFFERING_LABELS.contains(&k.as_str())
+                && !crate::catalog::INSTANCE_TYPE_KEYS.contains(&k.as_str())
+                && kubelet_may_set(k)
+        })
         .map(|(k, v)| (k.clone(), v.clone()))
         .collect()
 }
@@ -468,8 +462,10 @@ serviceCidr: 10.100.0.0/16
                 (l::NODEPOOL, "train"),
                 (l::CAPACITY_TYPE, "spot"),
                 (l::INSTANCE_TYPE, "g5.xlarge"),
-                (l::ZONE, "use1-az4"),
+                (l::ZONE, "us-east-1d"),
+                (l::ZONE_ID, "use1-az4"),
                 (l::GPU_NAME, "a10g"),
+                (l::KARPENTER_INSTANCE_GPU_NAME, "a10g"),
                 (l::REGION, "us-east-1"),
                 ("node-role.kubernetes.io/gpu", ""),
                 ("team", "ml"),

@@ -44,21 +44,25 @@ pub struct LivePrices {
     pub spot: Option<SpotPrices>,
 }
 
-/// The two price sources, as the `pricing_fallback{source}` metric names them.
+/// What a refresh fetches: the two price sources and the account's zone
+/// names, as the `pricing_fallback{source}` metric names them.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum Source {
     /// The Pricing API.
     OnDemand,
     /// The spot price history.
     Spot,
+    /// The account's zone names (`DescribeAvailabilityZones`).
+    ZoneNames,
 }
 
 impl Source {
-    /// `on-demand` or `spot`.
+    /// `on-demand`, `spot` or `zone-names`.
     pub fn as_str(self) -> &'static str {
         match self {
             Source::OnDemand => "on-demand",
             Source::Spot => "spot",
+            Source::ZoneNames => "zone-names",
         }
     }
 }
@@ -107,7 +111,10 @@ impl std::fmt::Display for RefreshReport {
             self.region, self.on_demand_changed, self.spot_changed, self.spot_added, self.unplaced
         )?;
         for (source, reason) in &self.failed {
-            write!(f, "; {source} prices unavailable ({reason}), kept")?;
+            match source {
+                Source::ZoneNames => write!(f, "; zone names unavailable ({reason}), kept")?,
+                _ => write!(f, "; {source} prices unavailable ({reason}), kept")?,
+            }
         }
         Ok(())
     }
@@ -227,7 +234,8 @@ pub fn apply_prices(base: &Catalog, region: &str, live: &LivePrices) -> (Catalog
         });
     }
     let types: Vec<InstanceType> = base.instance_types().cloned().collect();
-    (Catalog::from_parts(types, offerings), report)
+    let catalog = Catalog::from_parts(types, offerings).with_zone_names(base.zone_names().clone());
+    (catalog, report)
 }
 
 type Names = PricingFiles<()>;
