@@ -323,8 +323,7 @@ pub fn orphans<'a>(
     instances
         .iter()
         .filter(|i| {
-            (i.state.is_alive() || i.state == InstanceState::Stopped)
-                && now - i.launched_at > grace
+            (i.state.is_alive() || i.state == InstanceState::Stopped) && now - i.launched_at > grace
         })
         .filter(|i| match claims.get(&i.claim) {
             None => true,

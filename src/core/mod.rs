@@ -21,9 +21,9 @@ pub mod gang_launch;
 pub mod interruption;
 pub mod prewarm;
 pub mod provisioning;
-pub mod time;
 pub mod retry;
 pub mod termination;
+pub mod time;
 
 pub use decide::{Config, Core, PlanReport, StepFailure};
 pub use retry::Outcome;

@@ -39,8 +39,7 @@ impl Deletion {
     /// When the instance is terminated whatever is left: the start plus
     /// the claim's grace period.
     pub fn deadline(&self) -> Option<Time> {
-        self.grace
-            .map(|g| super::time::after(self.started, g))
+        self.grace.map(|g| super::time::after(self.started, g))
     }
 
     /// The checkpoint deadline of a pod with grace `pod_grace`: the end of

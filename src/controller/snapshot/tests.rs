@@ -1,10 +1,10 @@
 //! The index and the world it makes.
 
 use super::*;
-use k8s_openapi::api::core::v1 as core;
-use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use crate::core::batch::DEFAULT_MAX_PODS;
 use chrono::TimeZone;
+use k8s_openapi::api::core::v1 as core;
+use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use serde_json::json;
 use std::sync::{Arc, OnceLock};
 use std::time::Duration;
