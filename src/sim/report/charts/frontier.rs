@@ -80,6 +80,16 @@ fn marks(report: &SweepReport) -> (Vec<Drawn>, Vec<(f64, f64)>) {
             .iter()
             .position(|b| m.label == *b || m.label.starts_with(&format!("{b} (")))
             .unwrap_or(0);
+        // Baselines that came out the same share one mark and its label.
+        if let Some(same) = drawn.iter_mut().find(|d| {
+            d.shape != Shape::Dot
+                && d.shape != Shape::Ring
+                && d.cost == m.cost
+                && d.lost_pct == m.lost * 100.0
+        }) {
+            same.label = format!("{} = {}", same.label, m.label);
+            continue;
+        }
         drawn.push(Drawn {
             label: m.label.clone(),
             lost_pct: m.lost * 100.0,
@@ -228,6 +238,13 @@ mod tests {
         let dir = crate::sim::report::fixtures::temp_dir("frontier");
         std::fs::create_dir_all(&dir).unwrap();
         let path = write_frontier(&report, &dir).unwrap();
+        // A baseline that came out as another shares its mark.
+        let mut same = sweep_of(&[("1", 80.0, 6.0)]);
+        let r = &mut same.points[0].1.runs[0];
+        let k = r.strategies["greedy"].clone();
+        r.strategies.insert("karpenter".into(), k);
+        let labels: Vec<String> = marks(&same).0.into_iter().map(|m| m.label).collect();
+        assert_eq!(labels, ["1", "greedy = karpenter", "on-demand"]);
         let png = std::fs::read(&path).unwrap();
         let info = png::Decoder::new(std::io::Cursor::new(png))
             .read_info()
