@@ -22,25 +22,30 @@ fn json(out: &std::process::Output) -> serde_json::Value {
 const PODS: &str = "deploy/examples/plan/pods.yaml";
 const POOLS: &str = "deploy/examples/plan/nodepools.yaml";
 
+/// `plan --output json` of the examples with `strategy`.
+fn example_plan(strategy: &str) -> serde_json::Value {
+    json(&qm(&[
+        "plan",
+        "--pods",
+        PODS,
+        "--nodepools",
+        POOLS,
+        "--strategy",
+        strategy,
+        "--output",
+        "json",
+        // Placement and keys, not speed: the debug build's MIP takes
+        // about 0.55 s of the default 0.8 s alone, and a loaded test
+        // machine pushed it past the limit.
+        "--time-limit-ms",
+        "20000",
+    ]))
+}
+
 #[test]
 fn plan_json_places_every_example_pod_with_the_documented_keys() {
     for strategy in ["mip", "greedy"] {
-        let v = json(&qm(&[
-            "plan",
-            "--pods",
-            PODS,
-            "--nodepools",
-            POOLS,
-            "--strategy",
-            strategy,
-            "--output",
-            "json",
-            // Placement and keys, not speed: the debug build's MIP takes
-            // about 0.55 s of the default 0.8 s alone, and a loaded test
-            // machine pushed it past the limit.
-            "--time-limit-ms",
-            "20000",
-        ]));
+        let v = example_plan(strategy);
         assert_eq!(v["strategy"], strategy);
         let nodes = v["nodes"].as_array().unwrap();
         let pods: usize = nodes
@@ -106,6 +111,40 @@ fn plan_json_places_every_example_pod_with_the_documented_keys() {
     ]));
     let lb = v["lower_bound_per_hour"].as_f64().unwrap();
     assert!(lb > 0.0 && lb <= v["risk_adjusted_cost_per_hour"].as_f64().unwrap());
+}
+
+/// Issue 35: greedy put all six `serve` replicas (zone spread, `maxSkew:
+/// 1`) on one node in one zone, under the MIP's true bound. Like
+/// Karpenter, it now keeps the skew, so it never comes in under the bound.
+#[test]
+fn greedy_keeps_the_examples_zone_spread_and_never_comes_in_under_the_mips_bound() {
+    let (mip, greedy) = (example_plan("mip"), example_plan("greedy"));
+    let serve_zones = |v: &serde_json::Value| -> Vec<String> {
+        let mut zones = Vec::new();
+        for n in v["nodes"].as_array().unwrap() {
+            for p in n["pods"].as_array().unwrap() {
+                if p.as_str().unwrap().starts_with("web/serve-") {
+                    zones.push(n["zone"].as_str().unwrap().to_string());
+                }
+            }
+        }
+        zones
+    };
+    let (theirs, ours) = (serve_zones(&mip), serve_zones(&greedy));
+    assert_eq!(ours.len(), 6, "{greedy:#}");
+    let zones: std::collections::BTreeSet<&String> = theirs.iter().chain(&ours).collect();
+    let count = |z: &String| ours.iter().filter(|o| *o == z).count();
+    let (most, least) = (
+        zones.iter().map(|z| count(z)).max().unwrap(),
+        zones.iter().map(|z| count(z)).min().unwrap(),
+    );
+    assert!(most - least <= 1, "greedy's serve zones {ours:?}");
+    let bound = mip["lower_bound_per_hour"].as_f64().unwrap();
+    let cost = greedy["risk_adjusted_cost_per_hour"].as_f64().unwrap();
+    assert!(
+        cost >= bound - 1e-6,
+        "greedy ${cost} under the bound ${bound}"
+    );
 }
 
 #[test]

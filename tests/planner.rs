@@ -604,17 +604,104 @@ fn zone_spread_keeps_the_skew_within_max_skew() {
             p
         })
         .collect();
-    let plan = run(&pods, &[gpu_pool("gpu")], &[], Strategy::Mip);
-    assert_eq!(placed(&plan), 7);
-    let mut per_zone: BTreeMap<&str, usize> = BTreeMap::new();
-    for n in &plan.nodes {
-        *per_zone.entry(n.zone.as_str()).or_default() += n.pods.len();
+    // Seven 1-GPU pods fit one 8-GPU node: greedy, like Karpenter, must
+    // still spread them rather than fill the first node.
+    let [mip, greedy] = both(&pods, &[gpu_pool("gpu")], &[]);
+    let mut zones: BTreeSet<&str> = BTreeSet::new();
+    for plan in [&mip, &greedy] {
+        assert_eq!(placed(plan), 7, "{:?}", plan.strategy);
+        zones.extend(plan.nodes.iter().map(|n| n.zone.as_str()));
     }
-    let max = *per_zone.values().max().unwrap();
-    let min = *per_zone.values().min().unwrap();
+    for plan in [&mip, &greedy] {
+        // Over every zone either plan used: a zone one plan left empty
+        // counts as empty in the other.
+        let mut per_zone: BTreeMap<&str, usize> = zones.iter().map(|z| (*z, 0)).collect();
+        for n in &plan.nodes {
+            *per_zone.get_mut(n.zone.as_str()).unwrap() += n.pods.len();
+        }
+        let max = *per_zone.values().max().unwrap();
+        let min = *per_zone.values().min().unwrap();
+        assert!(
+            per_zone.len() >= 2 && max - min <= 1,
+            "{:?}: skew too large: {per_zone:?}",
+            plan.strategy
+        );
+    }
+    let bound = mip.lower_bound_per_hour.unwrap();
     assert!(
-        per_zone.len() >= 2 && max - min <= 1,
-        "skew too large: {per_zone:?}"
+        greedy.risk_adjusted_cost_per_hour >= bound - 1e-6,
+        "greedy ${} under the bound ${bound}",
+        greedy.risk_adjusted_cost_per_hour
+    );
+}
+
+/// Two spot pools of one type, a cheap one in `cheap_bucket` and a dearer
+/// one in `calm_bucket`, and on-demand at `on_demand` USD/h: the
+/// offering each of greedy and karpenter launches for one pod, as
+/// `(zone, capacity type)`.
+fn launched_by_greedy_and_karpenter(
+    cheap_bucket: u8,
+    calm_bucket: u8,
+    on_demand: f64,
+) -> [(String, CapacityType); 2] {
+    let mut inst = shrunk(
+        &[
+            ("g4dn.2xlarge", "use1-az1", CapacityType::Spot),
+            ("g4dn.2xlarge", "use1-az2", CapacityType::Spot),
+            ("g4dn.2xlarge", "use1-az1", CapacityType::OnDemand),
+        ],
+        vec![gpu_pool("gpu")],
+        vec![gpu_pod("p", 1)],
+    );
+    let mut offerings = inst.catalog.offerings().to_vec();
+    for o in &mut offerings {
+        o.market = None;
+        match (o.capacity_type, o.zone_id.as_str()) {
+            (CapacityType::Spot, "use1-az1") => {
+                o.price_per_hour = 0.20;
+                o.interruption_bucket = Some(InterruptionBucket(cheap_bucket));
+            }
+            (CapacityType::Spot, _) => {
+                o.price_per_hour = 0.25;
+                o.interruption_bucket = Some(InterruptionBucket(calm_bucket));
+            }
+            _ => o.price_per_hour = on_demand,
+        }
+    }
+    let types: Vec<_> = inst.catalog.instance_types().cloned().collect();
+    inst.catalog = Catalog::from_parts(types, offerings);
+    let input = inst.input();
+    [Strategy::Greedy, Strategy::Karpenter].map(|s| {
+        let plan = plan::plan(&input, s, &Options::default(), &|| 0.0);
+        oracle::Rules::new(&input, &Options::default())
+            .value_of(&plan)
+            .unwrap_or_else(|e| panic!("{s:?} breaks a rule: {e}"));
+        let n = &plan.nodes[0];
+        (n.zone.clone(), n.capacity_type)
+    })
+}
+
+#[test]
+fn karpenter_takes_the_calmer_spot_pool_unless_the_cheaper_is_about_as_calm() {
+    let spot = |zone: &str| (zone.to_string(), CapacityType::Spot);
+    // A >20% pool against a <5% one at a quarter more: greedy takes the
+    // cheapest, karpenter (price-capacity-optimized) the calmer.
+    assert_eq!(
+        launched_by_greedy_and_karpenter(4, 0, 0.526),
+        [spot("use1-az1"), spot("use1-az2")]
+    );
+    // 15-20% against 10-15%: rates within twice each other, so both are
+    // among the deepest pools and the cheaper wins for both.
+    assert_eq!(
+        launched_by_greedy_and_karpenter(3, 2, 0.526),
+        [spot("use1-az1"), spot("use1-az1")]
+    );
+    // Only the calm pool is dearer than on-demand: karpenter drops it, as
+    // Karpenter drops spot types dearer than on-demand, and takes the
+    // cheap spot pool.
+    assert_eq!(
+        launched_by_greedy_and_karpenter(4, 0, 0.22),
+        [spot("use1-az1"), spot("use1-az1")]
     );
 }
 

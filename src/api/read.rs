@@ -188,6 +188,63 @@ impl Document {
         }
     }
 
+    /// Sets `value` at `path`, making the mappings on the way that the
+    /// document leaves out (a `risk:` a NodePool does not have); what is
+    /// set is checked when the document is read, as if the file said it.
+    ///
+    /// # Errors
+    /// A step that cannot be taken: a key into something that is not a
+    /// mapping, an index into something that is not a list or past its
+    /// end. The message names the path up to that step.
+    pub fn set(&mut self, path: &Path, value: Value) -> Result<(), String> {
+        let mut here = &mut self.value;
+        let mut walked = Path::default();
+        for step in path.segments() {
+            let name = || match walked.is_empty() {
+                true => "the document".to_string(),
+                false => walked.to_string(),
+            };
+            if here.is_null() && matches!(step, Segment::Key(_)) {
+                *here = Value::Object(serde_json::Map::new());
+            }
+            here = match (step, here) {
+                (Segment::Key(k), Value::Object(m)) => m.entry(k.clone()).or_insert(Value::Null),
+                (Segment::Index(i), Value::Array(items)) => {
+                    let n = items.len();
+                    items
+                        .get_mut(*i)
+                        .ok_or_else(|| format!("{} has {n} items, none at [{i}]", name()))?
+                }
+                (Segment::Key(k), other) => {
+                    return Err(format!(
+                        "{} is {}, not a mapping with {k:?}",
+                        name(),
+                        found(other)
+                    ))
+                }
+                (Segment::Index(_), other) => {
+                    return Err(format!("{} is {}, not a list", name(), found(other)))
+                }
+            };
+            walked.push(step.clone());
+        }
+        *here = value;
+        Ok(())
+    }
+
+    /// What `schema` says of this document at `at` and on the way to it
+    /// (a misspelt field there, with its did-you-mean; a value of the
+    /// wrong type or out of range), leaving out the rest of the document.
+    pub fn problems_at(&self, schema: &Value, at: &Path) -> Vec<FieldError> {
+        schema::problems(&self.value, schema, schema, &Path::default())
+            .into_iter()
+            .filter(|e| {
+                let p = Path::parse(&e.path);
+                at.starts_with(&p) || p.starts_with(at)
+            })
+            .collect()
+    }
+
     /// Problems in the order of the file's lines (then paths), whatever
     /// order the checks found them in.
     pub fn sorted(&self, mut problems: Vec<Problem>) -> Vec<Problem> {
@@ -254,6 +311,15 @@ pub fn single<T: DeserializeOwned>(
     schema: &Value,
     validate: impl FnOnce(&T) -> Vec<String>,
 ) -> Result<T, Error> {
+    read_single(file, &single_document(file, text)?, schema, validate)
+}
+
+/// The one YAML document of a file, not yet checked: for a caller that
+/// changes it ([`Document::set`]) before [`read_single`] reads it.
+///
+/// # Errors
+/// A YAML syntax error, or a file of more or fewer than one document.
+pub fn single_document(file: &str, text: &str) -> Result<Document, Error> {
     let fail = |problems: Vec<Problem>| Error {
         file: file.to_string(),
         problems,
@@ -268,18 +334,29 @@ pub fn single<T: DeserializeOwned>(
             message: format!("expected one YAML document, found {}", docs.len()),
         }]));
     }
-    let doc = docs.remove(0);
+    Ok(docs.remove(0))
+}
+
+/// [`single`] of a document [`single_document`] gave.
+///
+/// # Errors
+/// Every problem of the document, with its line, under the file's name.
+pub fn read_single<T: DeserializeOwned>(
+    file: &str,
+    doc: &Document,
+    schema: &Value,
+    validate: impl FnOnce(&T) -> Vec<String>,
+) -> Result<T, Error> {
     doc.read_checked(schema, |v: &T| {
         validate(v).iter().map(|t| doc.from_text(t)).collect()
     })
-    .map_err(|problems| {
+    .map_err(|problems| Error {
+        file: file.to_string(),
         // One document: its number says nothing.
-        fail(
-            problems
-                .into_iter()
-                .map(|p| Problem { document: 0, ..p })
-                .collect(),
-        )
+        problems: problems
+            .into_iter()
+            .map(|p| Problem { document: 0, ..p })
+            .collect(),
     })
 }
 

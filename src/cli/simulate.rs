@@ -3,6 +3,7 @@
 
 use anyhow::Context;
 use quartermaster::catalog::Catalog;
+use quartermaster::sim::sweep::{self, Sweep};
 use quartermaster::sim::{self, report, scenario::Scenario, scenario::StrategyName};
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -34,6 +35,17 @@ pub struct Args {
     /// of the spot market's reclaims.
     #[arg(long, value_parser = parse_seeds)]
     seeds: Option<Seeds>,
+    /// Run the scenario once for each value of a setting,
+    /// `PATH=V1,V2,...`, over `--seeds` (or its own seed), and show what
+    /// each value costs and loses beside greedy and on-demand (a table,
+    /// JSON; with `--report`, sweep.json and frontier.png). PATH is a
+    /// field of the scenario file (`cloud.marketTuning.hazardMultiplier`);
+    /// `nodePools.NAME.` addresses a NodePool by name and may leave out
+    /// `spec.` (`nodePools.training.risk.riskAversion=0,1,2,4,8,15`). More
+    /// than one `--sweep` makes a grid. Default strategies:
+    /// quartermaster,greedy,on-demand.
+    #[arg(long)]
+    sweep: Vec<Sweep>,
 }
 
 /// The seeds of `--seeds`, in the order given.
@@ -70,6 +82,9 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     let catalog = Arc::new(Catalog::embedded().context("loading the embedded catalog")?);
     let text = std::fs::read_to_string(&args.scenario)
         .with_context(|| format!("reading {}", args.scenario.display()))?;
+    if !args.sweep.is_empty() {
+        return run_sweep(&args, &text, &catalog);
+    }
     let mut scenario = Scenario::read(&args.scenario.display().to_string(), &text, &catalog)?;
     let base = args
         .scenario
@@ -184,6 +199,79 @@ fn run_seeds(
         }
         if matches!(args.output, super::plan::Output::Table) {
             for p in written {
+                println!("wrote {}", p.display());
+            }
+        }
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// `simulate --sweep`: every point of the grid over the seeds, then what
+/// each point cost and lost beside the baselines.
+fn run_sweep(args: &Args, text: &str, catalog: &Arc<Catalog>) -> anyhow::Result<ExitCode> {
+    let file = args.scenario.display().to_string();
+    let mut points = sweep::scenarios(&file, text, catalog, &args.sweep)?;
+    let base = args
+        .scenario
+        .parent()
+        .map(PathBuf::from)
+        .unwrap_or_default();
+    for (_, scenario) in &mut points {
+        sim::load_spot_traces(scenario, &base)?;
+    }
+    let strategies = if args.strategies.is_empty() {
+        vec![
+            StrategyName::Quartermaster,
+            StrategyName::Greedy,
+            StrategyName::OnDemand,
+        ]
+    } else {
+        args.strategies.clone()
+    };
+    let seeds = match &args.seeds {
+        Some(Seeds(seeds)) => seeds.clone(),
+        None => vec![points.first().map_or(0, |(_, s)| s.seed)],
+    };
+    let per_point = seeds.len() * strategies.len();
+    let bar = progress_bar(
+        args,
+        (points.len() * per_point) as u64,
+        "{msg:>40} [{bar:40}] {pos}/{len} {elapsed}",
+    );
+    let labels: Vec<String> = points.iter().map(|(p, _)| p.to_string()).collect();
+    let index = |s: StrategyName| strategies.iter().position(|x| *x == s).unwrap_or(0);
+    let runs = sim::simulate_sweep(
+        points,
+        catalog,
+        &base,
+        args.trace.as_deref(),
+        &strategies,
+        &seeds,
+        &mut |k, i, s, f| {
+            bar.set_message(format!("{} seed {} {s:?}", labels[k], seeds[i]).to_lowercase());
+            let done = k * per_point + i * strategies.len() + index(s);
+            bar.set_position(done as u64 + u64::from(f >= 1.0));
+        },
+    )?;
+    bar.finish_and_clear();
+    let report = sweep::SweepReport {
+        paths: args.sweep.iter().map(|s| s.path.clone()).collect(),
+        points: runs,
+    };
+    let summary = serde_json::to_string_pretty(&sweep::summary_json(&report))?;
+    match args.output {
+        super::plan::Output::Json => println!("{summary}"),
+        super::plan::Output::Table => print!("{}", sweep::table(&report)),
+    }
+    if let Some(dir) = &args.report {
+        std::fs::create_dir_all(dir)
+            .with_context(|| format!("creating the report folder {}", dir.display()))?;
+        let path = dir.join("sweep.json");
+        std::fs::write(&path, summary + "\n")
+            .with_context(|| format!("writing {}", path.display()))?;
+        let chart = report::write_frontier(&report, dir)?;
+        if matches!(args.output, super::plan::Output::Table) {
+            for p in [path, chart] {
                 println!("wrote {}", p.display());
             }
         }

@@ -5,8 +5,12 @@
 //! else opens a new node of the highest-weight pool that can take it. At the
 //! end every new node becomes the cheapest offering (spot when cheaper) among
 //! its remaining options that the pool's limits still allow (pods of a node
-//! no option fits are reported). Zone spread is honoured by opening nodes in the
-//! least-loaded zone; gangs are not understood (Karpenter has no gang support).
+//! no option fits are reported). Zone topology spread is honoured as
+//! Karpenter's scheduler honours it: a pod that spreads goes only to a zone
+//! where it keeps the skew within `maxSkew` (over the zones it could use,
+//! counted over the new nodes, as the MIP counts it), its node then kept to
+//! the least-loaded such zone; gangs are not understood (Karpenter has no gang
+//! support).
 
 use super::candidates::{self, Candidate};
 use super::classes::Class;
@@ -15,9 +19,10 @@ use super::pack::{self, Bin};
 use super::{
     ExistingPlacement, Input, Options, Plan, PlannedNode, SolvedBy, Strategy, Unschedulable,
 };
+use crate::catalog::CapacityType;
 use crate::cluster::resources::{CPU, MEMORY};
 use crate::cluster::{Pod, Resources};
-use std::collections::HashMap;
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 
 /// A new node under construction: the pods on it and the candidates that can
 /// still hold them all.
@@ -29,8 +34,71 @@ struct Building {
     room: Resources,
 }
 
-/// Plans with the greedy baseline.
-pub fn plan(input: &Input) -> Plan {
+/// How a new node's offering is chosen among the options left to it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Allocation {
+    /// The cheapest option (spot when cheaper).
+    LowestPrice,
+    /// As Karpenter chooses: a reservation first; else spot whenever an
+    /// option is cheaper than the cheapest on-demand one (Karpenter drops
+    /// dearer spot types and then always prefers spot), and among those EC2
+    /// Fleet's `price-capacity-optimized`: the pools with the most capacity
+    /// (an interruption rate at most [`DEEP_POOL_RATE_BAND`] times the
+    /// lowest of them), then the cheapest; else the cheapest on-demand.
+    PriceCapacity,
+}
+
+/// How far above the calmest spot pool's interruption rate a pool still
+/// counts as one of those with the most capacity, for
+/// [`Allocation::PriceCapacity`]: EC2 does not publish its capacity ranking,
+/// so the simulator takes the pools' reclaim rates for it, and a factor of
+/// two for "among the deepest".
+pub const DEEP_POOL_RATE_BAND: f64 = 2.0;
+
+/// The option `allocation` picks among `options` (those the limits
+/// allow), `None` when there are none.
+fn pick(options: &[usize], cands: &[Candidate], allocation: Allocation) -> Option<usize> {
+    let cheapest = |it: &mut dyn Iterator<Item = usize>| {
+        it.min_by(|a, c| {
+            cands[*a]
+                .price()
+                .total_cmp(&cands[*c].price())
+                .then(a.cmp(c))
+        })
+    };
+    if allocation == Allocation::LowestPrice {
+        return cheapest(&mut options.iter().copied());
+    }
+    let of = |t: CapacityType| {
+        options
+            .iter()
+            .copied()
+            .filter(move |&o| cands[o].offering.capacity_type == t)
+    };
+    if let Some(r) = cheapest(&mut of(CapacityType::Reserved)) {
+        return Some(r);
+    }
+    let on_demand = cheapest(&mut of(CapacityType::OnDemand));
+    let ceiling = on_demand.map_or(f64::INFINITY, |o| cands[o].price());
+    let spot: Vec<usize> = of(CapacityType::Spot)
+        .filter(|&o| cands[o].price() < ceiling)
+        .collect();
+    let calmest = spot
+        .iter()
+        .map(|&o| cands[o].rate)
+        .fold(f64::INFINITY, f64::min);
+    cheapest(
+        &mut spot
+            .iter()
+            .copied()
+            .filter(|&o| cands[o].rate <= calmest * DEEP_POOL_RATE_BAND),
+    )
+    .or(on_demand)
+}
+
+/// Plans with the greedy baseline, each node's offering chosen by
+/// `allocation`.
+pub fn plan(input: &Input, allocation: Allocation) -> Plan {
     let pods = input.pods;
     let cands = candidates::candidates(input);
     let mut order: Vec<usize> = (0..pods.len()).collect();
@@ -43,7 +111,7 @@ pub fn plan(input: &Input) -> Plan {
     let mut on_existing = Vec::new();
     let mut building: Vec<Building> = Vec::new();
     let mut unschedulable = Vec::new();
-    let mut zone_load: HashMap<(String, String), u32> = HashMap::new();
+    let mut spread = Spread::default();
 
     'pods: for i in order {
         let p = &pods[i];
@@ -72,6 +140,20 @@ pub fn plan(input: &Input) -> Plan {
             });
             continue;
         }
+        // The zones a pod that spreads may go to without raising its skew
+        // past maxSkew, over the zones it could use.
+        let allowed: Option<Vec<bool>> = p.zone_spread.as_ref().map(|_| {
+            let eligible: BTreeSet<&str> = compatible
+                .iter()
+                .map(|&o| cands[o].offering.zone_id.as_str())
+                .collect();
+            let zones = spread.allowed_zones(p, &eligible).unwrap_or_default();
+            cands
+                .iter()
+                .map(|c| zones.contains(c.offering.zone_id.as_str()))
+                .collect()
+        });
+        let allowed = |o: usize| allowed.as_ref().is_none_or(|a| a[o]);
         for b in building.iter_mut() {
             if !anti_ok(b, p, pods) {
                 continue;
@@ -84,9 +166,10 @@ pub fn plan(input: &Input) -> Plan {
                 .options
                 .iter()
                 .copied()
-                .filter(|&o| fits[o] && total.fits_in(&cands[o].allocatable))
+                .filter(|&o| fits[o] && allowed(o) && total.fits_in(&cands[o].allocatable))
                 .collect();
             if !still.is_empty() {
+                let still = spread.place(p, still, &cands);
                 b.room = room(&still, &cands);
                 b.options = still;
                 b.pods.push(i);
@@ -94,37 +177,16 @@ pub fn plan(input: &Input) -> Plan {
                 continue 'pods;
             }
         }
-        // A new node: the highest-weight pool's compatible options, in the
-        // least-loaded zone when the pod spreads over zones.
-        let top = compatible
-            .iter()
-            .map(|&o| cands[o].weight)
-            .max()
-            .unwrap_or(0);
-        let mut options: Vec<usize> = compatible
+        // A new node: the highest-weight pool's compatible options (in a
+        // zone the spread allows), in the least-loaded such zone when the
+        // pod spreads over zones.
+        let options: Vec<usize> = compatible.into_iter().filter(|&o| allowed(o)).collect();
+        let top = options.iter().map(|&o| cands[o].weight).max().unwrap_or(0);
+        let options: Vec<usize> = options
             .into_iter()
             .filter(|&o| cands[o].weight == top)
             .collect();
-        if let Some(spread) = &p.zone_spread {
-            let zone_of = |o: &usize| cands[*o].offering.zone_id.clone();
-            let best = options
-                .iter()
-                .map(zone_of)
-                .min_by_key(|z| {
-                    (
-                        zone_load
-                            .get(&(spread.selector.clone(), z.clone()))
-                            .copied()
-                            .unwrap_or(0),
-                        z.clone(),
-                    )
-                })
-                .expect("options is not empty");
-            options.retain(|o| zone_of(o) == best);
-            *zone_load
-                .entry((spread.selector.clone(), best))
-                .or_default() += 1;
-        }
+        let options = spread.place(p, options, &cands);
         building.push(Building {
             room: room(&options, &cands),
             options,
@@ -139,17 +201,13 @@ pub fn plan(input: &Input) -> Plan {
     let mut reserved = limits::ReservedLeft::of(input);
     let mut launched = Vec::new();
     for b in building {
-        let cheapest = b
+        let affordable: Vec<usize> = b
             .options
             .iter()
             .copied()
             .filter(|&o| budgets[cands[o].pool].affords(&cands[o]) && reserved.affords(&cands[o]))
-            .min_by(|a, c| {
-                cands[*a]
-                    .price()
-                    .total_cmp(&cands[*c].price())
-                    .then(a.cmp(c))
-            });
+            .collect();
+        let cheapest = pick(&affordable, &cands, allocation);
         match cheapest {
             Some(o) => {
                 budgets[cands[o].pool].charge(&cands[o]);
@@ -163,7 +221,10 @@ pub fn plan(input: &Input) -> Plan {
         }
     }
     finish(
-        Strategy::Greedy,
+        match allocation {
+            Allocation::LowestPrice => Strategy::Greedy,
+            Allocation::PriceCapacity => Strategy::Karpenter,
+        },
         input,
         &cands,
         launched,
@@ -171,6 +232,68 @@ pub fn plan(input: &Input) -> Plan {
         unschedulable,
         &Options::default(),
     )
+}
+
+/// Pods that spread over zones, counted by spread and zone as they are
+/// placed on new nodes (as the MIP counts the skew: over the plan's new
+/// nodes).
+#[derive(Default)]
+struct Spread(HashMap<String, BTreeMap<String, u32>>);
+
+impl Spread {
+    fn count(&self, selector: &str, zone: &str) -> u32 {
+        self.0
+            .get(selector)
+            .and_then(|z| z.get(zone))
+            .copied()
+            .unwrap_or(0)
+    }
+
+    /// The `eligible` zones where one more of `p`'s pods keeps the skew
+    /// within `maxSkew`: those holding fewer than `maxSkew` more than the
+    /// emptiest eligible zone. `None` for a pod that does not spread.
+    fn allowed_zones<'z>(
+        &self,
+        p: &Pod,
+        eligible: &BTreeSet<&'z str>,
+    ) -> Option<BTreeSet<&'z str>> {
+        let s = p.zone_spread.as_ref()?;
+        let count = |z: &str| self.count(&s.selector, z);
+        let least = eligible.iter().map(|z| count(z)).min().unwrap_or(0);
+        Some(
+            eligible
+                .iter()
+                .copied()
+                .filter(|z| count(z) < least + s.max_skew)
+                .collect(),
+        )
+    }
+
+    /// For a pod that spreads, keeps the `options` of its node in the
+    /// least-loaded of their zones (then the first by name) and counts the
+    /// pod there; a pod that does not spread leaves them as they are.
+    fn place(&mut self, p: &Pod, mut options: Vec<usize>, cands: &[Candidate]) -> Vec<usize> {
+        let Some(s) = &p.zone_spread else {
+            return options;
+        };
+        let zone_of = |o: &usize| cands[*o].offering.zone_id.as_str();
+        let Some(best) = options
+            .iter()
+            .map(zone_of)
+            .min_by_key(|z| (self.count(&s.selector, z), *z))
+            .map(str::to_string)
+        else {
+            return options;
+        };
+        options.retain(|o| zone_of(o) == best);
+        *self
+            .0
+            .entry(s.selector.clone())
+            .or_default()
+            .entry(best)
+            .or_default() += 1;
+        options
+    }
 }
 
 fn anti_ok(b: &Building, p: &Pod, pods: &[Pod]) -> bool {

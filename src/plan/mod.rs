@@ -33,8 +33,14 @@ use std::time::Duration;
 pub enum Strategy {
     /// The mixed-integer program.
     Mip,
-    /// The Karpenter-style greedy baseline.
+    /// The Karpenter-style greedy baseline, each node its cheapest
+    /// offering (spot when cheaper).
     Greedy,
+    /// The greedy baseline with Karpenter's own choice of offering:
+    /// reserved capacity first, then spot whenever an offering is cheaper
+    /// than the cheapest on-demand one, among those the pools with the most
+    /// capacity (price-capacity-optimized), then on-demand.
+    Karpenter,
 }
 
 /// How a plan's placements were found, best first.
@@ -310,7 +316,8 @@ fn solve(input: &Input, strategy: Strategy, options: &Options, now: &dyn Fn() ->
     let start = now();
     let mut p = match strategy {
         Strategy::Mip => mip::plan(input, options, now),
-        Strategy::Greedy => greedy::plan(input),
+        Strategy::Greedy => greedy::plan(input, greedy::Allocation::LowestPrice),
+        Strategy::Karpenter => greedy::plan(input, greedy::Allocation::PriceCapacity),
     };
     let planned = now();
     p.solve_ms = (planned - start) * 1000.0;

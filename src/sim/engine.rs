@@ -170,10 +170,13 @@ impl<'a> Engine<'a> {
         jobs.sort_by(|a, b| (a.job.submit, &a.job.pod.name).cmp(&(b.job.submit, &b.job.pod.name)));
         match strategy {
             StrategyName::Quartermaster => {}
-            StrategyName::Greedy => {
+            StrategyName::Greedy | StrategyName::Karpenter => {
                 // Karpenter: cheapest fit, no risk model, no checkpoint
                 // signals (workloads still checkpoint on their own).
-                config.strategy = Strategy::Greedy;
+                config.strategy = match strategy {
+                    StrategyName::Karpenter => Strategy::Karpenter,
+                    _ => Strategy::Greedy,
+                };
                 config.learn_rates = false;
                 config.checkpoint_cadence = false;
                 for j in &mut jobs {

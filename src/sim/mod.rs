@@ -14,6 +14,7 @@ pub mod result;
 pub mod scenario;
 pub mod seeds;
 pub mod static_groups;
+pub mod sweep;
 pub mod trace;
 pub mod trace_window;
 pub mod workload;
@@ -354,4 +355,37 @@ pub fn simulate_seeds(
         report.runs.push(run);
     }
     Ok(report)
+}
+
+/// Runs each point's scenario (its spot traces loaded) over `seeds`
+/// ([`simulate_seeds`]), for `simulate --sweep`. `progress` gets the
+/// point's index, the seed's index, the strategy and the share of its run
+/// done.
+///
+/// # Errors
+/// The first point whose workload cannot be loaded, or whose cloud
+/// settings the simulated cloud refuses.
+pub fn simulate_sweep(
+    points: Vec<(sweep::Point, Scenario)>,
+    catalog: &Arc<Catalog>,
+    base: &Path,
+    extra_trace: Option<&Path>,
+    strategies: &[StrategyName],
+    seeds: &[u64],
+    progress: &mut dyn FnMut(usize, usize, StrategyName, f64),
+) -> Result<Vec<(sweep::Point, seeds::SeedsReport)>, SeedsError> {
+    let mut out = Vec::with_capacity(points.len());
+    for (k, (point, scenario)) in points.into_iter().enumerate() {
+        let runs = simulate_seeds(
+            &scenario,
+            catalog,
+            base,
+            extra_trace,
+            strategies,
+            seeds,
+            &mut |i, s, f| progress(k, i, s, f),
+        )?;
+        out.push((point, runs));
+    }
+    Ok(out)
 }

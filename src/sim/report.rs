@@ -6,11 +6,12 @@
 mod charts;
 mod terminal;
 
-pub use charts::write_charts;
+pub use charts::{write_charts, write_frontier};
 pub(crate) use terminal::bill_lines;
 pub(crate) use terminal::columns;
 pub(crate) use terminal::shape_lines;
 pub use terminal::table;
+pub(crate) use terminal::usd;
 
 use super::result::{ShapeLoss, SimReport, StrategyResult};
 use serde_json::{json, Value};
@@ -22,7 +23,7 @@ use std::path::{Path, PathBuf};
 pub const ON_DEMAND: &str = "on-demand";
 
 /// Strategies in the order reports show them; others follow alphabetically.
-const ORDER: [&str; 4] = ["quartermaster", "greedy", ON_DEMAND, "static"];
+const ORDER: [&str; 5] = ["quartermaster", "greedy", "karpenter", ON_DEMAND, "static"];
 
 /// How many unfinished jobs the JSON summary lists per strategy; the report
 /// folder's `unfinished.csv` lists them all.

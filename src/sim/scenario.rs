@@ -46,6 +46,10 @@ pub enum StrategyName {
     Quartermaster,
     /// The Karpenter-style greedy baseline, spot when cheaper.
     Greedy,
+    /// The greedy baseline choosing offerings as Karpenter does: spot when
+    /// any is cheaper than on-demand, price-capacity-optimized among the
+    /// spot pools (`plan::Strategy::Karpenter`). Not run unless asked for.
+    Karpenter,
     /// Never spot.
     OnDemand,
     /// A fixed node group sized for the peak (min = max).
@@ -56,7 +60,7 @@ impl std::str::FromStr for StrategyName {
     type Err = String;
     fn from_str(s: &str) -> Result<Self, String> {
         serde_json::from_value(serde_json::Value::String(s.to_string())).map_err(|_| {
-            format!("unknown strategy {s:?} (quartermaster, greedy, on-demand, static)")
+            format!("unknown strategy {s:?} (quartermaster, greedy, karpenter, on-demand, static)")
         })
     }
 }

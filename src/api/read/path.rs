@@ -28,6 +28,16 @@ impl Path {
         self.0.pop();
     }
 
+    /// Its steps from the root.
+    pub fn segments(&self) -> &[Segment] {
+        &self.0
+    }
+
+    /// Whether `prefix` is this path or one of its ancestors.
+    pub fn starts_with(&self, prefix: &Path) -> bool {
+        self.0.starts_with(&prefix.0)
+    }
+
     /// Whether this is the root.
     pub fn is_empty(&self) -> bool {
         self.0.is_empty()

@@ -3,8 +3,13 @@
 //! `png`; text uses an embedded DejaVu Sans subset (`assets/fonts/`), so no
 //! system font or fontconfig is needed.
 
+mod frontier;
+
+pub use frontier::write_frontier;
+
 use super::{ordered, write_file, Error, Result};
 use crate::sim::result::{Sample, SimReport};
+use plotters::coord::types::RangedCoordf64;
 use plotters::coord::Shift;
 use plotters::element::ComposedElement;
 use plotters::prelude::*;
@@ -85,7 +90,7 @@ pub fn write_charts(report: &SimReport, dir: &Path) -> Result<Vec<PathBuf>> {
     let mut paths = Vec::with_capacity(CHARTS.len());
     for (name, draw) in CHARTS {
         let path = dir.join(name);
-        let png = render(report, draw, &path)?;
+        let png = render(&path, |root| draw(report, root))?;
         write_file(&path, &png)?;
         paths.push(path);
     }
@@ -94,7 +99,7 @@ pub fn write_charts(report: &SimReport, dir: &Path) -> Result<Vec<PathBuf>> {
 
 /// Draws one chart into an RGB buffer and encodes it as PNG; `path` only
 /// names the chart in errors.
-fn render(report: &SimReport, draw: Draw, path: &Path) -> Result<Vec<u8>> {
+fn render(path: &Path, draw: impl FnOnce(&Area<'_>) -> DrawResult) -> Result<Vec<u8>> {
     if !font_registered() {
         return Err(Error::LoadFont {
             path: path.to_path_buf(),
@@ -106,7 +111,7 @@ fn render(report: &SimReport, draw: Draw, path: &Path) -> Result<Vec<u8>> {
         let drawn = root
             .fill(&WHITE)
             .map_err(Into::into)
-            .and_then(|()| draw(report, &root))
+            .and_then(|()| draw(&root))
             .and_then(|()| root.present().map_err(Into::into));
         drawn.map_err(|e| Error::Draw {
             path: path.to_path_buf(),
@@ -521,14 +526,23 @@ fn plot(area: &Area<'_>, frame: &Frame<'_>, lines: &[Line]) -> DrawResult {
             .legend(move |at| legend_mark(dashed, style, at));
     }
     if let (Some(position), false) = (&frame.legend, lines.is_empty()) {
-        chart
-            .configure_series_labels()
-            .position(position.clone())
-            .background_style(WHITE.mix(0.85))
-            .border_style(BLACK.mix(0.3))
-            .label_font((SANS, 14))
-            .draw()?;
+        draw_series_key(&mut chart, position.clone())?;
     }
+    Ok(())
+}
+
+/// A chart of `f64` against `f64` on an [`Area`].
+type Plane<'a> = ChartContext<'a, BitMapBackend<'a>, Cartesian2d<RangedCoordf64, RangedCoordf64>>;
+
+/// The series' labels, boxed, at `position` inside the plot.
+fn draw_series_key(chart: &mut Plane<'_>, position: SeriesLabelPosition) -> DrawResult {
+    chart
+        .configure_series_labels()
+        .position(position)
+        .background_style(WHITE.mix(0.85))
+        .border_style(BLACK.mix(0.3))
+        .label_font((SANS, 14))
+        .draw()?;
     Ok(())
 }
 
@@ -541,7 +555,7 @@ mod tests {
     fn charts_render_to_png_bytes_of_the_chart_size() {
         let r = report();
         for (name, draw) in CHARTS {
-            let png = render(&r, draw, Path::new(name)).unwrap();
+            let png = render(Path::new(name), |root| draw(&r, root)).unwrap();
             let decoder = png::Decoder::new(std::io::Cursor::new(png));
             let info = decoder.read_info().unwrap();
             assert_eq!(

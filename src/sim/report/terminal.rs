@@ -292,7 +292,7 @@ fn opt(value: Option<f64>, render: impl Fn(f64) -> String) -> String {
 }
 
 /// `$1,234.56`: two decimals, thousands separated.
-pub(super) fn usd(x: f64) -> String {
+pub(crate) fn usd(x: f64) -> String {
     let cents = format!("{:.2}", x.abs());
     let (whole, frac) = cents.split_once('.').unwrap_or((&cents, "00"));
     let mut grouped = String::new();
