@@ -436,7 +436,7 @@ fn a_static_job_whose_group_never_launched_waits_for_capacity_not_for_a_pool() {
 /// mean and in most seeds, is slowed down no more than greedy on the mean,
 /// and every job it leaves unfinished was running at the end (on-demand
 /// finishes up to four more: a gang slowed by reclaims). Not reached
-/// (README, "Where the calibrated market leaves us"): lost GPU-hours <= 3%
+/// (`docs/results.md`, "Where the calibrated market leaves us"): lost GPU-hours <= 3%
 /// and <= half of greedy's (quartermaster loses about as much as greedy),
 /// p95 slowdown <= 1.25.
 #[test]

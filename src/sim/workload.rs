@@ -40,7 +40,7 @@ pub struct SimJob {
     /// and it ends when its demand does (`submit + work_s`), however long
     /// it waited. Trace replicas tell the planner so
     /// ([`Pod::holds_work`]); the `inference` workload's do not yet (the
-    /// README's "Where the calibrated market leaves us" says why).
+    /// `docs/results.md`, "Where the calibrated market leaves us", says why).
     pub stateless: bool,
     /// GPUs it holds when its pod asks for time-sliced shares
     /// (`nvidia.com/gpu.shared`, whose size the pod does not say): its
