@@ -118,15 +118,20 @@ impl Record {
 /// The claim's status with its `Interrupted` condition set for `record`.
 pub fn interrupted_status(view: &ClaimView, record: Record, now: Time) -> NodeClaimStatus {
     let mut status = view.claim.status.clone().unwrap_or_default();
+    set_record(&mut status, record, now);
+    status
+}
+
+/// Sets a status's `Interrupted` condition for `record`.
+fn set_record(status: &mut NodeClaimStatus, record: Record, now: Time) {
     set_condition(
-        &mut status,
+        status,
         conditions::INTERRUPTED,
         true,
         record.reason(),
         &record.message(),
         now,
     );
-    status
 }
 
 /// What the claim's `Interrupted` condition records, if it has one.
@@ -516,14 +521,7 @@ pub async fn record(api: &KubeApi, view: &ClaimView, what: Record, now: Time) ->
             if !write(record_in(status)) {
                 return false;
             }
-            set_condition(
-                status,
-                conditions::INTERRUPTED,
-                true,
-                what.reason(),
-                &what.message(),
-                now,
-            );
+            set_record(status, what, now);
             true
         })
         .await?;
