@@ -634,8 +634,9 @@ proptest! {
         }
         let parsed = quartermaster::cloud::aws::notices::parse::parse_message(&body.to_string());
         if let Ok(quartermaster::cloud::aws::notices::parse::Parsed::Notices { notices, .. }) = parsed {
+            let prefix = if kind == 4 { "cr-" } else { "i-" };
             for n in notices {
-                prop_assert!(!n.instance_id.is_empty() || kind == 3);
+                prop_assert!(n.instance_id.starts_with(prefix), "{:?}", n.instance_id);
             }
         }
     }

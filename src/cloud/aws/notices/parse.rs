@@ -148,7 +148,7 @@ struct AffectedEntity {
 /// (not JSON, no `id`/`detail-type`/`source`/`time`);
 /// [`ParseError::BadDetail`] when a known event type lacks a field it must
 /// have (`instance-id`, `state`, `capacity-reservation-id`) or holds an
-/// unknown state, a bad time or a reservation ID that is not `cr-...`.
+/// instance ID that is not `i-...`, an unknown state, a bad time or a reservation ID that is not `cr-...`.
 pub fn parse_message(body: &str) -> Result<Parsed, ParseError> {
     let event: Envelope =
         serde_json::from_str(body).map_err(|e| ParseError::NotAnEvent(e.to_string()))?;
@@ -158,6 +158,17 @@ pub fn parse_message(body: &str) -> Result<Parsed, ParseError> {
         message,
     };
     let detail = |e: serde_json::Error| bad(format!("detail: {e}"));
+    // An instance-scoped event names an EC2 instance (`i-...`); an empty or
+    // foreign ID would match no node and be acked as if handled.
+    let instance = |id: String| {
+        if id.starts_with("i-") {
+            Ok(id)
+        } else {
+            Err(bad(format!(
+                "instance-id {id:?} is not an EC2 instance ID (i-...)"
+            )))
+        }
+    };
     let notice = |instance_id: String, kind: NoticeKind| InstanceNotice {
         instance_id,
         kind,
@@ -172,19 +183,22 @@ pub fn parse_message(body: &str) -> Result<Parsed, ParseError> {
                 .checked_add_signed(SPOT_INTERRUPTION_LEAD)
                 .ok_or_else(|| bad(format!("time {} is past the end of time", event.time)))?;
             vec![notice(
-                d.instance_id,
+                instance(d.instance_id)?,
                 NoticeKind::SpotInterruption { deadline },
             )]
         }
         ("aws.ec2", REBALANCE) => {
             let d: InstanceDetail = serde_json::from_value(event.detail.clone()).map_err(detail)?;
-            vec![notice(d.instance_id, NoticeKind::Rebalance)]
+            vec![notice(instance(d.instance_id)?, NoticeKind::Rebalance)]
         }
         ("aws.ec2", STATE_CHANGE) => {
             let d: StateDetail = serde_json::from_value(event.detail.clone()).map_err(detail)?;
             let state = instance_state(&d.state)
                 .ok_or_else(|| bad(format!("unknown instance state {:?}", d.state)))?;
-            vec![notice(d.instance_id, NoticeKind::StateChange { state })]
+            vec![notice(
+                instance(d.instance_id)?,
+                NoticeKind::StateChange { state },
+            )]
         }
         ("aws.ec2", CAPACITY_BLOCK_EXPIRING | CAPACITY_BLOCK_RESERVATION_EXPIRING) => {
             let d: CapacityBlockDetail =
@@ -552,5 +566,21 @@ mod tests {
             matches!(&err, ParseError::BadDetail { detail_type, .. } if detail_type == SPOT_INTERRUPTION),
             "{err}"
         );
+    }
+
+    #[test]
+    fn an_instance_event_without_an_instance_id_is_malformed() {
+        let id = serde_json::from_str::<serde_json::Value>(SPOT).unwrap()["detail"]["instance-id"]
+            .as_str()
+            .unwrap()
+            .to_owned();
+        for wrong in ["", "cr-0123", "arn:aws:ec2:us-east-1:1:instance/i-1"] {
+            let body = SPOT.replace(&format!("\"{id}\""), &format!("{wrong:?}"));
+            let err = parse_message(&body).unwrap_err();
+            assert!(
+                err.to_string().contains("not an EC2 instance ID"),
+                "{wrong:?}: {err}"
+            );
+        }
     }
 }
