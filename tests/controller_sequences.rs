@@ -1069,32 +1069,68 @@ async fn a_volcano_pod_group_with_min_resources_reserves_its_capacity_before_its
     assert_eq!(planned(&s).0, [] as [&str; 0]);
 }
 
+/// GPU pod `ml/w-<i>` of the Workload API PodGroup `workers`.
+fn workload_member(i: u32) -> core::Pod {
+    let mut p = gpu_pod(&format!("w-{i}"), None, json!({}));
+    let mut spec = serde_json::to_value(p.spec.take().unwrap()).unwrap();
+    spec["schedulingGroup"] = json!({"podGroupName": "workers"});
+    p.spec = Some(serde_json::from_value(spec).unwrap());
+    p
+}
+
 #[tokio::test]
 async fn a_workload_api_gang_is_sized_by_its_pod_groups_min_count() {
-    let member = |i: u32| {
-        let mut p = gpu_pod(&format!("w-{i}"), None, json!({}));
-        let mut spec = serde_json::to_value(p.spec.take().unwrap()).unwrap();
-        spec["schedulingGroup"] = json!({"podGroupName": "workers"});
-        p.spec = Some(serde_json::from_value(spec).unwrap());
-        p
-    };
     let group: quartermaster::api::foreign::SchedulingPodGroup = serde_json::from_value(json!({
         "apiVersion": "scheduling.k8s.io/v1alpha2", "kind": "PodGroup",
         "metadata": {"name": "workers", "namespace": "ml"},
         "spec": {"schedulingPolicy": {"gang": {"minCount": 3}}}
     }))
     .unwrap();
-    let s = store(vec![member(0), member(1)], vec![], vec![]);
+    let s = store(vec![workload_member(0), workload_member(1)], vec![], vec![]);
     s.reset(vec![group]);
     assert_eq!(
         planned(&s).0,
         [] as [&str; 0],
         "two of three: the gang waits"
     );
-    s.apply(member(2));
+    s.apply(workload_member(2));
     let (pods, zones) = planned(&s);
     assert_eq!(pods, ["ml/w-0", "ml/w-1", "ml/w-2"]);
     assert_eq!(zones.len(), 1);
+}
+
+#[tokio::test]
+async fn a_workload_api_beta_gang_keeps_its_zone_and_says_why_a_finer_domain_cannot_be_kept() {
+    // As Kubernetes 1.37 serves it: minCount required, one topology key.
+    let group = |key: &str| -> quartermaster::api::foreign::SchedulingPodGroup {
+        serde_json::from_value(json!({
+            "apiVersion": "scheduling.k8s.io/v1beta1", "kind": "PodGroup",
+            "metadata": {"name": "workers", "namespace": "ml"},
+            "spec": {"schedulingPolicy": {"gang": {"minCount": 2}},
+                     "schedulingConstraints": {"topology": [{"key": key}]}}
+        }))
+        .unwrap()
+    };
+    let s = store(vec![workload_member(0), workload_member(1)], vec![], vec![]);
+    s.reset(vec![group(l::ZONE)]);
+    let (pods, zones) = planned(&s);
+    assert_eq!(pods, ["ml/w-0", "ml/w-1"]);
+    assert_eq!(zones.len(), 1, "one zone: the constraint holds");
+
+    s.reset(vec![group("topology.k8s.aws/network-node-layer-3")]);
+    assert_eq!(planned(&s).0, [] as [&str; 0], "not scattered");
+    let catalog = catalog();
+    let parts = world_parts(&snapshot(&s), &catalog, REGION, t(0), DEFAULT_MAX_PODS);
+    for p in &parts.pending {
+        assert!(
+            p.not_placeable
+                .iter()
+                .any(|r| r.contains("PodGroup ml/workers") && r.contains("network-node-layer-3")),
+            "{}: {:?}",
+            p.name,
+            p.not_placeable
+        );
+    }
 }
 
 /// A PodTemplate `ml/<name>` of a pod asking for `gpus` GPUs.
@@ -2438,14 +2474,21 @@ async fn served_gang_apis_are_listed_before_the_loop_turns_ready() {
     let group = |name: &str, version: &str| json!({"name": name, "versions": [{"groupVersion": format!("{name}/{version}"), "version": version}]});
     let paths = loop_until_ready(json!([
         group("scheduling.volcano.sh", "v1beta1"),
-        group("scheduling.k8s.io", "v1alpha2"),
+        // Kubernetes 1.37: the Workload API's beta beside its alpha.
+        json!({"name": "scheduling.k8s.io", "versions": [
+            {"groupVersion": "scheduling.k8s.io/v1beta1", "version": "v1beta1"},
+            {"groupVersion": "scheduling.k8s.io/v1alpha3", "version": "v1alpha3"}]}),
         group("autoscaling.x-k8s.io", "v1"),
     ]))
     .await;
     let reads = gang_api_reads(&paths);
+    assert!(
+        !reads.iter().any(|p| p.contains("v1alpha3")),
+        "the beta only: {reads:?}"
+    );
     for want in [
         "/apis/scheduling.volcano.sh/v1beta1/podgroups",
-        "/apis/scheduling.k8s.io/v1alpha2/podgroups",
+        "/apis/scheduling.k8s.io/v1beta1/podgroups",
         "/apis/autoscaling.x-k8s.io/v1/provisioningrequests",
     ] {
         assert!(reads.contains(&want), "{want} not in {reads:?}");

@@ -116,6 +116,10 @@ pub struct ClaimRef {
     /// The claim generated for the pod from its template, once created
     /// (`status.resourceClaimStatuses`).
     pub generated: Option<String>,
+    /// The pod group (`namespace/name`) whose one claim made from
+    /// `template` this entry names (a Workload API PodGroup's
+    /// `resourceClaims`), before that claim is made: every member shares it.
+    pub group: Option<String>,
 }
 
 impl Pod {
@@ -341,6 +345,7 @@ impl Pod {
                 claim: c.resource_claim_name.clone(),
                 template: c.resource_claim_template_name.clone(),
                 generated: generated.get(c.name.as_str()).map(|g| g.to_string()),
+                group: None,
             })
             .collect();
         let pod = Pod {
