@@ -119,6 +119,15 @@ pub const ZONE: &str = "topology.kubernetes.io/zone";
 pub const ZONE_ID: &str = "topology.k8s.aws/zone-id";
 /// Well-known Kubernetes label: region.
 pub const REGION: &str = "topology.kubernetes.io/region";
+/// Prefix of the EKS labels for an instance's place in the EC2 network
+/// (`DescribeInstanceTopology`'s node set, top layer first):
+/// `topology.k8s.aws/network-node-layer-1` to `-4`.
+pub const NETWORK_NODE_LAYER_PREFIX: &str = "topology.k8s.aws/network-node-layer-";
+
+/// The EKS label of network layer `n` (1 is the top, the broadest).
+pub fn network_node_layer(n: usize) -> String {
+    format!("{NETWORK_NODE_LAYER_PREFIX}{n}")
+}
 /// Well-known Kubernetes label: CPU architecture (`amd64`, `arm64`).
 pub const ARCH: &str = "kubernetes.io/arch";
 /// Well-known Kubernetes label: operating system.

@@ -553,6 +553,67 @@ async fn a_pending_gpu_pod_leads_to_a_node_claim_and_then_a_launch() {
     }
 }
 
+/// The claim as it was once launched, before its node registered.
+fn unregister(claim: &mut NodeClaim) {
+    let status = claim.status.as_mut().unwrap();
+    status.node_name = None;
+    status
+        .conditions
+        .retain(|c| c.type_ == conditions::LAUNCHED);
+}
+
+#[tokio::test]
+async fn a_training_node_is_labelled_with_its_place_in_the_ec2_network() {
+    let cloud = cloud();
+    let mut req = spot_request("train-000001");
+    req.offering.instance_type = "p5.48xlarge".into();
+    req.offering.capacity_type = quartermaster::catalog::CapacityType::OnDemand;
+    req.offering.zone = catalog()
+        .offerings_of(REGION, "p5.48xlarge")
+        .find(|o| o.capacity_type == quartermaster::catalog::CapacityType::OnDemand)
+        .unwrap()
+        .zone_id
+        .clone();
+    let (mut claim, provider_id) = ready(&cloud, &req, claim_for(&req, t(0)), "ip-10-0-0-9").await;
+    let name = claim.name_any();
+    unregister(&mut claim);
+    let want = cloud.lock().unwrap().network_nodes(&provider_id);
+    assert_eq!(want.len(), 3, "EC2 reports three layers for a p5.48xlarge");
+    let booting = node(
+        "ip-10-0-0-9",
+        &provider_id,
+        json!([{"key": l::TAINT_UNREGISTERED, "effect": "NoSchedule"}]),
+        false,
+        None,
+    );
+    let s = store(vec![], vec![booting], vec![claim.clone()]);
+    let metrics = Metrics::unregistered();
+    let node_reply =
+        serde_json::to_value(node("ip-10-0-0-9", &provider_id, json!([]), false, None)).unwrap();
+    let api = Scenario::new()
+        .expect(Method::PATCH, "/api/v1/nodes/ip-10-0-0-9", move |body| {
+            let labels = patched(body, "/metadata/labels");
+            for (i, nn) in want.iter().enumerate() {
+                let key = format!("topology.k8s.aws/network-node-layer-{}", i + 1);
+                assert_eq!(labels[&key], json!(nn), "{key}");
+            }
+            assert!(labels
+                .get("topology.k8s.aws/network-node-layer-4")
+                .is_none());
+        })
+        .respond(200, node_reply)
+        .expect(Method::PATCH, &format!("{CLAIMS}/{name}/status"), |_| {})
+        .respond(200, claim_json(&claim))
+        .run();
+    let step = reconcile_scripted(api, &s, &cloud, &metrics, &name, t(60)).await;
+    assert_eq!(
+        step,
+        Step::Registered {
+            node: "ip-10-0-0-9".into()
+        }
+    );
+}
+
 #[tokio::test]
 async fn a_registered_node_gets_labels_and_taints_and_is_initialized_only_once_its_gpu_appears() {
     let cloud = cloud();
@@ -560,11 +621,7 @@ async fn a_registered_node_gets_labels_and_taints_and_is_initialized_only_once_i
     let name = ready.name_any();
     // The same claim, launched but not registered yet.
     let mut claim = ready.clone();
-    let status = claim.status.as_mut().unwrap();
-    status.node_name = None;
-    status
-        .conditions
-        .retain(|c| c.type_ == conditions::LAUNCHED);
+    unregister(&mut claim);
     let booting = node(
         "ip-10-0-0-1",
         &provider_id,

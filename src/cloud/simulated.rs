@@ -85,6 +85,10 @@ impl Timer {
 
 type TimerKey = (Time, u64);
 
+/// Instances under one bottom network node in the simulated topology
+/// ([`SimulatedCloud::network_nodes`]).
+pub const SIM_BLOCK: usize = 16;
+
 #[derive(Debug, Clone)]
 struct SimInstance {
     instance: Instance,
@@ -432,6 +436,48 @@ impl SimulatedCloud {
         self.by_claim
             .get(claim)
             .map(|&i| self.instances[i].instance.clone())
+    }
+
+    /// The network nodes of the instance with that provider ID, top layer
+    /// first, for types EC2 reports a topology for
+    /// ([`crate::catalog::topology`]); empty for other types and unknown
+    /// instances. The model: one top node per zone, then blocks of
+    /// [`SIM_BLOCK`] instances filled in launch order (the `n`-th capable
+    /// instance of a zone sits in block `n / SIM_BLOCK`, four blocks under
+    /// each middle node): launches close in time land close, as a cluster
+    /// placement group tends to.
+    pub fn network_nodes(&self, provider_id: &str) -> Vec<String> {
+        let Some(me) = self
+            .instances
+            .iter()
+            .find(|s| s.instance.provider_id == provider_id)
+        else {
+            return Vec::new();
+        };
+        let o = &me.instance.offering;
+        let Some(layers) = crate::catalog::topology::network_layers(&o.instance_type) else {
+            return Vec::new();
+        };
+        let n = self
+            .instances
+            .iter()
+            .take_while(|s| s.instance.provider_id != provider_id)
+            .filter(|s| s.instance.offering.zone == o.zone)
+            .filter(|s| {
+                crate::catalog::topology::network_layers(&s.instance.offering.instance_type)
+                    .is_some()
+            })
+            .count();
+        let block = n / SIM_BLOCK;
+        let mut nodes = vec![
+            format!("nn-{}-l1", o.zone),
+            format!("nn-{}-l2-{}", o.zone, block / 4),
+            format!("nn-{}-l3-{block}", o.zone),
+        ];
+        if layers == 4 {
+            nodes.push(format!("nn-{}-l4-{}", o.zone, n / 2));
+        }
+        nodes
     }
 
     /// Instances not terminated yet, in launch order.
@@ -942,6 +988,13 @@ impl CloudProvider for Mutex<SimulatedCloud> {
 
     async fn instances(&self) -> Result<Vec<Instance>> {
         Ok(self.lock().map_err(|_| poisoned())?.instances())
+    }
+
+    async fn network_nodes(&self, _claim: &str, instance: &Instance) -> Result<Vec<String>> {
+        Ok(self
+            .lock()
+            .map_err(|_| poisoned())?
+            .network_nodes(&instance.provider_id))
     }
 }
 

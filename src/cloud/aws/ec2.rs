@@ -1121,6 +1121,28 @@ impl CloudProvider for AwsCloud {
             .build();
         self.find("garbage collection", vec![states]).await
     }
+
+    /// `DescribeInstanceTopology` of the instance, for types EC2 reports a
+    /// topology for ([`crate::catalog::topology`]); no call for the others.
+    async fn network_nodes(&self, claim: &str, instance: &Instance) -> Result<Vec<String>> {
+        if crate::catalog::topology::network_layers(&instance.offering.instance_type).is_none() {
+            return Ok(Vec::new());
+        }
+        let id = crate::cloud::instance_id_of(&instance.provider_id);
+        let out = self
+            .ec2
+            .describe_instance_topology()
+            .instance_ids(id)
+            .send()
+            .await
+            .map_err(|e| step("DescribeInstanceTopology", claim).sdk_error(&e))?;
+        Ok(out
+            .instances()
+            .iter()
+            .find(|t| t.instance_id() == Some(id))
+            .map(|t| t.network_nodes().to_vec())
+            .unwrap_or_default())
+    }
 }
 
 #[cfg(test)]
