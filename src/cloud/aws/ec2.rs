@@ -842,12 +842,17 @@ impl CloudProvider for AwsCloud {
         template: &NodeTemplate,
         now: Time,
     ) -> Result<Instance> {
-        // An EFA node goes into its pool's placement group of its zone:
-        // no fallbacks in other zones.
+        // An EFA node, and a node of a gang that must share one network
+        // block, goes into its pool's placement group of its zone: no
+        // fallbacks in other zones.
         let efa = template
             .labels
             .get(l::EFA_INTERFACES)
-            .is_some_and(|n| n != "0");
+            .is_some_and(|n| n != "0")
+            || template
+                .labels
+                .get(l::CLUSTER_PLACEMENT)
+                .is_some_and(|v| v == "true");
         let offerings: Vec<&OfferingKey> = std::iter::once(&claim.offering)
             .chain(template.fallbacks.iter().filter(|f| {
                 !efa && f.capacity_type == claim.offering.capacity_type && **f != claim.offering
