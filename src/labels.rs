@@ -234,6 +234,9 @@ pub const VOLCANO_GROUP: &str = "scheduling.k8s.io/group-name";
 pub const KUEUE_GROUP: &str = "kueue.x-k8s.io/pod-group-name";
 /// Kueue's pod-group size annotation.
 pub const KUEUE_GROUP_TOTAL: &str = "kueue.x-k8s.io/pod-group-total-count";
+/// Kueue's topology-aware scheduling annotation on a pod set's template:
+/// the node label key whose one value all of the set's pods must share.
+pub const KUEUE_REQUIRED_TOPOLOGY: &str = "kueue.x-k8s.io/podset-required-topology";
 
 /// Cloud resource tag: the cluster that owns an instance, volume, fleet or
 /// launch template (value: the cluster name). Garbage collection and the IAM

@@ -437,6 +437,7 @@ async fn a_pod_whose_claim_is_allocated_on_a_node_runs_only_there() {
     // A ready node of ours serving DRA, its GPU allocated to the shared
     // claim its first pod runs with.
     let req = ClaimRequest {
+        cluster_placement: false,
         claim: "gpu-000001".into(),
         nodepool: "gpu".into(),
         offering: quartermaster::core::OfferingKey {

@@ -78,6 +78,7 @@ fn request(name: &str) -> ClaimRequest {
         .zone_id
         .clone();
     ClaimRequest {
+        cluster_placement: false,
         claim: name.into(),
         nodepool: "gpu".into(),
         offering: OfferingKey {

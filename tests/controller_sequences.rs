@@ -389,6 +389,7 @@ async fn ready_claim_named(
 /// The request for a spot g5.xlarge of pool `gpu` named `name`.
 fn spot_request(name: &str) -> ClaimRequest {
     ClaimRequest {
+        cluster_placement: false,
         claim: name.into(),
         nodepool: "gpu".into(),
         offering: quartermaster::core::OfferingKey {
@@ -1202,17 +1203,7 @@ async fn a_workload_api_beta_gang_keeps_its_zone_and_network_block_and_says_why_
         );
     }
     // Their claims ask the cloud for one cluster placement group.
-    let mut sc = Scenario::new();
-    for _ in &reqs {
-        sc = sc
-            .expect(Method::POST, CLAIMS, |body| {
-                assert_eq!(body["spec"]["labels"][l::CLUSTER_PLACEMENT], "true");
-            })
-            .respond_with(echo);
-    }
-    let (client, verifier) = sc.run();
-    execute(&KubeApi::new(client), &actions, &snap, t(2)).await;
-    verifier.finish().await;
+    claims_go_into_one_placement_group(&actions, &snap).await;
 
     // A rack cannot be chosen for new nodes: reported, not scattered.
     s.reset(vec![group("topology.kubernetes.io/rack")]);
@@ -1464,6 +1455,78 @@ async fn a_provisioning_request_goes_accepted_then_provisioned_and_its_capacity_
         )],
     )
     .await;
+}
+
+/// Executes `actions` (launches on types EC2 reports three network layers
+/// for) and checks that each NodeClaim asks for the cluster placement
+/// group.
+async fn claims_go_into_one_placement_group(actions: &[Action], snap: &Snapshot) {
+    let catalog = catalog();
+    let reqs = launches(actions);
+    let mut sc = Scenario::new();
+    for r in &reqs {
+        let labels = catalog.type_labels(&r.offering.instance_type).unwrap();
+        assert_eq!(
+            labels.get(l::NETWORK_LAYERS).map(String::as_str),
+            Some("3"),
+            "{r:?}"
+        );
+        sc = sc
+            .expect(Method::POST, CLAIMS, |body| {
+                assert_eq!(body["spec"]["labels"][l::CLUSTER_PLACEMENT], "true");
+            })
+            .respond_with(echo);
+    }
+    let (client, verifier) = sc.run();
+    execute(&KubeApi::new(client), actions, snap, t(2)).await;
+    verifier.finish().await;
+}
+
+#[tokio::test]
+async fn a_kueue_request_whose_pod_set_requires_one_network_block_launches_into_one_placement_group(
+) {
+    let s = store(vec![], vec![], vec![]);
+    let mut pool = pool();
+    pool.spec.template.spec.requirements[0].values = vec!["g5".into(), "g6e".into()];
+    s.reset(vec![pool]);
+    // Kueue's topology-aware scheduling puts the requirement on the pod
+    // set's template, which its ProvisioningRequest admission check copies.
+    let mut template = pod_template("tmpl", "1");
+    template.template.as_mut().unwrap().metadata = Some(
+        serde_json::from_value(json!({"annotations": {
+            l::KUEUE_REQUIRED_TOPOLOGY: "topology.k8s.aws/network-node-layer-3"}}))
+        .unwrap(),
+    );
+    s.reset(vec![template]);
+    s.reset(vec![provisioning_request("train", ATOMIC, 2, json!([]))]);
+    let mut core = Core::new(Config::default());
+    let parts = provisioning_round(
+        &s,
+        &core,
+        t(0),
+        &[("train", &[("Accepted", "True", "Accepted")])],
+    )
+    .await;
+    let catalog = catalog();
+    let mut actions = core.decide(&parts.world(&catalog, REGION), t(0));
+    actions.extend(core.decide(&parts.world(&catalog, REGION), t(2)));
+    let reqs = launches(&actions);
+    let mut pods: Vec<&String> = reqs.iter().flat_map(|r| &r.pods).collect();
+    pods.sort();
+    assert_eq!(
+        pods,
+        ["ml/train.reserved-0", "ml/train.reserved-1"],
+        "{actions:?}"
+    );
+    for r in &reqs {
+        let labels = catalog.type_labels(&r.offering.instance_type).unwrap();
+        assert_eq!(
+            labels.get(l::NETWORK_LAYERS).map(String::as_str),
+            Some("3"),
+            "{r:?}"
+        );
+    }
+    claims_go_into_one_placement_group(&actions, &snapshot(&s)).await;
 }
 
 #[tokio::test]
@@ -1797,6 +1860,7 @@ async fn a_restart_in_the_middle_of_a_launch_neither_doubles_nor_leaks_the_insta
         .zone_id
         .clone();
     let req = ClaimRequest {
+        cluster_placement: false,
         claim: "gpu-000001-abc".into(),
         nodepool: "gpu".into(),
         offering: quartermaster::core::OfferingKey {
@@ -1915,6 +1979,7 @@ async fn a_capacity_error_records_the_code_deletes_the_claim_and_tells_the_core(
         .zone_id
         .clone();
     let req = ClaimRequest {
+        cluster_placement: false,
         claim: "gpu-000003".into(),
         nodepool: "gpu".into(),
         offering: quartermaster::core::OfferingKey {
@@ -2132,6 +2197,7 @@ async fn only_the_leader_writes_and_a_follower_leaves_spot_notices_on_the_queue(
     leader_tx.send(false).unwrap();
     let mut claim = claim_for(
         &ClaimRequest {
+            cluster_placement: false,
             claim: "gpu-000009".into(),
             nodepool: "gpu".into(),
             offering: quartermaster::core::OfferingKey {
@@ -2836,6 +2902,7 @@ fn a_pool_grace_period_is_copied_onto_its_claims() {
     };
     let offering = catalog.offerings_of(REGION, "g5.xlarge").next().unwrap();
     let req = ClaimRequest {
+        cluster_placement: false,
         claim: "gpu-000001".into(),
         nodepool: "gpu".into(),
         offering: quartermaster::core::OfferingKey {

@@ -79,6 +79,7 @@ fn claim() -> NodeClaim {
         .zone_id
         .clone();
     let req = ClaimRequest {
+        cluster_placement: false,
         claim: CLAIM.into(),
         nodepool: "gpu".into(),
         offering: OfferingKey {

@@ -218,6 +218,7 @@ fn node(c: &Catalog, pools: &[quartermaster::api::NodePool], name: &str) -> Mana
         pdbs: &[],
     };
     let req = ClaimRequest {
+        cluster_placement: false,
         claim: name.into(),
         nodepool: "gpu".into(),
         offering: OfferingKey {

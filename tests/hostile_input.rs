@@ -199,6 +199,7 @@ fn node_running(pools: &[NodePool], pod: Pod) -> ManagedNode {
         .zone_id
         .clone();
     let req = ClaimRequest {
+        cluster_placement: false,
         claim: "gpu-1".into(),
         nodepool: "gpu".into(),
         offering: OfferingKey {

@@ -66,6 +66,11 @@ pub struct Pod {
     pub hostname_anti_affinity: bool,
     /// Gang membership.
     pub group: Option<GroupRef>,
+    /// The node label key whose one value all pods of its set must share,
+    /// as Kueue's `kueue.x-k8s.io/podset-required-topology` states it on a
+    /// pod set's template (read for ProvisioningRequests' pods:
+    /// `core::provisioning`).
+    pub required_topology: Option<String>,
     /// The network-layer label key (`topology.k8s.aws/network-node-layer-N`)
     /// whose one value all of its gang's nodes must share, when its group
     /// asks for that: its nodes are launched into one cluster placement
@@ -138,6 +143,7 @@ impl Pod {
             zone_spread: None,
             hostname_anti_affinity: false,
             group: None,
+            required_topology: None,
             network_block: None,
             checkpoint_interval_s: None,
             expected_runtime_s: None,
@@ -361,6 +367,7 @@ impl Pod {
             zone_spread,
             hostname_anti_affinity,
             group,
+            required_topology: annotations.get(l::KUEUE_REQUIRED_TOPOLOGY).cloned(),
             network_block: None,
             checkpoint_interval_s,
             expected_runtime_s,

@@ -644,6 +644,7 @@ mod tests {
             .zone_id
             .clone();
         let req = ClaimRequest {
+            cluster_placement: false,
             claim: "gpu-000001".into(),
             nodepool: "gpu".into(),
             offering: OfferingKey {
@@ -721,6 +722,7 @@ mod tests {
             pdbs: &[],
         };
         let req = |instance_type: &str| ClaimRequest {
+            cluster_placement: false,
             claim: "train-000001".into(),
             nodepool: "train".into(),
             offering: OfferingKey {

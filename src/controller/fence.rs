@@ -252,6 +252,7 @@ mod tests {
 
     fn request() -> ClaimRequest {
         ClaimRequest {
+            cluster_placement: false,
             claim: "gpu-abc".into(),
             nodepool: "gpu".into(),
             offering: OfferingKey {

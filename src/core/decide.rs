@@ -606,6 +606,11 @@ impl Core {
                     capacity_type: n.capacity_type,
                 },
                 price_per_hour: n.price_per_hour,
+                cluster_placement: n.pods.iter().any(|name| {
+                    demand
+                        .iter()
+                        .any(|p| p.name == *name && p.network_block.is_some())
+                }),
                 pods: n.pods,
                 prewarm_window: window,
                 reservation: n.reservation,
@@ -736,7 +741,7 @@ impl ManagedNode {
         }
         // Launched for a gang that must share one network block: into the
         // pool's cluster placement group of its zone.
-        if for_pods(|p| p.network_block.is_some()) {
+        if req.cluster_placement || for_pods(|p| p.network_block.is_some()) {
             node.state.labels.insert(
                 crate::labels::CLUSTER_PLACEMENT.to_string(),
                 "true".to_string(),

@@ -114,6 +114,7 @@ mod tests {
 
     fn request(zone: &str, capacity_type: CapacityType) -> ClaimRequest {
         ClaimRequest {
+            cluster_placement: false,
             claim: "gpu-1".into(),
             nodepool: "gpu".into(),
             offering: OfferingKey {

@@ -176,6 +176,7 @@ mod tests {
 
     fn launch(claim: &str, pod: &str) -> Action {
         Action::Launch(ClaimRequest {
+            cluster_placement: false,
             claim: claim.into(),
             nodepool: "gpu".into(),
             offering: p5(),

@@ -322,6 +322,11 @@ pub struct ClaimRequest {
     /// The capacity reservation (or Capacity Block) it launches into, for
     /// reserved capacity.
     pub reservation: Option<String>,
+    /// Whether it goes into its pool's cluster placement group of its zone
+    /// because its pods' gang must share one network block
+    /// ([`crate::cluster::Pod::network_block`]); the NodeClaim carries it as
+    /// `quartermaster.dev/cluster-placement`.
+    pub cluster_placement: bool,
 }
 
 /// A decision, as data. Executing it is the driver's job.

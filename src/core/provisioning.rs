@@ -114,6 +114,15 @@ impl Request {
                     name: self.name.clone(),
                     min_member: left as u32,
                 });
+                // Kueue's required topology for the pod set: one zone, one
+                // network block, or a reason (as a PodGroup's constraint).
+                if let Some(key) = p.required_topology.clone() {
+                    let spec = crate::cluster::podgroups::PodGroupSpec {
+                        topology: vec![key],
+                        ..crate::cluster::podgroups::PodGroupSpec::of_size(left as u32)
+                    };
+                    crate::cluster::podgroups::apply(&mut p, &self.name, &spec);
+                }
                 p
             })
             .collect()

@@ -283,6 +283,7 @@ mod tests {
 
     fn request(claim: &str, capacity_type: CapacityType) -> ClaimRequest {
         ClaimRequest {
+            cluster_placement: false,
             claim: claim.into(),
             nodepool: "gpu".into(),
             offering: OfferingKey {

@@ -935,6 +935,7 @@ impl<'a> Engine<'a> {
                     let claim = format!("{name}-{k:05}");
                     self.launch_into(
                         ClaimRequest {
+                            cluster_placement: false,
                             claim: claim.clone(),
                             nodepool: pool_name.clone(),
                             offering: o.offering.clone(),

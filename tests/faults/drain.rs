@@ -32,6 +32,7 @@ async fn a_deleted_claims_drain_asks_for_checkpoints_first_and_leaves_do_not_dis
     let api = FakeApi::new();
     let cloud = Cloud::new(&api);
     let req = ClaimRequest {
+        cluster_placement: false,
         claim: "gpu-1".into(),
         nodepool: "gpu".into(),
         offering: OfferingKey {

@@ -255,6 +255,7 @@ pub fn claim(
     capacity_type: CapacityType,
 ) -> ClaimRequest {
     ClaimRequest {
+        cluster_placement: false,
         claim: name.into(),
         nodepool: "train".into(),
         offering: OfferingKey {

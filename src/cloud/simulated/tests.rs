@@ -78,6 +78,7 @@ fn on_demand(it: &str, zone: &str) -> OfferingKey {
 
 fn claim(name: &str, offering: OfferingKey) -> ClaimRequest {
     ClaimRequest {
+        cluster_placement: false,
         claim: name.into(),
         nodepool: "gpu".into(),
         offering,

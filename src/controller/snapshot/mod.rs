@@ -235,6 +235,11 @@ impl WorldParts {
 /// list them).
 pub fn request_of(claim: &NodeClaim) -> ClaimRequest {
     ClaimRequest {
+        cluster_placement: claim
+            .spec
+            .labels
+            .get(crate::api::labels::CLUSTER_PLACEMENT)
+            .is_some_and(|v| v == "true"),
         claim: claim.name_any(),
         nodepool: claim.spec.node_pool.clone(),
         offering: OfferingKey {

@@ -101,6 +101,7 @@ impl PodShape {
             zone_spread,
             hostname_anti_affinity,
             group,
+            required_topology,
             network_block,
             checkpoint_interval_s,
             expected_runtime_s,
@@ -118,7 +119,8 @@ impl PodShape {
         (
             (name, requests, affinity, tolerations, zone_spread),
             (hostname_anti_affinity, group, deadline, checkpoints, labels),
-            (holds_work, not_placeable, resource_claims, network_block),
+            (holds_work, not_placeable, resource_claims),
+            (required_topology, network_block),
             devices.as_ref().map(std::sync::Arc::as_ptr),
             (
                 bits(checkpoint_interval_s),

@@ -1083,6 +1083,7 @@ fn request_for(
         })
         .map(offering_key)?;
     Some(ClaimRequest {
+        cluster_placement: false,
         claim: name,
         nodepool: n.nodepool.clone(),
         offering,

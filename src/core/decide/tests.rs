@@ -392,6 +392,7 @@ fn a_node_in_a_block_ending_soon_stays_in_the_world_and_is_drained_before_the_en
         ..world(&pools, &[], &[])
     };
     let req = ClaimRequest {
+        cluster_placement: false,
         claim: "gpu-000001".into(),
         nodepool: "gpu".into(),
         offering: OfferingKey {
@@ -642,6 +643,7 @@ fn a_notice_on_one_gang_member_replans_the_gang_whole_reusing_the_node_that_stay
         .zip(["ml/a", "ml/b"])
         .map(|(claim, pod)| {
             let req = ClaimRequest {
+                cluster_placement: false,
                 claim: claim.to_string(),
                 nodepool: "gpu".into(),
                 // The member that stays is on a bigger on-demand node,
@@ -741,6 +743,7 @@ fn learned_rates_start_from_the_prior_of_the_catalog_in_hand_not_the_first_one_s
 /// 300 s, running `pod` since then.
 fn ready_spot_node(pools: &[NodePool], pod: Pod, started: Option<Time>) -> ManagedNode {
     let req = ClaimRequest {
+        cluster_placement: false,
         claim: "gpu-1".into(),
         nodepool: "gpu".into(),
         offering: OfferingKey {
