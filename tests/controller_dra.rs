@@ -431,6 +431,12 @@ async fn a_claim_only_pod_becomes_a_node_claim_initialized_once_the_driver_publi
     assert_eq!(n.state.name, NODE);
     assert_eq!(n.state.allocatable.get(GPU), 1);
     assert_eq!(n.state.used.get(GPU), 1);
+    // Running, its claim is its own: matched as a re-created pod's would
+    // be (not pinned to the node), so consolidation and drift may move it
+    // onto a shape that serves it.
+    let devices = n.pods[0].pod.devices.as_ref().expect("its claim matched");
+    assert_eq!(devices.pinned, None);
+    assert!(devices.satisfiable());
     assert!(launches(&decide(&mut core, &s, &catalog, t(130))).is_empty());
 }
 
@@ -492,6 +498,11 @@ async fn a_pod_whose_claim_is_allocated_on_a_node_runs_only_there() {
     );
 
     let parts = world_parts(&snapshot(&s), &catalog, REGION, t(100), DEFAULT_MAX_PODS);
+    // The running pod shares the allocated claim: it is not matched for a
+    // move (its node stays out of consolidation and drift).
+    let running = &parts.nodes[0].pods[0].pod;
+    assert_eq!(running.name, "ml/serve-0");
+    assert!(running.devices.is_none() && !running.resource_claims.is_empty());
     let pod = &parts.pending[0];
     assert_eq!(
         pod.devices.as_ref().and_then(|d| d.pinned.as_deref()),

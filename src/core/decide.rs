@@ -715,12 +715,19 @@ impl ManagedNode {
             termination_grace: lifetime.termination_grace_period_duration().ok().flatten(),
             ..ManagedNode::in_flight(req, labels, pool.taints, allocatable, now)
         };
-        // Launched for pods with DRA claims: it serves them through the
-        // drivers its pool runs.
+        // Launched for pods with DRA claims (pending, or running ones it
+        // replaces the node of): it serves them through the drivers its
+        // pool runs.
         let for_dra = req.pods.iter().any(|name| {
             world
                 .pending
                 .iter()
+                .chain(
+                    world
+                        .nodes
+                        .iter()
+                        .flat_map(|n| n.pods.iter().map(|b| &b.pod)),
+                )
                 .any(|p| p.name == *name && p.devices.is_some())
         });
         if for_dra {
