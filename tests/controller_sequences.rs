@@ -553,6 +553,67 @@ async fn a_pending_gpu_pod_leads_to_a_node_claim_and_then_a_launch() {
     }
 }
 
+/// The claim as it was once launched, before its node registered.
+fn unregister(claim: &mut NodeClaim) {
+    let status = claim.status.as_mut().unwrap();
+    status.node_name = None;
+    status
+        .conditions
+        .retain(|c| c.type_ == conditions::LAUNCHED);
+}
+
+#[tokio::test]
+async fn a_training_node_is_labelled_with_its_place_in_the_ec2_network() {
+    let cloud = cloud();
+    let mut req = spot_request("train-000001");
+    req.offering.instance_type = "p5.48xlarge".into();
+    req.offering.capacity_type = quartermaster::catalog::CapacityType::OnDemand;
+    req.offering.zone = catalog()
+        .offerings_of(REGION, "p5.48xlarge")
+        .find(|o| o.capacity_type == quartermaster::catalog::CapacityType::OnDemand)
+        .unwrap()
+        .zone_id
+        .clone();
+    let (mut claim, provider_id) = ready(&cloud, &req, claim_for(&req, t(0)), "ip-10-0-0-9").await;
+    let name = claim.name_any();
+    unregister(&mut claim);
+    let want = cloud.lock().unwrap().network_nodes(&provider_id);
+    assert_eq!(want.len(), 3, "EC2 reports three layers for a p5.48xlarge");
+    let booting = node(
+        "ip-10-0-0-9",
+        &provider_id,
+        json!([{"key": l::TAINT_UNREGISTERED, "effect": "NoSchedule"}]),
+        false,
+        None,
+    );
+    let s = store(vec![], vec![booting], vec![claim.clone()]);
+    let metrics = Metrics::unregistered();
+    let node_reply =
+        serde_json::to_value(node("ip-10-0-0-9", &provider_id, json!([]), false, None)).unwrap();
+    let api = Scenario::new()
+        .expect(Method::PATCH, "/api/v1/nodes/ip-10-0-0-9", move |body| {
+            let labels = patched(body, "/metadata/labels");
+            for (i, nn) in want.iter().enumerate() {
+                let key = format!("topology.k8s.aws/network-node-layer-{}", i + 1);
+                assert_eq!(labels[&key], json!(nn), "{key}");
+            }
+            assert!(labels
+                .get("topology.k8s.aws/network-node-layer-4")
+                .is_none());
+        })
+        .respond(200, node_reply)
+        .expect(Method::PATCH, &format!("{CLAIMS}/{name}/status"), |_| {})
+        .respond(200, claim_json(&claim))
+        .run();
+    let step = reconcile_scripted(api, &s, &cloud, &metrics, &name, t(60)).await;
+    assert_eq!(
+        step,
+        Step::Registered {
+            node: "ip-10-0-0-9".into()
+        }
+    );
+}
+
 #[tokio::test]
 async fn a_registered_node_gets_labels_and_taints_and_is_initialized_only_once_its_gpu_appears() {
     let cloud = cloud();
@@ -560,11 +621,7 @@ async fn a_registered_node_gets_labels_and_taints_and_is_initialized_only_once_i
     let name = ready.name_any();
     // The same claim, launched but not registered yet.
     let mut claim = ready.clone();
-    let status = claim.status.as_mut().unwrap();
-    status.node_name = None;
-    status
-        .conditions
-        .retain(|c| c.type_ == conditions::LAUNCHED);
+    unregister(&mut claim);
     let booting = node(
         "ip-10-0-0-1",
         &provider_id,
@@ -1100,7 +1157,8 @@ async fn a_workload_api_gang_is_sized_by_its_pod_groups_min_count() {
 }
 
 #[tokio::test]
-async fn a_workload_api_beta_gang_keeps_its_zone_and_says_why_a_finer_domain_cannot_be_kept() {
+async fn a_workload_api_beta_gang_keeps_its_zone_and_network_block_and_says_why_a_rack_cannot_be_kept(
+) {
     // As Kubernetes 1.37 serves it: minCount required, one topology key.
     let group = |key: &str| -> quartermaster::api::foreign::SchedulingPodGroup {
         serde_json::from_value(json!({
@@ -1117,15 +1175,55 @@ async fn a_workload_api_beta_gang_keeps_its_zone_and_says_why_a_finer_domain_can
     assert_eq!(pods, ["ml/w-0", "ml/w-1"]);
     assert_eq!(zones.len(), 1, "one zone: the constraint holds");
 
-    s.reset(vec![group("topology.k8s.aws/network-node-layer-3")]);
-    assert_eq!(planned(&s).0, [] as [&str; 0], "not scattered");
+    // One network block: only types EC2 reports a topology for, which the
+    // g5-only pool has none of.
+    let layer3 = "topology.k8s.aws/network-node-layer-3";
+    s.reset(vec![group(layer3)]);
+    assert_eq!(planned(&s).0, [] as [&str; 0], "no g5 reports its topology");
+    let mut pool = pool();
+    pool.spec.template.spec.requirements[0].values = vec!["g5".into(), "g6e".into()];
+    s.reset(vec![pool]);
     let catalog = catalog();
+    let mut core = Core::new(Config::default());
+    let snap = snapshot(&s);
+    let parts = world_parts(&snap, &catalog, REGION, t(0), DEFAULT_MAX_PODS);
+    core.decide(&parts.world(&catalog, REGION), t(0));
+    let actions = core.decide(&parts.world(&catalog, REGION), t(2));
+    let reqs = launches(&actions);
+    let mut pods: Vec<&String> = reqs.iter().flat_map(|r| &r.pods).collect();
+    pods.sort();
+    assert_eq!(pods, ["ml/w-0", "ml/w-1"], "{actions:?}");
+    for r in &reqs {
+        let labels = catalog.type_labels(&r.offering.instance_type).unwrap();
+        assert_eq!(
+            labels.get(l::NETWORK_LAYERS).map(String::as_str),
+            Some("3"),
+            "{r:?}"
+        );
+    }
+    // Their claims ask the cloud for one cluster placement group.
+    let mut sc = Scenario::new();
+    for _ in &reqs {
+        sc = sc
+            .expect(Method::POST, CLAIMS, |body| {
+                assert_eq!(body["spec"]["labels"][l::CLUSTER_PLACEMENT], "true");
+            })
+            .respond_with(echo);
+    }
+    let (client, verifier) = sc.run();
+    execute(&KubeApi::new(client), &actions, &snap, t(2)).await;
+    verifier.finish().await;
+
+    // A rack cannot be chosen for new nodes: reported, not scattered.
+    s.reset(vec![group("topology.kubernetes.io/rack")]);
+    assert_eq!(planned(&s).0, [] as [&str; 0]);
     let parts = world_parts(&snapshot(&s), &catalog, REGION, t(0), DEFAULT_MAX_PODS);
     for p in &parts.pending {
         assert!(
             p.not_placeable
                 .iter()
-                .any(|r| r.contains("PodGroup ml/workers") && r.contains("network-node-layer-3")),
+                .any(|r| r.contains("PodGroup ml/workers")
+                    && r.contains("topology.kubernetes.io/rack")),
             "{}: {:?}",
             p.name,
             p.not_placeable

@@ -66,6 +66,11 @@ pub struct Pod {
     pub hostname_anti_affinity: bool,
     /// Gang membership.
     pub group: Option<GroupRef>,
+    /// The network-layer label key (`topology.k8s.aws/network-node-layer-N`)
+    /// whose one value all of its gang's nodes must share, when its group
+    /// asks for that: its nodes are launched into one cluster placement
+    /// group.
+    pub network_block: Option<String>,
     /// Seconds between checkpoints, if the workload checkpoints.
     pub checkpoint_interval_s: Option<f64>,
     /// Expected run time in seconds, if known.
@@ -142,6 +147,7 @@ impl Pod {
             zone_spread: None,
             hostname_anti_affinity: false,
             group: None,
+            network_block: None,
             checkpoint_interval_s: None,
             expected_runtime_s: None,
             checkpoint_duration_s: None,
@@ -364,6 +370,7 @@ impl Pod {
             zone_spread,
             hostname_anti_affinity,
             group,
+            network_block: None,
             checkpoint_interval_s,
             expected_runtime_s,
             checkpoint_duration_s,

@@ -6,7 +6,7 @@
 //! `minResources`). Pure; the controller reads the objects.
 
 use super::pod::{ClaimRef, GroupRef, Pod};
-use super::requirements::Toleration;
+use super::requirements::{Operator, Requirement, Toleration};
 use super::resources::{Resources, PODS};
 use crate::api::labels as l;
 
@@ -42,14 +42,27 @@ impl PodGroupSpec {
 /// in one zone of one region.
 const MET_BY_ONE_ZONE: [&str; 3] = [l::ZONE, l::ZONE_ID, l::REGION];
 
+/// The network layer (1 = top) a `topology.k8s.aws/network-node-layer-N`
+/// key names, if it is one.
+pub fn network_layer(key: &str) -> Option<usize> {
+    key.strip_prefix(l::NETWORK_NODE_LAYER_PREFIX)?
+        .parse()
+        .ok()
+        .filter(|n| (1..=4).contains(n))
+}
+
 /// Applies the group that declares the pod's gang (a pod of another group,
 /// or of none, is left alone): its size (`min_member`); its claims, so
 /// that a member's claim equal to one of the group's (same name, same
 /// ResourceClaim or template) is one allocation for the whole group; and
-/// its topology constraint. A constraint on a key the planner cannot keep
-/// for new nodes (anything but the zone or region: a gang's nodes share
-/// one zone, nothing finer is chosen at launch) makes the pod not
-/// placeable with the reason, rather than placed apart.
+/// its topology constraint. The zone and region hold for any gang (its
+/// nodes share one zone). A network layer
+/// (`topology.k8s.aws/network-node-layer-N`) is met by nodes of types EC2
+/// reports that many layers for (the pod is limited to them through
+/// `quartermaster.dev/network-layers`) launched into one cluster placement
+/// group ([`Pod::network_block`]). Any other key (a rack, the hostname)
+/// cannot be chosen for new nodes: the pod is not placeable, with the
+/// reason, rather than placed apart.
 pub fn apply(pod: &mut Pod, group: &str, spec: &PodGroupSpec) {
     let Some(g) = pod.group.as_mut().filter(|g| g.name == group) else {
         return;
@@ -71,11 +84,27 @@ pub fn apply(pod: &mut Pod, group: &str, spec: &PodGroupSpec) {
         }
     }
     for key in &spec.topology {
-        if !MET_BY_ONE_ZONE.contains(&key.as_str()) {
-            pod.not_placeable.push(format!(
-                "PodGroup {group} asks for all its pods in one {key}: Quartermaster keeps a gang in one zone and cannot choose a finer domain for new nodes"
-            ));
+        if MET_BY_ONE_ZONE.contains(&key.as_str()) {
+            continue;
         }
+        if let Some(layer) = network_layer(key) {
+            let layers = Requirement {
+                key: l::NETWORK_LAYERS.into(),
+                operator: Operator::Gt,
+                values: vec![(layer - 1).to_string()],
+            };
+            if pod.affinity.terms.is_empty() {
+                pod.affinity.terms.push(Vec::new());
+            }
+            for term in &mut pod.affinity.terms {
+                term.push(layers.clone());
+            }
+            pod.network_block = Some(key.clone());
+            continue;
+        }
+        pod.not_placeable.push(format!(
+            "PodGroup {group} asks for all its pods in one {key}: Quartermaster keeps a gang in one zone, or under one network node, and cannot choose a {key} for new nodes"
+        ));
     }
 }
 
@@ -175,7 +204,7 @@ mod tests {
     }
 
     #[test]
-    fn members_share_the_groups_claims_and_a_finer_topology_than_a_zone_is_a_reason() {
+    fn members_share_the_groups_claims_keep_a_network_block_and_a_rack_is_a_reason() {
         let claim = |name: &str, claim: Option<&str>, template: Option<&str>| ClaimRef {
             name: name.into(),
             claim: claim.map(str::to_string),
@@ -225,9 +254,28 @@ mod tests {
             Some("train-gpu-x7k2p")
         );
         assert_eq!(p.resource_claims[0].group, None, "the made claim is named");
+        assert!(p.not_placeable.is_empty(), "{:?}", p.not_placeable);
+        assert_eq!(
+            p.network_block.as_deref(),
+            Some("topology.k8s.aws/network-node-layer-3")
+        );
+        assert_eq!(
+            p.affinity.terms,
+            [vec![Requirement {
+                key: l::NETWORK_LAYERS.into(),
+                operator: Operator::Gt,
+                values: vec!["2".into()],
+            }]],
+            "only types EC2 reports at least three layers for"
+        );
+
+        group.topology = vec!["topology.kubernetes.io/rack".into()];
+        let mut p = member();
+        apply(&mut p, "ml/train", &group);
+        assert_eq!(p.network_block, None);
         assert_eq!(p.not_placeable.len(), 1);
         assert!(
-            p.not_placeable[0].contains("network-node-layer-3"),
+            p.not_placeable[0].contains("topology.kubernetes.io/rack"),
             "{:?}",
             p.not_placeable
         );

@@ -718,20 +718,28 @@ impl ManagedNode {
         // Launched for pods with DRA claims (pending, or running ones it
         // replaces the node of): it serves them through the drivers its
         // pool runs.
-        let for_dra = req.pods.iter().any(|name| {
-            world
-                .pending
+        let for_pods = |wants: fn(&Pod) -> bool| {
+            req.pods
                 .iter()
-                .chain(
-                    world
-                        .nodes
-                        .iter()
-                        .flat_map(|n| n.pods.iter().map(|b| &b.pod)),
-                )
-                .any(|p| p.name == *name && p.devices.is_some())
-        });
-        if for_dra {
+                .any(|name| world.pending.iter().any(|p| p.name == *name && wants(p)))
+        };
+        let running = |name: &String| {
+            world
+                .nodes
+                .iter()
+                .flat_map(|n| n.pods.iter())
+                .any(|b| b.pod.name == *name && b.pod.devices.is_some())
+        };
+        if for_pods(|p| p.devices.is_some()) || req.pods.iter().any(running) {
             node.serve_dra(world);
+        }
+        // Launched for a gang that must share one network block: into the
+        // pool's cluster placement group of its zone.
+        if for_pods(|p| p.network_block.is_some()) {
+            node.state.labels.insert(
+                crate::labels::CLUSTER_PLACEMENT.to_string(),
+                "true".to_string(),
+            );
         }
         Some(node)
     }
