@@ -54,6 +54,7 @@ fn help_documents_every_flag() {
         "--shutdown-timeout",
         "--interruption-queue",
         "--price-refresh-interval",
+        "--device-data",
     ] {
         assert!(
             help.lines().any(|l| l.trim_start().starts_with(flag)),
@@ -169,6 +170,61 @@ fn the_aws_cloud_runs_without_a_settings_file_but_not_with_a_missing_one() {
     assert_eq!(out.status.code(), Some(2));
     let err = stderr(&out);
     assert!(err.contains("/nonexistent/aws.yaml"), "{err}");
+}
+
+#[test]
+fn device_data_that_does_not_read_is_refused_with_its_line_before_connecting() {
+    let dir = tempdir();
+    let bad = dir.join("devices.yaml");
+    std::fs::write(
+        &bad,
+        "instanceTypes:\n  g7e.2xlarge:\n  - driver: gpu.nvidia.com\n    kind: gpu\n    cuont: 1\n",
+    )
+    .unwrap();
+    let out = controller(&[
+        "--cluster-name",
+        "c",
+        "--device-data",
+        bad.to_str().unwrap(),
+    ]);
+    assert_ne!(out.status.code(), Some(0));
+    let err = stderr(&out);
+    assert!(
+        err.contains("devices.yaml") && err.contains("cuont") && !err.contains("Kubernetes API"),
+        "{err}"
+    );
+
+    // Data that reads: the controller gets as far as the cluster.
+    let good = dir.join("good.yaml");
+    std::fs::write(
+        &good,
+        "instanceTypes:\n  g7e.2xlarge:\n  - driver: gpu.nvidia.com\n    kind: gpu\n    count: 1\n    \
+         attributes: {type: gpu, productName: NVIDIA RTX PRO 6000}\n    capacity: {memory: 96Gi}\n",
+    )
+    .unwrap();
+    let out = controller(&[
+        "--cluster-name",
+        "c",
+        "--device-data",
+        good.to_str().unwrap(),
+    ]);
+    let err = stderr(&out);
+    assert!(err.contains("Kubernetes API"), "{err}");
+    std::fs::remove_dir_all(&dir).ok();
+}
+
+/// A fresh directory under the system's temporary one.
+fn tempdir() -> std::path::PathBuf {
+    let dir = std::env::temp_dir().join(format!(
+        "qm-controller-cli-{}-{}",
+        std::process::id(),
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .as_nanos()
+    ));
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
 }
 
 /// The chart's example AWS settings as its ConfigMap renders them from

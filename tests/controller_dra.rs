@@ -7,7 +7,11 @@
 //!   then it is Initialized and the pod (bound by the scheduler) takes its
 //!   device;
 //! - a pod whose ResourceClaim is allocated on a node can run only there:
-//!   nothing is launched for it, whether or not that node has room.
+//!   nothing is launched for it, whether or not that node has room;
+//! - through the whole loop (`run_watching` against the stateful fake API
+//!   serving `resource.k8s.io/v1`): a pod whose claim names a missing
+//!   template, or an unknown DeviceClass, gets a `NotPlaceable` Event
+//!   naming the claim and the problem, and no NodeClaim.
 
 mod support;
 
@@ -427,6 +431,12 @@ async fn a_claim_only_pod_becomes_a_node_claim_initialized_once_the_driver_publi
     assert_eq!(n.state.name, NODE);
     assert_eq!(n.state.allocatable.get(GPU), 1);
     assert_eq!(n.state.used.get(GPU), 1);
+    // Running, its claim is its own: matched as a re-created pod's would
+    // be (not pinned to the node), so consolidation and drift may move it
+    // onto a shape that serves it.
+    let devices = n.pods[0].pod.devices.as_ref().expect("its claim matched");
+    assert_eq!(devices.pinned, None);
+    assert!(devices.satisfiable());
     assert!(launches(&decide(&mut core, &s, &catalog, t(130))).is_empty());
 }
 
@@ -489,6 +499,11 @@ async fn a_pod_whose_claim_is_allocated_on_a_node_runs_only_there() {
     );
 
     let parts = world_parts(&snapshot(&s), &catalog, REGION, t(100), DEFAULT_MAX_PODS);
+    // The running pod shares the allocated claim: it is not matched for a
+    // move (its node stays out of consolidation and drift).
+    let running = &parts.nodes[0].pods[0].pod;
+    assert_eq!(running.name, "ml/serve-0");
+    assert!(running.devices.is_none() && !running.resource_claims.is_empty());
     let pod = &parts.pending[0];
     assert_eq!(
         pod.devices.as_ref().and_then(|d| d.pinned.as_deref()),
@@ -610,4 +625,170 @@ async fn a_workload_pod_groups_claim_is_one_gpu_for_all_its_members() {
     s.reset(vec![group]);
     let reqs = launches_after_batching(&s, &catalog);
     assert!(gpus(&reqs) >= 2, "a GPU each: {reqs:?}");
+}
+
+/// The run loop against the stateful fake API serving `resource.k8s.io/v1`
+/// (discovery, then lists and watches of the four DRA kinds), until `done`
+/// holds of the server's state (and two ticks more, for what the same
+/// rounds would write after it) or a minute passes; then shutdown.
+async fn run_loop_until(
+    api: &support::fake_api::FakeApi,
+    done: impl Fn(&support::fake_api::State) -> bool,
+) {
+    use quartermaster::controller::run::{run_watching, Context, Settings};
+    use std::sync::atomic::AtomicBool;
+    use support::fake_http::HttpApi;
+    use tokio::sync::mpsc;
+    use tokio_util::sync::CancellationToken;
+
+    let server = HttpApi::start(api.clone()).await;
+    let client = kube::Client::try_from(kube::Config::new(server.url().parse().unwrap())).unwrap();
+    let (_leader_tx, leader) = watch::channel(true);
+    let (_catalog_tx, catalog_rx) = watch::channel(catalog());
+    let (_notices_tx, notices) = mpsc::channel(8);
+    let cloud = SimulatedCloud::new(
+        catalog(),
+        SimulatedCloudConfig::new(7, REGION, chrono::Utc::now()),
+    )
+    .unwrap();
+    let ctx = Context {
+        api: KubeApi::new(client.clone()),
+        cloud: Arc::new(Mutex::new(cloud)),
+        metrics: Arc::new(Metrics::unregistered()),
+        catalog: catalog_rx,
+        leader,
+        ready: Arc::new(AtomicBool::new(false)),
+        notices,
+        notice_acks: Default::default(),
+        simulated_nodes: false,
+    };
+    let settings = Settings {
+        region: REGION.into(),
+        cluster_name: "dra".into(),
+        core: Config {
+            batch_idle: Duration::from_millis(200),
+            ..Config::default()
+        },
+        tick: Duration::from_secs(1),
+        launch_timeout: Duration::from_secs(300),
+        registration_timeout: Duration::from_secs(600),
+        gc_grace: Duration::from_secs(300),
+        gpu_use: None,
+    };
+    let shutdown = CancellationToken::new();
+    let task = tokio::spawn(run_watching(ctx, settings, client, shutdown.clone()));
+    for _ in 0..600 {
+        if done(&api.state.lock().unwrap()) {
+            tokio::time::sleep(Duration::from_secs(2)).await;
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    shutdown.cancel();
+    let stopped = tokio::time::timeout(Duration::from_secs(30), task).await;
+    assert!(
+        matches!(stopped, Ok(Ok(Ok(())))),
+        "the loop stops on shutdown: {stopped:?}"
+    );
+}
+
+/// The Events the loop posted in namespace `ml`, as posted.
+fn posted_events(state: &support::fake_api::State) -> Vec<Value> {
+    state
+        .requests
+        .iter()
+        .filter(|r| {
+            r.method == Method::POST && r.path == "/apis/events.k8s.io/v1/namespaces/ml/events"
+        })
+        .map(|r| r.body.clone())
+        .collect()
+}
+
+#[tokio::test]
+async fn the_loop_reports_a_missing_template_and_an_unknown_class_in_not_placeable_events_and_launches_nothing(
+) {
+    use support::fake_api::{wall_clock, FakeApi};
+    const DRA: &str = "apis/resource.k8s.io/v1";
+    let api = FakeApi::new();
+    api.serve_dra();
+    {
+        let mut s = api.state.lock().unwrap();
+        s.clock = wall_clock;
+        fn json<T: serde::Serialize>(v: &T) -> Value {
+            serde_json::to_value(v).unwrap()
+        }
+        s.put("apis/quartermaster.dev/v1alpha1/nodepools", json(&pool()));
+        s.put(&format!("{DRA}/deviceclasses"), json(&gpu_class()));
+        s.put(
+            &format!("{DRA}/namespaces/ml/resourceclaimtemplates"),
+            json(&one_gpu()),
+        );
+        s.put(
+            &format!("{DRA}/namespaces/ml/resourceclaims"),
+            json(&from::<ResourceClaim>(json!({
+                "apiVersion": "resource.k8s.io/v1",
+                "kind": "ResourceClaim",
+                "metadata": {"name": "tpu", "namespace": "ml"},
+                "spec": {"devices": {"requests": [{"name": "tpu",
+                    "exactly": {"deviceClassName": "tpu.google.com"}}]}}
+            }))),
+        );
+        for pod in [
+            claim_pod(
+                "missing",
+                json!({"name": "gpu", "resourceClaimTemplateName": "nobody-made-it"}),
+                None,
+            ),
+            claim_pod(
+                "unknown",
+                json!({"name": "gpu", "resourceClaimName": "tpu"}),
+                None,
+            ),
+        ] {
+            s.put("api/v1/namespaces/ml/pods", json(&pod));
+        }
+    }
+    let not_placeable = |s: &support::fake_api::State, pod: &str| -> Option<String> {
+        posted_events(s)
+            .into_iter()
+            .find(|e| e["reason"] == "NotPlaceable" && e["regarding"]["name"] == pod)
+            .map(|e| e["note"].as_str().unwrap_or_default().to_string())
+    };
+    run_loop_until(&api, |s| {
+        not_placeable(s, "missing").is_some() && not_placeable(s, "unknown").is_some()
+    })
+    .await;
+    let s = api.state.lock().unwrap();
+    // The DRA objects were read through discovery, lists and watches.
+    for kind in [
+        "deviceclasses",
+        "resourceclaims",
+        "resourceclaimtemplates",
+        "resourceslices",
+    ] {
+        let path = format!("/{DRA}/{kind}");
+        assert!(
+            s.requests
+                .iter()
+                .any(|r| r.method == Method::GET && r.path == path),
+            "{path} was not listed"
+        );
+    }
+    let note = not_placeable(&s, "missing").expect("an Event for the missing template");
+    assert!(
+        note.contains("claim gpu") && note.contains("ResourceClaimTemplate ml/nobody-made-it"),
+        "{note}"
+    );
+    let note = not_placeable(&s, "unknown").expect("an Event for the unknown class");
+    assert!(
+        note.contains("claim gpu") && note.contains("tpu.google.com"),
+        "{note}"
+    );
+    assert!(
+        !s.requests
+            .iter()
+            .any(|r| r.method == Method::POST && r.path.ends_with("/nodeclaims")),
+        "no NodeClaim for pods whose claims cannot be served"
+    );
+    assert!(s.list(CLAIMS.trim_start_matches('/')).is_empty());
 }

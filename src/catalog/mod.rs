@@ -278,6 +278,14 @@ impl Catalog {
         self
     }
 
+    /// The same catalog with the device data `other` has (its cluster's
+    /// additions, if any): a catalog rebuilt from another, with new prices,
+    /// keeps what the cluster said of its devices.
+    pub fn with_devices_of(mut self, other: &Catalog) -> Catalog {
+        self.devices = other.devices.clone();
+        self
+    }
+
     /// The device data the catalog's templates are made of.
     pub fn device_data(&self) -> std::sync::Arc<DeviceData> {
         self.devices.clone().unwrap_or_else(DeviceData::embedded)

@@ -123,7 +123,21 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
 /// The catalog with the device data of `--device-data` laid over it.
 fn catalog_with_devices(args: &ListArgs) -> anyhow::Result<Catalog> {
     let catalog = Catalog::embedded().context("the embedded catalog does not load")?;
-    let Some(path) = &args.device_data else {
+    with_device_file(catalog, args.device_data.as_deref())
+}
+
+/// `catalog` with the device data of `path` (a `--device-data` file of
+/// `plan`, `catalog` or `controller`) laid over its embedded data; as it
+/// was when there is no file.
+///
+/// # Errors
+/// The file cannot be read, or does not parse (every problem with its
+/// line).
+pub(crate) fn with_device_file(
+    catalog: Catalog,
+    path: Option<&std::path::Path>,
+) -> anyhow::Result<Catalog> {
+    let Some(path) = path else {
         return Ok(catalog);
     };
     let text =

@@ -107,6 +107,13 @@ pub struct Args {
     /// until the first refresh and whenever the APIs fail.
     #[arg(long, value_parser = parse_duration, default_value = "6h")]
     price_refresh_interval: Duration,
+    /// Device data laid over the embedded device templates (the form of
+    /// `pricing-data/dra-devices.yaml`; see `catalog --devices`): GPU or
+    /// Neuron models, PCIe topologies or whole templates for instance
+    /// types the embedded data does not know. Kept across price
+    /// refreshes.
+    #[arg(long, value_name = "FILE", env = "QM_DEVICE_DATA")]
+    device_data: Option<std::path::PathBuf>,
     /// How often EC2NodeClasses are resolved against AWS (images, subnets,
     /// security groups, instance profile) and their status written
     /// (`--cloud aws`).
@@ -370,7 +377,11 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     // Check everything that needs no cluster before connecting to one.
     let settings = args.settings()?;
     let lease = args.lease()?;
-    let catalog = Arc::new(Catalog::embedded().context("loading the embedded catalog")?);
+    let catalog = Catalog::embedded().context("loading the embedded catalog")?;
+    let catalog = Arc::new(super::catalog::with_device_file(
+        catalog,
+        args.device_data.as_deref(),
+    )?);
     if !catalog.regions().contains(&args.region.as_str()) {
         bail!(
             "--region {}: the catalog has no offerings there (regions: {})",

@@ -3,7 +3,7 @@
 
 use anyhow::{bail, Context};
 use quartermaster::api::read;
-use quartermaster::catalog::{Catalog, DeviceData, ZoneNames};
+use quartermaster::catalog::{Catalog, ZoneNames};
 use quartermaster::cluster::dra::Resolver;
 use quartermaster::cluster::workloads::Manifests;
 use quartermaster::cluster::Pool;
@@ -97,15 +97,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         }
         None => catalog,
     };
-    let catalog = match &args.device_data {
-        Some(path) => {
-            let text = std::fs::read_to_string(path)
-                .with_context(|| format!("reading {}", path.display()))?;
-            let extra = DeviceData::parse(&path.display().to_string(), &text)?;
-            catalog.with_devices(&extra)
-        }
-        None => catalog,
-    };
+    let catalog = super::catalog::with_device_file(catalog, args.device_data.as_deref())?;
     let catalog = match &args.zone_names {
         Some(text) => {
             let pairs =

@@ -132,6 +132,15 @@ pub struct ClaimRef {
     pub group: Option<String>,
 }
 
+impl ClaimRef {
+    /// Whether the entry is a claim of the pod's own: made from a template
+    /// for this pod alone (not a shared ResourceClaim, not a pod group's
+    /// claim). A pod re-created elsewhere gets a new one, allocated there.
+    pub fn is_own(&self) -> bool {
+        self.claim.is_none() && self.template.is_some() && self.group.is_none()
+    }
+}
+
 impl Pod {
     /// A pod with these requests and no constraints (tests, generators).
     pub fn new(name: &str, requests: Resources) -> Pod {

@@ -720,9 +720,8 @@ impl ManagedNode {
             termination_grace: lifetime.termination_grace_period_duration().ok().flatten(),
             ..ManagedNode::in_flight(req, labels, pool.taints, allocatable, now)
         };
-        // Launched for pods with DRA claims: it serves them through the
-        // drivers its pool runs.
-        // Its pods: pending ones, or ones it replaces a node for.
+        // The pods it is launched for: pending ones, or running ones it
+        // replaces the node of.
         let bound = world
             .nodes
             .iter()
@@ -736,6 +735,8 @@ impl ManagedNode {
                     .any(|p| p.name == *name && wants(p))
             })
         };
+        // Launched for pods with DRA claims: it serves them through the
+        // drivers its pool runs.
         if for_pods(|p| p.devices.is_some()) {
             node.serve_dra(world);
         }

@@ -156,6 +156,11 @@ pub struct State {
     /// The checkpoint annotations each evicted pod had when it was evicted
     /// (`namespace/name`, annotations), in order.
     pub evicted_with: Vec<(String, BTreeMap<String, String>)>,
+    /// The API groups discovery (`GET /apis`) lists beside the built-in
+    /// ones, as `(group, version)`: none by default, so the optional APIs
+    /// (gangs, DRA) are not watched unless a test serves them
+    /// ([`FakeApi::serve_group`]).
+    pub api_groups: Vec<(String, String)>,
     /// Recent changes, oldest first, for watches.
     history: VecDeque<Change>,
     /// Changes up to this version have left the history.
@@ -189,6 +194,7 @@ impl Default for State {
             faults: Vec::new(),
             injected: BTreeMap::new(),
             evicted_with: Vec::new(),
+            api_groups: Vec::new(),
             history: VecDeque::new(),
             history_floor: 0,
             latest: tokio::sync::watch::Sender::new(0),
@@ -452,6 +458,21 @@ impl FakeApi {
         !self.state.lock().unwrap().crashed
     }
 
+    /// Makes discovery (`GET /apis`) list `group/version` as served; its
+    /// objects are then listed and watched like any other collection
+    /// (`apis/{group}/{version}/...`).
+    pub fn serve_group(&self, group: &str, version: &str) {
+        let mut s = self.state.lock().unwrap();
+        s.api_groups.push((group.to_string(), version.to_string()));
+    }
+
+    /// Serves DRA's `resource.k8s.io/v1` (DeviceClasses, ResourceClaims,
+    /// ResourceClaimTemplates, ResourceSlices), as Kubernetes 1.34 and
+    /// later do.
+    pub fn serve_dra(&self) {
+        self.serve_group("resource.k8s.io", "v1");
+    }
+
     /// A new controller process: requests work again.
     pub fn restart(&self) {
         self.state.lock().unwrap().crashed = false;
@@ -620,6 +641,24 @@ fn list_object(version: u64, items: Vec<&Value>, next: Option<String>) -> Value 
     json!({ "apiVersion": "v1", "kind": "List", "metadata": metadata, "items": items })
 }
 
+/// The discovery answer (`GET /apis`): an `APIGroupList` of `groups`.
+fn api_group_list(groups: &[(String, String)]) -> Value {
+    let mut by_group: BTreeMap<&str, Vec<Value>> = BTreeMap::new();
+    for (group, version) in groups {
+        by_group
+            .entry(group)
+            .or_default()
+            .push(json!({"groupVersion": format!("{group}/{version}"), "version": version}));
+    }
+    let groups: Vec<Value> = by_group
+        .into_iter()
+        .map(|(name, versions)| {
+            json!({"name": name, "versions": versions, "preferredVersion": versions[0]})
+        })
+        .collect();
+    json!({"apiVersion": "v1", "kind": "APIGroupList", "groups": groups})
+}
+
 fn handle_request(
     s: &mut State,
     method: &Method,
@@ -628,6 +667,9 @@ fn handle_request(
     content_type: &str,
     body: Value,
 ) -> (u16, Value) {
+    if *method == Method::GET && path.trim_end_matches('/') == "/apis" {
+        return (200, api_group_list(&s.api_groups));
+    }
     let (collection, name, sub) = split(path);
     match (method.clone(), name, sub.as_deref()) {
         (Method::POST, Some(pod), Some("eviction")) => match s.remove(&collection, &pod) {

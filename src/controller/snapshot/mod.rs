@@ -14,13 +14,15 @@ use crate::api::labels as l;
 use crate::api::nodeclaim::conditions;
 use crate::api::{NodeClaim, NodePool};
 use crate::catalog::Catalog;
+use crate::cluster::dra::PodDevices;
 use crate::cluster::podgroups::{self, PodGroupSpec};
-use crate::cluster::{GangSource, Pod, Resources};
+use crate::cluster::{ClaimRef, GangSource, Pod, Resources};
 use crate::core::drift::{self, ClassStamp, Stamp};
 use crate::core::{BoundPod, ClaimRequest, ManagedNode, OfferingKey, Pdb, Time, World};
 use kube::{Resource, ResourceExt};
 use std::collections::{BTreeMap, HashMap};
 use std::fmt::Debug;
+use std::sync::Arc;
 
 mod objects;
 pub use objects::{
@@ -324,12 +326,42 @@ pub fn world_parts(
         }
     }
     pending.extend(s.reservations(&pending, &volcano_members, max_pods));
-    // DRA claims matched against the cluster's classes and claims.
-    if s.dra_served && pending.iter().any(|p| !p.resource_claims.is_empty()) {
+    // DRA claims matched against the cluster's classes and claims: the
+    // pending pods', and those of running pods whose claims are their own
+    // (made from templates), as the claims a re-created pod would get, so
+    // that consolidation and drift can move them (`docs/dra.md`).
+    let movable: Vec<Pod> = if s.dra_served {
+        by_node
+            .values()
+            .flatten()
+            .filter(|p| !p.daemon && !p.shape.pod.resource_claims.is_empty())
+            .map(|p| s.gang_pod(p))
+            .filter(|p| p.resource_claims.iter().all(ClaimRef::is_own))
+            .map(|mut p| {
+                for c in &mut p.resource_claims {
+                    c.generated = None;
+                }
+                p
+            })
+            .collect()
+    } else {
+        Vec::new()
+    };
+    let mut running_devices: HashMap<String, Arc<PodDevices>> = HashMap::new();
+    if s.dra_served
+        && (!movable.is_empty() || pending.iter().any(|p| !p.resource_claims.is_empty()))
+    {
+        let n = pending.len();
+        pending.extend(movable);
         s.dra_resolver
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .attach(&mut pending, &s.dra, catalog);
+        running_devices = pending
+            .split_off(n)
+            .into_iter()
+            .filter_map(|p| Some((p.name, p.devices?)))
+            .collect();
     }
     let shape_world = World {
         catalog,
@@ -421,7 +453,8 @@ pub fn world_parts(
                 if p.daemon {
                     continue;
                 }
-                let pod = s.gang_pod(p);
+                let mut pod = s.gang_pod(p);
+                pod.devices = running_devices.get(&pod.name).cloned();
                 let pdb = pdb_list
                     .iter()
                     .position(|b| b.covers(&p.namespace, &pod.labels));

@@ -9,8 +9,8 @@
 
 use super::super::interruption::pool_of;
 use super::{
-    blocked, daemonset_overhead, real_pods, replacement_name, request_for, Consolidation,
-    Disrupting, Round,
+    blocked, daemonset_overhead, real_pods, replacement_name, request_for, takes_devices,
+    without_free_devices, Consolidation, Disrupting, Round,
 };
 use crate::api::{BudgetReason, NodePool};
 use crate::cluster::{Pod, Pool};
@@ -112,9 +112,10 @@ impl Consolidation {
         let pods: Vec<Pod> = real_pods(n).cloned().collect();
         let others = self.destinations(r, n);
         let all: Vec<usize> = (0..pods.len()).collect();
-        if plan::pack::place_on_existing(&pods, &all, &others)
-            .1
-            .is_empty()
+        if !takes_devices(&pods)
+            && plan::pack::place_on_existing(&pods, &all, &others)
+                .1
+                .is_empty()
         {
             return Some(Vec::new());
         }
@@ -123,7 +124,7 @@ impl Consolidation {
         }
         let pools = [Pool::from_api(pool, daemonset_overhead(n)).ok()?];
         let unavailable = |o: &crate::catalog::Offering| r.ctx.interruptions.blocks(o, r.now);
-        let mut nodes = others;
+        let mut nodes = without_free_devices(others, &pods);
         if counted {
             let mut me = n.state.clone();
             me.unschedulable = true;
@@ -289,6 +290,36 @@ mod tests {
             }
             assert!(!c.is_disrupting("n1"));
         }
+    }
+
+    #[test]
+    fn a_drifted_node_whose_pod_has_a_claim_of_its_own_gets_a_node_serving_the_claim() {
+        use super::super::tests::own_gpu_claim;
+        let mut f = two_busy(false);
+        *f.node_mut("n1") = drifted(node("n1").pods([own_gpu_claim(pod("a"))]));
+        // n2's free published GPU is not matched against the claim.
+        let gpu = crate::catalog::devices::resource_name("gpu.nvidia.com", "gpu");
+        f.node_mut("n2").state.allocatable.set(&gpu, 1);
+        let mut c = Consolidation::default();
+        let first = step(&mut c, &f, 0);
+        assert_eq!(kinds(&first), ["launch"]);
+        let l = launches(&first);
+        assert_eq!(l[0].pods, ["a"]);
+        let w = f.world();
+        let replacement = crate::core::ManagedNode::launched(l[0], &w, t(0)).unwrap();
+        assert_eq!(replacement.state.allocatable.get(&gpu), 1);
+    }
+
+    #[test]
+    fn a_drifted_node_whose_pod_shares_an_allocated_claim_waits() {
+        use super::super::tests::shared_gpu_claim;
+        let mut f = two_busy(false);
+        *f.node_mut("n1") = drifted(node("n1").pods([shared_gpu_claim(pod("a"), "n1")]));
+        let mut c = Consolidation::default();
+        for at in [0, 60, 3600] {
+            assert_eq!(step(&mut c, &f, at), []);
+        }
+        assert!(!c.is_disrupting("n1"));
     }
 
     #[test]

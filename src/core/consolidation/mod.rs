@@ -18,7 +18,7 @@ use super::time::after;
 use super::{Action, ClaimRequest, DisruptionDecision, DisruptionReason, ManagedNode, Time, World};
 use crate::api::{BudgetReason, ConsolidationPolicy, NodePool};
 use crate::catalog::{CapacityType, InterruptionBucket, Offering};
-use crate::cluster::{NodeState, Pod, Pool, Resources};
+use crate::cluster::{ClaimRef, NodeState, Pod, Pool, Resources};
 use crate::plan::{self, Strategy};
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
@@ -894,9 +894,10 @@ impl Consolidation {
         let pods: Vec<Pod> = real_pods(n).cloned().collect();
         let others = self.destinations(r, n);
         let all: Vec<usize> = (0..pods.len()).collect();
-        if plan::pack::place_on_existing(&pods, &all, &others)
-            .1
-            .is_empty()
+        if !takes_devices(&pods)
+            && plan::pack::place_on_existing(&pods, &all, &others)
+                .1
+                .is_empty()
         {
             return Some(Decision::Delete {
                 claim: n.claim.clone(),
@@ -927,12 +928,13 @@ impl Consolidation {
         if pool.is_marked_not_ready() {
             return None;
         }
+        let others = without_free_devices(others.to_vec(), pods);
         let planner_pool = Pool::from_api(pool, daemonset_overhead(n)).ok()?;
         let pools = [planner_pool];
         let open = |o: &Offering| r.ctx.interruptions.blocks(o, r.now);
         let riskier = spot_guard(w, n, &pools, &open, &r.ctx);
         let unavailable = |o: &Offering| open(o) || riskier(o);
-        let p = self.plan_moves(r, &pools, others, pods, &unavailable);
+        let p = self.plan_moves(r, &pools, &others, pods, &unavailable);
         let [new] = p.nodes.as_slice() else {
             return None;
         };
@@ -1045,24 +1047,67 @@ fn spot_guard<'c>(
 }
 
 /// Whether one of the node's real pods holds it: `do-not-disrupt`, DRA
-/// claims ([`holds_dra_claims`]), or a PDB that allows no disruption now.
+/// claims that keep it there ([`held_by_claims`]), or a PDB that allows no
+/// disruption now.
 fn blocked(r: &Round, n: &ManagedNode) -> bool {
     n.pods.iter().any(|p| {
         !p.placeholder
             && (p.do_not_disrupt
-                || holds_dra_claims(&p.pod)
+                || held_by_claims(&p.pod)
                 || p.pdb
                     .and_then(|i| r.world.pdbs.get(i))
                     .is_some_and(|b| b.disruptions_allowed == 0))
     })
 }
 
-/// Whether the pod takes devices through DRA claims: where its claims'
-/// devices could go is not planned for running pods yet (a replacement
-/// would not be launched to serve DRA claims), so its node is kept until
-/// the pod is gone, as for `do-not-disrupt`.
-fn holds_dra_claims(pod: &Pod) -> bool {
-    !pod.resource_claims.is_empty()
+/// Whether the pod's DRA claims keep it on its node. A pod whose claims
+/// are all its own (made from templates: a re-created pod gets new ones,
+/// allocated where it lands) can move wherever some shape serves them
+/// ([`Pod::devices`], matched as a re-created pod's would be); one that
+/// names a shared ResourceClaim (allocated on this node, its devices
+/// pinned here) or a pod group's claim, or whose claims could not be
+/// matched, cannot (`docs/dra.md`).
+fn held_by_claims(pod: &Pod) -> bool {
+    !pod.resource_claims.is_empty() && !claims_follow(pod)
+}
+
+/// Whether the pod's claims are all its own and were matched, unpinned,
+/// against the shapes, some of which serve them.
+fn claims_follow(pod: &Pod) -> bool {
+    let matched = pod
+        .devices
+        .as_ref()
+        .is_some_and(|d| d.pinned.is_none() && d.group.is_none() && d.satisfiable());
+    matched && pod.resource_claims.iter().all(ClaimRef::is_own)
+}
+
+/// Whether some of `pods` take devices through DRA claims: the existing
+/// nodes' published devices are not matched against their claims, so such
+/// pods move only onto a new node launched to serve them (see
+/// [`without_free_devices`]).
+fn takes_devices(pods: &[Pod]) -> bool {
+    pods.iter().any(|p| p.devices.is_some())
+}
+
+/// `nodes` with no free units of the device resources `pods`' DRA claims
+/// would take on any shape: an existing node's published devices are not
+/// matched against a claim's selectors, so they are not offered to it.
+fn without_free_devices(mut nodes: Vec<NodeState>, pods: &[Pod]) -> Vec<NodeState> {
+    let names: BTreeSet<String> = pods
+        .iter()
+        .filter_map(|p| p.devices.as_ref())
+        .flat_map(|d| d.shapes.values().filter_map(|a| a.as_ref().ok()))
+        .flat_map(|a| a.demand.iter().map(|(k, _)| k.to_string()))
+        .collect();
+    for n in &mut nodes {
+        for r in &names {
+            let used = n.used.get(r);
+            if n.allocatable.get(r) > used {
+                n.allocatable.set(r, used);
+            }
+        }
+    }
+    nodes
 }
 
 /// The launch of a planned node that takes pods of `n` (same pool), named

@@ -5,6 +5,7 @@ use super::super::interruption::fixtures::*;
 use super::*;
 use crate::api::Budget;
 use crate::catalog::{Catalog, InstanceType, PriceSource};
+use crate::core::BoundPod;
 
 /// One round at `at` with nothing protected and no learned rates.
 pub(super) fn step(c: &mut Consolidation, f: &Fixture, at: i64) -> Vec<Action> {
@@ -456,16 +457,122 @@ fn a_do_not_disrupt_pod_keeps_its_node_out_of_consolidation() {
     assert_eq!(c.candidate(), Some((&expected, t(60))));
 }
 
-#[test]
-fn a_pod_with_dra_claims_keeps_its_node_out_of_consolidation() {
-    let mut a = pod("a");
-    a.pod.resource_claims.push(crate::cluster::ClaimRef {
+/// The planner resource of a GPU the NVIDIA DRA driver publishes.
+fn dra_gpu() -> String {
+    crate::catalog::devices::resource_name(crate::catalog::devices::NVIDIA_DRIVER, "gpu")
+}
+
+/// `p` taking one GPU through the claim `gpu` of its own, made from the
+/// template `one-gpu` (and allocated where it runs): matched, as a
+/// re-created pod's claim would be, on the g5 types and not on a g6.
+pub(super) fn own_gpu_claim(mut p: BoundPod) -> BoundPod {
+    use crate::cluster::dra::{Allocation, PodDevices, ShapeKey};
+    p.pod.resource_claims.push(ClaimRef {
         name: "gpu".into(),
         claim: None,
         template: Some("one-gpu".into()),
-        generated: Some("a-gpu-x7k2p".into()),
+        generated: Some(format!("{}-gpu-x7k2p", p.pod.name)),
         group: None,
     });
+    let shape = |t: &str| ShapeKey {
+        instance_type: t.into(),
+        mig_profile: None,
+    };
+    let one = Allocation {
+        demand: Resources::new().with(&dra_gpu(), 1),
+        choice: vec![0],
+    };
+    let shapes = [
+        (shape("g5.xlarge"), Ok(one.clone())),
+        (shape("g5.2xlarge"), Ok(one)),
+        (
+            shape("g6.xlarge"),
+            Err("its GPU is not an A10G".to_string()),
+        ),
+    ];
+    p.pod.devices = Some(std::sync::Arc::new(PodDevices {
+        claims: vec!["claim gpu (template one-gpu)".into()],
+        group: None,
+        pinned: None,
+        shapes: std::sync::Arc::new(shapes.into_iter().collect()),
+    }));
+    p
+}
+
+/// `p` sharing the ResourceClaim `ml/shared-gpu`, allocated on `node`.
+pub(super) fn shared_gpu_claim(mut p: BoundPod, node: &str) -> BoundPod {
+    use crate::cluster::dra::PodDevices;
+    p.pod.resource_claims.push(ClaimRef {
+        name: "gpu".into(),
+        claim: Some("shared-gpu".into()),
+        template: None,
+        generated: None,
+        group: None,
+    });
+    p.pod.devices = Some(std::sync::Arc::new(PodDevices {
+        claims: vec!["claim gpu (ResourceClaim shared-gpu)".into()],
+        group: Some("ml/shared-gpu".into()),
+        pinned: Some(node.into()),
+        shapes: Default::default(),
+    }));
+    p
+}
+
+/// n1, a $2 g5.2xlarge running `a`; n2, a g5.xlarge held by
+/// `do-not-disrupt` with room for `a`'s CPU and a free published GPU; a
+/// $1 g5.xlarge for sale.
+fn dra_node_with(a: BoundPod) -> Fixture {
+    let mut n2 = node("n2").do_not_disrupt().pods([pod("b")]);
+    n2.state.allocatable.set(&dra_gpu(), 1);
+    let mut f = Fixture::new([
+        node("n1").offering("g5.2xlarge", "use1-az1", 2.0).pods([a]),
+        n2,
+    ]);
+    f.catalog = catalog(&[
+        ("g5.xlarge", "use1-az1", CapacityType::OnDemand, 1.0, None),
+        ("g5.2xlarge", "use1-az1", CapacityType::OnDemand, 2.0, None),
+    ]);
+    f
+}
+
+#[test]
+fn a_pod_with_a_claim_of_its_own_moves_onto_a_cheaper_node_launched_to_serve_its_claim() {
+    let f = dra_node_with(own_gpu_claim(pod("a")));
+    let mut c = Consolidation::default();
+    step(&mut c, &f, 0);
+    assert_eq!(step(&mut c, &f, 60), []);
+    // Not deleted onto n2 (its free device is not matched against the
+    // claim): replaced by a g5.xlarge, a shape that serves the claim.
+    let launch = step(&mut c, &f, 75);
+    let r = launched(&launch);
+    assert_eq!(r.offering.instance_type, "g5.xlarge");
+    assert_eq!(r.pods, ["a"]);
+    assert_eq!(
+        c.decisions()[0].reason,
+        DisruptionReason::Underutilized,
+        "{:?}",
+        c.decisions()
+    );
+    // The launched node serves DRA claims: it offers the driver's GPU.
+    let w = f.world();
+    let node = crate::core::ManagedNode::launched(r, &w, t(75)).unwrap();
+    assert_eq!(node.state.allocatable.get(&dra_gpu()), 1);
+}
+
+#[test]
+fn a_pod_sharing_an_allocated_claim_keeps_its_node_out_of_consolidation() {
+    let f = dra_node_with(shared_gpu_claim(pod("a"), "n1"));
+    let mut c = Consolidation::default();
+    for at in [0, 60, 75, 3600] {
+        assert_eq!(step(&mut c, &f, at), []);
+    }
+    assert_eq!(c.candidate(), None);
+}
+
+#[test]
+fn a_pod_whose_claims_were_not_matched_keeps_its_node_out_of_consolidation() {
+    let mut a = own_gpu_claim(pod("a"));
+    a.pod.devices = None;
     let f = Fixture::new([node("n1").pods([a]), node("n2").pods([pod("b")])]);
     let mut c = Consolidation::default();
     step(&mut c, &f, 0);

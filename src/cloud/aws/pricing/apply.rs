@@ -234,7 +234,9 @@ pub fn apply_prices(base: &Catalog, region: &str, live: &LivePrices) -> (Catalog
         });
     }
     let types: Vec<InstanceType> = base.instance_types().cloned().collect();
-    let catalog = Catalog::from_parts(types, offerings).with_zone_names(base.zone_names().clone());
+    let catalog = Catalog::from_parts(types, offerings)
+        .with_zone_names(base.zone_names().clone())
+        .with_devices_of(base);
     (catalog, report)
 }
 
@@ -443,6 +445,37 @@ mod tests {
         assert_eq!(report.on_demand_changed, 3);
         assert_eq!(report.spot_changed, 2);
         assert_eq!(report.spot_added, 0);
+    }
+
+    #[test]
+    fn a_refreshed_catalog_keeps_the_clusters_device_templates() {
+        let extra = crate::catalog::DeviceData::parse(
+            "devices.yaml",
+            "instanceTypes:\n  g9.big:\n  - driver: gpu.nvidia.com\n    kind: gpu\n    count: 2\n    \
+             attributes: {type: gpu, productName: NVIDIA G9}\n    capacity: {memory: 96Gi}\n",
+        )
+        .unwrap();
+        let overridden = base().with_devices(&extra);
+        let it = overridden.instance_type("g9.big").unwrap().clone();
+        let before = overridden.device_templates(&it, None);
+        assert_eq!(before.len(), 1, "{before:?}");
+        let live = LivePrices {
+            on_demand: Some([("g9.big".to_string(), 8.0)].into()),
+            spot: None,
+        };
+        let (refreshed, _) = apply_prices(&overridden, "r1", &live);
+        assert_eq!(
+            price(&refreshed, "z1", CapacityType::OnDemand).0,
+            8.0,
+            "repriced"
+        );
+        assert_eq!(refreshed.device_templates(&it, None), before);
+        // Without the cluster's data the type has no templates: the
+        // override is what carried them.
+        assert!(apply_prices(&base(), "r1", &live)
+            .0
+            .device_templates(&it, None)
+            .is_empty());
     }
 
     #[test]
