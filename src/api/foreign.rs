@@ -391,6 +391,8 @@ pub mod buffer_conditions {
     pub const SCALING_UP: &str = "ScalingUp";
     /// With `Infeasible=True`, `Provisioning=False`: no pool can hold a chunk.
     pub const NOT_PLACEABLE: &str = "NotPlaceable";
+    /// With `Provisioning=False`: a scheduled buffer outside its window.
+    pub const OUTSIDE_SCHEDULE: &str = "OutsideSchedule";
     /// With `Infeasible=False`: a pool can hold the chunks again.
     pub const PLACEABLE: &str = "Placeable";
     /// The PodTemplate named is missing.

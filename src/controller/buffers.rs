@@ -12,6 +12,7 @@ use crate::api::foreign::{
     buffer_conditions as c, CapacityBuffer, CAPACITY_BUFFER_VERSION, PROVISIONING_API_GROUP,
     STRATEGY_ACTIVE_CAPACITY,
 };
+use crate::api::PrewarmWindow;
 use crate::cluster::Resources;
 use crate::core::buffers::{self, Buffer, Problem, Status};
 use crate::core::Time;
@@ -78,6 +79,41 @@ impl Indexed for CapacityBuffer {
     }
 }
 
+/// Annotation on a CapacityBuffer: when it is wanted, a 5-field cron
+/// expression or macro, as a pre-warm window's `schedule` (the upstream
+/// type has no schedule). Outside its window the buffer makes no chunk.
+pub const SCHEDULE_ANNOTATION: &str = "quartermaster.dev/buffer-schedule";
+/// Annotation: the IANA time zone of [`SCHEDULE_ANNOTATION`] (default UTC).
+pub const TIME_ZONE_ANNOTATION: &str = "quartermaster.dev/buffer-time-zone";
+/// Annotation: how long each window stays open (a Go duration, `10h`);
+/// required with a schedule.
+pub const DURATION_ANNOTATION: &str = "quartermaster.dev/buffer-duration";
+
+/// The buffer's window from its annotations, if it has a schedule, or why
+/// it cannot have one.
+fn window_of(key: &str, b: &CapacityBuffer) -> Result<Option<PrewarmWindow>, Problem> {
+    let ann = |k: &str| {
+        b.metadata
+            .annotations
+            .as_ref()
+            .and_then(|a| a.get(k))
+            .cloned()
+    };
+    let Some(schedule) = ann(SCHEDULE_ANNOTATION) else {
+        return Ok(None);
+    };
+    let duration = ann(DURATION_ANNOTATION).ok_or_else(|| {
+        Problem::spec(format!("{SCHEDULE_ANNOTATION} needs {DURATION_ANNOTATION}"))
+    })?;
+    Ok(Some(PrewarmWindow {
+        name: key.to_string(),
+        schedule,
+        time_zone: ann(TIME_ZONE_ANNOTATION).unwrap_or_else(|| "UTC".into()),
+        duration,
+        capacity: Default::default(),
+    }))
+}
+
 /// Whether the buffer's strategy is served here (the default, set or not).
 fn is_served(b: &CapacityBuffer) -> bool {
     matches!(
@@ -95,11 +131,14 @@ pub fn distill(s: &Snapshot, key: &str, b: &CapacityBuffer) -> Buffer {
         Resources::parse(l.iter().map(|(k, v)| (k.as_str(), v.0.as_str())))
             .map_err(|e| Problem::spec(format!("spec.limits: {e}")))
     });
+    let window = window_of(key, b);
     let pod = if b.spec.scalable_ref.is_some() || b.spec.percentage.is_some() {
         Err(Problem::spec(
             "spec.scalableRef and spec.percentage are not served by Quartermaster yet: name a podTemplateRef",
         ))
     } else if let Some(Err(e)) = &limits {
+        Err(e.clone())
+    } else if let Err(e) = &window {
         Err(e.clone())
     } else {
         match &b.spec.pod_template_ref {
@@ -122,6 +161,7 @@ pub fn distill(s: &Snapshot, key: &str, b: &CapacityBuffer) -> Buffer {
         pod,
         replicas: b.spec.replicas.map(i64::from),
         limits: limits.and_then(Result::ok),
+        window: window.ok().flatten(),
     }
 }
 
@@ -130,12 +170,13 @@ pub fn distill(s: &Snapshot, key: &str, b: &CapacityBuffer) -> Buffer {
 /// the room it holds is put on the nodes (as do-not-disrupt pods), and
 /// every served buffer's status is returned. `unplaceable` says why the
 /// last plan found no place for a pod; `max_pods` bounds the placeholders
-/// made.
+/// made; `now` opens and closes scheduled buffers' windows.
 pub fn buffers_step(
     store: &Store,
     parts: &mut WorldParts,
     unplaceable: &dyn Fn(&str) -> Option<String>,
     max_pods: usize,
+    now: Time,
 ) -> Vec<Status> {
     let read: Vec<Buffer> = store.read(|s| {
         s.capacity_buffers
@@ -147,7 +188,14 @@ pub fn buffers_step(
     if read.is_empty() {
         return Vec::new();
     }
-    let step = buffers::step(&read, &parts.nodes, &parts.pending, unplaceable, max_pods);
+    let step = buffers::step(
+        &read,
+        &parts.nodes,
+        &parts.pending,
+        unplaceable,
+        max_pods,
+        now,
+    );
     parts.pending.extend(step.pending);
     for (n, held) in step.held {
         let node = &mut parts.nodes[n];
@@ -276,6 +324,37 @@ mod tests {
             reason(json!({"scalableRef": {"kind": "Deployment", "name": "web"}, "percentage": 10})),
             c::INVALID_SPEC
         );
+    }
+
+    #[test]
+    fn a_buffer_schedule_is_read_from_its_annotations() {
+        let mut s = Snapshot::default();
+        s.pod_templates
+            .insert("ml/tpl".into(), Ok(Pod::new("ml/tpl", Resources::new())));
+        let annotated = |ann: serde_json::Value| {
+            let mut b = buffer(json!({"podTemplateRef": {"name": "tpl"}, "replicas": 1}));
+            b.metadata.annotations = serde_json::from_value(ann).unwrap();
+            distill(&s, "ml/warm", &b)
+        };
+        let w = annotated(json!({SCHEDULE_ANNOTATION: "0 8 * * 1-5",
+            TIME_ZONE_ANNOTATION: "Europe/Berlin", DURATION_ANNOTATION: "10h"}))
+        .window
+        .unwrap();
+        assert_eq!(
+            (
+                w.schedule.as_str(),
+                w.time_zone.as_str(),
+                w.duration.as_str()
+            ),
+            ("0 8 * * 1-5", "Europe/Berlin", "10h")
+        );
+        let utc = annotated(json!({SCHEDULE_ANNOTATION: "@daily", DURATION_ANNOTATION: "1h"}));
+        assert_eq!(utc.window.unwrap().time_zone, "UTC");
+        assert_eq!(annotated(json!({})).window, None);
+        let why = annotated(json!({SCHEDULE_ANNOTATION: "@daily"}))
+            .pod
+            .unwrap_err();
+        assert!(why.message.contains(DURATION_ANNOTATION), "{why:?}");
     }
 
     #[test]

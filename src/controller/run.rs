@@ -603,6 +603,7 @@ impl<C: CloudProvider + Send + Sync + 'static> Driver<C> {
             &mut parts,
             &|p| unplaceable.get(p).cloned(),
             self.settings.core.max_batch_pods,
+            now,
         );
         self.ctx
             .metrics

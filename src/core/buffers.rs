@@ -22,10 +22,12 @@
 //! every stand-in ([`crate::cluster::podgroups::is_reservation`]) they get
 //! no pod Events and are never evicted. See `docs/buffers.md`.
 
-use super::{BoundPod, ManagedNode};
+use super::{BoundPod, ManagedNode, Time};
 use crate::api::foreign::buffer_conditions as c;
+use crate::api::PrewarmWindow;
 use crate::cluster::resources::PODS;
 use crate::cluster::{NodeState, Pod, Resources};
+use std::time::Duration;
 
 /// Why a buffer cannot be served: a condition reason and a message.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -57,6 +59,34 @@ pub struct Buffer {
     pub replicas: Option<i64>,
     /// `spec.limits`, if set.
     pub limits: Option<Resources>,
+    /// When the buffer is wanted, if only at times (its schedule,
+    /// time zone and duration; `capacity` is not read): outside it, the
+    /// buffer makes no chunk.
+    pub window: Option<PrewarmWindow>,
+}
+
+/// How long before a scheduled buffer's window opens its chunks are made:
+/// 1.25 x the slowest default launch-to-ready time (10 min, p5), so its
+/// capacity is Ready when the window opens.
+pub const SCHEDULE_LEAD: Duration = Duration::from_secs(750);
+
+/// Whether a scheduled buffer wants its chunks at `now` (its window is
+/// warming or open, [`SCHEDULE_LEAD`] ahead), or why its window does not
+/// read.
+fn in_window(b: &Buffer, now: Time) -> Result<bool, Problem> {
+    let Some(w) = &b.window else {
+        return Ok(true);
+    };
+    match super::prewarm::current_start(&b.name, w, now, SCHEDULE_LEAD) {
+        Ok(start) => Ok(start.is_some()),
+        Err(super::prewarm::Error::Schedule { source, .. }) => {
+            Err(Problem::spec(format!("schedule: {source}")))
+        }
+        Err(super::prewarm::Error::Duration { source, .. }) => {
+            Err(Problem::spec(format!("duration: {source}")))
+        }
+        Err(e) => Err(Problem::spec(e.to_string())),
+    }
 }
 
 /// A condition to have on a buffer.
@@ -176,13 +206,16 @@ fn set(condition: &'static str, status: bool, reason: &'static str, message: Str
 /// batch cap first) against our `nodes`, after the real `pending` pods
 /// (which take the nodes' room first). At most `max_pods` placeholders are
 /// made for all buffers together (`--max-batch-pods`); `unplaceable` says
-/// why the last plan found no place for a placeholder, if it did not.
+/// why the last plan found no place for a placeholder, if it did not. A
+/// scheduled buffer makes chunks only while its window is warming or open
+/// at `now`.
 pub fn step(
     buffers: &[Buffer],
     nodes: &[ManagedNode],
     pending: &[Pod],
     unplaceable: &dyn Fn(&str) -> Option<String>,
     max_pods: usize,
+    now: Time,
 ) -> Step {
     let mut states: Vec<NodeState> = nodes.iter().map(|n| n.state.clone()).collect();
     take_room(pending, &mut states);
@@ -193,7 +226,34 @@ pub fn step(
             .pod
             .as_ref()
             .map_err(Clone::clone)
-            .and_then(|pod| Ok((pod, chunks(b, pod)?)));
+            .and_then(|pod| Ok((pod, chunks(b, pod)?, in_window(b, now)?)));
+        let resolved = match resolved {
+            Ok((_, wanted, false)) => {
+                let message = format!("{wanted} chunks, outside its schedule");
+                out.statuses.push(Status {
+                    buffer: b.name.clone(),
+                    replicas: 0,
+                    conditions: vec![
+                        set(
+                            c::READY_FOR_PROVISIONING,
+                            true,
+                            c::ATTRIBUTES_SET_SUCCESSFULLY,
+                            message.clone(),
+                        ),
+                        set(c::PROVISIONING, false, c::OUTSIDE_SCHEDULE, message),
+                        set(
+                            c::INFEASIBLE,
+                            false,
+                            c::PLACEABLE,
+                            "nothing to place outside its schedule".into(),
+                        ),
+                    ],
+                });
+                continue;
+            }
+            Ok((pod, wanted, true)) => Ok((pod, wanted)),
+            Err(p) => Err(p),
+        };
         let (pod, wanted) = match resolved {
             Ok(r) => r,
             Err(p) => {
@@ -288,7 +348,7 @@ pub fn step(
 
 #[cfg(test)]
 mod tests {
-    use super::super::interruption::fixtures::node;
+    use super::super::interruption::fixtures::{node, t};
     use super::*;
     use crate::api::labels::RESOURCE_GPU;
     use crate::cluster::resources::CPU;
@@ -309,6 +369,7 @@ mod tests {
             pod: Ok(gpu_pod()),
             replicas,
             limits,
+            window: None,
         }
     }
 
@@ -336,12 +397,12 @@ mod tests {
 
     #[test]
     fn zero_replicas_make_no_placeholder_and_negative_replicas_are_refused_with_a_reason() {
-        let s = step(&[buffer(Some(0), None)], &[], &[], &never, 100);
+        let s = step(&[buffer(Some(0), None)], &[], &[], &never, 100, t(0));
         assert!(s.pending.is_empty() && s.held.is_empty());
         assert_eq!(s.statuses[0].replicas, 0);
         assert!(condition(&s.statuses[0], c::READY_FOR_PROVISIONING).status);
 
-        let s = step(&[buffer(Some(-2), None)], &[], &[], &never, 100);
+        let s = step(&[buffer(Some(-2), None)], &[], &[], &never, 100, t(0));
         assert!(s.pending.is_empty());
         let st = &s.statuses[0];
         let ready = condition(st, c::READY_FOR_PROVISIONING);
@@ -349,13 +410,13 @@ mod tests {
         assert_eq!(ready.reason, c::INVALID_SPEC);
         assert!(ready.message.contains("negative (-2)"), "{ready:?}");
         assert!(condition(st, c::INFEASIBLE).status);
-        let none = step(&[buffer(None, None)], &[], &[], &never, 100);
+        let none = step(&[buffer(None, None)], &[], &[], &never, 100, t(0));
         assert!(!condition(&none.statuses[0], c::READY_FOR_PROVISIONING).status);
     }
 
     #[test]
     fn a_buffer_without_room_becomes_named_placeholders_for_the_planner() {
-        let s = step(&[buffer(Some(2), None)], &[], &[], &never, 100);
+        let s = step(&[buffer(Some(2), None)], &[], &[], &never, 100, t(0));
         let names: Vec<&str> = s.pending.iter().map(|p| p.name.as_str()).collect();
         assert_eq!(
             names,
@@ -374,7 +435,7 @@ mod tests {
     fn the_batch_cap_is_shared_by_buffers_in_order_and_said_in_the_status() {
         let mut second = buffer(Some(3), None);
         second.name = "ml/zz".into();
-        let s = step(&[buffer(Some(3), None), second], &[], &[], &never, 4);
+        let s = step(&[buffer(Some(3), None), second], &[], &[], &never, 4, t(0));
         assert_eq!(s.pending.len(), 4);
         assert_eq!(s.statuses[0].replicas, 3);
         assert_eq!(s.statuses[1].replicas, 1);
@@ -387,7 +448,7 @@ mod tests {
         // One ready node with room for one chunk (a GPU and 4 CPUs).
         let nodes = vec![node("n1")];
         let want = 1;
-        let s = step(&[buffer(Some(want), None)], &nodes, &[], &never, 100);
+        let s = step(&[buffer(Some(want), None)], &nodes, &[], &never, 100, t(0));
         assert_eq!(s.held.len() as i64, want, "every chunk has room");
         assert!(s.held.iter().all(|(_, b)| b.do_not_disrupt));
         assert!(s.pending.is_empty());
@@ -398,7 +459,14 @@ mod tests {
 
         let mut real = gpu_pod();
         real.name = "ml/real-0".into();
-        let s = step(&[buffer(Some(want), None)], &nodes, &[real], &never, 100);
+        let s = step(
+            &[buffer(Some(want), None)],
+            &nodes,
+            &[real],
+            &never,
+            100,
+            t(0),
+        );
         assert_eq!(s.held.len() as i64, want - 1, "the real pod came first");
         assert_eq!(s.pending.len(), 1, "the displaced chunk is planned anew");
     }
@@ -409,7 +477,7 @@ mod tests {
             p.ends_with("-0")
                 .then(|| "no pool offers 64 GPUs".to_string())
         };
-        let s = step(&[buffer(Some(1), None)], &[], &[], &why, 100);
+        let s = step(&[buffer(Some(1), None)], &[], &[], &why, 100, t(0));
         let st = &s.statuses[0];
         let inf = condition(st, c::INFEASIBLE);
         assert!(inf.status);
@@ -425,10 +493,48 @@ mod tests {
             reason: c::POD_TEMPLATE_NOT_FOUND,
             message: "podTemplate ml/gone not found".into(),
         });
-        let s = step(&[b], &[], &[], &never, 100);
+        let s = step(&[b], &[], &[], &never, 100, t(0));
         assert!(s.pending.is_empty());
         let inf = condition(&s.statuses[0], c::INFEASIBLE);
         assert_eq!(inf.reason, c::POD_TEMPLATE_NOT_FOUND);
         assert!(inf.status);
+    }
+
+    #[test]
+    fn a_scheduled_buffer_makes_chunks_from_its_lead_through_its_window_and_none_outside() {
+        let mut b = buffer(Some(2), None);
+        b.window = Some(PrewarmWindow {
+            name: "ml/warm".into(),
+            schedule: "0 8 * * *".into(),
+            time_zone: "Europe/Berlin".into(),
+            duration: "1h".into(),
+            capacity: Default::default(),
+        });
+        // On 2026-01-05 (Berlin is UTC+1) the window opens at 07:00 UTC
+        // and warms from 06:47:30.
+        let at = |h: i64, m: i64| {
+            chrono::DateTime::from_timestamp(1_767_571_200 + h * 3600 + m * 60, 0).unwrap()
+        };
+        let made = |b: &Buffer, now| step(std::slice::from_ref(b), &[], &[], &never, 100, now);
+        for (now, chunks) in [
+            (at(6, 40), 0),
+            (at(6, 50), 2),
+            (at(7, 30), 2),
+            (at(8, 1), 0),
+        ] {
+            let s = made(&b, now);
+            assert_eq!(s.pending.len(), chunks, "{now}");
+            assert_eq!(s.statuses[0].replicas as usize, chunks, "{now}");
+        }
+        let outside = made(&b, at(12, 0));
+        let p = condition(&outside.statuses[0], c::PROVISIONING);
+        assert_eq!((p.status, p.reason), (false, c::OUTSIDE_SCHEDULE));
+
+        b.window.as_mut().unwrap().schedule = "at eight".into();
+        let bad = made(&b, at(7, 30));
+        assert!(bad.pending.is_empty());
+        let ready = condition(&bad.statuses[0], c::READY_FOR_PROVISIONING);
+        assert_eq!((ready.status, ready.reason), (false, c::INVALID_SPEC));
+        assert!(ready.message.starts_with("schedule:"), "{ready:?}");
     }
 }
