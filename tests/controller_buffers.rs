@@ -8,7 +8,9 @@
 //! - a buffer whose pod no pool can hold goes `Infeasible` with the
 //!   planner's reason, and launches nothing;
 //! - a buffer naming a missing PodTemplate gets conditions saying so, and
-//!   is no demand.
+//!   is no demand;
+//! - discovery watches buffers only where `autoscaling.x-k8s.io/v1beta1`
+//!   lists `capacitybuffers` (ProvisioningRequests share the group).
 
 mod support;
 
@@ -24,6 +26,7 @@ use quartermaster::controller::buffers;
 use quartermaster::controller::checkpoint::HookClient;
 use quartermaster::controller::executor::{Executor, HookAcks, Outcome, Targets};
 use quartermaster::controller::kube_api::KubeApi;
+use quartermaster::controller::podgroups;
 use quartermaster::controller::snapshot::{world_parts, Snapshot, Store, WorldParts};
 use quartermaster::core::batch::DEFAULT_MAX_PODS;
 use quartermaster::core::{Action, ClaimRequest, Config, Core, Time};
@@ -158,6 +161,7 @@ async fn buffer_round(
             assert_eq!(status["replicas"], json!(replicas));
             *keep.lock().unwrap() = status.clone();
         })
+        .content_type("application/merge-patch+json")
         .respond(
             200,
             json!({"apiVersion": "autoscaling.x-k8s.io/v1beta1", "kind": "CapacityBuffer"}),
@@ -423,4 +427,54 @@ async fn a_buffer_naming_a_missing_template_gets_conditions_saying_so_and_is_no_
         s.read(|s| s.capacity_buffers["ml/orphan"].name_any()),
         "orphan"
     );
+}
+
+/// What discovery finds when `GET /apis` lists `autoscaling.x-k8s.io`
+/// `v1beta1` and its resource list answers `(status, body)`.
+async fn discovered(status: u16, resources: Value) -> podgroups::ServedApis {
+    let (client, verifier) = Scenario::new()
+        .expect(Method::GET, "/apis", |_| {})
+        .respond(
+            200,
+            json!({"kind": "APIGroupList", "apiVersion": "v1", "groups": [
+                {"name": "autoscaling.x-k8s.io", "versions": [
+                    {"groupVersion": "autoscaling.x-k8s.io/v1", "version": "v1"},
+                    {"groupVersion": "autoscaling.x-k8s.io/v1beta1", "version": "v1beta1"}]}]}),
+        )
+        .expect(Method::GET, "/apis/autoscaling.x-k8s.io/v1beta1", |_| {})
+        .respond(status, resources)
+        .run();
+    let served = podgroups::discover(&client).await.unwrap();
+    verifier.finish().await;
+    served
+}
+
+fn resource_list(names: &[&str]) -> Value {
+    let resources: Vec<Value> = names
+        .iter()
+        .map(|n| json!({"name": n, "singularName": "", "namespaced": true, "kind": "K", "verbs": ["list"]}))
+        .collect();
+    json!({"kind": "APIResourceList", "apiVersion": "v1",
+           "groupVersion": "autoscaling.x-k8s.io/v1beta1", "resources": resources})
+}
+
+#[tokio::test]
+async fn buffers_are_watched_only_where_their_group_version_lists_them() {
+    let served = discovered(
+        200,
+        resource_list(&["capacitybuffers", "capacitybuffers/status"]),
+    )
+    .await;
+    assert!(served.capacity_buffers && served.provisioning_requests);
+    // ProvisioningRequests' old v1beta1 alone: no buffers.
+    let served = discovered(200, resource_list(&["provisioningrequests"])).await;
+    assert!(!served.capacity_buffers);
+    // An unanswered resource list: not watched (a watch of a missing
+    // resource would hold the loop unready forever).
+    let served = discovered(
+        404,
+        support::api_server::not_found("", "autoscaling.x-k8s.io/v1beta1"),
+    )
+    .await;
+    assert!(!served.capacity_buffers);
 }
