@@ -49,6 +49,14 @@ pub const GPU_NAME: &str = "quartermaster.dev/gpu-name";
 pub const GPU_MEMORY_GIB: &str = "quartermaster.dev/gpu-memory-gib";
 /// Node label: GPUs on the node (integer).
 pub const GPU_COUNT: &str = "quartermaster.dev/gpu-count";
+/// Node label: how many network layers EC2 reports for the instance type
+/// (integer, 3 or 4; absent for types without a reported topology): a
+/// node of such a type carries that many `network-node-layer` labels.
+pub const NETWORK_LAYERS: &str = "quartermaster.dev/network-layers";
+/// Node and NodeClaim label: `true` when the node was launched into its
+/// pool's cluster placement group of its zone because its gang must share
+/// one network block (EFA nodes always are, without the label).
+pub const CLUSTER_PLACEMENT: &str = "quartermaster.dev/cluster-placement";
 /// Node label: Neuron device model (`inferentia2`, `trainium`, `trainium2`).
 pub const NEURON_NAME: &str = "quartermaster.dev/neuron-name";
 /// Node label: Neuron devices on the node (integer).
@@ -119,6 +127,15 @@ pub const ZONE: &str = "topology.kubernetes.io/zone";
 pub const ZONE_ID: &str = "topology.k8s.aws/zone-id";
 /// Well-known Kubernetes label: region.
 pub const REGION: &str = "topology.kubernetes.io/region";
+/// Prefix of the EKS labels for an instance's place in the EC2 network
+/// (`DescribeInstanceTopology`'s node set, top layer first):
+/// `topology.k8s.aws/network-node-layer-1` to `-4`.
+pub const NETWORK_NODE_LAYER_PREFIX: &str = "topology.k8s.aws/network-node-layer-";
+
+/// The EKS label of network layer `n` (1 is the top, the broadest).
+pub fn network_node_layer(n: usize) -> String {
+    format!("{NETWORK_NODE_LAYER_PREFIX}{n}")
+}
 /// Well-known Kubernetes label: CPU architecture (`amd64`, `arm64`).
 pub const ARCH: &str = "kubernetes.io/arch";
 /// Well-known Kubernetes label: operating system.

@@ -1459,9 +1459,12 @@ instanceProfile: nodes
         (events, t)
     }
 
-    #[tokio::test]
-    async fn an_efa_launch_goes_into_its_pools_tagged_placement_group_with_every_efa_interface() {
-        let (events, mut t) = efa_launch();
+    /// Launches the spot claim with `t` (and a fallback to another zone)
+    /// over `events`; checks that it went into the pool's placement group
+    /// of its zone, its template naming the group and its fleet holding no
+    /// other zone; returns the CreatePlacementGroup, CreateLaunchTemplate
+    /// and CreateFleet bodies.
+    async fn launched_into_group(events: Vec<ReplayEvent>, mut t: NodeTemplate) -> [String; 3] {
         let (aws, http) = cloud(events);
         t.fallbacks = vec![OfferingKey {
             instance_type: "g5.xlarge".into(),
@@ -1471,33 +1474,49 @@ instanceProfile: nodes
         aws.launch(&spot_claim(), &t, chrono::Utc::now())
             .await
             .unwrap();
-        let group = &bodies_of(&http, "CreatePlacementGroup")[0];
+        let group = bodies_of(&http, "CreatePlacementGroup").remove(0);
         assert!(
             group.contains("GroupName=quartermaster-replay-train-use1-az4"),
             "{group}"
         );
-        assert!(group.contains("Strategy=cluster"), "{group}");
-        assert!(group.contains("ResourceType=placement-group"), "{group}");
-        assert!(group.contains("Value=replay"), "{group}");
-        let lt = &bodies_of(&http, "CreateLaunchTemplate")[0];
+        let lt = bodies_of(&http, "CreateLaunchTemplate").remove(0);
         assert!(
             lt.contains(
                 "LaunchTemplateData.Placement.GroupName=quartermaster-replay-train-use1-az4"
             ),
             "{lt}"
         );
+        // One zone only: the group's.
+        let fleet = bodies_of(&http, "CreateFleet").remove(0);
+        assert!(!fleet.contains("Overrides.2"), "{fleet}");
+        [group, lt, fleet]
+    }
+
+    #[tokio::test]
+    async fn an_efa_launch_goes_into_its_pools_tagged_placement_group_with_every_efa_interface() {
+        let (events, t) = efa_launch();
+        let [group, lt, fleet] = launched_into_group(events, t).await;
+        assert!(group.contains("Strategy=cluster"), "{group}");
+        assert!(group.contains("ResourceType=placement-group"), "{group}");
+        assert!(group.contains("Value=replay"), "{group}");
         assert!(
             lt.contains("NetworkInterface.4.InterfaceType=efa-only"),
             "{lt}"
         );
         assert!(!lt.contains("LaunchTemplateData.SecurityGroupId"), "{lt}");
-        // One zone only: the group's.
-        let fleet = &bodies_of(&http, "CreateFleet")[0];
-        assert!(!fleet.contains("Overrides.2"), "{fleet}");
         assert!(
             fleet.contains("quartermaster.dev%2Fplacement-group"),
             "{fleet}"
         );
+    }
+
+    #[tokio::test]
+    async fn a_one_block_gang_launch_goes_into_its_pools_placement_group_without_efa() {
+        let (events, mut t) = efa_launch();
+        t.labels.remove(l::EFA_INTERFACES);
+        t.labels.insert(l::CLUSTER_PLACEMENT.into(), "true".into());
+        let [_, lt, _] = launched_into_group(events, t).await;
+        assert!(!lt.contains("efa"), "no EFA interfaces asked: {lt}");
     }
 
     #[tokio::test]

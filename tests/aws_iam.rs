@@ -34,6 +34,7 @@ const CREATING: &[&str] = &[
 const USED: &[&str] = &[
     "ec2:DescribeAvailabilityZones",
     "ec2:DescribeInstances",
+    "ec2:DescribeInstanceTopology",
     "ec2:DescribeSubnets",
     "ec2:DescribeSecurityGroups",
     "ec2:DescribeSpotPriceHistory",

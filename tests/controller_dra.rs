@@ -565,3 +565,48 @@ async fn claims_naming_a_missing_template_or_an_unknown_class_are_reported_and_g
         "{r}"
     );
 }
+
+#[tokio::test]
+async fn a_workload_pod_groups_claim_is_one_gpu_for_all_its_members() {
+    let catalog = catalog();
+    let template_claim = json!({"name": "gpu", "resourceClaimTemplateName": "one-gpu"});
+    let member = |i: u32| {
+        let mut p = claim_pod(&format!("w-{i}"), template_claim.clone(), None);
+        let mut spec = serde_json::to_value(p.spec.take().unwrap()).unwrap();
+        spec["schedulingGroup"] = json!({"podGroupName": "workers"});
+        p.spec = Some(from(spec));
+        p
+    };
+    let gpus = |reqs: &[ClaimRequest]| -> u32 {
+        reqs.iter()
+            .map(|r| {
+                let it = catalog.instance_type(&r.offering.instance_type).unwrap();
+                it.accelerator.as_ref().map_or(0, |a| a.count)
+            })
+            .sum()
+    };
+    // Kubernetes 1.37's PodGroup holding one claim made from the template
+    // for the whole group; each member names it with an equal entry.
+    let group: quartermaster::api::foreign::SchedulingPodGroup = from(json!({
+        "apiVersion": "scheduling.k8s.io/v1beta1", "kind": "PodGroup",
+        "metadata": {"name": "workers", "namespace": "ml"},
+        "spec": {"schedulingPolicy": {"gang": {"minCount": 2}},
+                 "resourceClaims": [template_claim.clone()]}
+    }));
+    let s = store(vec![member(0), member(1)], vec![], vec![], vec![], vec![]);
+    s.reset(vec![group]);
+    let reqs = launches_after_batching(&s, &catalog);
+    assert_eq!(reqs.len(), 1, "one node for the claim both share: {reqs:?}");
+    assert_eq!(reqs[0].pods, ["ml/w-0", "ml/w-1"]);
+    assert_eq!(gpus(&reqs), 1, "the group's claim counted once: {reqs:?}");
+
+    // Without the group's claim each member's entry is a claim of its own.
+    let group: quartermaster::api::foreign::SchedulingPodGroup = from(json!({
+        "apiVersion": "scheduling.k8s.io/v1beta1", "kind": "PodGroup",
+        "metadata": {"name": "workers", "namespace": "ml"},
+        "spec": {"schedulingPolicy": {"gang": {"minCount": 2}}}
+    }));
+    s.reset(vec![group]);
+    let reqs = launches_after_batching(&s, &catalog);
+    assert!(gpus(&reqs) >= 2, "a GPU each: {reqs:?}");
+}

@@ -553,6 +553,67 @@ async fn a_pending_gpu_pod_leads_to_a_node_claim_and_then_a_launch() {
     }
 }
 
+/// The claim as it was once launched, before its node registered.
+fn unregister(claim: &mut NodeClaim) {
+    let status = claim.status.as_mut().unwrap();
+    status.node_name = None;
+    status
+        .conditions
+        .retain(|c| c.type_ == conditions::LAUNCHED);
+}
+
+#[tokio::test]
+async fn a_training_node_is_labelled_with_its_place_in_the_ec2_network() {
+    let cloud = cloud();
+    let mut req = spot_request("train-000001");
+    req.offering.instance_type = "p5.48xlarge".into();
+    req.offering.capacity_type = quartermaster::catalog::CapacityType::OnDemand;
+    req.offering.zone = catalog()
+        .offerings_of(REGION, "p5.48xlarge")
+        .find(|o| o.capacity_type == quartermaster::catalog::CapacityType::OnDemand)
+        .unwrap()
+        .zone_id
+        .clone();
+    let (mut claim, provider_id) = ready(&cloud, &req, claim_for(&req, t(0)), "ip-10-0-0-9").await;
+    let name = claim.name_any();
+    unregister(&mut claim);
+    let want = cloud.lock().unwrap().network_nodes(&provider_id);
+    assert_eq!(want.len(), 3, "EC2 reports three layers for a p5.48xlarge");
+    let booting = node(
+        "ip-10-0-0-9",
+        &provider_id,
+        json!([{"key": l::TAINT_UNREGISTERED, "effect": "NoSchedule"}]),
+        false,
+        None,
+    );
+    let s = store(vec![], vec![booting], vec![claim.clone()]);
+    let metrics = Metrics::unregistered();
+    let node_reply =
+        serde_json::to_value(node("ip-10-0-0-9", &provider_id, json!([]), false, None)).unwrap();
+    let api = Scenario::new()
+        .expect(Method::PATCH, "/api/v1/nodes/ip-10-0-0-9", move |body| {
+            let labels = patched(body, "/metadata/labels");
+            for (i, nn) in want.iter().enumerate() {
+                let key = format!("topology.k8s.aws/network-node-layer-{}", i + 1);
+                assert_eq!(labels[&key], json!(nn), "{key}");
+            }
+            assert!(labels
+                .get("topology.k8s.aws/network-node-layer-4")
+                .is_none());
+        })
+        .respond(200, node_reply)
+        .expect(Method::PATCH, &format!("{CLAIMS}/{name}/status"), |_| {})
+        .respond(200, claim_json(&claim))
+        .run();
+    let step = reconcile_scripted(api, &s, &cloud, &metrics, &name, t(60)).await;
+    assert_eq!(
+        step,
+        Step::Registered {
+            node: "ip-10-0-0-9".into()
+        }
+    );
+}
+
 #[tokio::test]
 async fn a_registered_node_gets_labels_and_taints_and_is_initialized_only_once_its_gpu_appears() {
     let cloud = cloud();
@@ -560,11 +621,7 @@ async fn a_registered_node_gets_labels_and_taints_and_is_initialized_only_once_i
     let name = ready.name_any();
     // The same claim, launched but not registered yet.
     let mut claim = ready.clone();
-    let status = claim.status.as_mut().unwrap();
-    status.node_name = None;
-    status
-        .conditions
-        .retain(|c| c.type_ == conditions::LAUNCHED);
+    unregister(&mut claim);
     let booting = node(
         "ip-10-0-0-1",
         &provider_id,
@@ -1069,32 +1126,109 @@ async fn a_volcano_pod_group_with_min_resources_reserves_its_capacity_before_its
     assert_eq!(planned(&s).0, [] as [&str; 0]);
 }
 
+/// GPU pod `ml/w-<i>` of the Workload API PodGroup `workers`.
+fn workload_member(i: u32) -> core::Pod {
+    let mut p = gpu_pod(&format!("w-{i}"), None, json!({}));
+    let mut spec = serde_json::to_value(p.spec.take().unwrap()).unwrap();
+    spec["schedulingGroup"] = json!({"podGroupName": "workers"});
+    p.spec = Some(serde_json::from_value(spec).unwrap());
+    p
+}
+
 #[tokio::test]
 async fn a_workload_api_gang_is_sized_by_its_pod_groups_min_count() {
-    let member = |i: u32| {
-        let mut p = gpu_pod(&format!("w-{i}"), None, json!({}));
-        let mut spec = serde_json::to_value(p.spec.take().unwrap()).unwrap();
-        spec["schedulingGroup"] = json!({"podGroupName": "workers"});
-        p.spec = Some(serde_json::from_value(spec).unwrap());
-        p
-    };
     let group: quartermaster::api::foreign::SchedulingPodGroup = serde_json::from_value(json!({
         "apiVersion": "scheduling.k8s.io/v1alpha2", "kind": "PodGroup",
         "metadata": {"name": "workers", "namespace": "ml"},
         "spec": {"schedulingPolicy": {"gang": {"minCount": 3}}}
     }))
     .unwrap();
-    let s = store(vec![member(0), member(1)], vec![], vec![]);
+    let s = store(vec![workload_member(0), workload_member(1)], vec![], vec![]);
     s.reset(vec![group]);
     assert_eq!(
         planned(&s).0,
         [] as [&str; 0],
         "two of three: the gang waits"
     );
-    s.apply(member(2));
+    s.apply(workload_member(2));
     let (pods, zones) = planned(&s);
     assert_eq!(pods, ["ml/w-0", "ml/w-1", "ml/w-2"]);
     assert_eq!(zones.len(), 1);
+}
+
+#[tokio::test]
+async fn a_workload_api_beta_gang_keeps_its_zone_and_network_block_and_says_why_a_rack_cannot_be_kept(
+) {
+    // As Kubernetes 1.37 serves it: minCount required, one topology key.
+    let group = |key: &str| -> quartermaster::api::foreign::SchedulingPodGroup {
+        serde_json::from_value(json!({
+            "apiVersion": "scheduling.k8s.io/v1beta1", "kind": "PodGroup",
+            "metadata": {"name": "workers", "namespace": "ml"},
+            "spec": {"schedulingPolicy": {"gang": {"minCount": 2}},
+                     "schedulingConstraints": {"topology": [{"key": key}]}}
+        }))
+        .unwrap()
+    };
+    let s = store(vec![workload_member(0), workload_member(1)], vec![], vec![]);
+    s.reset(vec![group(l::ZONE)]);
+    let (pods, zones) = planned(&s);
+    assert_eq!(pods, ["ml/w-0", "ml/w-1"]);
+    assert_eq!(zones.len(), 1, "one zone: the constraint holds");
+
+    // One network block: only types EC2 reports a topology for, which the
+    // g5-only pool has none of.
+    let layer3 = "topology.k8s.aws/network-node-layer-3";
+    s.reset(vec![group(layer3)]);
+    assert_eq!(planned(&s).0, [] as [&str; 0], "no g5 reports its topology");
+    let mut pool = pool();
+    pool.spec.template.spec.requirements[0].values = vec!["g5".into(), "g6e".into()];
+    s.reset(vec![pool]);
+    let catalog = catalog();
+    let mut core = Core::new(Config::default());
+    let snap = snapshot(&s);
+    let parts = world_parts(&snap, &catalog, REGION, t(0), DEFAULT_MAX_PODS);
+    core.decide(&parts.world(&catalog, REGION), t(0));
+    let actions = core.decide(&parts.world(&catalog, REGION), t(2));
+    let reqs = launches(&actions);
+    let mut pods: Vec<&String> = reqs.iter().flat_map(|r| &r.pods).collect();
+    pods.sort();
+    assert_eq!(pods, ["ml/w-0", "ml/w-1"], "{actions:?}");
+    for r in &reqs {
+        let labels = catalog.type_labels(&r.offering.instance_type).unwrap();
+        assert_eq!(
+            labels.get(l::NETWORK_LAYERS).map(String::as_str),
+            Some("3"),
+            "{r:?}"
+        );
+    }
+    // Their claims ask the cloud for one cluster placement group.
+    let mut sc = Scenario::new();
+    for _ in &reqs {
+        sc = sc
+            .expect(Method::POST, CLAIMS, |body| {
+                assert_eq!(body["spec"]["labels"][l::CLUSTER_PLACEMENT], "true");
+            })
+            .respond_with(echo);
+    }
+    let (client, verifier) = sc.run();
+    execute(&KubeApi::new(client), &actions, &snap, t(2)).await;
+    verifier.finish().await;
+
+    // A rack cannot be chosen for new nodes: reported, not scattered.
+    s.reset(vec![group("topology.kubernetes.io/rack")]);
+    assert_eq!(planned(&s).0, [] as [&str; 0]);
+    let parts = world_parts(&snapshot(&s), &catalog, REGION, t(0), DEFAULT_MAX_PODS);
+    for p in &parts.pending {
+        assert!(
+            p.not_placeable
+                .iter()
+                .any(|r| r.contains("PodGroup ml/workers")
+                    && r.contains("topology.kubernetes.io/rack")),
+            "{}: {:?}",
+            p.name,
+            p.not_placeable
+        );
+    }
 }
 
 /// A PodTemplate `ml/<name>` of a pod asking for `gpus` GPUs.
@@ -2438,14 +2572,21 @@ async fn served_gang_apis_are_listed_before_the_loop_turns_ready() {
     let group = |name: &str, version: &str| json!({"name": name, "versions": [{"groupVersion": format!("{name}/{version}"), "version": version}]});
     let paths = loop_until_ready(json!([
         group("scheduling.volcano.sh", "v1beta1"),
-        group("scheduling.k8s.io", "v1alpha2"),
+        // Kubernetes 1.37: the Workload API's beta beside its alpha.
+        json!({"name": "scheduling.k8s.io", "versions": [
+            {"groupVersion": "scheduling.k8s.io/v1beta1", "version": "v1beta1"},
+            {"groupVersion": "scheduling.k8s.io/v1alpha3", "version": "v1alpha3"}]}),
         group("autoscaling.x-k8s.io", "v1"),
     ]))
     .await;
     let reads = gang_api_reads(&paths);
+    assert!(
+        !reads.iter().any(|p| p.contains("v1alpha3")),
+        "the beta only: {reads:?}"
+    );
     for want in [
         "/apis/scheduling.volcano.sh/v1beta1/podgroups",
-        "/apis/scheduling.k8s.io/v1alpha2/podgroups",
+        "/apis/scheduling.k8s.io/v1beta1/podgroups",
         "/apis/autoscaling.x-k8s.io/v1/provisioningrequests",
     ] {
         assert!(reads.contains(&want), "{want} not in {reads:?}");

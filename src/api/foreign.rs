@@ -3,8 +3,9 @@
 //! ProvisioningRequests and CapacityBuffers. Minimal serde structs holding only the fields
 //! Quartermaster reads (everything else is ignored on the way in), with
 //! `kube::Resource` implemented by hand, so no other project's crate is
-//! pulled in. The Workload API is alpha and changes version from release
-//! to release, so its version is chosen at start-up (a [`ApiResource`]).
+//! pulled in. The Workload API is beta in Kubernetes 1.37 and alpha before,
+//! changing version from release to release, so its version is chosen at
+//! start-up (a [`ApiResource`]); the fields read here are the same in each.
 
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, ObjectMeta};
@@ -48,8 +49,9 @@ pub const VOLCANO_VERSION: &str = "v1beta1";
 /// API group of the Workload API's PodGroup (KEP-4671).
 pub const SCHEDULING_API_GROUP: &str = "scheduling.k8s.io";
 /// Versions of `scheduling.k8s.io` serving a PodGroup with
-/// `spec.schedulingPolicy.gang.minCount`, newest first.
-pub const SCHEDULING_POD_GROUP_VERSIONS: [&str; 2] = ["v1alpha3", "v1alpha2"];
+/// `spec.schedulingPolicy.gang.minCount`, newest first (`v1beta1`: Kubernetes
+/// 1.37).
+pub const SCHEDULING_POD_GROUP_VERSIONS: [&str; 3] = ["v1beta1", "v1alpha3", "v1alpha2"];
 /// API group of ProvisioningRequests.
 pub const PROVISIONING_API_GROUP: &str = "autoscaling.x-k8s.io";
 /// API version of ProvisioningRequests that is served.
@@ -87,7 +89,7 @@ static_resource!(
     "podgroups"
 );
 
-/// A Workload API `PodGroup` (`scheduling.k8s.io`, alpha): the pods naming
+/// A Workload API `PodGroup` (`scheduling.k8s.io`, beta or alpha): the pods naming
 /// it in `spec.schedulingGroup.podGroupName` are scheduled as one group.
 /// Its version is the one the cluster serves ([`SchedulingPodGroup::api`]).
 #[derive(Debug, Clone, Default, Deserialize, Serialize)]
@@ -98,6 +100,9 @@ pub struct SchedulingPodGroup {
     /// Its scheduling policy.
     #[serde(default)]
     pub spec: SchedulingPodGroupSpec,
+    /// The claims made for it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub status: Option<SchedulingPodGroupStatus>,
 }
 
 /// The fields of a Workload API PodGroup's spec that are read.
@@ -107,6 +112,46 @@ pub struct SchedulingPodGroupSpec {
     /// `basic` or `gang`.
     #[serde(default)]
     pub scheduling_policy: SchedulingPolicy,
+    /// Where the members must land together (a topology domain).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub scheduling_constraints: Option<SchedulingConstraints>,
+    /// ResourceClaims the group holds once for all its members (a member
+    /// names one by an entry of its own `spec.resourceClaims` equal to it).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub resource_claims: Vec<PodGroupResourceClaim>,
+}
+
+/// A PodGroup's scheduling constraints.
+#[derive(Debug, Clone, Default, Deserialize, Serialize)]
+pub struct SchedulingConstraints {
+    /// Node label keys whose value every member's node must share (the API
+    /// allows one today).
+    #[serde(default)]
+    pub topology: Vec<TopologyConstraint>,
+}
+
+/// One topology constraint: the members' nodes share one value of `key`.
+#[derive(Debug, Clone, Default, Deserialize, Serialize)]
+pub struct TopologyConstraint {
+    /// A node label key, e.g. `topology.kubernetes.io/zone`.
+    #[serde(default)]
+    pub key: String,
+}
+
+/// A ResourceClaim a PodGroup holds for its members: named directly, or
+/// made once for the group from a template.
+#[derive(Debug, Clone, Default, Deserialize, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct PodGroupResourceClaim {
+    /// The entry's name in the group (and in each member's claims).
+    #[serde(default)]
+    pub name: String,
+    /// A ResourceClaim of the group's namespace.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub resource_claim_name: Option<String>,
+    /// A ResourceClaimTemplate the group's claim is made from.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub resource_claim_template_name: Option<String>,
 }
 
 /// A PodGroup's scheduling policy: only `gang` matters here (`basic`
@@ -139,6 +184,27 @@ impl SchedulingPodGroup {
             plural: "podgroups".into(),
         }
     }
+}
+
+/// What a PodGroup's status says about its claims.
+#[derive(Debug, Clone, Default, Deserialize, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct SchedulingPodGroupStatus {
+    /// The claims made for the group from templates.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub resource_claim_statuses: Vec<PodGroupResourceClaimStatus>,
+}
+
+/// The ResourceClaim made for one of a PodGroup's template claims.
+#[derive(Debug, Clone, Default, Deserialize, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct PodGroupResourceClaimStatus {
+    /// The entry's name in the group.
+    #[serde(default)]
+    pub name: String,
+    /// The ResourceClaim made for it, once made.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub resource_claim_name: Option<String>,
 }
 
 impl kube::Resource for SchedulingPodGroup {

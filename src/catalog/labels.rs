@@ -58,6 +58,7 @@ pub const INSTANCE_TYPE_KEYS: &[&str] = &[
     l::KARPENTER_INSTANCE_ACCELERATOR_COUNT,
     l::KARPENTER_INSTANCE_LOCAL_NVME,
     l::KARPENTER_INSTANCE_NETWORK_BANDWIDTH,
+    l::NETWORK_LAYERS,
 ];
 
 /// Karpenter's spelling of a name: lower case, spaces as dashes (its
@@ -127,6 +128,9 @@ pub fn instance_type_labels(it: &InstanceType) -> BTreeMap<String, String> {
     }
     if let Some(mbps) = it.network_baseline_mbps {
         put(l::KARPENTER_INSTANCE_NETWORK_BANDWIDTH, mbps.to_string());
+    }
+    if let Some(layers) = super::topology::network_layers(&it.name) {
+        put(l::NETWORK_LAYERS, layers.to_string());
     }
     if let Some(acc) = &it.accelerator {
         match acc.kind {
@@ -237,8 +241,11 @@ mod tests {
         assert_eq!(trn[l::KARPENTER_INSTANCE_ACCELERATOR_MANUFACTURER], "aws");
         assert_eq!(trn[l::KARPENTER_INSTANCE_ACCELERATOR_COUNT], "16");
         assert!(!trn.contains_key(l::KARPENTER_INSTANCE_GPU_NAME));
-        // An EBS-only CPU type: no local NVMe label, no GPU labels.
+        assert_eq!(trn[l::NETWORK_LAYERS], "3", "EC2 reports trn1's topology");
+        // An EBS-only CPU type: no local NVMe label, no GPU labels, no
+        // reported network topology.
         let m7i = labels_of("m7i.large");
+        assert!(!m7i.contains_key(l::NETWORK_LAYERS));
         assert!(!m7i.contains_key(l::KARPENTER_INSTANCE_LOCAL_NVME));
         assert_eq!(m7i[l::KARPENTER_INSTANCE_CPU_MANUFACTURER], "intel");
         assert!(INSTANCE_TYPE_KEYS

@@ -14,6 +14,7 @@ mod labels;
 pub mod market;
 pub mod mig;
 pub mod pricing_data;
+pub mod topology;
 mod types;
 mod zones;
 

@@ -465,6 +465,23 @@ pub trait CloudProvider {
     /// asked.
     fn instances(&self) -> impl Future<Output = Result<Vec<Instance>>> + Send;
 
+    /// Where the running instance `instance` (its provider ID) of `claim`
+    /// sits in the provider's network: its network nodes, top layer first
+    /// (EC2: `DescribeInstanceTopology`'s node set). Empty when the provider
+    /// reports none for it (this default; EC2 for types without topology).
+    ///
+    /// # Errors
+    /// [`Error::NotReady`] / [`Error::Other`] when the provider cannot be
+    /// asked.
+    fn network_nodes(
+        &self,
+        claim: &str,
+        instance: &Instance,
+    ) -> impl Future<Output = Result<Vec<String>>> + Send {
+        let _ = (claim, instance);
+        async { Ok(Vec::new()) }
+    }
+
     /// Requirements the provider adds to a NodePool's own before planning:
     /// what its nodes can be launched as (EC2: only architectures and
     /// accelerators the pool's EC2NodeClass has an image for). Providers

@@ -85,6 +85,12 @@ impl Timer {
 
 type TimerKey = (Time, u64);
 
+/// Instances one cluster placement group (one bottom network node) holds
+/// in the simulated topology ([`SimulatedCloud::network_nodes`]).
+pub const SIM_BLOCK: usize = 16;
+/// Bottom network nodes (blocks) per zone in the simulated topology.
+pub const SIM_ZONE_BLOCKS: u64 = 8;
+
 #[derive(Debug, Clone)]
 struct SimInstance {
     instance: Instance,
@@ -100,6 +106,9 @@ struct SimInstance {
     draws: u32,
     /// Whether it got its interruption notice.
     noticed: bool,
+    /// The cluster placement group it was launched into (its pool's of its
+    /// zone), if any.
+    placement_group: Option<String>,
 }
 
 /// The simulated cloud. Deterministic: the same catalog, configuration and
@@ -352,6 +361,7 @@ impl SimulatedCloud {
             ordinal,
             draws: 0,
             noticed: false,
+            placement_group: None,
         });
         self.by_claim.insert(claim.claim.clone(), idx);
         self.billed.insert(idx);
@@ -432,6 +442,86 @@ impl SimulatedCloud {
         self.by_claim
             .get(claim)
             .map(|&i| self.instances[i].instance.clone())
+    }
+
+    /// The network nodes of the instance with that provider ID, top layer
+    /// first, for types EC2 reports a topology for
+    /// ([`crate::catalog::topology`]); empty for other types and unknown
+    /// instances. The model: one top node per zone and [`SIM_ZONE_BLOCKS`]
+    /// bottom nodes (blocks) under it, four under each middle node. An
+    /// instance launched on its own lands in a block drawn from its number
+    /// (launches of one gang scatter); the instances of one cluster
+    /// placement group share one block of their own, which holds
+    /// [`SIM_BLOCK`] of them ([`SimulatedCloud::launch_placed`]).
+    pub fn network_nodes(&self, provider_id: &str) -> Vec<String> {
+        let Some((idx, me)) = self
+            .instances
+            .iter()
+            .enumerate()
+            .find(|(_, s)| s.instance.provider_id == provider_id)
+        else {
+            return Vec::new();
+        };
+        let o = &me.instance.offering;
+        let Some(layers) = crate::catalog::topology::network_layers(&o.instance_type) else {
+            return Vec::new();
+        };
+        let (middle, block) = match &me.placement_group {
+            Some(group) => (format!("pg-{group}"), format!("pg-{group}")),
+            None => {
+                // A fixed scatter of instance numbers over the blocks.
+                let b = (idx as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 61;
+                ((b / 4).to_string(), b.to_string())
+            }
+        };
+        let mut nodes = vec![
+            format!("nn-{}-l1", o.zone),
+            format!("nn-{}-l2-{middle}", o.zone),
+            format!("nn-{}-l3-{block}", o.zone),
+        ];
+        if layers == 4 {
+            nodes.push(format!("nn-{}-l4-{idx}", o.zone));
+        }
+        nodes
+    }
+
+    /// [`SimulatedCloud::launch`] into the cluster placement group `group`
+    /// (one per pool and zone, as EC2 launches EFA and one-block gangs):
+    /// the group's instances share one network block, and a group already
+    /// holding [`SIM_BLOCK`] live instances has no room
+    /// ([`Error::InsufficientCapacity`], as EC2 answers a full group).
+    ///
+    /// # Errors
+    /// As [`SimulatedCloud::launch`], and a full group.
+    pub fn launch_placed(
+        &mut self,
+        claim: &ClaimRequest,
+        group: &str,
+        now: Time,
+    ) -> Result<Instance> {
+        if let Some(&i) = self.by_claim.get(&claim.claim) {
+            if self.instances[i].placement_group.as_deref() == Some(group) {
+                return self.launch(claim, now);
+            }
+        }
+        let members = self
+            .instances
+            .iter()
+            .filter(|s| s.placement_group.as_deref() == Some(group))
+            .filter(|s| s.instance.state.is_alive())
+            .count();
+        if members >= SIM_BLOCK {
+            return Err(Error::InsufficientCapacity {
+                claim: claim.claim.clone(),
+                offering: claim.offering.clone(),
+                code: "InsufficientInstanceCapacity".into(),
+            });
+        }
+        let instance = self.launch(claim, now)?;
+        if let Some(&i) = self.by_claim.get(&claim.claim) {
+            self.instances[i].placement_group = Some(group.to_string());
+        }
+        Ok(instance)
     }
 
     /// Instances not terminated yet, in launch order.
@@ -919,13 +1009,25 @@ fn poisoned() -> Error {
 /// The provider face of the simulated cloud, for code written against
 /// [`CloudProvider`]: every future is ready on its first poll.
 impl CloudProvider for Mutex<SimulatedCloud> {
+    /// Launches into the pool's cluster placement group of its zone when
+    /// the template asks for one (EFA interfaces, or a gang that must
+    /// share one network block), as the EC2 provider does.
     async fn launch(
         &self,
         claim: &ClaimRequest,
-        _template: &NodeTemplate,
+        template: &NodeTemplate,
         now: Time,
     ) -> Result<Instance> {
-        self.lock().map_err(|_| poisoned())?.launch(claim, now)
+        let mut cloud = self.lock().map_err(|_| poisoned())?;
+        let label = |k: &str| template.labels.get(k).map(String::as_str);
+        let placed = label(crate::labels::EFA_INTERFACES).is_some_and(|n| n != "0")
+            || label(crate::labels::CLUSTER_PLACEMENT) == Some("true");
+        if placed {
+            let group = format!("{}-{}", claim.nodepool, claim.offering.zone);
+            cloud.launch_placed(claim, &group, now)
+        } else {
+            cloud.launch(claim, now)
+        }
     }
 
     async fn terminate(&self, claim: &str, now: Time) -> Result<Instance> {
@@ -942,6 +1044,13 @@ impl CloudProvider for Mutex<SimulatedCloud> {
 
     async fn instances(&self) -> Result<Vec<Instance>> {
         Ok(self.lock().map_err(|_| poisoned())?.instances())
+    }
+
+    async fn network_nodes(&self, _claim: &str, instance: &Instance) -> Result<Vec<String>> {
+        Ok(self
+            .lock()
+            .map_err(|_| poisoned())?
+            .network_nodes(&instance.provider_id))
     }
 }
 

@@ -66,6 +66,11 @@ pub struct Pod {
     pub hostname_anti_affinity: bool,
     /// Gang membership.
     pub group: Option<GroupRef>,
+    /// The network-layer label key (`topology.k8s.aws/network-node-layer-N`)
+    /// whose one value all of its gang's nodes must share, when its group
+    /// asks for that: its nodes are launched into one cluster placement
+    /// group.
+    pub network_block: Option<String>,
     /// Seconds between checkpoints, if the workload checkpoints.
     pub checkpoint_interval_s: Option<f64>,
     /// Expected run time in seconds, if known.
@@ -116,6 +121,10 @@ pub struct ClaimRef {
     /// The claim generated for the pod from its template, once created
     /// (`status.resourceClaimStatuses`).
     pub generated: Option<String>,
+    /// The pod group (`namespace/name`) whose one claim made from
+    /// `template` this entry names (a Workload API PodGroup's
+    /// `resourceClaims`), before that claim is made: every member shares it.
+    pub group: Option<String>,
 }
 
 impl Pod {
@@ -129,6 +138,7 @@ impl Pod {
             zone_spread: None,
             hostname_anti_affinity: false,
             group: None,
+            network_block: None,
             checkpoint_interval_s: None,
             expected_runtime_s: None,
             checkpoint_duration_s: None,
@@ -341,6 +351,7 @@ impl Pod {
                 claim: c.resource_claim_name.clone(),
                 template: c.resource_claim_template_name.clone(),
                 generated: generated.get(c.name.as_str()).map(|g| g.to_string()),
+                group: None,
             })
             .collect();
         let pod = Pod {
@@ -350,6 +361,7 @@ impl Pod {
             zone_spread,
             hostname_anti_affinity,
             group,
+            network_block: None,
             checkpoint_interval_s,
             expected_runtime_s,
             checkpoint_duration_s,

@@ -1,11 +1,12 @@
 //! Pod groups whose size is declared by another object than the pods (a
 //! Volcano PodGroup's `minMember`, a Workload API PodGroup's gang
-//! `minCount`): setting the members' gang size, and the capacity a group
-//! reserves before all its members exist (Volcano's `minResources`). Pure;
-//! the controller reads the objects.
+//! `minCount`): setting the members' gang size, the claims a Workload API
+//! group holds once for all its members, its topology constraint, and the
+//! capacity a group reserves before all its members exist (Volcano's
+//! `minResources`). Pure; the controller reads the objects.
 
-use super::pod::{GroupRef, Pod};
-use super::requirements::Toleration;
+use super::pod::{ClaimRef, GroupRef, Pod};
+use super::requirements::{Operator, Requirement, Toleration};
 use super::resources::{Resources, PODS};
 use crate::api::labels as l;
 
@@ -17,13 +18,93 @@ pub struct PodGroupSpec {
     /// What the whole group needs before it may start (Volcano
     /// `minResources`), if stated.
     pub min_resources: Option<Resources>,
+    /// Node label keys whose value all members' nodes must share (Workload
+    /// API `schedulingConstraints.topology`).
+    pub topology: Vec<String>,
+    /// Claims the group holds once for all its members (Workload API
+    /// `resourceClaims`), with the claim made from a template once made.
+    pub claims: Vec<ClaimRef>,
 }
 
-/// Sets the pod's gang size to its group's `min_member` (a pod of another
-/// group, or of none, is left alone).
-pub fn size(pod: &mut Pod, group: &str, spec: &PodGroupSpec) {
-    if let Some(g) = pod.group.as_mut().filter(|g| g.name == group) {
-        g.min_member = spec.min_member.max(1);
+impl PodGroupSpec {
+    /// A group of `min_member` pods with nothing else stated.
+    pub fn of_size(min_member: u32) -> PodGroupSpec {
+        PodGroupSpec {
+            min_member,
+            min_resources: None,
+            topology: Vec::new(),
+            claims: Vec::new(),
+        }
+    }
+}
+
+/// Topology keys a gang always meets: the planner puts a gang's new nodes
+/// in one zone of one region.
+const MET_BY_ONE_ZONE: [&str; 3] = [l::ZONE, l::ZONE_ID, l::REGION];
+
+/// The network layer (1 = top) a `topology.k8s.aws/network-node-layer-N`
+/// key names, if it is one.
+pub fn network_layer(key: &str) -> Option<usize> {
+    key.strip_prefix(l::NETWORK_NODE_LAYER_PREFIX)?
+        .parse()
+        .ok()
+        .filter(|n| (1..=4).contains(n))
+}
+
+/// Applies the group that declares the pod's gang (a pod of another group,
+/// or of none, is left alone): its size (`min_member`); its claims, so
+/// that a member's claim equal to one of the group's (same name, same
+/// ResourceClaim or template) is one allocation for the whole group; and
+/// its topology constraint. The zone and region hold for any gang (its
+/// nodes share one zone). A network layer
+/// (`topology.k8s.aws/network-node-layer-N`) is met by nodes of types EC2
+/// reports that many layers for (the pod is limited to them through
+/// `quartermaster.dev/network-layers`) launched into one cluster placement
+/// group ([`Pod::network_block`]). Any other key (a rack, the hostname)
+/// cannot be chosen for new nodes: the pod is not placeable, with the
+/// reason, rather than placed apart.
+pub fn apply(pod: &mut Pod, group: &str, spec: &PodGroupSpec) {
+    let Some(g) = pod.group.as_mut().filter(|g| g.name == group) else {
+        return;
+    };
+    g.min_member = spec.min_member.max(1);
+    for c in &mut pod.resource_claims {
+        let Some(held) = spec
+            .claims
+            .iter()
+            .find(|h| h.name == c.name && h.claim == c.claim && h.template == c.template)
+        else {
+            continue;
+        };
+        if c.claim.is_none() {
+            match &held.generated {
+                Some(made) => c.claim = Some(made.clone()),
+                None => c.group = Some(group.to_string()),
+            }
+        }
+    }
+    for key in &spec.topology {
+        if MET_BY_ONE_ZONE.contains(&key.as_str()) {
+            continue;
+        }
+        if let Some(layer) = network_layer(key) {
+            let layers = Requirement {
+                key: l::NETWORK_LAYERS.into(),
+                operator: Operator::Gt,
+                values: vec![(layer - 1).to_string()],
+            };
+            if pod.affinity.terms.is_empty() {
+                pod.affinity.terms.push(Vec::new());
+            }
+            for term in &mut pod.affinity.terms {
+                term.push(layers.clone());
+            }
+            pod.network_block = Some(key.clone());
+            continue;
+        }
+        pod.not_placeable.push(format!(
+            "PodGroup {group} asks for all its pods in one {key}: Quartermaster keeps a gang in one zone, or under one network node, and cannot choose a {key} for new nodes"
+        ));
     }
 }
 
@@ -100,8 +181,8 @@ mod tests {
 
     fn spec(min: u32, gpus: Option<i64>) -> PodGroupSpec {
         PodGroupSpec {
-            min_member: min,
             min_resources: gpus.map(|g| Resources::new().with(l::RESOURCE_GPU, g).with(CPU, 8000)),
+            ..PodGroupSpec::of_size(min)
         }
     }
 
@@ -112,14 +193,96 @@ mod tests {
             name: "ml/train".into(),
             min_member: 1,
         });
-        size(&mut p, "ml/train", &spec(4, None));
+        apply(&mut p, "ml/train", &spec(4, None));
         assert_eq!(p.group.as_ref().unwrap().min_member, 4);
-        size(&mut p, "ml/other", &spec(8, None));
+        apply(&mut p, "ml/other", &spec(8, None));
         assert_eq!(
             p.group.unwrap().min_member,
             4,
             "another group's size is not taken"
         );
+    }
+
+    #[test]
+    fn members_share_the_groups_claims_keep_a_network_block_and_a_rack_is_a_reason() {
+        let claim = |name: &str, claim: Option<&str>, template: Option<&str>| ClaimRef {
+            name: name.into(),
+            claim: claim.map(str::to_string),
+            template: template.map(str::to_string),
+            generated: None,
+            group: None,
+        };
+        let member = || {
+            let mut p = Pod::new("ml/w-0", Resources::new());
+            p.group = Some(GroupRef {
+                name: "ml/train".into(),
+                min_member: 1,
+            });
+            p.resource_claims = vec![
+                claim("gpu", None, Some("one-gpu")),
+                claim("own", None, Some("one-gpu")),
+                claim("nic", None, Some("other")),
+            ];
+            p
+        };
+        let mut group = spec(4, None);
+        group.claims = vec![
+            claim("gpu", None, Some("one-gpu")),
+            claim("nic", None, Some("efa")),
+        ];
+        group.topology = vec![l::ZONE.into()];
+        let mut p = member();
+        apply(&mut p, "ml/train", &group);
+        let groups: Vec<Option<&str>> = p
+            .resource_claims
+            .iter()
+            .map(|c| c.group.as_deref())
+            .collect();
+        assert_eq!(
+            groups,
+            [Some("ml/train"), None, None],
+            "only an entry equal to the group's (name and template) is the group's"
+        );
+        assert!(p.not_placeable.is_empty(), "one zone is what a gang gets");
+
+        group.claims[0].generated = Some("train-gpu-x7k2p".into());
+        group.topology = vec!["topology.k8s.aws/network-node-layer-3".into()];
+        let mut p = member();
+        apply(&mut p, "ml/train", &group);
+        assert_eq!(
+            p.resource_claims[0].claim.as_deref(),
+            Some("train-gpu-x7k2p")
+        );
+        assert_eq!(p.resource_claims[0].group, None, "the made claim is named");
+        assert!(p.not_placeable.is_empty(), "{:?}", p.not_placeable);
+        assert_eq!(
+            p.network_block.as_deref(),
+            Some("topology.k8s.aws/network-node-layer-3")
+        );
+        assert_eq!(
+            p.affinity.terms,
+            [vec![Requirement {
+                key: l::NETWORK_LAYERS.into(),
+                operator: Operator::Gt,
+                values: vec!["2".into()],
+            }]],
+            "only types EC2 reports at least three layers for"
+        );
+
+        group.topology = vec!["topology.kubernetes.io/rack".into()];
+        let mut p = member();
+        apply(&mut p, "ml/train", &group);
+        assert_eq!(p.network_block, None);
+        assert_eq!(p.not_placeable.len(), 1);
+        assert!(
+            p.not_placeable[0].contains("topology.kubernetes.io/rack"),
+            "{:?}",
+            p.not_placeable
+        );
+
+        let mut other = member();
+        apply(&mut other, "ml/other", &group);
+        assert_eq!(other, member(), "another group's object changes nothing");
     }
 
     #[test]

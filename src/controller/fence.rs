@@ -144,6 +144,10 @@ impl<C: CloudProvider + Send + Sync> CloudProvider for Fenced<C> {
         self.inner.instances().await
     }
 
+    async fn network_nodes(&self, claim: &str, instance: &Instance) -> cloud::Result<Vec<String>> {
+        self.inner.network_nodes(claim, instance).await
+    }
+
     fn pool_requirements(&self, nodepool: &str) -> Vec<crate::api::Requirement> {
         self.inner.pool_requirements(nodepool)
     }

@@ -325,13 +325,19 @@ pub fn template_of(claim: &NodeClaim) -> NodeTemplate {
 
 /// The node's labels as the claim wants them, corrected to the offering the
 /// instance actually runs as (a fallback zone or capacity type), the zone
-/// named as `zones` name it for the claim's region.
+/// named as `zones` name it for the claim's region, and the instance's
+/// place in the network (`network`: its network nodes, top layer first) as
+/// EKS labels it (`topology.k8s.aws/network-node-layer-N`).
 pub fn node_labels(
     claim: &NodeClaim,
     actual: Option<&OfferingKey>,
     zones: &ZoneNames,
+    network: &[String],
 ) -> BTreeMap<String, String> {
     let mut labels = claim.spec.labels.clone();
+    for (i, node) in network.iter().enumerate() {
+        labels.insert(l::network_node_layer(i + 1), node.clone());
+    }
     if let Some(a) = actual {
         let region = labels.get(l::REGION).cloned().unwrap_or_default();
         let capacity_type = a.capacity_type.as_str();
@@ -741,15 +747,29 @@ impl<C: CloudProvider + Send + Sync> Lifecycle<'_, C> {
             return Ok(Step::Waiting("registration"));
         };
         // Label by the offering actually bought (a fallback may have been
-        // used).
-        let actual = self
+        // used) and by where the instance sits in the network.
+        let instance = self
             .cloud
             .describe(&name)
             .await
-            .map_err(cloud_err(&name, "describing the instance"))?
+            .map_err(cloud_err(&name, "describing the instance"))?;
+        let network = match instance.as_ref().filter(|i| i.state.is_alive()) {
+            Some(i) => match self.cloud.network_nodes(&name, i).await {
+                Ok(nodes) => nodes,
+                Err(e) if e.is_retryable() => {
+                    return Err(cloud_err(&name, "describing the instance's topology")(e))
+                }
+                Err(e) => {
+                    tracing::warn!(claim = %name, error = %e, "network topology not known: the node is registered without its labels");
+                    Vec::new()
+                }
+            },
+            None => Vec::new(),
+        };
+        let actual = instance
             .map(|i| i.offering)
             .filter(|o| o.zone != claim.spec.zone || o.capacity_type != claim.spec.capacity_type);
-        let labels = node_labels(claim, actual.as_ref(), self.catalog.zone_names());
+        let labels = node_labels(claim, actual.as_ref(), self.catalog.zone_names(), &network);
         self.api
             .patch_node(node, &registered_change(claim, labels))
             .await
@@ -1130,17 +1150,23 @@ mod tests {
                 ("us-east-1c".to_string(), "use1-az2".to_string()),
             ],
         );
-        assert_eq!(node_labels(&claim, None, &zones), claim.spec.labels);
+        assert_eq!(node_labels(&claim, None, &zones, &[]), claim.spec.labels);
         let actual = OfferingKey {
             instance_type: "g5.xlarge".into(),
             zone: "use1-az2".into(),
             capacity_type: CapacityType::Spot,
         };
-        let labels = node_labels(&claim, Some(&actual), &zones);
+        let labels = node_labels(&claim, Some(&actual), &zones, &[]);
         assert_eq!(labels[l::ZONE_ID], "use1-az2");
         assert_eq!(labels[l::ZONE], "us-east-1c");
         assert_eq!(labels[l::NODEPOOL], "gpu");
         assert_eq!(template_of(&claim).fallbacks, [actual]);
+        let network = ["nn-a".to_string(), "nn-b".into(), "nn-c".into()];
+        let labels = node_labels(&claim, None, &zones, &network);
+        for (layer, nn) in [(1, "nn-a"), (2, "nn-b"), (3, "nn-c")] {
+            assert_eq!(labels[&l::network_node_layer(layer)], nn);
+        }
+        assert!(!labels.contains_key(&l::network_node_layer(4)));
     }
 
     #[test]

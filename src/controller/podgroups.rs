@@ -10,8 +10,8 @@ use crate::api::foreign::{
     VOLCANO_VERSION,
 };
 use crate::cluster::podgroups::PodGroupSpec;
-use crate::cluster::Pod;
 use crate::cluster::Resources;
+use crate::cluster::{ClaimRef, Pod};
 use crate::core::provisioning::{Class, Request, Transition};
 use crate::core::Time;
 use k8s_openapi::api::core::v1::{self as core, PodTemplate};
@@ -161,9 +161,45 @@ pub fn volcano_spec(pg: &VolcanoPodGroup) -> PodGroupSpec {
             .ok()
     });
     PodGroupSpec {
-        min_member: pg.spec.min_member.unwrap_or(1).max(1) as u32,
         min_resources,
+        ..PodGroupSpec::of_size(pg.spec.min_member.unwrap_or(1).max(1) as u32)
     }
+}
+
+/// A Workload API gang PodGroup as the planner reads it: `minCount` (at
+/// least 1), its topology keys, and its claims (a template claim with the
+/// claim made for it, from `status.resourceClaimStatuses`, once made).
+/// `None` for a `basic` group.
+pub fn scheduling_spec(pg: SchedulingPodGroup) -> Option<PodGroupSpec> {
+    let gang = pg.spec.scheduling_policy.gang?;
+    let made: BTreeMap<String, String> = pg
+        .status
+        .into_iter()
+        .flat_map(|s| s.resource_claim_statuses)
+        .filter_map(|s| Some((s.name, s.resource_claim_name?)))
+        .collect();
+    Some(PodGroupSpec {
+        topology: pg
+            .spec
+            .scheduling_constraints
+            .into_iter()
+            .flat_map(|c| c.topology)
+            .map(|t| t.key)
+            .collect(),
+        claims: pg
+            .spec
+            .resource_claims
+            .into_iter()
+            .map(|c| ClaimRef {
+                generated: made.get(&c.name).cloned(),
+                name: c.name,
+                claim: c.resource_claim_name,
+                template: c.resource_claim_template_name,
+                group: None,
+            })
+            .collect(),
+        ..PodGroupSpec::of_size(gang.min_count.unwrap_or(1).max(1) as u32)
+    })
 }
 
 impl Indexed for VolcanoPodGroup {
@@ -182,11 +218,7 @@ impl Indexed for SchedulingPodGroup {
     const KIND: Kind = Kind::SchedulingPodGroups;
     /// Only gang groups are kept: a `basic` group schedules pod by pod.
     fn distill(self, _: &mut Interners) -> Option<PodGroupSpec> {
-        let gang = self.spec.scheduling_policy.gang?;
-        Some(PodGroupSpec {
-            min_member: gang.min_count.unwrap_or(1).max(1) as u32,
-            min_resources: None,
-        })
+        scheduling_spec(self)
     }
     fn slot(s: &mut Snapshot) -> &mut BTreeMap<String, PodGroupSpec> {
         &mut s.scheduling_groups
@@ -526,6 +558,17 @@ mod tests {
                 dra: true,
                 capacity_buffers: true,
             }
+        );
+        // Kubernetes 1.37 serves the beta beside an alpha: the beta is read.
+        let beta = groups(json!([group(
+            "scheduling.k8s.io",
+            &["v1", "v1beta1", "v1alpha3"]
+        )]));
+        assert_eq!(
+            ServedApis::from_groups(&beta)
+                .scheduling_pod_groups
+                .as_deref(),
+            Some("v1beta1")
         );
         // PriorityClasses alone (v1) and the 1.35 Workload (v1alpha1) serve
         // no PodGroup; ProvisioningRequest v1beta1 alone is not read (that

@@ -717,14 +717,21 @@ impl ManagedNode {
         };
         // Launched for pods with DRA claims: it serves them through the
         // drivers its pool runs.
-        let for_dra = req.pods.iter().any(|name| {
-            world
-                .pending
+        let for_pods = |wants: fn(&Pod) -> bool| {
+            req.pods
                 .iter()
-                .any(|p| p.name == *name && p.devices.is_some())
-        });
-        if for_dra {
+                .any(|name| world.pending.iter().any(|p| p.name == *name && wants(p)))
+        };
+        if for_pods(|p| p.devices.is_some()) {
             node.serve_dra(world);
+        }
+        // Launched for a gang that must share one network block: into the
+        // pool's cluster placement group of its zone.
+        if for_pods(|p| p.network_block.is_some()) {
+            node.state.labels.insert(
+                crate::labels::CLUSTER_PLACEMENT.to_string(),
+                "true".to_string(),
+            );
         }
         Some(node)
     }

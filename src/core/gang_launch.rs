@@ -35,11 +35,15 @@ pub struct GangLaunches {
 }
 
 /// Whether `pod` goes into a placement group on a node of `instance_type`
-/// in `pool`: it is a gang member that requests EFA, or its pool asks for
-/// EFA (`spec.template.spec.efa`) and the type has it.
+/// in `pool`: it is a gang member that requests EFA, its pool asks for EFA
+/// (`spec.template.spec.efa`) and the type has it, or its gang must share
+/// one network block (`Pod::network_block`).
 fn efa_gang_member(world: &World, pool: &str, instance_type: &str, pod: &Pod) -> bool {
     if pod.group.is_none() {
         return false;
+    }
+    if pod.network_block.is_some() {
+        return true;
     }
     let requests = pod.requests.get(crate::api::labels::RESOURCE_EFA) > 0;
     let pool_asks = world
@@ -237,6 +241,41 @@ mod tests {
         g.out_of_capacity(&p5());
         let f = Fixture::new([node("b").not_ready()]);
         assert_eq!(g.release(&f.world()), [release_of("b")]);
+    }
+
+    #[test]
+    fn a_gang_that_must_share_one_network_block_is_recorded_without_efa() {
+        let block = |name: &str| {
+            let mut p = member(name);
+            p.requests.set(crate::api::labels::RESOURCE_EFA, 0);
+            p.network_block = Some(crate::api::labels::network_node_layer(3));
+            p
+        };
+        let mut g = GangLaunches::default();
+        let actions = [launch("a", "ml/a"), launch("b", "ml/b")];
+        g.record(
+            &Fixture::new([]).world(),
+            &[block("ml/a"), block("ml/b")],
+            &actions,
+        );
+        assert_eq!(g.gangs["ml/g"].claims.len(), 2);
+        let f = Fixture::new([node("a").not_ready(), node("b").not_ready()]);
+        assert!(g.release(&f.world()).is_empty());
+        let f = Fixture::new([node("b").not_ready()]);
+        assert_eq!(g.release(&f.world()), [release_of("b")]);
+        // Neither EFA nor one block: a gang launched as any other.
+        let mut g = GangLaunches::default();
+        let plain = |name: &str| {
+            let mut p = block(name);
+            p.network_block = None;
+            p
+        };
+        g.record(
+            &Fixture::new([]).world(),
+            &[plain("ml/a"), plain("ml/b")],
+            &actions,
+        );
+        assert!(g.gangs.is_empty());
     }
 
     #[test]

@@ -124,6 +124,15 @@ fn merge(members: &[&Pod]) -> Pod {
     // One pod slot each.
     p.requests
         .set(crate::cluster::resources::PODS, members.len() as i64);
+    // Members of one gang merged here are one unit of it now (a pod group
+    // whose members share the group's claim becomes a gang of one).
+    if let Some(g) = p.group.as_mut() {
+        let same = members
+            .iter()
+            .filter(|m| m.group.as_ref().is_some_and(|mg| mg.name == g.name))
+            .count() as u32;
+        g.min_member = g.min_member.saturating_sub(same - 1).max(1);
+    }
     p
 }
 
@@ -487,6 +496,7 @@ spec:
             claim,
             template,
             generated: None,
+            group: None,
         });
         p
     }

@@ -484,6 +484,19 @@ mod tests {
             let p = run(&catalog, &[efa_pool], &plain, &[], Strategy::Mip);
             assert_eq!(p.nodes.len(), 4, "{:?}", p.nodes);
             assert_eq!(types(&p), 1, "{:?}", p.nodes);
+            // A gang that must share one network block goes into one
+            // placement group too, EFA or not: one type.
+            let block: Vec<Pod> = plain
+                .iter()
+                .cloned()
+                .map(|mut p| {
+                    p.network_block = Some(l::network_node_layer(3));
+                    p
+                })
+                .collect();
+            let p = run(&catalog, &[pool()], &block, &[], Strategy::Mip);
+            assert_eq!(p.nodes.len(), 4, "{:?}", p.nodes);
+            assert_eq!(types(&p), 1, "{:?}", p.nodes);
         }
 
         #[test]

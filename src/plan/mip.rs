@@ -529,12 +529,15 @@ impl<'a> Spread<'a> {
 }
 
 /// Whether gang member `pod` on a node of `c` must share its instance type
-/// with its whole gang: it requests EFA, or `c` is an EFA type of a pool
-/// that launches EFA types with the fabric (`Pool::efa`). Such a node goes
-/// into a cluster placement group, and one group holds one type.
+/// with its whole gang: it requests EFA, `c` is an EFA type of a pool that
+/// launches EFA types with the fabric (`Pool::efa`), or its gang must share
+/// one network block (`Pod::network_block`). Such a node goes into a
+/// cluster placement group, and one group holds one type.
 pub(crate) fn efa_bound(input: &Input, pod: &crate::cluster::Pod, c: &Candidate) -> bool {
     let efa = crate::api::labels::RESOURCE_EFA;
-    pod.requests.get(efa) > 0 || (input.pools[c.pool].efa && c.allocatable.get(efa) > 0)
+    pod.requests.get(efa) > 0
+        || (input.pools[c.pool].efa && c.allocatable.get(efa) > 0)
+        || pod.network_block.is_some()
 }
 
 /// The expected interruption cost of pod `p` on a node of `c`, USD per

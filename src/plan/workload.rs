@@ -242,6 +242,7 @@ pub fn dra_form(pods: &[Pod]) -> (Vec<Pod>, crate::cluster::dra::Objects) {
                 claim: None,
                 template: Some(template),
                 generated: None,
+                group: None,
             });
         }
         out.push(p);

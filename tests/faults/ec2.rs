@@ -3,7 +3,9 @@
 //! every call), a timeout, a 5xx and a lost `CreateFleet` answer end with
 //! one instance per claim once garbage collection ran (the lost answer's
 //! double is collected); a node class whose image, subnet and instance
-//! profile lookups are throttled keeps its pools launching.
+//! profile lookups are throttled keeps its pools launching; an instance's
+//! network topology is read through the SDK (moto lacks the call: the proxy
+//! answers it) and a throttled read is an error to retry, not an empty one.
 
 use crate::support::aws_world::{claim, template, World};
 use crate::support::faulty_aws::{Kind, Pick, Proxy, Rule, HOLD};
@@ -211,4 +213,80 @@ async fn a_node_class_whose_lookups_are_throttled_keeps_its_pools_launching() {
     assert!(classes.problem("gpu").is_none());
     println!("node class lookups throttled: {:?}", proxy.injected());
     assert!(proxy.injected().get("throttled").is_some_and(|n| *n > 0));
+}
+
+#[tokio::test]
+async fn a_training_instances_network_topology_is_read_and_a_throttled_read_is_retried() {
+    let world = World::new().await;
+    let proxy = Proxy::start(world.moto.endpoint()).await;
+    let aws = AwsCloud::new(
+        aws_sdk_ec2::Client::new(&through(&proxy)),
+        world.settings(&world.cluster),
+    )
+    .unwrap();
+    proxy.answer(
+        "DescribeInstanceTopology",
+        r#"<?xml version="1.0" encoding="UTF-8"?>
+<DescribeInstanceTopologyResponse xmlns="http://ec2.amazonaws.com/doc/2016-11-15/">
+  <requestId>topology</requestId>
+  <instanceSet>
+    <item>
+      <instanceId>i-0123456789abcdef0</instanceId>
+      <instanceType>p5.48xlarge</instanceType>
+      <networkNodeSet>
+        <item>nn-1111111111example</item>
+        <item>nn-2222222222example</item>
+        <item>nn-3333333333example</item>
+      </networkNodeSet>
+      <availabilityZone>us-east-1a</availabilityZone>
+      <zoneId>use1-az1</zoneId>
+    </item>
+  </instanceSet>
+</DescribeInstanceTopologyResponse>"#,
+    );
+    let instance = |instance_type: &str| cloud::Instance {
+        claim: "train-a".into(),
+        provider_id: "aws:///use1-az1/i-0123456789abcdef0".into(),
+        offering: quartermaster::core::OfferingKey {
+            instance_type: instance_type.into(),
+            zone: "use1-az1".into(),
+            capacity_type: CapacityType::OnDemand,
+        },
+        price_per_hour: 0.0,
+        launched_at: chrono::Utc::now(),
+        state: cloud::InstanceState::Running,
+    };
+    let nodes = aws
+        .network_nodes("train-a", &instance("p5.48xlarge"))
+        .await
+        .expect("the topology");
+    assert_eq!(
+        nodes,
+        [
+            "nn-1111111111example",
+            "nn-2222222222example",
+            "nn-3333333333example"
+        ]
+    );
+    // A type EC2 reports no topology for costs no call.
+    let calls = proxy.calls("DescribeInstanceTopology");
+    assert_eq!(
+        aws.network_nodes("infer-a", &instance("g5.xlarge"))
+            .await
+            .unwrap(),
+        [] as [&str; 0]
+    );
+    assert_eq!(proxy.calls("DescribeInstanceTopology"), calls);
+    // Throttled past the SDK's retries: an error the registration step
+    // retries, never "no topology".
+    proxy.add(Rule::new(
+        "DescribeInstanceTopology",
+        Kind::Throttle,
+        Pick::All,
+    ));
+    let err = aws
+        .network_nodes("train-a", &instance("p5.48xlarge"))
+        .await
+        .unwrap_err();
+    assert!(err.is_retryable(), "{err}");
 }

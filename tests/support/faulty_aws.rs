@@ -6,7 +6,9 @@
 //! never forwarded), or forwarded and then answered 503 (a lost answer:
 //! moto did the work, the client retries it). Calls are told apart by their
 //! action (`Action=` of a query-protocol body, or the `X-Amz-Target` of a
-//! JSON-protocol one). Every fault injected is counted by kind.
+//! JSON-protocol one). Every fault injected is counted by kind. An action
+//! moto does not implement can be answered by the proxy itself
+//! ([`Proxy::answer`]).
 
 #![allow(dead_code)]
 
@@ -89,6 +91,8 @@ struct State {
     all: usize,
     /// Faults injected, by kind and action.
     injected: BTreeMap<(Kind, String), usize>,
+    /// Answers given here instead of moto's, by action.
+    answers: BTreeMap<String, String>,
 }
 
 /// The proxy, serving until dropped.
@@ -136,6 +140,17 @@ impl Proxy {
     /// applies).
     pub fn add(&self, rule: Rule) {
         self.state.lock().unwrap().rules.push(rule);
+    }
+
+    /// Answers every call of `action` that no rule faults with `xml` (200,
+    /// `text/xml`) instead of forwarding it: a stand-in for an action moto
+    /// does not implement.
+    pub fn answer(&self, action: &str, xml: &str) {
+        self.state
+            .lock()
+            .unwrap()
+            .answers
+            .insert(action.into(), xml.into());
     }
 
     /// Drops every rule: calls go through from now on.
@@ -303,6 +318,14 @@ async fn handle(
             );
         }
         None => {}
+    }
+    let canned = state.lock().unwrap().answers.get(&action).cloned();
+    if let Some(xml) = canned {
+        return Response::builder()
+            .status(StatusCode::OK)
+            .header("content-type", "text/xml")
+            .body(Body::from(xml))
+            .expect("a valid response");
     }
     forward(&client, upstream, &method, &uri, &headers, body)
         .await

@@ -230,9 +230,35 @@ pub fn delivered(state: &State, version: u64) -> Option<Instant> {
         .map(|(_, at)| *at)
 }
 
-/// For each pod that has a `Nominated` Event, when the NodeClaim it
-/// names was created (as the server logged the claim's creation).
+/// For each pod that has a `Nominated` Event, when the first NodeClaim it
+/// was nominated to was created (as the server logged the claim's
+/// creation): the pod's first decision. A pod nominated again later (its
+/// node interrupted, its claim failed) keeps its first time; see
+/// [`nominations`] for how many were.
 pub fn covered(state: &State) -> HashMap<String, Instant> {
+    let mut first: HashMap<String, Instant> = HashMap::new();
+    for (pod, _, at) in nominated(state) {
+        first
+            .entry(pod)
+            .and_modify(|t| *t = (*t).min(at))
+            .or_insert(at);
+    }
+    first
+}
+
+/// For each pod with a `Nominated` Event, how many claims it was nominated
+/// to (more than one: it was placed again after its first claim or node
+/// was lost).
+pub fn nominations(state: &State) -> HashMap<String, usize> {
+    let mut claims: HashMap<String, std::collections::BTreeSet<String>> = HashMap::new();
+    for (pod, claim, _) in nominated(state) {
+        claims.entry(pod).or_default().insert(claim);
+    }
+    claims.into_iter().map(|(p, c)| (p, c.len())).collect()
+}
+
+/// Each `Nominated` Event as (pod, claim, creation time of the claim).
+fn nominated(state: &State) -> Vec<(String, String, Instant)> {
     let events = format!("/apis/events.k8s.io/v1/namespaces/{PENDING_NS}/events");
     let created: HashMap<&str, Instant> = state
         .requests
@@ -248,7 +274,7 @@ pub fn covered(state: &State) -> HashMap<String, Instant> {
         .filter_map(|r| {
             let pod = r.body["regarding"]["name"].as_str()?;
             let claim = r.body["related"]["name"].as_str()?;
-            Some((pod.to_string(), *created.get(claim)?))
+            Some((pod.to_string(), claim.to_string(), *created.get(claim)?))
         })
         .collect()
 }

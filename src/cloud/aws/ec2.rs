@@ -842,12 +842,17 @@ impl CloudProvider for AwsCloud {
         template: &NodeTemplate,
         now: Time,
     ) -> Result<Instance> {
-        // An EFA node goes into its pool's placement group of its zone:
-        // no fallbacks in other zones.
+        // An EFA node, and a node of a gang that must share one network
+        // block, goes into its pool's placement group of its zone: no
+        // fallbacks in other zones.
         let efa = template
             .labels
             .get(l::EFA_INTERFACES)
-            .is_some_and(|n| n != "0");
+            .is_some_and(|n| n != "0")
+            || template
+                .labels
+                .get(l::CLUSTER_PLACEMENT)
+                .is_some_and(|v| v == "true");
         let offerings: Vec<&OfferingKey> = std::iter::once(&claim.offering)
             .chain(template.fallbacks.iter().filter(|f| {
                 !efa && f.capacity_type == claim.offering.capacity_type && **f != claim.offering
@@ -1120,6 +1125,28 @@ impl CloudProvider for AwsCloud {
             ))
             .build();
         self.find("garbage collection", vec![states]).await
+    }
+
+    /// `DescribeInstanceTopology` of the instance, for types EC2 reports a
+    /// topology for ([`crate::catalog::topology`]); no call for the others.
+    async fn network_nodes(&self, claim: &str, instance: &Instance) -> Result<Vec<String>> {
+        if crate::catalog::topology::network_layers(&instance.offering.instance_type).is_none() {
+            return Ok(Vec::new());
+        }
+        let id = crate::cloud::instance_id_of(&instance.provider_id);
+        let out = self
+            .ec2
+            .describe_instance_topology()
+            .instance_ids(id)
+            .send()
+            .await
+            .map_err(|e| step("DescribeInstanceTopology", claim).sdk_error(&e))?;
+        Ok(out
+            .instances()
+            .iter()
+            .find(|t| t.instance_id() == Some(id))
+            .map(|t| t.network_nodes().to_vec())
+            .unwrap_or_default())
     }
 }
 

@@ -783,3 +783,56 @@ fn a_replayed_preemption_trace_reclaims_its_pool_at_the_drops_and_closes_it_at_z
     )
     .unwrap();
 }
+
+#[test]
+fn a_placement_group_shares_one_block_and_holds_so_many_while_lone_launches_scatter() {
+    let mut c = cloud(config(1));
+    let mut lone = Vec::new();
+    for i in 0..8 {
+        let inst = c
+            .launch(
+                &claim(&format!("p{i}"), on_demand("p5.48xlarge", ZONES[0])),
+                t0(),
+            )
+            .unwrap();
+        lone.push(c.network_nodes(&inst.provider_id));
+    }
+    assert!(
+        lone.iter().all(|n| n.len() == 3 && n[0] == lone[0][0]),
+        "one zone, one top node"
+    );
+    let blocks: std::collections::BTreeSet<&String> = lone.iter().map(|n| &n[2]).collect();
+    assert!(blocks.len() > 1, "eight lone launches scatter: {blocks:?}");
+    let mut placed = Vec::new();
+    for i in 0..SIM_BLOCK {
+        let inst = c
+            .launch_placed(
+                &claim(&format!("g{i}"), on_demand("p5.48xlarge", ZONES[0])),
+                "train",
+                t0(),
+            )
+            .unwrap();
+        placed.push(c.network_nodes(&inst.provider_id));
+    }
+    assert!(
+        placed.iter().all(|n| *n == placed[0]),
+        "one block for the group"
+    );
+    let full = c.launch_placed(
+        &claim("g-extra", on_demand("p5.48xlarge", ZONES[0])),
+        "train",
+        t0(),
+    );
+    assert!(
+        matches!(full, Err(Error::InsufficientCapacity { .. })),
+        "a full group has no room: {full:?}"
+    );
+    let g5 = c
+        .launch(&claim("g", on_demand("g5.xlarge", ZONES[0])), t0())
+        .unwrap();
+    assert!(
+        c.network_nodes(&g5.provider_id).is_empty(),
+        "no topology for a g5"
+    );
+    assert!(c.network_nodes("aws:///use1-az1/i-unknown").is_empty());
+}

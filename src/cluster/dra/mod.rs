@@ -538,8 +538,10 @@ fn find(ns: &str, r: &ClaimRef, objects: &Objects) -> Result<Found, String> {
                 .get(&format!("{ns}/{t}"))
                 .ok_or_else(|| format!("{label}: ResourceClaimTemplate {ns}/{t} does not exist"))?;
             Ok(Found {
+                // A group's claim: one, made from the template for all of
+                // the group's members.
+                shared: r.group.as_ref().map(|g| format!("{g}/{}", r.name)),
                 label,
-                shared: None,
                 allocated: None,
                 spec: tpl
                     .spec
@@ -601,6 +603,7 @@ mod tests {
                 claim: c.map(str::to_string),
                 template: t.map(str::to_string),
                 generated: None,
+                group: None,
             })
             .collect();
         p
@@ -712,6 +715,43 @@ spec:
         let c = pods[2].devices.as_ref().unwrap();
         assert_eq!(c.pinned.as_deref(), Some("ip-10-0-0-7"));
         assert!(pods[2].not_placeable.is_empty());
+    }
+
+    #[test]
+    fn a_pod_groups_template_claim_is_one_allocation_for_all_its_members() {
+        let catalog = Catalog::embedded().unwrap();
+        let member = |name: &str, group: Option<&str>| {
+            let mut p = pod(name, &[("gpu", None, Some("one-h100"))]);
+            p.resource_claims[0].group = group.map(str::to_string);
+            p
+        };
+        let mut pods = vec![
+            member("ml/a", Some("ml/train")),
+            member("ml/b", Some("ml/train")),
+            member("ml/c", None),
+        ];
+        Resolver::new().attach(&mut pods, &objects(OBJECTS), &catalog);
+        let [a, b, c] = [0, 1, 2].map(|i| pods[i].devices.clone().unwrap());
+        assert!(pods.iter().all(|p| p.not_placeable.is_empty()));
+        assert!(Arc::ptr_eq(&a, &b), "one claim for the group's members");
+        assert_eq!(a.group.as_deref(), Some("ml/train/gpu"));
+        assert_eq!(c.group, None, "a pod outside the group has its own claim");
+        let p5 = ShapeKey {
+            instance_type: "p5.48xlarge".into(),
+            mig_profile: None,
+        };
+        let gpus = |d: &PodDevices| {
+            d.shapes[&p5]
+                .as_ref()
+                .unwrap()
+                .demand
+                .get("gpu.nvidia.com/gpu")
+        };
+        assert_eq!(
+            (gpus(&a), gpus(&c)),
+            (1, 1),
+            "the group's claim is counted once"
+        );
     }
 
     #[test]

@@ -119,7 +119,7 @@ impl Snapshot {
         };
         if let Some(name) = pod.group.as_ref().map(|g| g.name.clone()) {
             if let Some(spec) = groups.get(&name) {
-                podgroups::size(&mut pod, &name, spec);
+                podgroups::apply(&mut pod, &name, spec);
             }
         }
         pod

@@ -101,6 +101,7 @@ impl PodShape {
             zone_spread,
             hostname_anti_affinity,
             group,
+            network_block,
             checkpoint_interval_s,
             expected_runtime_s,
             checkpoint_duration_s,
@@ -117,7 +118,7 @@ impl PodShape {
         (
             (name, requests, affinity, tolerations, zone_spread),
             (hostname_anti_affinity, group, deadline, checkpoints, labels),
-            (holds_work, not_placeable, resource_claims),
+            (holds_work, not_placeable, resource_claims, network_block),
             devices.as_ref().map(std::sync::Arc::as_ptr),
             (
                 bits(checkpoint_interval_s),

@@ -464,6 +464,7 @@ fn a_pod_with_dra_claims_keeps_its_node_out_of_consolidation() {
         claim: None,
         template: Some("one-gpu".into()),
         generated: Some("a-gpu-x7k2p".into()),
+        group: None,
     });
     let f = Fixture::new([node("n1").pods([a]), node("n2").pods([pod("b")])]);
     let mut c = Consolidation::default();

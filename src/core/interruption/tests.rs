@@ -510,6 +510,7 @@ fn rebalance_with_replace_launches_replacements_and_drains_once_they_are_ready()
         claim: None,
         template: Some("one-gpu".into()),
         generated: None,
+        group: None,
     });
     assert!(s.pods_needing_replacement(&f.world()).is_empty());
     f.nodes[0].pods[0].pod.resource_claims.clear();
