@@ -99,7 +99,9 @@ impl ServedApis {
 pub async fn discover(client: &kube::Client) -> Result<ServedApis, kube::Error> {
     let groups = client.list_api_groups().await?;
     let mut served = ServedApis::from_groups(&groups);
-    served.capacity_buffers &= super::buffers::serves_capacity_buffers(client).await;
+    if served.capacity_buffers {
+        served.capacity_buffers = super::buffers::serves_capacity_buffers(client).await;
+    }
     served.log();
     Ok(served)
 }
