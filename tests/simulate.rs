@@ -1638,3 +1638,34 @@ fn nodes_outliving_expire_after_are_replaced_new_node_first_and_no_node_lives_mu
         assert!(r.nodes_launched > n.nodes_launched, "{name}");
     }
 }
+
+#[test]
+fn gangs_that_ask_for_one_network_block_start_whole_in_one_block_and_scatter_without() {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("simulations/one-block-gangs.yaml");
+    let text = std::fs::read_to_string(&path).unwrap();
+    let one = run_text(&text, path.parent().unwrap());
+    let line = "    gangTopology: topology.k8s.aws/network-node-layer-3\n";
+    assert!(text.contains(line));
+    let free = run_text(&text.replace(line, ""), path.parent().unwrap());
+    let (q1, q0) = (
+        &one.strategies["quartermaster"],
+        &free.strategies["quartermaster"],
+    );
+    eprintln!(
+        "one block: {:?} gang starts, ${:.2}, {} nodes; without: {:?} gang starts, ${:.2}, {} nodes",
+        q1.gang_blocks,
+        q1.total_cost,
+        q1.nodes_launched,
+        q0.gang_blocks,
+        q0.total_cost,
+        q0.nodes_launched
+    );
+    let (whole, seen) = q1.gang_blocks;
+    assert!(seen > 0, "gangs started on nodes with a topology");
+    assert_eq!(whole, seen, "every gang in one block");
+    let (whole, seen) = q0.gang_blocks;
+    assert!(
+        seen > 0 && whole < seen,
+        "without the constraint gangs scatter: {whole} of {seen}"
+    );
+}

@@ -717,10 +717,19 @@ impl ManagedNode {
         };
         // Launched for pods with DRA claims: it serves them through the
         // drivers its pool runs.
+        // Its pods: pending ones, or ones it replaces a node for.
+        let bound = world
+            .nodes
+            .iter()
+            .flat_map(|n| n.pods.iter().map(|b| &b.pod));
         let for_pods = |wants: fn(&Pod) -> bool| {
-            req.pods
-                .iter()
-                .any(|name| world.pending.iter().any(|p| p.name == *name && wants(p)))
+            req.pods.iter().any(|name| {
+                world
+                    .pending
+                    .iter()
+                    .chain(bound.clone())
+                    .any(|p| p.name == *name && wants(p))
+            })
         };
         if for_pods(|p| p.devices.is_some()) {
             node.serve_dra(world);

@@ -7,6 +7,7 @@ use crate::cluster::requirements::untolerated;
 use crate::cluster::requirements::{NodeAffinity, Toleration};
 use crate::cluster::resources::{CPU, MEMORY};
 use crate::cluster::{NodeState, Pod, Resources, Taint};
+use crate::labels as l;
 use std::collections::{BTreeSet, HashMap};
 
 /// The identity of a pod for hostname anti-affinity: pods with the same key
@@ -140,37 +141,63 @@ pub fn place_on_existing<N: std::borrow::Borrow<NodeState>>(
             }
             None => vec![i],
         };
-        let mut tentative = Vec::new();
-        let mut ok = true;
-        for &m in &members {
-            let pod = &pods[m];
-            let shape = (&pod.requests, &pod.affinity, pod.tolerations.as_slice());
-            let from = match &pod.group {
-                None => first_fit.get(&shape).copied().unwrap_or(0),
-                Some(_) => 0,
+        // A gang that must share one network block tries each block the
+        // nodes are in, in turn: all its members in one of them.
+        let blocks: Vec<Option<String>> = match &pods[members[0]].network_block {
+            Some(key) => {
+                let mut seen = Vec::new();
+                for &n in &order {
+                    if let Some(b) = block_of(node(n), key) {
+                        if !seen.contains(&Some(b.clone())) {
+                            seen.push(Some(b));
+                        }
+                    }
+                }
+                seen
+            }
+            None => vec![None],
+        };
+        let mut done = false;
+        for block in &blocks {
+            let in_block = |n: usize| match (block, &pods[members[0]].network_block) {
+                (Some(b), Some(key)) => block_of(node(n), key).as_ref() == Some(b),
+                _ => true,
             };
-            let at = order[from..].iter().position(|&n| {
-                compatible(pod, &node(n).labels, &node(n).taints) && fits(&bins, n, pod)
-            });
-            if pod.group.is_none() {
-                first_fit.insert(shape, at.map_or(order.len(), |p| from + p));
-            }
-            match at.map(|p| order[from + p]) {
-                Some(n) => {
-                    bins[n]
-                        .get_or_insert_with(|| Bin::new(node(n).free()))
-                        .put(m, &pods[m]);
-                    tentative.push((m, n));
+            let mut tentative = Vec::new();
+            let mut ok = true;
+            for &m in &members {
+                let pod = &pods[m];
+                let shape = (&pod.requests, &pod.affinity, pod.tolerations.as_slice());
+                let from = match &pod.group {
+                    None => first_fit.get(&shape).copied().unwrap_or(0),
+                    Some(_) => 0,
+                };
+                let at = order[from..].iter().position(|&n| {
+                    in_block(n)
+                        && compatible(pod, &node(n).labels, &node(n).taints)
+                        && fits(&bins, n, pod)
+                });
+                if pod.group.is_none() {
+                    first_fit.insert(shape, at.map_or(order.len(), |p| from + p));
                 }
-                None => {
-                    ok = false;
-                    break;
+                match at.map(|p| order[from + p]) {
+                    Some(n) => {
+                        bins[n]
+                            .get_or_insert_with(|| Bin::new(node(n).free()))
+                            .put(m, &pods[m]);
+                        tentative.push((m, n));
+                    }
+                    None => {
+                        ok = false;
+                        break;
+                    }
                 }
             }
-        }
-        if ok {
-            placed.extend(tentative);
-        } else {
+            if ok {
+                placed.extend(tentative);
+                done = true;
+                break;
+            }
             // Undo the members placed so far, last first.
             if !tentative.is_empty() {
                 first_fit.clear();
@@ -180,10 +207,32 @@ pub fn place_on_existing<N: std::borrow::Borrow<NodeState>>(
                     b.take_last(&pods[m]);
                 }
             }
+        }
+        if !done {
             left.extend(members);
         }
     }
     (placed, left)
+}
+
+/// The network block of `node` for a gang that must share one value of
+/// `key` (a `topology.k8s.aws/network-node-layer-N` label): the node's
+/// value once it registered with it; before (in flight), its pool's
+/// cluster placement group of its zone when it was launched into one
+/// (`quartermaster.dev/cluster-placement`); `None` for a node in no known
+/// block, which such a gang does not use.
+pub fn block_of(node: &NodeState, key: &str) -> Option<String> {
+    if let Some(v) = node.labels.get(key) {
+        return Some(v.clone());
+    }
+    let label = |k: &str| node.labels.get(k).map(String::as_str);
+    (label(l::CLUSTER_PLACEMENT) == Some("true")).then(|| {
+        format!(
+            "placement group of {}/{}",
+            label(l::NODEPOOL).unwrap_or_default(),
+            label(l::ZONE_ID).unwrap_or_default()
+        )
+    })
 }
 
 /// Whether `pod` fits in the free room of `node` ([`NodeState::free`]),

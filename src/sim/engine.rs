@@ -145,6 +145,9 @@ pub struct Engine<'a> {
     images_released: usize,
     /// Each node's books, for where the bill went.
     books: super::bill::Books,
+    /// Gang starts whose members all ran in one network block, and gang
+    /// starts on nodes that all report a network topology.
+    gang_blocks: (u32, u32),
 }
 
 impl<'a> Engine<'a> {
@@ -254,6 +257,7 @@ impl<'a> Engine<'a> {
             image_releases: scenario.image_releases(),
             images_released: 0,
             books: Default::default(),
+            gang_blocks: (0, 0),
         })
     }
 
@@ -673,14 +677,40 @@ impl<'a> Engine<'a> {
     }
 
     fn launch(&mut self, req: ClaimRequest) {
+        self.launch_into(req, None);
+    }
+
+    /// Launches `req`, into the cluster placement group `group` when given
+    /// (a static node group of one-block gangs), else into its pool's group
+    /// of its zone when its node asks for one (EFA, one-block gangs).
+    fn launch_into(&mut self, req: ClaimRequest, group: Option<String>) {
         let now = self.now;
-        match self.cloud.launch(&req, now) {
+        let node = {
+            let catalog = self.reserved.as_ref().unwrap_or(self.catalog);
+            let world = world(
+                catalog,
+                self.region,
+                &self.pools,
+                &self.pending,
+                &self.nodes.managed,
+            );
+            ManagedNode::launched(&req, &world, now)
+        };
+        // Into the pool's cluster placement group of the zone, as the EC2
+        // provider launches EFA nodes and one-block gangs.
+        let placed = node.as_ref().is_some_and(|n| {
+            let label = |k: &str| n.state.labels.get(k).map(String::as_str);
+            label(crate::labels::CLUSTER_PLACEMENT) == Some("true")
+                || label(crate::labels::EFA_INTERFACES).is_some_and(|v| v != "0")
+        });
+        let group =
+            group.or_else(|| placed.then(|| format!("{}-{}", req.nodepool, req.offering.zone)));
+        let launched = match &group {
+            Some(group) => self.cloud.launch_placed(&req, group, now),
+            None => self.cloud.launch(&req, now),
+        };
+        match launched {
             Ok(_) => {
-                let node = {
-                    let catalog = self.reserved.as_ref().unwrap_or(self.catalog);
-                    let world = world(catalog, self.region, &self.pools, &[], &[]);
-                    ManagedNode::launched(&req, &world, now)
-                };
                 if let Some(node) = node {
                     let gpus = self
                         .catalog
@@ -797,9 +827,38 @@ impl<'a> Engine<'a> {
                 self.jobs[i].startup_s = (p.running + p.registered + p.ready).as_secs_f64();
             }
             self.jobs[i].start(&claim, now);
+            self.record_block(i);
             if let Some(f) = self.jobs[i].finish_time() {
                 self.finishes.push(Reverse((f, i)));
             }
+        }
+    }
+
+    /// When job `i`'s start completes its gang (every member running),
+    /// counts the gang's start for [`StrategyResult::gang_blocks`]: in one
+    /// network block or not (only when every member's node reports one).
+    fn record_block(&mut self, i: usize) {
+        let Some(gang) = self.jobs[i].job.pod.group.as_ref().map(|g| g.name.clone()) else {
+            return;
+        };
+        let members = self.gangs.get(&gang).cloned().unwrap_or_default();
+        let mut blocks = BTreeSet::new();
+        for m in members {
+            let Phase::Running { node, .. } = &self.jobs[m].phase else {
+                return;
+            };
+            let block = self
+                .cloud
+                .describe(node)
+                .and_then(|inst| self.cloud.network_nodes(&inst.provider_id).pop());
+            match block {
+                Some(b) => blocks.insert(b),
+                None => return,
+            };
+        }
+        self.gang_blocks.1 += 1;
+        if blocks.len() == 1 {
+            self.gang_blocks.0 += 1;
         }
     }
 
@@ -866,19 +925,33 @@ impl<'a> Engine<'a> {
                     }
                 }
                 let o = &opts[group.option];
+                // A group running gangs that must share one network block
+                // is made in one placement group, as an operator would.
+                let one_block = group
+                    .jobs
+                    .iter()
+                    .any(|&j| self.jobs[mine[j]].job.pod.network_block.is_some());
                 for k in 0..group.nodes {
                     let claim = format!("{name}-{k:05}");
-                    self.launch(ClaimRequest {
-                        claim: claim.clone(),
-                        nodepool: pool_name.clone(),
-                        offering: o.offering.clone(),
-                        price_per_hour: o.price,
-                        pods: Vec::new(),
-                        prewarm_window: None,
-                        reservation: None,
-                    });
+                    self.launch_into(
+                        ClaimRequest {
+                            claim: claim.clone(),
+                            nodepool: pool_name.clone(),
+                            offering: o.offering.clone(),
+                            price_per_hour: o.price,
+                            pods: Vec::new(),
+                            prewarm_window: None,
+                            reservation: None,
+                        },
+                        one_block.then(|| name.clone()),
+                    );
                     if let Some((node, _)) = self.nodes.get_mut(&claim) {
                         node.state.labels.insert(STATIC_GROUP.into(), name.clone());
+                        if one_block {
+                            node.state
+                                .labels
+                                .insert(crate::labels::CLUSTER_PLACEMENT.into(), "true".into());
+                        }
                     }
                 }
             }
@@ -1020,6 +1093,7 @@ impl<'a> Engine<'a> {
                 waits[((waits.len() as f64 * 0.95).ceil() as usize).clamp(1, waits.len()) - 1];
         }
         self.result.p95_slowdown = p95_slowdown(&self.jobs, end);
+        self.result.gang_blocks = self.gang_blocks;
         let reasons = self.unplaceable_reasons();
         for j in &self.jobs {
             let reason = match &j.phase {

@@ -196,6 +196,10 @@ pub struct StrategyResult {
     /// Pre-warm windows whose capacity was Ready at window start, and all
     /// windows seen.
     pub prewarm_ready: (u32, u32),
+    /// Gang starts (every member running) whose members all ran under one
+    /// bottom network node (one block), and gang starts whose members' nodes
+    /// all report a network topology.
+    pub gang_blocks: (u32, u32),
     /// 95th percentile over jobs of (finish - arrival) / (run time +
     /// on-demand startup): how much slower than on uninterrupted on-demand
     /// capacity jobs finish (see `engine::p95_slowdown`).

@@ -98,6 +98,13 @@ pub struct TrainingSpec {
     /// created once its capacity is provisioned ([`super::provisioning`]).
     #[serde(default)]
     pub provisioning_request: bool,
+    /// A node label key whose one value all of a gang's nodes must share,
+    /// as a Workload API PodGroup's topology constraint or Kueue's
+    /// `podset-required-topology` states it (e.g.
+    /// `topology.k8s.aws/network-node-layer-3`); see
+    /// [`crate::cluster::podgroups::apply`].
+    #[serde(default)]
+    pub gang_topology: Option<String>,
 }
 
 /// How long one checkpoint of a training pod takes to write: the pod's GPUs
@@ -402,10 +409,18 @@ impl TrainingSpec {
                     )]];
                 }
                 if gang {
+                    let group = format!("train/{}-{j}", self.name);
                     pod.group = Some(GroupRef {
-                        name: format!("train/{}-{j}", self.name),
+                        name: group.clone(),
                         min_member: members,
                     });
+                    if let Some(key) = &self.gang_topology {
+                        let spec = crate::cluster::podgroups::PodGroupSpec {
+                            topology: vec![key.clone()],
+                            ..crate::cluster::podgroups::PodGroupSpec::of_size(members)
+                        };
+                        crate::cluster::podgroups::apply(&mut pod, &group, &spec);
+                    }
                     if self.provisioning_request {
                         pod.labels
                             .insert(super::provisioning::LABEL.into(), "true".into());
@@ -631,6 +646,7 @@ mod tests {
             checkpoint: CheckpointSpec::default(),
             deadline: None,
             provisioning_request: false,
+            gang_topology: None,
         }
     }
 

@@ -235,21 +235,39 @@ fn unfinished(out: &mut String, report: &SimReport) {
     }
 }
 
-/// Pre-warm windows whose capacity was Ready at window start, per strategy
-/// that saw any.
+/// Pre-warm windows whose capacity was Ready at window start, and gang
+/// starts in one network block, per strategy that saw any.
 fn prewarm(out: &mut String, report: &SimReport) {
+    fraction(out, report, "pre-warm windows ready at start:", |r| {
+        r.prewarm_ready
+    });
+    fraction(
+        out,
+        report,
+        "gang starts in one network block (of those on nodes with a network topology):",
+        |r| r.gang_blocks,
+    );
+}
+
+/// A section of `part/whole` per strategy whose `whole` is not 0.
+fn fraction(
+    out: &mut String,
+    report: &SimReport,
+    title: &str,
+    get: impl Fn(&StrategyResult) -> (u32, u32),
+) {
     let seen: Vec<_> = ordered(report)
         .into_iter()
-        .filter(|(_, r)| r.prewarm_ready.1 > 0)
+        .filter(|(_, r)| get(r).1 > 0)
         .collect();
     if seen.is_empty() {
         return;
     }
-    let _ = writeln!(out, "\npre-warm windows ready at start:");
+    let _ = writeln!(out, "\n{title}");
     let width = seen.iter().map(|(n, _)| n.len()).max().unwrap_or(0);
     for (name, r) in seen {
-        let (ready, total) = r.prewarm_ready;
-        let _ = writeln!(out, "  {name:<width$}  {ready}/{total}");
+        let (part, whole) = get(r);
+        let _ = writeln!(out, "  {name:<width$}  {part}/{whole}");
     }
 }
 
@@ -522,6 +540,18 @@ mod tests {
         let t = table(&report());
         let section = t.split("pre-warm windows ready at start:").nth(1).unwrap();
         assert_eq!(section.trim(), "quartermaster  3/4");
+    }
+
+    #[test]
+    fn table_shows_gang_starts_in_one_block_only_for_strategies_that_saw_topology() {
+        let mut r = report();
+        let title = "gang starts in one network block";
+        assert!(!table(&r).contains(title));
+        r.strategies.get_mut("greedy").unwrap().gang_blocks = (1, 3);
+        let t = table(&r);
+        let section = t.split(title).nth(1).unwrap();
+        assert!(section.contains("greedy  1/3"), "{section}");
+        assert!(!section.contains("quartermaster"), "{section}");
     }
 
     #[test]
