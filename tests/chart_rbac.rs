@@ -163,6 +163,10 @@ async fn kube_api_calls(
         "patch_provisioning_request_conditions",
         api.patch_provisioning_request_conditions("ml", "train", &[])
     );
+    call!(
+        "patch_capacity_buffer_status",
+        api.patch_capacity_buffer_status("ml", "warm", &[], 0, None)
+    );
     call!("list_node_pools", api.list_node_pools());
     call!("list_node_classes", api.list_node_classes());
     call!(
@@ -293,6 +297,7 @@ async fn the_charts_rbac_allows_every_call_the_controller_makes_and_nothing_more
         scheduling_pod_groups: Some("v1alpha2".into()),
         provisioning_requests: true,
         dra: true,
+        capacity_buffers: true,
     };
     watches.extend(podgroups::spawn_watches(&client, &store, &served));
     let kinds = watches.len();

@@ -1,6 +1,6 @@
 //! Other projects' API objects the controller reads: Volcano PodGroups,
-//! Workload API PodGroups (KEP-4671) and cluster-autoscaler's
-//! ProvisioningRequests. Minimal serde structs holding only the fields
+//! Workload API PodGroups (KEP-4671), cluster-autoscaler's
+//! ProvisioningRequests and CapacityBuffers. Minimal serde structs holding only the fields
 //! Quartermaster reads (everything else is ignored on the way in), with
 //! `kube::Resource` implemented by hand, so no other project's crate is
 //! pulled in. The Workload API is beta in Kubernetes 1.37 and alpha before,
@@ -350,6 +350,124 @@ pub mod reasons {
     pub const EXPIRED: &str = "Expired";
     /// With `BookingExpired=True`.
     pub const CAPACITY_RESERVATION_TIME_EXPIRED: &str = "CapacityReservationTimeExpired";
+}
+
+/// API version of CapacityBuffers that is read: the one cluster-autoscaler
+/// 1.37 stores and serves (`autoscaling.x-k8s.io/v1beta1`).
+pub const CAPACITY_BUFFER_VERSION: &str = "v1beta1";
+
+/// A `CapacityBuffer` (`autoscaling.x-k8s.io/v1beta1`, served by
+/// cluster-autoscaler 1.37 and Karpenter): spare capacity for `replicas`
+/// copies of a PodTemplate's pod, kept ready for pods not created yet.
+#[derive(Debug, Clone, Default, Deserialize, Serialize)]
+pub struct CapacityBuffer {
+    /// Object metadata.
+    #[serde(default)]
+    pub metadata: ObjectMeta,
+    /// What is to be kept spare.
+    #[serde(default)]
+    pub spec: CapacityBufferSpec,
+    /// What the autoscaler made of it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub status: Option<CapacityBufferStatus>,
+}
+
+/// The fields of a CapacityBuffer's spec that are read.
+#[derive(Debug, Clone, Default, Deserialize, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct CapacityBufferSpec {
+    /// Who provisions it: [`STRATEGY_ACTIVE_CAPACITY`] (the default, also
+    /// when empty) is served here; other strategies are left to others.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub provisioning_strategy: Option<String>,
+    /// The PodTemplate (same namespace) shaping one chunk of the buffer.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pod_template_ref: Option<Reference>,
+    /// A scalable workload whose pods shape the chunks (not served yet).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub scalable_ref: Option<ScalableRef>,
+    /// Chunks wanted.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub replicas: Option<i32>,
+    /// Chunks as a share of the `scalableRef`'s replicas (not served yet).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub percentage: Option<i32>,
+    /// Most the chunks may ask for together, by resource.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub limits: Option<BTreeMap<String, Quantity>>,
+}
+
+/// A CapacityBuffer's reference to a scalable workload.
+#[derive(Debug, Clone, Default, Deserialize, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ScalableRef {
+    /// API group (empty: core).
+    #[serde(default)]
+    pub api_group: String,
+    /// Kind (`Deployment`, ...).
+    #[serde(default)]
+    pub kind: String,
+    /// Name.
+    #[serde(default)]
+    pub name: String,
+}
+
+/// A CapacityBuffer's status.
+#[derive(Debug, Clone, Default, Deserialize, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct CapacityBufferStatus {
+    /// The PodTemplate the chunks were made from.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pod_template_ref: Option<Reference>,
+    /// Chunks made.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub replicas: Option<i32>,
+    /// `ReadyForProvisioning`, `Provisioning`, `Infeasible`.
+    #[serde(default)]
+    pub conditions: Vec<Condition>,
+}
+
+static_resource!(
+    CapacityBuffer,
+    "autoscaling.x-k8s.io",
+    "v1beta1",
+    "CapacityBuffer",
+    "capacitybuffers"
+);
+
+/// The provisioning strategy served here: placeholder pods for which
+/// capacity is launched.
+pub const STRATEGY_ACTIVE_CAPACITY: &str = "buffer.x-k8s.io/active-capacity";
+
+/// CapacityBuffer condition types and reasons.
+pub mod buffer_conditions {
+    /// The buffer's chunks are resolved (template and replicas read).
+    pub const READY_FOR_PROVISIONING: &str = "ReadyForProvisioning";
+    /// Capacity for the chunks is held, launching, or being planned.
+    pub const PROVISIONING: &str = "Provisioning";
+    /// No capacity can be had for the buffer (proposed upstream,
+    /// kubernetes-sigs/karpenter#3223): no pool can hold its pod, or the
+    /// buffer cannot be read.
+    pub const INFEASIBLE: &str = "Infeasible";
+    /// With `ReadyForProvisioning=True` (cluster-autoscaler's reason).
+    pub const ATTRIBUTES_SET_SUCCESSFULLY: &str = "AttributesSetSuccessfully";
+    /// With `Provisioning=True`: every chunk has room on a node.
+    pub const CAPACITY_HELD: &str = "CapacityHeld";
+    /// With `Provisioning=True`: capacity for some chunks is being launched.
+    pub const SCALING_UP: &str = "ScalingUp";
+    /// With `Infeasible=True`, `Provisioning=False`: no pool can hold a chunk.
+    pub const NOT_PLACEABLE: &str = "NotPlaceable";
+    /// With `Provisioning=False`: a scheduled buffer outside its window.
+    pub const OUTSIDE_SCHEDULE: &str = "OutsideSchedule";
+    /// With `Infeasible=False`: a pool can hold the chunks again.
+    pub const PLACEABLE: &str = "Placeable";
+    /// The PodTemplate named is missing.
+    pub const POD_TEMPLATE_NOT_FOUND: &str = "PodTemplateNotFound";
+    /// The PodTemplate does not read as a pod.
+    pub const INVALID_POD_TEMPLATE: &str = "InvalidPodTemplate";
+    /// The spec cannot be served (negative replicas, unreadable limits, no
+    /// template, `scalableRef` or `percentage`).
+    pub const INVALID_SPEC: &str = "InvalidSpec";
 }
 
 #[cfg(test)]

@@ -467,6 +467,35 @@ impl KubeApi {
         .map(drop)
     }
 
+    /// Sets a CapacityBuffer's status (a merge patch of the status
+    /// subresource): its conditions, `replicas` and `podTemplateRef`.
+    ///
+    /// # Errors
+    /// Any API error.
+    pub async fn patch_capacity_buffer_status(
+        &self,
+        namespace: &str,
+        name: &str,
+        conditions: &[k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition],
+        replicas: u32,
+        pod_template_ref: Option<crate::api::foreign::Reference>,
+    ) -> kube::Result<()> {
+        let api: Api<crate::api::foreign::CapacityBuffer> =
+            Api::namespaced(self.client.clone(), namespace);
+        let status = json!({
+            "conditions": conditions,
+            "replicas": replicas,
+            "podTemplateRef": pod_template_ref,
+        });
+        api.patch_status(
+            name,
+            &patch_params(),
+            &Patch::Merge(json!({ "status": status })),
+        )
+        .await
+        .map(drop)
+    }
+
     /// Every NodePool (one list call, for the node class reconciler, which
     /// runs beside the loop's watches).
     ///

@@ -5,6 +5,7 @@
 //! drain: that is `core`.
 
 pub mod backoff;
+pub mod buffers;
 pub mod checkpoint;
 pub mod dra;
 pub mod events;

@@ -34,6 +34,9 @@ pub struct ServedApis {
     /// DRA's `resource.k8s.io/v1` (DeviceClasses, ResourceClaims,
     /// ResourceClaimTemplates, ResourceSlices: `super::dra`).
     pub dra: bool,
+    /// cluster-autoscaler's `autoscaling.x-k8s.io/v1beta1` CapacityBuffers
+    /// (`super::buffers`).
+    pub capacity_buffers: bool,
 }
 
 impl ServedApis {
@@ -55,6 +58,7 @@ impl ServedApis {
                 .map(|v| v.to_string()),
             provisioning_requests: serves(PROVISIONING_API_GROUP, PROVISIONING_VERSION),
             dra: serves(super::dra::GROUP, super::dra::VERSION),
+            capacity_buffers: serves(PROVISIONING_API_GROUP, foreign::CAPACITY_BUFFER_VERSION),
         }
     }
 
@@ -80,16 +84,24 @@ impl ServedApis {
             self.dra,
             "resource.k8s.io/v1 DeviceClass, ResourceClaim, ResourceClaimTemplate, ResourceSlice",
         );
+        say(
+            self.capacity_buffers,
+            "autoscaling.x-k8s.io/v1beta1 CapacityBuffer",
+        );
     }
 }
 
-/// Asks the API server which groups it serves (one `GET /apis`).
+/// Asks the API server which groups it serves (one `GET /apis`, and the
+/// resources of `autoscaling.x-k8s.io/v1beta1` where that is served).
 ///
 /// # Errors
 /// The discovery request failing (the API server is unreachable).
 pub async fn discover(client: &kube::Client) -> Result<ServedApis, kube::Error> {
     let groups = client.list_api_groups().await?;
-    let served = ServedApis::from_groups(&groups);
+    let mut served = ServedApis::from_groups(&groups);
+    if served.capacity_buffers {
+        served.capacity_buffers = super::buffers::serves_capacity_buffers(client).await;
+    }
     served.log();
     Ok(served)
 }
@@ -136,6 +148,7 @@ pub fn spawn_watches(
     if served.dra {
         out.extend(super::dra::spawn_watches(client, store));
     }
+    out.extend(super::buffers::spawn_watches(client, store, served));
     out
 }
 
@@ -545,6 +558,7 @@ mod tests {
                 scheduling_pod_groups: Some("v1alpha2".into()),
                 provisioning_requests: true,
                 dra: true,
+                capacity_buffers: true,
             }
         );
         // Kubernetes 1.37 serves the beta beside an alpha: the beta is read.
@@ -559,13 +573,20 @@ mod tests {
             Some("v1beta1")
         );
         // PriorityClasses alone (v1) and the 1.35 Workload (v1alpha1) serve
-        // no PodGroup; ProvisioningRequest v1beta1 alone is not read.
+        // no PodGroup; ProvisioningRequest v1beta1 alone is not read (that
+        // version may hold CapacityBuffers: its resource list says).
         let none = groups(json!([
             group("scheduling.k8s.io", &["v1", "v1alpha1"]),
             group("autoscaling.x-k8s.io", &["v1beta1"]),
             group("resource.k8s.io", &["v1beta2"]),
         ]));
-        assert_eq!(ServedApis::from_groups(&none), ServedApis::default());
+        assert_eq!(
+            ServedApis::from_groups(&none),
+            ServedApis {
+                capacity_buffers: true,
+                ..ServedApis::default()
+            }
+        );
     }
 
     #[test]

@@ -596,6 +596,15 @@ impl<C: CloudProvider + Send + Sync + 'static> Driver<C> {
             self.settings.core.max_batch_pods,
             now,
         );
+        // CapacityBuffers: placeholders to plan after the real pods, room
+        // to hold.
+        let buffers = super::buffers::buffers_step(
+            &self.store,
+            &mut parts,
+            &|p| unplaceable.get(p).cloned(),
+            self.settings.core.max_batch_pods,
+            now,
+        );
         self.ctx
             .metrics
             .pending_pods
@@ -644,6 +653,7 @@ impl<C: CloudProvider + Send + Sync + 'static> Driver<C> {
                 now,
             )
             .await;
+            super::buffers::write_statuses(&self.ctx.api, &self.store, &buffers, now).await;
             self.execute(&actions, &world, nodes_by_claim, now).await;
             self.carry_out_repairs(&actions, now).await;
             self.start_steps(pending_work, &parts, now);

@@ -10,6 +10,7 @@
 
 pub mod batch;
 pub mod budgets;
+pub mod buffers;
 pub mod cadence;
 pub mod consolidation;
 mod decide;

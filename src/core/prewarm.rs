@@ -181,6 +181,24 @@ pub fn next_deadline(pool: &NodePool, now: Time, lead: Duration) -> Result<Optio
     Ok(next)
 }
 
+/// The start of the occurrence of `w` that is warming or open at `now`
+/// with lead time `lead`, if any: the window read on its own, outside a
+/// pool (a scheduled CapacityBuffer's, `core::buffers`); its `capacity`
+/// is not read. `owner` names it in errors.
+///
+/// # Errors
+///
+/// [`Error::Schedule`] or [`Error::Duration`] when its schedule, zone or
+/// duration does not read.
+pub fn current_start(
+    owner: &str,
+    w: &PrewarmWindow,
+    now: Time,
+    lead: Duration,
+) -> Result<Option<Time>> {
+    Ok(Timing::parse(owner, w)?.current_start(now, lead))
+}
+
 /// A window's schedule, zone and duration, parsed.
 struct Timing {
     schedule: cron::Schedule,
@@ -190,8 +208,13 @@ struct Timing {
 
 impl Timing {
     fn of(pool: &NodePool, w: &PrewarmWindow) -> Result<Timing> {
+        Timing::parse(pool_name(pool), w)
+    }
+
+    /// The window's timing; `owner` names it in errors.
+    fn parse(owner: &str, w: &PrewarmWindow) -> Result<Timing> {
         let sched_err = |source| Error::Schedule {
-            pool: pool_name(pool).to_string(),
+            pool: owner.to_string(),
             window: w.name.clone(),
             source,
         };
@@ -199,7 +222,7 @@ impl Timing {
             schedule: w.parse_schedule().map_err(sched_err)?,
             zone: w.parse_time_zone().map_err(sched_err)?,
             duration: w.parse_duration().map_err(|source| Error::Duration {
-                pool: pool_name(pool).to_string(),
+                pool: owner.to_string(),
                 window: w.name.clone(),
                 source,
             })?,

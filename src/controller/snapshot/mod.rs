@@ -59,8 +59,11 @@ pub struct Snapshot {
     /// fields).
     pub provisioning_requests: BTreeMap<String, crate::api::foreign::ProvisioningRequest>,
     /// PodTemplates as the pods they make, or why they cannot be read
-    /// (watched where ProvisioningRequests are served).
+    /// (watched where ProvisioningRequests or CapacityBuffers are served).
     pub pod_templates: BTreeMap<String, Result<Pod, String>>,
+    /// CapacityBuffers, where the cluster serves them (without managed
+    /// fields).
+    pub capacity_buffers: BTreeMap<String, crate::api::foreign::CapacityBuffer>,
     /// DRA objects, where the cluster serves them (`super::dra`).
     pub dra: crate::cluster::dra::Objects,
     /// Whether DRA objects are watched (the cluster serves

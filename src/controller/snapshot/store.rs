@@ -36,7 +36,8 @@ pub enum Kind {
     SchedulingPodGroups = 6,
     /// ProvisioningRequests (watched only where served).
     ProvisioningRequests = 7,
-    /// PodTemplates (watched where ProvisioningRequests are served).
+    /// PodTemplates (watched where ProvisioningRequests or CapacityBuffers
+    /// are served).
     PodTemplates = 8,
     /// DRA DeviceClasses (watched where `resource.k8s.io/v1` is served).
     DeviceClasses = 9,
@@ -46,12 +47,14 @@ pub enum Kind {
     ResourceClaimTemplates = 11,
     /// DRA ResourceSlices.
     ResourceSlices = 12,
+    /// CapacityBuffers (watched only where served).
+    CapacityBuffers = 13,
 }
 
 /// Kinds every cluster serves: the store waits for each of them.
 const REQUIRED_KINDS: usize = 5;
 /// Every kind, required or optional.
-const KINDS: usize = 13;
+const KINDS: usize = 14;
 
 /// The shared index: the snapshot behind a lock, which kinds have synced,
 /// and a wake-up for the main loop on every change.

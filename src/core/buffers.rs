@@ -1,0 +1,540 @@
+//! CapacityBuffers (`autoscaling.x-k8s.io/v1beta1`, as cluster-autoscaler
+//! 1.37 and Karpenter serve them): spare capacity for `replicas` copies
+//! ("chunks") of a PodTemplate's pod, within `limits`. One pure step per
+//! round ([`step`]) turns each buffer into placeholder pods and says where
+//! they stand:
+//!
+//! - placeholders that fit in the room our nodes (ready or in flight) have
+//!   left once the real pending pods are placed are *held* there: bound to
+//!   the node as do-not-disrupt pods, so consolidation keeps off it while
+//!   the buffer wants it. Real pods come first: a real pod may take a
+//!   placeholder's room, and the placeholder it displaced is planned anew
+//!   (the buffer refills);
+//! - the others are demand for the planner, priced and placed by the MIP
+//!   like any pod and counted in NodePool limits;
+//! - the buffer's conditions: `ReadyForProvisioning` once its chunks are
+//!   resolved, `Provisioning` while capacity is held or launching, and
+//!   `Infeasible` (proposed upstream) with the planner's reason when no
+//!   pool can hold a chunk, or with what is wrong when the buffer cannot be
+//!   read. A buffer that cannot be read gets conditions, never a panic.
+//!
+//! Placeholders are named `<namespace>/<buffer>.buffer.reserved-<i>`: like
+//! every stand-in ([`crate::cluster::podgroups::is_reservation`]) they get
+//! no pod Events and are never evicted. See `docs/buffers.md`.
+
+use super::{BoundPod, ManagedNode, Time};
+use crate::api::foreign::buffer_conditions as c;
+use crate::api::PrewarmWindow;
+use crate::cluster::resources::PODS;
+use crate::cluster::{NodeState, Pod, Resources};
+use std::time::Duration;
+
+/// Why a buffer cannot be served: a condition reason and a message.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Problem {
+    /// Condition reason ([`c::POD_TEMPLATE_NOT_FOUND`], ...).
+    pub reason: &'static str,
+    /// For people.
+    pub message: String,
+}
+
+impl Problem {
+    /// A problem with the buffer's spec ([`c::INVALID_SPEC`]).
+    pub fn spec(message: impl Into<String>) -> Problem {
+        Problem {
+            reason: c::INVALID_SPEC,
+            message: message.into(),
+        }
+    }
+}
+
+/// A buffer as the driver read it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Buffer {
+    /// `namespace/name`.
+    pub name: String,
+    /// The pod one chunk is, from its PodTemplate, or why there is none.
+    pub pod: Result<Pod, Problem>,
+    /// `spec.replicas`, if set.
+    pub replicas: Option<i64>,
+    /// `spec.limits`, if set.
+    pub limits: Option<Resources>,
+    /// When the buffer is wanted, if only at times (its schedule,
+    /// time zone and duration; `capacity` is not read): outside it, the
+    /// buffer makes no chunk.
+    pub window: Option<PrewarmWindow>,
+}
+
+/// How long before a scheduled buffer's window opens its chunks are made:
+/// 1.25 x the slowest default launch-to-ready time (10 min, p5), so its
+/// capacity is Ready when the window opens.
+pub const SCHEDULE_LEAD: Duration = Duration::from_secs(750);
+
+/// Whether a scheduled buffer wants its chunks at `now` (its window is
+/// warming or open, [`SCHEDULE_LEAD`] ahead), or why its window does not
+/// read.
+fn in_window(b: &Buffer, now: Time) -> Result<bool, Problem> {
+    let Some(w) = &b.window else {
+        return Ok(true);
+    };
+    match super::prewarm::current_start(&b.name, w, now, SCHEDULE_LEAD) {
+        Ok(start) => Ok(start.is_some()),
+        Err(super::prewarm::Error::Schedule { source, .. }) => {
+            Err(Problem::spec(format!("schedule: {source}")))
+        }
+        Err(super::prewarm::Error::Duration { source, .. }) => {
+            Err(Problem::spec(format!("duration: {source}")))
+        }
+        Err(e) => Err(Problem::spec(e.to_string())),
+    }
+}
+
+/// A condition to have on a buffer.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Set {
+    /// Condition type.
+    pub condition: &'static str,
+    /// `True` or `False`.
+    pub status: bool,
+    /// Reason.
+    pub reason: &'static str,
+    /// For people.
+    pub message: String,
+}
+
+/// What a buffer's status should say.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Status {
+    /// The buffer (`namespace/name`).
+    pub buffer: String,
+    /// Placeholder pods made for it (`status.replicas`).
+    pub replicas: u32,
+    /// Its conditions, each type once.
+    pub conditions: Vec<Set>,
+}
+
+/// What one step decides.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Step {
+    /// Every buffer's status.
+    pub statuses: Vec<Status>,
+    /// Placeholders to plan capacity for.
+    pub pending: Vec<Pod>,
+    /// Placeholders holding room: `(node index, pod)`.
+    pub held: Vec<(usize, BoundPod)>,
+}
+
+/// The name of a buffer's `i`-th placeholder.
+pub fn placeholder_name(buffer: &str, i: usize) -> String {
+    format!("{buffer}.buffer.reserved-{i}")
+}
+
+/// How many chunks of `pod` the buffer asks for: `replicas`, at most as
+/// many as fit in `limits` (the resources the pod asks for, each counted
+/// over all chunks; the pod slot aside); with `limits` alone, as many as
+/// fit in them.
+///
+/// # Errors
+/// A [`Problem`] when `replicas` is negative or past what can be counted,
+/// when neither `replicas` nor `limits` is set, or when only `limits` is
+/// set and they bound none of the resources the pod asks for.
+pub fn chunks(b: &Buffer, pod: &Pod) -> Result<u64, Problem> {
+    let replicas = match b.replicas {
+        Some(r) => Some(
+            u64::try_from(r)
+                .map_err(|_| Problem::spec(format!("spec.replicas is negative ({r})")))?,
+        ),
+        None => None,
+    };
+    let fit = b.limits.as_ref().and_then(|limits| {
+        limits
+            .iter()
+            .filter(|(r, _)| *r != PODS)
+            .filter_map(|(r, most)| {
+                let each = pod.requests.get(r);
+                (each > 0).then(|| (most.max(0) / each) as u64)
+            })
+            .min()
+    });
+    match (replicas, fit, &b.limits) {
+        (Some(r), Some(f), _) => Ok(r.min(f)),
+        (Some(r), None, _) => Ok(r),
+        (None, Some(f), _) => Ok(f),
+        (None, None, Some(_)) => Err(Problem::spec(
+            "spec.limits bound none of the resources the pod template asks for, and spec.replicas is not set",
+        )),
+        (None, None, None) => Err(Problem::spec(
+            "neither spec.replicas nor spec.limits is set",
+        )),
+    }
+}
+
+/// The placeholders of buffer `name`: `n` copies of `pod`.
+fn placeholders(name: &str, pod: &Pod, n: usize) -> Vec<Pod> {
+    (0..n)
+        .map(|i| {
+            let mut p = pod.clone();
+            p.name = placeholder_name(name, i);
+            p.group = None;
+            p
+        })
+        .collect()
+}
+
+/// Places `pods` on `states` (first fit, as the planner places pods on
+/// existing nodes), taking their room: `(pod index, node index)` pairs and
+/// the indices of the pods left over.
+fn take_room(pods: &[Pod], states: &mut [NodeState]) -> (Vec<(usize, usize)>, Vec<usize>) {
+    let all: Vec<usize> = (0..pods.len()).collect();
+    let (placed, left) = crate::plan::pack::place_on_existing(pods, &all, states);
+    for &(p, n) in &placed {
+        states[n].used.add(&pods[p].requests);
+    }
+    (placed, left)
+}
+
+fn set(condition: &'static str, status: bool, reason: &'static str, message: String) -> Set {
+    Set {
+        condition,
+        status,
+        reason,
+        message,
+    }
+}
+
+/// One round over `buffers` (in order: earlier buffers take room and the
+/// batch cap first) against our `nodes`, after the real `pending` pods
+/// (which take the nodes' room first). At most `max_pods` placeholders are
+/// made for all buffers together (`--max-batch-pods`); `unplaceable` says
+/// why the last plan found no place for a placeholder, if it did not. A
+/// scheduled buffer makes chunks only while its window is warming or open
+/// at `now`.
+pub fn step(
+    buffers: &[Buffer],
+    nodes: &[ManagedNode],
+    pending: &[Pod],
+    unplaceable: &dyn Fn(&str) -> Option<String>,
+    max_pods: usize,
+    now: Time,
+) -> Step {
+    let mut states: Vec<NodeState> = nodes.iter().map(|n| n.state.clone()).collect();
+    take_room(pending, &mut states);
+    let mut left = max_pods as u64;
+    let mut out = Step::default();
+    for b in buffers {
+        let resolved = b
+            .pod
+            .as_ref()
+            .map_err(Clone::clone)
+            .and_then(|pod| Ok((pod, chunks(b, pod)?, in_window(b, now)?)));
+        let resolved = match resolved {
+            Ok((_, wanted, false)) => {
+                let message = format!("{wanted} chunks, outside its schedule");
+                out.statuses.push(Status {
+                    buffer: b.name.clone(),
+                    replicas: 0,
+                    conditions: vec![
+                        set(
+                            c::READY_FOR_PROVISIONING,
+                            true,
+                            c::ATTRIBUTES_SET_SUCCESSFULLY,
+                            message.clone(),
+                        ),
+                        set(c::PROVISIONING, false, c::OUTSIDE_SCHEDULE, message),
+                        set(
+                            c::INFEASIBLE,
+                            false,
+                            c::PLACEABLE,
+                            "nothing to place outside its schedule".into(),
+                        ),
+                    ],
+                });
+                continue;
+            }
+            Ok((pod, wanted, true)) => Ok((pod, wanted)),
+            Err(p) => Err(p),
+        };
+        let (pod, wanted) = match resolved {
+            Ok(r) => r,
+            Err(p) => {
+                out.statuses.push(Status {
+                    buffer: b.name.clone(),
+                    replicas: 0,
+                    conditions: vec![
+                        set(
+                            c::READY_FOR_PROVISIONING,
+                            false,
+                            p.reason,
+                            p.message.clone(),
+                        ),
+                        set(c::INFEASIBLE, true, p.reason, p.message),
+                    ],
+                });
+                continue;
+            }
+        };
+        let n = wanted.min(left);
+        left -= n;
+        let mut ready = format!("{n} chunks");
+        if n < wanted {
+            ready += &format!(
+                " of the {wanted} asked for: one plan considers at most {max_pods} pods (--max-batch-pods)"
+            );
+        }
+        let pods = placeholders(&b.name, pod, n as usize);
+        let (placed, unplaced) = take_room(&pods, &mut states);
+        for &(p, node) in &placed {
+            out.held.push((
+                node,
+                BoundPod {
+                    pod: pods[p].clone(),
+                    do_not_disrupt: true,
+                    checkpoint_completed: None,
+                    pdb: None,
+                    placeholder: false,
+                    started: None,
+                },
+            ));
+        }
+        let why = unplaced.iter().find_map(|&i| unplaceable(&pods[i].name));
+        let mut conditions = vec![set(
+            c::READY_FOR_PROVISIONING,
+            true,
+            c::ATTRIBUTES_SET_SUCCESSFULLY,
+            ready,
+        )];
+        match why {
+            Some(why) => {
+                conditions.push(set(c::PROVISIONING, false, c::NOT_PLACEABLE, why.clone()));
+                conditions.push(set(c::INFEASIBLE, true, c::NOT_PLACEABLE, why));
+            }
+            None => {
+                let (reason, message) = if unplaced.is_empty() {
+                    (
+                        c::CAPACITY_HELD,
+                        format!("{} chunks have room", placed.len()),
+                    )
+                } else {
+                    (
+                        c::SCALING_UP,
+                        format!(
+                            "{} chunks have room; capacity for {} is being planned or launched",
+                            placed.len(),
+                            unplaced.len()
+                        ),
+                    )
+                };
+                conditions.push(set(c::PROVISIONING, true, reason, message));
+                conditions.push(set(
+                    c::INFEASIBLE,
+                    false,
+                    c::PLACEABLE,
+                    "a pool can hold its chunks".into(),
+                ));
+            }
+        }
+        // Unplaceable placeholders stay demand: the next plan says again
+        // whether a pool can hold them (a pool may have changed).
+        out.pending
+            .extend(unplaced.into_iter().map(|i| pods[i].clone()));
+        out.statuses.push(Status {
+            buffer: b.name.clone(),
+            replicas: n as u32,
+            conditions,
+        });
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::interruption::fixtures::{node, t};
+    use super::*;
+    use crate::api::labels::RESOURCE_GPU;
+    use crate::cluster::resources::CPU;
+
+    fn gpu_pod() -> Pod {
+        Pod::new(
+            "",
+            Resources::new()
+                .with(RESOURCE_GPU, 1)
+                .with(CPU, 4000)
+                .with(PODS, 1),
+        )
+    }
+
+    fn buffer(replicas: Option<i64>, limits: Option<Resources>) -> Buffer {
+        Buffer {
+            name: "ml/warm".into(),
+            pod: Ok(gpu_pod()),
+            replicas,
+            limits,
+            window: None,
+        }
+    }
+
+    fn never(_: &str) -> Option<String> {
+        None
+    }
+
+    fn condition<'a>(s: &'a Status, t: &str) -> &'a Set {
+        s.conditions.iter().find(|k| k.condition == t).unwrap()
+    }
+
+    #[test]
+    fn limits_cap_the_replicas_and_alone_set_the_count() {
+        let gpus = |n| Some(Resources::new().with(RESOURCE_GPU, n));
+        let b = buffer(Some(5), gpus(3));
+        assert_eq!(chunks(&b, &gpu_pod()), Ok(3));
+        let b = buffer(Some(2), gpus(3));
+        assert_eq!(chunks(&b, &gpu_pod()), Ok(2));
+        let b = buffer(None, Some(Resources::new().with(CPU, 10_000).with(PODS, 1)));
+        assert_eq!(chunks(&b, &gpu_pod()), Ok(2), "10 CPUs hold two 4-CPU pods");
+        let b = buffer(None, Some(Resources::new().with("memory", 1 << 30)));
+        let why = chunks(&b, &gpu_pod()).unwrap_err();
+        assert!(why.message.contains("bound none"), "{why:?}");
+    }
+
+    #[test]
+    fn zero_replicas_make_no_placeholder_and_negative_replicas_are_refused_with_a_reason() {
+        let s = step(&[buffer(Some(0), None)], &[], &[], &never, 100, t(0));
+        assert!(s.pending.is_empty() && s.held.is_empty());
+        assert_eq!(s.statuses[0].replicas, 0);
+        assert!(condition(&s.statuses[0], c::READY_FOR_PROVISIONING).status);
+
+        let s = step(&[buffer(Some(-2), None)], &[], &[], &never, 100, t(0));
+        assert!(s.pending.is_empty());
+        let st = &s.statuses[0];
+        let ready = condition(st, c::READY_FOR_PROVISIONING);
+        assert!(!ready.status);
+        assert_eq!(ready.reason, c::INVALID_SPEC);
+        assert!(ready.message.contains("negative (-2)"), "{ready:?}");
+        assert!(condition(st, c::INFEASIBLE).status);
+        let none = step(&[buffer(None, None)], &[], &[], &never, 100, t(0));
+        assert!(!condition(&none.statuses[0], c::READY_FOR_PROVISIONING).status);
+    }
+
+    #[test]
+    fn a_buffer_without_room_becomes_named_placeholders_for_the_planner() {
+        let s = step(&[buffer(Some(2), None)], &[], &[], &never, 100, t(0));
+        let names: Vec<&str> = s.pending.iter().map(|p| p.name.as_str()).collect();
+        assert_eq!(
+            names,
+            ["ml/warm.buffer.reserved-0", "ml/warm.buffer.reserved-1"]
+        );
+        assert!(names
+            .iter()
+            .all(|n| crate::cluster::podgroups::is_reservation(n)));
+        let st = &s.statuses[0];
+        assert_eq!(st.replicas, 2);
+        assert_eq!(condition(st, c::PROVISIONING).reason, c::SCALING_UP);
+        assert!(!condition(st, c::INFEASIBLE).status);
+    }
+
+    #[test]
+    fn the_batch_cap_is_shared_by_buffers_in_order_and_said_in_the_status() {
+        let mut second = buffer(Some(3), None);
+        second.name = "ml/zz".into();
+        let s = step(&[buffer(Some(3), None), second], &[], &[], &never, 4, t(0));
+        assert_eq!(s.pending.len(), 4);
+        assert_eq!(s.statuses[0].replicas, 3);
+        assert_eq!(s.statuses[1].replicas, 1);
+        let ready = condition(&s.statuses[1], c::READY_FOR_PROVISIONING);
+        assert!(ready.message.contains("--max-batch-pods"), "{ready:?}");
+    }
+
+    #[test]
+    fn placeholders_hold_room_left_after_real_pods_and_a_real_pod_displaces_one() {
+        // One ready node with room for one chunk (a GPU and 4 CPUs).
+        let nodes = vec![node("n1")];
+        let want = 1;
+        let s = step(&[buffer(Some(want), None)], &nodes, &[], &never, 100, t(0));
+        assert_eq!(s.held.len() as i64, want, "every chunk has room");
+        assert!(s.held.iter().all(|(_, b)| b.do_not_disrupt));
+        assert!(s.pending.is_empty());
+        assert_eq!(
+            condition(&s.statuses[0], c::PROVISIONING).reason,
+            c::CAPACITY_HELD
+        );
+
+        let mut real = gpu_pod();
+        real.name = "ml/real-0".into();
+        let s = step(
+            &[buffer(Some(want), None)],
+            &nodes,
+            &[real],
+            &never,
+            100,
+            t(0),
+        );
+        assert_eq!(s.held.len() as i64, want - 1, "the real pod came first");
+        assert_eq!(s.pending.len(), 1, "the displaced chunk is planned anew");
+    }
+
+    #[test]
+    fn a_chunk_no_pool_can_hold_makes_the_buffer_infeasible_with_the_planners_reason() {
+        let why = |p: &str| {
+            p.ends_with("-0")
+                .then(|| "no pool offers 64 GPUs".to_string())
+        };
+        let s = step(&[buffer(Some(1), None)], &[], &[], &why, 100, t(0));
+        let st = &s.statuses[0];
+        let inf = condition(st, c::INFEASIBLE);
+        assert!(inf.status);
+        assert_eq!(inf.reason, c::NOT_PLACEABLE);
+        assert_eq!(inf.message, "no pool offers 64 GPUs");
+        assert!(!condition(st, c::PROVISIONING).status);
+    }
+
+    #[test]
+    fn a_missing_template_is_a_condition_not_demand() {
+        let mut b = buffer(Some(2), None);
+        b.pod = Err(Problem {
+            reason: c::POD_TEMPLATE_NOT_FOUND,
+            message: "podTemplate ml/gone not found".into(),
+        });
+        let s = step(&[b], &[], &[], &never, 100, t(0));
+        assert!(s.pending.is_empty());
+        let inf = condition(&s.statuses[0], c::INFEASIBLE);
+        assert_eq!(inf.reason, c::POD_TEMPLATE_NOT_FOUND);
+        assert!(inf.status);
+    }
+
+    #[test]
+    fn a_scheduled_buffer_makes_chunks_from_its_lead_through_its_window_and_none_outside() {
+        let mut b = buffer(Some(2), None);
+        b.window = Some(PrewarmWindow {
+            name: "ml/warm".into(),
+            schedule: "0 8 * * *".into(),
+            time_zone: "Europe/Berlin".into(),
+            duration: "1h".into(),
+            capacity: Default::default(),
+        });
+        // On 2026-01-05 (Berlin is UTC+1) the window opens at 07:00 UTC
+        // and warms from 06:47:30.
+        let at = |h: i64, m: i64| {
+            chrono::DateTime::from_timestamp(1_767_571_200 + h * 3600 + m * 60, 0).unwrap()
+        };
+        let made = |b: &Buffer, now| step(std::slice::from_ref(b), &[], &[], &never, 100, now);
+        for (now, chunks) in [
+            (at(6, 40), 0),
+            (at(6, 50), 2),
+            (at(7, 30), 2),
+            (at(8, 1), 0),
+        ] {
+            let s = made(&b, now);
+            assert_eq!(s.pending.len(), chunks, "{now}");
+            assert_eq!(s.statuses[0].replicas as usize, chunks, "{now}");
+        }
+        let outside = made(&b, at(12, 0));
+        let p = condition(&outside.statuses[0], c::PROVISIONING);
+        assert_eq!((p.status, p.reason), (false, c::OUTSIDE_SCHEDULE));
+
+        b.window.as_mut().unwrap().schedule = "at eight".into();
+        let bad = made(&b, at(7, 30));
+        assert!(bad.pending.is_empty());
+        let ready = condition(&bad.statuses[0], c::READY_FOR_PROVISIONING);
+        assert_eq!((ready.status, ready.reason), (false, c::INVALID_SPEC));
+        assert!(ready.message.starts_with("schedule:"), "{ready:?}");
+    }
+}

@@ -1,0 +1,480 @@
+//! CapacityBuffers (`autoscaling.x-k8s.io/v1beta1`) in the live controller,
+//! driven through the snapshot, the buffer step, the core and the executor,
+//! with the Kubernetes API scripted (every request checked: method, path,
+//! body):
+//! - a buffer of 2 GPU pods becomes NodeClaims for that capacity, and its
+//!   status says it is ready, provisioning and 2 replicas strong; once the
+//!   claims exist its room is held on them and nothing more is launched;
+//! - a buffer whose pod no pool can hold goes `Infeasible` with the
+//!   planner's reason, and launches nothing;
+//! - a buffer naming a missing PodTemplate gets conditions saying so, and
+//!   is no demand;
+//! - discovery watches buffers only where `autoscaling.x-k8s.io/v1beta1`
+//!   lists `capacitybuffers` (ProvisioningRequests share the group).
+
+mod support;
+
+use chrono::TimeZone;
+use http::Method;
+use k8s_openapi::api::core::v1 as core;
+use kube::ResourceExt;
+use quartermaster::api::foreign::CapacityBuffer;
+use quartermaster::api::labels as l;
+use quartermaster::api::{NodeClaim, NodePool};
+use quartermaster::catalog::Catalog;
+use quartermaster::controller::buffers;
+use quartermaster::controller::checkpoint::HookClient;
+use quartermaster::controller::executor::{Executor, HookAcks, Outcome, Targets};
+use quartermaster::controller::kube_api::KubeApi;
+use quartermaster::controller::podgroups;
+use quartermaster::controller::snapshot::{world_parts, Snapshot, Store, WorldParts};
+use quartermaster::core::batch::DEFAULT_MAX_PODS;
+use quartermaster::core::{Action, ClaimRequest, Config, Core, Time};
+use quartermaster::metrics::Metrics;
+use serde_json::{json, Value};
+use std::sync::{Arc, OnceLock};
+use support::api_server::{echo, Scenario};
+use tokio::sync::watch;
+
+const CLAIMS: &str = "/apis/quartermaster.dev/v1alpha1/nodeclaims";
+const REGION: &str = "us-east-1";
+
+fn catalog() -> Arc<Catalog> {
+    static C: OnceLock<Arc<Catalog>> = OnceLock::new();
+    C.get_or_init(|| Arc::new(Catalog::embedded().unwrap()))
+        .clone()
+}
+
+fn t(s: i64) -> Time {
+    chrono::Utc.timestamp_opt(1_767_571_200 + s, 0).unwrap()
+}
+
+fn from<T: serde::de::DeserializeOwned>(v: Value) -> T {
+    serde_json::from_value(v).unwrap()
+}
+
+/// A GPU pool of g5 types, tainted for GPU pods.
+fn pool() -> NodePool {
+    from(json!({
+        "apiVersion": "quartermaster.dev/v1alpha1",
+        "kind": "NodePool",
+        "metadata": {"name": "gpu"},
+        "spec": {
+            "capacityTypes": ["spot", "on-demand"],
+            "template": {"spec": {
+                "requirements": [{"key": l::INSTANCE_FAMILY, "operator": "In", "values": ["g5"]}],
+                "taints": [{"key": l::TAINT_GPU, "effect": "NoSchedule"}]
+            }}
+        }
+    }))
+}
+
+/// A PodTemplate `ml/<name>` of a pod asking for `gpus` GPUs.
+fn pod_template(name: &str, gpus: &str) -> core::PodTemplate {
+    from(json!({
+        "apiVersion": "v1", "kind": "PodTemplate",
+        "metadata": {"name": name, "namespace": "ml"},
+        "template": {"spec": {
+            "containers": [{"name": "c", "resources": {"requests":
+                {"cpu": "2", "memory": "8Gi", l::RESOURCE_GPU: gpus}}}],
+            "tolerations": [{"key": l::TAINT_GPU, "operator": "Exists"}]
+        }}
+    }))
+}
+
+/// A CapacityBuffer `ml/<name>` of `replicas` copies of template `tmpl`,
+/// with these conditions already set.
+fn buffer(name: &str, tmpl: &str, replicas: i32, conditions: Value) -> CapacityBuffer {
+    from(json!({
+        "apiVersion": "autoscaling.x-k8s.io/v1beta1", "kind": "CapacityBuffer",
+        "metadata": {"name": name, "namespace": "ml", "generation": 1},
+        "spec": {"podTemplateRef": {"name": tmpl}, "replicas": replicas},
+        "status": {"conditions": conditions}
+    }))
+}
+
+/// A synced store holding [`pool`], these templates and buffers.
+fn store(templates: Vec<core::PodTemplate>, bufs: Vec<CapacityBuffer>) -> Store {
+    let s = Store::new();
+    s.reset(vec![pool()]);
+    s.reset(Vec::<core::Pod>::new());
+    s.reset(Vec::<core::Node>::new());
+    s.reset(Vec::<NodeClaim>::new());
+    s.reset(Vec::<k8s_openapi::api::policy::v1::PodDisruptionBudget>::new());
+    s.reset(templates);
+    s.reset(bufs);
+    assert!(s.is_synced());
+    s
+}
+
+/// A condition's `(type, status, reason)`.
+type Cond<'a> = (&'a str, &'a str, &'a str);
+
+/// A condition as the API server stores it.
+fn condition(type_: &str, status: &str, reason: &str, message: &str) -> Value {
+    json!({"type": type_, "status": status, "reason": reason, "message": message,
+           "lastTransitionTime": "2026-01-05T00:00:00Z", "observedGeneration": 1})
+}
+
+/// One buffer round over the store at `now`: the world it leaves, with the
+/// buffer `name`'s status written through a mock API that expects exactly
+/// one merge patch of its status subresource, carrying these conditions
+/// and `replicas`; returns the patched status.
+async fn buffer_round(
+    s: &Store,
+    core: &Core,
+    now: Time,
+    name: &str,
+    want: &[Cond<'_>],
+    replicas: u32,
+) -> (WorldParts, Value) {
+    let catalog = catalog();
+    let snap = s.read(Snapshot::clone);
+    let mut parts = world_parts(&snap, &catalog, REGION, now, DEFAULT_MAX_PODS);
+    let unplaceable = |p: &str| {
+        core.last_plan()
+            .and_then(|r| r.unschedulable.iter().find(|u| u.pod == p))
+            .map(|u| u.reason.clone())
+    };
+    let statuses = buffers::buffers_step(s, &mut parts, &unplaceable, DEFAULT_MAX_PODS, now);
+    let path =
+        format!("/apis/autoscaling.x-k8s.io/v1beta1/namespaces/ml/capacitybuffers/{name}/status");
+    let expected: Vec<(String, String, String)> = want
+        .iter()
+        .map(|(t, st, r)| (t.to_string(), st.to_string(), r.to_string()))
+        .collect();
+    let patched = Arc::new(std::sync::Mutex::new(Value::Null));
+    let keep = patched.clone();
+    let (client, verifier) = Scenario::new()
+        .expect(Method::PATCH, &path, move |body| {
+            let status = &body["status"];
+            let got: Vec<(String, String, String)> = status["conditions"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|c| {
+                    let f = |k: &str| c[k].as_str().unwrap().to_string();
+                    (f("type"), f("status"), f("reason"))
+                })
+                .collect();
+            assert_eq!(got, expected);
+            assert_eq!(status["replicas"], json!(replicas));
+            *keep.lock().unwrap() = status.clone();
+        })
+        .content_type("application/merge-patch+json")
+        .respond(
+            200,
+            json!({"apiVersion": "autoscaling.x-k8s.io/v1beta1", "kind": "CapacityBuffer"}),
+        )
+        .run();
+    buffers::write_statuses(&KubeApi::new(client), s, &statuses, now).await;
+    verifier.finish().await;
+    let status = patched.lock().unwrap().clone();
+    (parts, status)
+}
+
+/// The launches among `actions`.
+fn launches(actions: &[Action]) -> Vec<&ClaimRequest> {
+    actions
+        .iter()
+        .filter_map(|a| match a {
+            Action::Launch(r) => Some(r),
+            _ => None,
+        })
+        .collect()
+}
+
+/// The core's decisions over `parts` at `now` and two seconds later (the
+/// batch window between them).
+fn decide(core: &mut Core, parts: &WorldParts, now: Time) -> Vec<Action> {
+    let catalog = catalog();
+    let mut actions = core.decide(&parts.world(&catalog, REGION), now);
+    actions.extend(core.decide(
+        &parts.world(&catalog, REGION),
+        now + chrono::TimeDelta::seconds(2),
+    ));
+    actions
+}
+
+/// Runs the executor over `actions` as the leader, against an API that
+/// expects one NodeClaim creation per launch (each checked by `check`).
+async fn execute_launches(
+    parts: &WorldParts,
+    actions: &[Action],
+    now: Time,
+    check: fn(&Value),
+) -> Vec<NodeClaim> {
+    let mut sc = Scenario::new();
+    for _ in launches(actions) {
+        sc = sc.expect(Method::POST, CLAIMS, check).respond_with(echo);
+    }
+    let (client, verifier) = sc.run();
+    let api = KubeApi::new(client);
+    let catalog = catalog();
+    let world = parts.world(&catalog, REGION);
+    let metrics = Arc::new(Metrics::unregistered());
+    let (_tx, leader) = watch::channel(true);
+    let hooks = HookClient::new();
+    let acks = HookAcks::default();
+    let targets = Targets {
+        nodes: Default::default(),
+        pods: Default::default(),
+    };
+    let ex = Executor {
+        api: &api,
+        metrics: &metrics,
+        leader: &leader,
+        events: None,
+        hooks: &hooks,
+        hook_acks: &acks,
+        parallel: 1,
+        disruptions: &[],
+    };
+    let outcomes = ex.execute(actions, &world, &targets, now).await;
+    verifier.finish().await;
+    outcomes
+        .into_iter()
+        .map(|o| match o.unwrap() {
+            Outcome::Created(c) => {
+                let mut c = *c;
+                c.metadata.creation_timestamp =
+                    Some(quartermaster::controller::snapshot::to_k8s_time(now));
+                c
+            }
+            other => panic!("{other:?}"),
+        })
+        .collect()
+}
+
+#[tokio::test]
+async fn a_buffer_of_two_gpu_pods_launches_their_capacity_then_holds_it_and_says_so() {
+    let s = store(
+        vec![pod_template("tmpl", "1")],
+        vec![buffer("warm", "tmpl", 2, json!([]))],
+    );
+    let mut core = Core::new(Config::default());
+    let (parts, status) = buffer_round(
+        &s,
+        &core,
+        t(0),
+        "warm",
+        &[
+            ("ReadyForProvisioning", "True", "AttributesSetSuccessfully"),
+            ("Provisioning", "True", "ScalingUp"),
+            ("Infeasible", "False", "Placeable"),
+        ],
+        2,
+    )
+    .await;
+    assert_eq!(status["podTemplateRef"], json!({"name": "tmpl"}));
+    let mut pending: Vec<&str> = parts.pending.iter().map(|p| p.name.as_str()).collect();
+    pending.sort();
+    assert_eq!(
+        pending,
+        ["ml/warm.buffer.reserved-0", "ml/warm.buffer.reserved-1"]
+    );
+
+    // The planner launches capacity for both chunks; the executor creates
+    // the claims for them.
+    let actions = decide(&mut core, &parts, t(0));
+    let reqs = launches(&actions);
+    assert!(!reqs.is_empty(), "{actions:?}");
+    let mut planned: Vec<String> = reqs.iter().flat_map(|r| r.pods.clone()).collect();
+    planned.sort();
+    assert_eq!(planned, pending);
+    assert!(reqs
+        .iter()
+        .all(|r| r.offering.instance_type.starts_with("g5.")));
+    let claims = execute_launches(&parts, &actions, t(2), |body| {
+        assert_eq!(body["kind"], "NodeClaim");
+        assert_eq!(body["spec"]["nodePool"], "gpu");
+        assert_eq!(body["metadata"]["finalizers"], json!([l::FINALIZER]));
+    })
+    .await;
+    assert_eq!(claims.len(), reqs.len());
+
+    // With the claims in flight, the chunks' room is held on them (as
+    // do-not-disrupt pods), the buffer says so, and nothing more launches.
+    s.reset(claims);
+    s.reset(vec![buffer(
+        "warm",
+        "tmpl",
+        2,
+        json!([
+            condition(
+                "ReadyForProvisioning",
+                "True",
+                "AttributesSetSuccessfully",
+                "2 chunks"
+            ),
+            condition(
+                "Provisioning",
+                "True",
+                "ScalingUp",
+                "0 chunks have room; capacity for 2 is being planned or launched"
+            ),
+            condition(
+                "Infeasible",
+                "False",
+                "Placeable",
+                "a pool can hold its chunks"
+            ),
+        ]),
+    )]);
+    let (parts, _) = buffer_round(
+        &s,
+        &core,
+        t(10),
+        "warm",
+        &[
+            ("ReadyForProvisioning", "True", "AttributesSetSuccessfully"),
+            ("Provisioning", "True", "CapacityHeld"),
+            ("Infeasible", "False", "Placeable"),
+        ],
+        2,
+    )
+    .await;
+    assert!(parts.pending.is_empty());
+    let held: Vec<&str> = parts
+        .nodes
+        .iter()
+        .flat_map(|n| n.pods.iter().filter(|p| p.do_not_disrupt))
+        .map(|p| p.pod.name.as_str())
+        .collect();
+    assert_eq!(held.len(), 2, "{held:?}");
+    assert!(launches(&decide(&mut core, &parts, t(10))).is_empty());
+}
+
+#[tokio::test]
+async fn a_buffer_no_pool_can_hold_goes_infeasible_with_the_planners_reason_and_launches_nothing() {
+    let s = store(
+        vec![pod_template("huge", "64")],
+        vec![buffer("big", "huge", 2, json!([]))],
+    );
+    let mut core = Core::new(Config::default());
+    let (parts, _) = buffer_round(
+        &s,
+        &core,
+        t(0),
+        "big",
+        &[
+            ("ReadyForProvisioning", "True", "AttributesSetSuccessfully"),
+            ("Provisioning", "True", "ScalingUp"),
+            ("Infeasible", "False", "Placeable"),
+        ],
+        2,
+    )
+    .await;
+    assert!(launches(&decide(&mut core, &parts, t(0))).is_empty());
+
+    // The plan found no place for its chunks: Infeasible, with why.
+    let (parts, status) = buffer_round(
+        &s,
+        &core,
+        t(10),
+        "big",
+        &[
+            ("ReadyForProvisioning", "True", "AttributesSetSuccessfully"),
+            ("Provisioning", "False", "NotPlaceable"),
+            ("Infeasible", "True", "NotPlaceable"),
+        ],
+        2,
+    )
+    .await;
+    let infeasible = status["conditions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["type"] == "Infeasible")
+        .unwrap();
+    let why = infeasible["message"].as_str().unwrap();
+    let planner = core
+        .last_plan()
+        .unwrap()
+        .unschedulable
+        .iter()
+        .find(|u| u.pod == "ml/big.buffer.reserved-0")
+        .map(|u| u.reason.clone())
+        .unwrap();
+    assert_eq!(why, planner);
+    assert!(!why.is_empty());
+    assert!(launches(&decide(&mut core, &parts, t(10))).is_empty());
+}
+
+#[tokio::test]
+async fn a_buffer_naming_a_missing_template_gets_conditions_saying_so_and_is_no_demand() {
+    let s = store(vec![], vec![buffer("orphan", "gone", 2, json!([]))]);
+    let mut core = Core::new(Config::default());
+    let (parts, status) = buffer_round(
+        &s,
+        &core,
+        t(0),
+        "orphan",
+        &[
+            ("ReadyForProvisioning", "False", "PodTemplateNotFound"),
+            ("Infeasible", "True", "PodTemplateNotFound"),
+        ],
+        0,
+    )
+    .await;
+    assert_eq!(
+        status["conditions"][0]["message"],
+        "podTemplate ml/gone not found"
+    );
+    assert!(parts.pending.is_empty());
+    assert!(launches(&decide(&mut core, &parts, t(0))).is_empty());
+    assert_eq!(
+        s.read(|s| s.capacity_buffers["ml/orphan"].name_any()),
+        "orphan"
+    );
+}
+
+/// What discovery finds when `GET /apis` lists `autoscaling.x-k8s.io`
+/// `v1beta1` and its resource list answers `(status, body)`.
+async fn discovered(status: u16, resources: Value) -> podgroups::ServedApis {
+    let (client, verifier) = Scenario::new()
+        .expect(Method::GET, "/apis", |_| {})
+        .respond(
+            200,
+            json!({"kind": "APIGroupList", "apiVersion": "v1", "groups": [
+                {"name": "autoscaling.x-k8s.io", "versions": [
+                    {"groupVersion": "autoscaling.x-k8s.io/v1", "version": "v1"},
+                    {"groupVersion": "autoscaling.x-k8s.io/v1beta1", "version": "v1beta1"}]}]}),
+        )
+        .expect(Method::GET, "/apis/autoscaling.x-k8s.io/v1beta1", |_| {})
+        .respond(status, resources)
+        .run();
+    let served = podgroups::discover(&client).await.unwrap();
+    verifier.finish().await;
+    served
+}
+
+fn resource_list(names: &[&str]) -> Value {
+    let resources: Vec<Value> = names
+        .iter()
+        .map(|n| json!({"name": n, "singularName": "", "namespaced": true, "kind": "K", "verbs": ["list"]}))
+        .collect();
+    json!({"kind": "APIResourceList", "apiVersion": "v1",
+           "groupVersion": "autoscaling.x-k8s.io/v1beta1", "resources": resources})
+}
+
+#[tokio::test]
+async fn buffers_are_watched_only_where_their_group_version_lists_them() {
+    let served = discovered(
+        200,
+        resource_list(&["capacitybuffers", "capacitybuffers/status"]),
+    )
+    .await;
+    assert!(served.capacity_buffers && served.provisioning_requests);
+    // ProvisioningRequests' old v1beta1 alone: no buffers.
+    let served = discovered(200, resource_list(&["provisioningrequests"])).await;
+    assert!(!served.capacity_buffers);
+    // An unanswered resource list: not watched (a watch of a missing
+    // resource would hold the loop unready forever).
+    let served = discovered(
+        404,
+        support::api_server::not_found("", "autoscaling.x-k8s.io/v1beta1"),
+    )
+    .await;
+    assert!(!served.capacity_buffers);
+}
