@@ -1669,3 +1669,35 @@ fn gangs_that_ask_for_one_network_block_start_whole_in_one_block_and_scatter_wit
         "without the constraint gangs scatter: {whole} of {seen}"
     );
 }
+
+#[test]
+fn a_scheduled_buffer_holds_every_window_it_is_open_for() {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("simulations/buffer-schedule.yaml");
+    let text = std::fs::read_to_string(&path).unwrap();
+    let dir = path.parent().unwrap();
+    let b = &run_text(&text, dir).strategies["quartermaster"];
+    // The same sixteen GPUs as the GPU pool's pre-warm window.
+    let line = text
+        .lines()
+        .find(|l| l.starts_with("- {name: office-hours"))
+        .unwrap();
+    let prewarm = text.replace(&format!("buffers:\n{line}\n"), "").replace(
+        "    risk: {maxInterruptionBucket: 2}\n",
+        "    risk: {maxInterruptionBucket: 2}\n    prewarm:\n    - {name: office-hours, schedule: \"0 8 * * 1-5\", timeZone: Europe/Berlin, duration: 10h, capacity: {nvidia.com/gpu: \"16\"}}\n",
+    );
+    assert_ne!(prewarm, text);
+    let p = &run_text(&prewarm, dir).strategies["quartermaster"];
+    eprintln!(
+        "buffer: windows held {:?}, ${:.2}; prewarm: windows ready {:?}, ${:.2}",
+        b.buffer_windows, b.total_cost, p.prewarm_ready, p.total_cost
+    );
+    let (held, windows) = b.buffer_windows;
+    assert_eq!(windows, 5, "five weekday windows");
+    assert_eq!(held, windows, "every chunk held on a Ready node while open");
+    assert_eq!(p.prewarm_ready, (5, 5));
+    assert_eq!(
+        p.buffer_windows,
+        (0, 0),
+        "no buffer in the pre-warm variant"
+    );
+}

@@ -89,6 +89,21 @@ fn in_window(b: &Buffer, now: Time) -> Result<bool, Problem> {
     }
 }
 
+/// The next instant after `now` a scheduled buffer's window starts warming
+/// ([`SCHEDULE_LEAD`] ahead), opens or closes: when a driver should run
+/// [`step`] again; `None` without such a window (or one that does not read).
+pub fn next_deadline(buffers: &[Buffer], now: Time) -> Option<Time> {
+    buffers
+        .iter()
+        .filter_map(|b| {
+            let w = b.window.as_ref()?;
+            super::prewarm::window_deadline(&b.name, w, now, SCHEDULE_LEAD)
+                .ok()
+                .flatten()
+        })
+        .min()
+}
+
 /// A condition to have on a buffer.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Set {

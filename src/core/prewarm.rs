@@ -169,16 +169,27 @@ pub fn next_deadline(pool: &NodePool, now: Time, lead: Duration) -> Result<Optio
         }
     };
     for w in &pool.spec.prewarm {
-        let t = Timing::of(pool, w)?;
-        if let Some(start) = t.current_start(now, lead) {
-            consider(start);
-            consider(after(start, t.duration));
-        }
-        if let Some(s) = t.first_start_after(after(now, lead)) {
-            consider(before(s, lead));
+        if let Some(t) = Timing::of(pool, w)?.next_change(now, lead) {
+            consider(t);
         }
     }
     Ok(next)
+}
+
+/// [`next_deadline`] of one window read on its own (a scheduled
+/// CapacityBuffer's); `owner` names it in errors.
+///
+/// # Errors
+///
+/// [`Error::Schedule`] or [`Error::Duration`] when its schedule, zone or
+/// duration does not read.
+pub fn window_deadline(
+    owner: &str,
+    w: &PrewarmWindow,
+    now: Time,
+    lead: Duration,
+) -> Result<Option<Time>> {
+    Ok(Timing::parse(owner, w)?.next_change(now, lead))
 }
 
 /// The start of the occurrence of `w` that is warming or open at `now`
@@ -207,6 +218,25 @@ struct Timing {
 }
 
 impl Timing {
+    /// The next instant after `now` the window starts warming, opens or
+    /// closes.
+    fn next_change(&self, now: Time, lead: Duration) -> Option<Time> {
+        let mut next: Option<Time> = None;
+        let mut consider = |t: Time| {
+            if t > now {
+                next = Some(next.map_or(t, |n: Time| n.min(t)));
+            }
+        };
+        if let Some(start) = self.current_start(now, lead) {
+            consider(start);
+            consider(after(start, self.duration));
+        }
+        if let Some(s) = self.first_start_after(after(now, lead)) {
+            consider(before(s, lead));
+        }
+        next
+    }
+
     fn of(pool: &NodePool, w: &PrewarmWindow) -> Result<Timing> {
         Timing::parse(pool_name(pool), w)
     }

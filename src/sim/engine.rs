@@ -148,6 +148,11 @@ pub struct Engine<'a> {
     /// Gang starts whose members all ran in one network block, and gang
     /// starts on nodes that all report a network topology.
     gang_blocks: (u32, u32),
+    /// The scenario's CapacityBuffers.
+    buffers: Vec<crate::core::buffers::Buffer>,
+    /// Per scheduled buffer window seen open (buffer, window start): whether
+    /// every chunk was held at every step it was open.
+    buffer_windows: BTreeMap<(String, Time), bool>,
 }
 
 impl<'a> Engine<'a> {
@@ -258,6 +263,8 @@ impl<'a> Engine<'a> {
             images_released: 0,
             books: Default::default(),
             gang_blocks: (0, 0),
+            buffers: scenario.buffers.iter().map(|b| b.to_buffer()).collect(),
+            buffer_windows: BTreeMap::new(),
         })
     }
 
@@ -304,6 +311,9 @@ impl<'a> Engine<'a> {
             self.refresh_pending();
             let world = self.world();
             if let Some(d) = self.core.next_deadline(&world, self.now) {
+                t = t.min(d);
+            }
+            if let Some(d) = crate::core::buffers::next_deadline(&self.buffers, self.now) {
                 t = t.min(d);
             }
         }
@@ -369,12 +379,33 @@ impl<'a> Engine<'a> {
         if !self.static_mode {
             let stand_ins = self.provisioning_step();
             self.refresh_pending();
+            let (placeholders, held) = self.buffers_step();
             let demand: Vec<Pod>;
-            let pending = if stand_ins.is_empty() {
+            let pending = if stand_ins.is_empty() && placeholders.is_empty() {
                 &self.pending
             } else {
-                demand = self.pending.iter().cloned().chain(stand_ins).collect();
+                demand = self
+                    .pending
+                    .iter()
+                    .cloned()
+                    .chain(stand_ins)
+                    .chain(placeholders)
+                    .collect();
                 &demand
+            };
+            // Nodes holding buffer chunks: the chunks bound to them for
+            // this round (do-not-disrupt), as the controller binds them.
+            let holding: Vec<ManagedNode>;
+            let nodes = if held.is_empty() {
+                &self.nodes.managed
+            } else {
+                let mut copy = self.nodes.managed.clone();
+                for (n, pod) in held {
+                    copy[n].state.used.add(&pod.pod.requests);
+                    copy[n].pods.push(pod);
+                }
+                holding = copy;
+                &holding
             };
             if !self.reservations.is_empty() {
                 self.reserved = Some(super::reservations::core_catalog(
@@ -390,7 +421,7 @@ impl<'a> Engine<'a> {
                 self.region,
                 &self.pools,
                 pending,
-                &self.nodes.managed,
+                nodes,
             );
             let actions = self.core.decide(&w, now);
             for a in actions {
@@ -422,13 +453,9 @@ impl<'a> Engine<'a> {
             return Vec::new();
         }
         let now = self.now;
-        let core = &self.core;
-        let unplaceable = |p: &str| {
-            core.last_plan()
-                .and_then(|r| r.unschedulable.iter().find(|u| u.pod == p))
-                .map(|u| u.reason.clone())
-        };
-        let out = self.requests.step(&self.nodes.managed, &unplaceable, now);
+        let out = self
+            .requests
+            .step(&self.nodes.managed, &unplaceable_in(&self.core), now);
         for t in out.transitions {
             self.result.log.push((now, LogEvent::Provisioning(t)));
         }
@@ -439,6 +466,49 @@ impl<'a> Engine<'a> {
             self.bind();
         }
         out.pending
+    }
+
+    /// The scenario's CapacityBuffers this round ([`crate::core::buffers::step`]):
+    /// their placeholders to plan and the chunks held on nodes (by node
+    /// index). Notes, per open window of a scheduled buffer, whether all its
+    /// chunks are held ([`StrategyResult::buffer_windows`]).
+    fn buffers_step(&mut self) -> (Vec<Pod>, Vec<(usize, BoundPod)>) {
+        if self.buffers.is_empty() {
+            return (Vec::new(), Vec::new());
+        }
+        let now = self.now;
+        let unplaceable = unplaceable_in(&self.core);
+        let step = crate::core::buffers::step(
+            &self.buffers,
+            &self.nodes.managed,
+            &self.pending,
+            &unplaceable,
+            crate::core::batch::DEFAULT_MAX_PODS,
+            now,
+        );
+        for b in &self.buffers {
+            let Some(w) = &b.window else { continue };
+            let Ok(Some(start)) =
+                prewarm::current_start(&b.name, w, now, std::time::Duration::ZERO)
+            else {
+                continue;
+            };
+            let wanted = b.replicas.unwrap_or(0).max(0) as usize;
+            let prefix = format!("{}.buffer.reserved-", b.name);
+            let held = step
+                .held
+                .iter()
+                .filter(|(n, p)| {
+                    p.pod.name.starts_with(&prefix) && self.nodes.managed[*n].ready_at.is_some()
+                })
+                .count();
+            let ok = self
+                .buffer_windows
+                .entry((b.name.clone(), start))
+                .or_insert(true);
+            *ok &= held >= wanted;
+        }
+        (step.pending, step.held)
     }
 
     /// Rebuilds the waiting pods' list if `waiting` changed since.
@@ -1095,6 +1165,10 @@ impl<'a> Engine<'a> {
         }
         self.result.p95_slowdown = p95_slowdown(&self.jobs, end);
         self.result.gang_blocks = self.gang_blocks;
+        self.result.buffer_windows = (
+            self.buffer_windows.values().filter(|&&ok| ok).count() as u32,
+            self.buffer_windows.len() as u32,
+        );
         let reasons = self.unplaceable_reasons();
         for j in &self.jobs {
             let reason = match &j.phase {
@@ -1167,6 +1241,15 @@ fn world<'w>(
         pending,
         nodes,
         pdbs: &[],
+    }
+}
+
+/// Why the core's last plan found no place for a pod, by pod name.
+fn unplaceable_in(core: &Core) -> impl Fn(&str) -> Option<String> + '_ {
+    |p: &str| {
+        core.last_plan()
+            .and_then(|r| r.unschedulable.iter().find(|u| u.pod == p))
+            .map(|u| u.reason.clone())
     }
 }
 

@@ -200,6 +200,10 @@ pub struct StrategyResult {
     /// bottom network node (one block), and gang starts whose members' nodes
     /// all report a network topology.
     pub gang_blocks: (u32, u32),
+    /// Windows of scheduled CapacityBuffers whose every chunk was held on a
+    /// Ready node at every step the window was open, and all such windows
+    /// seen.
+    pub buffer_windows: (u32, u32),
     /// 95th percentile over jobs of (finish - arrival) / (run time +
     /// on-demand startup): how much slower than on uninterrupted on-demand
     /// capacity jobs finish (see `engine::p95_slowdown`).

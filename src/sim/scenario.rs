@@ -255,6 +255,101 @@ pub struct Scenario {
     /// of a scenario (`cloud.*.zone`, reservations) is a zone ID.
     #[serde(default)]
     pub zone_names: std::collections::BTreeMap<String, String>,
+    /// CapacityBuffers, as the controller serves them
+    /// ([`crate::core::buffers`]): spare capacity for copies of a GPU pod,
+    /// optionally only in a scheduled window.
+    #[serde(default)]
+    pub buffers: Vec<BufferSpec>,
+}
+
+/// A CapacityBuffer of a scenario: `replicas` chunks of a pod asking for
+/// `gpus` GPUs (4 CPUs and 32 GiB each, tolerating the GPU taint, as
+/// training pods do), wanted always or only in a window (`schedule`,
+/// `timeZone`, `duration`: the buffer-schedule annotations).
+#[derive(Debug, Clone, Deserialize, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct BufferSpec {
+    /// Its name (the namespace is `buffers`).
+    pub name: String,
+    /// GPUs of one chunk.
+    pub gpus: u32,
+    /// Chunks.
+    pub replicas: u32,
+    /// Cron schedule of its window; absent: always wanted.
+    #[serde(default)]
+    pub schedule: Option<String>,
+    /// Time zone of `schedule`.
+    #[serde(default = "utc")]
+    pub time_zone: String,
+    /// How long the window stays open (Go duration); required with a
+    /// schedule.
+    #[serde(default)]
+    pub duration: Option<String>,
+    /// Node labels its chunks select (the template's `nodeSelector`), e.g.
+    /// `karpenter.sh/capacity-type: on-demand`.
+    #[serde(default)]
+    pub node_selector: std::collections::BTreeMap<String, String>,
+    /// CPU of one chunk (a quantity); absent: 4 per GPU.
+    #[serde(default)]
+    pub cpu: Option<String>,
+    /// Memory of one chunk (a quantity); absent: 32Gi per GPU.
+    #[serde(default)]
+    pub memory: Option<String>,
+}
+
+fn utc() -> String {
+    "UTC".into()
+}
+
+impl BufferSpec {
+    /// The buffer as the core reads it.
+    pub fn to_buffer(&self) -> crate::core::buffers::Buffer {
+        let mut pod = super::workload::gpu_pod(&format!("buffers/{}", self.name), self.gpus);
+        pod.holds_work = false;
+        let sized = [("cpu", &self.cpu), ("memory", &self.memory)];
+        for (resource, quantity) in sized {
+            let Some(q) = quantity else { continue };
+            match crate::cluster::Resources::parse([(resource, q.as_str())]) {
+                Ok(r) => pod.requests.set(resource, r.get(resource)),
+                Err(e) => {
+                    return crate::core::buffers::Buffer {
+                        name: format!("buffers/{}", self.name),
+                        pod: Err(crate::core::buffers::Problem::spec(format!(
+                            "{resource}: {e}"
+                        ))),
+                        replicas: Some(i64::from(self.replicas)),
+                        limits: None,
+                        window: None,
+                    }
+                }
+            }
+        }
+        if !self.node_selector.is_empty() {
+            pod.affinity.terms = vec![self
+                .node_selector
+                .iter()
+                .map(|(k, v)| {
+                    crate::cluster::Requirement::new(k, crate::cluster::Operator::In, &[v.as_str()])
+                })
+                .collect()];
+        }
+        crate::core::buffers::Buffer {
+            name: format!("buffers/{}", self.name),
+            pod: Ok(pod),
+            replicas: Some(i64::from(self.replicas)),
+            limits: None,
+            window: self
+                .schedule
+                .as_ref()
+                .map(|schedule| crate::api::PrewarmWindow {
+                    name: self.name.clone(),
+                    schedule: schedule.clone(),
+                    time_zone: self.time_zone.clone(),
+                    duration: self.duration.clone().unwrap_or_default(),
+                    capacity: Default::default(),
+                }),
+        }
+    }
 }
 
 /// `nodePools`: a list of NodePools, each checked against the CRD's own

@@ -332,7 +332,7 @@ fn log_normal(rng: &mut ChaCha8Rng, median: f64, p90: f64) -> f64 {
     (mu + sigma * z).exp()
 }
 
-fn gpu_pod(name: &str, gpus: u32) -> Pod {
+pub(crate) fn gpu_pod(name: &str, gpus: u32) -> Pod {
     let g = gpus.max(1) as i64;
     let mut p = Pod::new(
         name,

@@ -247,6 +247,9 @@ fn prewarm(out: &mut String, report: &SimReport) {
         "gang starts in one network block (of those on nodes with a network topology):",
         |r| r.gang_blocks,
     );
+    fraction(out, report, "buffer windows held whole while open:", |r| {
+        r.buffer_windows
+    });
 }
 
 /// A section of `part/whole` per strategy whose `whole` is not 0.
