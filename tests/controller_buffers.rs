@@ -136,7 +136,14 @@ async fn buffer_round(
             .and_then(|r| r.unschedulable.iter().find(|u| u.pod == p))
             .map(|u| u.reason.clone())
     };
-    let statuses = buffers::buffers_step(s, &mut parts, &unplaceable, DEFAULT_MAX_PODS, now);
+    let statuses = buffers::buffers_step(
+        s,
+        &mut parts,
+        &unplaceable,
+        DEFAULT_MAX_PODS,
+        now,
+        quartermaster::core::buffers::SCHEDULE_LEAD,
+    );
     let path =
         format!("/apis/autoscaling.x-k8s.io/v1beta1/namespaces/ml/capacitybuffers/{name}/status");
     let expected: Vec<(String, String, String)> = want

@@ -170,13 +170,15 @@ pub fn distill(s: &Snapshot, key: &str, b: &CapacityBuffer) -> Buffer {
 /// the room it holds is put on the nodes (as do-not-disrupt pods), and
 /// every served buffer's status is returned. `unplaceable` says why the
 /// last plan found no place for a pod; `max_pods` bounds the placeholders
-/// made; `now` opens and closes scheduled buffers' windows.
+/// made; `now` opens and closes scheduled buffers' windows, whose chunks
+/// are made `lead` ahead ([`crate::core::Core::buffer_lead`]).
 pub fn buffers_step(
     store: &Store,
     parts: &mut WorldParts,
     unplaceable: &dyn Fn(&str) -> Option<String>,
     max_pods: usize,
     now: Time,
+    lead: std::time::Duration,
 ) -> Vec<Status> {
     let read: Vec<Buffer> = store.read(|s| {
         s.capacity_buffers
@@ -188,13 +190,14 @@ pub fn buffers_step(
     if read.is_empty() {
         return Vec::new();
     }
-    let step = buffers::step(
+    let step = buffers::step_with_lead(
         &read,
         &parts.nodes,
         &parts.pending,
         unplaceable,
         max_pods,
         now,
+        lead,
     );
     parts.pending.extend(step.pending);
     for (n, held) in step.held {

@@ -598,12 +598,14 @@ impl<C: CloudProvider + Send + Sync + 'static> Driver<C> {
         );
         // CapacityBuffers: placeholders to plan after the real pods, room
         // to hold.
+        let lead = self.core.buffer_lead(&parts.world(&catalog, &region));
         let buffers = super::buffers::buffers_step(
             &self.store,
             &mut parts,
             &|p| unplaceable.get(p).cloned(),
             self.settings.core.max_batch_pods,
             now,
+            lead,
         );
         self.ctx
             .metrics

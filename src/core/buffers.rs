@@ -65,19 +65,20 @@ pub struct Buffer {
     pub window: Option<PrewarmWindow>,
 }
 
-/// How long before a scheduled buffer's window opens its chunks are made:
-/// 1.25 x the slowest default launch-to-ready time (10 min, p5), so its
-/// capacity is Ready when the window opens.
+/// How long before a scheduled buffer's window opens its chunks are made
+/// when the driver has no learned lead ([`step_with_lead`]): 1.25 x the
+/// slowest default launch-to-ready time (10 min, p5), so its capacity is
+/// Ready when the window opens.
 pub const SCHEDULE_LEAD: Duration = Duration::from_secs(750);
 
 /// Whether a scheduled buffer wants its chunks at `now` (its window is
 /// warming or open, [`SCHEDULE_LEAD`] ahead), or why its window does not
 /// read.
-fn in_window(b: &Buffer, now: Time) -> Result<bool, Problem> {
+fn in_window(b: &Buffer, now: Time, lead: Duration) -> Result<bool, Problem> {
     let Some(w) = &b.window else {
         return Ok(true);
     };
-    match super::prewarm::current_start(&b.name, w, now, SCHEDULE_LEAD) {
+    match super::prewarm::current_start(&b.name, w, now, lead) {
         Ok(start) => Ok(start.is_some()),
         Err(super::prewarm::Error::Schedule { source, .. }) => {
             Err(Problem::spec(format!("schedule: {source}")))
@@ -90,14 +91,14 @@ fn in_window(b: &Buffer, now: Time) -> Result<bool, Problem> {
 }
 
 /// The next instant after `now` a scheduled buffer's window starts warming
-/// ([`SCHEDULE_LEAD`] ahead), opens or closes: when a driver should run
-/// [`step`] again; `None` without such a window (or one that does not read).
-pub fn next_deadline(buffers: &[Buffer], now: Time) -> Option<Time> {
+/// (`lead` ahead), opens or closes: when a driver should run [`step`]
+/// again; `None` without such a window (or one that does not read).
+pub fn next_deadline(buffers: &[Buffer], now: Time, lead: Duration) -> Option<Time> {
     buffers
         .iter()
         .filter_map(|b| {
             let w = b.window.as_ref()?;
-            super::prewarm::window_deadline(&b.name, w, now, SCHEDULE_LEAD)
+            super::prewarm::window_deadline(&b.name, w, now, lead)
                 .ok()
                 .flatten()
         })
@@ -232,6 +233,29 @@ pub fn step(
     max_pods: usize,
     now: Time,
 ) -> Step {
+    step_with_lead(
+        buffers,
+        nodes,
+        pending,
+        unplaceable,
+        max_pods,
+        now,
+        SCHEDULE_LEAD,
+    )
+}
+
+/// [`step`] with scheduled buffers' chunks made `lead` before their
+/// windows open (the core's learned launch lead:
+/// [`super::Core::buffer_lead`]).
+pub fn step_with_lead(
+    buffers: &[Buffer],
+    nodes: &[ManagedNode],
+    pending: &[Pod],
+    unplaceable: &dyn Fn(&str) -> Option<String>,
+    max_pods: usize,
+    now: Time,
+    lead: Duration,
+) -> Step {
     let mut states: Vec<NodeState> = nodes.iter().map(|n| n.state.clone()).collect();
     take_room(pending, &mut states);
     let mut left = max_pods as u64;
@@ -241,7 +265,7 @@ pub fn step(
             .pod
             .as_ref()
             .map_err(Clone::clone)
-            .and_then(|pod| Ok((pod, chunks(b, pod)?, in_window(b, now)?)));
+            .and_then(|pod| Ok((pod, chunks(b, pod)?, in_window(b, now, lead)?)));
         let resolved = match resolved {
             Ok((_, wanted, false)) => {
                 let message = format!("{wanted} chunks, outside its schedule");

@@ -626,6 +626,19 @@ impl Core {
     /// 1.25 x the pool's p90 launch-to-ready time, plus the longest batch,
     /// so that a launch that takes a little longer than usual is still Ready
     /// at the window's start.
+    /// How long before a scheduled CapacityBuffer's window its chunks are
+    /// made: the longest of the pools' pre-warm leads ([`Core::lead`], from
+    /// the launch-to-ready times learned so far), or
+    /// [`super::buffers::SCHEDULE_LEAD`] without pools.
+    pub fn buffer_lead(&self, world: &World) -> std::time::Duration {
+        world
+            .pools
+            .iter()
+            .map(|p| self.lead(p, world))
+            .max()
+            .unwrap_or(super::buffers::SCHEDULE_LEAD)
+    }
+
     fn lead(&self, pool: &NodePool, world: &World) -> std::time::Duration {
         let mut cache = self.families.borrow_mut();
         let fresh = cache

@@ -313,7 +313,8 @@ impl<'a> Engine<'a> {
             if let Some(d) = self.core.next_deadline(&world, self.now) {
                 t = t.min(d);
             }
-            if let Some(d) = crate::core::buffers::next_deadline(&self.buffers, self.now) {
+            let lead = self.core.buffer_lead(&world);
+            if let Some(d) = crate::core::buffers::next_deadline(&self.buffers, self.now, lead) {
                 t = t.min(d);
             }
         }
@@ -478,13 +479,15 @@ impl<'a> Engine<'a> {
         }
         let now = self.now;
         let unplaceable = unplaceable_in(&self.core);
-        let step = crate::core::buffers::step(
+        let lead = self.core.buffer_lead(&self.world());
+        let step = crate::core::buffers::step_with_lead(
             &self.buffers,
             &self.nodes.managed,
             &self.pending,
             &unplaceable,
             crate::core::batch::DEFAULT_MAX_PODS,
             now,
+            lead,
         );
         for b in &self.buffers {
             let Some(w) = &b.window else { continue };
