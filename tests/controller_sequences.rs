@@ -563,10 +563,17 @@ fn unregister(claim: &mut NodeClaim) {
         .retain(|c| c.type_ == conditions::LAUNCHED);
 }
 
-#[tokio::test]
-async fn a_training_node_is_labelled_with_its_place_in_the_ec2_network() {
-    let cloud = cloud();
-    let mut req = spot_request("train-000001");
+/// Launches an on-demand p5.48xlarge claim `name` in `cloud` (into its
+/// pool's placement group when `one_block`), registers its node `node`
+/// through the lifecycle, and returns the labels registration wrote on the
+/// node, with the network nodes the cloud reports for the instance.
+async fn register_p5(
+    cloud: &Mutex<SimulatedCloud>,
+    name: &str,
+    node_name: &str,
+    one_block: bool,
+) -> (serde_json::Map<String, Value>, Vec<String>) {
+    let mut req = spot_request(name);
     req.offering.instance_type = "p5.48xlarge".into();
     req.offering.capacity_type = quartermaster::catalog::CapacityType::OnDemand;
     req.offering.zone = catalog()
@@ -575,13 +582,19 @@ async fn a_training_node_is_labelled_with_its_place_in_the_ec2_network() {
         .unwrap()
         .zone_id
         .clone();
-    let (mut claim, provider_id) = ready(&cloud, &req, claim_for(&req, t(0)), "ip-10-0-0-9").await;
-    let name = claim.name_any();
+    req.cluster_placement = one_block;
+    let mut claim = claim_for(&req, t(0));
+    if one_block {
+        claim
+            .spec
+            .labels
+            .insert(l::CLUSTER_PLACEMENT.into(), "true".into());
+    }
+    let (mut claim, provider_id) = ready(cloud, &req, claim, node_name).await;
     unregister(&mut claim);
-    let want = cloud.lock().unwrap().network_nodes(&provider_id);
-    assert_eq!(want.len(), 3, "EC2 reports three layers for a p5.48xlarge");
+    let network = cloud.lock().unwrap().network_nodes(&provider_id);
     let booting = node(
-        "ip-10-0-0-9",
+        node_name,
         &provider_id,
         json!([{"key": l::TAINT_UNREGISTERED, "effect": "NoSchedule"}]),
         false,
@@ -590,29 +603,72 @@ async fn a_training_node_is_labelled_with_its_place_in_the_ec2_network() {
     let s = store(vec![], vec![booting], vec![claim.clone()]);
     let metrics = Metrics::unregistered();
     let node_reply =
-        serde_json::to_value(node("ip-10-0-0-9", &provider_id, json!([]), false, None)).unwrap();
+        serde_json::to_value(node(node_name, &provider_id, json!([]), false, None)).unwrap();
+    let written: Arc<Mutex<serde_json::Map<String, Value>>> = Arc::default();
+    let keep = written.clone();
     let api = Scenario::new()
-        .expect(Method::PATCH, "/api/v1/nodes/ip-10-0-0-9", move |body| {
-            let labels = patched(body, "/metadata/labels");
-            for (i, nn) in want.iter().enumerate() {
-                let key = format!("topology.k8s.aws/network-node-layer-{}", i + 1);
-                assert_eq!(labels[&key], json!(nn), "{key}");
-            }
-            assert!(labels
-                .get("topology.k8s.aws/network-node-layer-4")
-                .is_none());
-        })
+        .expect(
+            Method::PATCH,
+            &format!("/api/v1/nodes/{node_name}"),
+            move |body| {
+                let labels = patched(body, "/metadata/labels");
+                *keep.lock().unwrap() = labels.as_object().cloned().unwrap_or_default();
+            },
+        )
         .respond(200, node_reply)
         .expect(Method::PATCH, &format!("{CLAIMS}/{name}/status"), |_| {})
         .respond(200, claim_json(&claim))
         .run();
-    let step = reconcile_scripted(api, &s, &cloud, &metrics, &name, t(60)).await;
+    let step = reconcile_scripted(api, &s, cloud, &metrics, name, t(60)).await;
     assert_eq!(
         step,
         Step::Registered {
-            node: "ip-10-0-0-9".into()
+            node: node_name.into()
         }
     );
+    let labels = written.lock().unwrap().clone();
+    (labels, network)
+}
+
+#[tokio::test]
+async fn a_training_node_is_labelled_with_its_place_in_the_ec2_network() {
+    let cloud = cloud();
+    let (labels, want) = register_p5(&cloud, "train-000001", "ip-10-0-0-9", false).await;
+    assert_eq!(want.len(), 3, "EC2 reports three layers for a p5.48xlarge");
+    for (i, nn) in want.iter().enumerate() {
+        let key = format!("topology.k8s.aws/network-node-layer-{}", i + 1);
+        assert_eq!(labels[&key], json!(nn), "{key}");
+    }
+    assert!(labels
+        .get("topology.k8s.aws/network-node-layer-4")
+        .is_none());
+}
+
+#[tokio::test]
+async fn nodes_of_a_one_block_gang_register_under_one_network_node_where_lone_ones_scatter() {
+    // What Kueue's second pass reads: the bottom layer of each new node.
+    let layer3 = "topology.k8s.aws/network-node-layer-3";
+    let blocks = |one_block: bool| async move {
+        let cloud = cloud();
+        let mut seen = std::collections::BTreeSet::new();
+        for i in 0..4 {
+            let (labels, _) = register_p5(
+                &cloud,
+                &format!("train-{i:06}"),
+                &format!("ip-10-0-0-{}", i + 10),
+                one_block,
+            )
+            .await;
+            seen.insert(labels[layer3].as_str().unwrap().to_string());
+        }
+        seen
+    };
+    assert_eq!(
+        blocks(true).await.len(),
+        1,
+        "one placement group, one block"
+    );
+    assert!(blocks(false).await.len() > 1, "lone launches scatter");
 }
 
 #[tokio::test]

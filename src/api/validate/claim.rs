@@ -35,6 +35,11 @@ fn offering_labels(
     for k in [l::CAPACITY_TYPE, l::KARPENTER_CAPACITY_TYPE] {
         put(k, Some(spec.capacity_type.as_str()));
     }
+    // What the controller marks its own launches with: served DRA claims,
+    // a cluster placement group for a one-block gang.
+    for k in [l::DRA, l::CLUSTER_PLACEMENT] {
+        put(k, Some("true"));
+    }
     put(l::INSTANCE_TYPE, Some(&spec.instance_type));
     put(l::ZONE_ID, Some(&spec.zone));
     put(l::ZONE, None);
@@ -168,6 +173,17 @@ mod tests {
     #[test]
     fn a_claim_as_the_controller_builds_it_is_valid() {
         assert_eq!(problems(&claim()), Vec::<String>::new());
+        // Launched to serve DRA claims, or for a one-block gang.
+        let mut c = claim();
+        for k in [l::DRA, l::CLUSTER_PLACEMENT] {
+            c.spec.labels.insert(k.into(), "true".into());
+        }
+        assert_eq!(problems(&c), Vec::<String>::new());
+        for k in [l::DRA, l::CLUSTER_PLACEMENT] {
+            let mut c = claim();
+            c.spec.labels.insert(k.into(), "yes".into());
+            assert_eq!(problems(&c).len(), 1, "{k}: only \"true\"");
+        }
     }
 
     #[test]
