@@ -583,6 +583,12 @@ impl Core {
             unschedulable: with_held_pools(&result.unschedulable, world.pools, pools.is_empty()),
             solve_seconds: result.solve_ms / 1000.0,
         });
+        // The pods whose gang must share one network block (usually none).
+        let one_block: std::collections::HashSet<&str> = demand
+            .iter()
+            .filter(|p| p.network_block.is_some())
+            .map(|p| p.name.as_str())
+            .collect();
         let mut actions = Vec::new();
         for n in result.nodes {
             self.next_claim += 1;
@@ -606,11 +612,7 @@ impl Core {
                     capacity_type: n.capacity_type,
                 },
                 price_per_hour: n.price_per_hour,
-                cluster_placement: n.pods.iter().any(|name| {
-                    demand
-                        .iter()
-                        .any(|p| p.name == *name && p.network_block.is_some())
-                }),
+                cluster_placement: n.pods.iter().any(|name| one_block.contains(name.as_str())),
                 pods: n.pods,
                 prewarm_window: window,
                 reservation: n.reservation,
