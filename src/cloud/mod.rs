@@ -373,6 +373,17 @@ pub async fn collect_garbage<C: CloudProvider + ?Sized>(
     Ok((done, failed))
 }
 
+/// Whether a node with these labels is launched into its pool's cluster
+/// placement group of its zone: it has EFA interfaces, or it was launched
+/// for a gang that must share one network block
+/// (`quartermaster.dev/cluster-placement`). Such a launch has no fallbacks
+/// in other zones.
+pub fn in_placement_group(labels: &std::collections::BTreeMap<String, String>) -> bool {
+    let label = |k: &str| labels.get(k).map(String::as_str);
+    label(crate::labels::EFA_INTERFACES).is_some_and(|n| n != "0")
+        || label(crate::labels::CLUSTER_PLACEMENT) == Some("true")
+}
+
 /// The instance ID at the end of a Kubernetes provider ID
 /// (`aws:///us-east-1a/i-0123` gives `i-0123`).
 pub fn instance_id_of(provider_id: &str) -> &str {

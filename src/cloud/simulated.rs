@@ -1019,12 +1019,8 @@ impl CloudProvider for Mutex<SimulatedCloud> {
         now: Time,
     ) -> Result<Instance> {
         let mut cloud = self.lock().map_err(|_| poisoned())?;
-        let label = |k: &str| template.labels.get(k).map(String::as_str);
-        let placed = label(crate::labels::EFA_INTERFACES).is_some_and(|n| n != "0")
-            || label(crate::labels::CLUSTER_PLACEMENT) == Some("true");
-        if placed {
-            let group = format!("{}-{}", claim.nodepool, claim.offering.zone);
-            cloud.launch_placed(claim, &group, now)
+        if crate::cloud::in_placement_group(&template.labels) {
+            cloud.launch_placed(claim, &placement_group_of(claim), now)
         } else {
             cloud.launch(claim, now)
         }
@@ -1052,6 +1048,12 @@ impl CloudProvider for Mutex<SimulatedCloud> {
             .map_err(|_| poisoned())?
             .network_nodes(&instance.provider_id))
     }
+}
+
+/// The simulated cluster placement group of a claim's pool in its zone (as
+/// the EC2 provider names one per pool and zone).
+pub fn placement_group_of(claim: &ClaimRequest) -> String {
+    format!("{}-{}", claim.nodepool, claim.offering.zone)
 }
 
 /// Runs a future that completes without waiting, such as any future of the

@@ -771,13 +771,11 @@ impl<'a> Engine<'a> {
         };
         // Into the pool's cluster placement group of the zone, as the EC2
         // provider launches EFA nodes and one-block gangs.
-        let placed = node.as_ref().is_some_and(|n| {
-            let label = |k: &str| n.state.labels.get(k).map(String::as_str);
-            label(crate::labels::CLUSTER_PLACEMENT) == Some("true")
-                || label(crate::labels::EFA_INTERFACES).is_some_and(|v| v != "0")
-        });
+        let placed = node
+            .as_ref()
+            .is_some_and(|n| crate::cloud::in_placement_group(&n.state.labels));
         let group =
-            group.or_else(|| placed.then(|| format!("{}-{}", req.nodepool, req.offering.zone)));
+            group.or_else(|| placed.then(|| crate::cloud::simulated::placement_group_of(&req)));
         let launched = match &group {
             Some(group) => self.cloud.launch_placed(&req, group, now),
             None => self.cloud.launch(&req, now),

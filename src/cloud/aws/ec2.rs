@@ -845,14 +845,7 @@ impl CloudProvider for AwsCloud {
         // An EFA node, and a node of a gang that must share one network
         // block, goes into its pool's placement group of its zone: no
         // fallbacks in other zones.
-        let efa = template
-            .labels
-            .get(l::EFA_INTERFACES)
-            .is_some_and(|n| n != "0")
-            || template
-                .labels
-                .get(l::CLUSTER_PLACEMENT)
-                .is_some_and(|v| v == "true");
+        let efa = crate::cloud::in_placement_group(&template.labels);
         let offerings: Vec<&OfferingKey> = std::iter::once(&claim.offering)
             .chain(template.fallbacks.iter().filter(|f| {
                 !efa && f.capacity_type == claim.offering.capacity_type && **f != claim.offering
