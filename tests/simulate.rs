@@ -1701,3 +1701,33 @@ fn a_scheduled_buffer_holds_every_window_it_is_open_for() {
         "no buffer in the pre-warm variant"
     );
 }
+
+/// `--trace` names a file as the shell sees it, relative to the working
+/// directory, not to the scenario's folder; its jobs are replayed beside
+/// the scenario's own.
+#[test]
+fn a_trace_named_on_the_command_line_is_read_from_the_working_directory() {
+    let args = |trace: Option<&'static str>| {
+        let mut a = vec![
+            "simulate",
+            "simulations/smoke.yaml",
+            "--strategies",
+            "on-demand",
+            "--output",
+            "json",
+        ];
+        if let Some(t) = trace {
+            a.extend(["--trace", t]);
+        }
+        a
+    };
+    let own = cli_json(&args(None));
+    let with = cli_json(&args(Some("simulations/traces/foreign-fleet.csv")));
+    let jobs = |j: &serde_json::Value| j["strategies"]["on-demand"]["jobs_total"].as_u64().unwrap();
+    assert!(
+        jobs(&with) > jobs(&own),
+        "{} vs {}",
+        jobs(&with),
+        jobs(&own)
+    );
+}

@@ -4,11 +4,14 @@
 //! `quartermaster bench simulate`: a generated many-job scenario, timed
 //! against a tenth of it in the same process, so the ratio tells whether the
 //! engine scales linearly whatever else the machine is doing.
+//! `quartermaster bench trace`: a scenario replaying a trace, timed against
+//! the same scenario replaying the trace's first tenth, in the same process.
 
 use anyhow::{bail, Context};
 use quartermaster::catalog::Catalog;
 use quartermaster::cluster::dra::Resolver;
 use quartermaster::plan::{self, workload, Input, Options, Plan, Strategy};
+use quartermaster::sim::scenario::StrategyName;
 use serde_json::json;
 use std::process::ExitCode;
 use std::time::Instant;
@@ -50,6 +53,18 @@ enum What {
         /// Seed of the workload and the simulated cloud.
         #[arg(long, default_value_t = 1)]
         seed: u64,
+    },
+    /// Replay a trace through a scenario, and its first tenth (by rows, in
+    /// the file's order of submission) as the baseline.
+    Trace {
+        /// Scenario file (YAML; see simulations/).
+        scenario: std::path::PathBuf,
+        /// The trace CSV (format: shared/traces/README.md).
+        #[arg(long)]
+        trace: std::path::PathBuf,
+        /// Strategies to replay, comma-separated (default: the scenario's).
+        #[arg(long, value_delimiter = ',')]
+        strategies: Vec<StrategyName>,
     },
 }
 
@@ -151,6 +166,77 @@ fn run_simulate(jobs: u32, days: u32, seed: u64) -> anyhow::Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
+/// Replays `trace` through the scenario, whole and its first tenth of rows.
+fn run_trace(
+    path: &std::path::Path,
+    trace: &std::path::Path,
+    strategies: &[StrategyName],
+) -> anyhow::Result<ExitCode> {
+    use quartermaster::sim::{self, scenario::Scenario};
+    let catalog = std::sync::Arc::new(Catalog::embedded().context("loading the embedded catalog")?);
+    let text =
+        std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
+    let mut scenario = Scenario::read(&path.display().to_string(), &text, &catalog)?;
+    let base = path
+        .parent()
+        .map(std::path::PathBuf::from)
+        .unwrap_or_default();
+    sim::load_spot_traces(&mut scenario, &base)?;
+    let strategies = if strategies.is_empty() {
+        scenario.strategies.clone()
+    } else {
+        strategies.to_vec()
+    };
+    let rows =
+        std::fs::read_to_string(trace).with_context(|| format!("reading {}", trace.display()))?;
+    let mut lines = rows.lines();
+    let header = lines.next().unwrap_or_default();
+    let body: Vec<&str> = lines.filter(|l| !l.trim().is_empty()).collect();
+    let tenth = (body.len() / 10).max(1);
+    let small_path =
+        std::env::temp_dir().join(format!("qm-bench-trace-{}.csv", std::process::id()));
+    let small_text: String = std::iter::once(header)
+        .chain(body[..tenth.min(body.len())].iter().copied())
+        .map(|l| format!("{l}\n"))
+        .collect();
+    std::fs::write(&small_path, small_text)
+        .with_context(|| format!("writing {}", small_path.display()))?;
+    let time = |t: &std::path::Path| -> anyhow::Result<(Took, usize)> {
+        let jobs = sim::load_jobs(&scenario, &catalog, &base, Some(t))?;
+        let start = Instant::now();
+        let cpu = cpu_time::ProcessTime::try_now().ok();
+        sim::simulate(&scenario, &catalog, &jobs, &strategies, &mut |_, _| {})?;
+        let wall_s = start.elapsed().as_secs_f64();
+        let cpu_s = cpu
+            .and_then(|c| c.try_elapsed().ok())
+            .map_or(wall_s, |d| d.as_secs_f64());
+        Ok((Took { wall_s, cpu_s }, jobs.jobs.len()))
+    };
+    let small = time(&small_path);
+    let _ = std::fs::remove_file(&small_path);
+    let (small, small_jobs) = small?;
+    let (full, full_jobs) = time(trace)?;
+    println!("strategies: {}", serde_json::to_string(&strategies)?);
+    println!(
+        "baseline: first {tenth} of {} rows ({small_jobs} jobs in the scenario) in {:.2} s CPU ({:.2} s wall)",
+        body.len(),
+        small.cpu_s,
+        small.wall_s
+    );
+    println!(
+        "full:     {} rows ({full_jobs} jobs) in {:.2} s CPU ({:.2} s wall)",
+        body.len(),
+        full.cpu_s,
+        full.wall_s
+    );
+    println!(
+        "ratio full / baseline {:.1} in CPU time ({:.1} x the jobs)",
+        full.cpu_s / small.cpu_s.max(1e-9),
+        full_jobs as f64 / small_jobs.max(1) as f64
+    );
+    Ok(ExitCode::SUCCESS)
+}
+
 /// Runs `bench`.
 pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     let (pods, seed, region, output) = match args.what {
@@ -161,6 +247,11 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
             output,
         } => (pods, seed, region, output),
         What::Simulate { jobs, days, seed } => return run_simulate(jobs, days, seed),
+        What::Trace {
+            scenario,
+            trace,
+            strategies,
+        } => return run_trace(&scenario, &trace, &strategies),
     };
     let catalog = Catalog::embedded().context("loading the embedded catalog")?;
     if !catalog.regions().contains(&region.as_str()) {

@@ -104,7 +104,8 @@ impl From<Vec<SimJob>> for Workload {
 }
 
 /// Every job of the scenario's workload sources (trace paths relative to
-/// `base`), plus `extra_trace` if given; seeded by the scenario's seed.
+/// `base`), plus `extra_trace` if given (relative to the working
+/// directory); seeded by the scenario's seed.
 /// Trace GPU hints are mapped to the catalog's names
 /// ([`gpu_names::apply`]); the warnings name the hints no pool serves and
 /// the pools' families that have no offerings in the region.
@@ -184,6 +185,12 @@ pub fn load_jobs(
         }
     }
     if let Some(path) = extra_trace {
+        // Named on the command line: relative to the working directory,
+        // not to the scenario's folder.
+        let path = std::path::absolute(path).map_err(|source| LoadError::Read {
+            path: path.display().to_string(),
+            source,
+        })?;
         let spec = workload::TraceSpec {
             path: path.display().to_string(),
             ..Default::default()
