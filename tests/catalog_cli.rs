@@ -282,3 +282,81 @@ fn device_data_adds_a_type_the_catalog_does_not_describe() {
         "{text}"
     );
 }
+
+/// Issue 35: the catalog shows the hazard the planner prices spot with, so
+/// that a user reads beside the advisor's bucket what the planner assumes.
+/// The JSON's figures are the planner's own: a candidate's expected
+/// reclaims over a new node's first hour and its rate.
+#[test]
+fn catalog_shows_the_hazard_the_planner_prices_beside_the_advisor_bucket() {
+    use quartermaster::catalog::{CapacityType, Catalog};
+    use quartermaster::cluster::Pool;
+    use quartermaster::plan::{candidates, Input};
+    let types = json_of(&["catalog", "--family", "p4d,g6", "--output", "json"]);
+    let catalog = Catalog::embedded().unwrap();
+    let mut pool = Pool::new("any");
+    pool.capacity_types = vec![CapacityType::Spot, CapacityType::OnDemand];
+    let pools = [pool];
+    let cands = candidates::candidates(&Input::offline(&catalog, "us-east-1", &pools, &[]));
+    let mut checked = 0;
+    for t in &types {
+        for o in t["offerings"].as_array().unwrap() {
+            let (life, first) = (&o["mean_life_hours"], &o["first_hour_reclaim_probability"]);
+            if o["capacity_type"] != "spot" {
+                assert!(life.is_null() && first.is_null(), "{o}");
+                continue;
+            }
+            let c = cands
+                .iter()
+                .find(|c| {
+                    c.offering.instance_type == t["name"].as_str().unwrap()
+                        && c.offering.zone_id == o["zone_id"].as_str().unwrap()
+                        && c.offering.capacity_type == CapacityType::Spot
+                })
+                .unwrap_or_else(|| panic!("no candidate for {o}"));
+            let first = first.as_f64().unwrap();
+            let planned = 1.0 - (-c.expected_interruptions(1.0)).exp();
+            assert!((first - planned).abs() < 1e-12, "{first} against {planned}");
+            assert!(first > 0.0 && first < 1.0, "{o}");
+            let life = life.as_f64().unwrap();
+            assert!(
+                (life * c.rate - 1.0).abs() < 1e-9,
+                "{life} h against {}",
+                c.rate
+            );
+            checked += 1;
+        }
+    }
+    assert!(checked > 4, "{checked} spot offerings");
+
+    // The table prints them for the cheapest spot offering, beside its
+    // bucket, and says what they are.
+    let table = stdout_of(&["catalog", "--family", "p4d"]);
+    assert!(
+        table.contains("MEAN LIFE") && table.contains("1ST-HOUR RECLAIM"),
+        "{table}"
+    );
+    assert!(table.contains("the hazard the planner prices"), "{table}");
+    let p4d = types.iter().find(|t| t["name"] == "p4d.24xlarge").unwrap();
+    let cheapest = p4d["offerings"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|o| o["capacity_type"] == "spot")
+        .min_by(|a, b| {
+            let price = |o: &Value| o["price_per_hour"].as_f64().unwrap();
+            price(a).total_cmp(&price(b))
+        })
+        .unwrap();
+    let row = table
+        .lines()
+        .find(|l| l.starts_with("p4d.24xlarge "))
+        .unwrap();
+    let life = format!("{:.1}h", cheapest["mean_life_hours"].as_f64().unwrap());
+    let first = format!(
+        "{:.0}%",
+        cheapest["first_hour_reclaim_probability"].as_f64().unwrap() * 100.0
+    );
+    assert!(row.contains(&format!(" {life} ")), "{life} not in {row}");
+    assert!(row.contains(&format!(" {first} ")), "{first} not in {row}");
+}

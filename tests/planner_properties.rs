@@ -152,8 +152,22 @@ fn oracle_check(source: &oracle::Source, seed: u64) -> Result<Option<String>, St
         ));
     }
     let greedy = plan::plan(&input, Strategy::Greedy, &opts, &|| 0.0);
-    // Greedy ignores gangs; where its plan keeps every rule, it cannot do
-    // better than the optimum.
+    // Greedy keeps every rule Karpenter keeps, and cannot cost less than the
+    // bound for the pods it places.
+    if let Err(e) = oracle::Rules::karpenter(&input, &opts).value_of(&greedy) {
+        return Err(format!(
+            "seed {seed}: greedy breaks a rule Karpenter keeps: {e}"
+        ));
+    }
+    let greedy_lb = plan::bound::lower_bound(&input, &plan::launched_pods(&input, &greedy), &opts);
+    if greedy_lb > greedy.risk_adjusted_cost_per_hour * (1.0 + 1e-9) + 1e-6 {
+        return Err(format!(
+            "seed {seed}: greedy's plan {} is under the bound {greedy_lb} for its pods",
+            greedy.risk_adjusted_cost_per_hour
+        ));
+    }
+    // Greedy places gangs pod by pod; where its plan keeps every rule, it
+    // cannot do better than the optimum.
     if let Ok(g) = rules.value_of(&greedy) {
         if best.worse_than(&g, 1e-9) {
             return Err(format!(

@@ -12,6 +12,7 @@
 //! constant hazard `-ln(1 - p) / 730` from the Spot Instance Advisor
 //! bucket, no correlation, no closures, every launch succeeds).
 
+pub mod advisor;
 pub mod fit;
 pub mod trace;
 

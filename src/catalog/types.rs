@@ -344,6 +344,18 @@ impl InterruptionBucket {
         }
     }
 
+    /// The advisor's band for the bucket: the share of instances
+    /// interrupted in a month, from and to (`>20%` runs to 1).
+    pub fn monthly_band(self) -> (f64, f64) {
+        match self.0 {
+            0 => (0.0, 0.05),
+            1 => (0.05, 0.10),
+            2 => (0.10, 0.15),
+            3 => (0.15, 0.20),
+            _ => (0.20, 1.0),
+        }
+    }
+
     /// Hourly interruption rate, assuming interruptions arrive as a Poisson
     /// process: a monthly probability `p` of at least one interruption means
     /// `1 - exp(-rate x 730 h) = p`, so `rate = -ln(1 - p) / 730` per hour.
@@ -408,6 +420,49 @@ impl Offering {
                 .rate_per_hour(),
         }
     }
+
+    /// Reclaims a new node of this offering expects over its first `hours`:
+    /// its market's cumulative hazard from age 0 (heavy-tailed lifetimes
+    /// make the first hours the riskiest), or [`Offering::interruption_rate_per_hour`]
+    /// times `hours` without a market. 0 for on-demand and reserved. What
+    /// the planner charges a pod for, before it has learned the pool
+    /// (`plan::candidates::Candidate::expected_interruptions`).
+    pub fn expected_interruptions(&self, hours: f64) -> f64 {
+        let hours = hours.max(0.0);
+        match (self.capacity_type, &self.market) {
+            (CapacityType::Spot, Some(m)) => m.expected_interruptions(0.0, hours),
+            _ => self.interruption_rate_per_hour() * hours,
+        }
+    }
+
+    /// The spot hazard the planner uses, in the two numbers people read
+    /// beside the advisor's bucket; `None` for on-demand and reserved.
+    pub fn hazard(&self) -> Option<Hazard> {
+        if self.capacity_type != CapacityType::Spot {
+            return None;
+        }
+        let rate = self.interruption_rate_per_hour();
+        Some(Hazard {
+            mean_life_hours: if rate > 0.0 {
+                1.0 / rate
+            } else {
+                f64::INFINITY
+            },
+            first_hour_reclaim_probability: 1.0 - (-self.expected_interruptions(1.0)).exp(),
+        })
+    }
+}
+
+/// A spot offering's hazard as the planner prices it ([`Offering::hazard`]).
+#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+pub struct Hazard {
+    /// Mean life of a new node, hours (one over
+    /// [`Offering::interruption_rate_per_hour`]; infinite when it never
+    /// dies).
+    pub mean_life_hours: f64,
+    /// Probability that a new node is reclaimed within its first hour:
+    /// `1 - exp(-H(1 h))` of the market's cumulative hazard `H`.
+    pub first_hour_reclaim_probability: f64,
 }
 
 #[cfg(test)]

@@ -5,8 +5,8 @@
 use anyhow::Context;
 use quartermaster::catalog::devices::Attribute;
 use quartermaster::catalog::{
-    import, CapacityType, Catalog, DeviceData, DeviceTemplate, InstanceType, Offering, PriceSource,
-    PricingFiles, ReferenceFiles, EMBEDDED,
+    import, CapacityType, Catalog, DeviceData, DeviceTemplate, Hazard, InstanceType, Offering,
+    PriceSource, PricingFiles, ReferenceFiles, EMBEDDED,
 };
 use quartermaster::cloud::aws::load_sdk_config;
 use quartermaster::cloud::aws::pricing::apply::provenance_note;
@@ -523,6 +523,7 @@ const FOOTNOTES: [(&str, &str); 2] = [
 const LEGEND: &str = "\
 SPOT $/h: the cheapest spot offering and its zone; spot prices are a historical sample (pricing-data/README.md).
 INTERRUPTIONS: the Spot Instance Advisor's monthly interruption frequency for that spot offering.
+MEAN LIFE, 1ST-HOUR RECLAIM: the hazard the planner prices that spot offering with (the fitted market, docs/market.md): a new node's mean life and its chance of a reclaim within its first hour.
 $/ACC-h: the cheaper of spot and on-demand, per accelerator and hour.
 ";
 
@@ -549,11 +550,13 @@ fn table(region: &str, rows: &[Row], hidden_cpu_types: usize) -> String {
         "SPOT $/h",
         "SPOT ZONE",
         "INTERRUPTIONS",
+        "MEAN LIFE",
+        "1ST-HOUR RECLAIM",
         "$/ACC-h",
     ];
     // Left-aligned columns; the others are right-aligned.
     let left = [
-        true, true, false, false, false, false, false, true, true, false,
+        true, true, false, false, false, false, false, true, true, false, false, false,
     ];
     let mut cells: Vec<Vec<String>> = vec![header.iter().map(|h| h.to_string()).collect()];
     let mut marks_used = Vec::new();
@@ -567,6 +570,7 @@ fn table(region: &str, rows: &[Row], hidden_cpu_types: usize) -> String {
             }
             format!("{:.4}{mark}", o.price_per_hour)
         });
+        let hazard = r.cheapest_spot.and_then(Offering::hazard);
         cells.push(vec![
             t.name.clone(),
             t.accelerator
@@ -584,6 +588,10 @@ fn table(region: &str, rows: &[Row], hidden_cpu_types: usize) -> String {
             r.cheapest_spot.map_or_else(dash, |o| {
                 o.interruption_bucket
                     .map_or("unknown".to_string(), |b| b.label().to_string())
+            }),
+            hazard.map_or_else(dash, |h| format!("{:.1}h", h.mean_life_hours)),
+            hazard.map_or_else(dash, |h| {
+                format!("{:.0}%", h.first_hour_reclaim_probability * 100.0)
             }),
             r.per_accelerator_hour
                 .map_or_else(dash, |p| format!("{p:.4}")),
@@ -641,12 +649,16 @@ struct TypeJson<'a> {
     offerings: Vec<OfferingJson<'a>>,
 }
 
-/// One offering in the JSON output, with its interruption rate.
+/// One offering in the JSON output, with its interruption rate and, for
+/// spot, the hazard the planner uses (`mean_life_hours`,
+/// `first_hour_reclaim_probability`).
 #[derive(Serialize)]
 struct OfferingJson<'a> {
     #[serde(flatten)]
     offering: &'a Offering,
     interruption_rate_per_hour: f64,
+    #[serde(flatten)]
+    hazard: Option<Hazard>,
 }
 
 /// The rows as a pretty-printed JSON array.
@@ -661,6 +673,7 @@ fn json(rows: &[Row]) -> anyhow::Result<String> {
                 .map(|&o| OfferingJson {
                     offering: o,
                     interruption_rate_per_hour: o.interruption_rate_per_hour(),
+                    hazard: o.hazard(),
                 })
                 .collect(),
         })

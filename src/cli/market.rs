@@ -1,10 +1,15 @@
 //! `quartermaster market fit`: fit the spot market model from SkyPilot
 //! traces and write `pricing-data/market.json`. The fitting is pure
 //! (`catalog::market::fit`); this reads the files and writes the result.
+//! `market advisor-gap`: how far the market the planner prices spot with is
+//! from the Spot Instance Advisor's band, per family
+//! (`catalog::market::advisor`).
 
 use anyhow::Context;
+use quartermaster::catalog::market::advisor;
 use quartermaster::catalog::market::fit::{fit, SourceFile};
 use quartermaster::catalog::market::trace::{SpotTrace, TraceKind};
+use quartermaster::catalog::Catalog;
 use sha2::{Digest, Sha256};
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
@@ -22,6 +27,26 @@ enum Action {
     /// a folder of SkyPilot traces (`.json` files under `preemption/` or
     /// `availability/` folders) and write the market file.
     Fit(FitArgs),
+    /// Per instance family of a region, how far the market the planner
+    /// prices spot with (the embedded fit) is from the Spot Instance
+    /// Advisor's interruption band: mean life, first-hour reclaim, the
+    /// share reclaimed in a month against the band, and the rate over the
+    /// advisor's.
+    AdvisorGap(GapArgs),
+}
+
+#[derive(Debug, clap::Args)]
+struct GapArgs {
+    /// Region whose spot pools to compare.
+    #[arg(long, default_value = "us-east-1")]
+    region: String,
+    /// Only these families (comma-separated); without it, every
+    /// accelerator family.
+    #[arg(long, value_delimiter = ',', value_name = "FAMILY")]
+    family: Vec<String>,
+    /// Print JSON instead of a table.
+    #[arg(long)]
+    json: bool,
 }
 
 #[derive(Debug, clap::Args)]
@@ -38,6 +63,7 @@ struct FitArgs {
 pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     match args.action {
         Action::Fit(a) => run_fit(&a),
+        Action::AdvisorGap(a) => run_gap(&a),
     }
 }
 
@@ -118,4 +144,64 @@ fn run_fit(args: &FitArgs) -> anyhow::Result<ExitCode> {
         r.obtainability
     );
     Ok(ExitCode::SUCCESS)
+}
+
+fn run_gap(args: &GapArgs) -> anyhow::Result<ExitCode> {
+    let catalog = Catalog::embedded().context("the embedded catalog does not load")?;
+    let gaps = advisor::by_family(&catalog, &args.region, &args.family);
+    anyhow::ensure!(
+        !gaps.is_empty(),
+        "no spot offering of {} in {}",
+        if args.family.is_empty() {
+            "an accelerator family".to_string()
+        } else {
+            args.family.join(",")
+        },
+        args.region
+    );
+    if args.json {
+        println!("{}", serde_json::to_string_pretty(&gaps)?);
+    } else {
+        print!(
+            "{}",
+            gap_table(&args.region, catalog.market_model().name(), &gaps)
+        );
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// The gaps as a Markdown table (as `docs/market.md` quotes it).
+fn gap_table(region: &str, model: &str, gaps: &[advisor::FamilyGap]) -> String {
+    let pct = |s: advisor::Span| span(s, |v| format!("{:.0}%", v * 100.0));
+    let mut out = format!(
+        "spot pools of {region}, {model} market against the Spot Instance Advisor's band\n\n\
+         | family | pools | advisor bucket | advisor: share interrupted a month | market: share of new nodes reclaimed in a month | mean life | reclaimed in the first hour | rate / advisor's | rate / band top |\n\
+         |---|---|---|---|---|---|---|---|---|\n"
+    );
+    for g in gaps {
+        out += &format!(
+            "| {} | {} | {} | {} | {} | {} | {} | {} | {} |\n",
+            g.family,
+            g.pools,
+            g.buckets.join(", "),
+            pct(g.advisor_monthly),
+            pct(g.market_monthly),
+            span(g.mean_life_hours, |v| format!("{v:.1} h")),
+            pct(g.first_hour_reclaim_probability),
+            span(g.times_the_advisor_rate, |v| format!("{v:.0}x")),
+            g.times_the_band_top
+                .map_or("-".to_string(), |s| span(s, |v| format!("{v:.0}x"))),
+        );
+    }
+    out
+}
+
+/// `min - max`, or one value when they print alike.
+fn span(s: advisor::Span, show: impl Fn(f64) -> String) -> String {
+    let (a, b) = (show(s.min), show(s.max));
+    if a == b {
+        a
+    } else {
+        format!("{a} - {b}")
+    }
 }

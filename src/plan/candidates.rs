@@ -99,7 +99,7 @@ impl Candidate {
             return 0.0;
         }
         match (&self.offering.market, self.market_scale) {
-            (Some(m), Some(scale)) => m.expected_interruptions(0.0, hours) * scale,
+            (Some(_), Some(scale)) => self.offering.expected_interruptions(hours) * scale,
             _ => self.rate * hours,
         }
     }

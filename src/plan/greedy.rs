@@ -4,13 +4,33 @@
 //! still hold it (a new node keeps every instance type that fits all its pods),
 //! else opens a new node of the highest-weight pool that can take it. At the
 //! end every new node becomes the cheapest offering (spot when cheaper) among
-//! its remaining options that the pool's limits still allow (pods of a node
-//! no option fits are reported). Zone topology spread is honoured as
-//! Karpenter's scheduler honours it: a pod that spreads goes only to a zone
-//! where it keeps the skew within `maxSkew` (over the zones it could use,
-//! counted over the new nodes, as the MIP counts it), its node then kept to
-//! the least-loaded such zone; gangs are not understood (Karpenter has no gang
-//! support).
+//! its remaining options (pods of a node no option fits are reported).
+//!
+//! It keeps every rule Karpenter keeps that the MIP keeps too, as Karpenter
+//! keeps it, so that "x greedy" compares with a baseline that breaks no
+//! rule (`tests/greedy_rules.rs` checks its plans against the oracle's
+//! rules):
+//! - node selectors and required node affinity, taints and tolerations
+//!   (`pack::compatible`), on existing and new nodes;
+//! - required pod anti-affinity on the hostname: pods of one anti-affinity
+//!   key never share a node;
+//! - zone topology spread (`DoNotSchedule`; `ScheduleAnyway` is a preference
+//!   and is read as none, as by the MIP): a pod that spreads goes only to a
+//!   zone where it keeps the skew within `maxSkew` (over the zones it could
+//!   use, counted over the new nodes, as the MIP counts it), its node then
+//!   kept to the least-loaded such zone;
+//! - NodePool limits, with Karpenter's fallback: a new node is of the first
+//!   pool (by weight, then name) whose limits still afford one of its
+//!   options, and a pod no pool has room for is reported. Each new node is
+//!   charged its current pick (what it would become now), recharged as its
+//!   options narrow, and a pod joins a node only where the node's new pick
+//!   still fits; so the picks together always fit, with no worst-case
+//!   reservation (Karpenter charges each NodeClaim the largest of its
+//!   instance types, which would leave pods pending that fit);
+//! - gangs pod by pod: Karpenter has no gang semantics, so it launches what
+//!   it can of a gang, each member on its own merits, in any zone. Nor does
+//!   it keep Quartermaster's own rules (the spot pool share, network blocks
+//!   for placement groups).
 
 use super::candidates::{self, Candidate};
 use super::classes::Class;
@@ -32,6 +52,32 @@ struct Building {
     total: Resources,
     /// Element-wise largest allocatable of the options: a quick reject.
     room: Resources,
+    /// The option it would become now, charged to the limits.
+    pick: usize,
+}
+
+/// The limits of every pool and the reservations, charged with each new
+/// node's current pick as nodes are opened and their options narrow, so
+/// that the picks together always fit.
+struct Limits {
+    pools: Vec<limits::Budget>,
+    reserved: limits::ReservedLeft,
+}
+
+impl Limits {
+    fn affords(&self, c: &Candidate) -> bool {
+        self.pools[c.pool].affords(c) && self.reserved.affords(c)
+    }
+
+    fn charge(&mut self, c: &Candidate) {
+        self.pools[c.pool].charge(c);
+        self.reserved.charge(c);
+    }
+
+    fn refund(&mut self, c: &Candidate) {
+        self.pools[c.pool].refund(c);
+        self.reserved.refund(c);
+    }
 }
 
 /// How a new node's offering is chosen among the options left to it.
@@ -112,6 +158,10 @@ pub fn plan(input: &Input, allocation: Allocation) -> Plan {
     let mut building: Vec<Building> = Vec::new();
     let mut unschedulable = Vec::new();
     let mut spread = Spread::default();
+    let mut open = Limits {
+        pools: limits::budgets(input),
+        reserved: limits::ReservedLeft::of(input),
+    };
 
     'pods: for i in order {
         let p = &pods[i];
@@ -168,26 +218,45 @@ pub fn plan(input: &Input, allocation: Allocation) -> Plan {
                 .copied()
                 .filter(|&o| fits[o] && allowed(o) && total.fits_in(&cands[o].allocatable))
                 .collect();
-            if !still.is_empty() {
-                let still = spread.place(p, still, &cands);
-                b.room = room(&still, &cands);
-                b.options = still;
-                b.pods.push(i);
-                b.total = total;
-                continue 'pods;
+            // The node's pick may change as its options narrow: it must
+            // still fit the limits with every other node's.
+            open.refund(&cands[b.pick]);
+            let still: Vec<usize> = still
+                .into_iter()
+                .filter(|&o| open.affords(&cands[o]))
+                .collect();
+            if still.is_empty() {
+                open.charge(&cands[b.pick]);
+                continue;
             }
+            let still = spread.place(p, still, &cands);
+            b.pick = pick(&still, &cands, allocation).unwrap_or(b.pick);
+            open.charge(&cands[b.pick]);
+            b.room = room(&still, &cands);
+            b.options = still;
+            b.pods.push(i);
+            b.total = total;
+            continue 'pods;
         }
-        // A new node: the highest-weight pool's compatible options (in a
-        // zone the spread allows), in the least-loaded such zone when the
-        // pod spreads over zones.
+        // A new node of the first pool (by weight, then name) with a
+        // compatible option in a zone the spread allows that the limits
+        // still afford, in the least-loaded such zone when the pod spreads
+        // over zones; its pick is charged to the limits.
         let options: Vec<usize> = compatible.into_iter().filter(|&o| allowed(o)).collect();
-        let top = options.iter().map(|&o| cands[o].weight).max().unwrap_or(0);
-        let options: Vec<usize> = options
-            .into_iter()
-            .filter(|&o| cands[o].weight == top)
-            .collect();
-        let options = spread.place(p, options, &cands);
+        let opened = first_pool_within_limits(options, &cands, input, &open).and_then(|o| {
+            let o = spread.place(p, o, &cands);
+            Some((pick(&o, &cands, allocation)?, o))
+        });
+        let Some((first, options)) = opened else {
+            unschedulable.push(Unschedulable {
+                pod: p.name.clone(),
+                reason: LIMITS_REACHED.into(),
+            });
+            continue;
+        };
+        open.charge(&cands[first]);
         building.push(Building {
+            pick: first,
             room: room(&options, &cands),
             options,
             pods: vec![i],
@@ -216,7 +285,7 @@ pub fn plan(input: &Input, allocation: Allocation) -> Plan {
             }
             None => unschedulable.extend(b.pods.iter().map(|&j| Unschedulable {
                 pod: pods[j].name.clone(),
-                reason: "NodePool limits reached for every compatible pool".into(),
+                reason: LIMITS_REACHED.into(),
             })),
         }
     }
@@ -231,6 +300,40 @@ pub fn plan(input: &Input, allocation: Allocation) -> Plan {
         on_existing,
         unschedulable,
         &Options::default(),
+    )
+}
+
+/// Why a pod no pool's limits leave room for is not placed.
+const LIMITS_REACHED: &str = "NodePool limits reached for every compatible pool";
+
+/// The `options` of the first pool, by weight (highest first) and then by
+/// name, that the limits in `open` still afford, as Karpenter tries its
+/// NodePools in turn for a new NodeClaim; `None` when no pool's limits
+/// leave room.
+fn first_pool_within_limits(
+    options: Vec<usize>,
+    cands: &[Candidate],
+    input: &Input,
+    open: &Limits,
+) -> Option<Vec<usize>> {
+    let affordable: Vec<usize> = options
+        .into_iter()
+        .filter(|&o| open.affords(&cands[o]))
+        .collect();
+    let order = |o: usize| {
+        let c = &cands[o];
+        (
+            std::cmp::Reverse(c.weight),
+            input.pools[c.pool].name.as_str(),
+            c.pool,
+        )
+    };
+    let first = affordable.iter().map(|&o| order(o)).min()?;
+    Some(
+        affordable
+            .into_iter()
+            .filter(|&o| order(o) == first)
+            .collect(),
     )
 }
 

@@ -147,6 +147,16 @@ impl ReservedLeft {
         }
     }
 
+    /// Gives one node of `c` back to its reservation: the inverse of
+    /// [`ReservedLeft::charge`] where that took a whole node.
+    pub fn refund(&mut self, c: &Candidate) {
+        if let Some(r) = &c.offering.reservation {
+            if let Some(n) = self.0.get_mut(&r.id) {
+                *n += 1.0;
+            }
+        }
+    }
+
     /// Nodes `c`'s reservation can still take; `None` when `c` is not
     /// reserved capacity.
     pub fn left_for(&self, c: &Candidate) -> Option<f64> {

@@ -333,6 +333,9 @@ pub struct Rules<'a> {
     per_node: Vec<Vec<u32>>,
     /// Class of each pod.
     class_of: HashMap<String, usize>,
+    /// Whether Quartermaster's own rules hold too (gangs whole in one zone,
+    /// the spot pool share), beside those Karpenter keeps.
+    own_rules: bool,
 }
 
 impl<'a> Rules<'a> {
@@ -366,6 +369,18 @@ impl<'a> Rules<'a> {
             classes,
             per_node,
             class_of,
+            own_rules: true,
+        }
+    }
+
+    /// The rules of `input` that Karpenter keeps too, as the greedy
+    /// baseline must: every rule of [`Rules::new`] but gangs (Karpenter
+    /// places a gang's members pod by pod, in any zone, as many as fit) and
+    /// the spot pool share (a Quartermaster setting).
+    pub fn karpenter(input: &'a Input<'a>, opts: &'a Options) -> Rules<'a> {
+        Rules {
+            own_rules: false,
+            ..Rules::new(input, opts)
         }
     }
 
@@ -404,9 +419,10 @@ impl<'a> Rules<'a> {
     fn global(&self, nodes: &[Node]) -> Result<(), String> {
         let zone = |o: usize| self.cands[o].offering.zone_id.as_str();
         // Gangs.
+        let own = self.own_rules;
         let mut gangs: BTreeMap<&str, (usize, usize, BTreeSet<&str>)> = BTreeMap::new();
         for (ci, c) in self.classes.iter().enumerate() {
-            if let Some(g) = &c.pod.group {
+            if let Some(g) = c.pod.group.as_ref().filter(|_| own) {
                 let e = gangs.entry(g.name.as_str()).or_default();
                 e.0 += c.pods.len();
                 for (o, counts) in nodes {
@@ -464,7 +480,7 @@ impl<'a> Rules<'a> {
         // Spot pool share, with the model's slack: one node, or the nodes
         // the largest gang needs on that offering.
         for (pi, pool) in self.input.pools.iter().enumerate() {
-            let Some(share) = pool.max_spot_pool_share else {
+            let Some(share) = pool.max_spot_pool_share.filter(|_| own) else {
                 continue;
             };
             let spot = |o: usize| {

@@ -9,6 +9,8 @@ pub use frontier::write_frontier;
 
 use super::{ordered, write_file, Error, Result};
 use crate::sim::result::{Sample, SimReport};
+use plotters::coord::combinators::IntoLogRange;
+use plotters::coord::ranged1d::ValueFormatter;
 use plotters::coord::types::RangedCoordf64;
 use plotters::coord::Shift;
 use plotters::element::ComposedElement;
@@ -39,16 +41,26 @@ const STRATEGY_COLOURS: [RGBColor; 6] = [
     RGBColor(23, 190, 207),  // cyan
 ];
 
-/// Instance-family colours in the node panels (thin lines), distinct from
-/// the first four strategies' colours.
-const FAMILY_COLOURS: [RGBColor; 6] = [
+/// Instance-family colours in the node panels, distinct from each other
+/// and from the strategies' colours (which the panels' totals are drawn
+/// in); a family past the tenth repeats a colour, dashed.
+const FAMILY_COLOURS: [RGBColor; 10] = [
     RGBColor(148, 103, 189), // purple
     RGBColor(140, 86, 75),   // brown
     RGBColor(227, 119, 194), // pink
     RGBColor(188, 189, 34),  // olive
-    RGBColor(44, 160, 44),   // green
-    RGBColor(23, 190, 207),  // cyan
+    RGBColor(0, 0, 0),       // black
+    RGBColor(0, 128, 128),   // teal
+    RGBColor(230, 171, 2),   // gold
+    RGBColor(40, 40, 150),   // navy
+    RGBColor(170, 0, 90),    // crimson
+    RGBColor(120, 200, 80),  // light green
 ];
+
+/// Width of a panel's spot and on-demand totals: wide and pale, drawn under
+/// the families' lines, so that a family holding every node of a kind shows
+/// on top of its total instead of vanishing under it.
+const TOTAL_WIDTH: u32 = 6;
 
 type Area<'a> = DrawingArea<BitMapBackend<'a>, Shift>;
 type DrawResult = std::result::Result<(), Box<dyn std::error::Error>>;
@@ -179,27 +191,59 @@ struct Frame<'a> {
     unit: Unit,
     x_max: f64,
     y_max: f64,
+    /// The bottom of a logarithmic y axis; `None` for a linear one from 0.
+    log_floor: Option<f64>,
     /// Where the legend goes; none for panels, which share a key strip.
     legend: Option<SeriesLabelPosition>,
 }
 
-/// One line per strategy on one chart: comparing totals is the point.
+/// One line per strategy on one chart: comparing totals is the point. When
+/// one total dwarfs another ([`DWARFS`]), the y axis is logarithmic, so that
+/// the dearest (static's node groups sized for the peak) does not flatten
+/// the others along the bottom: equal gaps are equal ratios.
 fn draw_cost(report: &SimReport, root: &Area<'_>) -> DrawResult {
     let lines = strategy_lines(report, |s| s.cumulative_cost);
     let caption = format!("Cumulative cost by strategy: {}", report.scenario);
+    let log_floor = log_floor(&lines);
+    let top = y_max(&lines, Unit::Usd);
     plot(
         root,
         &Frame {
             caption: &caption,
             caption_size: 26,
-            y_desc: "cumulative cost (USD)",
+            y_desc: if log_floor.is_some() {
+                "cumulative cost (USD, log scale)"
+            } else {
+                "cumulative cost (USD)"
+            },
             unit: Unit::Usd,
             x_max: x_max(report),
-            y_max: y_max(&lines, Unit::Usd),
+            // Room above the top line for the legend, a ratio on a log axis.
+            y_max: if log_floor.is_some() { top * 1.6 } else { top },
+            log_floor,
             legend: Some(SeriesLabelPosition::UpperLeft),
         },
         &lines,
     )
+}
+
+/// How many times the smallest final total the largest may be before the
+/// cost chart goes logarithmic: a line under a fifth of the axis is too
+/// flat to read.
+const DWARFS: f64 = 5.0;
+
+/// The bottom of the cost chart's log axis when the largest line's last
+/// value is over [`DWARFS`] times the smallest's: the power of ten at or
+/// under a twentieth of the smallest, so its growth spans over a decade;
+/// `None` for a linear axis.
+fn log_floor(lines: &[Line]) -> Option<f64> {
+    let finals: Vec<f64> = lines
+        .iter()
+        .filter_map(|l| l.points.last().map(|&(_, y)| y))
+        .collect();
+    let least = finals.iter().copied().fold(f64::INFINITY, f64::min);
+    let most = finals.iter().copied().fold(0.0, f64::max);
+    (least > 0.0 && most > least * DWARFS).then(|| 10f64.powf((least / 20.0).log10().floor()))
 }
 
 /// One panel per strategy, each on its own scale: pending counts are spiky and
@@ -212,7 +256,7 @@ fn draw_pending(report: &SimReport, root: &Area<'_>) -> DrawResult {
         .collect();
     let key: Vec<Line> = panels.iter().flat_map(|(_, l)| l).map(key_entry).collect();
     let title = format!("Pending pods by strategy: {}", report.scenario);
-    small_multiples(root, &title, &key, "pending pods", report, &panels)
+    small_multiples(root, &title, &key, "pending pods (count)", report, &panels)
 }
 
 /// Two panels side by side, one line per strategy in each: interruptions of
@@ -227,10 +271,10 @@ fn draw_interruptions(report: &SimReport, root: &Area<'_>) -> DrawResult {
     let x_max = x_max(report);
     type Value = fn(&Sample) -> f64;
     let panels: [(&str, &str, Value); 2] = [
-        ("Interruptions so far", "interruptions", |s| {
+        ("Interruptions so far", "interruptions (count)", |s| {
             f64::from(s.interruptions)
         }),
-        ("GPU-hours lost so far", "lost GPU-hours", |s| {
+        ("GPU-hours lost so far", "lost work (GPU-hours)", |s| {
             s.lost_gpu_hours
         }),
     ];
@@ -245,6 +289,7 @@ fn draw_interruptions(report: &SimReport, root: &Area<'_>) -> DrawResult {
                 unit: Unit::Count,
                 x_max,
                 y_max: y_max(&lines, Unit::Count),
+                log_floor: None,
                 legend: Some(SeriesLabelPosition::UpperLeft),
             },
             &lines,
@@ -253,22 +298,29 @@ fn draw_interruptions(report: &SimReport, root: &Area<'_>) -> DrawResult {
     Ok(())
 }
 
-/// One panel per strategy, each on its own scale: spot nodes solid, on-demand
-/// dashed (both in the strategy's colour), each instance family thin.
+/// One panel per strategy, each on its own scale: spot nodes solid and
+/// on-demand dashed, wide and pale in the strategy's colour; each instance
+/// family on top in its own colour.
 fn draw_nodes(report: &SimReport, root: &Area<'_>) -> DrawResult {
     let families = super::families(report);
-    let family_colour = |j: usize| FAMILY_COLOURS[j % FAMILY_COLOURS.len()];
+    let family_line = |j: usize, family: &str, samples: &[&Sample]| {
+        let colour = FAMILY_COLOURS[j % FAMILY_COLOURS.len()];
+        let dashed = j >= FAMILY_COLOURS.len();
+        line(family, colour, 2, dashed, samples, |s| {
+            f64::from(s.nodes_by_family.get(family).copied().unwrap_or(0))
+        })
+    };
     let panels: Vec<(&str, Vec<Line>)> = ordered(report)
         .into_iter()
         .enumerate()
         .map(|(i, (name, r))| {
-            let colour = strategy_colour(i);
+            let colour = pale(strategy_colour(i));
             let samples = sorted(&r.timeseries);
             let mut lines = vec![
-                line("spot", colour, 2, false, &samples, |s| {
+                line("spot", colour, TOTAL_WIDTH, false, &samples, |s| {
                     f64::from(s.spot_nodes)
                 }),
-                line("on-demand", colour, 2, true, &samples, |s| {
+                line("on-demand", colour, TOTAL_WIDTH, true, &samples, |s| {
                     f64::from(s.on_demand_nodes)
                 }),
             ];
@@ -277,27 +329,31 @@ fn draw_nodes(report: &SimReport, root: &Area<'_>) -> DrawResult {
                     .iter()
                     .any(|s| s.nodes_by_family.contains_key(*family))
                 {
-                    lines.push(line(family, family_colour(j), 1, false, &samples, |s| {
-                        f64::from(s.nodes_by_family.get(*family).copied().unwrap_or(0))
-                    }));
+                    lines.push(family_line(j, family, &samples));
                 }
             }
             (name, lines)
         })
         .collect();
-    let neutral = RGBColor(60, 60, 60);
+    let neutral = pale(RGBColor(60, 60, 60));
     let mut key = vec![
-        line("spot", neutral, 2, false, &[], |_| 0.0),
-        line("on-demand", neutral, 2, true, &[], |_| 0.0),
+        line("spot (all)", neutral, TOTAL_WIDTH, false, &[], |_| 0.0),
+        line("on-demand (all)", neutral, TOTAL_WIDTH, true, &[], |_| 0.0),
     ];
     for (j, family) in families.iter().enumerate() {
-        key.push(line(family, family_colour(j), 1, false, &[], |_| 0.0));
+        key.push(family_line(j, family, &[]));
     }
     let title = format!(
-        "Nodes alive by strategy, in the strategy's colour: {}",
+        "Nodes alive by strategy (totals pale in the strategy's colour, families on top): {}",
         report.scenario
     );
-    small_multiples(root, &title, &key, "nodes", report, &panels)
+    small_multiples(root, &title, &key, "nodes alive (count)", report, &panels)
+}
+
+/// `c` mixed half with white: the panels' totals, under the families.
+fn pale(c: RGBColor) -> RGBColor {
+    let mix = |v: u8| ((u16::from(v) + 255) / 2) as u8;
+    RGBColor(mix(c.0), mix(c.1), mix(c.2))
 }
 
 /// A title, a key strip explaining the line styles, then one panel per
@@ -323,6 +379,7 @@ fn small_multiples(
         unit: Unit::Count,
         x_max,
         y_max: y_max(lines.iter(), Unit::Count),
+        log_floor: None,
         legend: None,
     };
     if panels.is_empty() {
@@ -462,14 +519,47 @@ fn y_max<'a>(lines: impl IntoIterator<Item = &'a Line>, unit: Unit) -> f64 {
     }
 }
 
-/// Draws axes, `lines` and (if the frame asks) their legend into `area`.
+/// Draws axes, `lines` and (if the frame asks) their legend into `area`,
+/// on a log y axis from [`Frame::log_floor`] when it has one.
 fn plot(area: &Area<'_>, frame: &Frame<'_>, lines: &[Line]) -> DrawResult {
-    let mut chart = ChartBuilder::on(area)
+    let mut builder = ChartBuilder::on(area);
+    builder
         .caption(frame.caption, (SANS, frame.caption_size))
         .margin(12)
         .x_label_area_size(48)
-        .y_label_area_size(80)
-        .build_cartesian_2d(0.0..frame.x_max, 0.0..frame.y_max)?;
+        .y_label_area_size(80);
+    match frame.log_floor {
+        Some(floor) => {
+            // Values under the floor (a total before its first dollar) sit
+            // on the axis.
+            let lines: Vec<Line> = lines
+                .iter()
+                .map(|l| Line {
+                    label: l.label.clone(),
+                    points: l.points.iter().map(|&(x, y)| (x, y.max(floor))).collect(),
+                    ..*l
+                })
+                .collect();
+            let y = (floor..frame.y_max).log_scale();
+            let mut chart = builder.build_cartesian_2d(0.0..frame.x_max, y)?;
+            draw_lines(&mut chart, frame, &lines)
+        }
+        None => {
+            let mut chart = builder.build_cartesian_2d(0.0..frame.x_max, 0.0..frame.y_max)?;
+            draw_lines(&mut chart, frame, lines)
+        }
+    }
+}
+
+/// A chart of `f64` against `f64` (the y axis linear or logarithmic) on
+/// an [`Area`].
+type Plane<'a, Y> = ChartContext<'a, BitMapBackend<'a>, Cartesian2d<RangedCoordf64, Y>>;
+
+/// The mesh, `lines` and (if the frame asks) their legend on `chart`.
+fn draw_lines<Y>(chart: &mut Plane<'_, Y>, frame: &Frame<'_>, lines: &[Line]) -> DrawResult
+where
+    Y: Ranged<ValueType = f64> + ValueFormatter<f64>,
+{
     let y_format = |v: &f64| match frame.unit {
         // Whole dollars once cents stop mattering, to keep labels short.
         Unit::Usd if frame.y_max >= 100.0 => {
@@ -486,7 +576,7 @@ fn plot(area: &Area<'_>, frame: &Frame<'_>, lines: &[Line]) -> DrawResult {
     };
     chart
         .configure_mesh()
-        .x_desc("hours since start")
+        .x_desc("time since start (hours)")
         .y_desc(frame.y_desc)
         .axis_desc_style((SANS, 16))
         .label_style((SANS, 13))
@@ -526,16 +616,16 @@ fn plot(area: &Area<'_>, frame: &Frame<'_>, lines: &[Line]) -> DrawResult {
             .legend(move |at| legend_mark(dashed, style, at));
     }
     if let (Some(position), false) = (&frame.legend, lines.is_empty()) {
-        draw_series_key(&mut chart, position.clone())?;
+        draw_series_key(chart, position.clone())?;
     }
     Ok(())
 }
 
-/// A chart of `f64` against `f64` on an [`Area`].
-type Plane<'a> = ChartContext<'a, BitMapBackend<'a>, Cartesian2d<RangedCoordf64, RangedCoordf64>>;
-
 /// The series' labels, boxed, at `position` inside the plot.
-fn draw_series_key(chart: &mut Plane<'_>, position: SeriesLabelPosition) -> DrawResult {
+fn draw_series_key<Y: Ranged<ValueType = f64>>(
+    chart: &mut Plane<'_, Y>,
+    position: SeriesLabelPosition,
+) -> DrawResult {
     chart
         .configure_series_labels()
         .position(position)
@@ -572,6 +662,45 @@ mod tests {
         let paths = write_charts(&SimReport::default(), &dir).unwrap();
         assert_eq!(paths.len(), CHARTS.len());
         let _ = std::fs::remove_dir_all(dir);
+    }
+
+    fn ending_at(y: f64) -> Line {
+        Line {
+            label: "x".into(),
+            colour: BLACK,
+            width: 1,
+            dashed: false,
+            points: vec![(0.0, 0.0), (1.0, y)],
+        }
+    }
+
+    #[test]
+    fn a_total_that_dwarfs_another_puts_the_cost_axis_on_a_log_scale() {
+        // spot-training's seed 7: static's $73,778 against $5,740.
+        let lines = [ending_at(5_740.0), ending_at(73_778.0), ending_at(23_668.0)];
+        assert_eq!(log_floor(&lines), Some(100.0));
+        // Totals within a factor of five share a linear axis from 0.
+        assert_eq!(log_floor(&[ending_at(5_740.0), ending_at(23_668.0)]), None);
+        assert_eq!(log_floor(&[ending_at(0.0), ending_at(10.0)]), None);
+        assert_eq!(log_floor(&[]), None);
+    }
+
+    #[test]
+    fn families_and_strategies_never_share_a_colour() {
+        let all: Vec<RGBColor> = FAMILY_COLOURS
+            .iter()
+            .chain(&STRATEGY_COLOURS)
+            .copied()
+            .collect();
+        for (i, a) in all.iter().enumerate() {
+            for b in &all[i + 1..] {
+                // Far apart in RGB, not merely unequal.
+                let d = (i32::from(a.0) - i32::from(b.0)).abs()
+                    + (i32::from(a.1) - i32::from(b.1)).abs()
+                    + (i32::from(a.2) - i32::from(b.2)).abs();
+                assert!(d > 60, "{a:?} and {b:?}");
+            }
+        }
     }
 
     #[test]
