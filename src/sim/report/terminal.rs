@@ -82,7 +82,41 @@ pub fn table(report: &SimReport) -> String {
     unfinished(&mut out, report);
     prewarm(&mut out, report);
     drift(&mut out, report);
+    health(&mut out, report);
     out
+}
+
+/// Per strategy, node faults and what repair did about them, GPU-hours lost
+/// to faults, idle GPU-hours and what right sizes would save; the fault
+/// columns only when a strategy saw a fault.
+fn health(out: &mut String, report: &SimReport) {
+    let strategies = ordered(report);
+    let faults = strategies.iter().any(|(_, r)| r.faults > 0);
+    let mut header = vec!["strategy"];
+    if faults {
+        header.extend(["faults", "reboots", "replaced", "GPU-h lost to faults"]);
+    }
+    header.extend(["idle GPU-h", "right-sizing saves"]);
+    let mut rows: Vec<Vec<String>> = vec![header.iter().map(|h| h.to_string()).collect()];
+    for (name, r) in strategies {
+        let mut row = vec![name.to_string()];
+        if faults {
+            row.extend([
+                r.faults.to_string(),
+                r.reboots.to_string(),
+                r.repair_replacements.to_string(),
+                format!("{:.1}", r.fault_lost_gpu_hours),
+            ]);
+        }
+        row.extend([format!("{:.1}", r.idle_gpu_hours), usd(r.right_size_saving)]);
+        rows.push(row);
+    }
+    let _ = writeln!(
+        out,
+        "
+GPU health and use (docs/simulated-cloud.md):"
+    );
+    out.push_str(&columns(&rows));
 }
 
 /// The cells of one strategy's row, in [`HEADERS`] order.
