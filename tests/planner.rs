@@ -53,7 +53,7 @@ fn gpu_pool(name: &str) -> Pool {
 fn input<'a>(
     pods: &'a [Pod],
     pools: &'a [Pool],
-    nodes: &'a [NodeState],
+    nodes: &'a [&'a NodeState],
     learned_rate: Option<&'a plan::RateFn<'a>>,
 ) -> Input<'a> {
     Input {
@@ -63,7 +63,8 @@ fn input<'a>(
 }
 
 fn run(pods: &[Pod], pools: &[Pool], nodes: &[NodeState], strategy: Strategy) -> Plan {
-    let input = input(pods, pools, nodes, None);
+    let nodes: Vec<&NodeState> = nodes.iter().collect();
+    let input = input(pods, pools, &nodes, None);
     let start = std::time::Instant::now();
     let opts = Options {
         lower_bound: true,

@@ -6,7 +6,7 @@ use quartermaster::api::read;
 use quartermaster::catalog::{Catalog, ZoneNames};
 use quartermaster::cluster::dra::Resolver;
 use quartermaster::cluster::workloads::Manifests;
-use quartermaster::cluster::Pool;
+use quartermaster::cluster::{NodeState, Pool};
 use quartermaster::plan::{self, Input, Options, Plan, SolvedBy, Strategy};
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -136,6 +136,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         eprintln!("warning: {i}");
     }
 
+    let nodes: Vec<&NodeState> = nodes.iter().collect();
     let input = Input::offline(&catalog, &args.region, &pools, &pods)
         .with_nodes(&nodes)
         .at(chrono::Utc::now());

@@ -545,18 +545,23 @@ impl Core {
             .collect();
         // A draining gang's members on nodes that stay free their room for
         // the gang's own re-plan: it is placed whole, reusing it.
+        // Only those nodes are copied; the others are borrowed.
         let freed = self.gangs.room_freed(world);
-        let nodes: Vec<NodeState> = world
+        let usable = world
             .nodes
             .iter()
-            .filter(|n| self.usable.contains(&n.claim))
-            .map(|n| {
+            .filter(|n| self.usable.contains(&n.claim));
+        let with_room: BTreeMap<&str, NodeState> = usable
+            .clone()
+            .filter_map(|n| {
+                let room = freed.get(&n.claim)?;
                 let mut state = n.state.clone();
-                if let Some(room) = freed.get(&n.claim) {
-                    state.used.sub(room);
-                }
-                state
+                state.used.sub(room);
+                Some((n.claim.as_str(), state))
             })
+            .collect();
+        let nodes: Vec<&NodeState> = usable
+            .map(|n| with_room.get(n.claim.as_str()).unwrap_or(&n.state))
             .collect();
         let rates = self.learned_rates(world);
         let learned = |o: &Offering| rates.get(&offering_key(o)).copied();

@@ -186,7 +186,8 @@ mod tests {
 
     fn budgets_of(pool: Pool, nodes: &[NodeState]) -> Vec<Budget> {
         let catalog = Catalog::default();
-        budgets(&Input::offline(&catalog, "us-east-1", &[pool], &[]).with_nodes(nodes))
+        let nodes: Vec<&NodeState> = nodes.iter().collect();
+        budgets(&Input::offline(&catalog, "us-east-1", &[pool], &[]).with_nodes(&nodes))
     }
 
     #[test]
@@ -309,8 +310,9 @@ mod tests {
             nodes: &[NodeState],
             s: Strategy,
         ) -> Plan {
+            let nodes: Vec<&NodeState> = nodes.iter().collect();
             let input = Input::offline(catalog, "us-east-1", pools, pods)
-                .with_nodes(nodes)
+                .with_nodes(&nodes)
                 .at(now());
             plan::plan(&input, s, &Options::default(), &|| 0.0)
         }

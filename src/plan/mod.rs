@@ -106,8 +106,10 @@ pub struct Input<'a> {
     pub region: &'a str,
     /// NodePools.
     pub pools: &'a [Pool],
-    /// Existing nodes and in-flight claims.
-    pub nodes: &'a [NodeState],
+    /// Existing nodes and in-flight claims, borrowed: callers hold them in
+    /// their own structures, and copying every node's labels for each plan
+    /// dominated long simulations.
+    pub nodes: &'a [&'a NodeState],
     /// Pending pods.
     pub pods: &'a [Pod],
     /// Offerings known to be out of capacity.
@@ -151,7 +153,7 @@ impl<'a> Input<'a> {
 
     /// The same input with existing nodes and in-flight claims, whose room
     /// is used before anything is launched.
-    pub fn with_nodes(self, nodes: &'a [NodeState]) -> Input<'a> {
+    pub fn with_nodes(self, nodes: &'a [&'a NodeState]) -> Input<'a> {
         Input { nodes, ..self }
     }
 

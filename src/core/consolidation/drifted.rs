@@ -124,11 +124,16 @@ impl Consolidation {
         }
         let pools = [Pool::from_api(pool, daemonset_overhead(n)).ok()?];
         let unavailable = |o: &crate::catalog::Offering| r.ctx.interruptions.blocks(o, r.now);
-        let mut nodes = without_free_devices(others, &pods);
+        let owned = without_free_devices(&others, &pods);
+        let me: crate::cluster::NodeState;
+        let mut nodes: Vec<&crate::cluster::NodeState> =
+            owned.as_ref().map_or(others, |o| o.iter().collect());
         if counted {
-            let mut me = n.state.clone();
-            me.unschedulable = true;
-            nodes.push(me);
+            me = crate::cluster::NodeState {
+                unschedulable: true,
+                ..n.state.clone()
+            };
+            nodes.push(&me);
         }
         let p = self.plan_moves(r, &pools, &nodes, &pods, &unavailable);
         if !p.unschedulable.is_empty() {

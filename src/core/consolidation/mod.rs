@@ -83,7 +83,7 @@ pub enum Decision {
 /// What the node's real pods have been since when.
 #[derive(Debug, Clone)]
 struct Observed {
-    /// Names of its non-placeholder pods, sorted.
+    /// Names of its non-placeholder pods, in the node's order.
     pods: Vec<String>,
     since: Time,
     /// When it has been stable for the pool's `consolidateAfter`.
@@ -311,9 +311,20 @@ impl Consolidation {
             if n.ready_at.is_none() {
                 continue;
             }
+            // The same pods, most often in the same order: one pass then.
+            let names = || real_pods(n).map(|p| p.name.as_str());
             let same = |o: &Observed| {
-                o.pods.len() == real_pods(n).count()
-                    && real_pods(n).all(|p| o.pods.binary_search(&p.name).is_ok())
+                let seen = || o.pods.iter().map(String::as_str);
+                if seen().eq(names()) {
+                    return true;
+                }
+                if o.pods.len() != names().count() {
+                    return false;
+                }
+                let (mut a, mut b): (Vec<&str>, Vec<&str>) = (seen().collect(), names().collect());
+                a.sort_unstable();
+                b.sort_unstable();
+                a == b
             };
             let eligible_at = |since: Time| {
                 consolidate_after
@@ -325,7 +336,7 @@ impl Consolidation {
             // One lookup for a node seen before (the common case).
             if let Some(o) = self.observed.get_mut(&n.claim) {
                 if !same(o) {
-                    o.pods = sorted_names(n);
+                    o.pods = names().map(str::to_string).collect();
                     o.since = now;
                 }
                 o.round = round;
@@ -335,7 +346,7 @@ impl Consolidation {
             self.observed.insert(
                 n.claim.clone(),
                 Observed {
-                    pods: sorted_names(n),
+                    pods: names().map(str::to_string).collect(),
                     since: now,
                     eligible_at: eligible_at(now),
                     round,
@@ -921,20 +932,28 @@ impl Consolidation {
         n: &ManagedNode,
         pool: &NodePool,
         pods: &[Pod],
-        others: &[NodeState],
+        others: &[&NodeState],
         name: Option<&str>,
     ) -> Option<ClaimRequest> {
         let w = r.world;
         if pool.is_marked_not_ready() {
             return None;
         }
-        let others = without_free_devices(others.to_vec(), pods);
+        let owned = without_free_devices(others, pods);
+        let refs: Vec<&NodeState>;
+        let others = match &owned {
+            Some(o) => {
+                refs = o.iter().collect();
+                &refs[..]
+            }
+            None => others,
+        };
         let planner_pool = Pool::from_api(pool, daemonset_overhead(n)).ok()?;
         let pools = [planner_pool];
         let open = |o: &Offering| r.ctx.interruptions.blocks(o, r.now);
         let riskier = spot_guard(w, n, &pools, &open, &r.ctx);
         let unavailable = |o: &Offering| open(o) || riskier(o);
-        let p = self.plan_moves(r, &pools, &others, pods, &unavailable);
+        let p = self.plan_moves(r, &pools, others, pods, &unavailable);
         let [new] = p.nodes.as_slice() else {
             return None;
         };
@@ -954,7 +973,7 @@ impl Consolidation {
     /// The nodes that may take `n`'s pods: the other ready, schedulable
     /// nodes that stay (not being removed, interrupted or drifted) and are
     /// not waiting for another node's pods as its replacement.
-    fn destinations(&self, r: &Round, n: &ManagedNode) -> Vec<NodeState> {
+    fn destinations<'w>(&self, r: &Round<'_, 'w>, n: &ManagedNode) -> Vec<&'w NodeState> {
         r.world
             .nodes
             .iter()
@@ -969,7 +988,7 @@ impl Consolidation {
                     && !r.ctx.interruptions.is_handling(&o.claim)
                     && !(r.ctx.rebooting)(&o.claim)
             })
-            .map(|o| o.state.clone())
+            .map(|o| &o.state)
             .collect()
     }
 
@@ -979,7 +998,7 @@ impl Consolidation {
         &self,
         r: &Round,
         pools: &[Pool],
-        others: &[NodeState],
+        others: &[&NodeState],
         pods: &[Pod],
         unavailable: &dyn Fn(&Offering) -> bool,
     ) -> plan::Plan {
@@ -1089,10 +1108,15 @@ fn takes_devices(pods: &[Pod]) -> bool {
     pods.iter().any(|p| p.devices.is_some())
 }
 
-/// `nodes` with no free units of the device resources `pods`' DRA claims
-/// would take on any shape: an existing node's published devices are not
-/// matched against a claim's selectors, so they are not offered to it.
-fn without_free_devices(mut nodes: Vec<NodeState>, pods: &[Pod]) -> Vec<NodeState> {
+/// Copies of `nodes` with no free units of the device resources `pods`' DRA
+/// claims would take on any shape: an existing node's published devices are
+/// not matched against a claim's selectors, so they are not offered to it.
+/// `None` when no pod takes devices: `nodes` are offered as they are.
+fn without_free_devices(nodes: &[&NodeState], pods: &[Pod]) -> Option<Vec<NodeState>> {
+    if !takes_devices(pods) {
+        return None;
+    }
+    let mut nodes: Vec<NodeState> = nodes.iter().map(|&n| n.clone()).collect();
     let names: BTreeSet<String> = pods
         .iter()
         .filter_map(|p| p.devices.as_ref())
@@ -1107,7 +1131,7 @@ fn without_free_devices(mut nodes: Vec<NodeState>, pods: &[Pod]) -> Vec<NodeStat
             }
         }
     }
-    nodes
+    Some(nodes)
 }
 
 /// The launch of a planned node that takes pods of `n` (same pool), named
@@ -1142,13 +1166,6 @@ fn request_for(
 /// The node's pods that are real work (not pre-warm placeholders).
 fn real_pods(n: &ManagedNode) -> impl Iterator<Item = &Pod> {
     n.pods.iter().filter(|p| !p.placeholder).map(|p| &p.pod)
-}
-
-/// The names of a node's real pods, sorted (what [`Observed`] keeps).
-fn sorted_names(n: &ManagedNode) -> Vec<String> {
-    let mut pods: Vec<String> = real_pods(n).map(|p| p.name.clone()).collect();
-    pods.sort();
-    pods
 }
 
 /// What the node's daemonsets use: its usage less its bound pods' requests.

@@ -795,3 +795,23 @@ fn a_spot_node_in_the_riskiest_pool_moves_only_to_a_less_risky_one() {
         ("use1-az3", 0.8)
     );
 }
+
+#[test]
+fn a_node_listing_its_pods_in_another_order_stays_stable_and_one_with_another_pod_does_not() {
+    let mut f = Fixture::new([node("n1").pods([pod("a"), pod("b")])]);
+    let mut c = Consolidation::default();
+    c.observe(&f.world(), t(0));
+    f.node_mut("n1").pods.reverse();
+    c.observe(&f.world(), t(30));
+    assert_eq!(c.observed["n1"].since, t(0));
+    // As many pods, one of them another: the node changed.
+    f.node_mut("n1").pods[0] = pod("c");
+    c.observe(&f.world(), t(60));
+    assert_eq!(c.observed["n1"].since, t(60));
+    // A placeholder is not a pod of the node's.
+    let mut chunk = pod("buffer");
+    chunk.placeholder = true;
+    f.node_mut("n1").pods.push(chunk);
+    c.observe(&f.world(), t(90));
+    assert_eq!(c.observed["n1"].since, t(60));
+}
