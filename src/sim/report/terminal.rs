@@ -77,12 +77,12 @@ pub fn table(report: &SimReport) -> String {
             q.pods
         );
     }
+    health(&mut out, report);
     bill(&mut out, report);
     lost_by_shape(&mut out, report);
     unfinished(&mut out, report);
     prewarm(&mut out, report);
     drift(&mut out, report);
-    health(&mut out, report);
     out
 }
 
@@ -613,6 +613,35 @@ mod tests {
             .nth(1)
             .unwrap();
         assert_eq!(section.trim(), "quartermaster  2");
+    }
+
+    #[test]
+    fn table_shows_faults_repairs_idle_gpu_hours_and_the_right_sizing_saving() {
+        let mut r = report();
+        let health = |r: &SimReport| {
+            table(r)
+                .split("GPU health and use")
+                .nth(1)
+                .unwrap()
+                .to_string()
+        };
+        let line = health(&r);
+        let row = line
+            .lines()
+            .find(|l| l.starts_with("quartermaster"))
+            .unwrap();
+        let cells: Vec<&str> = row.split_whitespace().collect();
+        assert_eq!(
+            cells[1..],
+            ["2", "2", "1", "3.5", "4.0", "$12.50"],
+            "{line}"
+        );
+        for s in r.strategies.values_mut() {
+            s.faults = 0;
+        }
+        let line = health(&r);
+        assert!(!line.contains("faults"), "{line}");
+        assert!(line.contains("idle GPU-h"), "{line}");
     }
 
     #[test]
