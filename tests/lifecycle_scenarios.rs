@@ -77,6 +77,7 @@ fn job(name: &str, submit_h: f64, work_h: f64, checkpoint_every_h: Option<f64>) 
         restart_overhead_s: 60.0,
         stateless: false,
         gpu_share: None,
+        gpu_use: None,
     }
 }
 

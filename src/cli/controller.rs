@@ -190,11 +190,11 @@ pub struct Args {
     prometheus_timeout: Duration,
     /// A pod whose GPUs are busy less than this share on average over the
     /// window is under-used (an Event).
-    #[arg(long, default_value_t = 0.30)]
+    #[arg(long, default_value_t = quartermaster::plan::rightsize::UNDERUSED_BELOW)]
     gpu_underused_below: f64,
     /// A GPU busy less than this share is idle (idle GPU-hours; idle nodes
     /// for `consolidateIdleGpusAfter`).
-    #[arg(long, default_value_t = 0.05)]
+    #[arg(long, default_value_t = quartermaster::plan::rightsize::IDLE_BELOW)]
     gpu_idle_below: f64,
 }
 

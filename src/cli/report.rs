@@ -35,10 +35,10 @@ struct GpuArgs {
     #[arg(long, value_parser = parse_window, default_value = "1h")]
     window: Duration,
     /// Pods whose GPUs are busy less than this share are listed.
-    #[arg(long, default_value_t = 0.30)]
+    #[arg(long, default_value_t = quartermaster::plan::rightsize::UNDERUSED_BELOW)]
     underused_below: f64,
     /// Nodes whose every GPU is busy less than this share are idle.
-    #[arg(long, default_value_t = 0.05)]
+    #[arg(long, default_value_t = quartermaster::plan::rightsize::IDLE_BELOW)]
     idle_below: f64,
     /// Region whose prices are used.
     #[arg(long, default_value = "us-east-1")]

@@ -10,14 +10,16 @@
 
 mod config;
 mod events;
+mod faults;
 mod interruptions;
 mod market;
 #[cfg(test)]
 mod tests;
 
 pub use config::{
-    BootProfile, CapacityModel, ConfigError, InterruptionModel, LatencyModel, MarketTuning,
-    PriceChange, PriceTarget, SimulatedCloudConfig, Storm,
+    BootProfile, CapacityModel, ConfigError, FaultModel, InterruptionModel, LatencyModel,
+    MarketTuning, PriceChange, PriceTarget, SimulatedCloudConfig, Storm, DEFAULT_REBOOT_FIXES,
+    LLAMA3_FAULTS_PER_GPU_HOUR,
 };
 pub use events::{CloudEvent, TerminationCause};
 pub use market::TraceReplay;
@@ -65,6 +67,10 @@ enum Timer {
     Trigger(usize),
     /// Reclaim event `.1` of a replayed trace in a pool.
     Replay(OfferingKey, usize),
+    /// The instance's node fails (`faults`).
+    Fault(usize),
+    /// The instance is back from a reboot.
+    Rebooted(usize),
 }
 
 impl Timer {
@@ -77,6 +83,8 @@ impl Timer {
             | Timer::Notice(i, _)
             | Timer::Reclaim(i)
             | Timer::Trigger(i)
+            | Timer::Fault(i)
+            | Timer::Rebooted(i)
             | Timer::ShutDown(i) => Some(*i),
             Timer::Price(..) | Timer::Replay(..) => None,
         }
@@ -109,6 +117,8 @@ struct SimInstance {
     /// The cluster placement group it was launched into (its pool's of its
     /// zone), if any.
     placement_group: Option<String>,
+    /// Its faults so far, and the one it has now (`faults`).
+    health: faults::InstanceHealth,
 }
 
 /// The simulated cloud. Deterministic: the same catalog, configuration and
@@ -362,6 +372,7 @@ impl SimulatedCloud {
             draws: 0,
             noticed: false,
             placement_group: None,
+            health: Default::default(),
         });
         self.by_claim.insert(claim.claim.clone(), idx);
         self.billed.insert(idx);
@@ -415,15 +426,21 @@ impl SimulatedCloud {
     }
 
     /// Reboots the instance of `claim`: a running instance stays running
-    /// (billing goes on) and the reboot is counted ([`SimulatedCloud::reboots`]).
+    /// (billing goes on), the reboot is counted ([`SimulatedCloud::reboots`])
+    /// and the instance is away for the reboot's duration, after which
+    /// [`CloudEvent::Rebooted`] says whether it came back healthy (see
+    /// [`FaultModel`]). Rebooting an instance already rebooting changes
+    /// nothing.
     ///
     /// # Errors
     /// [`Error::NotFound`] when the claim has no running instance.
     pub fn reboot(&mut self, claim: &str, now: Time) -> Result<Instance> {
-        self.observe(now);
+        let now = self.observe(now);
         match self.by_claim.get(claim) {
             Some(&i) if self.instances[i].instance.state == InstanceState::Running => {
-                *self.reboots.entry(claim.to_string()).or_default() += 1;
+                if self.start_reboot(i, now) {
+                    *self.reboots.entry(claim.to_string()).or_default() += 1;
+                }
                 Ok(self.instances[i].instance.clone())
             }
             _ => Err(Error::NotFound {
@@ -569,10 +586,21 @@ impl SimulatedCloud {
                     self.replayed_reclaim(pool, k, at, &mut events);
                     continue;
                 }
+                Timer::Fault(i) => {
+                    events.push(self.fault(i, at));
+                    continue;
+                }
+                Timer::Rebooted(i) => {
+                    events.push(self.rebooted(i, at));
+                    continue;
+                }
+                Timer::Ready(i) => self.schedule_fault(i, at),
                 _ => {}
             }
             events.push(match timer {
-                Timer::Trigger(_) | Timer::Replay(..) => unreachable!("handled above"),
+                Timer::Trigger(_) | Timer::Replay(..) | Timer::Fault(_) | Timer::Rebooted(_) => {
+                    unreachable!("handled above")
+                }
                 Timer::Running(i) => {
                     self.instances[i].instance.state = InstanceState::Running;
                     self.join_pool(i);
@@ -739,14 +767,7 @@ impl SimulatedCloud {
     /// Running, registered and ready times of a launch at `now`, jittered by
     /// the claim's own stream.
     fn boot_times(&self, claim: &str, instance_type: &str, now: Time) -> (Time, Time, Time) {
-        let family = match self.catalog.instance_type(instance_type) {
-            Some(it) => it.family.clone(),
-            None => instance_type
-                .split('.')
-                .next()
-                .unwrap_or(instance_type)
-                .to_string(),
-        };
+        let family = self.family_of(instance_type);
         let latency = &self.config.latency;
         let profile = latency.profile(&family);
         let mut rng = stream(self.config.seed, &["boot", claim]);
@@ -758,6 +779,19 @@ impl SimulatedCloud {
         let registered = running + phase(profile.registered);
         let ready = registered + phase(profile.ready);
         (running, registered, ready)
+    }
+
+    /// The instance family of a type (the catalog's, else its name's
+    /// prefix), which names its boot profile.
+    fn family_of(&self, instance_type: &str) -> String {
+        match self.catalog.instance_type(instance_type) {
+            Some(it) => it.family.clone(),
+            None => instance_type
+                .split('.')
+                .next()
+                .unwrap_or(instance_type)
+                .to_string(),
+        }
     }
 
     /// When `claim`, running in `key` from `running`, gets its interruption

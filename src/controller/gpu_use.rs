@@ -50,8 +50,8 @@ impl Default for GpuUseSettings {
             window: Duration::from_secs(3600),
             interval: Duration::from_secs(300),
             timeout: Duration::from_secs(10),
-            underused_below: 0.30,
-            idle_below: 0.05,
+            underused_below: crate::plan::rightsize::UNDERUSED_BELOW,
+            idle_below: crate::plan::rightsize::IDLE_BELOW,
         }
     }
 }

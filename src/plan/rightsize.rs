@@ -10,6 +10,15 @@ use crate::catalog::{mig, AcceleratorKind, CapacityType, Catalog, InstanceType};
 use crate::cluster::gpu_use::PodUse;
 use std::fmt;
 
+/// A pod whose GPUs are busy less than this on average is under-used
+/// (the users' guides' 30%): `report gpu` right-sizes it and the
+/// controller puts a `GPUUnderused` Event on it, by default.
+pub const UNDERUSED_BELOW: f64 = 0.30;
+
+/// A GPU busy less than this is idle (idle GPU-hours, idle nodes), by
+/// default.
+pub const IDLE_BELOW: f64 = 0.05;
+
 /// Hours in a month, as cloud bills count them.
 pub const HOURS_PER_MONTH: f64 = 730.0;
 

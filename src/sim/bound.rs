@@ -409,6 +409,7 @@ spec:
             restart_overhead_s: 0.0,
             stateless: false,
             gpu_share: None,
+            gpu_use: None,
         }
     }
 

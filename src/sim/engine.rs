@@ -28,6 +28,8 @@ use std::cmp::Reverse;
 use std::collections::{BTreeMap, BTreeSet, BinaryHeap};
 use std::sync::Arc;
 
+mod faults;
+
 /// Seconds between time-series samples.
 pub const SAMPLE_EVERY_S: i64 = 300;
 
@@ -49,6 +51,12 @@ struct NodeExtra {
     gpus: f64,
     /// How many images had been released when it was launched.
     image: usize,
+    /// Faulty since then (`faults`).
+    broken_since: Option<Time>,
+    /// Being rebooted.
+    rebooting: bool,
+    /// Its allocatable GPUs before a fault withdrew the free ones.
+    gpu_allocatable: i64,
 }
 
 /// The nodes alive, sorted by claim, as one slice the core's [`World`]
@@ -153,6 +161,10 @@ pub struct Engine<'a> {
     /// Per scheduled buffer window seen open (buffer, window start): whether
     /// every chunk was held at every step it was open.
     buffer_windows: BTreeMap<(String, Time), bool>,
+    /// Jobs a fault stopped that stay bound to their nodes (`faults`).
+    stalled: BTreeMap<usize, faults::Stall>,
+    /// What right-sizing job `i` saves an hour on an instance type.
+    right_sizes: BTreeMap<(usize, String), f64>,
 }
 
 impl<'a> Engine<'a> {
@@ -265,6 +277,8 @@ impl<'a> Engine<'a> {
             gang_blocks: (0, 0),
             buffers: scenario.buffers.iter().map(|b| b.to_buffer()).collect(),
             buffer_windows: BTreeMap::new(),
+            stalled: BTreeMap::new(),
+            right_sizes: BTreeMap::new(),
         })
     }
 
@@ -559,6 +573,7 @@ impl<'a> Engine<'a> {
                 if let Some((n, _)) = self.nodes.get_mut(&claim) {
                     n.ready_at = Some(at);
                     n.state.in_flight = false;
+                    faults::mark_ready(n, at);
                     self.bind_dirty = true;
                     self.core.observe_ready(n);
                 }
@@ -573,6 +588,8 @@ impl<'a> Engine<'a> {
                 }
             }
             CloudEvent::Terminated { claim, at, .. } => self.remove_node(&claim, at),
+            CloudEvent::Fault { claim, at } => self.on_fault(&claim, at),
+            CloudEvent::Rebooted { claim, at, healthy } => self.on_rebooted(&claim, at, healthy),
             CloudEvent::Running { .. }
             | CloudEvent::Registered { .. }
             | CloudEvent::PriceChanged { .. } => {}
@@ -587,7 +604,9 @@ impl<'a> Engine<'a> {
             self.result
                 .log
                 .push((at, LogEvent::NodeGone(claim.to_string())));
-            for i in extra.jobs {
+            let jobs: Vec<usize> = extra.jobs.iter().copied().collect();
+            self.node_gone(&jobs, extra.broken_since, extra.gpus, at);
+            for i in jobs {
                 self.stop_job(i, at);
             }
             let alive = (at - node.launched_at).num_seconds().max(0) as f64 / 3600.0;
@@ -600,6 +619,14 @@ impl<'a> Engine<'a> {
     /// whole: distributed training cannot go on without a member, so every
     /// other running member leaves its node and loses its work too.
     fn stop_job(&mut self, i: usize, at: Time) {
+        self.stop_jobs(i, at, false);
+    }
+
+    /// [`Engine::stop_job`]; with `stall`, the stopped jobs stay bound to
+    /// their nodes without progress (a node fault: `faults`) instead of
+    /// waiting again. Returns the GPU-hours of work they lost.
+    fn stop_jobs(&mut self, i: usize, at: Time, stall: bool) -> f64 {
+        let mut lost_gpu_hours = 0.0;
         let mut stopping = vec![i];
         while let Some(k) = stopping.pop() {
             let Phase::Running {
@@ -614,7 +641,9 @@ impl<'a> Engine<'a> {
             };
             self.result.log.push((at, stopped));
             let node = node.clone();
-            self.detach(k);
+            if !stall {
+                self.detach(k);
+            }
             self.ran(k, &node, since, at);
             let lost_before = self.jobs[k].lost_s;
             self.jobs[k].stop(at);
@@ -623,16 +652,22 @@ impl<'a> Engine<'a> {
             let job = &mut self.jobs[k];
             self.interruptions_so_far += 1;
             self.lost_gpu_hours_so_far += lost_s / 3600.0 * job.gpus();
+            lost_gpu_hours += lost_s / 3600.0 * job.gpus();
             // The workload's expected run time is what is left of it (what
             // the planner's risk and deadline rules read).
             job.job.pod.expected_runtime_s = Some((job.job.work_s - job.saved_s).max(0.0));
-            self.waiting.insert(k);
-            self.pending_stale = true;
-            self.bind_dirty = true;
+            if stall {
+                self.stalled.insert(k, faults::Stall { node, since: at });
+            } else {
+                self.waiting.insert(k);
+                self.pending_stale = true;
+                self.bind_dirty = true;
+            }
             if let Some(g) = &self.jobs[k].job.pod.group {
                 stopping.extend(self.gangs.get(&g.name).into_iter().flatten().copied());
             }
         }
+        lost_gpu_hours
     }
 
     /// Frees a job's room on its node (it finished or left).
@@ -665,6 +700,7 @@ impl<'a> Engine<'a> {
     fn ran(&mut self, i: usize, claim: &str, since: Time, at: Time) {
         let held_s = (at - since).num_seconds().max(0) as f64;
         self.result.gpu_hours += held_s / 3600.0 * self.jobs[i].gpus();
+        self.result.right_size_saving += self.right_size_saving(i, claim, held_s / 3600.0);
         if let Some((share, book)) = self.share_of(i, claim) {
             book.held(share, held_s);
         }
@@ -702,6 +738,7 @@ impl<'a> Engine<'a> {
                 match reason {
                     DisruptionReason::Drifted => self.result.drift_replacements += 1,
                     DisruptionReason::Expired => self.result.expired_replacements += 1,
+                    DisruptionReason::Unhealthy => self.result.repair_replacements += 1,
                     _ => {}
                 }
                 if let Some((n, _)) = self.nodes.get_mut(&claim) {
@@ -734,7 +771,9 @@ impl<'a> Engine<'a> {
             }
             Action::Evict { pod, claim } => {
                 if let Some(&i) = self.by_name.get(&pod) {
-                    if matches!(&self.jobs[i].phase, Phase::Running { node, .. } if *node == claim)
+                    if self.stalled.get(&i).is_some_and(|s| s.node == claim) {
+                        self.release_stalled(i, now);
+                    } else if matches!(&self.jobs[i].phase, Phase::Running { node, .. } if *node == claim)
                     {
                         self.stop_job(i, now);
                     }
@@ -744,8 +783,7 @@ impl<'a> Engine<'a> {
                 let _ = self.cloud.terminate(&claim, now);
                 self.remove_node(&claim, now);
             }
-            // Node faults are not simulated yet: nothing to reboot.
-            Action::Reboot { .. } => {}
+            Action::Reboot { claim, .. } => self.reboot(&claim),
         }
     }
 
@@ -805,6 +843,7 @@ impl<'a> Engine<'a> {
                             jobs: BTreeSet::new(),
                             gpus,
                             image: self.images_released,
+                            ..Default::default()
                         },
                     );
                 }
@@ -855,10 +894,7 @@ impl<'a> Engine<'a> {
         self.bind_dirty = false;
         self.refresh_pending();
         let ready: Vec<usize> = (0..self.nodes.managed.len())
-            .filter(|&k| {
-                let n = &self.nodes.managed[k];
-                n.ready_at.is_some() && !n.state.unschedulable
-            })
+            .filter(|&k| self.serves(k) && !self.nodes.managed[k].state.unschedulable)
             .collect();
         if ready.is_empty() {
             return;
@@ -1055,6 +1091,7 @@ impl<'a> Engine<'a> {
             s.gpus_used += extra.jobs.iter().map(|&i| self.jobs[i].gpus()).sum::<f64>();
         }
         self.result.timeseries.push(s);
+        self.sample_idle(SAMPLE_EVERY_S as f64 / 3600.0);
         self.check_prewarm();
     }
 
@@ -1117,6 +1154,7 @@ impl<'a> Engine<'a> {
             let alive = (end - n.launched_at).num_seconds().max(0) as f64 / 3600.0;
             self.result.provisioned_gpu_hours += alive * extra.gpus;
         }
+        self.settle_faults(end);
         // Reservations are billed up front, used or not.
         self.result.reserved_upfront_cost = self.upfront;
         let cloud_cost = self.cloud.cost_so_far(end);
@@ -1171,8 +1209,13 @@ impl<'a> Engine<'a> {
             self.buffer_windows.len() as u32,
         );
         let reasons = self.unplaceable_reasons();
-        for j in &self.jobs {
+        for (i, j) in self.jobs.iter().enumerate() {
             let reason = match &j.phase {
+                Phase::Waiting { since } if self.stalled.contains_key(&i) => format!(
+                    "stalled on {} since {}: a fault stopped it or a member of its gang",
+                    self.stalled[&i].node,
+                    since.to_rfc3339()
+                ),
                 Phase::Done { .. } => continue,
                 Phase::Future => "submitted after the end of the simulation".to_string(),
                 Phase::Running { .. } => format!(

@@ -354,6 +354,7 @@ mod tests {
             restart_overhead_s: 300.0,
             stateless: false,
             gpu_share: None,
+            gpu_use: None,
         })
     }
 

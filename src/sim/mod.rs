@@ -172,6 +172,7 @@ pub fn load_jobs(
     };
     for (i, source) in scenario.workloads.iter().enumerate() {
         let seed = scenario.seed.wrapping_add(i as u64 * 0x9E37_79B9);
+        let first = w.jobs.len();
         match source {
             WorkloadSource::Training(t) => w.jobs.extend(t.generate(scenario.start, seed)?),
             WorkloadSource::Inference(s) => w
@@ -182,6 +183,9 @@ pub fn load_jobs(
                     .extend(b.generate(scenario.start, scenario.length(), seed)?)
             }
             WorkloadSource::Trace(t) => replay(t, &mut w)?,
+        }
+        if let Some(u) = source.gpu_use() {
+            u.apply(&mut w.jobs[first..], seed);
         }
     }
     if let Some(path) = extra_trace {

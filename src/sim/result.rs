@@ -193,6 +193,26 @@ pub struct StrategyResult {
     pub drift_replacements: u32,
     /// Nodes replaced because they outlived their pool's `expireAfter`.
     pub expired_replacements: u32,
+    /// Node faults (`cloud.faults`).
+    pub faults: u32,
+    /// Reboots repair asked for.
+    pub reboots: u32,
+    /// Nodes repair replaced (cordoned as unhealthy).
+    pub repair_replacements: u32,
+    /// GPU-hours lost to faults: the work since their last checkpoint of
+    /// the jobs a fault stopped (also in `lost_gpu_hours`), the GPU-hours
+    /// of faulty nodes from the fault until fixed by a reboot or gone, and
+    /// the GPU-hours of stopped gang members waiting bound on healthy
+    /// nodes.
+    pub fault_lost_gpu_hours: f64,
+    /// GPU-hours idle as the live side counts them (under
+    /// `plan::rightsize::IDLE_BELOW`): GPUs of serving nodes no pod held,
+    /// and those of pods whose workload's `gpuUse` is under it.
+    pub idle_gpu_hours: f64,
+    /// USD that right sizes (`plan::rightsize`, as `report gpu`) of the
+    /// pods under `plan::rightsize::UNDERUSED_BELOW` would have saved over
+    /// the time they held their GPUs, at on-demand prices.
+    pub right_size_saving: f64,
     /// Pre-warm windows whose capacity was Ready at window start, and all
     /// windows seen.
     pub prewarm_ready: (u32, u32),

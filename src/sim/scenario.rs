@@ -79,6 +79,78 @@ pub enum WorkloadSource {
     Trace(TraceSpec),
 }
 
+impl WorkloadSource {
+    /// Its `gpuUse`, if it says one.
+    pub fn gpu_use(&self) -> Option<&super::workload::GpuUseSpec> {
+        match self {
+            WorkloadSource::Training(t) => t.gpu_use.as_ref(),
+            WorkloadSource::Inference(s) => s.gpu_use.as_ref(),
+            WorkloadSource::Burst(b) => b.gpu_use.as_ref(),
+            WorkloadSource::Trace(t) => t.gpu_use.as_ref(),
+        }
+    }
+
+    /// Its kind as the scenario names it (`training`, ...).
+    fn kind(&self) -> &'static str {
+        match self {
+            WorkloadSource::Training(_) => "training",
+            WorkloadSource::Inference(_) => "inference",
+            WorkloadSource::Burst(_) => "burst",
+            WorkloadSource::Trace(_) => "trace",
+        }
+    }
+}
+
+/// `cloud.faults:` node faults (`cloud::simulated::FaultModel`); present,
+/// every GPU node may fail. Defaults from Meta's Llama 3 report
+/// (`docs/simulated-cloud.md`).
+#[derive(Debug, Clone, Deserialize, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct FaultsSpec {
+    /// Faults per GPU-hour of a Ready node (default: Llama 3's, 419 in 54
+    /// days on 16,384 GPUs).
+    #[serde(default = "llama3_rate")]
+    pub rate_per_gpu_hour: f64,
+    /// The share of faults a reboot fixes, 0..=1 (default 0.2).
+    #[serde(default = "reboot_fixes")]
+    pub reboot_fixes: f64,
+    /// How long a reboot takes (Go duration); absent: the node's family's
+    /// boot from running to Ready.
+    #[serde(default)]
+    pub reboot_duration: Option<String>,
+}
+
+fn llama3_rate() -> f64 {
+    crate::cloud::simulated::LLAMA3_FAULTS_PER_GPU_HOUR
+}
+
+fn reboot_fixes() -> f64 {
+    crate::cloud::simulated::DEFAULT_REBOOT_FIXES
+}
+
+impl FaultsSpec {
+    /// Every problem of the fields.
+    fn problems(&self) -> Vec<String> {
+        let mut out = Vec::new();
+        let r = self.rate_per_gpu_hour;
+        if !(r.is_finite() && r >= 0.0) {
+            out.push(format!(
+                "cloud.faults.ratePerGpuHour: {r} must be a number >= 0"
+            ));
+        }
+        let f = self.reboot_fixes;
+        if !(0.0..=1.0).contains(&f) {
+            out.push(format!(
+                "cloud.faults.rebootFixes: {f} is a share of the faults and must be in [0, 1]"
+            ));
+        }
+        if let Some(Err(e)) = self.reboot_duration.as_deref().map(bounded_duration) {
+            out.push(format!("cloud.faults.rebootDuration: {e}"));
+        }
+        out
+    }
+}
+
 /// A period in which spot interruptions come faster.
 #[derive(Debug, Clone, Deserialize, PartialEq, JsonSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
@@ -153,6 +225,9 @@ pub struct CloudSpec {
     /// New node images released during the run (drift, `core::drift`).
     #[serde(default)]
     pub image_releases: Vec<ImageReleaseSpec>,
+    /// Node faults (absent: none).
+    #[serde(default)]
+    pub faults: Option<FaultsSpec>,
 }
 
 /// `market:` of a scenario.
@@ -592,6 +667,12 @@ impl Scenario {
             }
         }
         problems.extend(s.cloud.market_problems(catalog, &s.region));
+        problems.extend(s.cloud.faults.iter().flat_map(FaultsSpec::problems));
+        for (i, w) in s.workloads.iter().enumerate() {
+            if let Some(u) = w.gpu_use() {
+                problems.extend(u.problems(&format!("workloads[{i}].{}.gpuUse", w.kind())));
+            }
+        }
         let zones = catalog.zones(&s.region);
         let mut named = std::collections::BTreeSet::new();
         for (name, id) in &s.zone_names {
@@ -701,6 +782,16 @@ impl Scenario {
                     });
                 }
             }
+        }
+        if let Some(f) = &self.cloud.faults {
+            cloud_config.faults = crate::cloud::simulated::FaultModel {
+                rate_per_gpu_hour: f.rate_per_gpu_hour,
+                reboot_fixes: f.reboot_fixes,
+                reboot_duration: f
+                    .reboot_duration
+                    .as_deref()
+                    .and_then(|d| crate::api::parse_duration(d).ok()),
+            };
         }
         let im = &mut cloud_config.interruptions;
         let t = &self.cloud.market_tuning;

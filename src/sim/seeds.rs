@@ -87,8 +87,23 @@ pub fn jobs_done(_: &SimReport, r: &StrategyResult) -> Option<f64> {
     (r.jobs_total > 0).then(|| f64::from(r.jobs_completed) / f64::from(r.jobs_total))
 }
 
+/// GPU-hours lost to node faults (`StrategyResult::fault_lost_gpu_hours`).
+pub fn fault_lost_gpu_hours(_: &SimReport, r: &StrategyResult) -> Option<f64> {
+    Some(r.fault_lost_gpu_hours)
+}
+
+/// Idle GPU-hours (`StrategyResult::idle_gpu_hours`).
+pub fn idle_gpu_hours(_: &SimReport, r: &StrategyResult) -> Option<f64> {
+    Some(r.idle_gpu_hours)
+}
+
+/// What right sizes would save, USD (`StrategyResult::right_size_saving`).
+pub fn right_size_saving(_: &SimReport, r: &StrategyResult) -> Option<f64> {
+    Some(r.right_size_saving)
+}
+
 /// The measures the table and the JSON show, by JSON key.
-pub const MEASURES: [(&str, Measure); 7] = [
+pub const MEASURES: [(&str, Measure); 10] = [
     ("total_cost", cost),
     ("ratio_to_on_demand", vs_on_demand),
     ("lost_gpu_hours", lost_gpu_hours),
@@ -96,6 +111,9 @@ pub const MEASURES: [(&str, Measure); 7] = [
     ("interruptions", interruptions),
     ("p95_slowdown", p95_slowdown),
     ("jobs_done_share", jobs_done),
+    ("fault_lost_gpu_hours", fault_lost_gpu_hours),
+    ("idle_gpu_hours", idle_gpu_hours),
+    ("right_size_saving", right_size_saving),
 ];
 
 /// The runs of one scenario, one report per seed (same strategies in each).
@@ -261,6 +279,26 @@ pub fn table(report: &SeedsReport) -> String {
             cell(s(jobs_done), &pct),
         ]);
     }
+    out.push_str(&super::report::columns(&rows));
+    let mut rows: Vec<Vec<String>> = vec![[
+        "strategy",
+        "GPU-h lost to faults",
+        "idle GPU-h",
+        "right-sizing saves",
+    ]
+    .iter()
+    .map(|h| h.to_string())
+    .collect()];
+    for name in report.strategies() {
+        let s = |m: Measure| report.spread(&name, m);
+        rows.push(vec![
+            name.clone(),
+            cell(s(fault_lost_gpu_hours), &count),
+            cell(s(idle_gpu_hours), &count),
+            cell(s(right_size_saving), &money),
+        ]);
+    }
+    let _ = writeln!(out, "\nGPU health and use:");
     out.push_str(&super::report::columns(&rows));
     let comparisons = comparisons(report);
     if !comparisons.is_empty() {

@@ -47,6 +47,77 @@ pub struct SimJob {
     /// shares over the pool's replicas per GPU. `None`: what its requests
     /// say ([`crate::cluster::Resources::gpus`]).
     pub gpu_share: Option<f64>,
+    /// How busy its GPUs are, where its workload says ([`GpuUseSpec`]).
+    pub gpu_use: Option<JobGpuUse>,
+}
+
+/// One job's GPU use, as DCGM would read it over its runs.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct JobGpuUse {
+    /// Mean share of time its GPUs are busy, 0..=1.
+    pub busy: f64,
+    /// Peak memory used on its busiest GPU, as a share of one GPU's
+    /// memory; `None`: not said (right sizes then keep the whole memory).
+    pub peak_memory: Option<f64>,
+}
+
+/// `gpuUse:` of a workload source: how busy its pods keep their GPUs (what
+/// DCGM's `GPU_UTIL` or engine activity would read), for the report's idle
+/// GPU-hours and right-sizing saving. Each job draws its own `busy`
+/// uniformly from `busy - spread ..= busy + spread` (clamped to 0..=1; a
+/// gang's members share one draw), seeded by the scenario's seed.
+#[derive(Debug, Clone, Deserialize, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct GpuUseSpec {
+    /// Mean share of time the GPUs are busy, 0..=1.
+    pub busy: f64,
+    /// Half-width of the uniform spread of the jobs' `busy` around it,
+    /// 0..=1 (default 0: every job at `busy`).
+    #[serde(default)]
+    pub spread: f64,
+    /// Peak memory used, as a share of one GPU's memory, in (0, 1];
+    /// absent: the whole memory (no MIG profile or share fits).
+    #[serde(default)]
+    pub peak_memory: Option<f64>,
+}
+
+impl GpuUseSpec {
+    /// Everything wrong with it, as texts naming the field under `at`.
+    pub fn problems(&self, at: &str) -> Vec<String> {
+        let mut out = Vec::new();
+        let in_unit = |x: f64| (0.0..=1.0).contains(&x);
+        if !in_unit(self.busy) {
+            out.push(format!("{at}.busy: {} is not in [0, 1]", self.busy));
+        }
+        if !in_unit(self.spread) {
+            out.push(format!("{at}.spread: {} is not in [0, 1]", self.spread));
+        }
+        if let Some(m) = self.peak_memory.filter(|m| !(*m > 0.0 && *m <= 1.0)) {
+            out.push(format!("{at}.peakMemory: {m} is not in (0, 1]"));
+        }
+        out
+    }
+
+    /// Gives each of `jobs` its use, drawn from `seed` in the jobs' order
+    /// (a gang's members share their first member's draw).
+    pub fn apply(&self, jobs: &mut [SimJob], seed: u64) {
+        let mut rng = ChaCha8Rng::seed_from_u64(seed ^ 0x6770_7555_7365);
+        let mut gangs: std::collections::BTreeMap<String, f64> = Default::default();
+        for j in jobs {
+            let mut draw = || {
+                let u: f64 = rng.random_range(-1.0..=1.0);
+                (self.busy + u * self.spread).clamp(0.0, 1.0)
+            };
+            let busy = match &j.pod.group {
+                Some(g) => *gangs.entry(g.name.clone()).or_insert_with(draw),
+                None => draw(),
+            };
+            j.gpu_use = Some(JobGpuUse {
+                busy,
+                peak_memory: self.peak_memory,
+            });
+        }
+    }
 }
 
 /// A run-time distribution: log-normal through a median and a p90.
@@ -105,6 +176,9 @@ pub struct TrainingSpec {
     /// [`crate::cluster::podgroups::apply`].
     #[serde(default)]
     pub gang_topology: Option<String>,
+    /// How busy its pods keep their GPUs (idle GPU-hours, right sizes).
+    #[serde(default)]
+    pub gpu_use: Option<GpuUseSpec>,
 }
 
 /// How long one checkpoint of a training pod takes to write: the pod's GPUs
@@ -212,6 +286,9 @@ pub struct InferenceSpec {
     /// Spread replicas over zones (maxSkew 1).
     #[serde(default)]
     pub zone_spread: bool,
+    /// How busy its pods keep their GPUs (idle GPU-hours, right sizes).
+    #[serde(default)]
+    pub gpu_use: Option<GpuUseSpec>,
 }
 
 /// Bursts of short jobs during office hours on weekdays.
@@ -234,6 +311,9 @@ pub struct BurstSpec {
     pub gpus: u32,
     /// Run time of a job.
     pub run_time: RunTime,
+    /// How busy its pods keep their GPUs (idle GPU-hours, right sizes).
+    #[serde(default)]
+    pub gpu_use: Option<GpuUseSpec>,
 }
 
 /// A trace file replayed from the start of the simulation.
@@ -277,6 +357,10 @@ pub struct TraceSpec {
     /// `run-to-end` or `drop`.
     #[serde(default)]
     pub censored: super::trace_window::CensoredRows,
+    /// How busy its pods keep their GPUs (the trace format has no such
+    /// column: one profile for every row).
+    #[serde(default)]
+    pub gpu_use: Option<GpuUseSpec>,
 }
 
 fn default_restart() -> String {
@@ -435,6 +519,7 @@ impl TrainingSpec {
                     restart_overhead_s: restart,
                     stateless: false,
                     gpu_share: None,
+                    gpu_use: None,
                 });
             }
         }
@@ -498,6 +583,7 @@ impl InferenceSpec {
                 restart_overhead_s: 60.0,
                 stateless: true,
                 gpu_share: None,
+                gpu_use: None,
             });
         };
         for h in 0..=hours {
@@ -563,6 +649,7 @@ impl BurstSpec {
                     restart_overhead_s: 60.0,
                     stateless: false,
                     gpu_share: None,
+                    gpu_use: None,
                 });
             }
         }
@@ -609,6 +696,7 @@ impl TraceSpec {
                     ..r.to_pod("trace", fractional)
                 },
                 gpu_share: fractional.request(r.gpus).and_then(|g| g.gpu_share),
+                gpu_use: None,
                 submit: start + Span::milliseconds((r.submit_s * 1000.0) as i64),
                 work_s: r.duration_s,
                 checkpoint_interval_s: None,
@@ -647,6 +735,7 @@ mod tests {
             deadline: None,
             provisioning_request: false,
             gang_topology: None,
+            gpu_use: None,
         }
     }
 
@@ -717,6 +806,7 @@ mod tests {
             time_zone: "UTC".into(),
             weekdays_only: true,
             zone_spread: true,
+            gpu_use: None,
         };
         assert_eq!(spec.replicas_at(14, false), 10);
         assert_eq!(spec.replicas_at(2, false), 2);
@@ -749,6 +839,7 @@ mod tests {
                 median: "10m".into(),
                 p90: "30m".into(),
             },
+            gpu_use: None,
         };
         let tz = chrono_tz::Europe::Berlin;
         let jobs = spec.generate(monday(), Span::days(7), 3).unwrap();
@@ -764,5 +855,43 @@ mod tests {
             ..spec
         };
         assert!(bad.generate(monday(), Span::days(1), 3).is_err());
+    }
+
+    #[test]
+    fn a_gpu_use_profile_gives_each_job_a_seeded_draw_within_its_spread_and_a_gang_one() {
+        let spec = GpuUseSpec {
+            busy: 0.4,
+            spread: 0.3,
+            peak_memory: Some(0.25),
+        };
+        let mut a = training().generate(monday(), 1).unwrap();
+        spec.apply(&mut a, 9);
+        let busy: Vec<f64> = a.iter().map(|j| j.gpu_use.unwrap().busy).collect();
+        assert!(busy.iter().all(|b| (0.1..=0.7).contains(b)), "{busy:?}");
+        let mean = busy.iter().sum::<f64>() / busy.len() as f64;
+        assert!((mean - 0.4).abs() < 0.05, "{mean}");
+        assert!(a
+            .iter()
+            .all(|j| j.gpu_use.unwrap().peak_memory == Some(0.25)));
+        for j in &a {
+            if let Some(g) = &j.pod.group {
+                let first = a.iter().find(|k| k.pod.group.as_ref() == Some(g)).unwrap();
+                assert_eq!(j.gpu_use, first.gpu_use);
+            }
+        }
+        let mut b = training().generate(monday(), 1).unwrap();
+        spec.apply(&mut b, 9);
+        assert_eq!(a, b);
+        let bad = GpuUseSpec {
+            busy: 1.5,
+            spread: -0.1,
+            peak_memory: Some(0.0),
+        };
+        let p = bad.problems("workloads[0].training.gpuUse");
+        assert_eq!(p.len(), 3, "{p:?}");
+        assert!(
+            p[0].starts_with("workloads[0].training.gpuUse.busy: 1.5"),
+            "{p:?}"
+        );
     }
 }

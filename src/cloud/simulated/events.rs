@@ -56,6 +56,24 @@ pub enum CloudEvent {
         /// Whether we asked for it.
         cause: TerminationCause,
     },
+    /// The instance's node failed (a GPU or host fault, `FaultModel`):
+    /// its pods stop making progress until it is fixed or replaced.
+    Fault {
+        /// NodeClaim.
+        claim: String,
+        /// When.
+        at: Time,
+    },
+    /// The instance is back from a reboot.
+    Rebooted {
+        /// NodeClaim.
+        claim: String,
+        /// When.
+        at: Time,
+        /// Whether it came back without a fault (the reboot fixed it, or
+        /// it had none).
+        healthy: bool,
+    },
     /// A pool's price changed.
     PriceChanged {
         /// The pool.
@@ -76,6 +94,8 @@ impl CloudEvent {
             | CloudEvent::Ready { at, .. }
             | CloudEvent::Notice { at, .. }
             | CloudEvent::Terminated { at, .. }
+            | CloudEvent::Fault { at, .. }
+            | CloudEvent::Rebooted { at, .. }
             | CloudEvent::PriceChanged { at, .. } => *at,
         }
     }
@@ -86,7 +106,9 @@ impl CloudEvent {
             CloudEvent::Running { claim, .. }
             | CloudEvent::Registered { claim, .. }
             | CloudEvent::Ready { claim, .. }
-            | CloudEvent::Terminated { claim, .. } => Some(claim),
+            | CloudEvent::Terminated { claim, .. }
+            | CloudEvent::Fault { claim, .. }
+            | CloudEvent::Rebooted { claim, .. } => Some(claim),
             CloudEvent::Notice { notice, .. } => match notice {
                 Notice::SpotInterruption { claim, .. }
                 | Notice::ReservationEnding { claim, .. }
@@ -132,6 +154,11 @@ impl fmt::Display for CloudEvent {
                 TerminationCause::Requested => write!(f, "{claim} terminated"),
                 TerminationCause::SpotReclaimed => write!(f, "{claim} reclaimed"),
             },
+            CloudEvent::Fault { claim, .. } => write!(f, "{claim} faulty"),
+            CloudEvent::Rebooted { claim, healthy, .. } => {
+                let how = if *healthy { "healthy" } else { "still faulty" };
+                write!(f, "{claim} back from a reboot, {how}")
+            }
             CloudEvent::PriceChanged {
                 offering,
                 price_per_hour,

@@ -5,7 +5,7 @@ use chrono::TimeZone;
 const REGION: &str = "us-east-1";
 const ZONES: [&str; 2] = ["use1-az1", "use1-az2"];
 
-fn t0() -> Time {
+pub(super) fn t0() -> Time {
     chrono::Utc.with_ymd_and_hms(2025, 1, 1, 0, 0, 0).unwrap()
 }
 
@@ -24,7 +24,7 @@ fn instance_type(name: &str, gpus: u32) -> InstanceType {
 
 /// g5.xlarge ($1.00 on demand, $0.40 spot), p5.48xlarge ($55 / $20),
 /// m5.large ($0.10 / $0.04), in two zones.
-fn catalog() -> Arc<Catalog> {
+pub(super) fn catalog() -> Arc<Catalog> {
     let types = [
         (instance_type("g5.xlarge", 1), 1.0, 0.4),
         (instance_type("p5.48xlarge", 8), 55.0, 20.0),
@@ -69,14 +69,14 @@ fn spot(it: &str, zone: &str) -> OfferingKey {
     }
 }
 
-fn on_demand(it: &str, zone: &str) -> OfferingKey {
+pub(super) fn on_demand(it: &str, zone: &str) -> OfferingKey {
     OfferingKey {
         capacity_type: CapacityType::OnDemand,
         ..spot(it, zone)
     }
 }
 
-fn claim(name: &str, offering: OfferingKey) -> ClaimRequest {
+pub(super) fn claim(name: &str, offering: OfferingKey) -> ClaimRequest {
     ClaimRequest {
         cluster_placement: false,
         claim: name.into(),

@@ -77,12 +77,46 @@ pub fn table(report: &SimReport) -> String {
             q.pods
         );
     }
+    health(&mut out, report);
     bill(&mut out, report);
     lost_by_shape(&mut out, report);
     unfinished(&mut out, report);
     prewarm(&mut out, report);
     drift(&mut out, report);
     out
+}
+
+/// Per strategy, node faults and what repair did about them, GPU-hours lost
+/// to faults, idle GPU-hours and what right sizes would save; the fault
+/// columns only when a strategy saw a fault.
+fn health(out: &mut String, report: &SimReport) {
+    let strategies = ordered(report);
+    let faults = strategies.iter().any(|(_, r)| r.faults > 0);
+    let mut header = vec!["strategy"];
+    if faults {
+        header.extend(["faults", "reboots", "replaced", "GPU-h lost to faults"]);
+    }
+    header.extend(["idle GPU-h", "right-sizing saves"]);
+    let mut rows: Vec<Vec<String>> = vec![header.iter().map(|h| h.to_string()).collect()];
+    for (name, r) in strategies {
+        let mut row = vec![name.to_string()];
+        if faults {
+            row.extend([
+                r.faults.to_string(),
+                r.reboots.to_string(),
+                r.repair_replacements.to_string(),
+                format!("{:.1}", r.fault_lost_gpu_hours),
+            ]);
+        }
+        row.extend([format!("{:.1}", r.idle_gpu_hours), usd(r.right_size_saving)]);
+        rows.push(row);
+    }
+    let _ = writeln!(
+        out,
+        "
+GPU health and use (docs/simulated-cloud.md):"
+    );
+    out.push_str(&columns(&rows));
 }
 
 /// The cells of one strategy's row, in [`HEADERS`] order.
@@ -579,6 +613,35 @@ mod tests {
             .nth(1)
             .unwrap();
         assert_eq!(section.trim(), "quartermaster  2");
+    }
+
+    #[test]
+    fn table_shows_faults_repairs_idle_gpu_hours_and_the_right_sizing_saving() {
+        let mut r = report();
+        let health = |r: &SimReport| {
+            table(r)
+                .split("GPU health and use")
+                .nth(1)
+                .unwrap()
+                .to_string()
+        };
+        let line = health(&r);
+        let row = line
+            .lines()
+            .find(|l| l.starts_with("quartermaster"))
+            .unwrap();
+        let cells: Vec<&str> = row.split_whitespace().collect();
+        assert_eq!(
+            cells[1..],
+            ["2", "2", "1", "3.5", "4.0", "$12.50"],
+            "{line}"
+        );
+        for s in r.strategies.values_mut() {
+            s.faults = 0;
+        }
+        let line = health(&r);
+        assert!(!line.contains("faults"), "{line}");
+        assert!(line.contains("idle GPU-h"), "{line}");
     }
 
     #[test]
