@@ -1320,3 +1320,40 @@ fn a_pod_whose_needs_the_planner_does_not_understand_is_reported_and_never_place
         );
     }
 }
+
+/// Like pods fill the existing nodes first fit, in the nodes' order; a pod
+/// of another shape still finds room on a node the first shape skipped.
+#[test]
+fn existing_nodes_take_like_pods_first_fit_and_other_shapes_see_every_node() {
+    let mut small = full_gpu_node("gpu");
+    small.name = "small".into();
+    small.used = Resources::new().with(l::RESOURCE_GPU, 7);
+    let mut big = full_gpu_node("gpu");
+    big.name = "big".into();
+    big.used = Resources::new().with(l::RESOURCE_GPU, 4);
+    let pods = [
+        gpu_pod("two-a", 2),
+        gpu_pod("two-b", 2),
+        gpu_pod("two-c", 2),
+        gpu_pod("one", 1),
+    ];
+    for strategy in [Strategy::Greedy, Strategy::Karpenter] {
+        let plan = run(
+            &pods,
+            &[gpu_pool("gpu")],
+            &[small.clone(), big.clone()],
+            strategy,
+        );
+        let on = |pod: &str| {
+            plan.existing
+                .iter()
+                .find(|e| e.pod == pod)
+                .map(|e| e.node.as_str())
+        };
+        assert_eq!(on("two-a"), Some("big"), "{strategy:?}");
+        assert_eq!(on("two-b"), Some("big"), "{strategy:?}");
+        assert_eq!(on("two-c"), None, "{strategy:?}");
+        assert_eq!(on("one"), Some("small"), "{strategy:?}");
+        assert_eq!(plan.nodes.len(), 1, "{strategy:?}");
+    }
+}
