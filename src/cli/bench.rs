@@ -124,20 +124,27 @@ fn time_simulation(
     use quartermaster::sim::{self, scenario::Scenario};
     let scenario = Scenario::parse(&bench_scenario(jobs, days, seed), catalog)?;
     let generated = sim::load_jobs(&scenario, catalog, std::path::Path::new("."), None)?;
+    timed(|| {
+        sim::simulate(
+            &scenario,
+            catalog,
+            &generated,
+            &scenario.strategies,
+            &mut |_, _| {},
+        )
+    })
+}
+
+/// Runs `f`, and how long it took in wall-clock and CPU seconds.
+fn timed<T, E: Into<anyhow::Error>>(f: impl FnOnce() -> Result<T, E>) -> anyhow::Result<(Took, T)> {
     let start = Instant::now();
     let cpu = cpu_time::ProcessTime::try_now().ok();
-    let report = sim::simulate(
-        &scenario,
-        catalog,
-        &generated,
-        &scenario.strategies,
-        &mut |_, _| {},
-    )?;
+    let out = f().map_err(Into::into)?;
     let wall_s = start.elapsed().as_secs_f64();
     let cpu_s = cpu
         .and_then(|c| c.try_elapsed().ok())
         .map_or(wall_s, |d| d.as_secs_f64());
-    Ok((Took { wall_s, cpu_s }, report))
+    Ok((Took { wall_s, cpu_s }, out))
 }
 
 fn run_simulate(jobs: u32, days: u32, seed: u64) -> anyhow::Result<ExitCode> {
@@ -203,14 +210,9 @@ fn run_trace(
         .with_context(|| format!("writing {}", small_path.display()))?;
     let time = |t: &std::path::Path| -> anyhow::Result<(Took, usize)> {
         let jobs = sim::load_jobs(&scenario, &catalog, &base, Some(t))?;
-        let start = Instant::now();
-        let cpu = cpu_time::ProcessTime::try_now().ok();
-        sim::simulate(&scenario, &catalog, &jobs, &strategies, &mut |_, _| {})?;
-        let wall_s = start.elapsed().as_secs_f64();
-        let cpu_s = cpu
-            .and_then(|c| c.try_elapsed().ok())
-            .map_or(wall_s, |d| d.as_secs_f64());
-        Ok((Took { wall_s, cpu_s }, jobs.jobs.len()))
+        let (took, _) =
+            timed(|| sim::simulate(&scenario, &catalog, &jobs, &strategies, &mut |_, _| {}))?;
+        Ok((took, jobs.jobs.len()))
     };
     let small = time(&small_path);
     let _ = std::fs::remove_file(&small_path);
