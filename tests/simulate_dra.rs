@@ -141,6 +141,14 @@ fn the_dra_form_of_a_workload_costs_what_its_device_plugin_form_costs_on_the_sam
             "{name}: the bill's parts"
         );
     }
+    // The clairvoyant bound prices the claims' devices as it prices the
+    // device plugin's GPUs.
+    assert!(
+        (a.lower_bound_cost - b.lower_bound_cost).abs() <= 1e-6 * b.lower_bound_cost,
+        "bound ${} as claims, ${} as counts",
+        a.lower_bound_cost,
+        b.lower_bound_cost
+    );
     // Same seed, same report.
     assert_eq!(a, run(&claims, &catalog));
 }
