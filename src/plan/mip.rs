@@ -1690,7 +1690,9 @@ fn round_spread(
     let zone = |o: usize| cands[o].offering.zone_id.as_str();
     let total: f64 = values.iter().map(|(_, v)| v).sum();
     let target = (total.round() as usize).min(w.pods.len());
-    let mut zones: BTreeMap<&str, (f64, Vec<(usize, f64)>)> = w
+    // Per zone: the LP's total and its options' values.
+    type Zone = (f64, Vec<(usize, f64)>);
+    let mut zones: BTreeMap<&str, Zone> = w
         .options
         .iter()
         .map(|(o, _)| (zone(*o), (0.0, Vec::new())))
