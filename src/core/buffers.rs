@@ -91,14 +91,20 @@ fn in_window(b: &Buffer, now: Time, lead: Duration) -> Result<bool, Problem> {
 }
 
 /// The next instant after `now` a scheduled buffer's window starts warming
-/// (`lead` ahead), opens or closes: when a driver should run [`step`]
-/// again; `None` without such a window (or one that does not read).
-pub fn next_deadline(buffers: &[Buffer], now: Time, lead: Duration) -> Option<Time> {
+/// (`lead` of its chunk ahead), opens or closes: when a driver should run
+/// [`step`] again; `None` without such a window (or one that does not
+/// read, or a buffer without a pod).
+pub fn next_deadline(
+    buffers: &[Buffer],
+    now: Time,
+    lead: &dyn Fn(&Pod) -> Duration,
+) -> Option<Time> {
     buffers
         .iter()
         .filter_map(|b| {
             let w = b.window.as_ref()?;
-            super::prewarm::window_deadline(&b.name, w, now, lead)
+            let pod = b.pod.as_ref().ok()?;
+            super::prewarm::window_deadline(&b.name, w, now, lead(pod))
                 .ok()
                 .flatten()
         })
@@ -143,6 +149,14 @@ pub struct Step {
 /// The name of a buffer's `i`-th placeholder.
 pub fn placeholder_name(buffer: &str, i: usize) -> String {
     format!("{buffer}.buffer.reserved-{i}")
+}
+
+/// Whether the pod is a buffer's chunk ([`placeholder_name`]), not real
+/// work: consolidation does not restart a node's `consolidateAfter` clock
+/// for it (`docs/buffers.md`, "When a window closes").
+pub fn is_chunk(pod: &str) -> bool {
+    pod.rsplit_once(".buffer.reserved-")
+        .is_some_and(|(_, i)| i.parse::<u32>().is_ok())
 }
 
 /// How many chunks of `pod` the buffer asks for: `replicas`, at most as
@@ -233,20 +247,14 @@ pub fn step(
     max_pods: usize,
     now: Time,
 ) -> Step {
-    step_with_lead(
-        buffers,
-        nodes,
-        pending,
-        unplaceable,
-        max_pods,
-        now,
-        SCHEDULE_LEAD,
-    )
+    step_with_lead(buffers, nodes, pending, unplaceable, max_pods, now, &|_| {
+        SCHEDULE_LEAD
+    })
 }
 
-/// [`step`] with scheduled buffers' chunks made `lead` before their
-/// windows open (the core's learned launch lead:
-/// [`super::Core::buffer_lead`]).
+/// [`step`] with a scheduled buffer's chunks made `lead(chunk)` before its
+/// windows open (the core's learned launch lead of the pools that could
+/// hold the chunk: [`super::Core::buffer_lead`]).
 pub fn step_with_lead(
     buffers: &[Buffer],
     nodes: &[ManagedNode],
@@ -254,7 +262,7 @@ pub fn step_with_lead(
     unplaceable: &dyn Fn(&str) -> Option<String>,
     max_pods: usize,
     now: Time,
-    lead: Duration,
+    lead: &dyn Fn(&Pod) -> Duration,
 ) -> Step {
     let mut states: Vec<NodeState> = nodes.iter().map(|n| n.state.clone()).collect();
     take_room(pending, &mut states);
@@ -265,7 +273,7 @@ pub fn step_with_lead(
             .pod
             .as_ref()
             .map_err(Clone::clone)
-            .and_then(|pod| Ok((pod, chunks(b, pod)?, in_window(b, now, lead)?)));
+            .and_then(|pod| Ok((pod, chunks(b, pod)?, in_window(b, now, lead(pod))?)));
         let resolved = match resolved {
             Ok((_, wanted, false)) => {
                 let message = format!("{wanted} chunks, outside its schedule");
