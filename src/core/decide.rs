@@ -127,7 +127,7 @@ pub struct Core {
     /// with the spec they were computed from (recomputing them builds the
     /// labels of every instance type, on every step).
     /// Also the pool's shapes, for a buffer's lead ([`Core::buffer_lead`]).
-    families: RefCell<BTreeMap<String, (NodePoolSpec, Vec<String>, Option<PoolShapes>)>>,
+    families: RefCell<BTreeMap<String, PoolLeadCache>>,
     /// Prior mean rates (the calibrated market's) of the spot pools the
     /// estimator has evidence for, and the catalog revision they were read
     /// from (a refreshed catalog is read again).
@@ -631,6 +631,10 @@ impl Core {
 
 /// A pool's taints and the allocatable of each instance type it selects.
 type PoolShapes = (Vec<crate::cluster::requirements::Taint>, Vec<Resources>);
+
+/// What [`Core::lead`] keeps per pool: the spec it was read from, the
+/// families it selects and its shapes (`None` for a pool that does not read).
+type PoolLeadCache = (NodePoolSpec, Vec<String>, Option<PoolShapes>);
 
 impl Core {
     /// How long before a scheduled CapacityBuffer's window its chunks are
