@@ -160,6 +160,7 @@ pub fn distill(s: &Snapshot, key: &str, b: &CapacityBuffer) -> Buffer {
         name: key.to_string(),
         pod,
         replicas: b.spec.replicas.map(i64::from),
+        share: None,
         limits: limits.and_then(Result::ok),
         window: window.ok().flatten(),
     }

@@ -393,6 +393,7 @@ impl BufferSpec {
                             "{resource}: {e}"
                         ))),
                         replicas: Some(i64::from(self.replicas)),
+                        share: None,
                         limits: None,
                         window: None,
                     }
@@ -412,6 +413,7 @@ impl BufferSpec {
             name: format!("buffers/{}", self.name),
             pod: Ok(pod),
             replicas: Some(i64::from(self.replicas)),
+            share: None,
             limits: None,
             window: self
                 .schedule
