@@ -145,8 +145,24 @@ fn status_bytes(key: &str) -> u64 {
         .map_or(0, |kb| kb * 1024)
 }
 
+/// This process's CPU time so far (user and system, all threads), in ms.
+fn cpu_ms() -> u64 {
+    let stat = std::fs::read_to_string("/proc/self/stat").unwrap();
+    // After the command's name in parentheses: state is field 3, utime 14.
+    let after = &stat[stat.rfind(')').unwrap() + 2..];
+    let f: Vec<u64> = after
+        .split_whitespace()
+        .skip(11)
+        .take(2)
+        .map(|v| v.parse().unwrap())
+        .collect();
+    // Clock ticks of 10 ms (USER_HZ is 100 on Linux).
+    (f[0] + f[1]) * 10
+}
+
 /// The child: reads [`READS`] times, keeping the last reading, and prints
-/// `gpus first_rss_added all_rss_added first_ms median_ms` (bytes, ms).
+/// `gpus first_rss_added all_rss_added first_ms median_ms median_cpu_ms`
+/// (bytes, ms).
 fn child(url: &str, at_ms: i64, gpus: usize) {
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
@@ -156,14 +172,19 @@ fn child(url: &str, at_ms: i64, gpus: usize) {
     let at = chrono::DateTime::from_timestamp_millis(at_ms).unwrap();
     let before = status_bytes("VmRSS:");
     let mut times = Vec::new();
-    let mut kept = None;
+    let mut cpu = Vec::new();
+    let mut kept: Option<quartermaster::cluster::gpu_use::Usage> = None;
     let mut first_added = 0;
     for _ in 0..READS {
         let started = Instant::now();
+        let cpu_before = cpu_ms();
+        // Sized by the last reading, as the controller's reader does.
+        let last = kept.as_ref().map_or(0, |u| u.gpus.len());
         let usage = runtime
-            .block_on(read_usage(&client, WINDOW, at))
+            .block_on(read_usage(&client, WINDOW, at, last))
             .expect("a read");
         times.push(started.elapsed());
+        cpu.push(cpu_ms() - cpu_before);
         let measured = usage.gpus.iter().filter(|g| g.util.is_some()).count();
         assert_eq!(measured, gpus, "every GPU read");
         assert_eq!(usage.problems.missing_labels + usage.problems.absurd, 0);
@@ -178,10 +199,12 @@ fn child(url: &str, at_ms: i64, gpus: usize) {
     drop(kept);
     let first = times[0];
     times.sort();
+    cpu.sort();
     println!(
-        "{gpus} {first_added} {added} {} {}",
+        "{gpus} {first_added} {added} {} {} {}",
         first.as_millis(),
-        times[READS / 2].as_millis()
+        times[READS / 2].as_millis(),
+        cpu[READS / 2]
     );
 }
 
@@ -195,6 +218,9 @@ struct Measured {
     rss_added: f64,
     first: Duration,
     median: Duration,
+    /// This process's CPU time in the median read (the rest of a read is
+    /// Prometheus evaluating and the machine's other work).
+    median_cpu: Duration,
 }
 
 fn measure(nodes: usize) -> Measured {
@@ -223,6 +249,7 @@ fn measure(nodes: usize) -> Measured {
         rss_added: v[2] as f64 / (1024.0 * 1024.0),
         first: Duration::from_millis(v[3]),
         median: Duration::from_millis(v[4]),
+        median_cpu: Duration::from_millis(v[5]),
     }
 }
 
@@ -239,16 +266,17 @@ fn main() {
     let runs: Vec<Measured> = [full / 10, full].into_iter().map(measure).collect();
     println!();
     println!(
-        "| nodes | GPUs (series per field) | first read | median read | RSS added, one read | RSS added, reading while one is kept |"
+        "| nodes | GPUs (series per field) | first read | median read | our CPU in it | RSS added, one read | RSS added, reading while one is kept |"
     );
-    println!("|---|---|---|---|---|---|");
+    println!("|---|---|---|---|---|---|---|");
     for m in &runs {
         println!(
-            "| {} | {} | {:.2} s | {:.2} s | {:.1} MB | {:.1} MB |",
+            "| {} | {} | {:.2} s | {:.2} s | {:.2} s | {:.1} MB | {:.1} MB |",
             m.nodes,
             m.nodes * GPUS as usize,
             m.first.as_secs_f64(),
             m.median.as_secs_f64(),
+            m.median_cpu.as_secs_f64(),
             m.first_rss_added,
             m.rss_added
         );

@@ -151,6 +151,10 @@ fn greedy_keeps_karpenters_rules_and_the_bound_on_the_bench_workload() {
         let input = Input::offline(&catalog, REGION, &pools, &pods);
         let (greedy, mip) = check(&input, &format!("bench seed {seed}"));
         assert!(!greedy.nodes.is_empty() && !mip.nodes.is_empty());
+        let opts = Options::default();
+        if let Err(e) = oracle::Rules::new(&input, &opts).value_of(&mip) {
+            panic!("bench seed {seed}: the MIP's plan breaks a rule: {e}");
+        }
     }
 }
 

@@ -1205,11 +1205,13 @@ fn the_bound_counts_the_pods_zone_spread_puts_in_a_dear_zone() {
 /// their best node; and rounding packed the pods past what the LP filled
 /// of each offering into nodes of their own. This plan was 5.1% over its
 /// bound, 4.1% with widening alone, 3.6% with the second round, 3.0% once
-/// the bound's cover rows counted the last nodes the LP left out, and is
-/// 2.45% since its half rows keep two pods that each take over half of a
-/// node apart.
+/// the bound's cover rows counted the last nodes the LP left out, and
+/// 2.45% once its half rows kept two pods that each take over half of a
+/// node apart. That 2.45% plan broke a zone spread (a class at 7 to 9 pods
+/// per zone, maxSkew 1: the oracle's finding); rounding spread classes zone
+/// by zone keeps it, and the valid plan is 3.11% over the bound.
 #[test]
-fn the_benchmark_plan_is_within_two_and_three_quarter_percent_of_its_lower_bound() {
+fn the_benchmark_plan_is_within_three_and_a_quarter_percent_of_its_lower_bound() {
     let pods = plan::workload::pods(2000, 1);
     let pools = plan::workload::pools();
     let input = input(&pods, &pools, &[], None);
@@ -1219,9 +1221,13 @@ fn the_benchmark_plan_is_within_two_and_three_quarter_percent_of_its_lower_bound
     };
     let p = plan::plan(&input, Strategy::Mip, &opts, &|| 0.0);
     assert!(p.unschedulable.is_empty(), "{:?}", p.unschedulable);
+    // A gap is a valid plan's gap only.
+    if let Err(e) = oracle::Rules::new(&input, &Options::default()).value_of(&p) {
+        panic!("the plan breaks a rule: {e}");
+    }
     let bound = p.lower_bound_per_hour.expect("a bound");
     assert!(
-        p.risk_adjusted_cost_per_hour <= bound * 1.0275,
+        p.risk_adjusted_cost_per_hour <= bound * 1.0325,
         "the plan costs ${:.2}/h, {:.1}% over its bound ${bound:.2}/h",
         p.risk_adjusted_cost_per_hour,
         100.0 * (p.risk_adjusted_cost_per_hour / bound - 1.0)

@@ -71,7 +71,7 @@ fn gpu(a: &GpuArgs) -> anyhow::Result<ExitCode> {
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()?;
-    let usage = runtime.block_on(read_usage(&prom, a.window, chrono::Utc::now()))?;
+    let usage = runtime.block_on(read_usage(&prom, a.window, chrono::Utc::now(), 0))?;
     if !usage.problems.examples.is_empty() {
         eprintln!(
             "left out {} series without Hostname or gpu and {} absurd values, e.g. {}",

@@ -13,6 +13,7 @@ mod events;
 mod faults;
 mod interruptions;
 mod market;
+mod slices;
 #[cfg(test)]
 mod tests;
 
@@ -23,6 +24,7 @@ pub use config::{
 };
 pub use events::{CloudEvent, TerminationCause};
 pub use market::TraceReplay;
+pub use slices::resource_slices;
 
 use super::{CloudProvider, Error, Instance, InstanceState, NodeTemplate, Result};
 use crate::catalog::{CapacityType, Catalog, MarketModel, PoolMarket};
@@ -452,6 +454,33 @@ impl SimulatedCloud {
     /// How many times each claim's instance was rebooted.
     pub fn reboots(&self) -> &std::collections::BTreeMap<String, u32> {
         &self.reboots
+    }
+
+    /// The ResourceSlices the DRA drivers of the instance of `claim`
+    /// publish once it is Ready, for the drivers `runs` says its node runs:
+    /// its type's device templates in the catalog (its GPUs partitioned
+    /// into `mig_profile` where its pool does so) as devices
+    /// ([`resource_slices`], named by the claim). None for an unknown
+    /// claim.
+    pub fn resource_slices(
+        &self,
+        claim: &str,
+        mig_profile: Option<&str>,
+        runs: &dyn Fn(&str) -> bool,
+    ) -> Vec<k8s_openapi::api::resource::v1::ResourceSlice> {
+        let Some(it) = self
+            .describe(claim)
+            .and_then(|i| self.catalog.instance_type(&i.offering.instance_type))
+        else {
+            return Vec::new();
+        };
+        let templates: Vec<_> = self
+            .catalog
+            .device_templates(it, mig_profile)
+            .into_iter()
+            .filter(|t| runs(&t.driver))
+            .collect();
+        resource_slices(claim, &templates)
     }
 
     /// The instance of `claim`, in any state.

@@ -7,7 +7,8 @@
 //! memory, NaN), are left out and counted in [`Problems`]: no decision is
 //! taken on them. The rules are in `docs/gpu-use.md`.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::sync::Arc;
 
 /// A point in time (the core's `Time`; `cluster` sits below `core`).
 type Time = chrono::DateTime<chrono::Utc>;
@@ -91,29 +92,45 @@ impl Field {
 /// The PromQL of `field` over `window`: `avg_over_time` for utilisation
 /// and engine activity, `max_over_time` for memory used and XIDs,
 /// `min_over_time` for memory free.
+///
+/// Only the labels read come back (a fleet's answer is a tenth the size),
+/// and only utilisation's answer carries the pod, model and instance type:
+/// the other fields carry just which GPU they are ([`IDENTITY_LABELS`]),
+/// which halves their answers. XIDs come back only where there was one
+/// (`> 0`): a healthy fleet answers nothing.
 pub fn query(field: Field, window: Duration) -> String {
     let (outer, f) = match field {
         Field::Util | Field::EngineActive => ("avg", "avg_over_time"),
         Field::FbUsed | Field::Xid => ("max", "max_over_time"),
         Field::FbFree => ("min", "min_over_time"),
     };
-    // Only the labels read come back: a fleet's answer is a tenth the size.
+    let mut labels = IDENTITY_LABELS.to_vec();
+    if field == Field::Util {
+        labels.extend_from_slice(ATTRIBUTION_LABELS);
+    }
+    let only_errors = if field == Field::Xid { " > 0" } else { "" };
     format!(
-        "{outer} by ({}) ({f}({}[{}s]))",
-        KEPT_LABELS.join(","),
+        "{outer} by ({}) ({f}({}[{}s])){only_errors}",
+        labels.join(","),
         field.metric(),
         window.as_secs().max(1)
     )
 }
 
-/// The labels a query keeps: which GPU, which pod, which model and type.
-const KEPT_LABELS: &[&str] = &[
+/// The labels that say which GPU a series is: its node and its index or
+/// UUID (the [`Assembler`]'s key).
+const IDENTITY_LABELS: &[&str] = &[
     "Hostname",
     "node",
     "kubernetes_node",
     "nodename",
     "gpu",
     "UUID",
+];
+
+/// The labels utilisation's query keeps besides [`IDENTITY_LABELS`]: which
+/// pod, which model and type.
+const ATTRIBUTION_LABELS: &[&str] = &[
     "modelName",
     "namespace",
     "pod",
@@ -129,13 +146,14 @@ pub fn queries(window: Duration) -> Vec<(Field, String)> {
     Field::ALL.iter().map(|f| (*f, query(*f, window))).collect()
 }
 
-/// A pod, by namespace and name.
+/// A pod, by namespace and name (the namespace shared across a reading's
+/// pods).
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub struct PodRef {
     /// Namespace.
-    pub namespace: String,
+    pub namespace: Arc<str>,
     /// Name.
-    pub name: String,
+    pub name: Box<str>,
 }
 
 impl std::fmt::Display for PodRef {
@@ -147,17 +165,20 @@ impl std::fmt::Display for PodRef {
 /// One GPU over the window.
 #[derive(Debug, Clone, PartialEq)]
 pub struct GpuUse {
-    /// Its node (the exporter's `Hostname`).
-    pub node: String,
+    /// Its node (the exporter's `Hostname`). Names repeated across a
+    /// fleet's GPUs (node, index, model, type) are shared, not copied: a
+    /// reading of 40,000 GPUs stays a few MB.
+    pub node: Arc<str>,
     /// Its index on the node (`gpu`), else its `UUID`.
-    pub gpu: String,
+    pub gpu: Arc<str>,
     /// `modelName`, e.g. `NVIDIA A100-SXM4-80GB` (may be empty).
-    pub model: String,
-    /// The pod the exporter attributes it to, if any.
+    pub model: Arc<str>,
+    /// The pod the exporter attributes it to, if any (utilisation's series
+    /// say; see [`query`]).
     pub pod: Option<PodRef>,
     /// The node's instance type, where the series carry it (a relabelled
     /// `node.kubernetes.io/instance-type`).
-    pub instance_type: Option<String>,
+    pub instance_type: Option<Arc<str>>,
     /// Mean utilisation over the window, 0..=1; `None` when not known.
     pub util: Option<f64>,
     /// Mean graphics engine activity, 0..=1, where collected.
@@ -215,12 +236,29 @@ pub struct Usage {
     pub problems: Problems,
 }
 
-/// The first of these labels the sample has (non-empty).
-fn label<'a>(s: &'a Sample, keys: &[&str]) -> Option<&'a str> {
-    keys.iter()
-        .filter_map(|k| s.labels.get(*k))
-        .map(String::as_str)
-        .find(|v| !v.is_empty())
+/// A series' labels as the [`Assembler`] reads them: a [`Sample`]'s map,
+/// or a reader's buffer reused from one series to the next so that a
+/// fleet's answer is read without a map per series.
+pub trait Labels {
+    /// The value of label `key`, if the series has it.
+    fn get(&self, key: &str) -> Option<&str>;
+    /// The labels, for a problem's example.
+    fn describe(&self) -> String;
+}
+
+impl Labels for BTreeMap<String, String> {
+    fn get(&self, key: &str) -> Option<&str> {
+        BTreeMap::get(self, key).map(String::as_str)
+    }
+
+    fn describe(&self) -> String {
+        format!("{self:?}")
+    }
+}
+
+/// The first of these labels the series has (non-empty).
+fn label<'a>(s: &'a dyn Labels, keys: &[&str]) -> Option<&'a str> {
+    keys.iter().filter_map(|k| s.get(k)).find(|v| !v.is_empty())
 }
 
 /// Labels naming the node: the exporter's `Hostname`, then what relabelling
@@ -233,21 +271,18 @@ const INSTANCE_TYPE_LABELS: &[&str] = &[
     "label_node_kubernetes_io_instance_type",
 ];
 
-/// The pod of a sample: the exporter's `pod` and `namespace`, or
-/// `exported_pod` / `exported_namespace` where Prometheus renamed them
-/// (scraping without `honor_labels` puts the exporter's own pod there).
-fn pod_of(s: &Sample) -> Option<PodRef> {
-    let (ns, name) = match (
+/// The pod of a series, namespace and name: the exporter's `pod` and
+/// `namespace`, or `exported_pod` / `exported_namespace` where Prometheus
+/// renamed them (scraping without `honor_labels` puts the exporter's own
+/// pod there).
+fn pod_of(s: &dyn Labels) -> Option<(&str, &str)> {
+    match (
         label(s, &["exported_namespace"]),
         label(s, &["exported_pod"]),
     ) {
-        (Some(ns), Some(name)) => (ns, name),
-        _ => (label(s, &["namespace"])?, label(s, &["pod"])?),
-    };
-    Some(PodRef {
-        namespace: ns.to_string(),
-        name: name.to_string(),
-    })
+        (Some(ns), Some(name)) => Some((ns, name)),
+        _ => Some((label(s, &["namespace"])?, label(s, &["pod"])?)),
+    }
 }
 
 /// Joins the answers of one window's queries into one [`GpuUse`] per GPU
@@ -263,66 +298,110 @@ pub fn assemble(at: Time, window: Duration, answers: &BTreeMap<Field, Vec<Sample
 }
 
 /// Builds a [`Usage`] from one query's answer at a time, so that only one
-/// answer is held at once.
+/// answer is held at once; one series at a time with [`Assembler::add_one`].
 #[derive(Debug, Default)]
 pub struct Assembler {
-    gpus: BTreeMap<(String, String), GpuUse>,
+    gpus: Vec<GpuUse>,
+    /// Each GPU's place in `gpus`, by its (shared) node and GPU names.
+    index: HashMap<(Arc<str>, Arc<str>), u32>,
+    /// The names seen, each held once.
+    names: HashSet<Arc<str>>,
     problems: Problems,
 }
 
 impl Assembler {
+    /// An assembler with room for `gpus` GPUs (the last reading's count:
+    /// a fleet's reading then never grows by doubling).
+    pub fn with_capacity(gpus: usize) -> Assembler {
+        Assembler {
+            gpus: Vec::with_capacity(gpus),
+            index: HashMap::with_capacity(gpus),
+            ..Assembler::default()
+        }
+    }
+
     /// Folds in the answer of `field`'s query.
     pub fn add(&mut self, field: Field, samples: impl IntoIterator<Item = Sample>) {
         for s in samples {
-            let (Some(node), Some(gpu)) = (label(&s, NODE_LABELS), label(&s, &["gpu", "UUID"]))
-            else {
-                self.problems.missing_labels += 1;
-                self.problems.note(format!(
-                    "{} series without Hostname or gpu: {:?}",
-                    field.metric(),
-                    s.labels
-                ));
-                continue;
-            };
-            let key = (node.to_string(), gpu.to_string());
-            let g = self.gpus.entry(key).or_insert_with(|| GpuUse {
-                node: node.to_string(),
-                gpu: gpu.to_string(),
-                model: String::new(),
-                pod: None,
-                instance_type: None,
-                util: None,
-                engine_active: None,
-                fb_used_peak_mib: None,
-                fb_total_mib: None,
-                xid: None,
-            });
-            if g.model.is_empty() {
-                g.model = label(&s, &["modelName"]).unwrap_or_default().to_string();
+            self.add_one(field, &s.labels, s.value);
+        }
+    }
+
+    /// The shared copy of `name`.
+    fn name(&mut self, name: &str) -> Arc<str> {
+        if let Some(n) = self.names.get(name) {
+            return n.clone();
+        }
+        let n: Arc<str> = name.into();
+        self.names.insert(n.clone());
+        n
+    }
+
+    /// Folds in one series of `field`'s answer.
+    pub fn add_one(&mut self, field: Field, labels: &dyn Labels, value: f64) {
+        let (Some(node), Some(gpu)) = (label(labels, NODE_LABELS), label(labels, &["gpu", "UUID"]))
+        else {
+            self.problems.missing_labels += 1;
+            self.problems.note(format!(
+                "{} series without Hostname or gpu: {}",
+                field.metric(),
+                labels.describe()
+            ));
+            return;
+        };
+        let key = (self.name(node), self.name(gpu));
+        let i = match self.index.get(&key) {
+            Some(&i) => i as usize,
+            None => {
+                let model = self.name("");
+                self.gpus.push(GpuUse {
+                    node: key.0.clone(),
+                    gpu: key.1.clone(),
+                    model,
+                    pod: None,
+                    instance_type: None,
+                    util: None,
+                    engine_active: None,
+                    fb_used_peak_mib: None,
+                    fb_total_mib: None,
+                    xid: None,
+                });
+                // A fleet has fewer than 4 billion GPUs.
+                self.index.insert(key, (self.gpus.len() - 1) as u32);
+                self.gpus.len() - 1
             }
-            if g.pod.is_none() {
-                g.pod = pod_of(&s);
+        };
+        if self.gpus[i].model.is_empty() {
+            if let Some(m) = label(labels, &["modelName"]) {
+                self.gpus[i].model = self.name(m);
             }
-            if g.instance_type.is_none() {
-                g.instance_type = label(&s, INSTANCE_TYPE_LABELS).map(str::to_string);
+        }
+        if self.gpus[i].pod.is_none() {
+            if let Some((namespace, name)) = pod_of(labels) {
+                self.gpus[i].pod = Some(PodRef {
+                    namespace: self.name(namespace),
+                    name: name.into(),
+                });
             }
-            if !field.sane(s.value) {
-                self.problems.absurd += 1;
-                self.problems.note(format!(
-                    "{} = {} on {node} GPU {gpu}",
-                    field.metric(),
-                    s.value
-                ));
-                continue;
+        }
+        if self.gpus[i].instance_type.is_none() {
+            if let Some(t) = label(labels, INSTANCE_TYPE_LABELS) {
+                self.gpus[i].instance_type = Some(self.name(t));
             }
-            let v = s.value;
-            match field {
-                Field::Util => g.util = Some(v / 100.0),
-                Field::EngineActive => g.engine_active = Some(v),
-                Field::FbUsed => g.fb_used_peak_mib = Some(v),
-                Field::FbFree => g.fb_total_mib = Some(v),
-                Field::Xid => g.xid = (v > 0.0).then_some(v as u32),
-            }
+        }
+        if !field.sane(value) {
+            self.problems.absurd += 1;
+            self.problems
+                .note(format!("{} = {value} on {node} GPU {gpu}", field.metric()));
+            return;
+        }
+        let g = &mut self.gpus[i];
+        match field {
+            Field::Util => g.util = Some(value / 100.0),
+            Field::EngineActive => g.engine_active = Some(value),
+            Field::FbUsed => g.fb_used_peak_mib = Some(value),
+            Field::FbFree => g.fb_total_mib = Some(value),
+            Field::Xid => g.xid = (value > 0.0).then_some(value as u32),
         }
     }
 
@@ -333,7 +412,9 @@ impl Assembler {
 
     /// The usage of the window ending at `at`.
     pub fn finish(self, at: Time, window: Duration) -> Usage {
-        let mut gpus: Vec<GpuUse> = self.gpus.into_values().collect();
+        let mut gpus = self.gpus;
+        drop(self.index);
+        gpus.sort_unstable_by(|a, b| (&a.node, &a.gpu).cmp(&(&b.node, &b.gpu)));
         // Free memory is only the total once the peak used is known.
         for g in &mut gpus {
             g.fb_total_mib = match (g.fb_used_peak_mib, g.fb_total_mib) {
@@ -410,9 +491,11 @@ impl Usage {
                 PodUse {
                     pod: pod.clone(),
                     workload: workload_of(&pod.name),
-                    node: gs[0].node.clone(),
-                    model: gs[0].model.clone(),
-                    instance_type: gs.iter().find_map(|g| g.instance_type.clone()),
+                    node: gs[0].node.to_string(),
+                    model: gs[0].model.to_string(),
+                    instance_type: gs
+                        .iter()
+                        .find_map(|g| g.instance_type.as_deref().map(str::to_string)),
                     gpus: gs.len() as u32,
                     busy: mean(&busy),
                     fb_peak_mib: gs
@@ -429,7 +512,7 @@ impl Usage {
     pub fn nodes(&self) -> Vec<NodeUse> {
         let mut by: BTreeMap<&str, Vec<&GpuUse>> = BTreeMap::new();
         for g in &self.gpus {
-            by.entry(g.node.as_str()).or_default().push(g);
+            by.entry(&g.node).or_default().push(g);
         }
         by.into_iter()
             .map(|(node, gs)| {
@@ -439,8 +522,10 @@ impl Usage {
                 pods.dedup();
                 NodeUse {
                     node: node.to_string(),
-                    model: gs[0].model.clone(),
-                    instance_type: gs.iter().find_map(|g| g.instance_type.clone()),
+                    model: gs[0].model.to_string(),
+                    instance_type: gs
+                        .iter()
+                        .find_map(|g| g.instance_type.as_deref().map(str::to_string)),
                     gpus: gs.len() as u32,
                     measured: busy.len() as u32,
                     busy: mean(&busy),
@@ -508,18 +593,28 @@ mod tests {
     #[test]
     fn queries_average_use_and_take_the_peak_of_memory_and_xids_over_the_window() {
         let w = Duration::from_secs(3600);
-        let by = format!("by ({})", KEPT_LABELS.join(","));
+        let all = format!(
+            "by ({},{})",
+            IDENTITY_LABELS.join(","),
+            ATTRIBUTION_LABELS.join(",")
+        );
+        let gpu = "by (Hostname,node,kubernetes_node,nodename,gpu,UUID)";
         assert_eq!(
             query(Field::Util, w),
-            format!("avg {by} (avg_over_time(DCGM_FI_DEV_GPU_UTIL[3600s]))")
+            format!("avg {all} (avg_over_time(DCGM_FI_DEV_GPU_UTIL[3600s]))")
         );
         assert_eq!(
             query(Field::FbUsed, w),
-            format!("max {by} (max_over_time(DCGM_FI_DEV_FB_USED[3600s]))")
+            format!("max {gpu} (max_over_time(DCGM_FI_DEV_FB_USED[3600s]))")
         );
         assert_eq!(
             query(Field::FbFree, w),
-            format!("min {by} (min_over_time(DCGM_FI_DEV_FB_FREE[3600s]))")
+            format!("min {gpu} (min_over_time(DCGM_FI_DEV_FB_FREE[3600s]))")
+        );
+        assert_eq!(
+            query(Field::Xid, w),
+            format!("max {gpu} (max_over_time(DCGM_FI_DEV_XID_ERRORS[3600s])) > 0"),
+            "only the GPUs with an error come back"
         );
         assert_eq!(queries(w).len(), 5);
     }
@@ -585,8 +680,7 @@ mod tests {
         assert_eq!(u.problems.absurd, 3);
         assert!(u.problems.any());
         assert!(!u.problems.examples.is_empty());
-        let known: Vec<(&str, Option<f64>)> =
-            u.gpus.iter().map(|g| (g.gpu.as_str(), g.util)).collect();
+        let known: Vec<(&str, Option<f64>)> = u.gpus.iter().map(|g| (&*g.gpu, g.util)).collect();
         assert_eq!(
             known,
             [("0", None), ("1", None), ("2", None), ("3", Some(0.4))],

@@ -78,9 +78,13 @@ pub fn spawn_reader(
     let (tx, rx) = watch::channel(None);
     let (window, interval) = (settings.window, settings.interval);
     tokio::spawn(async move {
+        let mut last_gpus = 0;
         loop {
             let at = chrono::Utc::now();
-            let usage = prometheus::read_usage(&prom, window, at).await;
+            let usage = prometheus::read_usage(&prom, window, at, last_gpus).await;
+            if let Ok(u) = &usage {
+                last_gpus = u.gpus.len();
+            }
             if tx.send(Some(Arc::new(Reading { at, usage }))).is_err() {
                 return;
             }
@@ -101,7 +105,7 @@ pub struct GpuUseState {
     /// The reading last taken in, by its time.
     taken: Option<Time>,
     /// When each (node, GPU, XID) was first seen.
-    xid_since: HashMap<(String, String, u32), Time>,
+    xid_since: HashMap<(Arc<str>, Arc<str>, u32), Time>,
     /// Since when each node's GPUs have all been idle.
     idle_since: HashMap<String, Time>,
     /// Pods already told they under-use their GPUs.
@@ -175,7 +179,7 @@ impl GpuUseState {
             let key = (g.node.clone(), g.gpu.clone(), x);
             let since = self.xid_since.get(&key).copied().unwrap_or(r.at);
             if let Some(s) = repair::xid_signal(x, since) {
-                xids.entry(g.node.as_str()).or_default().push(s);
+                xids.entry(&*g.node).or_default().push(s);
             }
         }
         for n in &mut parts.nodes {
@@ -317,7 +321,7 @@ impl GpuUseState {
         for g in &usage.gpus {
             let Some(busy) = g.busy() else { continue };
             let e = pools
-                .entry(pool_of.get(g.node.as_str()).copied().unwrap_or(""))
+                .entry(pool_of.get(&*g.node).copied().unwrap_or(""))
                 .or_default();
             e.0 += busy;
             e.1 += 1;
@@ -343,7 +347,7 @@ impl GpuUseState {
         for p in &pods {
             if let Some(b) = p.busy {
                 let e = workloads
-                    .entry((p.pod.namespace.as_str(), p.workload.as_str()))
+                    .entry((&*p.pod.namespace, p.workload.as_str()))
                     .or_default();
                 e.0 += b * f64::from(p.gpus);
                 e.1 += p.gpus;

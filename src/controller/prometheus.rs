@@ -6,7 +6,7 @@
 //! names the URL, never a panic. What the answers mean is
 //! `cluster::gpu_use`'s.
 
-use crate::cluster::gpu_use::{self, Assembler, Field, Sample, Usage};
+use crate::cluster::gpu_use::{self, Assembler, Field, Labels, Sample, Usage};
 use crate::core::Time;
 use bytes::Bytes;
 use http_body_util::{BodyExt, Empty, Limited};
@@ -16,7 +16,9 @@ use hyper_util::rt::TokioExecutor;
 use serde::de::{DeserializeSeed, Deserializer, IgnoredAny, MapAccess, SeqAccess, Visitor};
 use serde::Deserialize;
 use std::collections::BTreeMap;
+use std::io::Read;
 use std::time::Duration;
+use tokio::time::Instant;
 
 /// Largest answer read (a fleet of 40,000 GPUs answers a few MB).
 pub const MAX_ANSWER_BYTES: usize = 256 << 20;
@@ -124,7 +126,9 @@ impl Prometheus {
         Ok(Prometheus {
             base: url.trim_end_matches('/').to_string(),
             timeout,
-            client: Client::builder(TokioExecutor::new()).build_http(),
+            client: Client::builder(TokioExecutor::new())
+                .http1_max_buf_size(READ_BUFFER_BYTES)
+                .build_http(),
         })
     }
 
@@ -138,24 +142,21 @@ impl Prometheus {
     /// # Errors
     /// See [`Error`].
     pub async fn query(&self, promql: &str, at: Time) -> Result<Vec<Sample>> {
-        let mut samples = Vec::new();
-        self.query_each(promql, at, &mut |s| samples.push(s))
-            .await?;
-        Ok(samples)
+        let answer = self.send(promql, at).await?;
+        self.read(answer, Vec::new(), |samples, labels, value| {
+            samples.push(Sample {
+                labels: labels.to_map(),
+                value,
+            })
+        })
+        .await
     }
 
-    /// Runs an instant query at `at` and hands each of its vector's samples
-    /// to `each` as the answer is read: a fleet's answer is held as text
-    /// once, never as samples all at once.
-    ///
-    /// # Errors
-    /// See [`Error`]; on an error, `each` may have had some samples.
-    pub async fn query_each(
-        &self,
-        promql: &str,
-        at: Time,
-        each: &mut (dyn FnMut(Sample) + Send),
-    ) -> Result<()> {
+    /// Sends an instant query and waits, at most the timeout, for the head
+    /// of its answer: Prometheus evaluates the query before it answers, so
+    /// queries sent together are evaluated side by side while their
+    /// answers wait, unread, in their connections.
+    async fn send(&self, promql: &str, at: Time) -> Result<Answer> {
         let uri = format!(
             "{}/api/v1/query?query={}&time={}.{:03}",
             self.base,
@@ -171,35 +172,178 @@ impl Prometheus {
             .header(http::header::ACCEPT, "application/json")
             .body(Empty::new())
             .map_err(|e| unreachable(e.to_string()))?;
-        let work = async {
-            let response = self
-                .client
-                .request(request)
-                .await
-                .map_err(|e| unreachable(e.to_string()))?;
-            let status = response.status();
-            // Into one buffer as the frames come: a fleet's answer is held
-            // once, not as frames and then again in one piece.
-            let mut frames = Limited::new(response.into_body(), MAX_ANSWER_BYTES);
-            let mut body = Vec::new();
+        let response = tokio::time::timeout(self.timeout, self.client.request(request))
+            .await
+            .map_err(|_| self.timed_out())?
+            .map_err(|e| unreachable(e.to_string()))?;
+        Ok(Answer {
+            status: response.status().as_u16(),
+            body: response.into_body(),
+        })
+    }
+
+    /// Reads an answer's body, at most the timeout from now, handing each
+    /// series to `each` with `state`, which it gives back. The body is
+    /// parsed as it comes, on a blocking thread fed frame by frame: a
+    /// fleet's answer is never held whole, and parsing overlaps the
+    /// transfer.
+    async fn read<T, F>(&self, answer: Answer, state: T, each: F) -> Result<T>
+    where
+        T: Send + 'static,
+        F: Fn(&mut T, &SeriesLabels, f64) + Send + 'static,
+    {
+        let deadline = Instant::now() + self.timeout;
+        let (tx, rx) = tokio::sync::mpsc::channel::<Bytes>(FRAMES_IN_FLIGHT);
+        let (url, status) = (self.base.clone(), answer.status);
+        let parser = tokio::task::spawn_blocking(move || {
+            let mut state = state;
+            let body = std::io::BufReader::with_capacity(64 << 10, FramesIn::new(rx));
+            let parsed = parse_answer_each(&url, status, body, &mut |labels, value| {
+                each(&mut state, labels, value)
+            });
+            (state, parsed)
+        });
+        // The start of the body, to name an error page by.
+        let mut start = Vec::new();
+        let fed = tokio::time::timeout_at(deadline, async {
+            let mut frames = Limited::new(answer.body, MAX_ANSWER_BYTES);
             while let Some(frame) = frames.frame().await {
                 let frame = frame.map_err(|e| Error::Answer {
                     url: self.base.clone(),
                     reason: e.to_string(),
                 })?;
                 if let Ok(data) = frame.into_data() {
-                    body.extend_from_slice(&data);
+                    let room = ERROR_PAGE_START.saturating_sub(start.len());
+                    start.extend_from_slice(&data[..data.len().min(room)]);
+                    if tx.send(data).await.is_err() {
+                        // The parser stopped: it says why.
+                        break;
+                    }
                 }
             }
-            Ok::<_, Error>((status, body))
-        };
-        let (status, body) = tokio::time::timeout(self.timeout, work)
-            .await
-            .map_err(|_| Error::Timeout {
-                url: self.base.clone(),
-                timeout: self.timeout,
-            })??;
-        parse_answer_each(&self.base, status.as_u16(), &body, each)
+            Ok(())
+        })
+        .await
+        .map_err(|_| self.timed_out())
+        .and_then(|fed| fed);
+        // The end of the body, or of what was read of it.
+        drop(tx);
+        let (state, parsed) = parser.await.map_err(|e| Error::Answer {
+            url: self.base.clone(),
+            reason: format!("the parser ended: {e}"),
+        })?;
+        // A transport error or a timeout says more than what the parser
+        // made of a cut body.
+        fed?;
+        match parsed {
+            Err(Error::Status { url, status, .. }) => Err(Error::Status {
+                url,
+                status,
+                body: String::from_utf8_lossy(&start).into_owned(),
+            }),
+            parsed => parsed.map(|()| state),
+        }
+    }
+
+    fn timed_out(&self) -> Error {
+        Error::Timeout {
+            url: self.base.clone(),
+            timeout: self.timeout,
+        }
+    }
+}
+
+/// An answer whose head has come, its body not yet read.
+struct Answer {
+    status: u16,
+    body: hyper::body::Incoming,
+}
+
+/// Frames of a body on their way from the connection to the parser: few
+/// enough that a fleet's answer is never held whole (each frame holds the
+/// block of the connection's buffer it was read into: see
+/// [`READ_BUFFER_BYTES`]).
+const FRAMES_IN_FLIGHT: usize = 2;
+
+/// The most a connection buffers of an answer at once. Hyper's default
+/// (about 400 KiB) let the frames waiting for the parser hold several MB.
+const READ_BUFFER_BYTES: usize = 64 << 10;
+
+/// How much of an error page its error quotes.
+const ERROR_PAGE_START: usize = 200;
+
+/// A body's frames as they come, read as one stream on a blocking thread.
+struct FramesIn {
+    rx: tokio::sync::mpsc::Receiver<Bytes>,
+    front: Bytes,
+}
+
+impl FramesIn {
+    fn new(rx: tokio::sync::mpsc::Receiver<Bytes>) -> FramesIn {
+        FramesIn {
+            rx,
+            front: Bytes::new(),
+        }
+    }
+}
+
+impl Read for FramesIn {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        while self.front.is_empty() {
+            match self.rx.blocking_recv() {
+                Some(frame) => self.front = frame,
+                None => return Ok(0),
+            }
+        }
+        let n = self.front.len().min(buf.len());
+        buf[..n].copy_from_slice(&self.front[..n]);
+        bytes::Buf::advance(&mut self.front, n);
+        Ok(n)
+    }
+}
+
+/// A series' labels, as an answer is read: one buffer reused from one
+/// series to the next, so that reading a fleet's answer makes no map (and
+/// almost no allocation) per series.
+#[derive(Debug, Default)]
+pub struct SeriesLabels {
+    pairs: Vec<(String, String)>,
+    len: usize,
+}
+
+impl SeriesLabels {
+    fn clear(&mut self) {
+        self.len = 0;
+    }
+
+    /// The next (cleared) name and value to fill.
+    fn next_slot(&mut self) -> &mut (String, String) {
+        if self.len == self.pairs.len() {
+            self.pairs.push(Default::default());
+        }
+        let slot = &mut self.pairs[self.len];
+        self.len += 1;
+        slot.0.clear();
+        slot.1.clear();
+        slot
+    }
+
+    /// The labels as a map.
+    pub fn to_map(&self) -> BTreeMap<String, String> {
+        self.pairs[..self.len].iter().cloned().collect()
+    }
+}
+
+impl Labels for SeriesLabels {
+    fn get(&self, key: &str) -> Option<&str> {
+        self.pairs[..self.len]
+            .iter()
+            .find(|(k, _)| k == key)
+            .map(|(_, v)| v.as_str())
+    }
+
+    fn describe(&self) -> String {
+        format!("{:?}", self.to_map())
     }
 }
 
@@ -217,18 +361,11 @@ struct Head {
     result: bool,
 }
 
-/// One series of a vector.
-#[derive(Deserialize)]
-struct Series {
-    metric: BTreeMap<String, String>,
-    value: (f64, String),
-}
-
 /// Reads an answer, handing each series of its `data.result` to `each` as
 /// it is read, so that a fleet's answer is never held as samples all at
 /// once.
 struct AnswerSeed<'a> {
-    each: &'a mut dyn FnMut(Sample),
+    each: &'a mut dyn FnMut(&SeriesLabels, f64),
 }
 
 impl<'de> DeserializeSeed<'de> for AnswerSeed<'_> {
@@ -272,7 +409,7 @@ impl<'de> Visitor<'de> for AnswerSeed<'_> {
 /// `data`: its `resultType` and, when that is a vector or not said yet,
 /// each series of its `result`.
 struct DataSeed<'a> {
-    each: &'a mut dyn FnMut(Sample),
+    each: &'a mut dyn FnMut(&SeriesLabels, f64),
     head: &'a mut Head,
 }
 
@@ -316,7 +453,7 @@ impl<'de> Visitor<'de> for DataSeed<'_> {
 
 /// `data.result`, one series at a time.
 struct ResultSeed<'a> {
-    each: &'a mut dyn FnMut(Sample),
+    each: &'a mut dyn FnMut(&SeriesLabels, f64),
 }
 
 impl<'de> DeserializeSeed<'de> for ResultSeed<'_> {
@@ -335,15 +472,184 @@ impl<'de> Visitor<'de> for ResultSeed<'_> {
     }
 
     fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> std::result::Result<(), A::Error> {
-        while let Some(s) = seq.next_element::<Series>()? {
-            (self.each)(Sample {
-                labels: s.metric,
-                // The API writes numbers as strings ("NaN", "+Inf"
-                // included); one that is not a number is absurd, as NaN is.
-                value: s.value.1.parse().unwrap_or(f64::NAN),
-            });
+        let mut labels = SeriesLabels::default();
+        while let Some(value) = seq.next_element_seed(SeriesSeed {
+            labels: &mut labels,
+        })? {
+            (self.each)(&labels, value);
         }
         Ok(())
+    }
+}
+
+/// One series of a vector (`{"metric": {...}, "value": [t, "v"]}`), its
+/// labels into the reused buffer; its value is what it gives.
+struct SeriesSeed<'a> {
+    labels: &'a mut SeriesLabels,
+}
+
+/// The keys of a series.
+enum SeriesKey {
+    Metric,
+    Value,
+    Other,
+}
+
+impl<'de> Deserialize<'de> for SeriesKey {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> std::result::Result<Self, D::Error> {
+        struct V;
+        impl Visitor<'_> for V {
+            type Value = SeriesKey;
+            fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+                f.write_str("a series' key")
+            }
+            fn visit_str<E: serde::de::Error>(self, v: &str) -> std::result::Result<SeriesKey, E> {
+                Ok(match v {
+                    "metric" => SeriesKey::Metric,
+                    "value" => SeriesKey::Value,
+                    _ => SeriesKey::Other,
+                })
+            }
+        }
+        d.deserialize_identifier(V)
+    }
+}
+
+impl<'de> DeserializeSeed<'de> for SeriesSeed<'_> {
+    type Value = f64;
+
+    fn deserialize<D: Deserializer<'de>>(self, d: D) -> std::result::Result<f64, D::Error> {
+        d.deserialize_map(self)
+    }
+}
+
+impl<'de> Visitor<'de> for SeriesSeed<'_> {
+    type Value = f64;
+
+    fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+        f.write_str("a series")
+    }
+
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> std::result::Result<f64, A::Error> {
+        self.labels.clear();
+        let (mut metric, mut value) = (false, None);
+        while let Some(key) = map.next_key::<SeriesKey>()? {
+            match key {
+                SeriesKey::Metric => {
+                    map.next_value_seed(MetricSeed {
+                        labels: &mut *self.labels,
+                    })?;
+                    metric = true;
+                }
+                SeriesKey::Value => value = Some(map.next_value::<SampleValue>()?.0),
+                SeriesKey::Other => {
+                    map.next_value::<IgnoredAny>()?;
+                }
+            }
+        }
+        if !metric {
+            return Err(serde::de::Error::missing_field("metric"));
+        }
+        value.ok_or_else(|| serde::de::Error::missing_field("value"))
+    }
+}
+
+/// A series' `metric`: each label into the reused buffer.
+struct MetricSeed<'a> {
+    labels: &'a mut SeriesLabels,
+}
+
+impl<'de> DeserializeSeed<'de> for MetricSeed<'_> {
+    type Value = ();
+
+    fn deserialize<D: Deserializer<'de>>(self, d: D) -> std::result::Result<(), D::Error> {
+        d.deserialize_map(self)
+    }
+}
+
+impl<'de> Visitor<'de> for MetricSeed<'_> {
+    type Value = ();
+
+    fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+        f.write_str("a series' labels")
+    }
+
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> std::result::Result<(), A::Error> {
+        loop {
+            let slot = self.labels.next_slot();
+            if map.next_key_seed(Text(&mut slot.0))?.is_none() {
+                self.labels.len -= 1;
+                return Ok(());
+            }
+            map.next_value_seed(Text(&mut slot.1))?;
+        }
+    }
+}
+
+/// A string copied into a reused one.
+struct Text<'a>(&'a mut String);
+
+impl<'de> DeserializeSeed<'de> for Text<'_> {
+    type Value = ();
+
+    fn deserialize<D: Deserializer<'de>>(self, d: D) -> std::result::Result<(), D::Error> {
+        d.deserialize_str(self)
+    }
+}
+
+impl Visitor<'_> for Text<'_> {
+    type Value = ();
+
+    fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+        f.write_str("a string")
+    }
+
+    fn visit_str<E: serde::de::Error>(self, v: &str) -> std::result::Result<(), E> {
+        self.0.push_str(v);
+        Ok(())
+    }
+}
+
+/// A sample's `[time, "value"]`: the value. The API writes numbers as
+/// strings ("NaN", "+Inf" included); one that is not a number is absurd,
+/// as NaN is.
+struct SampleValue(f64);
+
+impl<'de> Deserialize<'de> for SampleValue {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> std::result::Result<Self, D::Error> {
+        struct Number(f64);
+        impl<'de> Deserialize<'de> for Number {
+            fn deserialize<D: Deserializer<'de>>(d: D) -> std::result::Result<Self, D::Error> {
+                d.deserialize_str(NumberText)
+            }
+        }
+        struct NumberText;
+        impl Visitor<'_> for NumberText {
+            type Value = Number;
+            fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+                f.write_str("a number as a string")
+            }
+            fn visit_str<E: serde::de::Error>(self, v: &str) -> std::result::Result<Number, E> {
+                Ok(Number(v.parse().unwrap_or(f64::NAN)))
+            }
+        }
+        struct Pair;
+        impl<'de> Visitor<'de> for Pair {
+            type Value = SampleValue;
+            fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+                f.write_str("[time, \"value\"]")
+            }
+            fn visit_seq<A: SeqAccess<'de>>(
+                self,
+                mut seq: A,
+            ) -> std::result::Result<SampleValue, A::Error> {
+                let missing = || serde::de::Error::invalid_length(1, &"[time, \"value\"]");
+                seq.next_element::<f64>()?.ok_or_else(missing)?;
+                let value = seq.next_element::<Number>()?.ok_or_else(missing)?;
+                Ok(SampleValue(value.0))
+            }
+        }
+        d.deserialize_seq(Pair)
     }
 }
 
@@ -351,7 +657,12 @@ impl<'de> Visitor<'de> for ResultSeed<'_> {
 #[cfg(test)]
 fn parse_answer(url: &str, status: u16, body: &[u8]) -> Result<Vec<Sample>> {
     let mut samples = Vec::new();
-    parse_answer_each(url, status, body, &mut |s| samples.push(s))?;
+    parse_answer_each(url, status, body, &mut |labels, value| {
+        samples.push(Sample {
+            labels: labels.to_map(),
+            value,
+        })
+    })?;
     Ok(samples)
 }
 
@@ -360,10 +671,10 @@ fn parse_answer(url: &str, status: u16, body: &[u8]) -> Result<Vec<Sample>> {
 fn parse_answer_each(
     url: &str,
     status: u16,
-    body: &[u8],
-    each: &mut dyn FnMut(Sample),
+    body: impl Read,
+    each: &mut dyn FnMut(&SeriesLabels, f64),
 ) -> Result<()> {
-    let mut de = serde_json::Deserializer::from_slice(body);
+    let mut de = serde_json::Deserializer::from_reader(body);
     let head = AnswerSeed { each }
         .deserialize(&mut de)
         .and_then(|h| de.end().map(|()| h));
@@ -379,8 +690,9 @@ fn parse_answer_each(
             return Err(Error::Status {
                 url: url.to_string(),
                 status,
-                body: String::from_utf8_lossy(&body[..body.len().min(200)]).into_owned(),
-            })
+                // The reader knows the start ([`Prometheus::read`]).
+                body: String::new(),
+            });
         }
     };
     if head.status != "success" {
@@ -423,15 +735,40 @@ fn percent_encode(s: &str) -> String {
 }
 
 /// Reads the DCGM exporter's series over `window` ending at `at`: one
-/// query per field, folded in one at a time.
+/// query per field, all sent at once so that Prometheus evaluates them side
+/// by side, their answers read and folded in one at a time, in field order
+/// (only one answer's body is held at once; the others wait in their
+/// connections). `expect_gpus` (the last reading's count, else 0) sizes
+/// the reading so that a fleet's never grows by doubling.
 ///
 /// # Errors
 /// The first query's error; a field the exporter does not serve (no
 /// series: profiling metrics are optional) is no error.
-pub async fn read_usage(prom: &Prometheus, window: Duration, at: Time) -> Result<Usage> {
-    let mut a = Assembler::default();
-    for (field, promql) in gpu_use::queries(window) {
-        prom.query_each(&promql, at, &mut |s| a.add(field, [s]))
+pub async fn read_usage(
+    prom: &Prometheus,
+    window: Duration,
+    at: Time,
+    expect_gpus: usize,
+) -> Result<Usage> {
+    let sent: Vec<(Field, Sent)> = gpu_use::queries(window)
+        .into_iter()
+        .map(|(field, promql)| {
+            let p = prom.clone();
+            let task = tokio::spawn(async move { p.send(&promql, at).await });
+            (field, Sent(task))
+        })
+        .collect();
+    let mut a = Assembler::with_capacity(expect_gpus);
+    // Returning early drops the rest, which cancels them.
+    for (field, mut sent) in sent {
+        let answer = (&mut sent.0).await.map_err(|e| Error::Unreachable {
+            url: prom.base.clone(),
+            reason: format!("the query's task ended: {e}"),
+        })??;
+        a = prom
+            .read(answer, a, move |a, labels, value| {
+                a.add_one(field, labels, value)
+            })
             .await?;
         // Nothing but utilisation means nothing to decide on.
         if field == Field::Util && a.is_empty() {
@@ -439,6 +776,15 @@ pub async fn read_usage(prom: &Prometheus, window: Duration, at: Time) -> Result
         }
     }
     Ok(a.finish(at, window))
+}
+
+/// A query sent by [`read_usage`], cancelled when dropped unread.
+struct Sent(tokio::task::JoinHandle<Result<Answer>>);
+
+impl Drop for Sent {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
 }
 
 #[cfg(test)]
@@ -520,6 +866,90 @@ mod tests {
                 String::from_utf8_lossy(incomplete)
             );
         }
+    }
+
+    /// A server on loopback answering every connection with `head` and
+    /// then `chunks` of a chunked body, one write each; `stall` keeps the
+    /// connection open after them instead of ending the body.
+    async fn serve(head: &'static str, chunks: Vec<String>, stall: bool) -> String {
+        use tokio::io::AsyncWriteExt;
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        tokio::spawn(async move {
+            while let Ok((mut c, _)) = listener.accept().await {
+                let chunks = chunks.clone();
+                tokio::spawn(async move {
+                    let mut request = [0u8; 4096];
+                    let _ = tokio::io::AsyncReadExt::read(&mut c, &mut request).await;
+                    c.write_all(head.as_bytes()).await.unwrap();
+                    for chunk in chunks {
+                        let framed = format!("{:x}\r\n{chunk}\r\n", chunk.len());
+                        c.write_all(framed.as_bytes()).await.unwrap();
+                        c.flush().await.unwrap();
+                    }
+                    if stall {
+                        tokio::time::sleep(Duration::from_secs(30)).await;
+                    }
+                    let _ = c.write_all(b"0\r\n\r\n").await;
+                });
+            }
+        });
+        format!("http://{addr}")
+    }
+
+    const CHUNKED_OK: &str =
+        "HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ntransfer-encoding: chunked\r\n\r\n";
+
+    #[tokio::test]
+    async fn an_answer_is_read_as_it_comes_in_small_pieces_and_a_stalled_one_times_out() {
+        // 3,000 series cut into 7-byte pieces: labels and values split
+        // anywhere between frames.
+        let series: Vec<String> = (0..3000)
+            .map(|i| {
+                format!(
+                    r#"{{"metric":{{"Hostname":"n{}","gpu":"{}"}},"value":[1.5,"{i}"]}}"#,
+                    i / 8,
+                    i % 8
+                )
+            })
+            .collect();
+        let body = format!(
+            r#"{{"status":"success","data":{{"resultType":"vector","result":[{}]}}}}"#,
+            series.join(",")
+        );
+        let pieces: Vec<String> = body
+            .as_bytes()
+            .chunks(7)
+            .map(|c| String::from_utf8(c.to_vec()).unwrap())
+            .collect();
+        let url = serve(CHUNKED_OK, pieces.clone(), false).await;
+        let p = Prometheus::new(&url, Duration::from_secs(10)).unwrap();
+        let got = p.query("x", chrono::Utc::now()).await.unwrap();
+        assert_eq!(got.len(), 3000);
+        assert_eq!(got[2999].value, 2999.0);
+        assert_eq!(got[2999].labels["Hostname"], "n374");
+        assert_eq!(got[2999].labels["gpu"], "7");
+        assert_eq!(got[2999].labels.len(), 2, "no label of another series kept");
+
+        // The same answer stopping half way and never ending.
+        let half = pieces[..pieces.len() / 2].to_vec();
+        let url = serve(CHUNKED_OK, half, true).await;
+        let p = Prometheus::new(&url, Duration::from_millis(500)).unwrap();
+        let e = p.query("x", chrono::Utc::now()).await.unwrap_err();
+        assert!(matches!(e, Error::Timeout { .. }), "{e}");
+    }
+
+    #[tokio::test]
+    async fn an_error_page_is_named_by_its_start() {
+        let head = "HTTP/1.1 502 Bad Gateway\r\ncontent-type: text/html\r\ntransfer-encoding: chunked\r\n\r\n";
+        let page = vec!["<html>bad ".to_string(), "gateway</html>".to_string()];
+        let url = serve(head, page, false).await;
+        let p = Prometheus::new(&url, Duration::from_secs(10)).unwrap();
+        let e = p.query("x", chrono::Utc::now()).await.unwrap_err();
+        assert!(
+            matches!(&e, Error::Status { status: 502, body, .. } if body == "<html>bad gateway</html>"),
+            "{e}"
+        );
     }
 
     #[tokio::test]

@@ -1423,7 +1423,10 @@ fn solve(tier: Tier) -> Solved {
     let mut unplaced: HashMap<usize, Vec<usize>> = HashMap::new();
     for (wi, w) in work.iter().enumerate() {
         let values: Vec<(usize, f64)> = ys.get(wi).cloned().unwrap_or_default();
-        let counts = round_counts(&values, w.pods.len());
+        let counts = match &tier.classes[w.class].pod.zone_spread {
+            Some(_) => round_spread(&values, w, tier.cands),
+            None => round_counts(&values, w.pods.len()),
+        };
         let mut next = 0;
         for (o, cnt) in counts {
             let take = &w.pods[next..next + cnt];
@@ -1669,7 +1672,77 @@ fn read_y(s: &impl Solution, y: &[Vec<(usize, Variable)>]) -> Vec<Vec<(usize, f6
 /// never exceeding `max`.
 fn round_counts(values: &[(usize, f64)], max: usize) -> Vec<(usize, usize)> {
     let total: f64 = values.iter().map(|(_, v)| v).sum();
-    let target = (total.round() as usize).min(max);
+    round_to(values, (total.round() as usize).min(max))
+}
+
+/// [`round_counts`] for a zone-spread class: rounding each option on its
+/// own can put the rounded-up pods in one zone (2.3 + 0.3 in one zone and
+/// 3.4 in the other round to 2 and 4, past a `maxSkew` of 1 the LP kept).
+/// Zones are rounded first, each unit to the zone holding fewest (over
+/// every zone the class's options reach, as the model counts the skew),
+/// which keeps the skew of the floors (within `maxSkew`, as the LP's
+/// totals are) or 1; then each zone's count over its options.
+fn round_spread(
+    values: &[(usize, f64)],
+    w: &ClassOptions,
+    cands: &[Candidate],
+) -> Vec<(usize, usize)> {
+    let zone = |o: usize| cands[o].offering.zone_id.as_str();
+    let total: f64 = values.iter().map(|(_, v)| v).sum();
+    let target = (total.round() as usize).min(w.pods.len());
+    let mut zones: BTreeMap<&str, (f64, Vec<(usize, f64)>)> = w
+        .options
+        .iter()
+        .map(|(o, _)| (zone(*o), (0.0, Vec::new())))
+        .collect();
+    for &(o, v) in values {
+        let z = zones.entry(zone(o)).or_default();
+        z.0 += v;
+        z.1.push((o, v));
+    }
+    // Floors, nudged up by a hair so 2.9999999 counts as 3.
+    let mut count: BTreeMap<&str, usize> = zones
+        .iter()
+        .map(|(z, (t, _))| (*z, (t + 1e-6).floor() as usize))
+        .collect();
+    let mut sum: usize = count.values().sum();
+    let remainder = |z: &str| zones[z].0 - zones[z].0.floor();
+    while sum < target {
+        // Fewest first, then the largest remainder, then the zone's order.
+        let Some(z) = count
+            .iter()
+            .filter(|(z, _)| !zones[**z].1.is_empty())
+            .min_by(|a, b| a.1.cmp(b.1).then(remainder(b.0).total_cmp(&remainder(a.0))))
+            .map(|(z, _)| *z)
+        else {
+            break;
+        };
+        if let Some(n) = count.get_mut(z) {
+            *n += 1;
+        }
+        sum += 1;
+    }
+    while sum > target {
+        let Some(z) = count.iter().max_by_key(|(_, n)| **n).map(|(z, _)| *z) else {
+            break;
+        };
+        if let Some(n) = count.get_mut(z) {
+            *n -= 1;
+        }
+        sum -= 1;
+    }
+    zones
+        .iter()
+        .flat_map(|(z, (_, options))| round_to(options, count[z]))
+        .collect()
+}
+
+/// Largest remainder rounding of `values` to exactly `target` whole pods
+/// (none when there is no option).
+fn round_to(values: &[(usize, f64)], target: usize) -> Vec<(usize, usize)> {
+    if values.is_empty() {
+        return Vec::new();
+    }
     let mut counts: Vec<(usize, usize, f64)> = values
         .iter()
         .map(|(o, v)| (*o, v.floor() as usize, v - v.floor()))
@@ -1677,11 +1750,11 @@ fn round_counts(values: &[(usize, f64)], max: usize) -> Vec<(usize, usize)> {
     let mut sum: usize = counts.iter().map(|c| c.1).sum();
     let mut order: Vec<usize> = (0..counts.len()).collect();
     order.sort_by(|a, b| counts[*b].2.total_cmp(&counts[*a].2));
-    for i in order {
+    for i in order.iter().cycle() {
         if sum >= target {
             break;
         }
-        counts[i].1 += 1;
+        counts[*i].1 += 1;
         sum += 1;
     }
     while sum > target {
@@ -1699,10 +1772,59 @@ fn round_counts(values: &[(usize, f64)], max: usize) -> Vec<(usize, usize)> {
 
 #[cfg(test)]
 mod tests {
-    use super::{candidates, merge_nodes, round_counts, Input};
+    use super::{candidates, merge_nodes, round_counts, round_spread, ClassOptions, Input};
     use crate::catalog::{CapacityType, Catalog};
     use crate::cluster::resources::{CPU, MEMORY};
     use crate::cluster::{Pod, Pool, Resources, ZoneSpread};
+
+    #[test]
+    fn rounding_a_spread_class_keeps_the_skew_the_lp_kept() {
+        // The LP puts 2.3 + 0.3 pods of a class spread with skew 1 on two
+        // offerings of one zone and 3.4 on one of another (2.6 and 3.4:
+        // within the skew). Per option, the largest remainder rounds to 2,
+        // 0 and 4; zone by zone, to 3 and 3.
+        let catalog = Catalog::embedded().unwrap();
+        let pools = [Pool::new("cpu")];
+        let pods: Vec<Pod> = (0..6)
+            .map(|i| Pod::new(&format!("web-{i}"), Resources::new().with(CPU, 1000)))
+            .collect();
+        let input = Input::offline(&catalog, "us-east-1", &pools, &pods);
+        let cands = candidates::candidates(&input);
+        let on_demand = |t: &str| {
+            let mut zones: Vec<usize> = (0..cands.len())
+                .filter(|&i| {
+                    cands[i].offering.instance_type == t
+                        && cands[i].offering.capacity_type == CapacityType::OnDemand
+                })
+                .collect();
+            zones.sort_by(|a, b| cands[*a].offering.zone_id.cmp(&cands[*b].offering.zone_id));
+            zones
+        };
+        let (big, small) = (on_demand("m6i.4xlarge"), on_demand("m6i.xlarge"));
+        assert_eq!(
+            cands[big[0]].offering.zone_id,
+            cands[small[0]].offering.zone_id
+        );
+        let (a, b, c) = (big[0], small[0], big[1]);
+        let values = vec![(a, 2.3), (b, 0.3), (c, 3.4)];
+        let zone_of = |counts: &[(usize, usize)], z: usize| -> usize {
+            counts
+                .iter()
+                .filter(|(o, _)| cands[*o].offering.zone_id == cands[z].offering.zone_id)
+                .map(|(_, n)| n)
+                .sum()
+        };
+        let naive = round_counts(&values, 6);
+        assert_eq!((zone_of(&naive, a), zone_of(&naive, c)), (2, 4));
+        let w = ClassOptions {
+            class: 0,
+            pods: (0..6).collect(),
+            options: vec![(a, 1), (b, 1), (c, 1)],
+        };
+        let rounded = round_spread(&values, &w, &cands);
+        assert_eq!((zone_of(&rounded, a), zone_of(&rounded, c)), (3, 3));
+        assert_eq!(rounded.iter().map(|(_, n)| n).sum::<usize>(), 6);
+    }
 
     #[test]
     fn a_spread_pod_moves_to_another_zone_only_where_its_skew_still_holds() {

@@ -386,7 +386,7 @@ pub fn report(
         usage
             .gpus
             .iter()
-            .find(|g| g.node == node)
+            .find(|g| *g.node == *node)
             .and_then(|g| g.fb_total_mib)
     };
     let mut idle_nodes: Vec<NodeLine> = nodes

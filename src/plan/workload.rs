@@ -152,6 +152,18 @@ pub fn pods(n: usize, seed: u64) -> Vec<Pod> {
 /// the product name; with the DeviceClasses and templates it needs. Pods
 /// are returned unmatched (the caller runs `cluster::dra::Resolver`).
 pub fn dra_form(pods: &[Pod]) -> (Vec<Pod>, crate::cluster::dra::Objects) {
+    dra_form_with(pods, "", None)
+}
+
+/// [`dra_form`] with template names starting with `prefix` (so that the
+/// objects of several calls can be put together) and `selector`, a CEL
+/// expression, added to every GPU request (`device.attributes['gpu.nvidia.com'].productName
+/// == 'NVIDIA L4'`).
+pub fn dra_form_with(
+    pods: &[Pod],
+    prefix: &str,
+    selector: Option<&str>,
+) -> (Vec<Pod>, crate::cluster::dra::Objects) {
     use crate::cluster::ClaimRef;
     let mut objects = crate::cluster::dra::Objects::default();
     let class = |name: &str, expr: &str| -> k8s_openapi::api::resource::v1::DeviceClass {
@@ -190,7 +202,10 @@ pub fn dra_form(pods: &[Pod]) -> (Vec<Pod>, crate::cluster::dra::Objects) {
             if let Some(name) = templates.get(&key) {
                 return name.clone();
             }
-            let name = format!("{}-{count}-{n}", class.split('.').next().unwrap_or(class));
+            let name = format!(
+                "{prefix}{}-{count}-{n}",
+                class.split('.').next().unwrap_or(class)
+            );
             let selectors: Vec<serde_json::Value> = selector
                 .iter()
                 .map(|e| serde_json::json!({"cel": {"expression": e}}))
@@ -221,7 +236,11 @@ pub fn dra_form(pods: &[Pod]) -> (Vec<Pod>, crate::cluster::dra::Objects) {
                 !model
             });
             let refs: Vec<&str> = names.iter().map(String::as_str).collect();
-            let sel = (!refs.is_empty()).then(|| product(&refs));
+            let by_model = (!refs.is_empty()).then(|| product(&refs));
+            let sel = match (by_model, selector) {
+                (Some(m), Some(s)) => Some(format!("({m}) && ({s})")),
+                (m, s) => m.or_else(|| s.map(str::to_string)),
+            };
             claim = Some(request("gpu.nvidia.com", gpus, sel));
             p.requests.set(l::RESOURCE_GPU, 0);
         }

@@ -290,13 +290,19 @@ fn charges(shapes: &[(&Pod, f64)], cands: &[Candidate]) -> Charges {
 }
 
 /// Every offering `node_pools` may launch in `region`, as the planner sees
-/// it with nothing running (invalid pools offer nothing).
-fn pool_candidates(catalog: &Catalog, region: &str, node_pools: &[NodePool]) -> Vec<Candidate> {
+/// it with nothing running (invalid pools offer nothing); launched to
+/// serve DRA claims too when `claims` holds a pod with matched claims.
+fn pool_candidates(
+    catalog: &Catalog,
+    region: &str,
+    node_pools: &[NodePool],
+    claims: &[Pod],
+) -> Vec<Candidate> {
     let pools: Vec<crate::cluster::Pool> = node_pools
         .iter()
         .filter_map(|p| crate::cluster::Pool::from_api(p, Resources::new()).ok())
         .collect();
-    let input = Input::offline(catalog, region, &pools, &[]);
+    let input = Input::offline(catalog, region, &pools, claims);
     candidates(&input)
 }
 
@@ -311,7 +317,24 @@ pub fn lower_bound(
     node_pools: &[NodePool],
     end: crate::core::Time,
 ) -> Bound {
-    let cands = pool_candidates(catalog, region, node_pools);
+    // A pod with DRA claims is charged with the devices its claims take,
+    // on the nodes that serve them (as the engine binds it); one whose
+    // claims no type serves is not placeable.
+    let forms: Vec<Option<Pod>> = jobs
+        .iter()
+        .map(|j| match &j.pod.devices {
+            Some(d) if !j.pod.resource_claims.is_empty() => d.scheduled(&j.pod),
+            _ => None,
+        })
+        .collect();
+    let probe: Vec<Pod> = jobs
+        .iter()
+        .find(|j| j.pod.devices.is_some())
+        .map(|j| j.pod.clone())
+        .into_iter()
+        .collect();
+    let cands = pool_candidates(catalog, region, node_pools, &probe);
+    let mut unservable = 0;
     // Pods of one shape and the same constraints cost the same per hour:
     // long runs have many jobs and few shapes.
     type Shape<'p> = (&'p Resources, &'p [Toleration], &'p NodeAffinity, bool);
@@ -319,8 +342,15 @@ pub fn lower_bound(
     // Each shape's pod, hours and jobs.
     let mut shapes: Vec<(&Pod, f64)> = Vec::new();
     let mut jobs_of: Vec<usize> = Vec::new();
-    for job in jobs {
-        let pod = &job.pod;
+    for (job, form) in jobs.iter().zip(&forms) {
+        let pod = match form {
+            Some(p) => p,
+            None if !job.pod.resource_claims.is_empty() => {
+                unservable += 1;
+                continue;
+            }
+            None => &job.pod,
+        };
         let shape = (
             &pod.requests,
             pod.tolerations.as_slice(),
@@ -354,7 +384,10 @@ pub fn lower_bound(
             );
         }
     }
-    let mut bound = Bound::default();
+    let mut bound = Bound {
+        unplaceable: unservable,
+        ..Bound::default()
+    };
     for (s, charge) in charges.per_shape.iter().enumerate() {
         match charge {
             Some(usd_per_hour) => bound.cost += usd_per_hour * shapes[s].1,
@@ -518,7 +551,7 @@ spec:
         // resource; then every mix of them that fits any node of the pool
         // must be charged at most that node's price.
         let catalog = Catalog::embedded().unwrap();
-        let cands = pool_candidates(&catalog, "us-east-1", &[pool("g5")]);
+        let cands = pool_candidates(&catalog, "us-east-1", &[pool("g5")], &[]);
         let gpu = Pod::new(
             "ml/gpu",
             Resources::new()

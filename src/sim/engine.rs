@@ -28,6 +28,7 @@ use std::cmp::Reverse;
 use std::collections::{BTreeMap, BTreeSet, BinaryHeap};
 use std::sync::Arc;
 
+mod dra;
 mod faults;
 
 /// Seconds between time-series samples.
@@ -165,6 +166,8 @@ pub struct Engine<'a> {
     stalled: BTreeMap<usize, faults::Stall>,
     /// What right-sizing job `i` saves an hour on an instance type.
     right_sizes: BTreeMap<(usize, String), f64>,
+    /// The ResourceSlices the nodes' DRA drivers published (`dra`).
+    dra: crate::cluster::dra::Objects,
 }
 
 impl<'a> Engine<'a> {
@@ -279,6 +282,7 @@ impl<'a> Engine<'a> {
             buffer_windows: BTreeMap::new(),
             stalled: BTreeMap::new(),
             right_sizes: BTreeMap::new(),
+            dra: Default::default(),
         })
     }
 
@@ -571,6 +575,12 @@ impl<'a> Engine<'a> {
                 if let Some(book) = self.books.get_mut(&claim) {
                     book.ready(at);
                 }
+                // A node launched for DRA claims is initialized once its
+                // drivers have published its devices; until then no pod
+                // binds there, and the core sees it in flight.
+                if !self.publish_slices(&claim) {
+                    return;
+                }
                 if let Some((n, _)) = self.nodes.get_mut(&claim) {
                     n.ready_at = Some(at);
                     n.state.in_flight = false;
@@ -601,6 +611,7 @@ impl<'a> Engine<'a> {
         if let Some(book) = self.books.get_mut(claim) {
             book.gone(at);
         }
+        self.dra.remove_slices_of(claim);
         if let Some((node, extra)) = self.nodes.remove(claim) {
             self.result
                 .log
@@ -721,7 +732,7 @@ impl<'a> Engine<'a> {
                 if extra.jobs.remove(&i) {
                     let name = &self.jobs[i].job.pod.name;
                     n.pods.retain(|b| &b.pod.name != name);
-                    n.state.used.sub(&self.jobs[i].job.pod.requests);
+                    n.state.used.sub(&dra::held(&self.jobs[i].job.pod));
                     self.bind_dirty = true;
                 }
             }
@@ -907,19 +918,43 @@ impl<'a> Engine<'a> {
         // Only the waiting pods: cloning every job's pod on each step made a
         // long run quadratic in its number of jobs.
         let waiting: Vec<usize> = self.waiting.iter().copied().collect();
-        let which: Vec<usize> = (0..self.pending.len()).collect();
-        let (placed, _) = pack::place_on_existing(&self.pending, &which, &states);
+        // Pods with DRA claims bind with their claims' devices, where a
+        // node has them free (`dra`); the rest as they are.
+        let forms: Vec<Option<std::borrow::Cow<'_, Pod>>> =
+            self.pending.iter().map(dra::bound_form).collect();
+        let which: Vec<usize> = (0..forms.len()).filter(|&k| forms[k].is_some()).collect();
+        let owned: Vec<Pod>;
+        let pods: &[Pod] = if which.len() == forms.len()
+            && forms
+                .iter()
+                .all(|f| matches!(f, Some(std::borrow::Cow::Borrowed(_))))
+        {
+            &self.pending
+        } else {
+            owned = forms
+                .iter()
+                .zip(&self.pending)
+                .map(|(f, p)| f.as_deref().unwrap_or(p).clone())
+                .collect();
+            &owned
+        };
+        let (placed, _) = pack::place_on_existing(pods, &which, &states);
+        let held: Vec<Resources> = placed
+            .iter()
+            .map(|&(k, _)| pods[k].requests.clone())
+            .collect();
+        drop(forms);
         let now = self.now;
         if !placed.is_empty() {
             self.pending_stale = true;
         }
-        for (k, n) in placed {
+        for ((k, n), held) in placed.into_iter().zip(held) {
             let i = waiting[k];
             let slot = ready[n];
             let (node, extra) = (&mut self.nodes.managed[slot], &mut self.nodes.extra[slot]);
             let claim = node.claim.clone();
             extra.jobs.insert(i);
-            node.state.used.add(&self.jobs[i].job.pod.requests);
+            node.state.used.add(&held);
             node.pods.push(BoundPod {
                 pod: self.jobs[i].job.pod.clone(),
                 do_not_disrupt: false,
@@ -934,6 +969,11 @@ impl<'a> Engine<'a> {
                 let p = self.cloud.config().latency.profile(family);
                 self.jobs[i].startup_s = (p.running + p.registered + p.ready).as_secs_f64();
             }
+            let started = LogEvent::JobStarted {
+                job: self.jobs[i].job.pod.name.clone(),
+                node: claim.clone(),
+            };
+            self.result.log.push((now, started));
             self.jobs[i].start(&claim, now);
             self.record_block(i);
             if let Some(f) = self.jobs[i].finish_time() {

@@ -4,6 +4,7 @@
 
 pub mod bill;
 pub mod bound;
+pub mod dra;
 pub mod engine;
 pub mod gpu_names;
 pub mod jobs;
@@ -170,6 +171,8 @@ pub fn load_jobs(
             .extend(spec.replayed(&rows).filter_map(|r| r.queue_s));
         Ok(())
     };
+    // The DRA objects the sources' claims name (`dra`).
+    let mut objects = crate::cluster::dra::Objects::default();
     for (i, source) in scenario.workloads.iter().enumerate() {
         let seed = scenario.seed.wrapping_add(i as u64 * 0x9E37_79B9);
         let first = w.jobs.len();
@@ -187,7 +190,11 @@ pub fn load_jobs(
         if let Some(u) = source.gpu_use() {
             u.apply(&mut w.jobs[first..], seed);
         }
+        if let Some(d) = source.dra() {
+            objects.extend(d.apply(&mut w.jobs[first..], i));
+        }
     }
+    dra::resolve(&mut w.jobs, &objects, catalog);
     if let Some(path) = extra_trace {
         // Named on the command line: relative to the working directory,
         // not to the scenario's folder.

@@ -262,6 +262,13 @@ pub enum LogEvent {
     /// gang arrives as a ProvisioningRequest is created once it is
     /// provisioned.
     JobCreated(String),
+    /// The job was bound to the node and started running there.
+    JobStarted {
+        /// The job (pod name).
+        job: String,
+        /// The claim it runs on.
+        node: String,
+    },
 }
 
 impl StrategyResult {

@@ -90,6 +90,16 @@ impl WorkloadSource {
         }
     }
 
+    /// Its `dra`, if it asks its devices through DRA claims.
+    pub fn dra(&self) -> Option<&super::dra::DraSpec> {
+        match self {
+            WorkloadSource::Training(t) => t.dra.as_ref(),
+            WorkloadSource::Inference(s) => s.dra.as_ref(),
+            WorkloadSource::Burst(b) => b.dra.as_ref(),
+            WorkloadSource::Trace(t) => t.dra.as_ref(),
+        }
+    }
+
     /// Its kind as the scenario names it (`training`, ...).
     fn kind(&self) -> &'static str {
         match self {
@@ -673,6 +683,9 @@ impl Scenario {
         for (i, w) in s.workloads.iter().enumerate() {
             if let Some(u) = w.gpu_use() {
                 problems.extend(u.problems(&format!("workloads[{i}].{}.gpuUse", w.kind())));
+            }
+            if let Some(d) = w.dra() {
+                problems.extend(d.problems(&format!("workloads[{i}].{}.dra", w.kind())));
             }
         }
         let zones = catalog.zones(&s.region);

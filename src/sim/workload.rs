@@ -179,6 +179,10 @@ pub struct TrainingSpec {
     /// How busy its pods keep their GPUs (idle GPU-hours, right sizes).
     #[serde(default)]
     pub gpu_use: Option<GpuUseSpec>,
+    /// Its GPU demand asked through DRA ResourceClaims instead of
+    /// `nvidia.com/gpu` counts (`super::dra`).
+    #[serde(default)]
+    pub dra: Option<super::dra::DraSpec>,
 }
 
 /// How long one checkpoint of a training pod takes to write: the pod's GPUs
@@ -289,6 +293,10 @@ pub struct InferenceSpec {
     /// How busy its pods keep their GPUs (idle GPU-hours, right sizes).
     #[serde(default)]
     pub gpu_use: Option<GpuUseSpec>,
+    /// Its GPU demand asked through DRA ResourceClaims instead of
+    /// `nvidia.com/gpu` counts (`super::dra`).
+    #[serde(default)]
+    pub dra: Option<super::dra::DraSpec>,
 }
 
 /// Bursts of short jobs during office hours on weekdays.
@@ -314,6 +322,10 @@ pub struct BurstSpec {
     /// How busy its pods keep their GPUs (idle GPU-hours, right sizes).
     #[serde(default)]
     pub gpu_use: Option<GpuUseSpec>,
+    /// Its GPU demand asked through DRA ResourceClaims instead of
+    /// `nvidia.com/gpu` counts (`super::dra`).
+    #[serde(default)]
+    pub dra: Option<super::dra::DraSpec>,
 }
 
 /// A trace file replayed from the start of the simulation.
@@ -361,6 +373,10 @@ pub struct TraceSpec {
     /// column: one profile for every row).
     #[serde(default)]
     pub gpu_use: Option<GpuUseSpec>,
+    /// Its GPU demand asked through DRA ResourceClaims instead of
+    /// `nvidia.com/gpu` counts (`super::dra`).
+    #[serde(default)]
+    pub dra: Option<super::dra::DraSpec>,
 }
 
 fn default_restart() -> String {
@@ -736,6 +752,7 @@ mod tests {
             provisioning_request: false,
             gang_topology: None,
             gpu_use: None,
+            dra: None,
         }
     }
 
@@ -807,6 +824,7 @@ mod tests {
             weekdays_only: true,
             zone_spread: true,
             gpu_use: None,
+            dra: None,
         };
         assert_eq!(spec.replicas_at(14, false), 10);
         assert_eq!(spec.replicas_at(2, false), 2);
@@ -840,6 +858,7 @@ mod tests {
                 p90: "30m".into(),
             },
             gpu_use: None,
+            dra: None,
         };
         let tz = chrono_tz::Europe::Berlin;
         let jobs = spec.generate(monday(), Span::days(7), 3).unwrap();

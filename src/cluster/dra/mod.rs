@@ -61,6 +61,20 @@ impl Objects {
             .insert(s.metadata.name.clone().unwrap_or_default(), s);
     }
 
+    /// Adds every object of `other` (an object of the same name replaced).
+    pub fn extend(&mut self, other: Objects) {
+        self.classes.extend(other.classes);
+        self.claims.extend(other.claims);
+        self.templates.extend(other.templates);
+        self.slices.extend(other.slices);
+    }
+
+    /// Removes the ResourceSlices of `node` (it is gone).
+    pub fn remove_slices_of(&mut self, node: &str) {
+        self.slices
+            .retain(|_, s| s.spec.node_name.as_deref() != Some(node));
+    }
+
     /// The devices the drivers publish on `node` (its ResourceSlices), and
     /// those allocated claims take there, by planner resource
     /// ([`device_resource`]).
@@ -100,6 +114,24 @@ impl Objects {
         }
         (published, taken)
     }
+}
+
+/// Whether the DRA drivers have published every kind of device a node
+/// launched to serve DRA claims is expected to offer: each DRA device
+/// resource of `expected` (its allocatable, `<driver>/<kind>` of the
+/// NVIDIA, Neuron and EFA drivers) has some device in `published` (its
+/// ResourceSlices' devices, [`Objects::node_devices`]). Until then the node
+/// is not initialized (`docs/dra.md`).
+pub fn drivers_published(expected: &Resources, published: &Resources) -> bool {
+    use crate::catalog::devices::{EFA_DRIVER, NEURON_DRIVER, NVIDIA_DRIVER};
+    expected
+        .iter()
+        .filter(|(k, v)| {
+            *v > 0
+                && k.split_once('/')
+                    .is_some_and(|(d, _)| [NVIDIA_DRIVER, NEURON_DRIVER, EFA_DRIVER].contains(&d))
+        })
+        .all(|(k, _)| published.get(k) > 0)
 }
 
 /// The planner resource a published device counts in, as its template
@@ -181,6 +213,44 @@ impl PodDevices {
     /// Whether some shape can serve the claims.
     pub fn satisfiable(&self) -> bool {
         self.shapes.values().any(Result::is_ok)
+    }
+
+    /// `pod` (whose devices these are) as the scheduler binds it to a node
+    /// already serving DRA claims: its requests with the devices its claims
+    /// take, in the alternative the user put first among those some shape
+    /// serves, on the instance types whose devices serve them so. `None`
+    /// when no shape serves them or a claim is allocated already (the pod
+    /// is bound where its claim is, not placed by its requests).
+    pub fn scheduled(&self, pod: &Pod) -> Option<Pod> {
+        if self.pinned.is_some() {
+            return None;
+        }
+        let ok = || {
+            self.shapes
+                .iter()
+                .filter_map(|(k, r)| Some((k, r.as_ref().ok()?)))
+        };
+        let best = ok().map(|(_, a)| (&a.choice, &a.demand)).min()?;
+        let mut types: Vec<&str> = ok()
+            .filter(|(_, a)| (&a.choice, &a.demand) == best)
+            .map(|(k, _)| k.instance_type.as_str())
+            .collect();
+        types.dedup();
+        let mut p = pod.clone();
+        p.requests.add(best.1);
+        let only = super::Requirement::new(
+            crate::api::labels::INSTANCE_TYPE,
+            crate::api::Operator::In,
+            &types,
+        );
+        if p.affinity.terms.is_empty() {
+            p.affinity.terms.push(vec![only]);
+        } else {
+            for t in &mut p.affinity.terms {
+                t.push(only.clone());
+            }
+        }
+        Some(p)
     }
 
     /// Why no shape can serve the claims: the distinct reasons, each with
@@ -857,5 +927,59 @@ spec:
             why.starts_with("no instance type can satisfy its DRA claims: claim gpu (template huge) request gpu: asks for 16 devices;"),
             "{why}"
         );
+    }
+
+    #[test]
+    fn a_pod_binds_with_its_claims_devices_on_the_types_that_serve_them_and_a_pinned_one_does_not()
+    {
+        let catalog = Catalog::embedded().unwrap();
+        let mut pods = vec![
+            pod("ml/a", &[("gpu", None, Some("one-h100"))]),
+            pod("ml/b", &[("gpu", None, Some("tpu"))]),
+            pod("ml/c", &[("gpu", Some("taken"), None)]),
+        ];
+        Resolver::new().attach(&mut pods, &objects(OBJECTS), &catalog);
+        let a = pods[0]
+            .devices
+            .as_ref()
+            .unwrap()
+            .scheduled(&pods[0])
+            .unwrap();
+        assert_eq!(a.requests.get("gpu.nvidia.com/gpu"), 1);
+        assert_eq!(a.requests.get("cpu"), 1000);
+        let p5 = crate::cluster::requirements::Labels::from_iter([(
+            crate::api::labels::INSTANCE_TYPE.to_string(),
+            "p5.48xlarge".to_string(),
+        )]);
+        let p4 = crate::cluster::requirements::Labels::from_iter([(
+            crate::api::labels::INSTANCE_TYPE.to_string(),
+            "p4d.24xlarge".to_string(),
+        )]);
+        assert!(a.affinity.matches(&p5));
+        assert!(!a.affinity.matches(&p4), "an A100 type is not an H100's");
+        // Claims not matched, or allocated already: not bound by requests.
+        assert!(pods[1].devices.is_none());
+        let c = pods[2].devices.as_ref().unwrap();
+        assert!(c.pinned.is_some());
+        assert!(c.scheduled(&pods[2]).is_none());
+    }
+
+    #[test]
+    fn a_node_is_initialized_once_each_driver_it_expects_has_published_devices() {
+        let expected = Resources::new()
+            .with("cpu", 8000)
+            .with("gpu.nvidia.com/gpu", 8)
+            .with("dra.net/efa", 32);
+        let gpus = Resources::new().with("gpu.nvidia.com/gpu", 8);
+        assert!(!drivers_published(&expected, &gpus));
+        assert!(drivers_published(
+            &expected,
+            &gpus.clone().with("dra.net/efa", 32)
+        ));
+        // A node serving no DRA driver waits for nothing.
+        assert!(drivers_published(
+            &Resources::new().with("nvidia.com/gpu", 1),
+            &Resources::new()
+        ));
     }
 }

@@ -185,7 +185,7 @@ impl Engine<'_> {
                 if extra.jobs.remove(&m) {
                     let name = &self.jobs[m].job.pod.name;
                     n.pods.retain(|b| &b.pod.name != name);
-                    n.state.used.sub(&self.jobs[m].job.pod.requests);
+                    n.state.used.sub(&super::dra::held(&self.jobs[m].job.pod));
                 }
             }
             self.waiting.insert(m);
