@@ -142,7 +142,7 @@ async fn buffer_round(
         &unplaceable,
         DEFAULT_MAX_PODS,
         now,
-        quartermaster::core::buffers::SCHEDULE_LEAD,
+        &|pools, pod| core.buffer_lead(pools, &catalog, pod),
     );
     let path =
         format!("/apis/autoscaling.x-k8s.io/v1beta1/namespaces/ml/capacitybuffers/{name}/status");

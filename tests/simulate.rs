@@ -1700,6 +1700,15 @@ fn a_scheduled_buffer_holds_every_window_it_is_open_for() {
         (0, 0),
         "no buffer in the pre-warm variant"
     );
+    // Issue 34's target: no dearer than the same capacity pre-warmed (the
+    // buffer's nodes go when its window closes, launched with the GPU
+    // pool's lead: docs/buffers.md).
+    assert!(
+        b.total_cost <= p.total_cost + 1e-6,
+        "buffer ${:.2} against pre-warm ${:.2}",
+        b.total_cost,
+        p.total_cost
+    );
 }
 
 /// `--trace` names a file as the shell sees it, relative to the working

@@ -160,6 +160,7 @@ pub fn distill(s: &Snapshot, key: &str, b: &CapacityBuffer) -> Buffer {
         name: key.to_string(),
         pod,
         replicas: b.spec.replicas.map(i64::from),
+        share: None,
         limits: limits.and_then(Result::ok),
         window: window.ok().flatten(),
     }
@@ -171,14 +172,14 @@ pub fn distill(s: &Snapshot, key: &str, b: &CapacityBuffer) -> Buffer {
 /// every served buffer's status is returned. `unplaceable` says why the
 /// last plan found no place for a pod; `max_pods` bounds the placeholders
 /// made; `now` opens and closes scheduled buffers' windows, whose chunks
-/// are made `lead` ahead ([`crate::core::Core::buffer_lead`]).
+/// are made `lead(pools, chunk)` ahead ([`crate::core::Core::buffer_lead`]).
 pub fn buffers_step(
     store: &Store,
     parts: &mut WorldParts,
     unplaceable: &dyn Fn(&str) -> Option<String>,
     max_pods: usize,
     now: Time,
-    lead: std::time::Duration,
+    lead: &dyn Fn(&[crate::api::NodePool], &crate::cluster::Pod) -> std::time::Duration,
 ) -> Vec<Status> {
     let read: Vec<Buffer> = store.read(|s| {
         s.capacity_buffers
@@ -197,7 +198,7 @@ pub fn buffers_step(
         unplaceable,
         max_pods,
         now,
-        lead,
+        &|pod| lead(&parts.pools, pod),
     );
     parts.pending.extend(step.pending);
     for (n, held) in step.held {

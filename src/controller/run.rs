@@ -598,14 +598,13 @@ impl<C: CloudProvider + Send + Sync + 'static> Driver<C> {
         );
         // CapacityBuffers: placeholders to plan after the real pods, room
         // to hold.
-        let lead = self.core.buffer_lead(&parts.world(&catalog, &region));
         let buffers = super::buffers::buffers_step(
             &self.store,
             &mut parts,
             &|p| unplaceable.get(p).cloned(),
             self.settings.core.max_batch_pods,
             now,
-            lead,
+            &|pools, pod| self.core.buffer_lead(pools, &catalog, pod),
         );
         self.ctx
             .metrics

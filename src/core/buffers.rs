@@ -57,12 +57,49 @@ pub struct Buffer {
     pub pod: Result<Pod, Problem>,
     /// `spec.replicas`, if set.
     pub replicas: Option<i64>,
+    /// `spec.percentage` of the `spec.scalableRef`'s current replicas, once
+    /// the driver resolved the workload ([`Share`]).
+    pub share: Option<Share>,
     /// `spec.limits`, if set.
     pub limits: Option<Resources>,
     /// When the buffer is wanted, if only at times (its schedule,
     /// time zone and duration; `capacity` is not read): outside it, the
     /// buffer makes no chunk.
     pub window: Option<PrewarmWindow>,
+}
+
+/// A buffer sized as a share of a scalable workload: `percentage` of its
+/// `of` current replicas (`spec.percentage` of the `spec.scalableRef`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Share {
+    /// `spec.percentage`.
+    pub percentage: i64,
+    /// The workload's current replicas.
+    pub of: i64,
+}
+
+impl Share {
+    /// The chunks the share asks for: `percentage` of `of`, rounded up and
+    /// at least one when the percentage is not zero (as the v1beta1 API
+    /// defines it: 20% of 10 replicas is 2 chunks, 20% of 1 is 1).
+    ///
+    /// # Errors
+    /// A [`Problem`] when the percentage or the replica count is negative.
+    pub fn chunks(&self) -> Result<u64, Problem> {
+        let percentage = u64::try_from(self.percentage).map_err(|_| {
+            Problem::spec(format!("spec.percentage is negative ({})", self.percentage))
+        })?;
+        let of = u64::try_from(self.of).map_err(|_| {
+            Problem::spec(format!(
+                "the scalableRef's replicas are negative ({})",
+                self.of
+            ))
+        })?;
+        if percentage == 0 {
+            return Ok(0);
+        }
+        Ok(of.saturating_mul(percentage).div_ceil(100).max(1))
+    }
 }
 
 /// How long before a scheduled buffer's window opens its chunks are made
@@ -91,14 +128,20 @@ fn in_window(b: &Buffer, now: Time, lead: Duration) -> Result<bool, Problem> {
 }
 
 /// The next instant after `now` a scheduled buffer's window starts warming
-/// (`lead` ahead), opens or closes: when a driver should run [`step`]
-/// again; `None` without such a window (or one that does not read).
-pub fn next_deadline(buffers: &[Buffer], now: Time, lead: Duration) -> Option<Time> {
+/// (`lead` of its chunk ahead), opens or closes: when a driver should run
+/// [`step`] again; `None` without such a window (or one that does not
+/// read, or a buffer without a pod).
+pub fn next_deadline(
+    buffers: &[Buffer],
+    now: Time,
+    lead: &dyn Fn(&Pod) -> Duration,
+) -> Option<Time> {
     buffers
         .iter()
         .filter_map(|b| {
             let w = b.window.as_ref()?;
-            super::prewarm::window_deadline(&b.name, w, now, lead)
+            let pod = b.pod.as_ref().ok()?;
+            super::prewarm::window_deadline(&b.name, w, now, lead(pod))
                 .ok()
                 .flatten()
         })
@@ -145,10 +188,19 @@ pub fn placeholder_name(buffer: &str, i: usize) -> String {
     format!("{buffer}.buffer.reserved-{i}")
 }
 
-/// How many chunks of `pod` the buffer asks for: `replicas`, at most as
-/// many as fit in `limits` (the resources the pod asks for, each counted
-/// over all chunks; the pod slot aside); with `limits` alone, as many as
-/// fit in them.
+/// Whether the pod is a buffer's chunk ([`placeholder_name`]), not real
+/// work: consolidation does not restart a node's `consolidateAfter` clock
+/// for it (`docs/buffers.md`, "When a window closes").
+pub fn is_chunk(pod: &str) -> bool {
+    pod.rsplit_once(".buffer.reserved-")
+        .is_some_and(|(_, i)| i.parse::<u32>().is_ok())
+}
+
+/// How many chunks of `pod` the buffer asks for: `replicas` (or the
+/// larger of `replicas` and its [`Share`], as the v1beta1 API defines both
+/// set), at most as many as fit in `limits` (the resources the pod asks
+/// for, each counted over all chunks; the pod slot aside); with `limits`
+/// alone, as many as fit in them.
 ///
 /// # Errors
 /// A [`Problem`] when `replicas` is negative or past what can be counted,
@@ -161,6 +213,10 @@ pub fn chunks(b: &Buffer, pod: &Pod) -> Result<u64, Problem> {
                 .map_err(|_| Problem::spec(format!("spec.replicas is negative ({r})")))?,
         ),
         None => None,
+    };
+    let replicas = match (replicas, b.share.as_ref().map(Share::chunks).transpose()?) {
+        (Some(r), Some(s)) => Some(r.max(s)),
+        (r, s) => r.or(s),
     };
     let fit = b.limits.as_ref().and_then(|limits| {
         limits
@@ -233,20 +289,14 @@ pub fn step(
     max_pods: usize,
     now: Time,
 ) -> Step {
-    step_with_lead(
-        buffers,
-        nodes,
-        pending,
-        unplaceable,
-        max_pods,
-        now,
-        SCHEDULE_LEAD,
-    )
+    step_with_lead(buffers, nodes, pending, unplaceable, max_pods, now, &|_| {
+        SCHEDULE_LEAD
+    })
 }
 
-/// [`step`] with scheduled buffers' chunks made `lead` before their
-/// windows open (the core's learned launch lead:
-/// [`super::Core::buffer_lead`]).
+/// [`step`] with a scheduled buffer's chunks made `lead(chunk)` before its
+/// windows open (the core's learned launch lead of the pools that could
+/// hold the chunk: [`super::Core::buffer_lead`]).
 pub fn step_with_lead(
     buffers: &[Buffer],
     nodes: &[ManagedNode],
@@ -254,7 +304,7 @@ pub fn step_with_lead(
     unplaceable: &dyn Fn(&str) -> Option<String>,
     max_pods: usize,
     now: Time,
-    lead: Duration,
+    lead: &dyn Fn(&Pod) -> Duration,
 ) -> Step {
     let mut states: Vec<NodeState> = nodes.iter().map(|n| n.state.clone()).collect();
     take_room(pending, &mut states);
@@ -265,7 +315,7 @@ pub fn step_with_lead(
             .pod
             .as_ref()
             .map_err(Clone::clone)
-            .and_then(|pod| Ok((pod, chunks(b, pod)?, in_window(b, now, lead)?)));
+            .and_then(|pod| Ok((pod, chunks(b, pod)?, in_window(b, now, lead(pod))?)));
         let resolved = match resolved {
             Ok((_, wanted, false)) => {
                 let message = format!("{wanted} chunks, outside its schedule");
@@ -407,6 +457,7 @@ mod tests {
             name: "ml/warm".into(),
             pod: Ok(gpu_pod()),
             replicas,
+            share: None,
             limits,
             window: None,
         }
@@ -575,5 +626,27 @@ mod tests {
         let ready = condition(&bad.statuses[0], c::READY_FOR_PROVISIONING);
         assert_eq!((ready.status, ready.reason), (false, c::INVALID_SPEC));
         assert!(ready.message.starts_with("schedule:"), "{ready:?}");
+    }
+
+    #[test]
+    fn a_share_of_a_workload_rounds_up_to_at_least_one_chunk_and_the_larger_of_replicas_wins() {
+        let share = |percentage, of| Share { percentage, of };
+        assert_eq!(share(20, 10).chunks(), Ok(2));
+        assert_eq!(share(25, 10).chunks(), Ok(3), "2.5 chunks round up");
+        assert_eq!(share(20, 1).chunks(), Ok(1));
+        assert_eq!(share(20, 0).chunks(), Ok(1), "at least one chunk");
+        assert_eq!(share(0, 10).chunks(), Ok(0), "no share, no chunk");
+        assert_eq!(share(-5, 10).chunks().unwrap_err().reason, c::INVALID_SPEC);
+        let pod = gpu_pod();
+        let with = |replicas, limits| Buffer {
+            share: Some(share(50, 10)),
+            ..buffer(replicas, limits)
+        };
+        assert_eq!(chunks(&with(None, None), &pod), Ok(5));
+        assert_eq!(chunks(&with(Some(3), None), &pod), Ok(5));
+        assert_eq!(chunks(&with(Some(7), None), &pod), Ok(7));
+        // Limits cap the share as they cap replicas: 2 GPUs hold 2 chunks.
+        let two = Resources::new().with(RESOURCE_GPU, 2);
+        assert_eq!(chunks(&with(None, Some(two)), &pod), Ok(2));
     }
 }

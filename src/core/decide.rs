@@ -126,7 +126,8 @@ pub struct Core {
     /// Instance families each pool selects, for its pre-warm lead, kept
     /// with the spec they were computed from (recomputing them builds the
     /// labels of every instance type, on every step).
-    families: RefCell<BTreeMap<String, (NodePoolSpec, Vec<String>)>>,
+    /// Also the pool's shapes, for a buffer's lead ([`Core::buffer_lead`]).
+    families: RefCell<BTreeMap<String, PoolLeadCache>>,
     /// Prior mean rates (the calibrated market's) of the spot pools the
     /// estimator has evidence for, and the catalog revision they were read
     /// from (a refreshed catalog is read again).
@@ -628,35 +629,76 @@ impl Core {
     }
 }
 
+/// A pool's taints and the allocatable of each instance type it selects.
+type PoolShapes = (Vec<crate::cluster::requirements::Taint>, Vec<Resources>);
+
+/// What [`Core::lead`] keeps per pool: the spec it was read from, the
+/// families it selects and its shapes (`None` for a pool that does not read).
+type PoolLeadCache = (NodePoolSpec, Vec<String>, Option<PoolShapes>);
+
 impl Core {
+    /// How long before a scheduled CapacityBuffer's window its chunks are
+    /// made: the longest pre-warm lead ([`Core::lead`], from the
+    /// launch-to-ready times learned so far) of the pools that could hold
+    /// one `chunk` (its taints tolerated, one of the instance types it
+    /// selects big enough); of all pools when none could, or
+    /// [`super::buffers::SCHEDULE_LEAD`] without pools. A pool that cannot
+    /// hold the chunk launches none of its capacity, so its slower launches
+    /// do not make the buffer's capacity earlier (and dearer) than the same
+    /// capacity as the GPU pool's `spec.prewarm`.
+    pub fn buffer_lead(
+        &self,
+        pools: &[NodePool],
+        catalog: &crate::catalog::Catalog,
+        chunk: &Pod,
+    ) -> std::time::Duration {
+        let leads = || pools.iter().map(|p| (p, self.lead_in(p, catalog)));
+        let holds = |p: &NodePool| {
+            let cache = self.families.borrow();
+            cache[name(p)].2.iter().any(|(taints, shapes)| {
+                crate::cluster::requirements::untolerated(taints, &chunk.tolerations).is_none()
+                    && shapes.iter().any(|s| chunk.requests.fits_in(s))
+            })
+        };
+        leads()
+            .filter(|(p, _)| holds(p))
+            .map(|(_, l)| l)
+            .max()
+            .or_else(|| leads().map(|(_, l)| l).max())
+            .unwrap_or(super::buffers::SCHEDULE_LEAD)
+    }
+
     /// How long before a pre-warm window opens its capacity is launched:
     /// 1.25 x the pool's p90 launch-to-ready time, plus the longest batch,
     /// so that a launch that takes a little longer than usual is still Ready
     /// at the window's start.
-    /// How long before a scheduled CapacityBuffer's window its chunks are
-    /// made: the longest of the pools' pre-warm leads ([`Core::lead`], from
-    /// the launch-to-ready times learned so far), or
-    /// [`super::buffers::SCHEDULE_LEAD`] without pools.
-    pub fn buffer_lead(&self, world: &World) -> std::time::Duration {
-        world
-            .pools
-            .iter()
-            .map(|p| self.lead(p, world))
-            .max()
-            .unwrap_or(super::buffers::SCHEDULE_LEAD)
+    fn lead(&self, pool: &NodePool, world: &World) -> std::time::Duration {
+        self.lead_in(pool, world.catalog)
     }
 
-    fn lead(&self, pool: &NodePool, world: &World) -> std::time::Duration {
+    /// [`Core::lead`] from the catalog alone; refreshes the pool's cached
+    /// families and shapes when its spec changed.
+    fn lead_in(&self, pool: &NodePool, catalog: &crate::catalog::Catalog) -> std::time::Duration {
         let mut cache = self.families.borrow_mut();
         let fresh = cache
             .get(name(pool))
-            .is_some_and(|(spec, _)| *spec == pool.spec);
+            .is_some_and(|(spec, _, _)| *spec == pool.spec);
         if !fresh {
-            let families = crate::api::validate::selected_instance_types(&pool.spec, world.catalog)
-                .into_iter()
-                .map(|it| it.family.clone())
-                .collect();
-            cache.insert(name(pool).to_string(), (pool.spec.clone(), families));
+            let types = crate::api::validate::selected_instance_types(&pool.spec, catalog);
+            let families = types.iter().map(|it| it.family.clone()).collect();
+            // What a chunk of a scheduled buffer is checked against: the
+            // pool's taints and the allocatable of each type it selects.
+            let shapes = Pool::from_api(pool, Resources::new()).ok().map(|p| {
+                let shapes = types
+                    .iter()
+                    .map(|it| crate::cluster::shape::allocatable(it, &p.sharing))
+                    .collect();
+                (p.taints, shapes)
+            });
+            cache.insert(
+                name(pool).to_string(),
+                (pool.spec.clone(), families, shapes),
+            );
         }
         let families = &cache[name(pool)].1;
         super::time::secs(self.latency.lead(families).as_secs_f64() * 1.25)

@@ -331,8 +331,8 @@ impl<'a> Engine<'a> {
             if let Some(d) = self.core.next_deadline(&world, self.now) {
                 t = t.min(d);
             }
-            let lead = self.core.buffer_lead(&world);
-            if let Some(d) = crate::core::buffers::next_deadline(&self.buffers, self.now, lead) {
+            let lead = |pod: &Pod| self.core.buffer_lead(world.pools, world.catalog, pod);
+            if let Some(d) = crate::core::buffers::next_deadline(&self.buffers, self.now, &lead) {
                 t = t.min(d);
             }
         }
@@ -497,7 +497,8 @@ impl<'a> Engine<'a> {
         }
         let now = self.now;
         let unplaceable = unplaceable_in(&self.core);
-        let lead = self.core.buffer_lead(&self.world());
+        let world = self.world();
+        let lead = |pod: &Pod| self.core.buffer_lead(world.pools, world.catalog, pod);
         let step = crate::core::buffers::step_with_lead(
             &self.buffers,
             &self.nodes.managed,
@@ -505,7 +506,7 @@ impl<'a> Engine<'a> {
             &unplaceable,
             crate::core::batch::DEFAULT_MAX_PODS,
             now,
-            lead,
+            &lead,
         );
         for b in &self.buffers {
             let Some(w) = &b.window else { continue };

@@ -403,6 +403,7 @@ impl BufferSpec {
                             "{resource}: {e}"
                         ))),
                         replicas: Some(i64::from(self.replicas)),
+                        share: None,
                         limits: None,
                         window: None,
                     }
@@ -422,6 +423,7 @@ impl BufferSpec {
             name: format!("buffers/{}", self.name),
             pod: Ok(pod),
             replicas: Some(i64::from(self.replicas)),
+            share: None,
             limits: None,
             window: self
                 .schedule

@@ -83,7 +83,8 @@ pub enum Decision {
 /// What the node's real pods have been since when.
 #[derive(Debug, Clone)]
 struct Observed {
-    /// Names of its non-placeholder pods, in the node's order.
+    /// Names of its real pods (neither pre-warm placeholders nor buffer
+    /// chunks), in the node's order.
     pods: Vec<String>,
     since: Time,
     /// When it has been stable for the pool's `consolidateAfter`.
@@ -288,7 +289,8 @@ impl Consolidation {
 
     /// Records what each node's real pods are, restarting its clock when they
     /// change (a node counts as empty or stable from the first time it is
-    /// seen so). [`Consolidation::decide`] calls it too.
+    /// seen so; a buffer's chunks are not real pods for this clock).
+    /// [`Consolidation::decide`] calls it too.
     pub fn observe(&mut self, world: &World, now: Time) {
         // Runs on every decision: no allocation when nothing changed, and the
         // pools' `consolidateAfter` parsed once per round, not per node.
@@ -312,7 +314,15 @@ impl Consolidation {
                 continue;
             }
             // The same pods, most often in the same order: one pass then.
-            let names = || real_pods(n).map(|p| p.name.as_str());
+            // A buffer's chunks do not count: the clock runs from the last
+            // change of real work, so a node that held only chunks goes as
+            // soon as its buffer no longer wants it, as a pre-warm window's
+            // node does (`docs/buffers.md`).
+            let names = || {
+                real_pods(n)
+                    .map(|p| p.name.as_str())
+                    .filter(|p| !super::buffers::is_chunk(p))
+            };
             let same = |o: &Observed| {
                 let seen = || o.pods.iter().map(String::as_str);
                 if seen().eq(names()) {

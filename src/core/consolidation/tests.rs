@@ -290,6 +290,58 @@ fn a_node_empty_longer_than_consolidate_after_is_removed_and_one_empty_for_less_
 }
 
 #[test]
+fn a_node_that_held_only_buffer_chunks_goes_when_the_buffer_lets_it_go_not_consolidate_after_later()
+{
+    let chunk = || {
+        pod(&crate::core::buffers::placeholder_name("ml/warm", 0))
+            .gpus(1)
+            .do_not_disrupt()
+    };
+    let mut f = Fixture::new([
+        node("n1").pods([chunk()]),
+        node("n2").pods([pod("a").do_not_disrupt()]),
+    ]);
+    f.pools = vec![pool_with("gpu", |s| {
+        s.disruption.consolidation_policy = ConsolidationPolicy::WhenEmptyOrUnderutilized;
+        s.disruption.consolidate_after = "15m".into();
+        s.disruption.budgets = budget("100%");
+    })];
+    let mut c = Consolidation::default();
+    for at in [0, 1800, 3600] {
+        assert_eq!(step(&mut c, &f, at), [], "the chunk holds n1, a holds n2");
+        assert_eq!(c.candidate(), None);
+    }
+    // The buffer's window closes at 3600 s (its chunk is gone) and n2's
+    // real pod leaves at the same time.
+    f.node_mut("n1").pods.clear();
+    f.node_mut("n2").pods.clear();
+    assert_eq!(step(&mut c, &f, 3600), []);
+    let empty = Decision::Empty {
+        claims: vec!["n1".into()],
+    };
+    assert_eq!(
+        c.candidate(),
+        Some((&empty, t(3600))),
+        "n1 held no real pod since it was seen: no consolidateAfter to wait"
+    );
+    assert_eq!(
+        step(&mut c, &f, 3615),
+        [cordon("n1", DisruptionReason::Empty)]
+    );
+    assert_eq!(
+        c.next_deadline(),
+        Some(t(3616)),
+        "n1's recheck; n2 waits its 15 minutes from 3600 s"
+    );
+    f.node_mut("n1").state.unschedulable = true;
+    assert_eq!(
+        step(&mut c, &f, 3616),
+        [delete("n1", DisruptionReason::Empty)]
+    );
+    assert_eq!(c.next_deadline(), Some(t(4500)));
+}
+
+#[test]
 fn an_empty_node_that_got_a_pod_by_the_time_it_was_cordoned_is_uncordoned_not_deleted() {
     let mut f = Fixture::new([node("n1")]);
     f.pools = vec![pool_with("gpu", |s| {

@@ -969,3 +969,36 @@ fn a_cordon_that_failed_is_issued_again_and_nothing_is_evicted_before_it_succeed
         .iter()
         .all(|a| !matches!(a, Action::Cordon { .. })));
 }
+
+#[test]
+fn a_scheduled_buffers_lead_is_that_of_the_pools_that_can_hold_its_chunk() {
+    let core = Core::new(Config::default());
+    let gpu = gpu_pool(|_| {});
+    let mut spec = NodePoolSpec::default();
+    spec.template.spec.requirements = vec![crate::api::Requirement::new(
+        l::INSTANCE_FAMILY,
+        crate::api::Operator::In,
+        &["m6i", "m7i"],
+    )];
+    let cpu = NodePool::new("cpu", spec);
+    let pools = [gpu.clone(), cpu.clone()];
+    let (gpu_lead, cpu_lead) = (core.lead_in(&gpu, catalog()), core.lead_in(&cpu, catalog()));
+    assert!(
+        gpu_lead < cpu_lead,
+        "nothing learned: g5/g6 launch faster than the others' default ({gpu_lead:?}, {cpu_lead:?})"
+    );
+    // Only the GPU pool can hold a GPU chunk: the CPU pool's slower
+    // launches do not make it earlier.
+    assert_eq!(core.buffer_lead(&pools, catalog(), &gpu_pod("c")), gpu_lead);
+    // A CPU chunk does not tolerate the GPU pool's taint.
+    let cpu_chunk = Pod::new("c", Resources::new().with(CPU, 1000));
+    assert_eq!(core.buffer_lead(&pools, catalog(), &cpu_chunk), cpu_lead);
+    // A chunk no pool can hold: the longest lead of all.
+    let mut huge = gpu_pod("c");
+    huge.requests.set(l::RESOURCE_GPU, 1000);
+    assert_eq!(core.buffer_lead(&pools, catalog(), &huge), cpu_lead);
+    assert_eq!(
+        core.buffer_lead(&[], catalog(), &huge),
+        super::super::buffers::SCHEDULE_LEAD
+    );
+}
