@@ -217,6 +217,7 @@ fn full_gpu_node(pool: &str) -> NodeState {
         price_per_hour: 16.0,
         in_flight: false,
         unschedulable: false,
+        capped: Default::default(),
     }
 }
 

@@ -33,6 +33,12 @@ pub struct NodeState {
     pub in_flight: bool,
     /// Cordoned: takes no new pods.
     pub unschedulable: bool,
+    /// Pods bound to it with a per-node cap ([`super::Pod::per_node_max`]),
+    /// counted by their set's key (`plan::pack::anti_affinity_key`): a
+    /// pending pod of a set whose cap its siblings here already reach does
+    /// not fit here, whatever room is left. Filled by the core from the
+    /// pods it sees bound; empty elsewhere.
+    pub capped: std::collections::BTreeMap<String, u32>,
 }
 
 impl NodeState {
@@ -87,6 +93,7 @@ mod tests {
             price_per_hour: 0.0,
             in_flight: false,
             unschedulable: false,
+            capped: Default::default(),
         }
     }
 

@@ -250,6 +250,7 @@ pub fn node_state(n: &core::Node) -> Result<NodeState, Error> {
         price_per_hour: 0.0,
         in_flight: false,
         unschedulable: spec.unschedulable.unwrap_or(false),
+        capped: Default::default(),
         labels,
         name,
     })

@@ -260,6 +260,7 @@ mod tests {
                 price_per_hour: 3.4,
                 in_flight: false,
                 unschedulable: false,
+                capped: Default::default(),
             },
             pods: pods
                 .into_iter()

@@ -552,12 +552,21 @@ impl Core {
             .nodes
             .iter()
             .filter(|n| self.usable.contains(&n.claim));
+        // Nodes holding pods with a per-node cap carry their count, so
+        // that a pending sibling is not taken to fit beside them.
         let with_room: BTreeMap<&str, NodeState> = usable
             .clone()
             .filter_map(|n| {
-                let room = freed.get(&n.claim)?;
+                let room = freed.get(&n.claim);
+                let capped = capped_on(n);
+                if room.is_none() && capped.is_empty() {
+                    return None;
+                }
                 let mut state = n.state.clone();
-                state.used.sub(room);
+                if let Some(room) = room {
+                    state.used.sub(room);
+                }
+                state.capped = capped;
                 Some((n.claim.as_str(), state))
             })
             .collect();
@@ -869,6 +878,7 @@ impl ManagedNode {
                 price_per_hour: req.price_per_hour,
                 in_flight: true,
                 unschedulable: false,
+                capped: Default::default(),
             },
             pods: Vec::new(),
             do_not_disrupt: false,
@@ -991,6 +1001,18 @@ fn with_held_pools(
 /// against it, whether or not real pods use it; spot nodes only where the
 /// pool holds its windows on spot ([`prewarm::holds_on_spot`]: a reclaim
 /// just before the window opens must not leave it short).
+/// The pods bound to `n` that have a per-node cap, counted by their set's
+/// key ([`NodeState::capped`]).
+pub(crate) fn capped_on(n: &ManagedNode) -> BTreeMap<String, u32> {
+    let mut out = BTreeMap::new();
+    for b in &n.pods {
+        if let Some(k) = plan::pack::anti_affinity_key(&b.pod) {
+            *out.entry(k).or_default() += 1;
+        }
+    }
+    out
+}
+
 fn shortfall(pool: &NodePool, placeholders: Vec<Pod>, nodes: &[ManagedNode]) -> Vec<Pod> {
     if placeholders.is_empty() {
         return placeholders;

@@ -345,6 +345,7 @@ mod tests {
                 price_per_hour: 1.0,
                 in_flight: false,
                 unschedulable: false,
+                capped: Default::default(),
             },
             pods: Vec::new(),
             do_not_disrupt: false,

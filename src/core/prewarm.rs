@@ -897,6 +897,7 @@ mod tests {
                 price_per_hour: 0.5,
                 in_flight: true,
                 unschedulable: false,
+                capped: Default::default(),
             },
             pods: Vec::new(),
             do_not_disrupt: false,

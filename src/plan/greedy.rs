@@ -156,7 +156,7 @@ pub fn plan(input: &Input, allocation: Allocation) -> Plan {
         key(&pods[*b]).cmp(&key(&pods[*a])).then(a.cmp(b))
     });
 
-    let mut existing: Vec<Bin> = input.nodes.iter().map(|n| Bin::new(n.free())).collect();
+    let mut existing: Vec<Bin> = input.nodes.iter().map(|n| Bin::of_node(n)).collect();
     let mut on_existing = Vec::new();
     let mut building: Vec<Building> = Vec::new();
     let mut unschedulable = Vec::new();

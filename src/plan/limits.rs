@@ -191,6 +191,7 @@ mod tests {
             price_per_hour: 1.0,
             in_flight: false,
             unschedulable: false,
+            capped: Default::default(),
         }
     }
 
@@ -362,6 +363,7 @@ mod tests {
                 price_per_hour: 0.0,
                 in_flight: true,
                 unschedulable: false,
+                capped: Default::default(),
             };
             for s in [Strategy::Mip, Strategy::Greedy] {
                 let p = run(

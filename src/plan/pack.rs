@@ -50,6 +50,15 @@ impl Bin {
             })
     }
 
+    /// The room left on an existing node, with the capped pods already
+    /// bound to it ([`NodeState::capped`]).
+    pub fn of_node(node: &NodeState) -> Bin {
+        Bin {
+            anti: node.capped.clone(),
+            ..Bin::new(node.free())
+        }
+    }
+
     /// Places `pod` (index `i`); the caller checked [`Bin::fits`].
     pub fn put(&mut self, i: usize, pod: &Pod) {
         self.free.sub(&pod.requests);
@@ -190,7 +199,7 @@ pub fn place_on_existing<N: std::borrow::Borrow<NodeState>>(
                 match at.map(|p| order[from + p]) {
                     Some(n) => {
                         bins[n]
-                            .get_or_insert_with(|| Bin::new(node(n).free()))
+                            .get_or_insert_with(|| Bin::of_node(node(n)))
                             .put(m, &pods[m]);
                         tentative.push((m, n));
                     }
@@ -248,6 +257,10 @@ fn fits_free(pod: &Pod, node: &NodeState) -> bool {
     pod.requests
         .iter()
         .all(|(k, v)| v <= (node.allocatable.get(k) - node.used.get(k)).max(0))
+        && (node.capped.is_empty()
+            || anti_affinity_key(pod).is_none_or(|k| {
+                node.capped.get(&k).copied().unwrap_or(0) < pod.per_node_max.unwrap_or(u32::MAX)
+            }))
 }
 
 /// Amounts as numbers over the resources a set of pods asks for, so that
@@ -365,6 +378,7 @@ mod tests {
             price_per_hour: 1.0,
             in_flight: false,
             unschedulable: false,
+            capped: Default::default(),
         }
     }
 

@@ -1002,3 +1002,59 @@ fn a_scheduled_buffers_lead_is_that_of_the_pools_that_can_hold_its_chunk() {
         super::super::buffers::SCHEDULE_LEAD
     );
 }
+
+#[test]
+fn a_pending_pod_whose_sibling_fills_its_per_node_cap_on_a_node_with_room_gets_a_node_of_its_own() {
+    let pools = [gpu_pool(|_| {})];
+    let serve = |name: &str, cap: Option<u32>| {
+        let mut p = gpu_pod(name);
+        p.labels.insert("app".into(), "serve".into());
+        p.per_node_max = cap;
+        p
+    };
+    let launched = |cap: Option<u32>| {
+        // A ready 4-GPU node holding one replica: room for three more.
+        let req = ClaimRequest {
+            cluster_placement: false,
+            claim: "gpu-1".into(),
+            nodepool: "gpu".into(),
+            offering: OfferingKey {
+                instance_type: "g5.12xlarge".into(),
+                zone: "use1-az1".into(),
+                capacity_type: CapacityType::OnDemand,
+            },
+            price_per_hour: 5.672,
+            pods: vec![],
+            prewarm_window: None,
+            reservation: None,
+        };
+        let mut node = ManagedNode::launched(&req, &world(&pools, &[], &[]), t(0)).unwrap();
+        node.ready_at = Some(t(300));
+        node.state.in_flight = false;
+        let running = serve("ml/serve-0", cap);
+        node.state.used.add(&running.requests);
+        node.pods.push(super::super::BoundPod {
+            pod: running,
+            do_not_disrupt: false,
+            checkpoint_completed: None,
+            started: Some(t(300)),
+            pdb: None,
+            placeholder: false,
+        });
+        let nodes = [node];
+        let pending = [serve("ml/serve-1", cap)];
+        let mut core = Core::new(Config::default());
+        (400..403)
+            .flat_map(|s| {
+                launches(&core.decide(&world(&pools, &pending, &nodes), t(s)))
+                    .into_iter()
+                    .map(|c| c.pods.clone())
+                    .collect::<Vec<_>>()
+            })
+            .collect::<Vec<_>>()
+    };
+    // Without a cap the node takes it; with anti-affinity (cap 1) the
+    // running replica fills the node's share, so it needs a node of its own.
+    assert!(launched(None).is_empty());
+    assert_eq!(launched(Some(1)), [vec!["ml/serve-1".to_string()]]);
+}

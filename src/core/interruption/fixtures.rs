@@ -45,6 +45,7 @@ pub fn node(claim: &str) -> ManagedNode {
             price_per_hour: 1.0,
             in_flight: false,
             unschedulable: false,
+            capped: Default::default(),
         },
         pods: Vec::new(),
         do_not_disrupt: false,
