@@ -2497,6 +2497,40 @@ async fn a_pod_asking_for_a_gpu_only_through_a_dra_claim_is_reported_not_placeab
 }
 
 #[tokio::test]
+async fn a_gpu_pod_with_required_pod_affinity_is_reported_not_placeable_and_gets_no_node() {
+    use quartermaster::controller::events::reasons;
+    let mut near = gpu_pod("near-cache", None, json!({}));
+    near.metadata.uid = Some("uid-near".into());
+    near.spec.as_mut().unwrap().affinity = Some(
+        serde_json::from_value(json!({"podAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [
+            {"topologyKey": "topology.kubernetes.io/zone", "labelSelector": {"matchLabels": {"app": "cache"}}}
+        ]}}))
+        .unwrap(),
+    );
+    let pods = vec![near, gpu_pod("train-0", None, json!({}))];
+    let writes = run_loop(pods, Config::default(), 3).await;
+    let refused = posted_events(&writes, reasons::NOT_PLACEABLE);
+    assert_eq!(regarding(&refused), ["near-cache"], "{writes:#?}");
+    let note = refused[0]["note"].as_str().unwrap_or_default();
+    assert!(
+        note.contains("required pod affinity on topology.kubernetes.io/zone"),
+        "{note}"
+    );
+    // The other pod got its node; the one with the affinity got none.
+    assert_eq!(
+        regarding(&posted_events(&writes, reasons::NOMINATED)),
+        ["train-0"]
+    );
+    let claims = writes
+        .lock()
+        .unwrap()
+        .iter()
+        .filter(|(m, p, _)| m == "POST" && p.ends_with("/nodeclaims"))
+        .count();
+    assert_eq!(claims, 1, "{writes:#?}");
+}
+
+#[tokio::test]
 async fn an_invalid_pool_gets_its_condition_and_one_event_naming_every_problem_and_launches_nothing(
 ) {
     use quartermaster::controller::events::reasons;

@@ -279,7 +279,7 @@ fn draw_interruptions(report: &SimReport, root: &Area<'_>) -> DrawResult {
         }),
     ];
     for (area, (caption, y_desc, value)) in halves.iter().zip(panels) {
-        let lines = strategy_lines(report, value);
+        let lines = merge_zero_lines(strategy_lines(report, value));
         plot(
             area,
             &Frame {
@@ -439,6 +439,25 @@ fn legend_mark<DB: DrawingBackend>(dashed: bool, style: ShapeStyle, at: BackendP
 }
 
 /// One line per strategy, in presentation order, of `value` over hours.
+/// Lines that stay at zero throughout (strategies without spot: no
+/// interruptions) drawn one over another hide all but the last: they become
+/// one line whose legend names them all.
+fn merge_zero_lines(lines: Vec<Line>) -> Vec<Line> {
+    let (zero, mut rest): (Vec<Line>, Vec<Line>) = lines
+        .into_iter()
+        .partition(|l| l.points.iter().all(|&(_, v)| v == 0.0));
+    if let Some(first) = zero.first() {
+        let names: Vec<&str> = zero.iter().map(|l| l.label.as_str()).collect();
+        rest.push(Line {
+            label: format!("{}: none", names.join(", ")),
+            dashed: zero.len() > 1,
+            points: first.points.clone(),
+            ..*first
+        });
+    }
+    rest
+}
+
 fn strategy_lines(report: &SimReport, value: fn(&Sample) -> f64) -> Vec<Line> {
     ordered(report)
         .into_iter()
@@ -640,6 +659,31 @@ fn draw_series_key<Y: Ranged<ValueType = f64>>(
 mod tests {
     use super::super::fixtures::{report, temp_dir};
     use super::*;
+
+    #[test]
+    fn strategies_that_stay_at_zero_share_one_line_that_names_them_all() {
+        let at = |label: &str, values: &[f64]| Line {
+            label: label.into(),
+            colour: strategy_colour(0),
+            width: 2,
+            dashed: false,
+            points: values
+                .iter()
+                .enumerate()
+                .map(|(i, &v)| (i as f64, v))
+                .collect(),
+        };
+        let lines = merge_zero_lines(vec![
+            at("on-demand", &[0.0, 0.0]),
+            at("quartermaster", &[0.0, 3.0]),
+            at("static", &[0.0, 0.0]),
+        ]);
+        let labels: Vec<&str> = lines.iter().map(|l| l.label.as_str()).collect();
+        assert_eq!(labels, ["quartermaster", "on-demand, static: none"]);
+        assert!(lines[1].dashed);
+        // Nothing at zero: nothing merged.
+        assert_eq!(merge_zero_lines(vec![at("greedy", &[1.0])]).len(), 1);
+    }
 
     #[test]
     fn charts_render_to_png_bytes_of_the_chart_size() {
