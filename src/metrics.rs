@@ -58,6 +58,15 @@ pub struct ProvisioningLabels {
     pub reason: String,
 }
 
+/// Labels of the CapacityBuffer gauge.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct BufferLabels {
+    /// The buffer, `namespace/name`.
+    pub buffer: String,
+    /// `held`, `provisioning` or `infeasible`.
+    pub state: String,
+}
+
 /// Labels of the launch failure counter.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct LaunchFailureLabels {
@@ -144,6 +153,9 @@ pub struct Metrics {
     pub actions_dropped: Counter,
     /// ProvisioningRequest conditions set, by condition, status and reason.
     pub provisioning_requests: Family<ProvisioningLabels, Counter>,
+    /// CapacityBuffer chunks at the last round, by buffer and state
+    /// (`held`, `provisioning`, `infeasible`).
+    pub capacity_buffer_replicas: Family<BufferLabels, Gauge>,
     /// Decision steps that panicked (contained: the core decided without
     /// them), by step.
     pub decision_failures: Family<StepLabels, Counter>,
@@ -186,6 +198,7 @@ impl Metrics {
             leader: Gauge::default(),
             actions_dropped: Counter::default(),
             provisioning_requests: Family::default(),
+            capacity_buffer_replicas: Family::default(),
             decision_failures: Family::default(),
             actions_failed: Family::default(),
             lifecycle_in_flight: Gauge::default(),
@@ -289,6 +302,11 @@ impl Metrics {
             "provisioning_request_conditions",
             "ProvisioningRequest conditions set, by condition, status and reason",
             metrics.provisioning_requests.clone(),
+        );
+        r.register(
+            "capacity_buffer_replicas",
+            "CapacityBuffer chunks at the last round, by buffer and state (held, provisioning, infeasible)",
+            metrics.capacity_buffer_replicas.clone(),
         );
         r.register(
             "decision_failures",

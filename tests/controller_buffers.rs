@@ -9,6 +9,11 @@
 //!   planner's reason, and launches nothing;
 //! - a buffer naming a missing PodTemplate gets conditions saying so, and
 //!   is no demand;
+//! - a buffer of 20% of a Deployment of 10 GPU replicas is 2 chunks of the
+//!   Deployment's pod, launched as NodeClaims, and follows the Deployment
+//!   when it is scaled; a buffer naming a missing Deployment, or a kind in
+//!   the wrong API group, gets conditions saying so and is no demand, while
+//!   a good buffer beside it is served as before;
 //! - discovery watches buffers only where `autoscaling.x-k8s.io/v1beta1`
 //!   lists `capacitybuffers` (ProvisioningRequests share the group).
 
@@ -16,6 +21,7 @@ mod support;
 
 use chrono::TimeZone;
 use http::Method;
+use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1 as core;
 use kube::ResourceExt;
 use quartermaster::api::foreign::CapacityBuffer;
@@ -24,6 +30,7 @@ use quartermaster::api::{NodeClaim, NodePool};
 use quartermaster::catalog::Catalog;
 use quartermaster::controller::buffers;
 use quartermaster::controller::checkpoint::HookClient;
+use quartermaster::controller::events::Events;
 use quartermaster::controller::executor::{Executor, HookAcks, Outcome, Targets};
 use quartermaster::controller::kube_api::KubeApi;
 use quartermaster::controller::podgroups;
@@ -93,6 +100,30 @@ fn buffer(name: &str, tmpl: &str, replicas: i32, conditions: Value) -> CapacityB
     }))
 }
 
+/// A Deployment `ml/<name>` of `replicas` pods asking for `gpus` GPUs.
+fn deployment(name: &str, replicas: i32, gpus: &str) -> Deployment {
+    let template = pod_template(name, gpus).template;
+    from(json!({
+        "apiVersion": "apps/v1", "kind": "Deployment",
+        "metadata": {"name": name, "namespace": "ml"},
+        "spec": {"replicas": replicas, "selector": {"matchLabels": {"app": name}},
+                 "template": template}
+    }))
+}
+
+/// A CapacityBuffer `ml/<name>` of `percentage` percent of the workload
+/// `(apiGroup, kind, name)` in `ml`.
+fn share_buffer(name: &str, target: (&str, &str, &str), percentage: i32) -> CapacityBuffer {
+    let (group, kind, workload) = target;
+    from(json!({
+        "apiVersion": "autoscaling.x-k8s.io/v1beta1", "kind": "CapacityBuffer",
+        "metadata": {"name": name, "namespace": "ml", "generation": 1},
+        "spec": {"scalableRef": {"apiGroup": group, "kind": kind, "name": workload},
+                 "percentage": percentage},
+        "status": {"conditions": []}
+    }))
+}
+
 /// A synced store holding [`pool`], these templates and buffers.
 fn store(templates: Vec<core::PodTemplate>, bufs: Vec<CapacityBuffer>) -> Store {
     let s = Store::new();
@@ -104,6 +135,17 @@ fn store(templates: Vec<core::PodTemplate>, bufs: Vec<CapacityBuffer>) -> Store 
     s.reset(templates);
     s.reset(bufs);
     assert!(s.is_synced());
+    s
+}
+
+/// [`store`] with these Deployments watched too.
+fn store_with(
+    templates: Vec<core::PodTemplate>,
+    deployments: Vec<Deployment>,
+    bufs: Vec<CapacityBuffer>,
+) -> Store {
+    let s = store(templates, bufs);
+    s.reset(deployments);
     s
 }
 
@@ -128,6 +170,27 @@ async fn buffer_round(
     want: &[Cond<'_>],
     replicas: u32,
 ) -> (WorldParts, Value) {
+    let (parts, mut patched) =
+        buffers_round(s, core, now, &[(name, want, replicas, None)], false).await;
+    (parts, patched.remove(0))
+}
+
+/// One buffer's expected write: `(buffer, conditions, replicas, the reason
+/// of the Warning Event that follows the patch, if any)`.
+type Write<'a> = (&'a str, &'a [Cond<'a>], u32, Option<&'a str>);
+
+/// [`buffer_round`] over several buffers: one status patch for each of
+/// `want` (in name order, as they are written), each followed by its
+/// Warning Event where one is expected (when `events` is set: otherwise
+/// the round has no recorder), and no other request; returns the patched
+/// statuses.
+async fn buffers_round(
+    s: &Store,
+    core: &Core,
+    now: Time,
+    want: &[Write<'_>],
+    events: bool,
+) -> (WorldParts, Vec<Value>) {
     let catalog = catalog();
     let snap = s.read(Snapshot::clone);
     let mut parts = world_parts(&snap, &catalog, REGION, now, DEFAULT_MAX_PODS);
@@ -144,40 +207,62 @@ async fn buffer_round(
         now,
         &|pools, pod| core.buffer_lead(pools, &catalog, pod),
     );
-    let path =
-        format!("/apis/autoscaling.x-k8s.io/v1beta1/namespaces/ml/capacitybuffers/{name}/status");
-    let expected: Vec<(String, String, String)> = want
-        .iter()
-        .map(|(t, st, r)| (t.to_string(), st.to_string(), r.to_string()))
-        .collect();
-    let patched = Arc::new(std::sync::Mutex::new(Value::Null));
-    let keep = patched.clone();
-    let (client, verifier) = Scenario::new()
-        .expect(Method::PATCH, &path, move |body| {
-            let status = &body["status"];
-            let got: Vec<(String, String, String)> = status["conditions"]
-                .as_array()
-                .unwrap()
-                .iter()
-                .map(|c| {
-                    let f = |k: &str| c[k].as_str().unwrap().to_string();
-                    (f("type"), f("status"), f("reason"))
-                })
-                .collect();
-            assert_eq!(got, expected);
-            assert_eq!(status["replicas"], json!(replicas));
-            *keep.lock().unwrap() = status.clone();
-        })
-        .content_type("application/merge-patch+json")
-        .respond(
-            200,
-            json!({"apiVersion": "autoscaling.x-k8s.io/v1beta1", "kind": "CapacityBuffer"}),
-        )
-        .run();
-    buffers::write_statuses(&KubeApi::new(client), s, &statuses, now).await;
+    let patched = Arc::new(std::sync::Mutex::new(Vec::new()));
+    let mut sc = Scenario::new();
+    for &(name, conditions, replicas, event) in want {
+        let path = format!(
+            "/apis/autoscaling.x-k8s.io/v1beta1/namespaces/ml/capacitybuffers/{name}/status"
+        );
+        let expected: Vec<(String, String, String)> = conditions
+            .iter()
+            .map(|(t, st, r)| (t.to_string(), st.to_string(), r.to_string()))
+            .collect();
+        let keep = patched.clone();
+        sc = sc
+            .expect(Method::PATCH, &path, move |body| {
+                let status = &body["status"];
+                let got: Vec<(String, String, String)> = status["conditions"]
+                    .as_array()
+                    .unwrap()
+                    .iter()
+                    .map(|c| {
+                        let f = |k: &str| c[k].as_str().unwrap().to_string();
+                        (f("type"), f("status"), f("reason"))
+                    })
+                    .collect();
+                assert_eq!(got, expected);
+                assert_eq!(status["replicas"], json!(replicas));
+                keep.lock().unwrap().push(status.clone());
+            })
+            .content_type("application/merge-patch+json")
+            .respond(
+                200,
+                json!({"apiVersion": "autoscaling.x-k8s.io/v1beta1", "kind": "CapacityBuffer"}),
+            );
+        if let Some(reason) = event {
+            let name = name.to_string();
+            let reason = reason.to_string();
+            sc = sc
+                .expect(
+                    Method::POST,
+                    "/apis/events.k8s.io/v1/namespaces/ml/events",
+                    move |body| {
+                        assert_eq!(body["type"], "Warning");
+                        assert_eq!(body["reason"], reason.as_str());
+                        assert_eq!(body["regarding"]["kind"], "CapacityBuffer");
+                        assert_eq!(body["regarding"]["name"], name.as_str());
+                        assert!(body["note"].as_str().unwrap().starts_with("Infeasible: "));
+                    },
+                )
+                .respond_with(echo);
+        }
+    }
+    let (client, verifier) = sc.run();
+    let recorder = events.then(|| Events::new(client.clone(), None));
+    buffers::write_statuses(&KubeApi::new(client), recorder.as_ref(), s, &statuses, now).await;
     verifier.finish().await;
-    let status = patched.lock().unwrap().clone();
-    (parts, status)
+    let statuses = patched.lock().unwrap().clone();
+    (parts, statuses)
 }
 
 /// The launches among `actions`.
@@ -434,6 +519,121 @@ async fn a_buffer_naming_a_missing_template_gets_conditions_saying_so_and_is_no_
         s.read(|s| s.capacity_buffers["ml/orphan"].name_any()),
         "orphan"
     );
+}
+
+#[tokio::test]
+async fn a_share_of_a_deployment_launches_its_chunks_and_follows_the_deployments_replicas() {
+    let s = store_with(
+        vec![],
+        vec![deployment("web", 10, "1")],
+        vec![share_buffer("share", ("apps", "Deployment", "web"), 20)],
+    );
+    let mut core = Core::new(Config::default());
+    let want = [
+        ("ReadyForProvisioning", "True", "AttributesSetSuccessfully"),
+        ("Provisioning", "True", "ScalingUp"),
+        ("Infeasible", "False", "Placeable"),
+    ];
+    let (parts, status) = buffer_round(&s, &core, t(0), "share", &want, 2).await;
+    // No PodTemplate is made for a workload's buffer: none is reported.
+    assert_eq!(status.get("podTemplateRef"), Some(&Value::Null));
+    assert_eq!(status["conditions"][0]["message"], "2 chunks");
+    let mut pending: Vec<&str> = parts.pending.iter().map(|p| p.name.as_str()).collect();
+    pending.sort();
+    assert_eq!(
+        pending,
+        ["ml/share.buffer.reserved-0", "ml/share.buffer.reserved-1"]
+    );
+    // Each chunk is the Deployment's pod: its GPU and its toleration.
+    for p in &parts.pending {
+        assert_eq!(p.requests.get(l::RESOURCE_GPU), 1, "{p:?}");
+    }
+
+    // The planner launches GPU capacity for both chunks.
+    let actions = decide(&mut core, &parts, t(0));
+    let reqs = launches(&actions);
+    let mut planned: Vec<String> = reqs.iter().flat_map(|r| r.pods.clone()).collect();
+    planned.sort();
+    assert_eq!(planned, pending);
+    let claims = execute_launches(&parts, &actions, t(2), |body| {
+        assert_eq!(body["kind"], "NodeClaim");
+        assert_eq!(body["spec"]["nodePool"], "gpu");
+    })
+    .await;
+    assert_eq!(claims.len(), reqs.len());
+
+    // Scaled to 11 replicas, the Deployment's 20% is 3 chunks (rounded up).
+    s.reset(vec![deployment("web", 11, "1")]);
+    let (parts, status) = buffer_round(&s, &core, t(10), "share", &want, 3).await;
+    assert_eq!(status["conditions"][0]["message"], "3 chunks");
+    assert_eq!(parts.pending.len(), 3);
+}
+
+#[tokio::test]
+async fn a_buffer_naming_a_missing_deployment_says_so_and_the_round_serves_the_others() {
+    let s = store_with(
+        vec![pod_template("tmpl", "1")],
+        vec![deployment("web", 10, "1")],
+        vec![
+            share_buffer("gone", ("apps", "Deployment", "missing"), 50),
+            share_buffer("nogroup", ("", "Deployment", "web"), 50),
+            buffer("warm", "tmpl", 1, json!([])),
+        ],
+    );
+    let mut core = Core::new(Config::default());
+    // Each bad buffer is also a Warning Event saying why; the good one is
+    // none.
+    let (parts, statuses) = buffers_round(
+        &s,
+        &core,
+        t(0),
+        &[
+            (
+                "gone",
+                &[
+                    ("ReadyForProvisioning", "False", "ScalableRefNotFound"),
+                    ("Infeasible", "True", "ScalableRefNotFound"),
+                ],
+                0,
+                Some("ScalableRefNotFound"),
+            ),
+            (
+                "nogroup",
+                &[
+                    ("ReadyForProvisioning", "False", "ScalableRefNotSupported"),
+                    ("Infeasible", "True", "ScalableRefNotSupported"),
+                ],
+                0,
+                Some("ScalableRefNotSupported"),
+            ),
+            (
+                "warm",
+                &[
+                    ("ReadyForProvisioning", "True", "AttributesSetSuccessfully"),
+                    ("Provisioning", "True", "ScalingUp"),
+                    ("Infeasible", "False", "Placeable"),
+                ],
+                1,
+                None,
+            ),
+        ],
+        true,
+    )
+    .await;
+    assert_eq!(
+        statuses[0]["conditions"][0]["message"],
+        "scalableRef Deployment ml/missing not found"
+    );
+    let why = statuses[1]["conditions"][0]["message"].as_str().unwrap();
+    assert!(why.contains("Deployment is in apiGroup apps"), "{why}");
+    // Only the good buffer is demand.
+    let pending: Vec<&str> = parts.pending.iter().map(|p| p.name.as_str()).collect();
+    assert_eq!(pending, ["ml/warm.buffer.reserved-0"]);
+    let planned: Vec<String> = launches(&decide(&mut core, &parts, t(0)))
+        .iter()
+        .flat_map(|r| r.pods.clone())
+        .collect();
+    assert_eq!(planned, pending);
 }
 
 /// What discovery finds when `GET /apis` lists `autoscaling.x-k8s.io`

@@ -383,13 +383,13 @@ pub struct CapacityBufferSpec {
     /// The PodTemplate (same namespace) shaping one chunk of the buffer.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub pod_template_ref: Option<Reference>,
-    /// A scalable workload whose pods shape the chunks (not served yet).
+    /// A scalable workload (same namespace) whose pod is one chunk.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub scalable_ref: Option<ScalableRef>,
     /// Chunks wanted.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub replicas: Option<i32>,
-    /// Chunks as a share of the `scalableRef`'s replicas (not served yet).
+    /// Chunks as a share of the `scalableRef`'s replicas, in percent.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub percentage: Option<i32>,
     /// Most the chunks may ask for together, by resource.
@@ -466,8 +466,13 @@ pub mod buffer_conditions {
     /// The PodTemplate does not read as a pod.
     pub const INVALID_POD_TEMPLATE: &str = "InvalidPodTemplate";
     /// The spec cannot be served (negative replicas, unreadable limits, no
-    /// template, `scalableRef` or `percentage`).
+    /// template or workload, both, `percentage` without `scalableRef`).
     pub const INVALID_SPEC: &str = "InvalidSpec";
+    /// The workload `spec.scalableRef` names is missing.
+    pub const SCALABLE_REF_NOT_FOUND: &str = "ScalableRefNotFound";
+    /// `spec.scalableRef` names a kind not served here (served: apps/v1
+    /// Deployment, StatefulSet, ReplicaSet; batch/v1 Job).
+    pub const SCALABLE_REF_NOT_SUPPORTED: &str = "ScalableRefNotSupported";
 }
 
 #[cfg(test)]

@@ -6,16 +6,19 @@
 //! onto the nodes) and the status writes ([`write_statuses`]). The
 //! decisions are [`crate::core::buffers`]'; see `docs/buffers.md`.
 
+use super::events::{capacity_buffer_ref, Events};
 use super::kube_api::KubeApi;
+use super::scalables;
 use super::snapshot::{watch, Indexed, Interners, Kind, Snapshot, Store, WorldParts};
 use crate::api::foreign::{
     buffer_conditions as c, CapacityBuffer, CAPACITY_BUFFER_VERSION, PROVISIONING_API_GROUP,
     STRATEGY_ACTIVE_CAPACITY,
 };
 use crate::api::PrewarmWindow;
-use crate::cluster::Resources;
-use crate::core::buffers::{self, Buffer, Problem, Status};
+use crate::cluster::{Pod, Resources};
+use crate::core::buffers::{self, Buffer, Problem, Share, Status};
 use crate::core::Time;
+use crate::metrics::{BufferLabels, Metrics};
 use k8s_openapi::api::core::v1::PodTemplate;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
 use kube::runtime::watcher;
@@ -38,8 +41,9 @@ pub async fn serves_capacity_buffers(client: &kube::Client) -> bool {
     }
 }
 
-/// Starts the CapacityBuffer watch where they are served (and the
-/// PodTemplate watch, unless ProvisioningRequests started it), telling the
+/// Starts the CapacityBuffer watch where they are served, with those of
+/// the workloads a `scalableRef` may name ([`scalables`]) and the
+/// PodTemplate watch (unless ProvisioningRequests started it), telling the
 /// store to wait for them.
 pub fn spawn_watches(
     client: &kube::Client,
@@ -56,6 +60,7 @@ pub fn spawn_watches(
         config(),
         store.clone(),
     ))];
+    out.extend(scalables::spawn_watches(client, store));
     if !served.provisioning_requests {
         store.expect(Kind::PodTemplates);
         out.push(tokio::spawn(watch(
@@ -123,8 +128,9 @@ fn is_served(b: &CapacityBuffer) -> bool {
 }
 
 /// The buffer `key` (`namespace/name`) as the core reads it: its chunk's
-/// pod from its PodTemplate, its replicas and limits, or what keeps it
-/// from being served.
+/// pod (from its PodTemplate, or from the workload its `scalableRef`
+/// names, whose replicas its `percentage` is a share of), its replicas and
+/// limits, or what keeps it from being served.
 pub fn distill(s: &Snapshot, key: &str, b: &CapacityBuffer) -> Buffer {
     let ns = b.metadata.namespace.as_deref().unwrap_or("default");
     let limits = b.spec.limits.as_ref().map(|l| {
@@ -132,37 +138,58 @@ pub fn distill(s: &Snapshot, key: &str, b: &CapacityBuffer) -> Buffer {
             .map_err(|e| Problem::spec(format!("spec.limits: {e}")))
     });
     let window = window_of(key, b);
-    let pod = if b.spec.scalable_ref.is_some() || b.spec.percentage.is_some() {
-        Err(Problem::spec(
-            "spec.scalableRef and spec.percentage are not served by Quartermaster yet: name a podTemplateRef",
-        ))
-    } else if let Some(Err(e)) = &limits {
+    let target = if let Some(Err(e)) = &limits {
         Err(e.clone())
     } else if let Err(e) = &window {
         Err(e.clone())
     } else {
-        match &b.spec.pod_template_ref {
-            None => Err(Problem::spec("spec.podTemplateRef is not set")),
-            Some(r) => match s.pod_templates.get(&format!("{ns}/{}", r.name)) {
-                Some(Ok(pod)) => Ok(pod.clone()),
-                Some(Err(e)) => Err(Problem {
-                    reason: c::INVALID_POD_TEMPLATE,
-                    message: format!("podTemplate {ns}/{}: {e}", r.name),
-                }),
-                None => Err(Problem {
-                    reason: c::POD_TEMPLATE_NOT_FOUND,
-                    message: format!("podTemplate {ns}/{} not found", r.name),
-                }),
-            },
-        }
+        chunk_of(s, ns, b)
+    };
+    let (pod, share) = match target {
+        Ok((pod, of)) => (
+            Ok(pod),
+            of.zip(b.spec.percentage).map(|(of, p)| Share {
+                percentage: i64::from(p),
+                of,
+            }),
+        ),
+        Err(e) => (Err(e), None),
     };
     Buffer {
         name: key.to_string(),
         pod,
         replicas: b.spec.replicas.map(i64::from),
-        share: None,
+        share,
         limits: limits.and_then(Result::ok),
         window: window.ok().flatten(),
+    }
+}
+
+/// The pod one chunk of the buffer is, and the replicas of the workload it
+/// came from (`None` for a PodTemplate), or why there is none.
+fn chunk_of(s: &Snapshot, ns: &str, b: &CapacityBuffer) -> Result<(Pod, Option<i64>), Problem> {
+    match (&b.spec.pod_template_ref, &b.spec.scalable_ref) {
+        (Some(_), Some(_)) => Err(Problem::spec(
+            "spec.podTemplateRef and spec.scalableRef are both set: name one",
+        )),
+        (None, None) => Err(Problem::spec(
+            "neither spec.podTemplateRef nor spec.scalableRef is set",
+        )),
+        (None, Some(r)) => scalables::resolve(s, ns, r).map(|(pod, of)| (pod, Some(of))),
+        (Some(_), None) if b.spec.percentage.is_some() => Err(Problem::spec(
+            "spec.percentage needs spec.scalableRef (a share of a workload's replicas)",
+        )),
+        (Some(r), None) => match s.pod_templates.get(&format!("{ns}/{}", r.name)) {
+            Some(Ok(pod)) => Ok((pod.clone(), None)),
+            Some(Err(e)) => Err(Problem {
+                reason: c::INVALID_POD_TEMPLATE,
+                message: format!("podTemplate {ns}/{}: {e}", r.name),
+            }),
+            None => Err(Problem {
+                reason: c::POD_TEMPLATE_NOT_FOUND,
+                message: format!("podTemplate {ns}/{} not found", r.name),
+            }),
+        },
     }
 }
 
@@ -246,10 +273,17 @@ pub fn with_status(b: &CapacityBuffer, status: &Status, now: Time) -> Option<Vec
 }
 
 /// Writes each buffer's status where it changed (one merge patch of the
-/// status subresource: conditions, `replicas`, `podTemplateRef`); a failed
-/// write is logged and made again next round (the status still differs
-/// then).
-pub async fn write_statuses(api: &KubeApi, store: &Store, statuses: &[Status], now: Time) {
+/// status subresource: conditions, `replicas`, `podTemplateRef`), with a
+/// Warning Event on a buffer that became `Infeasible` (or whose reason for
+/// being so changed); a failed write is logged and made again next round
+/// (the status still differs then).
+pub async fn write_statuses(
+    api: &KubeApi,
+    events: Option<&Events>,
+    store: &Store,
+    statuses: &[Status],
+    now: Time,
+) {
     for status in statuses {
         let Some(b) = store.read(|s| s.capacity_buffers.get(&status.buffer).cloned()) else {
             continue;
@@ -270,6 +304,11 @@ pub async fn write_statuses(api: &KubeApi, store: &Store, statuses: &[Status], n
                 for set in &status.conditions {
                     tracing::debug!(buffer = %status.buffer, condition = set.condition, status = set.status, reason = set.reason, message = %set.message, "CapacityBuffer condition");
                 }
+                if let (Some(ev), Some(set)) = (events, became_infeasible(&b, status)) {
+                    let buffer = capacity_buffer_ref(&status.buffer, b.metadata.uid.as_deref());
+                    ev.buffer_infeasible(&buffer, set.reason, &set.message)
+                        .await;
+                }
             }
             Err(error) => {
                 tracing::warn!(buffer = %status.buffer, %error, "failed to write CapacityBuffer status");
@@ -278,10 +317,54 @@ pub async fn write_statuses(api: &KubeApi, store: &Store, statuses: &[Status], n
     }
 }
 
+/// The `Infeasible=True` condition `status` sets on the buffer, if the
+/// buffer did not say it already (with that reason).
+fn became_infeasible<'a>(b: &CapacityBuffer, status: &'a Status) -> Option<&'a buffers::Set> {
+    let set = status
+        .conditions
+        .iter()
+        .find(|s| s.condition == c::INFEASIBLE && s.status)?;
+    let said = b.status.as_ref().is_some_and(|st| {
+        st.conditions
+            .iter()
+            .any(|o| o.type_ == c::INFEASIBLE && o.status == "True" && o.reason == set.reason)
+    });
+    (!said).then_some(set)
+}
+
+/// Sets the buffer gauges to this round's statuses
+/// (`quartermaster_capacity_buffer_replicas{buffer, state}`): per buffer,
+/// its chunks `held` on our nodes, `provisioning` (planned or launching)
+/// and `infeasible` (no pool can hold them). Buffers gone since the last
+/// round leave the family.
+pub fn record(metrics: &Metrics, statuses: &[Status]) {
+    let family = &metrics.capacity_buffer_replicas;
+    family.clear();
+    for st in statuses {
+        let infeasible = st
+            .conditions
+            .iter()
+            .any(|s| s.condition == c::INFEASIBLE && s.status);
+        let rest = i64::from(st.replicas.saturating_sub(st.held));
+        let (provisioning, unplaceable) = if infeasible { (0, rest) } else { (rest, 0) };
+        for (state, n) in [
+            ("held", i64::from(st.held)),
+            ("provisioning", provisioning),
+            ("infeasible", unplaceable),
+        ] {
+            family
+                .get_or_create(&BufferLabels {
+                    buffer: st.buffer.clone(),
+                    state: state.into(),
+                })
+                .set(n);
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::cluster::Pod;
     use serde_json::json;
 
     fn buffer(spec: serde_json::Value) -> CapacityBuffer {
@@ -325,9 +408,53 @@ mod tests {
             c::INVALID_SPEC
         );
         assert_eq!(
-            reason(json!({"scalableRef": {"kind": "Deployment", "name": "web"}, "percentage": 10})),
+            reason(json!({"podTemplateRef": {"name": "tpl"}, "percentage": 10})),
             c::INVALID_SPEC
         );
+        assert_eq!(
+            reason(json!({"podTemplateRef": {"name": "tpl"},
+                "scalableRef": {"apiGroup": "apps", "kind": "Deployment", "name": "web"}})),
+            c::INVALID_SPEC
+        );
+        assert_eq!(
+            reason(
+                json!({"scalableRef": {"apiGroup": "apps", "kind": "Deployment", "name": "web"},
+                "percentage": 10})
+            ),
+            c::SCALABLE_REF_NOT_FOUND
+        );
+    }
+
+    #[test]
+    fn a_scalable_ref_buffer_takes_its_workloads_pod_and_a_share_of_its_replicas() {
+        let mut s = Snapshot::default();
+        let web = scalables::Scalable {
+            pod: Ok(Pod::new("ml/web", Resources::new())),
+            replicas: 10,
+        };
+        s.scalables.deployments.insert("ml/web".into(), web);
+        let target = json!({"apiGroup": "apps", "kind": "Deployment", "name": "web"});
+        let b = read(&s, json!({"scalableRef": target, "percentage": 25}));
+        assert_eq!(b.pod.unwrap().name, "ml/web");
+        assert_eq!(
+            b.share,
+            Some(Share {
+                percentage: 25,
+                of: 10
+            })
+        );
+        assert_eq!(b.replicas, None);
+        // Replicas alone: copies of the workload's pod, no share.
+        let b = read(&s, json!({"scalableRef": target, "replicas": 2}));
+        assert_eq!((b.share, b.replicas), (None, Some(2)));
+        // A bad spec elsewhere is said before the workload is looked up.
+        let why = read(
+            &s,
+            json!({"scalableRef": target, "percentage": 25, "limits": {"cpu": "x"}}),
+        )
+        .pod
+        .unwrap_err();
+        assert_eq!(why.reason, c::INVALID_SPEC);
     }
 
     #[test]
@@ -374,11 +501,92 @@ mod tests {
         }
     }
 
+    fn status(buffer: &str, replicas: u32, held: u32, infeasible: bool) -> Status {
+        Status {
+            buffer: buffer.into(),
+            replicas,
+            held,
+            conditions: vec![buffers::Set {
+                condition: c::INFEASIBLE,
+                status: infeasible,
+                reason: if infeasible {
+                    c::NOT_PLACEABLE
+                } else {
+                    c::PLACEABLE
+                },
+                message: String::new(),
+            }],
+        }
+    }
+
+    #[test]
+    fn the_buffer_gauge_counts_chunks_by_state_and_forgets_deleted_buffers() {
+        let metrics = Metrics::unregistered();
+        let get = |buffer: &str, state: &str| {
+            metrics
+                .capacity_buffer_replicas
+                .get_or_create(&BufferLabels {
+                    buffer: buffer.into(),
+                    state: state.into(),
+                })
+                .get()
+        };
+        record(
+            &metrics,
+            &[status("ml/warm", 5, 2, false), status("ml/big", 3, 0, true)],
+        );
+        assert_eq!(
+            [
+                get("ml/warm", "held"),
+                get("ml/warm", "provisioning"),
+                get("ml/warm", "infeasible")
+            ],
+            [2, 3, 0]
+        );
+        assert_eq!(
+            [
+                get("ml/big", "held"),
+                get("ml/big", "provisioning"),
+                get("ml/big", "infeasible")
+            ],
+            [0, 0, 3]
+        );
+        record(&metrics, &[status("ml/warm", 5, 5, false)]);
+        let text = {
+            let mut r = prometheus_client::registry::Registry::default();
+            let m = Metrics::new(&mut r);
+            record(&m, &[status("ml/warm", 1, 1, false)]);
+            record(&m, &[]);
+            crate::metrics::encode(&r)
+        };
+        assert!(!text.contains("ml/warm"), "{text}");
+        assert_eq!(get("ml/warm", "held"), 5);
+    }
+
+    #[test]
+    fn only_a_new_infeasible_reason_is_news() {
+        let mut b = buffer(json!({}));
+        let st = status("ml/warm", 1, 0, true);
+        assert_eq!(became_infeasible(&b, &st).unwrap().reason, c::NOT_PLACEABLE);
+        let now = chrono::DateTime::from_timestamp(1_767_571_200, 0).unwrap();
+        b.status = Some(crate::api::foreign::CapacityBufferStatus {
+            pod_template_ref: None,
+            replicas: Some(1),
+            conditions: with_status(&b, &st, now).unwrap(),
+        });
+        assert_eq!(became_infeasible(&b, &st), None);
+        assert_eq!(became_infeasible(&b, &status("ml/warm", 1, 0, false)), None);
+        let mut other = st.clone();
+        other.conditions[0].reason = c::SCALABLE_REF_NOT_FOUND;
+        assert!(became_infeasible(&b, &other).is_some());
+    }
+
     #[test]
     fn a_status_already_said_is_not_written_again() {
         let status = Status {
             buffer: "ml/warm".into(),
             replicas: 2,
+            held: 0,
             conditions: vec![buffers::Set {
                 condition: c::READY_FOR_PROVISIONING,
                 status: true,

@@ -121,6 +121,16 @@ pub fn provisioning_request_ref(request: &str, uid: Option<&str>) -> ObjectRefer
     )
 }
 
+/// A reference to the CapacityBuffer `namespace/name`.
+pub fn capacity_buffer_ref(buffer: &str, uid: Option<&str>) -> ObjectReference {
+    namespaced_ref(
+        "autoscaling.x-k8s.io/v1beta1",
+        "CapacityBuffer",
+        buffer,
+        uid,
+    )
+}
+
 /// A reference to a NodePool.
 pub fn node_pool_ref(name: &str, uid: Option<&str>) -> ObjectReference {
     cluster_ref("NodePool", name, uid)
@@ -261,6 +271,26 @@ impl Events {
                 "{condition}={}: {message}",
                 if status { "True" } else { "False" }
             ),
+            None,
+        )
+        .await
+    }
+
+    /// On a CapacityBuffer: it became `Infeasible` (no pool can hold its
+    /// chunks, or what it names is missing or unreadable). The reason is
+    /// the condition's (`NotPlaceable`, `ScalableRefNotFound`, ...).
+    pub async fn buffer_infeasible(
+        &self,
+        buffer: &ObjectReference,
+        reason: &'static str,
+        message: &str,
+    ) {
+        self.report(
+            buffer,
+            EventType::Warning,
+            reason,
+            "Provision",
+            format!("Infeasible: {message}"),
             None,
         )
         .await

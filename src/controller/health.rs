@@ -448,6 +448,12 @@ mod tests {
                 reason: "CapacityIsProvisioned".into(),
             })
             .inc();
+        m.capacity_buffer_replicas
+            .get_or_create(&BufferLabels {
+                buffer: "ml/warm".into(),
+                state: "held".into(),
+            })
+            .set(1);
         // Repair and GPU use.
         let pool_health = crate::metrics::health::PoolHealthLabels {
             nodepool: "p".into(),

@@ -25,6 +25,7 @@ pub mod podgroups;
 pub mod prometheus;
 pub mod repair;
 pub mod run;
+pub mod scalables;
 pub mod simulated_nodes;
 pub mod snapshot;
 pub mod status;

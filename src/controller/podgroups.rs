@@ -16,7 +16,7 @@ use crate::core::provisioning::{Class, Request, Transition};
 use crate::core::Time;
 use k8s_openapi::api::core::v1::{self as core, PodTemplate};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::APIGroupList;
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, ObjectMeta};
 use kube::runtime::watcher;
 use kube::Api;
 use std::collections::BTreeMap;
@@ -239,21 +239,30 @@ impl Indexed for ProvisioningRequest {
     }
 }
 
+/// The pod a pod template makes, as the planner sees it, named and
+/// namespaced as its owner (`owner`: a PodTemplate, a Deployment, ...), or
+/// why it does not read as a pod.
+pub fn template_pod(owner: &ObjectMeta, template: core::PodTemplateSpec) -> Result<Pod, String> {
+    let mut meta = template.metadata.unwrap_or_default();
+    meta.namespace = owner.namespace.clone();
+    meta.name = owner.name.clone();
+    let pod = core::Pod {
+        metadata: meta,
+        spec: template.spec,
+        status: None,
+    };
+    Pod::from_k8s(&pod, &BTreeMap::new()).map_err(|e| e.to_string())
+}
+
 impl Indexed for PodTemplate {
     type Item = Result<Pod, String>;
     const KIND: Kind = Kind::PodTemplates;
     /// The pod the template makes, as the planner sees it.
     fn distill(self, _: &mut Interners) -> Option<Result<Pod, String>> {
-        let template = self.template.unwrap_or_default();
-        let mut meta = template.metadata.unwrap_or_default();
-        meta.namespace = self.metadata.namespace.clone();
-        meta.name = self.metadata.name.clone();
-        let pod = core::Pod {
-            metadata: meta,
-            spec: template.spec,
-            status: None,
-        };
-        Some(Pod::from_k8s(&pod, &BTreeMap::new()).map_err(|e| e.to_string()))
+        Some(template_pod(
+            &self.metadata,
+            self.template.unwrap_or_default(),
+        ))
     }
     fn slot(s: &mut Snapshot) -> &mut BTreeMap<String, Result<Pod, String>> {
         &mut s.pod_templates

@@ -606,6 +606,7 @@ impl<C: CloudProvider + Send + Sync + 'static> Driver<C> {
             now,
             &|pools, pod| self.core.buffer_lead(pools, &catalog, pod),
         );
+        super::buffers::record(&self.ctx.metrics, &buffers);
         self.ctx
             .metrics
             .pending_pods
@@ -654,7 +655,14 @@ impl<C: CloudProvider + Send + Sync + 'static> Driver<C> {
                 now,
             )
             .await;
-            super::buffers::write_statuses(&self.ctx.api, &self.store, &buffers, now).await;
+            super::buffers::write_statuses(
+                &self.ctx.api,
+                self.events.as_ref(),
+                &self.store,
+                &buffers,
+                now,
+            )
+            .await;
             self.execute(&actions, &world, nodes_by_claim, now).await;
             self.carry_out_repairs(&actions, now).await;
             self.start_steps(pending_work, &parts, now);

@@ -168,6 +168,9 @@ pub struct Status {
     pub buffer: String,
     /// Placeholder pods made for it (`status.replicas`).
     pub replicas: u32,
+    /// Of those, the ones with room held on our nodes (the others are
+    /// demand for the planner).
+    pub held: u32,
     /// Its conditions, each type once.
     pub conditions: Vec<Set>,
 }
@@ -236,7 +239,7 @@ pub fn chunks(b: &Buffer, pod: &Pod) -> Result<u64, Problem> {
             "spec.limits bound none of the resources the pod template asks for, and spec.replicas is not set",
         )),
         (None, None, None) => Err(Problem::spec(
-            "neither spec.replicas nor spec.limits is set",
+            "neither spec.replicas, spec.percentage nor spec.limits is set",
         )),
     }
 }
@@ -322,6 +325,7 @@ pub fn step_with_lead(
                 out.statuses.push(Status {
                     buffer: b.name.clone(),
                     replicas: 0,
+                    held: 0,
                     conditions: vec![
                         set(
                             c::READY_FOR_PROVISIONING,
@@ -349,6 +353,7 @@ pub fn step_with_lead(
                 out.statuses.push(Status {
                     buffer: b.name.clone(),
                     replicas: 0,
+                    held: 0,
                     conditions: vec![
                         set(
                             c::READY_FOR_PROVISIONING,
@@ -429,6 +434,7 @@ pub fn step_with_lead(
         out.statuses.push(Status {
             buffer: b.name.clone(),
             replicas: n as u32,
+            held: placed.len() as u32,
             conditions,
         });
     }
@@ -516,7 +522,7 @@ mod tests {
             .iter()
             .all(|n| crate::cluster::podgroups::is_reservation(n)));
         let st = &s.statuses[0];
-        assert_eq!(st.replicas, 2);
+        assert_eq!((st.replicas, st.held), (2, 0));
         assert_eq!(condition(st, c::PROVISIONING).reason, c::SCALING_UP);
         assert!(!condition(st, c::INFEASIBLE).status);
     }
@@ -540,6 +546,7 @@ mod tests {
         let want = 1;
         let s = step(&[buffer(Some(want), None)], &nodes, &[], &never, 100, t(0));
         assert_eq!(s.held.len() as i64, want, "every chunk has room");
+        assert_eq!(s.statuses[0].held as i64, want);
         assert!(s.held.iter().all(|(_, b)| b.do_not_disrupt));
         assert!(s.pending.is_empty());
         assert_eq!(

@@ -64,6 +64,9 @@ pub struct Snapshot {
     /// CapacityBuffers, where the cluster serves them (without managed
     /// fields).
     pub capacity_buffers: BTreeMap<String, crate::api::foreign::CapacityBuffer>,
+    /// The workloads a CapacityBuffer's `scalableRef` may name, watched
+    /// where CapacityBuffers are served (`super::scalables`).
+    pub scalables: super::scalables::Scalables,
     /// DRA objects, where the cluster serves them (`super::dra`).
     pub dra: crate::cluster::dra::Objects,
     /// Whether DRA objects are watched (the cluster serves

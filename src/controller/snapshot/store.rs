@@ -49,12 +49,21 @@ pub enum Kind {
     ResourceSlices = 12,
     /// CapacityBuffers (watched only where served).
     CapacityBuffers = 13,
+    /// Deployments (watched where CapacityBuffers are served: a buffer's
+    /// `scalableRef`).
+    Deployments = 14,
+    /// StatefulSets (as Deployments).
+    StatefulSets = 15,
+    /// ReplicaSets (as Deployments).
+    ReplicaSets = 16,
+    /// Jobs (as Deployments).
+    Jobs = 17,
 }
 
 /// Kinds every cluster serves: the store waits for each of them.
 const REQUIRED_KINDS: usize = 5;
 /// Every kind, required or optional.
-const KINDS: usize = 14;
+const KINDS: usize = 18;
 
 /// The shared index: the snapshot behind a lock, which kinds have synced,
 /// and a wake-up for the main loop on every change.
