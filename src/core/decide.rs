@@ -558,7 +558,7 @@ impl Core {
             .clone()
             .filter_map(|n| {
                 let room = freed.get(&n.claim);
-                let capped = capped_on(n);
+                let capped = n.capped();
                 if room.is_none() && capped.is_empty() {
                     return None;
                 }
@@ -1001,18 +1001,6 @@ fn with_held_pools(
 /// against it, whether or not real pods use it; spot nodes only where the
 /// pool holds its windows on spot ([`prewarm::holds_on_spot`]: a reclaim
 /// just before the window opens must not leave it short).
-/// The pods bound to `n` that have a per-node cap, counted by their set's
-/// key ([`NodeState::capped`]).
-pub(crate) fn capped_on(n: &ManagedNode) -> BTreeMap<String, u32> {
-    let mut out = BTreeMap::new();
-    for b in &n.pods {
-        if let Some(k) = plan::pack::anti_affinity_key(&b.pod) {
-            *out.entry(k).or_default() += 1;
-        }
-    }
-    out
-}
-
 fn shortfall(pool: &NodePool, placeholders: Vec<Pod>, nodes: &[ManagedNode]) -> Vec<Pod> {
     if placeholders.is_empty() {
         return placeholders;

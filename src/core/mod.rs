@@ -124,6 +124,30 @@ pub struct ManagedNode {
     pub termination_grace: Option<std::time::Duration>,
 }
 
+impl ManagedNode {
+    /// The pods bound to it that have a per-node cap, counted by their
+    /// set's key ([`NodeState::capped`]): what a pending sibling must count
+    /// before it is taken to fit here.
+    pub fn capped(&self) -> std::collections::BTreeMap<String, u32> {
+        let mut out = std::collections::BTreeMap::new();
+        for b in &self.pods {
+            if let Some(k) = crate::plan::pack::anti_affinity_key(&b.pod) {
+                *out.entry(k).or_default() += 1;
+            }
+        }
+        out
+    }
+
+    /// Its state with [`NodeState::capped`] filled, if it holds capped pods.
+    pub fn state_with_caps(&self) -> Option<NodeState> {
+        let capped = self.capped();
+        (!capped.is_empty()).then(|| NodeState {
+            capped,
+            ..self.state.clone()
+        })
+    }
+}
+
 /// A PodDisruptionBudget, reduced to what eviction decisions need.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Pdb {

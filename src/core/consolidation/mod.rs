@@ -276,6 +276,9 @@ struct Round<'a, 'w> {
     world: &'a World<'w>,
     now: Time,
     ctx: Context<'a>,
+    /// The states of the nodes holding capped pods, with their counts
+    /// ([`NodeState::capped`]), made when a move first needs them.
+    capped: std::cell::OnceCell<BTreeMap<&'a str, NodeState>>,
 }
 
 impl Consolidation {
@@ -433,6 +436,7 @@ impl Consolidation {
             world,
             now,
             ctx: *ctx,
+            capped: std::cell::OnceCell::new(),
         };
         self.resume_orphans(&round);
         let mut out = Vec::new();
@@ -983,7 +987,16 @@ impl Consolidation {
     /// The nodes that may take `n`'s pods: the other ready, schedulable
     /// nodes that stay (not being removed, interrupted or drifted) and are
     /// not waiting for another node's pods as its replacement.
-    fn destinations<'w>(&self, r: &Round<'_, 'w>, n: &ManagedNode) -> Vec<&'w NodeState> {
+    /// A node holding capped pods is given with their counts, so that a
+    /// moved pod is not taken to fit beside its siblings.
+    fn destinations<'r>(&self, r: &'r Round<'_, '_>, n: &ManagedNode) -> Vec<&'r NodeState> {
+        let capped = r.capped.get_or_init(|| {
+            r.world
+                .nodes
+                .iter()
+                .filter_map(|o| Some((o.claim.as_str(), o.state_with_caps()?)))
+                .collect()
+        });
         r.world
             .nodes
             .iter()
@@ -998,7 +1011,7 @@ impl Consolidation {
                     && !r.ctx.interruptions.is_handling(&o.claim)
                     && !(r.ctx.rebooting)(&o.claim)
             })
-            .map(|o| &o.state)
+            .map(|o| capped.get(o.claim.as_str()).unwrap_or(&o.state))
             .collect()
     }
 

@@ -867,3 +867,26 @@ fn a_node_listing_its_pods_in_another_order_stays_stable_and_one_with_another_po
     c.observe(&f.world(), t(90));
     assert_eq!(c.observed["n1"].since, t(60));
 }
+
+#[test]
+fn an_underutilized_node_is_not_emptied_onto_a_node_where_its_pods_sibling_fills_the_cap() {
+    let capped = |name: &str, cap: Option<u32>| {
+        let mut b = pod(name);
+        b.pod.labels.insert("app".into(), "serve".into());
+        b.pod.per_node_max = cap;
+        b
+    };
+    let cordoned = |cap: Option<u32>| {
+        let mut f = Fixture::new([
+            node("n1").pods([capped("a", cap)]),
+            node("n2").do_not_disrupt().pods([capped("c", cap)]),
+        ]);
+        f.pools = vec![pool_with("gpu", |s| s.disruption.budgets = budget("1"))];
+        let mut c = Consolidation::default();
+        validated(&mut c, &f).contains(&cordon("n1", DisruptionReason::Underutilized))
+    };
+    // n2 has room for a; with anti-affinity its replica c already holds
+    // n2's one place for the set.
+    assert!(cordoned(None));
+    assert!(!cordoned(Some(1)));
+}
