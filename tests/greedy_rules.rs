@@ -184,7 +184,7 @@ fn greedy_opens_nodes_in_the_next_pool_when_the_heavier_ones_limits_are_spent() 
             );
             // One to a node.
             p.labels.insert("app".into(), "api".into());
-            p.hostname_anti_affinity = true;
+            p.per_node_max = Some(1);
             p
         })
         .collect();

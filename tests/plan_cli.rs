@@ -203,6 +203,54 @@ fn plan_reports_a_badly_annotated_pod_naming_the_annotation_rather_than_placing_
 }
 
 #[test]
+fn plan_caps_a_hostname_spread_per_node_and_reports_pod_affinity_rather_than_placing_it_without() {
+    let dir = std::env::temp_dir().join(format!("qm-plan-interpod-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let pods = dir.join("pods.yaml");
+    let pod = |name: &str, app: &str, extra: &str| {
+        format!(
+            "apiVersion: v1\nkind: Pod\nmetadata: {{name: {name}, namespace: web, labels: {{app: {app}}}}}\nspec:\n{extra}  containers: [{{name: c, resources: {{requests: {{cpu: 500m, memory: 1Gi}}}}}}]\n"
+        )
+    };
+    let spread = "  topologySpreadConstraints:\n  - {maxSkew: 1, topologyKey: kubernetes.io/hostname, whenUnsatisfiable: DoNotSchedule, labelSelector: {matchLabels: {app: api}}}\n";
+    let affinity = "  affinity:\n    podAffinity:\n      requiredDuringSchedulingIgnoredDuringExecution:\n      - {topologyKey: topology.kubernetes.io/zone, labelSelector: {matchLabels: {app: cache}}}\n";
+    let docs: Vec<String> = (0..3)
+        .map(|i| pod(&format!("api{i}"), "api", spread))
+        .chain([pod("near-cache", "near", affinity)])
+        .collect();
+    std::fs::write(&pods, docs.join("---\n")).unwrap();
+    for strategy in ["mip", "greedy"] {
+        let out = qm(&[
+            "plan",
+            "--pods",
+            pods.to_str().unwrap(),
+            "--nodepools",
+            POOLS,
+            "--strategy",
+            strategy,
+            "--output",
+            "json",
+        ]);
+        let v = json(&out);
+        let nodes = v["nodes"].as_array().unwrap();
+        // Three small pods one node would hold, one per node by the spread.
+        assert_eq!(nodes.len(), 3, "{strategy}: {v:#}");
+        for n in nodes {
+            assert_eq!(n["pods"].as_array().unwrap().len(), 1, "{strategy}: {n:#}");
+        }
+        let unplaced = v["unschedulable"].as_array().unwrap();
+        assert_eq!(unplaced.len(), 1, "{strategy}: {v:#}");
+        assert_eq!(unplaced[0]["pod"], "web/near-cache");
+        let reason = unplaced[0]["reason"].as_str().unwrap();
+        assert!(
+            reason.starts_with("not placeable")
+                && reason.contains("required pod affinity on topology.kubernetes.io/zone"),
+            "{reason}"
+        );
+    }
+}
+
+#[test]
 fn plan_refuses_a_misspelt_nodepool_field_with_its_path_and_line_rather_than_dropping_it() {
     let dir = std::env::temp_dir().join(format!("qm-plan-typo-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();

@@ -1111,7 +1111,7 @@ fn packing_never_opens_a_node_the_spot_pool_share_has_no_room_for() {
     pool.max_spot_pool_share = Some(0.5);
     let mut pods = cpu_pods("solo", 1, 7500, 24);
     for mut p in cpu_pods("apart", 2, 2000, 16) {
-        p.hostname_anti_affinity = true;
+        p.per_node_max = Some(1);
         p.labels.insert("app".into(), "apart".into());
         pods.push(p);
     }
@@ -1121,6 +1121,40 @@ fn packing_never_opens_a_node_the_spot_pool_share_has_no_room_for() {
             ("g6e.8xlarge", "use1-az6", CapacityType::Spot),
         ],
         vec![pool],
+        pods,
+    );
+    expect_optimal(&inst);
+}
+
+#[test]
+fn a_hostname_spread_puts_at_most_max_skew_of_its_pods_on_a_node() {
+    // Six small pods that one node holds all of, spread over hostnames with
+    // maxSkew 2 (every new node starts empty, so two is the most one holds),
+    // beside two pods of another app without a cap.
+    let mut pods: Vec<Pod> = cpu_pods("web", 6, 500, 1)
+        .into_iter()
+        .map(|mut p| {
+            p.per_node_max = Some(2);
+            p.labels.insert("app".into(), "web".into());
+            p
+        })
+        .collect();
+    pods.extend(cpu_pods("free", 2, 500, 1));
+    for plan in both(&pods, &[Pool::new("cpu")], &[]) {
+        assert_eq!(placed(&plan), 8, "{:?}", plan.unschedulable);
+        assert!(plan.nodes.len() >= 3, "{:?}", plan.nodes);
+        for n in &plan.nodes {
+            let web = n.pods.iter().filter(|p| p.starts_with("web")).count();
+            assert!(web <= 2, "{web} web pods on one {}", n.instance_type);
+        }
+    }
+    // And the MIP's plan is the cheapest the rules allow.
+    let inst = shrunk(
+        &[
+            ("m7i.2xlarge", "use1-az1", CapacityType::Spot),
+            ("m7i.large", "use1-az1", CapacityType::Spot),
+        ],
+        vec![Pool::new("cpu")],
         pods,
     );
     expect_optimal(&inst);
@@ -1137,7 +1171,7 @@ fn right_sizing_one_node_never_spends_the_limit_the_others_need() {
     let pods: Vec<Pod> = (0..3)
         .map(|i| {
             let mut p = gpu_pod(&format!("apart{i}"), 2);
-            p.hostname_anti_affinity = true;
+            p.per_node_max = Some(1);
             p.labels.insert("app".into(), "apart".into());
             p
         })

@@ -61,9 +61,13 @@ pub struct Pod {
     pub tolerations: Vec<Toleration>,
     /// Zone topology spread constraints (`DoNotSchedule` only).
     pub zone_spread: Option<ZoneSpread>,
-    /// Pods of the same group must not share a node (required pod
-    /// anti-affinity on `kubernetes.io/hostname` selecting the group).
-    pub hostname_anti_affinity: bool,
+    /// At most this many pods of its set share a node: 1 with required pod
+    /// anti-affinity on `kubernetes.io/hostname`, `maxSkew` with a
+    /// `DoNotSchedule` topology spread on `kubernetes.io/hostname` (a new
+    /// node starts empty, so the least-loaded eligible node holds none and
+    /// the skew caps every node). The set is its gang, else its labels
+    /// ([`crate::plan::pack::anti_affinity_key`]).
+    pub per_node_max: Option<u32>,
     /// Gang membership.
     pub group: Option<GroupRef>,
     /// The node label key whose one value all pods of its set must share,
@@ -150,7 +154,7 @@ impl Pod {
             affinity: NodeAffinity::default(),
             tolerations: Vec::new(),
             zone_spread: None,
-            hostname_anti_affinity: false,
+            per_node_max: None,
             group: None,
             required_topology: None,
             network_block: None,
@@ -272,29 +276,7 @@ impl Pod {
             })
             .collect::<Result<Vec<_>, Error>>()?;
 
-        let zone_spread = spec
-            .topology_spread_constraints
-            .iter()
-            .flatten()
-            .find(|c| c.topology_key == l::ZONE && c.when_unsatisfiable == "DoNotSchedule")
-            .map(|c| ZoneSpread {
-                max_skew: c.max_skew.max(1) as u32,
-                selector: format!(
-                    "{ns}/{}",
-                    serde_json::to_string(&c.label_selector).unwrap_or_default()
-                ),
-            });
-
-        let hostname_anti_affinity = spec
-            .affinity
-            .as_ref()
-            .and_then(|a| a.pod_anti_affinity.as_ref())
-            .and_then(|p| {
-                p.required_during_scheduling_ignored_during_execution
-                    .as_ref()
-            })
-            .is_some_and(|terms| terms.iter().any(|t| t.topology_key == l::HOSTNAME));
-
+        let (zone_spread, per_node_max, mut unplanned) = inter_pod(&spec, ns);
         let labels: BTreeMap<String, String> = meta.labels.clone().unwrap_or_default();
         let annotations = meta.annotations.clone().unwrap_or_default();
         let mut ignored = Vec::new();
@@ -348,7 +330,8 @@ impl Pod {
         };
         // Needs the planner cannot meet honestly: the pod is reported, not
         // placed as a pod without them.
-        let not_placeable: Vec<String> = ignored.iter().map(|i| i.problem.clone()).collect();
+        let mut not_placeable: Vec<String> = ignored.iter().map(|i| i.problem.clone()).collect();
+        not_placeable.append(&mut unplanned);
         let generated: BTreeMap<&str, &str> = pod
             .status
             .as_ref()
@@ -374,7 +357,7 @@ impl Pod {
             affinity: NodeAffinity { terms },
             tolerations,
             zone_spread,
-            hostname_anti_affinity,
+            per_node_max,
             group,
             required_topology: annotations.get(l::KUEUE_REQUIRED_TOPOLOGY).cloned(),
             network_block: None,
@@ -394,6 +377,71 @@ impl Pod {
         };
         Ok((pod, ignored))
     }
+}
+
+/// A pod's inter-pod constraints as the planner keeps them: its zone
+/// spread, its per-node cap, and what it requires that the planner does
+/// not plan for. Only `DoNotSchedule` spreads and required terms bind (the
+/// scheduler may break preferences and `ScheduleAnyway`). Kept: one zone
+/// spread (on `topology.kubernetes.io/zone` or the zone ID), spread and
+/// anti-affinity on `kubernetes.io/hostname` (a cap per node). Not kept,
+/// and named so that the pod is reported rather than placed as though the
+/// need were absent (a node launched for it that the scheduler then
+/// refuses strands it and costs money): required pod affinity, required
+/// anti-affinity on any other key, a spread on any other key, and a second
+/// zone spread.
+fn inter_pod(spec: &core::PodSpec, ns: &str) -> (Option<ZoneSpread>, Option<u32>, Vec<String>) {
+    let mut unplanned = Vec::new();
+    let mut zone_spread: Option<ZoneSpread> = None;
+    let mut per_node_max: Option<u32> = None;
+    let mut cap = |n: u32| per_node_max = Some(per_node_max.map_or(n, |m| m.min(n)));
+    let spreads = spec.topology_spread_constraints.iter().flatten();
+    for c in spreads.filter(|c| c.when_unsatisfiable == "DoNotSchedule") {
+        let skew = c.max_skew.max(1) as u32;
+        match c.topology_key.as_str() {
+            l::ZONE | l::ZONE_ID if zone_spread.is_none() => {
+                zone_spread = Some(ZoneSpread {
+                    max_skew: skew,
+                    selector: format!(
+                        "{ns}/{}",
+                        serde_json::to_string(&c.label_selector).unwrap_or_default()
+                    ),
+                })
+            }
+            l::HOSTNAME => cap(skew),
+            key => unplanned.push(format!(
+                "topology spread on {key} (DoNotSchedule) is not planned for: only one zone spread and hostname spreads are"
+            )),
+        }
+    }
+    let affinity = spec.affinity.as_ref();
+    let anti = affinity
+        .and_then(|a| a.pod_anti_affinity.as_ref())
+        .and_then(|p| {
+            p.required_during_scheduling_ignored_during_execution
+                .as_ref()
+        });
+    for term in anti.into_iter().flatten() {
+        match term.topology_key.as_str() {
+            l::HOSTNAME => cap(1),
+            key => unplanned.push(format!(
+                "required pod anti-affinity on {key} is not planned for: only kubernetes.io/hostname is"
+            )),
+        }
+    }
+    let with = affinity
+        .and_then(|a| a.pod_affinity.as_ref())
+        .and_then(|p| {
+            p.required_during_scheduling_ignored_during_execution
+                .as_ref()
+        });
+    for term in with.into_iter().flatten() {
+        unplanned.push(format!(
+            "required pod affinity on {} is not planned for: the planner cannot yet place a pod beside others",
+            term.topology_key
+        ));
+    }
+    (zone_spread, per_node_max, unplanned)
 }
 
 /// The longest duration a pod's annotations may state
@@ -613,6 +661,71 @@ spec:
             .0
             .not_placeable
             .is_empty());
+    }
+
+    #[test]
+    fn hostname_spread_and_anti_affinity_cap_a_node_and_other_inter_pod_rules_are_named() {
+        let with = |constraints: &str| {
+            let y = format!(
+                "metadata: {{name: p, namespace: web, labels: {{app: serve}}}}\nspec:\n{constraints}  containers: [{{name: a}}]\n"
+            );
+            // Never an error: a rule the planner does not keep is reported
+            // on the pod, the rest of the pod is read.
+            Pod::from_k8s(&pod_yaml(&y), &BTreeMap::new()).unwrap()
+        };
+        let sel = "labelSelector: {matchLabels: {app: serve}}";
+        let spread = |key: &str, skew: u32, when: &str| {
+            format!(
+                "  - {{maxSkew: {skew}, topologyKey: {key}, whenUnsatisfiable: {when}, {sel}}}\n"
+            )
+        };
+        let host = with(&format!(
+            "  topologySpreadConstraints:\n{}{}",
+            spread(l::HOSTNAME, 2, "DoNotSchedule"),
+            spread(l::ZONE_ID, 1, "DoNotSchedule")
+        ));
+        assert_eq!(host.per_node_max, Some(2));
+        assert_eq!(host.zone_spread.as_ref().map(|z| z.max_skew), Some(1));
+        assert!(host.not_placeable.is_empty(), "{:?}", host.not_placeable);
+        // Anti-affinity on the hostname caps at one, whatever the spread says.
+        let both = with(&format!(
+            "  topologySpreadConstraints:\n{}  affinity:\n    podAntiAffinity:\n      requiredDuringSchedulingIgnoredDuringExecution:\n      - {{topologyKey: {}, {sel}}}\n",
+            spread(l::HOSTNAME, 3, "DoNotSchedule"),
+            l::HOSTNAME
+        ));
+        assert_eq!(both.per_node_max, Some(1));
+        assert!(both.not_placeable.is_empty());
+        // Preferences bind nothing and are not reported.
+        let soft = with(&format!(
+            "  topologySpreadConstraints:\n{}  affinity:\n    podAffinity:\n      preferredDuringSchedulingIgnoredDuringExecution:\n      - {{weight: 1, podAffinityTerm: {{topologyKey: {}, {sel}}}}}\n",
+            spread("karpenter.sh/capacity-type", 1, "ScheduleAnyway"),
+            l::ZONE
+        ));
+        assert_eq!(
+            (soft.per_node_max, soft.zone_spread.is_none()),
+            (None, true)
+        );
+        assert!(soft.not_placeable.is_empty());
+        // Rules the planner does not keep make the pod not placeable, each
+        // named by its kind and key.
+        let hard = with(&format!(
+            "  topologySpreadConstraints:\n{}{}{}  affinity:\n    podAffinity:\n      requiredDuringSchedulingIgnoredDuringExecution:\n      - {{topologyKey: {z}, labelSelector: {{matchLabels: {{app: cache}}}}}}\n    podAntiAffinity:\n      requiredDuringSchedulingIgnoredDuringExecution:\n      - {{topologyKey: {z}, {sel}}}\n",
+            spread(l::ZONE, 1, "DoNotSchedule"),
+            spread(l::ZONE, 2, "DoNotSchedule"),
+            spread("karpenter.sh/capacity-type", 1, "DoNotSchedule"),
+            z = l::ZONE
+        ));
+        assert_eq!(hard.zone_spread.as_ref().map(|z| z.max_skew), Some(1));
+        let said = hard.not_placeable.join("\n");
+        assert_eq!(hard.not_placeable.len(), 4, "{said}");
+        for needle in [
+            "topology spread on topology.kubernetes.io/zone",
+            "topology spread on karpenter.sh/capacity-type",
+            "required pod affinity on topology.kubernetes.io/zone",
+            "required pod anti-affinity on topology.kubernetes.io/zone",
+        ] {
+            assert!(said.contains(needle), "{needle} not in {said}");
+        }
     }
 
     #[test]

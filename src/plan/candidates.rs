@@ -360,11 +360,7 @@ pub fn pods_per_node(class: &Class, c: &Candidate) -> u32 {
         return 0;
     }
     let n = class.pod.requests.copies_in(&c.allocatable);
-    let n = if class.pod.hostname_anti_affinity {
-        n.min(1)
-    } else {
-        n
-    };
+    let n = n.min(class.pod.per_node_max.unwrap_or(u32::MAX));
     // A pod with a deadline stays off spot once its slack no longer covers
     // what spot may still cost it.
     if n > 0 && c.offering.capacity_type == crate::catalog::CapacityType::Spot {

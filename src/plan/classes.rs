@@ -41,7 +41,7 @@ struct Key {
     affinity: NodeAffinity,
     tolerations: Vec<Toleration>,
     zone_spread: Option<ZoneSpread>,
-    anti: bool,
+    per_node_max: Option<u32>,
     group: Option<GroupRef>,
     lost_ms: u64,
     /// Expected run time in steps of 10% (pods within one step share the
@@ -67,7 +67,7 @@ pub fn classify(pods: &[Pod], which: &[usize], now: Option<Time>) -> Vec<Class> 
             affinity: p.affinity.clone(),
             tolerations,
             zone_spread: p.zone_spread.clone(),
-            anti: p.hostname_anti_affinity,
+            per_node_max: p.per_node_max,
             group: p.group.clone(),
             lost_ms: (exposure.lost_hours * 3_600_000.0) as u64,
             runtime_step: ((exposure.runtime_hours * 3600.0).max(1.0).ln() * 10.0).round() as i64,

@@ -65,9 +65,8 @@ pub fn node_cost<'a>(
 /// the node: the copies of its requests that fit, 1 with hostname
 /// anti-affinity (it has the node to itself), at least 1.
 pub fn pods_like_it(pod: &Pod, c: &Candidate) -> u32 {
-    if pod.hostname_anti_affinity {
-        1
-    } else {
-        pod.requests.copies_in(&c.allocatable).max(1)
-    }
+    pod.requests
+        .copies_in(&c.allocatable)
+        .min(pod.per_node_max.unwrap_or(u32::MAX))
+        .max(1)
 }

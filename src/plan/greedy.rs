@@ -12,8 +12,10 @@
 //! rules):
 //! - node selectors and required node affinity, taints and tolerations
 //!   (`pack::compatible`), on existing and new nodes;
-//! - required pod anti-affinity on the hostname: pods of one anti-affinity
-//!   key never share a node;
+//! - required pod anti-affinity and `DoNotSchedule` topology spread on the
+//!   hostname: at most [`Pod::per_node_max`] pods of one anti-affinity key
+//!   share a node (Karpenter counts hostname spread over new nodes the
+//!   same way: each starts empty);
 //! - zone topology spread (`DoNotSchedule`; `ScheduleAnyway` is a preference
 //!   and is read as none, as by the MIP): a pod that spreads goes only to a
 //!   zone where it keeps the skew within `maxSkew` (over the zones it could
@@ -168,14 +170,14 @@ pub fn plan(input: &Input, allocation: Allocation) -> Plan {
     // (requests, affinity, tolerations) is: room only shrinks as pods land,
     // so a node that did not take a pod of a shape takes no later one of it,
     // and thousands of like pods cost one scan of the nodes, not one each.
-    // Pods with hostname anti-affinity scan from the first node.
+    // Pods with a per-node cap scan from the first node.
     let mut first_fit: HashMap<(&Resources, &NodeAffinity, &[Toleration]), usize> = HashMap::new();
     'pods: for i in order {
         let p = &pods[i];
         let shape = (&p.requests, &p.affinity, p.tolerations.as_slice());
-        let from = match p.hostname_anti_affinity {
-            false => first_fit.get(&shape).copied().unwrap_or(0),
-            true => 0,
+        let from = match p.per_node_max {
+            None => first_fit.get(&shape).copied().unwrap_or(0),
+            Some(_) => 0,
         };
         let at = (from..input.nodes.len()).find(|&n| {
             let node = input.nodes[n];
@@ -183,7 +185,7 @@ pub fn plan(input: &Input, allocation: Allocation) -> Plan {
                 && pack::compatible(p, &node.labels, &node.taints)
                 && existing[n].fits(p)
         });
-        if !p.hostname_anti_affinity {
+        if p.per_node_max.is_none() {
             first_fit.insert(shape, at.unwrap_or(input.nodes.len()));
         }
         if let Some(n) = at {
@@ -415,12 +417,17 @@ impl Spread {
     }
 }
 
+/// Whether `p` keeps its per-node cap on the node `b`.
 fn anti_ok(b: &Building, p: &Pod, pods: &[Pod]) -> bool {
-    let key = pack::anti_affinity_key(p);
-    key.is_none()
-        || b.pods
-            .iter()
-            .all(|j| pack::anti_affinity_key(&pods[*j]) != key)
+    let Some(key) = pack::anti_affinity_key(p) else {
+        return true;
+    };
+    let cap = p.per_node_max.unwrap_or(u32::MAX) as usize;
+    b.pods
+        .iter()
+        .filter(|j| pack::anti_affinity_key(&pods[**j]).as_ref() == Some(&key))
+        .count()
+        < cap
 }
 
 fn room(options: &[usize], cands: &[Candidate]) -> Resources {

@@ -8,14 +8,13 @@ use crate::cluster::requirements::{NodeAffinity, Toleration};
 use crate::cluster::resources::{CPU, MEMORY};
 use crate::cluster::{NodeState, Pod, Resources, Taint};
 use crate::labels as l;
-use std::collections::{BTreeSet, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 
-/// The identity of a pod for hostname anti-affinity: pods with the same key
-/// never share a node.
+/// The identity of a pod's set for its per-node cap
+/// ([`Pod::per_node_max`]): at most that many pods with the same key share
+/// a node.
 pub fn anti_affinity_key(pod: &Pod) -> Option<String> {
-    if !pod.hostname_anti_affinity {
-        return None;
-    }
+    pod.per_node_max?;
     Some(match &pod.group {
         Some(g) => g.name.clone(),
         None => format!("{:?}", pod.labels),
@@ -29,7 +28,8 @@ pub struct Bin {
     pub free: Resources,
     /// Pods placed, by index.
     pub pods: Vec<usize>,
-    anti: BTreeSet<String>,
+    /// Pods per [`anti_affinity_key`] on the node.
+    anti: BTreeMap<String, u32>,
 }
 
 impl Bin {
@@ -38,14 +38,16 @@ impl Bin {
         Bin {
             free,
             pods: Vec::new(),
-            anti: BTreeSet::new(),
+            anti: BTreeMap::new(),
         }
     }
 
-    /// Whether `pod` fits by resources and anti-affinity.
+    /// Whether `pod` fits by resources and its per-node cap.
     pub fn fits(&self, pod: &Pod) -> bool {
         pod.requests.fits_in(&self.free)
-            && anti_affinity_key(pod).is_none_or(|k| !self.anti.contains(&k))
+            && anti_affinity_key(pod).is_none_or(|k| {
+                self.anti.get(&k).copied().unwrap_or(0) < pod.per_node_max.unwrap_or(u32::MAX)
+            })
     }
 
     /// Places `pod` (index `i`); the caller checked [`Bin::fits`].
@@ -53,7 +55,7 @@ impl Bin {
         self.free.sub(&pod.requests);
         self.pods.push(i);
         if let Some(k) = anti_affinity_key(pod) {
-            self.anti.insert(k);
+            *self.anti.entry(k).or_default() += 1;
         }
     }
 
@@ -63,7 +65,12 @@ impl Bin {
         self.free.add(&pod.requests);
         self.pods.pop();
         if let Some(k) = anti_affinity_key(pod) {
-            self.anti.remove(&k);
+            if let Some(n) = self.anti.get_mut(&k) {
+                *n -= 1;
+                if *n == 0 {
+                    self.anti.remove(&k);
+                }
+            }
         }
     }
 }

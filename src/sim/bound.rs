@@ -337,7 +337,12 @@ pub fn lower_bound(
     let mut unservable = 0;
     // Pods of one shape and the same constraints cost the same per hour:
     // long runs have many jobs and few shapes.
-    type Shape<'p> = (&'p Resources, &'p [Toleration], &'p NodeAffinity, bool);
+    type Shape<'p> = (
+        &'p Resources,
+        &'p [Toleration],
+        &'p NodeAffinity,
+        Option<u32>,
+    );
     let mut index: HashMap<Shape, usize> = HashMap::new();
     // Each shape's pod, hours and jobs.
     let mut shapes: Vec<(&Pod, f64)> = Vec::new();
@@ -355,7 +360,7 @@ pub fn lower_bound(
             &pod.requests,
             pod.tolerations.as_slice(),
             &pod.affinity,
-            pod.hostname_anti_affinity,
+            pod.per_node_max,
         );
         let s = *index.entry(shape).or_insert_with(|| {
             shapes.push((pod, 0.0));

@@ -303,7 +303,8 @@ pub fn instance(source: &Source, seed: u64) -> Instance {
                 selector: format!("t/app={c}"),
             });
         } else if shape < 6 {
-            p.hostname_anti_affinity = true;
+            // Anti-affinity (one per node) or a hostname spread of skew 2.
+            p.per_node_max = Some(if c % 2 == 0 { 1 } else { 2 });
             p.labels.insert("app".into(), format!("a{c}"));
         }
         for i in 0..count {
@@ -389,7 +390,8 @@ impl<'a> Rules<'a> {
     fn node_cost(&self, o: usize, counts: &[usize]) -> Option<f64> {
         let c = &self.cands[o];
         let mut total = Resources::new();
-        let mut anti: BTreeMap<String, usize> = BTreeMap::new();
+        // Per anti-affinity key: pods on the node, and the least cap among them.
+        let mut anti: BTreeMap<String, (usize, usize)> = BTreeMap::new();
         let mut members: Vec<&Pod> = Vec::new();
         for (ci, &n) in counts.iter().enumerate() {
             if n == 0 {
@@ -404,10 +406,12 @@ impl<'a> Rules<'a> {
                 members.push(pod);
             }
             if let Some(k) = pack::anti_affinity_key(pod) {
-                *anti.entry(k).or_default() += n;
+                let cap = pod.per_node_max.unwrap_or(u32::MAX) as usize;
+                let e = anti.entry(k).or_insert((0, cap));
+                *e = (e.0 + n, e.1.min(cap));
             }
         }
-        if !total.fits_in(&c.allocatable) || anti.values().any(|n| *n > 1) {
+        if !total.fits_in(&c.allocatable) || anti.values().any(|(n, cap)| n > cap) {
             return None;
         }
         Some(cost::node_cost(self.input, c, members, self.opts.idle_accelerator_charge).total())

@@ -99,7 +99,7 @@ impl PodShape {
             affinity,
             tolerations,
             zone_spread,
-            hostname_anti_affinity,
+            per_node_max,
             group,
             required_topology,
             network_block,
@@ -118,7 +118,7 @@ impl PodShape {
         let bits = |s: &Option<f64>| s.map(f64::to_bits);
         (
             (name, requests, affinity, tolerations, zone_spread),
-            (hostname_anti_affinity, group, deadline, checkpoints, labels),
+            (per_node_max, group, deadline, checkpoints, labels),
             (holds_work, not_placeable, resource_claims),
             (required_topology, network_block),
             devices.as_ref().map(std::sync::Arc::as_ptr),

@@ -24,7 +24,7 @@ pub(super) type Patterns = BTreeMap<usize, Vec<Vec<u32>>>;
 
 /// The maximal patterns of one node of candidate `o`: how many pods of each
 /// class of the tier (by index into `work`; 0 for classes that cannot use
-/// `o`) one node holds, by resources and hostname anti-affinity, such that
+/// `o`) one node holds, by resources and per-node caps, such that
 /// no class could take one more (within its pods in the tier). Any set of
 /// pods that fits one node is covered by one of them, so counting nodes by
 /// these patterns is exact where aggregate capacity rows are optimistic (two
@@ -52,13 +52,18 @@ fn node_patterns(
             if self.counts[wi] >= most || !used.plus(&pod.requests).fits_in(self.alloc) {
                 return false;
             }
-            // Hostname anti-affinity: one pod per key on a node.
+            // A per-node cap (hostname anti-affinity or spread): at most
+            // that many pods of one key on a node.
             let Some(key) = pack::anti_affinity_key(pod) else {
                 return true;
             };
-            !self.members.iter().any(|&(wj, q, _)| {
-                self.counts[wj] > 0 && pack::anti_affinity_key(q).as_ref() == Some(&key)
-            })
+            let same: u32 = self
+                .members
+                .iter()
+                .filter(|&&(_, q, _)| pack::anti_affinity_key(q).as_ref() == Some(&key))
+                .map(|&(wj, _, _)| self.counts[wj])
+                .sum();
+            same < pod.per_node_max.unwrap_or(u32::MAX)
         }
 
         fn go(&mut self, m: usize, used: crate::cluster::Resources) -> Option<()> {
