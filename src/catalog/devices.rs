@@ -778,7 +778,12 @@ fn share(t: &mut DeviceTemplate, shares: u32) {
                 (v / f64::from(shares) / f64::from(1u32 << 20)).floor()
             )
         } else {
-            format!("{}m", (v * 1000.0 / f64::from(shares)).floor())
+            let milli = (v * 1000.0 / f64::from(shares)).floor();
+            if milli % 1000.0 == 0.0 {
+                format!("{}", milli / 1000.0)
+            } else {
+                format!("{milli}m")
+            }
         };
         policies.insert(
             name.clone(),
@@ -1024,7 +1029,7 @@ instanceTypes:
             ("20480Mi", Some("20480Mi"))
         );
         let threads = &shared.policies["gpu.nvidia.com/activeThreadPercentage"];
-        assert_eq!(threads.default.as_deref(), Some("25000m"));
+        assert_eq!(threads.default.as_deref(), Some("25"));
         assert!(gpu.source.contains("KEP-5075"), "{}", gpu.source);
         // Whole GPUs are not shareable.
         let whole = DeviceData::embedded().templates(it, GpuLayout::Whole);
