@@ -43,6 +43,29 @@ fn example_plan(strategy: &str) -> serde_json::Value {
 }
 
 #[test]
+fn four_quarter_gpu_claims_plan_one_shared_gpu_of_the_mps_pool() {
+    let v = json(&qm(&[
+        "plan",
+        "--pods",
+        "deploy/examples/plan/dra-shared.yaml",
+        "--nodepools",
+        "deploy/examples/plan/nodepools-mps.yaml",
+        "--output",
+        "json",
+        "--time-limit-ms",
+        "20000",
+    ]));
+    assert!(v["unschedulable"].as_array().unwrap().is_empty(), "{v:#}");
+    let nodes = v["nodes"].as_array().unwrap();
+    assert_eq!(nodes.len(), 1, "{v:#}");
+    assert_eq!(nodes[0]["pods"].as_array().unwrap().len(), 4);
+    assert_eq!(
+        nodes[0]["labels"]["quartermaster.dev/gpu-count"], "1",
+        "{v:#}"
+    );
+}
+
+#[test]
 fn plan_json_places_every_example_pod_with_the_documented_keys() {
     for strategy in ["mip", "greedy"] {
         let v = example_plan(strategy);

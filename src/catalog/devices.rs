@@ -93,13 +93,26 @@ pub struct DeviceTemplate {
     pub capacity: BTreeMap<String, String>,
     /// Where the template's facts come from.
     pub source: String,
+    /// Set when the devices are shareable (`allowMultipleAllocations`).
+    pub shared: Option<Shared>,
 }
 
 impl DeviceTemplate {
     /// The resource the planner counts these devices in: `<driver>/<kind>`
-    /// (`gpu.nvidia.com/gpu`), one unit per device.
+    /// (`gpu.nvidia.com/gpu`), one unit per device; for shareable devices
+    /// `<driver>/<kind>.shared`, one unit per share (as the device
+    /// plugin's shared GPUs are `nvidia.com/gpu.shared`).
     pub fn resource(&self) -> String {
-        resource_name(&self.driver, &self.kind)
+        match &self.shared {
+            None => resource_name(&self.driver, &self.kind),
+            Some(_) => resource_name(&self.driver, &format!("{}.shared", self.kind)),
+        }
+    }
+
+    /// Units of [`DeviceTemplate::resource`] on one node: its devices, or
+    /// their shares.
+    pub fn units(&self) -> i64 {
+        i64::from(self.count) * self.shared.as_ref().map_or(1, |s| i64::from(s.shares))
     }
 
     /// The attribute of that qualified name, looking an unqualified name up
@@ -123,6 +136,74 @@ pub fn qualified(domain: &str, name: &str) -> String {
     } else {
         format!("{domain}/{name}")
     }
+}
+
+/// How a node's NVIDIA GPUs are published: whole, partitioned into one
+/// MIG profile, or whole and shareable by several claims (consumable
+/// capacity, KEP-5075), each device counted in `shares` shares.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+pub enum GpuLayout<'a> {
+    /// One claim per GPU.
+    #[default]
+    Whole,
+    /// Every GPU partitioned into this MIG profile (`1g.10gb`).
+    Mig(&'a str),
+    /// Every GPU shared (MPS): published with `allowMultipleAllocations`
+    /// and its memory and thread share consumable, in steps of
+    /// 1/`shares` of the GPU.
+    Shared(u32),
+}
+
+impl<'a> From<Option<&'a str>> for GpuLayout<'a> {
+    fn from(mig_profile: Option<&'a str>) -> Self {
+        mig_profile.map_or(GpuLayout::Whole, GpuLayout::Mig)
+    }
+}
+
+/// `validRange` of a capacity's request policy (`resource.k8s.io/v1`
+/// `CapacityRequestPolicyRange`), quantities as written.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct ValidRange {
+    /// The least a request consumes (smaller requests are rounded up to it).
+    pub min: String,
+    /// The most a request may consume.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max: Option<String>,
+    /// Requests are rounded up to `min + n * step`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub step: Option<String>,
+}
+
+/// How requests consume a capacity of a shareable device
+/// (`resource.k8s.io/v1` `CapacityRequestPolicy`), quantities as written.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Hash, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct RequestPolicy {
+    /// What a request that names no amount of the capacity consumes (the
+    /// whole capacity when unset).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub default: Option<String>,
+    /// The range requests are rounded into.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub valid_range: Option<ValidRange>,
+    /// The amounts a request may consume, ascending: a request is rounded
+    /// up to the least that covers it.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub valid_values: Vec<String>,
+}
+
+/// A shareable device (`allowMultipleAllocations: true`): several
+/// requests, of several claims and pods, each consume part of its
+/// capacities (KEP-5075 consumable capacity).
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct Shared {
+    /// The shares the planner counts one device in: a request is charged
+    /// the shares that cover what it consumes of the device's most
+    /// consumed capacity, rounded up.
+    pub shares: u32,
+    /// Request policies by qualified capacity name.
+    pub policies: BTreeMap<String, RequestPolicy>,
 }
 
 /// One NVIDIA GPU model as the driver describes it.
@@ -246,6 +327,20 @@ pub struct TemplateSpec {
     /// Capacities, as Kubernetes quantities.
     #[serde(default)]
     pub capacity: BTreeMap<String, String>,
+    /// The devices are shareable (`allowMultipleAllocations`): several
+    /// requests consume parts of their capacities.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub allow_multiple_allocations: bool,
+    /// Shareable devices: how a request consumes each capacity (by
+    /// capacity name; a capacity without one is consumed whole unless a
+    /// request names an amount).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub request_policy: BTreeMap<String, RequestPolicy>,
+    /// Shareable devices: the shares the planner counts one device in
+    /// (default 1: each request charged a whole device, which never
+    /// overcommits and never packs two on one device).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub shares: Option<u32>,
     /// Where the facts come from.
     #[serde(default)]
     pub source: Option<String>,
@@ -330,6 +425,29 @@ impl DeviceData {
                 for (k, q) in &t.capacity {
                     quantity(format!("{at}.capacity[{k}]"), q, &mut out);
                 }
+                for (k, p) in &t.request_policy {
+                    let at = format!("{at}.requestPolicy[{k}]");
+                    if !t.allow_multiple_allocations {
+                        out.push(format!("{at}: only shareable devices (allowMultipleAllocations) have request policies"));
+                    }
+                    if !t.capacity.contains_key(k) {
+                        out.push(format!("{at}: names no capacity of the template"));
+                    }
+                    for (i, v) in p.valid_values.iter().enumerate() {
+                        quantity(format!("{at}.validValues[{i}]"), v, &mut out);
+                    }
+                    if let Some(d) = &p.default {
+                        quantity(format!("{at}.default"), d, &mut out);
+                    }
+                    if let Some(r) = &p.valid_range {
+                        quantity(format!("{at}.validRange.min"), &r.min, &mut out);
+                        for (f, v) in [("max", &r.max), ("step", &r.step)] {
+                            if let Some(v) = v {
+                                quantity(format!("{at}.validRange.{f}"), v, &mut out);
+                            }
+                        }
+                    }
+                }
                 for (k, v) in &t.attributes {
                     if let AttributeValue::Version { version } = v {
                         if semver_of(version).is_none() {
@@ -397,18 +515,26 @@ impl DeviceData {
         out
     }
 
-    /// The device templates of a node of `it`, with its GPUs partitioned
-    /// into `mig_profile` when one is given (and the GPU supports it):
-    /// NVIDIA GPUs (or their MIG partitions), Neuron devices, EFA
+    /// The device templates of a node of `it`, its GPUs laid out as
+    /// `layout` says (partitioned into a MIG profile the GPU supports, or
+    /// shared): NVIDIA GPUs (or their MIG partitions), Neuron devices, EFA
     /// interfaces, then the type's templates written out in full, each
     /// replacing the generated one of its driver and kind.
-    pub fn templates(&self, it: &InstanceType, mig_profile: Option<&str>) -> Vec<DeviceTemplate> {
+    pub fn templates(&self, it: &InstanceType, layout: GpuLayout<'_>) -> Vec<DeviceTemplate> {
         let mut out = Vec::new();
         let roots = self.pcie_roots(it);
         if let (Some(acc), Some(nv)) = (&it.accelerator, &self.nvidia) {
             if acc.kind == AcceleratorKind::Gpu && acc.manufacturer == "NVIDIA" {
                 if let Some(g) = nv.gpus.iter().find(|g| g.matches(acc)) {
-                    out.push(nvidia_template(nv, g, acc, roots, mig_profile));
+                    let mig = match layout {
+                        GpuLayout::Mig(p) => Some(p),
+                        _ => None,
+                    };
+                    let mut t = nvidia_template(nv, g, acc, roots, mig);
+                    if let GpuLayout::Shared(shares) = layout {
+                        share(&mut t, shares);
+                    }
+                    out.push(t);
                 }
             }
         }
@@ -491,6 +617,14 @@ impl TemplateSpec {
                 .source
                 .clone()
                 .unwrap_or_else(|| format!("written out for {instance_type} in the device data")),
+            shared: self.allow_multiple_allocations.then(|| Shared {
+                shares: self.shares.unwrap_or(1).max(1),
+                policies: self
+                    .request_policy
+                    .iter()
+                    .map(|(k, v)| (qualified(&self.driver, k), v.clone()))
+                    .collect(),
+            }),
         }
     }
 }
@@ -608,7 +742,67 @@ fn nvidia_template(
         attributes,
         capacity,
         source,
+        shared: None,
     }
+}
+
+/// The capacity of a shared GPU that MPS's active thread percentage
+/// limits (`CUDA_MPS_ACTIVE_THREAD_PERCENTAGE`): 100 per GPU.
+pub const THREAD_SHARE: &str = "activeThreadPercentage";
+
+/// A whole GPU made shareable, as an MPS pool's GPUs are published under
+/// DRA: `allowMultipleAllocations`, and two consumable capacities, its
+/// `memory` and its [`THREAD_SHARE`] (100), each consumed in steps of
+/// 1/`shares` of the GPU; a request that names no amount of one takes
+/// one step of it, as each MPS client of the device plugin gets 1/replicas
+/// of the memory and threads. Source: Kubernetes `resource.k8s.io/v1`
+/// consumable capacity (KEP-5075: `Device.allowMultipleAllocations`,
+/// `DeviceCapacity.requestPolicy`); the NVIDIA DRA driver publishes
+/// `memory` for every GPU, while the name of a thread-share capacity is
+/// ours (the driver's shared-GPU capacities are not documented yet; see
+/// `docs/dra.md`).
+fn share(t: &mut DeviceTemplate, shares: u32) {
+    let shares = shares.max(1);
+    let d = t.driver.clone();
+    t.capacity.insert(qualified(&d, THREAD_SHARE), "100".into());
+    let mut policies = BTreeMap::new();
+    for (name, value) in &t.capacity {
+        let Ok(v) = crate::api::parse_quantity(value) else {
+            continue;
+        };
+        // One share, in the capacity's unit, rounded down so that `shares`
+        // steps fit in the device.
+        let step = if name.ends_with("/memory") {
+            format!(
+                "{}Mi",
+                (v / f64::from(shares) / f64::from(1u32 << 20)).floor()
+            )
+        } else {
+            let milli = (v * 1000.0 / f64::from(shares)).floor();
+            if milli % 1000.0 == 0.0 {
+                format!("{}", milli / 1000.0)
+            } else {
+                format!("{milli}m")
+            }
+        };
+        policies.insert(
+            name.clone(),
+            RequestPolicy {
+                default: Some(step.clone()),
+                valid_range: Some(ValidRange {
+                    min: step.clone(),
+                    max: Some(value.clone()),
+                    step: Some(step),
+                }),
+                valid_values: Vec::new(),
+            },
+        );
+    }
+    t.shared = Some(Shared { shares, policies });
+    t.source = format!(
+        "{}; shared (MPS, {shares} shares per GPU): allowMultipleAllocations with consumable memory and {THREAD_SHARE} (Kubernetes KEP-5075; the {THREAD_SHARE} name is Quartermaster's)",
+        t.source
+    );
 }
 
 fn neuron_template(
@@ -637,6 +831,7 @@ fn neuron_template(
         attributes,
         capacity: BTreeMap::new(),
         source: n.source.clone(),
+        shared: None,
     }
 }
 
@@ -665,6 +860,7 @@ fn efa_template(e: &EfaFacts, count: u32, roots: Option<(u32, &str)>) -> DeviceT
         attributes,
         capacity: BTreeMap::new(),
         source,
+        shared: None,
     }
 }
 
@@ -676,7 +872,7 @@ mod tests {
     fn templates(name: &str, mig: Option<&str>) -> Vec<DeviceTemplate> {
         let catalog = Catalog::embedded().unwrap();
         let it = catalog.instance_type(name).unwrap();
-        DeviceData::embedded().templates(it, mig)
+        DeviceData::embedded().templates(it, mig.into())
     }
 
     fn known_string(t: &DeviceTemplate, name: &str) -> String {
@@ -778,7 +974,10 @@ instanceTypes:
         .unwrap();
         let data = DeviceData::embedded().merged(&extra);
         let catalog = Catalog::embedded().unwrap();
-        let ts = data.templates(catalog.instance_type("p5.48xlarge").unwrap(), None);
+        let ts = data.templates(
+            catalog.instance_type("p5.48xlarge").unwrap(),
+            GpuLayout::Whole,
+        );
         let gpu = ts.iter().find(|t| t.driver == NVIDIA_DRIVER).unwrap();
         assert_eq!(gpu.capacity["gpu.nvidia.com/memory"], "81559Mi");
         let efa: Vec<&DeviceTemplate> = ts.iter().filter(|t| t.driver == EFA_DRIVER).collect();
@@ -805,6 +1004,72 @@ instanceTypes:
         assert!(e.contains("count: must be at least 1"), "{e}");
         assert!(e.contains("\"lots\" is not a Kubernetes quantity"), "{e}");
         assert!(e.contains("line 3"), "{e}");
+    }
+
+    #[test]
+    fn an_mps_pools_gpus_are_published_shareable_in_its_shares() {
+        let catalog = Catalog::embedded().unwrap();
+        let it = catalog.instance_type("p5.4xlarge").unwrap();
+        let ts = DeviceData::embedded().templates(it, GpuLayout::Shared(4));
+        let gpu = ts.iter().find(|t| t.driver == NVIDIA_DRIVER).unwrap();
+        let shared = gpu.shared.as_ref().unwrap();
+        assert_eq!((gpu.kind.as_str(), gpu.count, shared.shares), ("gpu", 1, 4));
+        assert_eq!(gpu.resource(), "gpu.nvidia.com/gpu.shared");
+        assert_eq!(gpu.units(), 4);
+        assert_eq!(gpu.capacity["gpu.nvidia.com/activeThreadPercentage"], "100");
+        let memory = &shared.policies["gpu.nvidia.com/memory"];
+        assert_eq!(
+            memory.default.as_deref(),
+            Some("20480Mi"),
+            "a quarter of 80 GiB"
+        );
+        let range = memory.valid_range.as_ref().unwrap();
+        assert_eq!(
+            (range.min.as_str(), range.step.as_deref()),
+            ("20480Mi", Some("20480Mi"))
+        );
+        let threads = &shared.policies["gpu.nvidia.com/activeThreadPercentage"];
+        assert_eq!(threads.default.as_deref(), Some("25"));
+        assert!(gpu.source.contains("KEP-5075"), "{}", gpu.source);
+        // Whole GPUs are not shareable.
+        let whole = DeviceData::embedded().templates(it, GpuLayout::Whole);
+        assert!(whole.iter().all(|t| t.shared.is_none()));
+    }
+
+    #[test]
+    fn a_written_out_template_may_be_shareable_with_its_own_policies() {
+        let data = DeviceData::parse(
+            "devices.yaml",
+            r#"
+instanceTypes:
+  x.large:
+  - driver: gpu.example.com
+    kind: gpu
+    count: 2
+    capacity: {memory: 40Gi}
+    allowMultipleAllocations: true
+    shares: 2
+    requestPolicy:
+      memory: {default: 20Gi, validValues: [20Gi, 40Gi]}
+"#,
+        )
+        .unwrap();
+        let t = data.instance_types["x.large"][0].template("x.large");
+        let shared = t.shared.unwrap();
+        assert_eq!(shared.shares, 2);
+        assert_eq!(
+            shared.policies["gpu.example.com/memory"].valid_values,
+            ["20Gi", "40Gi"]
+        );
+        let e = DeviceData::parse(
+            "devices.yaml",
+            "instanceTypes:\n  x.large:\n  - {driver: d, kind: k, count: 1, capacity: {memory: 1Gi}, requestPolicy: {cores: {default: lots}}}\n",
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(e.contains("only shareable devices"), "{e}");
+        assert!(e.contains("names no capacity of the template"), "{e}");
+        assert!(e.contains("\"lots\" is not a Kubernetes quantity"), "{e}");
     }
 
     #[test]

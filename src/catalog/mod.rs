@@ -18,7 +18,7 @@ pub mod topology;
 mod types;
 mod zones;
 
-pub use devices::{DeviceData, DeviceTemplate};
+pub use devices::{DeviceData, DeviceTemplate, GpuLayout};
 pub use embedded::EMBEDDED;
 pub use labels::{gfd_product, gpu_short_name, instance_type_labels, INSTANCE_TYPE_KEYS};
 pub use market::{MarketModel, MarketParams, PoolFacts, PoolMarket};
@@ -292,15 +292,16 @@ impl Catalog {
     }
 
     /// The devices the DRA drivers would publish on a node of `it`, its
-    /// GPUs partitioned into `mig_profile` if given ([`DeviceData::templates`]).
+    /// GPUs laid out as `layout` says (whole, partitioned into a MIG
+    /// profile, or shared: [`DeviceData::templates`]).
     pub fn device_templates(
         &self,
         it: &InstanceType,
-        mig_profile: Option<&str>,
+        layout: devices::GpuLayout<'_>,
     ) -> Vec<DeviceTemplate> {
         match &self.devices {
-            Some(d) => d.templates(it, mig_profile),
-            None => DeviceData::embedded().templates(it, mig_profile),
+            Some(d) => d.templates(it, layout),
+            None => DeviceData::embedded().templates(it, layout),
         }
     }
 

@@ -93,6 +93,16 @@ struct ListArgs {
     /// pool with `gpuSharing: {mode: Mig}` has them), e.g. `1g.10gb`.
     #[arg(long, value_name = "PROFILE", requires = "devices")]
     mig_profile: Option<String>,
+    /// With `--devices`: the GPUs shared in this many shares (as a pool
+    /// with `gpuSharing: {mode: Mps, replicas: N}` publishes them under
+    /// DRA: consumable memory and thread share).
+    #[arg(
+        long,
+        value_name = "N",
+        requires = "devices",
+        conflicts_with = "mig_profile"
+    )]
+    gpu_shares: Option<u32>,
     /// Device data laid over the embedded data (the form of
     /// `pricing-data/dra-devices.yaml`, as the controller reads it from its
     /// device ConfigMap): templates for types or models the catalog does
@@ -156,7 +166,11 @@ fn run_devices(args: &ListArgs) -> anyhow::Result<ExitCode> {
             quartermaster::api::read::did_you_mean(name, names.into_iter()).unwrap_or_default();
         anyhow::bail!("unknown instance type {name:?}{hint}");
     };
-    let templates = catalog.device_templates(it, args.mig_profile.as_deref());
+    let layout = match args.gpu_shares {
+        Some(n) => quartermaster::catalog::GpuLayout::Shared(n),
+        None => args.mig_profile.as_deref().into(),
+    };
+    let templates = catalog.device_templates(it, layout);
     let mut out = std::io::stdout().lock();
     match args.output {
         Output::Json => {
@@ -205,8 +219,22 @@ fn devices_text(instance_type: &str, templates: &[DeviceTemplate]) -> String {
                 }
             };
         }
+        if let Some(shared) = &t.shared {
+            let _ = writeln!(
+                s,
+                "  allowMultipleAllocations: shared by claims, {} shares per device",
+                shared.shares
+            );
+        }
         for (name, q) in &t.capacity {
             let _ = writeln!(s, "  capacity {name} = {q}");
+            if let Some(p) = t.shared.as_ref().and_then(|sh| sh.policies.get(name)) {
+                let _ = writeln!(
+                    s,
+                    "    requestPolicy {}",
+                    serde_json::to_string(p).unwrap_or_default()
+                );
+            }
         }
         let _ = writeln!(s, "  source: {}", t.source);
     }
@@ -234,6 +262,9 @@ fn template_json(t: &DeviceTemplate) -> serde_json::Value {
         "resource": t.resource(),
         "attributes": attributes,
         "capacity": t.capacity,
+        "allowMultipleAllocations": t.shared.is_some(),
+        "shares": t.shared.as_ref().map(|s| s.shares),
+        "requestPolicy": t.shared.as_ref().map(|s| &s.policies),
         "source": t.source,
     })
 }

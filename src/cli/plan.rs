@@ -129,7 +129,9 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         n.resolve_zone(&catalog, &args.region);
     }
     // DRA claims matched against the files' DeviceClasses and claims.
-    Resolver::new().attach(&mut pods, &dra, &catalog);
+    Resolver::new()
+        .share_gpus(pools.iter().filter_map(|p| p.dra_gpu_shares))
+        .attach(&mut pods, &dra, &catalog);
     // A badly annotated pod is planned without the annotation, and said so
     // (on stderr, so that JSON output stays parseable).
     for i in &ignored {

@@ -459,13 +459,13 @@ impl SimulatedCloud {
     /// The ResourceSlices the DRA drivers of the instance of `claim`
     /// publish once it is Ready, for the drivers `runs` says its node runs:
     /// its type's device templates in the catalog (its GPUs partitioned
-    /// into `mig_profile` where its pool does so) as devices
+    /// into a MIG profile or shared where its pool does so) as devices
     /// ([`resource_slices`], named by the claim). None for an unknown
     /// claim.
     pub fn resource_slices(
         &self,
         claim: &str,
-        mig_profile: Option<&str>,
+        layout: crate::catalog::GpuLayout<'_>,
         runs: &dyn Fn(&str) -> bool,
     ) -> Vec<k8s_openapi::api::resource::v1::ResourceSlice> {
         let Some(it) = self
@@ -476,7 +476,7 @@ impl SimulatedCloud {
         };
         let templates: Vec<_> = self
             .catalog
-            .device_templates(it, mig_profile)
+            .device_templates(it, layout)
             .into_iter()
             .filter(|t| runs(&t.driver))
             .collect();

@@ -55,6 +55,10 @@ pub struct Pool {
     pub dra_drivers: Option<Vec<String>>,
     /// How DRA `firstAvailable` alternatives are chosen for its nodes.
     pub first_available: crate::api::FirstAvailable,
+    /// Shares per GPU when its GPUs are shared by MPS: nodes launched for
+    /// DRA claims publish them shareable (consumable capacity, in steps of
+    /// one share), as the device plugin offers `replicas` MPS clients.
+    pub dra_gpu_shares: Option<u32>,
 }
 
 impl Pool {
@@ -63,6 +67,16 @@ impl Pool {
         self.dra_drivers
             .as_ref()
             .is_none_or(|d| d.iter().any(|x| x == driver))
+    }
+
+    /// How its nodes' GPUs are published to DRA: partitioned into its MIG
+    /// profile, shared (MPS), or whole.
+    pub fn gpu_layout(&self) -> crate::catalog::GpuLayout<'_> {
+        match (&self.sharing, self.dra_gpu_shares) {
+            (GpuSharing::Mig { profile }, _) => crate::catalog::GpuLayout::Mig(profile),
+            (_, Some(shares)) => crate::catalog::GpuLayout::Shared(shares),
+            _ => crate::catalog::GpuLayout::Whole,
+        }
     }
 }
 
@@ -85,6 +99,7 @@ impl Pool {
             efa: false,
             dra_drivers: None,
             first_available: crate::api::FirstAvailable::InOrder,
+            dra_gpu_shares: None,
         }
     }
 }
@@ -162,6 +177,7 @@ impl Pool {
             efa: spec.template.spec.efa,
             dra_drivers: spec.dra.drivers.clone(),
             first_available: spec.dra.first_available,
+            dra_gpu_shares: spec.gpu_sharing.dra_gpu_shares(),
             name,
         })
     }
@@ -208,6 +224,14 @@ mod tests {
             assert_eq!(
                 pool.sharing,
                 GpuSharing::TimeSlicing { replicas: 4 },
+                "{mode}"
+            );
+            // Under DRA only MPS's GPUs are shareable: time slicing
+            // isolates no memory, so it has no capacity to consume.
+            let layout = (mode == "Mps").then_some(crate::catalog::GpuLayout::Shared(4));
+            assert_eq!(
+                pool.gpu_layout(),
+                layout.unwrap_or(crate::catalog::GpuLayout::Whole),
                 "{mode}"
             );
         }

@@ -135,8 +135,9 @@ pub fn plugin_resources_of(driver: &str, resource: &str) -> bool {
 
 /// A node's resources when it serves the devices of `templates` through
 /// their DRA drivers: the device plugin's resources for those devices
-/// removed ([`plugin_resources_of`]), one unit of each template's resource
-/// per device added.
+/// removed ([`plugin_resources_of`]), each template's resource added: one
+/// unit per device, or per share of a shareable device
+/// ([`crate::catalog::DeviceTemplate::units`]).
 pub fn with_dra_devices(
     resources: &Resources,
     templates: &[crate::catalog::DeviceTemplate],
@@ -146,7 +147,7 @@ pub fn with_dra_devices(
         .filter(|(k, _)| !templates.iter().any(|t| plugin_resources_of(&t.driver, k)))
         .fold(Resources::new(), |r, (k, v)| r.with(k, v));
     for t in templates {
-        let v = r.get(&t.resource()) + i64::from(t.count);
+        let v = r.get(&t.resource()) + t.units();
         r.set(&t.resource(), v);
     }
     r

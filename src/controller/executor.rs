@@ -91,15 +91,17 @@ pub fn efa_interfaces(req: &ClaimRequest, world: &World, pods: &[&Pod]) -> Optio
 /// GPU sharing.
 pub fn dra_demand(req: &ClaimRequest, world: &World, pods: &[&Pod]) -> crate::cluster::Resources {
     let mut total = crate::cluster::Resources::new();
-    let mig = world
+    let pool = world
         .pools
         .iter()
         .find(|p| p.metadata.name.as_deref() == Some(req.nodepool.as_str()))
-        .and_then(|p| p.spec.gpu_sharing.mig_profile().map(str::to_string));
-    let shape = crate::cluster::dra::ShapeKey {
-        instance_type: req.offering.instance_type.clone(),
-        mig_profile: mig,
-    };
+        .and_then(|p| crate::cluster::Pool::from_api(p, crate::cluster::Resources::new()).ok());
+    let shape = crate::cluster::dra::ShapeKey::new(
+        &req.offering.instance_type,
+        pool.as_ref()
+            .map(crate::cluster::Pool::gpu_layout)
+            .unwrap_or_default(),
+    );
     let mut seen = std::collections::BTreeSet::new();
     for d in pods.iter().filter_map(|p| p.devices.as_ref()) {
         if !seen.insert(Arc::as_ptr(d)) {

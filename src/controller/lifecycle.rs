@@ -386,35 +386,32 @@ pub fn is_initialized(node: &NodeInfo, claim: &NodeClaim) -> bool {
         .iter()
         .all(|t| !node.has_taint(&t.key))
         && !node.has_taint(l::TAINT_UNREGISTERED);
-    let published = claim
+    let expected: crate::cluster::Resources = claim
         .spec
         .resources
         .iter()
-        .filter(|(k, _)| is_accelerator(k) || needs_driver(claim, k))
-        .filter(|(k, q)| crate::cluster::resources::canonical(k, &q.0).unwrap_or(0) > 0)
+        .filter_map(|(k, q)| Some((k, crate::cluster::resources::canonical(k, &q.0).ok()?)))
+        .filter(|(_, v)| *v > 0)
+        .fold(crate::cluster::Resources::new(), |r, (k, v)| r.with(k, v));
+    let plugin = expected
+        .iter()
+        .filter(|(k, _)| is_accelerator(k))
         .all(|(k, _)| node.allocatable.get(k) > 0);
-    node.ready && startup_gone && published
-}
-
-/// Whether `resource` is a device of a DRA driver the claim's node must
-/// have published before it is initialized.
-fn needs_driver(claim: &NodeClaim, resource: &str) -> bool {
-    use crate::catalog::devices::{EFA_DRIVER, NEURON_DRIVER, NVIDIA_DRIVER};
-    if claim.spec.labels.get(l::DRA).is_none_or(|v| v != "true") {
-        return false;
-    }
-    let Some((driver, _)) = resource.split_once('/') else {
-        return false;
+    // The same rule the simulator applies (`cluster::dra::drivers_published`),
+    // for the drivers the claim's pods need.
+    let dra = claim.spec.labels.get(l::DRA).is_none_or(|v| v != "true") || {
+        let listed = claim
+            .metadata
+            .annotations
+            .as_ref()
+            .and_then(|a| a.get(l::DRA_DRIVERS));
+        let drivers: Vec<&str> = match listed {
+            Some(list) => list.split(',').collect(),
+            None => crate::cluster::dra::DRIVERS.to_vec(),
+        };
+        crate::cluster::dra::drivers_published_by(&expected, &node.allocatable, &drivers)
     };
-    match claim
-        .metadata
-        .annotations
-        .as_ref()
-        .and_then(|a| a.get(l::DRA_DRIVERS))
-    {
-        Some(list) => list.split(',').any(|d| d == driver),
-        None => [NVIDIA_DRIVER, NEURON_DRIVER, EFA_DRIVER].contains(&driver),
-    }
+    node.ready && startup_gone && plugin && dra
 }
 
 fn condition_time(status: &NodeClaimStatus, type_: &str) -> Option<Time> {

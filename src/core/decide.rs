@@ -906,13 +906,9 @@ impl ManagedNode {
         let Some(it) = world.catalog.instance_type(&self.offering.instance_type) else {
             return;
         };
-        let mig = match &pool.sharing {
-            crate::cluster::GpuSharing::Mig { profile } => Some(profile.as_str()),
-            _ => None,
-        };
         let templates: Vec<_> = world
             .catalog
-            .device_templates(it, mig)
+            .device_templates(it, pool.gpu_layout())
             .into_iter()
             .filter(|t| pool.runs_dra_driver(&t.driver))
             .collect();

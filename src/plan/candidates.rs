@@ -134,8 +134,10 @@ pub fn candidates(input: &Input) -> Vec<Candidate> {
             .any(|d| shape::plugin_resources_of(d, k))
         })
         .collect();
-    let mut templates: std::collections::HashMap<(&str, Option<&str>), Vec<DeviceTemplate>> =
-        Default::default();
+    let mut templates: std::collections::HashMap<
+        (&str, crate::catalog::GpuLayout<'_>),
+        Vec<DeviceTemplate>,
+    > = Default::default();
     for (pi, pool) in pools.iter().enumerate() {
         // Requirements on labels only the instance type sets are checked once
         // per type, before any offering's labels are built: most offerings
@@ -226,13 +228,10 @@ pub fn candidates(input: &Input) -> Vec<Candidate> {
             };
             let mut variant = None;
             if dra {
-                let mig = match &pool.sharing {
-                    GpuSharing::Mig { profile } => Some(profile.as_str()),
-                    _ => None,
-                };
+                let layout = pool.gpu_layout();
                 let served: Vec<DeviceTemplate> = templates
-                    .entry((it.name.as_str(), mig))
-                    .or_insert_with(|| catalog.device_templates(it, mig))
+                    .entry((it.name.as_str(), layout))
+                    .or_insert_with(|| catalog.device_templates(it, layout))
                     .iter()
                     .filter(|t| pool.runs_dra_driver(&t.driver))
                     .cloned()
@@ -267,7 +266,7 @@ fn serving_dra(c: &Candidate, served: &[DeviceTemplate]) -> Candidate {
     let allocatable = shape::with_dra_devices(&c.allocatable, served);
     let mut capacity = c.capacity.clone();
     for t in served {
-        capacity.set(&t.resource(), i64::from(t.count));
+        capacity.set(&t.resource(), t.units());
     }
     // The accelerator its idle devices are charged in: the GPU or Neuron
     // devices, not the EFA interfaces.
@@ -279,7 +278,7 @@ fn serving_dra(c: &Candidate, served: &[DeviceTemplate]) -> Candidate {
         capacity,
         labels,
         accelerator_resource: accelerator.map(DeviceTemplate::resource),
-        accelerator_units: accelerator.map_or(0, |t| i64::from(t.count)),
+        accelerator_units: accelerator.map_or(0, DeviceTemplate::units),
         ..c.clone()
     }
 }

@@ -19,7 +19,6 @@ use super::{risk, Input, Unschedulable};
 use crate::api::labels as l;
 use crate::api::{FirstAvailable, Operator};
 use crate::cluster::dra::{reasons, why_not, Allocation, PodDevices, ShapeKey};
-use crate::cluster::shape::GpuSharing;
 use crate::cluster::{Pod, Requirement, Resources};
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 
@@ -41,13 +40,7 @@ type Serving<'a> = (BTreeSet<&'a str>, Vec<usize>);
 
 /// The shape a candidate launches: its type with its pool's MIG profile.
 fn shape_of(input: &Input, c: &Candidate) -> ShapeKey {
-    ShapeKey {
-        instance_type: c.offering.instance_type.clone(),
-        mig_profile: match &input.pools[c.pool].sharing {
-            GpuSharing::Mig { profile } => Some(profile.clone()),
-            _ => None,
-        },
-    }
+    ShapeKey::new(&c.offering.instance_type, input.pools[c.pool].gpu_layout())
 }
 
 /// Whether `c` is a node launched to serve DRA claims that has room for
@@ -273,18 +266,13 @@ fn pinned(input: &Input, pod: &Pod, devices: &PodDevices, node: &str) -> Result<
         ));
     };
     let mut p = pod.clone();
-    let mig = n
+    let layout = n
         .nodepool
         .as_ref()
         .and_then(|np| input.pools.iter().find(|x| x.name == *np))
-        .and_then(|x| match &x.sharing {
-            GpuSharing::Mig { profile } => Some(profile.clone()),
-            _ => None,
-        });
-    let shape = ShapeKey {
-        instance_type: n.instance_type.clone().unwrap_or_default(),
-        mig_profile: mig,
-    };
+        .map(crate::cluster::Pool::gpu_layout)
+        .unwrap_or_default();
+    let shape = ShapeKey::new(n.instance_type.as_deref().unwrap_or_default(), layout);
     // Claims still to allocate are matched on the node's shape (a pod
     // whose claims are all allocated takes nothing more there).
     match devices.shapes.get(&shape) {
@@ -451,7 +439,7 @@ mod tests {
     use super::*;
     use crate::catalog::Catalog;
     use crate::cluster::dra::{Objects, Resolver};
-    use crate::cluster::{ClaimRef, Pool, Toleration};
+    use crate::cluster::{ClaimRef, GpuSharing, Pool, Toleration};
     use std::sync::OnceLock;
 
     fn catalog() -> &'static Catalog {
@@ -502,7 +490,9 @@ spec:
     }
 
     fn planned(pools: &[Pool], yaml: &str, mut pods: Vec<Pod>) -> super::super::Plan {
-        Resolver::new().attach(&mut pods, &objects(yaml), catalog());
+        Resolver::new()
+            .share_gpus(pools.iter().filter_map(|p| p.dra_gpu_shares))
+            .attach(&mut pods, &objects(yaml), catalog());
         let input = Input::offline(catalog(), "us-east-1", pools, &pods);
         plan(&input, Strategy::Mip, &Options::default(), &|| 0.0)
     }
@@ -593,6 +583,49 @@ spec:
         // Two GPUs for the pair, not four: a 4-GPU g6 would be more than it needs.
         let it = catalog().instance_type(&p.nodes[0].instance_type).unwrap();
         assert!(it.accelerator.as_ref().unwrap().count >= 2);
+    }
+
+    #[test]
+    fn four_quarter_claims_share_one_gpu_of_an_mps_pool_and_need_four_without_sharing() {
+        let yaml = template(
+            "quarter",
+            "      - name: gpu\n        exactly:\n          deviceClassName: gpu.nvidia.com\n          capacity: {requests: {memory: 10Gi}}",
+        );
+        // Light on CPU: the GPU, not the CPU, decides how many share a node.
+        let pods = || {
+            (0..4)
+                .map(|i| {
+                    let mut p = pod(&format!("ml/p{i}"), "quarter");
+                    p.requests.set("cpu", 500);
+                    p
+                })
+                .collect()
+        };
+        let gpus = |p: &super::super::Plan| -> u32 {
+            p.nodes
+                .iter()
+                .map(|n| {
+                    let it = catalog().instance_type(&n.instance_type).unwrap();
+                    it.accelerator.as_ref().map_or(0, |a| a.count)
+                })
+                .sum()
+        };
+        // An L40S has 45 GiB: in four shares, a 10Gi claim is one share.
+        let mut mps = families("mps", &["g6e"]);
+        mps.sharing = GpuSharing::TimeSlicing { replicas: 4 };
+        mps.dra_gpu_shares = Some(4);
+        let shared = planned(&[mps], &yaml, pods());
+        assert!(
+            shared.unschedulable.is_empty(),
+            "{:?}",
+            shared.unschedulable
+        );
+        assert_eq!(shared.nodes.len(), 1, "{shared:#?}");
+        assert_eq!(shared.nodes[0].pods.len(), 4);
+        assert_eq!(gpus(&shared), 1, "{shared:#?}");
+        let whole = planned(&[families("whole", &["g6e"])], &yaml, pods());
+        assert!(whole.unschedulable.is_empty(), "{:?}", whole.unschedulable);
+        assert_eq!(gpus(&whole), 4, "{whole:#?}");
     }
 
     #[test]

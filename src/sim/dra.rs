@@ -99,13 +99,25 @@ impl DraSpec {
 
 /// Matches the claims of every job's pod against `objects` and the
 /// catalog's device templates, as the controller matches a pending pod's:
-/// each gets its devices, or reasons it cannot be placed.
-pub fn resolve(jobs: &mut [SimJob], objects: &Objects, catalog: &Catalog) {
+/// each gets its devices, or reasons it cannot be placed. The GPUs of
+/// `pools` that share them by MPS are matched shared too.
+pub fn resolve(
+    jobs: &mut [SimJob],
+    objects: &Objects,
+    catalog: &Catalog,
+    pools: &[crate::api::NodePool],
+) {
     let idx: Vec<usize> = (0..jobs.len())
         .filter(|&i| !jobs[i].pod.resource_claims.is_empty())
         .collect();
     let mut pods: Vec<Pod> = idx.iter().map(|&i| jobs[i].pod.clone()).collect();
-    Resolver::new().attach(&mut pods, objects, catalog);
+    Resolver::new()
+        .share_gpus(
+            pools
+                .iter()
+                .filter_map(|p| p.spec.gpu_sharing.dra_gpu_shares()),
+        )
+        .attach(&mut pods, objects, catalog);
     for (i, p) in idx.into_iter().zip(pods) {
         jobs[i].pod = p;
     }

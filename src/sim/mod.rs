@@ -194,7 +194,7 @@ pub fn load_jobs(
             objects.extend(d.apply(&mut w.jobs[first..], i));
         }
     }
-    dra::resolve(&mut w.jobs, &objects, catalog);
+    dra::resolve(&mut w.jobs, &objects, catalog, &scenario.node_pools);
     if let Some(path) = extra_trace {
         // Named on the command line: relative to the working directory,
         // not to the scenario's folder.

@@ -216,6 +216,17 @@ impl GpuSharing {
             .flatten()
     }
 
+    /// Shares per GPU when the GPUs are shared by MPS (and `replicas` is
+    /// set), else `None`: under DRA such GPUs are published shareable,
+    /// their memory and threads consumable in steps of one share
+    /// (`docs/dra.md`). Time slicing isolates neither, so it has no
+    /// capacity to consume.
+    pub fn dra_gpu_shares(&self) -> Option<u32> {
+        (self.mode == GpuSharingMode::Mps)
+            .then_some(self.replicas)
+            .flatten()
+    }
+
     /// The MIG profile when the mode is MIG (and it is set), else `None`.
     pub fn mig_profile(&self) -> Option<&str> {
         (self.mode == GpuSharingMode::Mig)

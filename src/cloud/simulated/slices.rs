@@ -60,16 +60,27 @@ fn device(node: &str, t: &DeviceTemplate, i: u32) -> Value {
         };
         attributes.insert(local(name), value);
     }
+    let policies = t.shared.as_ref().map(|s| &s.policies);
     let capacity: Map<String, Value> = t
         .capacity
         .iter()
-        .map(|(name, q)| (local(name), json!({"value": q})))
+        .map(|(name, q)| {
+            let mut c = json!({"value": q});
+            if let Some(p) = policies.and_then(|p| p.get(name)) {
+                c["requestPolicy"] = serde_json::to_value(p).unwrap_or_default();
+            }
+            (local(name), c)
+        })
         .collect();
-    json!({
+    let mut d = json!({
         "name": format!("{}-{i}", t.kind),
         "attributes": attributes,
         "capacity": capacity,
-    })
+    });
+    if t.shared.is_some() {
+        d["allowMultipleAllocations"] = json!(true);
+    }
+    d
 }
 
 /// An attribute value as a slice carries it.
@@ -91,10 +102,37 @@ mod tests {
     use crate::cluster::Resources;
 
     #[test]
+    fn an_mps_nodes_slices_publish_shareable_gpus_counted_in_the_shares_planned() {
+        let catalog = Catalog::embedded().unwrap();
+        let it = catalog.instance_type("g6e.12xlarge").unwrap();
+        let templates = catalog.device_templates(it, crate::catalog::GpuLayout::Shared(4));
+        let mut objects = Objects::default();
+        for s in resource_slices("node-a", &templates) {
+            objects.add_slice(s);
+        }
+        let expected = with_dra_devices(&Resources::new(), &templates);
+        let (published, _) = objects.node_devices("node-a");
+        assert_eq!(published.get("gpu.nvidia.com/gpu.shared"), 16, "4 GPUs x 4");
+        assert_eq!(published, expected);
+        assert!(drivers_published(&expected, &published));
+        let gpu = &objects.slices["node-a-gpu.nvidia.com"]
+            .spec
+            .devices
+            .as_ref()
+            .unwrap()[0];
+        assert_eq!(gpu.allow_multiple_allocations, Some(true));
+        let policy = gpu.capacity.as_ref().unwrap()["memory"]
+            .request_policy
+            .as_ref()
+            .unwrap();
+        assert_eq!(policy.default.as_ref().unwrap().0, "11444Mi");
+    }
+
+    #[test]
     fn a_p5s_slices_publish_every_device_its_templates_promise_with_their_attributes() {
         let catalog = Catalog::embedded().unwrap();
         let it = catalog.instance_type("p5.48xlarge").unwrap();
-        let templates = catalog.device_templates(it, None);
+        let templates = catalog.device_templates(it, crate::catalog::GpuLayout::Whole);
         let mut objects = Objects::default();
         for s in resource_slices("node-a", &templates) {
             objects.add_slice(s);
@@ -137,7 +175,7 @@ mod tests {
     fn a_node_is_not_initialized_until_every_driver_it_expects_has_published() {
         let catalog = Catalog::embedded().unwrap();
         let it = catalog.instance_type("p5.48xlarge").unwrap();
-        let templates = catalog.device_templates(it, None);
+        let templates = catalog.device_templates(it, crate::catalog::GpuLayout::Whole);
         let expected = with_dra_devices(&Resources::new(), &templates);
         let mut objects = Objects::default();
         // The GPU driver only: the EFA driver has not published yet.

@@ -3,9 +3,14 @@
 //! every request of every claim of a pod, as the scheduler's allocator
 //! takes them from a node's ResourceSlices: each request's alternatives in
 //! the user's order, the first that its selectors, count, capacity and the
-//! claim's constraints allow. The result is the devices taken, by planner
-//! resource, or why the shape cannot serve the claims.
+//! claim's constraints allow. A shareable device (`allowMultipleAllocations`)
+//! serves several requests, of this pod's claims and, in the planner, of
+//! other pods on the node, while what they consume of its capacities fits
+//! ([`super::capacity`]); any other device serves one. The result is the
+//! devices taken, by planner resource (shares of a shareable device), or
+//! why the shape cannot serve the claims.
 
+use super::capacity::{self, Consumed};
 use super::cel::{Env, Outcome};
 use super::compile::{Alternative, Claim, Mode, Rule};
 use crate::catalog::devices::{qualified, Attribute, AttributeValue, DeviceTemplate};
@@ -33,6 +38,22 @@ pub struct Named<'a> {
 /// Devices of template `j` taken for one alternative: `(j, n)`.
 type Taken = Vec<(usize, u32)>;
 
+/// What an alternative takes: whole devices, and parts of shareable ones
+/// (template, device, what it consumes there).
+#[derive(Default)]
+struct Take {
+    devices: Taken,
+    parts: Vec<(usize, usize, Consumed)>,
+}
+
+/// The node's devices as the requests allocated so far leave them:
+/// devices left of each template, and what is consumed of each device of
+/// a shareable one.
+struct Left {
+    whole: Vec<u32>,
+    used: Vec<Vec<Consumed>>,
+}
+
 /// Allocates `claims` together on a node of `type_name` whose devices are
 /// `templates`.
 ///
@@ -45,7 +66,16 @@ pub fn allocate(
     type_name: &str,
     env: &mut Env,
 ) -> Result<Allocation, String> {
-    let mut left: Vec<u32> = templates.iter().map(|t| t.count).collect();
+    let mut left = Left {
+        whole: templates.iter().map(|t| t.count).collect(),
+        used: templates
+            .iter()
+            .map(|t| match t.shared {
+                Some(_) => vec![Consumed::new(); t.count as usize],
+                None => Vec::new(),
+            })
+            .collect(),
+    };
     let mut choice = Vec::new();
     let mut demand = Resources::new();
     for named in claims {
@@ -62,14 +92,24 @@ pub fn allocate(
                         continue;
                     }
                 };
-                chosen.push((request.name.clone(), alt.name.clone(), taken));
+                chosen.push((request.name.clone(), alt.name.clone(), taken.devices));
                 if let Err(e) = constraints_hold(named.claim, &chosen, templates, type_name) {
                     chosen.pop();
                     why.push(format!("{}: {e}", alt.name));
                     continue;
                 }
                 for &(j, n) in &chosen.last().expect("just pushed").2 {
-                    left[j] -= n;
+                    if templates[j].shared.is_none() {
+                        left.whole[j] -= n;
+                    }
+                }
+                for (j, i, c) in taken.parts {
+                    let charge = capacity::shares(&templates[j], &c);
+                    for (name, v) in c {
+                        *left.used[j][i].entry(name).or_default() += v;
+                    }
+                    let r = templates[j].resource();
+                    demand.set(&r, demand.get(&r) + i64::from(charge));
                 }
                 choice.push(k);
                 done = true;
@@ -87,7 +127,7 @@ pub fn allocate(
             }
         }
         for (_, _, taken) in &chosen {
-            for &(j, n) in taken {
+            for &(j, n) in taken.iter().filter(|(j, _)| templates[*j].shared.is_none()) {
                 let r = templates[j].resource();
                 let v = demand.get(&r) + i64::from(n);
                 demand.set(&r, v);
@@ -97,32 +137,48 @@ pub fn allocate(
     Ok(Allocation { demand, choice })
 }
 
-/// Devices of the node that alternative `alt` takes, from what is `left`.
+/// Devices of the node that alternative `alt` takes, from what is `left`:
+/// whole devices, or parts of shareable ones (one part per device: a
+/// request's devices are distinct).
 fn take(
     alt: &Alternative,
     templates: &[DeviceTemplate],
-    left: &[u32],
+    left: &Left,
     type_name: &str,
     env: &mut Env,
-) -> Result<Taken, String> {
+) -> Result<Take, String> {
     let mut matching = Vec::new();
     let mut misses = Vec::new();
     for (j, t) in templates.iter().enumerate() {
         match selects(alt, t, env) {
-            Ok(()) => matching.push(j),
+            Ok(c) => matching.push((j, c)),
             Err(m) => misses.push(m),
         }
     }
     if matching.is_empty() {
         return Err(no_match(alt, templates, type_name, misses));
     }
+    // The devices of each matching template that can serve the request.
+    let open = |j: usize, c: &Option<Consumed>| -> Vec<usize> {
+        match c {
+            None => (0..left.whole[j] as usize).collect(),
+            Some(c) => (0..templates[j].count as usize)
+                .filter(|&i| capacity::fits(&templates[j], &left.used[j][i], c))
+                .collect(),
+        }
+    };
+    let mut out = Take::default();
     match alt.mode {
         Mode::Count(n) => {
-            let have: u32 = matching.iter().map(|&j| left[j]).sum();
+            let have: u32 = matching.iter().map(|(j, c)| open(*j, c).len() as u32).sum();
             if have < n {
-                let all: u32 = matching.iter().map(|&j| templates[j].count).sum();
+                let all: u32 = matching.iter().map(|(j, _)| templates[*j].count).sum();
                 return Err(if all < n {
                     format!("asks for {n} devices; {type_name} has {all} that match")
+                } else if matching.iter().any(|(_, c)| c.is_some()) {
+                    format!(
+                        "asks for {n} devices; {type_name} has {all} that match, {have} with the capacity left after the pod's other requests"
+                    )
                 } else {
                     format!(
                         "asks for {n} devices; {type_name} has {all} that match, {have} left after the pod's other requests"
@@ -130,32 +186,46 @@ fn take(
                 });
             }
             let mut need = n;
-            let mut out = Vec::new();
-            for &j in &matching {
-                let k = need.min(left[j]);
-                if k > 0 {
-                    out.push((j, k));
-                    need -= k;
+            for (j, c) in &matching {
+                let k = need.min(open(*j, c).len() as u32);
+                if k == 0 {
+                    continue;
                 }
+                out.devices.push((*j, k));
+                if let Some(c) = c {
+                    for i in open(*j, &Some(c.clone())).into_iter().take(k as usize) {
+                        out.parts.push((*j, i, c.clone()));
+                    }
+                }
+                need -= k;
             }
-            Ok(out)
         }
         Mode::All => {
-            if let Some(&j) = matching.iter().find(|&&j| left[j] < templates[j].count) {
-                return Err(format!(
-                    "asks for all matching devices, and the pod's other requests take some of {type_name}'s {}",
-                    templates[j].kind
-                ));
+            for (j, c) in &matching {
+                let t = &templates[*j];
+                if open(*j, c).len() < t.count as usize {
+                    return Err(format!(
+                        "asks for all matching devices, and the pod's other requests take some of {type_name}'s {}",
+                        t.kind
+                    ));
+                }
+                out.devices.push((*j, t.count));
+                if let Some(c) = c {
+                    out.parts
+                        .extend((0..t.count as usize).map(|i| (*j, i, c.clone())));
+                }
             }
-            Ok(matching.iter().map(|&j| (j, templates[j].count)).collect())
         }
     }
+    Ok(out)
 }
 
 /// Whether `alt` selects the devices of `t`: every selector true (the
 /// class's first, as the scheduler checks them) and every capacity it
-/// requests offered; or, when not, why.
-fn selects(alt: &Alternative, t: &DeviceTemplate, env: &mut Env) -> Result<(), Miss> {
+/// requests offered, within the request policy of a shareable device; or,
+/// when not, why. For a shareable device, what the request consumes of
+/// one.
+fn selects(alt: &Alternative, t: &DeviceTemplate, env: &mut Env) -> Result<Option<Consumed>, Miss> {
     for (origin, sel) in &alt.selectors {
         match env.eval(sel, t) {
             Outcome::True => {}
@@ -198,7 +268,15 @@ fn selects(alt: &Alternative, t: &DeviceTemplate, env: &mut Env) -> Result<(), M
             });
         }
     }
-    Ok(())
+    match &t.shared {
+        None => Ok(None),
+        Some(_) => capacity::consumed(&alt.capacity, t)
+            .map(Some)
+            .map_err(|what| Miss::False {
+                by_class: false,
+                what,
+            }),
+    }
 }
 
 /// Why a template's devices are not selected.
@@ -365,24 +443,149 @@ mod tests {
     use super::super::cel::Selectors;
     use super::super::compile::tests::{classes, spec};
     use super::*;
-    use crate::catalog::{Catalog, DeviceData};
+    use crate::catalog::devices::{RequestPolicy, Shared};
+    use crate::catalog::{Catalog, DeviceData, GpuLayout};
 
     fn on(type_name: &str, mig: Option<&str>, yaml: &str) -> Result<Allocation, String> {
+        on_layout(type_name, mig.into(), &[yaml])
+    }
+
+    /// `claims` allocated together on a node of `type_name` whose GPUs are
+    /// laid out as `layout` says.
+    fn on_layout(
+        type_name: &str,
+        layout: GpuLayout<'_>,
+        claims: &[&str],
+    ) -> Result<Allocation, String> {
         let catalog = Catalog::embedded().unwrap();
         let it = catalog.instance_type(type_name).unwrap();
-        let templates = DeviceData::embedded().templates(it, mig);
-        let claim =
-            super::super::compile::claim(&spec(yaml), &classes(), &mut Selectors::default())
-                .unwrap();
-        allocate(
-            &[Named {
-                label: "claim c",
-                claim: &claim,
-            }],
-            &templates,
-            type_name,
-            &mut Env::new(),
-        )
+        let templates = DeviceData::embedded().templates(it, layout);
+        allocate_all(&templates, type_name, claims)
+    }
+
+    fn allocate_all(
+        templates: &[DeviceTemplate],
+        type_name: &str,
+        claims: &[&str],
+    ) -> Result<Allocation, String> {
+        // The first is `claim c`, as the single-claim tests name it.
+        let labels: Vec<String> = (0..claims.len())
+            .map(|i| match i {
+                0 => "claim c".to_string(),
+                i => format!("claim c{i}"),
+            })
+            .collect();
+        let compiled: Vec<Claim> = claims
+            .iter()
+            .map(|yaml| {
+                super::super::compile::claim(&spec(yaml), &classes(), &mut Selectors::default())
+                    .unwrap()
+            })
+            .collect();
+        let named: Vec<Named> = labels
+            .iter()
+            .zip(&compiled)
+            .map(|(label, claim)| Named { label, claim })
+            .collect();
+        allocate(&named, templates, type_name, &mut Env::new())
+    }
+
+    /// One GPU of `memory`, shareable in `shares` shares with `policy` on
+    /// its memory when `shares` is set, else exclusive.
+    fn gpu(memory: &str, shares: Option<u32>, policy: Option<RequestPolicy>) -> DeviceTemplate {
+        let mut attributes = std::collections::BTreeMap::new();
+        attributes.insert(
+            "gpu.nvidia.com/type".to_string(),
+            Attribute::Known(AttributeValue::String("gpu".into())),
+        );
+        DeviceTemplate {
+            driver: "gpu.nvidia.com".into(),
+            kind: "gpu".into(),
+            count: 1,
+            attributes,
+            capacity: [("gpu.nvidia.com/memory".to_string(), memory.to_string())].into(),
+            source: "test".into(),
+            shared: shares.map(|shares| Shared {
+                shares,
+                policies: policy
+                    .into_iter()
+                    .map(|p| ("gpu.nvidia.com/memory".to_string(), p))
+                    .collect(),
+            }),
+        }
+    }
+
+    /// A claim for one GPU with `memory` of it (none named when empty).
+    fn memory_claim(memory: &str) -> String {
+        let capacity = if memory.is_empty() {
+            String::new()
+        } else {
+            format!(", capacity: {{requests: {{memory: {memory}}}}}")
+        };
+        format!("devices:\n  requests:\n  - {{name: gpu, exactly: {{deviceClassName: gpu.nvidia.com{capacity}}}}}\n")
+    }
+
+    #[test]
+    fn two_claims_of_20gi_share_one_40gi_device_and_a_third_is_refused() {
+        let shared = [gpu("40Gi", Some(2), None)];
+        let c = memory_claim("20Gi");
+        let a = allocate_all(&shared, "t", &[&c, &c]).unwrap();
+        assert_eq!(a.demand.get("gpu.nvidia.com/gpu.shared"), 2);
+        assert_eq!(a.demand.get("gpu.nvidia.com/gpu"), 0);
+        let e = allocate_all(&shared, "t", &[&c, &c, &c]).unwrap_err();
+        assert!(
+            e.starts_with("claim c2 request gpu: asks for 1 devices; t has 1 that match, 0 with the capacity left"),
+            "{e}"
+        );
+        // On an 80Gi device in four shares, each 20Gi claim is one share.
+        let big = [gpu("80Gi", Some(4), None)];
+        let a = allocate_all(&big, "t", &[&c, &c, &c, &c]).unwrap();
+        assert_eq!(a.demand.get("gpu.nvidia.com/gpu.shared"), 4);
+        assert!(allocate_all(&big, "t", &[&c, &c, &c, &c, &c]).is_err());
+    }
+
+    #[test]
+    fn a_device_without_multiple_allocations_serves_one_claim() {
+        let exclusive = [gpu("80Gi", None, None)];
+        let c = memory_claim("20Gi");
+        let a = allocate_all(&exclusive, "t", &[&c]).unwrap();
+        assert_eq!(a.demand.get("gpu.nvidia.com/gpu"), 1);
+        let e = allocate_all(&exclusive, "t", &[&c, &c]).unwrap_err();
+        assert!(e.contains("0 left after the pod's other requests"), "{e}");
+    }
+
+    #[test]
+    fn the_request_policy_rounds_a_request_up_and_gives_one_naming_no_amount_its_default() {
+        let policy = super::super::capacity::tests::range("20Gi", "20Gi", "80Gi", "20Gi");
+        let t = [gpu("80Gi", Some(4), Some(policy))];
+        // 21Gi is rounded up to 40Gi: two shares.
+        let a = allocate_all(&t, "t", &[&memory_claim("21Gi")]).unwrap();
+        assert_eq!(a.demand.get("gpu.nvidia.com/gpu.shared"), 2);
+        // No amount named: the default, one share; so 40Gi + 20Gi + 20Gi
+        // fill the device, and one more is refused.
+        let (big, none) = (memory_claim("21Gi"), memory_claim(""));
+        let a = allocate_all(&t, "t", &[&big, &none, &none]).unwrap();
+        assert_eq!(a.demand.get("gpu.nvidia.com/gpu.shared"), 4);
+        assert!(allocate_all(&t, "t", &[&big, &none, &none, &none]).is_err());
+        // More than the range allows: the device cannot serve it.
+        let e = allocate_all(&t, "t", &[&memory_claim("81Gi")]).unwrap_err();
+        assert!(e.contains("capacity memory 81Gi"), "{e}");
+    }
+
+    #[test]
+    fn an_mps_pools_h100_serves_four_quarter_claims_and_a_whole_one_serves_one() {
+        let quarter = "devices:\n  requests:\n  - {name: gpu, exactly: {deviceClassName: gpu.nvidia.com, capacity: {requests: {activeThreadPercentage: '25'}}}}\n";
+        let claims = [quarter; 4];
+        let a = on_layout("p5.4xlarge", GpuLayout::Shared(4), &claims).unwrap();
+        assert_eq!(a.demand.get("gpu.nvidia.com/gpu.shared"), 4);
+        assert!(on_layout("p5.4xlarge", GpuLayout::Shared(4), &[quarter; 5]).is_err());
+        // A claim naming no amount takes one share of memory and threads.
+        let plain =
+            "devices:\n  requests:\n  - {name: gpu, exactly: {deviceClassName: gpu.nvidia.com}}\n";
+        let a = on_layout("p5.4xlarge", GpuLayout::Shared(4), &[plain]).unwrap();
+        assert_eq!(a.demand.get("gpu.nvidia.com/gpu.shared"), 1);
+        // Whole GPUs: one claim per GPU.
+        assert!(on_layout("p5.4xlarge", GpuLayout::Whole, &[plain, plain]).is_err());
     }
 
     const EIGHT_H100: &str = r#"

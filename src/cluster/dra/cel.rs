@@ -354,7 +354,10 @@ mod tests {
     fn template(name: &str) -> DeviceTemplate {
         let c = Catalog::embedded().unwrap();
         DeviceData::embedded()
-            .templates(c.instance_type(name).unwrap(), None)
+            .templates(
+                c.instance_type(name).unwrap(),
+                crate::catalog::GpuLayout::Whole,
+            )
             .remove(0)
     }
 

@@ -11,6 +11,7 @@
 //! results out. The design is written up in `docs/dra.md`.
 
 pub mod allocate;
+pub mod capacity;
 pub mod cel;
 pub mod check;
 pub mod compile;
@@ -77,11 +78,14 @@ impl Objects {
 
     /// The devices the drivers publish on `node` (its ResourceSlices), and
     /// those allocated claims take there, by planner resource
-    /// ([`device_resource`]).
+    /// ([`device_resource`]): one unit per device, or per share of a
+    /// shareable one ([`device_shares`]; a claim takes the shares that
+    /// cover what it consumes, `consumedCapacity`).
     pub fn node_devices(&self, node: &str) -> (Resources, Resources) {
         let mut published = Resources::new();
-        // (driver, pool, device) -> resource, for the node's devices.
-        let mut on_node: HashMap<(&str, &str, &str), String> = HashMap::new();
+        // (driver, pool, device) -> resource and device, for the node's
+        // devices.
+        let mut on_node: HashMap<(&str, &str, &str), (String, &dra::Device)> = HashMap::new();
         for s in self
             .slices
             .values()
@@ -89,8 +93,8 @@ impl Objects {
         {
             for d in s.spec.devices.iter().flatten() {
                 if let Some(r) = device_resource(&s.spec.driver, d) {
-                    published.set(&r, published.get(&r) + 1);
-                    on_node.insert((&s.spec.driver, &s.spec.pool.name, &d.name), r);
+                    published.set(&r, published.get(&r) + i64::from(device_shares(d)));
+                    on_node.insert((&s.spec.driver, &s.spec.pool.name, &d.name), (r, d));
                 }
             }
         }
@@ -105,10 +109,14 @@ impl Objects {
                 .and_then(|d| d.results.as_ref());
             for r in results.into_iter().flatten() {
                 let k = (r.driver.as_str(), r.pool.as_str(), r.device.as_str());
-                if let Some(res) = on_node.get(&k) {
-                    if seen.insert(k) {
-                        taken.set(res, taken.get(res) + 1);
-                    }
+                let Some((res, d)) = on_node.get(&k) else {
+                    continue;
+                };
+                if d.allow_multiple_allocations == Some(true) {
+                    let units = consumed_shares(d, r.consumed_capacity.as_ref());
+                    taken.set(res, taken.get(res) + i64::from(units));
+                } else if seen.insert(k) {
+                    taken.set(res, taken.get(res) + 1);
                 }
             }
         }
@@ -123,19 +131,74 @@ impl Objects {
 /// ResourceSlices' devices, [`Objects::node_devices`]). Until then the node
 /// is not initialized (`docs/dra.md`).
 pub fn drivers_published(expected: &Resources, published: &Resources) -> bool {
-    use crate::catalog::devices::{EFA_DRIVER, NEURON_DRIVER, NVIDIA_DRIVER};
+    drivers_published_by(expected, published, &DRIVERS)
+}
+
+/// The DRA drivers device templates are made for: NVIDIA's, Neuron's and
+/// EFA's.
+pub const DRIVERS: [&str; 3] = [
+    crate::catalog::devices::NVIDIA_DRIVER,
+    crate::catalog::devices::NEURON_DRIVER,
+    crate::catalog::devices::EFA_DRIVER,
+];
+
+/// [`drivers_published`] for the devices of `drivers` only (those the
+/// node's pods' claims need).
+pub fn drivers_published_by(expected: &Resources, published: &Resources, drivers: &[&str]) -> bool {
     expected
         .iter()
-        .filter(|(k, v)| {
-            *v > 0
-                && k.split_once('/')
-                    .is_some_and(|(d, _)| [NVIDIA_DRIVER, NEURON_DRIVER, EFA_DRIVER].contains(&d))
-        })
+        .filter(|(k, v)| *v > 0 && k.split_once('/').is_some_and(|(d, _)| drivers.contains(&d)))
         .all(|(k, _)| published.get(k) > 0)
 }
 
+/// The shares the planner counts a published device in: 1, or for a
+/// shareable device (`allowMultipleAllocations`) the steps of its finest
+/// request policy (`value / validRange.step`, or `value / min validValues`),
+/// as [`crate::catalog::devices::Shared::shares`] of the template it was
+/// published from.
+pub fn device_shares(d: &dra::Device) -> u32 {
+    if d.allow_multiple_allocations != Some(true) {
+        return 1;
+    }
+    let q = |s: &str| crate::api::parse_quantity(s).ok().filter(|v| *v > 0.0);
+    d.capacity
+        .iter()
+        .flatten()
+        .filter_map(|(_, c)| {
+            let value = q(&c.value.0)?;
+            let p = c.request_policy.as_ref()?;
+            let step = match (&p.valid_range, &p.valid_values) {
+                (Some(r), _) => q(&r.step.as_ref()?.0)?,
+                (None, Some(v)) => q(&v.first()?.0)?,
+                _ => return None,
+            };
+            Some((value / step + 1e-9).floor() as u32)
+        })
+        .max()
+        .unwrap_or(1)
+        .max(1)
+}
+
+/// The shares of shareable device `d` an allocation consuming `consumed`
+/// takes: those covering its largest part of any capacity, at least one
+/// ([`capacity::shares`]).
+fn consumed_shares(
+    d: &dra::Device,
+    consumed: Option<&BTreeMap<String, k8s_openapi::apimachinery::pkg::api::resource::Quantity>>,
+) -> u32 {
+    let q = |s: &str| crate::api::parse_quantity(s).ok();
+    capacity::charge(
+        device_shares(d),
+        d.capacity.iter().flatten().filter_map(|(name, c)| {
+            let value = q(&c.value.0).filter(|v| *v > 0.0)?;
+            Some(q(&consumed?.get(name)?.0)? / value)
+        }),
+    )
+}
+
 /// The planner resource a published device counts in, as its template
-/// would name it: `gpu.nvidia.com/gpu` or `gpu.nvidia.com/mig-<profile>`,
+/// would name it: `gpu.nvidia.com/gpu` (`gpu.nvidia.com/gpu.shared` when
+/// shareable) or `gpu.nvidia.com/mig-<profile>`,
 /// `neuron.aws.com/neuron`, `dra.net/efa` (DRANET's other network
 /// interfaces are not counted); for another driver `<driver>/<type>` by its
 /// `type` attribute, else `<driver>/device`.
@@ -149,8 +212,10 @@ pub fn device_resource(driver: &str, d: &dra::Device) -> Option<String> {
             .string
             .as_deref()
     };
+    let shared = d.allow_multiple_allocations == Some(true);
     match driver {
         NVIDIA_DRIVER => match attr("type")? {
+            "gpu" if shared => Some(resource_name(driver, "gpu.shared")),
             "gpu" => Some(resource_name(driver, "gpu")),
             "mig" => Some(resource_name(driver, &format!("mig-{}", attr("profile")?))),
             _ => None,
@@ -171,20 +236,53 @@ fn key(m: &k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta) -> String
 }
 
 /// A node shape: an instance type with its GPUs whole (`mig_profile:
-/// None`) or partitioned into one MIG profile.
+/// None`, `shares: None`), partitioned into one MIG profile, or shared in
+/// `shares` shares each (an MPS pool's, published with consumable
+/// capacity).
 #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct ShapeKey {
     /// Instance type.
     pub instance_type: String,
     /// MIG profile every GPU is partitioned into, if any.
     pub mig_profile: Option<String>,
+    /// Shares of every GPU when they are shared, if they are.
+    pub shares: Option<u32>,
+}
+
+impl ShapeKey {
+    /// A node of `instance_type` whose GPUs are laid out as `layout` says.
+    pub fn new(instance_type: &str, layout: crate::catalog::GpuLayout<'_>) -> ShapeKey {
+        use crate::catalog::GpuLayout;
+        ShapeKey {
+            instance_type: instance_type.to_string(),
+            mig_profile: match layout {
+                GpuLayout::Mig(p) => Some(p.to_string()),
+                _ => None,
+            },
+            shares: match layout {
+                GpuLayout::Shared(n) => Some(n),
+                _ => None,
+            },
+        }
+    }
+
+    /// How its GPUs are laid out.
+    pub fn layout(&self) -> crate::catalog::GpuLayout<'_> {
+        use crate::catalog::GpuLayout;
+        match (&self.mig_profile, self.shares) {
+            (Some(p), _) => GpuLayout::Mig(p),
+            (None, Some(n)) => GpuLayout::Shared(n),
+            (None, None) => GpuLayout::Whole,
+        }
+    }
 }
 
 impl std::fmt::Display for ShapeKey {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match &self.mig_profile {
-            None => f.write_str(&self.instance_type),
-            Some(p) => write!(f, "{} (MIG {p})", self.instance_type),
+        match (&self.mig_profile, self.shares) {
+            (Some(p), _) => write!(f, "{} (MIG {p})", self.instance_type),
+            (None, Some(n)) => write!(f, "{} (shared GPUs, {n} shares)", self.instance_type),
+            (None, None) => f.write_str(&self.instance_type),
         }
     }
 }
@@ -322,24 +420,23 @@ pub fn reasons<'a>(
 }
 
 /// The node shapes of the catalog: every instance type with its GPUs
-/// whole, and partitioned into each MIG profile they offer.
-pub fn shapes(catalog: &Catalog) -> Vec<ShapeKey> {
+/// whole, partitioned into each MIG profile they offer, and shared in each
+/// of `shares` (the MPS pools' shares per GPU).
+pub fn shapes(catalog: &Catalog, shares: &BTreeSet<u32>) -> Vec<ShapeKey> {
+    use crate::catalog::GpuLayout;
     let mut out = Vec::new();
     for it in catalog.instance_types() {
-        out.push(ShapeKey {
-            instance_type: it.name.clone(),
-            mig_profile: None,
-        });
+        out.push(ShapeKey::new(&it.name, GpuLayout::Whole));
         if let Some(a) = it
             .accelerator
             .as_ref()
             .filter(|a| a.kind == AcceleratorKind::Gpu)
         {
             for p in mig::profiles_for(&a.model, a.memory_mib_per_device) {
-                out.push(ShapeKey {
-                    instance_type: it.name.clone(),
-                    mig_profile: Some(p.name.to_string()),
-                });
+                out.push(ShapeKey::new(&it.name, GpuLayout::Mig(p.name)));
+            }
+            for n in shares {
+                out.push(ShapeKey::new(&it.name, GpuLayout::Shared(*n)));
             }
         }
     }
@@ -352,6 +449,9 @@ pub fn shapes(catalog: &Catalog) -> Vec<ShapeKey> {
 /// controller keeps one resolver for its lifetime).
 #[derive(Debug, Default)]
 pub struct Resolver {
+    /// Shares per GPU of the pools that share GPUs (MPS): shapes with GPUs
+    /// shared so are matched too.
+    gpu_shares: BTreeSet<u32>,
     selectors: cel::Selectors,
     env: cel::Env,
     shapes: HashMap<String, Arc<Shapes>>,
@@ -376,6 +476,15 @@ impl Resolver {
     /// A resolver with nothing cached.
     pub fn new() -> Resolver {
         Resolver::default()
+    }
+
+    /// Matches claims on shapes with GPUs shared in each of `shares` too:
+    /// the shares per GPU of the pools that share GPUs by MPS
+    /// ([`crate::api::GpuSharing::dra_gpu_shares`]). Without it only whole
+    /// and MIG-partitioned GPUs are matched.
+    pub fn share_gpus(&mut self, shares: impl IntoIterator<Item = u32>) -> &mut Resolver {
+        self.gpu_shares = shares.into_iter().collect();
+        self
     }
 
     /// Matches the claims of `pods` (those with [`Pod::resource_claims`]):
@@ -506,7 +615,10 @@ impl Resolver {
         let mut pinned = None;
         let mut open: Vec<(String, compile::Claim)> = Vec::new();
         let mut problems = Vec::new();
-        let mut identity = vec![catalog.revision().to_string()];
+        let mut identity = vec![
+            catalog.revision().to_string(),
+            format!("{:?}", self.gpu_shares),
+        ];
         for c in claims {
             if let Some(node) = &c.allocated {
                 if let Some(n) = node {
@@ -541,14 +653,16 @@ impl Resolver {
                     .map(|(label, claim)| allocate::Named { label, claim })
                     .collect();
                 let mut out = Shapes::new();
-                for shape in shapes(catalog) {
+                for shape in shapes(catalog, &self.gpu_shares) {
                     let Some(it) = catalog.instance_type(&shape.instance_type) else {
                         continue;
                     };
-                    let templates = catalog.device_templates(it, shape.mig_profile.as_deref());
-                    // A MIG shape whose GPUs stay whole is the plain shape.
-                    if shape.mig_profile.is_some()
-                        && !templates.iter().any(|t| t.kind.starts_with("mig-"))
+                    let templates = catalog.device_templates(it, shape.layout());
+                    // A MIG shape whose GPUs stay whole is the plain shape;
+                    // a shared shape without a shareable device too.
+                    if (shape.mig_profile.is_some()
+                        && !templates.iter().any(|t| t.kind.starts_with("mig-")))
+                        || (shape.shares.is_some() && !templates.iter().any(|t| t.shared.is_some()))
                     {
                         continue;
                     }
@@ -734,10 +848,7 @@ spec:
             pods[0].not_placeable
         );
         assert_eq!(d.group, None);
-        let p5 = ShapeKey {
-            instance_type: "p5.48xlarge".into(),
-            mig_profile: None,
-        };
+        let p5 = ShapeKey::new("p5.48xlarge", crate::catalog::GpuLayout::Whole);
         assert_eq!(
             d.shapes[&p5]
                 .as_ref()
@@ -770,10 +881,7 @@ spec:
         );
         assert_eq!(a.group.as_deref(), Some("ml/shared"));
         assert!(Arc::ptr_eq(&a, &b), "one allocation for both");
-        let p4d = ShapeKey {
-            instance_type: "p4d.24xlarge".into(),
-            mig_profile: None,
-        };
+        let p4d = ShapeKey::new("p4d.24xlarge", crate::catalog::GpuLayout::Whole);
         assert_eq!(
             a.shapes[&p4d]
                 .as_ref()
@@ -806,10 +914,7 @@ spec:
         assert!(Arc::ptr_eq(&a, &b), "one claim for the group's members");
         assert_eq!(a.group.as_deref(), Some("ml/train/gpu"));
         assert_eq!(c.group, None, "a pod outside the group has its own claim");
-        let p5 = ShapeKey {
-            instance_type: "p5.48xlarge".into(),
-            mig_profile: None,
-        };
+        let p5 = ShapeKey::new("p5.48xlarge", crate::catalog::GpuLayout::Whole);
         let gpus = |d: &PodDevices| {
             d.shapes[&p5]
                 .as_ref()
@@ -848,22 +953,19 @@ spec:
         assert!(pods.iter().all(|p| p.devices.is_none()));
     }
 
+    /// A one-GPU claim `name` allocated with `result` (a device result).
+    fn allocated(name: &str, result: &str) -> String {
+        format!(
+            "apiVersion: resource.k8s.io/v1\nkind: ResourceClaim\nmetadata: {{name: {name}, namespace: ml}}\nspec:\n  devices:\n    requests: [{{name: gpu, exactly: {{deviceClassName: gpu.nvidia.com}}}}]\nstatus:\n  allocation:\n    devices:\n      results: [{result}]\n"
+        )
+    }
+
     #[test]
     fn a_nodes_slices_say_what_devices_it_has_and_allocated_claims_what_is_taken() {
-        let mut o = objects(
-            r#"
-apiVersion: resource.k8s.io/v1
-kind: ResourceClaim
-metadata: {name: used, namespace: ml}
-spec:
-  devices:
-    requests: [{name: gpu, exactly: {deviceClassName: gpu.nvidia.com}}]
-status:
-  allocation:
-    devices:
-      results: [{request: gpu, driver: gpu.nvidia.com, pool: n1, device: gpu-1}]
-"#,
-        );
+        let mut o = objects(&allocated(
+            "used",
+            "{request: gpu, driver: gpu.nvidia.com, pool: n1, device: gpu-1}",
+        ));
         o.add_slice(
             serde_json::from_value(serde_json::json!({
                 "metadata": {"name": "n1-gpu"},
@@ -903,6 +1005,49 @@ status:
         );
         assert_eq!(taken, Resources::new().with("gpu.nvidia.com/gpu", 1));
         assert!(o.node_devices("n2").0.is_empty());
+    }
+
+    #[test]
+    fn a_shareable_published_device_counts_in_shares_and_claims_take_what_they_consume() {
+        let mut o = objects(&format!(
+            "{}---\n{}",
+            allocated(
+                "quarter",
+                "{request: gpu, driver: gpu.nvidia.com, pool: n1, device: gpu-0, shareID: a, consumedCapacity: {memory: 20Gi}}"
+            ),
+            allocated(
+                "half",
+                "{request: gpu, driver: gpu.nvidia.com, pool: n1, device: gpu-0, shareID: b, consumedCapacity: {memory: 40Gi}}"
+            ),
+        ));
+        o.add_slice(
+            serde_json::from_value(serde_json::json!({
+                "metadata": {"name": "n1-gpu"},
+                "spec": {
+                    "driver": "gpu.nvidia.com", "nodeName": "n1",
+                    "pool": {"name": "n1", "generation": 1, "resourceSliceCount": 1},
+                    "devices": [{
+                        "name": "gpu-0",
+                        "allowMultipleAllocations": true,
+                        "attributes": {"type": {"string": "gpu"}},
+                        "capacity": {"memory": {
+                            "value": "80Gi",
+                            "requestPolicy": {"default": "20Gi", "validRange": {"min": "20Gi", "step": "20Gi"}}
+                        }}
+                    }]
+                }
+            }))
+            .unwrap(),
+        );
+        let (published, taken) = o.node_devices("n1");
+        assert_eq!(
+            published,
+            Resources::new().with("gpu.nvidia.com/gpu.shared", 4)
+        );
+        assert_eq!(taken, Resources::new().with("gpu.nvidia.com/gpu.shared", 3));
+        // An MPS node is initialized once its shared GPUs are published.
+        let expected = Resources::new().with("gpu.nvidia.com/gpu.shared", 4);
+        assert!(drivers_published(&expected, &published));
     }
 
     #[test]

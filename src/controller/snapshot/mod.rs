@@ -362,6 +362,11 @@ pub fn world_parts(
         s.dra_resolver
             .lock()
             .unwrap_or_else(|e| e.into_inner())
+            .share_gpus(
+                pools
+                    .iter()
+                    .filter_map(|p| p.spec.gpu_sharing.dra_gpu_shares()),
+            )
             .attach(&mut pending, &s.dra, catalog);
         running_devices = pending
             .split_off(n)

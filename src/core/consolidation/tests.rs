@@ -526,10 +526,7 @@ pub(super) fn own_gpu_claim(mut p: BoundPod) -> BoundPod {
         generated: Some(format!("{}-gpu-x7k2p", p.pod.name)),
         group: None,
     });
-    let shape = |t: &str| ShapeKey {
-        instance_type: t.into(),
-        mig_profile: None,
-    };
+    let shape = |t: &str| ShapeKey::new(t, crate::catalog::GpuLayout::Whole);
     let one = Allocation {
         demand: Resources::new().with(&dra_gpu(), 1),
         choice: vec![0],

@@ -11,7 +11,7 @@
 use super::Engine;
 use crate::api::labels as l;
 use crate::cluster::dra::drivers_published;
-use crate::cluster::{GpuSharing, Pod, Pool, Resources};
+use crate::cluster::{Pod, Pool, Resources};
 use std::borrow::Cow;
 
 impl Engine<'_> {
@@ -32,12 +32,9 @@ impl Engine<'_> {
             .iter()
             .find(|p| p.metadata.name.as_deref() == Some(n.nodepool.as_str()))
             .and_then(|p| Pool::from_api(p, Resources::new()).ok());
-        let mig = pool.as_ref().and_then(|p| match &p.sharing {
-            GpuSharing::Mig { profile } => Some(profile.clone()),
-            _ => None,
-        });
+        let layout = pool.as_ref().map(Pool::gpu_layout).unwrap_or_default();
         let runs = |driver: &str| pool.as_ref().is_some_and(|p| p.runs_dra_driver(driver));
-        for s in self.cloud.resource_slices(claim, mig.as_deref(), &runs) {
+        for s in self.cloud.resource_slices(claim, layout, &runs) {
             self.dra.add_slice(s);
         }
         drivers_published(&expected, &self.dra.node_devices(claim).0)

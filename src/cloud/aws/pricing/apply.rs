@@ -457,7 +457,7 @@ mod tests {
         .unwrap();
         let overridden = base().with_devices(&extra);
         let it = overridden.instance_type("g9.big").unwrap().clone();
-        let before = overridden.device_templates(&it, None);
+        let before = overridden.device_templates(&it, crate::catalog::GpuLayout::Whole);
         assert_eq!(before.len(), 1, "{before:?}");
         let live = LivePrices {
             on_demand: Some([("g9.big".to_string(), 8.0)].into()),
@@ -469,12 +469,15 @@ mod tests {
             8.0,
             "repriced"
         );
-        assert_eq!(refreshed.device_templates(&it, None), before);
+        assert_eq!(
+            refreshed.device_templates(&it, crate::catalog::GpuLayout::Whole),
+            before
+        );
         // Without the cluster's data the type has no templates: the
         // override is what carried them.
         assert!(apply_prices(&base(), "r1", &live)
             .0
-            .device_templates(&it, None)
+            .device_templates(&it, crate::catalog::GpuLayout::Whole)
             .is_empty());
     }
 
