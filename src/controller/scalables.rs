@@ -112,12 +112,10 @@ impl Indexed for Job {
     type Item = Scalable;
     const KIND: Kind = Kind::Jobs;
     fn distill(self, _: &mut Interners) -> Option<Scalable> {
-        let spec = self.spec.as_ref();
-        Some(scalable(
-            &self.metadata,
-            spec.map(|s| s.template.clone()),
-            spec.and_then(|s| s.parallelism),
-        ))
+        let (template, parallelism) = self
+            .spec
+            .map_or((None, None), |s| (Some(s.template), s.parallelism));
+        Some(scalable(&self.metadata, template, parallelism))
     }
     fn slot(s: &mut Snapshot) -> &mut BTreeMap<String, Scalable> {
         &mut s.scalables.jobs

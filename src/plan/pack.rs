@@ -44,10 +44,7 @@ impl Bin {
 
     /// Whether `pod` fits by resources and its per-node cap.
     pub fn fits(&self, pod: &Pod) -> bool {
-        pod.requests.fits_in(&self.free)
-            && anti_affinity_key(pod).is_none_or(|k| {
-                self.anti.get(&k).copied().unwrap_or(0) < pod.per_node_max.unwrap_or(u32::MAX)
-            })
+        pod.requests.fits_in(&self.free) && under_cap(pod, &self.anti)
     }
 
     /// The room left on an existing node, with the capped pods already
@@ -257,10 +254,14 @@ fn fits_free(pod: &Pod, node: &NodeState) -> bool {
     pod.requests
         .iter()
         .all(|(k, v)| v <= (node.allocatable.get(k) - node.used.get(k)).max(0))
-        && (node.capped.is_empty()
-            || anti_affinity_key(pod).is_none_or(|k| {
-                node.capped.get(&k).copied().unwrap_or(0) < pod.per_node_max.unwrap_or(u32::MAX)
-            }))
+        && (node.capped.is_empty() || under_cap(pod, &node.capped))
+}
+
+/// Whether one more `pod` keeps its per-node cap beside `counts`, the pods
+/// of each [`anti_affinity_key`] already on the node.
+fn under_cap(pod: &Pod, counts: &BTreeMap<String, u32>) -> bool {
+    anti_affinity_key(pod)
+        .is_none_or(|k| counts.get(&k).copied().unwrap_or(0) < pod.per_node_max.unwrap_or(u32::MAX))
 }
 
 /// Amounts as numbers over the resources a set of pods asks for, so that
