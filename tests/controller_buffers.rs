@@ -25,7 +25,9 @@
 //!   for a pod set reports `RequiresNewCapacity` until its nodes are Ready,
 //!   then `FitsExistingCapacity`; the workload's pods appear and bind
 //!   without a second launch, and once Kueue deletes the buffer nothing is
-//!   held.
+//!   held; with a buffer that refills, deleted on admission (the KEP's
+//!   milestone 1), the pods that follow are planned onto its Ready nodes
+//!   and nothing is launched or disrupted.
 
 mod support;
 
@@ -1139,4 +1141,63 @@ async fn a_kueue_buffer_admits_its_workload_once_ready_and_the_pods_take_the_cap
         .iter()
         .all(|n| n.pods.iter().all(|p| !p.do_not_disrupt)));
     assert!(launches(&decide(&mut core, &parts, t(150))).is_empty());
+}
+
+#[tokio::test]
+async fn a_kueue_buffer_deleted_at_admission_leaves_its_nodes_to_the_pods_that_follow() {
+    // KEP-5133's milestone 1: the buffer refills, so Kueue deletes it on
+    // admission, before the Job's pods exist.
+    let labels = json!({"kueue.x-k8s.io/podset": "main", "job-name": "llm"});
+    let s = store(
+        vec![labelled_template("job-llm-main", labels.clone())],
+        vec![buffer("job-llm-main", "job-llm-main", 2, json!([]))],
+    );
+    let mut core = Core::new(Config::default());
+    let (claims, status) = launch_two_chunks(&s, &mut core, "job-llm-main").await;
+    let (claims, nodes) = ready(&claims, t(60));
+    s.reset(claims.clone());
+    s.reset(nodes);
+    s.reset(vec![with_patched(
+        buffer("job-llm-main", "job-llm-main", 2, json!([])),
+        &status,
+    )]);
+    let (parts, _) = round(
+        &s,
+        &core,
+        t(120),
+        &[Expect::Status((
+            "job-llm-main",
+            &[
+                ("ReadyForProvisioning", "True", "AttributesSetSuccessfully"),
+                ("Provisioning", "True", "FitsExistingCapacity"),
+                ("Infeasible", "False", "Placeable"),
+            ],
+            2,
+            None,
+        ))],
+        false,
+    )
+    .await;
+    assert!(launches(&decide(&mut core, &parts, t(120))).is_empty());
+
+    // Admitted: Kueue deletes the buffer, then the Job's pods appear. They
+    // are planned onto the two Ready nodes: nothing is launched, and
+    // neither node is taken away from under them.
+    s.delete(&buffer("job-llm-main", "job-llm-main", 2, json!([])));
+    for i in 0..2 {
+        s.apply(real_pod(&format!("llm-{i}"), labels.clone(), None));
+    }
+    for now in [t(125), t(160), t(240)] {
+        let (parts, _) = round(&s, &core, now, &[], false).await;
+        assert!(holding(&parts).is_empty());
+        assert_eq!(parts.pending.len(), 2);
+        let actions = decide(&mut core, &parts, now);
+        assert!(
+            actions.iter().all(|a| !matches!(
+                a,
+                Action::Launch(_) | Action::Cordon { .. } | Action::Delete { .. }
+            )),
+            "{actions:?}"
+        );
+    }
 }
