@@ -887,6 +887,14 @@ async fn launch_two_chunks(s: &Store, core: &mut Core, name: &str) -> (Vec<NodeC
     (claims, status.remove(0))
 }
 
+/// The conditions of a buffer every chunk of which has room on a Ready
+/// node: what Kueue's buffer admission check waits for.
+const FITS: &[Cond] = &[
+    ("ReadyForProvisioning", "True", "AttributesSetSuccessfully"),
+    ("Provisioning", "True", "FitsExistingCapacity"),
+    ("Infeasible", "False", "Placeable"),
+];
+
 /// `b` with the status last patched onto it (as the watch would bring it
 /// back).
 fn with_patched(mut b: CapacityBuffer, status: &Value) -> CapacityBuffer {
@@ -921,16 +929,11 @@ async fn a_one_shot_buffer_does_not_refill_what_a_pod_consumed_and_reads_its_cou
     s.reset(claims.clone());
     s.reset(nodes.clone());
     s.reset(vec![annotated(None, &status)]);
-    let fits: &[Cond] = &[
-        ("ReadyForProvisioning", "True", "AttributesSetSuccessfully"),
-        ("Provisioning", "True", "FitsExistingCapacity"),
-        ("Infeasible", "False", "Placeable"),
-    ];
     let (parts, mut patched) = round(
         &s,
         &core,
         t(120),
-        &[Expect::Status(("once", fits, 2, None))],
+        &[Expect::Status(("once", FITS, 2, None))],
         false,
     )
     .await;
@@ -948,7 +951,7 @@ async fn a_one_shot_buffer_does_not_refill_what_a_pod_consumed_and_reads_its_cou
         t(180),
         &[
             Expect::Consumed("once", 1, "llm-0"),
-            Expect::Status(("once", fits, 1, None)),
+            Expect::Status(("once", FITS, 1, None)),
         ],
         false,
     )
@@ -1063,16 +1066,7 @@ async fn a_kueue_buffer_admits_its_workload_once_ready_and_the_pods_take_the_cap
         &s,
         &core,
         t(120),
-        &[Expect::Status((
-            "job-llm-main",
-            &[
-                ("ReadyForProvisioning", "True", "AttributesSetSuccessfully"),
-                ("Provisioning", "True", "FitsExistingCapacity"),
-                ("Infeasible", "False", "Placeable"),
-            ],
-            2,
-            None,
-        ))],
+        &[Expect::Status(("job-llm-main", FITS, 2, None))],
         false,
     )
     .await;
@@ -1165,16 +1159,7 @@ async fn a_kueue_buffer_deleted_at_admission_leaves_its_nodes_to_the_pods_that_f
         &s,
         &core,
         t(120),
-        &[Expect::Status((
-            "job-llm-main",
-            &[
-                ("ReadyForProvisioning", "True", "AttributesSetSuccessfully"),
-                ("Provisioning", "True", "FitsExistingCapacity"),
-                ("Infeasible", "False", "Placeable"),
-            ],
-            2,
-            None,
-        ))],
+        &[Expect::Status(("job-llm-main", FITS, 2, None))],
         false,
     )
     .await;
