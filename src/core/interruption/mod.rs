@@ -21,6 +21,15 @@ use std::time::Duration;
 /// `checkpointGracePeriod` does not parse (the CRD's default).
 const DEFAULT_CHECKPOINT_GRACE: Duration = Duration::from_secs(90);
 
+/// How long an offering that refused a launch or reclaimed a spot node is
+/// kept out by default: Karpenter's `UnavailableOfferingsTTL` (3 minutes).
+/// A reclaimed pool is not held out for its expected closure: a closed
+/// pool refuses the next launch at once, and that refusal keeps it out
+/// again. Measured on spot-training over 30 seeds, holding a reclaimed pool
+/// out for its expected closure cost 15% more for the same lost work
+/// (`docs/results.md`, "Keeping a reclaimed pool out").
+pub const DEFAULT_UNAVAILABLE_TTL: Duration = Duration::from_secs(3 * 60);
+
 /// Knobs of the interruption response.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Config {
@@ -40,7 +49,7 @@ pub struct Config {
 impl Default for Config {
     fn default() -> Config {
         Config {
-            unavailable_ttl: Duration::from_secs(10 * 60),
+            unavailable_ttl: DEFAULT_UNAVAILABLE_TTL,
             drain_grace: Duration::from_secs(30),
             reservation_lead: Duration::from_secs(40 * 60),
         }
@@ -244,19 +253,9 @@ impl Interruptions {
                 if matches!(existing, Some(Response::Interrupt | Response::Terminated)) {
                     return None;
                 }
-                // A pool that just reclaimed is often closed for a while:
-                // kept out for the market's expected closure, at least the TTL.
-                let closure = world
-                    .catalog
-                    .market(&node.offering.instance_type, &node.offering.zone)
-                    .mean_closure_hours();
-                self.mark_unavailable_for(
-                    node.offering.clone(),
-                    now,
-                    self.config
-                        .unavailable_ttl
-                        .max(secs((closure * 3600.0).clamp(0.0, 86_400.0))),
-                );
+                // Kept out for the TTL, as a capacity error is: if the pool
+                // stays closed, the launch it refuses next keeps it out.
+                self.mark_unavailable(node.offering.clone(), now);
                 let grace = checkpoint_grace(policy(world, node));
                 let until = before(*deadline, self.config.drain_grace).min(after(now, grace));
                 let r = Response::Interrupt;
@@ -582,11 +581,7 @@ impl Interruptions {
     }
 
     fn mark_unavailable(&mut self, key: OfferingKey, now: Time) {
-        self.mark_unavailable_for(key, now, self.config.unavailable_ttl);
-    }
-
-    fn mark_unavailable_for(&mut self, key: OfferingKey, now: Time, ttl: Duration) {
-        let until = after(now, ttl);
+        let until = after(now, self.config.unavailable_ttl);
         let e = self.unavailable.entry(key).or_insert(until);
         *e = (*e).max(until);
     }

@@ -435,17 +435,25 @@ fn interrupted_and_capacity_starved_offerings_are_unavailable_for_the_ttl() {
         &f.world(),
         t(60),
     );
-    // The interrupted pool stays out for the market's expected closure
-    // (at least the TTL); the capacity-starved one for the TTL.
-    let until = reclaim_until(&f, &key);
-    assert!(until > t(660));
-    assert!(s.is_unavailable(&key, until - chrono::Duration::seconds(1)));
-    assert!(!s.is_unavailable(&key, until));
+    // Both stay out for the TTL (Karpenter's 3 minutes), the interrupted
+    // pool too, though its market expects it closed for longer: a closed
+    // pool refuses the next launch, and that keeps it out again.
+    let ttl = Config::default().unavailable_ttl.as_secs() as i64;
+    assert_eq!(ttl, 180);
+    let closure_s = f
+        .catalog
+        .market(&key.instance_type, &key.zone)
+        .mean_closure_hours()
+        * 3600.0;
+    assert!(closure_s > ttl as f64, "{closure_s}");
+    assert!(s.is_unavailable(&key, t(ttl - 1)));
+    assert!(!s.is_unavailable(&key, t(ttl)));
     assert_eq!(
-        s.unavailable(t(659)).cloned().collect::<Vec<_>>(),
+        s.unavailable(t(ttl - 1)).cloned().collect::<Vec<_>>(),
         [key.clone(), other.clone()]
     );
-    assert_eq!(s.unavailable(t(660)).collect::<Vec<_>>(), [&key]);
+    assert_eq!(s.unavailable(t(ttl)).collect::<Vec<_>>(), [&other]);
+    assert_eq!(s.unavailable(t(ttl + 60)).count(), 0);
     let offering = crate::catalog::Offering {
         instance_type: other.instance_type.clone(),
         region: REGION.into(),
@@ -457,8 +465,8 @@ fn interrupted_and_capacity_starved_offerings_are_unavailable_for_the_ttl() {
         market: None,
         reservation: None,
     };
-    assert!(s.blocks(&offering, t(659)));
-    assert!(!s.blocks(&offering, t(660)));
+    assert!(s.blocks(&offering, t(ttl + 59)));
+    assert!(!s.blocks(&offering, t(ttl + 60)));
 }
 
 #[test]
@@ -606,24 +614,11 @@ fn nodes_that_left_the_world_are_forgotten() {
     f.nodes.clear();
     assert_eq!(s.decide(&f.world(), t(1)), []);
     assert!(!s.is_handling("n1"));
-    // Only the offering's closure is left.
-    let key = node("n1").spot().offering;
-    assert_eq!(s.next_deadline(), Some(reclaim_until(&f, &key)));
-}
-
-/// When a pool interrupted at t(0) is available again: the market's
-/// expected closure of the pool, at least the TTL.
-fn reclaim_until(f: &Fixture, key: &OfferingKey) -> Time {
-    let h = f
-        .catalog
-        .market(&key.instance_type, &key.zone)
-        .mean_closure_hours();
-    after(
-        t(0),
-        Config::default()
-            .unavailable_ttl
-            .max(Duration::from_secs_f64((h * 3600.0).clamp(0.0, 86_400.0))),
-    )
+    // Only the offering's time out is left.
+    assert_eq!(
+        s.next_deadline(),
+        Some(after(t(0), Config::default().unavailable_ttl))
+    );
 }
 
 fn scheduled(claim: &str, start: Option<i64>) -> Notice {
