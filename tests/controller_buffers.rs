@@ -16,6 +16,18 @@
 //!   a good buffer beside it is served as before;
 //! - discovery watches buffers only where `autoscaling.x-k8s.io/v1beta1`
 //!   lists `capacitybuffers` (ProvisioningRequests share the group).
+//! - a one-shot buffer launches its chunks; a real pod of its template's
+//!   labels takes one and it is not refilled (the consumed count is
+//!   persisted as an annotation before the status says it); a restarted
+//!   controller reads the count back; once all is consumed the buffer says
+//!   `Consumed` and holds nothing;
+//! - Kueue's buffer-backed admission (KEP-5133): the buffer Kueue makes
+//!   for a pod set reports `RequiresNewCapacity` until its nodes are Ready,
+//!   then `FitsExistingCapacity`; the workload's pods appear and bind
+//!   without a second launch, and once Kueue deletes the buffer nothing is
+//!   held; with a buffer that refills, deleted on admission (the KEP's
+//!   milestone 1), the pods that follow are planned onto its Ready nodes
+//!   and nothing is launched or disrupted.
 
 mod support;
 
@@ -191,6 +203,31 @@ async fn buffers_round(
     want: &[Write<'_>],
     events: bool,
 ) -> (WorldParts, Vec<Value>) {
+    let writes: Vec<Expect> = want.iter().map(|&w| Expect::Status(w)).collect();
+    round(s, core, now, &writes, events).await
+}
+
+/// One request a round's writes are expected to make.
+#[derive(Clone, Copy)]
+enum Expect<'a> {
+    /// A status patch (and its Event): [`Write`].
+    Status(Write<'a>),
+    /// A merge patch of the buffer's metadata persisting its consumed
+    /// count and the pods counted ([`buffers::CONSUMED_ANNOTATION`],
+    /// [`buffers::CONSUMED_BY_ANNOTATION`]).
+    Consumed(&'a str, u64, &'a str),
+}
+
+/// The buffer step over the store at `now`, then its writes through a mock
+/// API that expects exactly `want`, in order, and no other request; returns
+/// the world the step leaves and the patched statuses.
+async fn round(
+    s: &Store,
+    core: &Core,
+    now: Time,
+    want: &[Expect<'_>],
+    events: bool,
+) -> (WorldParts, Vec<Value>) {
     let catalog = catalog();
     let snap = s.read(Snapshot::clone);
     let mut parts = world_parts(&snap, &catalog, REGION, now, DEFAULT_MAX_PODS);
@@ -209,7 +246,31 @@ async fn buffers_round(
     );
     let patched = Arc::new(std::sync::Mutex::new(Vec::new()));
     let mut sc = Scenario::new();
-    for &(name, conditions, replicas, event) in want {
+    for &w in want {
+        let (name, conditions, replicas, event) = match w {
+            Expect::Consumed(name, n, by) => {
+                let by = by.to_string();
+                let path = format!(
+                    "/apis/autoscaling.x-k8s.io/v1beta1/namespaces/ml/capacitybuffers/{name}"
+                );
+                sc = sc
+                    .expect(Method::PATCH, &path, move |body| {
+                        assert_eq!(
+                            body,
+                            &json!({"metadata": {"annotations": {
+                                buffers::CONSUMED_ANNOTATION: n.to_string(),
+                                buffers::CONSUMED_BY_ANNOTATION: by}}})
+                        );
+                    })
+                    .content_type("application/merge-patch+json")
+                    .respond(
+                        200,
+                        json!({"apiVersion": "autoscaling.x-k8s.io/v1beta1", "kind": "CapacityBuffer"}),
+                    );
+                continue;
+            }
+            Expect::Status(w) => w,
+        };
         let path = format!(
             "/apis/autoscaling.x-k8s.io/v1beta1/namespaces/ml/capacitybuffers/{name}/status"
         );
@@ -352,7 +413,7 @@ async fn a_buffer_of_two_gpu_pods_launches_their_capacity_then_holds_it_and_says
         "warm",
         &[
             ("ReadyForProvisioning", "True", "AttributesSetSuccessfully"),
-            ("Provisioning", "True", "ScalingUp"),
+            ("Provisioning", "False", "RequiresNewCapacity"),
             ("Infeasible", "False", "Placeable"),
         ],
         2,
@@ -401,9 +462,9 @@ async fn a_buffer_of_two_gpu_pods_launches_their_capacity_then_holds_it_and_says
             ),
             condition(
                 "Provisioning",
-                "True",
-                "ScalingUp",
-                "0 chunks have room; capacity for 2 is being planned or launched"
+                "False",
+                "RequiresNewCapacity",
+                "0 chunks have room on Ready nodes, 0 on nodes not Ready yet; capacity for 2 is being planned or launched"
             ),
             condition(
                 "Infeasible",
@@ -420,7 +481,7 @@ async fn a_buffer_of_two_gpu_pods_launches_their_capacity_then_holds_it_and_says
         "warm",
         &[
             ("ReadyForProvisioning", "True", "AttributesSetSuccessfully"),
-            ("Provisioning", "True", "CapacityHeld"),
+            ("Provisioning", "False", "RequiresNewCapacity"),
             ("Infeasible", "False", "Placeable"),
         ],
         2,
@@ -451,7 +512,7 @@ async fn a_buffer_no_pool_can_hold_goes_infeasible_with_the_planners_reason_and_
         "big",
         &[
             ("ReadyForProvisioning", "True", "AttributesSetSuccessfully"),
-            ("Provisioning", "True", "ScalingUp"),
+            ("Provisioning", "False", "RequiresNewCapacity"),
             ("Infeasible", "False", "Placeable"),
         ],
         2,
@@ -531,7 +592,7 @@ async fn a_share_of_a_deployment_launches_its_chunks_and_follows_the_deployments
     let mut core = Core::new(Config::default());
     let want = [
         ("ReadyForProvisioning", "True", "AttributesSetSuccessfully"),
-        ("Provisioning", "True", "ScalingUp"),
+        ("Provisioning", "False", "RequiresNewCapacity"),
         ("Infeasible", "False", "Placeable"),
     ];
     let (parts, status) = buffer_round(&s, &core, t(0), "share", &want, 2).await;
@@ -610,7 +671,7 @@ async fn a_buffer_naming_a_missing_deployment_says_so_and_the_round_serves_the_o
                 "warm",
                 &[
                     ("ReadyForProvisioning", "True", "AttributesSetSuccessfully"),
-                    ("Provisioning", "True", "ScalingUp"),
+                    ("Provisioning", "False", "RequiresNewCapacity"),
                     ("Infeasible", "False", "Placeable"),
                 ],
                 1,
@@ -684,4 +745,444 @@ async fn buffers_are_watched_only_where_their_group_version_lists_them() {
     )
     .await;
     assert!(!served.capacity_buffers);
+}
+
+/// A PodTemplate `ml/<name>` of a 1-GPU pod labelled `labels` (as Kueue
+/// makes one from a workload's pod set).
+fn labelled_template(name: &str, labels: Value) -> core::PodTemplate {
+    let mut tmpl = pod_template(name, "1");
+    tmpl.template.as_mut().unwrap().metadata = Some(from(json!({ "labels": labels })));
+    tmpl
+}
+
+/// A one-shot CapacityBuffer `ml/<name>` of `replicas` copies of template
+/// `tmpl` ([`buffers::REFILL_STRATEGY_ANNOTATION`] `none`), with these
+/// extra annotations, owner references and status.
+fn one_shot(
+    name: &str,
+    tmpl: &str,
+    replicas: i32,
+    annotations: Value,
+    owners: Value,
+    status: Value,
+) -> CapacityBuffer {
+    let mut annotations = annotations;
+    annotations[buffers::REFILL_STRATEGY_ANNOTATION] = json!("none");
+    from(json!({
+        "apiVersion": "autoscaling.x-k8s.io/v1beta1", "kind": "CapacityBuffer",
+        "metadata": {"name": name, "namespace": "ml", "generation": 1,
+                     "annotations": annotations, "ownerReferences": owners},
+        "spec": {"provisioningStrategy": "buffer.x-k8s.io/active-capacity",
+                 "podTemplateRef": {"name": tmpl}, "replicas": replicas},
+        "status": status
+    }))
+}
+
+/// A 1-GPU pod `ml/<name>` labelled `labels` (the shape of
+/// [`pod_template`]'s), running on `node`, or pending (unschedulable so far)
+/// without one.
+fn real_pod(name: &str, labels: Value, node: Option<&str>) -> core::Pod {
+    let spec = pod_template(name, "1").template.unwrap().spec;
+    let mut pod = core::Pod {
+        metadata: from(json!({"name": name, "namespace": "ml", "labels": labels})),
+        spec,
+        status: Some(from(json!({"phase": "Pending", "conditions": [
+            {"type": "PodScheduled", "status": "False", "reason": "Unschedulable"}]}))),
+    };
+    if let Some(n) = node {
+        pod.spec.as_mut().unwrap().node_name = Some(n.into());
+        pod.status = Some(from(json!({"phase": "Running", "podIP": "10.0.0.7"})));
+    }
+    pod
+}
+
+/// `claims` registered and Ready at `at`, each with its Node
+/// `ip-10-0-0-<i+1>` (its GPU advertised), as the lifecycle leaves them.
+fn ready(claims: &[NodeClaim], at: Time) -> (Vec<NodeClaim>, Vec<core::Node>) {
+    use quartermaster::api::nodeclaim::conditions as k;
+    claims
+        .iter()
+        .enumerate()
+        .map(|(i, c)| {
+            let node = format!("ip-10-0-0-{}", i + 1);
+            let pid = format!("aws:///us-east-1a/i-{:017x}", i + 1);
+            let mut status = quartermaster::api::NodeClaimStatus {
+                provider_id: Some(pid.clone()),
+                node_name: Some(node.clone()),
+                ..Default::default()
+            };
+            for k in [k::LAUNCHED, k::REGISTERED, k::INITIALIZED, k::READY] {
+                quartermaster::controller::lifecycle::set_condition(
+                    &mut status,
+                    k,
+                    true,
+                    k,
+                    "",
+                    at,
+                );
+            }
+            let mut c = c.clone();
+            c.status = Some(status);
+            let n: core::Node = from(json!({
+                "apiVersion": "v1", "kind": "Node",
+                "metadata": {"name": node, "resourceVersion": "1"},
+                "spec": {"providerID": pid,
+                         "taints": [{"key": l::TAINT_GPU, "effect": "NoSchedule"}]},
+                "status": {
+                    "conditions": [{"type": "Ready", "status": "True"}],
+                    "allocatable": {"cpu": "3920m", "memory": "15Gi", "pods": "58",
+                                    l::RESOURCE_GPU: "1"}
+                }
+            }));
+            (c, n)
+        })
+        .unzip()
+}
+
+/// The claims of the nodes where buffer chunks are held (do-not-disrupt
+/// placeholders) in `parts`.
+fn holding(parts: &WorldParts) -> Vec<String> {
+    parts
+        .nodes
+        .iter()
+        .filter(|n| n.pods.iter().any(|p| buffers_chunk(&p.pod.name)))
+        .map(|n| n.claim.clone())
+        .collect()
+}
+
+fn buffers_chunk(pod: &str) -> bool {
+    quartermaster::core::buffers::is_chunk(pod)
+}
+
+/// The first round of a buffer of two 1-GPU chunks: its status says it
+/// needs new capacity, the planner launches one g5 node per chunk, and the
+/// executor creates their claims, returned.
+async fn launch_two_chunks(s: &Store, core: &mut Core, name: &str) -> (Vec<NodeClaim>, Value) {
+    let (parts, mut status) = round(
+        s,
+        core,
+        t(0),
+        &[Expect::Status((
+            name,
+            &[
+                ("ReadyForProvisioning", "True", "AttributesSetSuccessfully"),
+                ("Provisioning", "False", "RequiresNewCapacity"),
+                ("Infeasible", "False", "Placeable"),
+            ],
+            2,
+            None,
+        ))],
+        false,
+    )
+    .await;
+    assert_eq!(parts.pending.len(), 2);
+    let actions = decide(core, &parts, t(0));
+    let reqs = launches(&actions);
+    assert_eq!(reqs.len(), 2, "{actions:?}");
+    assert!(reqs.iter().all(|r| r.pods.len() == 1), "{reqs:?}");
+    let claims = execute_launches(&parts, &actions, t(2), |body| {
+        assert_eq!(body["spec"]["nodePool"], "gpu");
+    })
+    .await;
+    (claims, status.remove(0))
+}
+
+/// The conditions of a buffer every chunk of which has room on a Ready
+/// node: what Kueue's buffer admission check waits for.
+const FITS: &[Cond] = &[
+    ("ReadyForProvisioning", "True", "AttributesSetSuccessfully"),
+    ("Provisioning", "True", "FitsExistingCapacity"),
+    ("Infeasible", "False", "Placeable"),
+];
+
+/// `b` with the status last patched onto it (as the watch would bring it
+/// back).
+fn with_patched(mut b: CapacityBuffer, status: &Value) -> CapacityBuffer {
+    b.status = Some(from(status.clone()));
+    b
+}
+
+#[tokio::test]
+async fn a_one_shot_buffer_does_not_refill_what_a_pod_consumed_and_reads_its_count_after_a_restart()
+{
+    let labels = json!({"app": "train"});
+    let annotated = |consumed: Option<(u64, &str)>, status: &Value| {
+        let ann = match consumed {
+            Some((n, by)) => json!({ buffers::CONSUMED_ANNOTATION: n.to_string(),
+                                     buffers::CONSUMED_BY_ANNOTATION: by }),
+            None => json!({}),
+        };
+        with_patched(
+            one_shot("once", "train", 2, ann, json!([]), json!({})),
+            status,
+        )
+    };
+    let s = store(
+        vec![labelled_template("train", labels.clone())],
+        vec![annotated(None, &json!({}))],
+    );
+    let mut core = Core::new(Config::default());
+    let (claims, status) = launch_two_chunks(&s, &mut core, "once").await;
+
+    // Both nodes Ready: every chunk has room on one.
+    let (claims, nodes) = ready(&claims, t(60));
+    s.reset(claims.clone());
+    s.reset(nodes.clone());
+    s.reset(vec![annotated(None, &status)]);
+    let (parts, mut patched) = round(
+        &s,
+        &core,
+        t(120),
+        &[Expect::Status(("once", FITS, 2, None))],
+        false,
+    )
+    .await;
+    assert_eq!(holding(&parts).len(), 2);
+    assert!(launches(&decide(&mut core, &parts, t(120))).is_empty());
+
+    // A real pod of the template's labels runs on the first node: the
+    // count is persisted first, then the status says one chunk is left,
+    // held on the other node; nothing is launched to refill it.
+    s.apply(real_pod("llm-0", labels.clone(), Some("ip-10-0-0-1")));
+    s.reset(vec![annotated(None, &patched.remove(0))]);
+    let (parts, mut patched) = round(
+        &s,
+        &core,
+        t(180),
+        &[
+            Expect::Consumed("once", 1, "llm-0"),
+            Expect::Status(("once", FITS, 1, None)),
+        ],
+        false,
+    )
+    .await;
+    let ready_message = patched[0]["conditions"][0]["message"].as_str().unwrap();
+    assert!(ready_message.contains("1 of 2 consumed"), "{ready_message}");
+    assert!(parts.pending.is_empty(), "{:?}", parts.pending);
+    assert_eq!(holding(&parts), [claims[1].name_any()]);
+    assert!(launches(&decide(&mut core, &parts, t(180))).is_empty());
+
+    // A restarted controller (a new store and core) reads the count back:
+    // the consumer has finished and is gone, yet its chunk is not made
+    // again, and the status, already right, is not written.
+    let status = patched.remove(0);
+    let s = store(
+        vec![labelled_template("train", labels.clone())],
+        vec![annotated(Some((1, "llm-0")), &status)],
+    );
+    s.reset(claims);
+    s.reset(nodes);
+    let mut core = Core::new(Config::default());
+    let (parts, _) = round(&s, &core, t(240), &[], false).await;
+    assert!(parts.pending.is_empty());
+    assert_eq!(holding(&parts).len(), 1, "one chunk left to hold");
+    assert!(launches(&decide(&mut core, &parts, t(240))).is_empty());
+
+    // The second chunk is consumed too: the buffer is used up, holds
+    // nothing and says so.
+    s.apply(real_pod("llm-1", labels, Some("ip-10-0-0-2")));
+    let (parts, patched) = round(
+        &s,
+        &core,
+        t(300),
+        &[
+            Expect::Consumed("once", 2, "llm-0,llm-1"),
+            Expect::Status((
+                "once",
+                &[
+                    ("ReadyForProvisioning", "True", "AttributesSetSuccessfully"),
+                    ("Provisioning", "False", "Consumed"),
+                    ("Infeasible", "False", "Placeable"),
+                ],
+                0,
+                None,
+            )),
+        ],
+        false,
+    )
+    .await;
+    let provisioning = patched[0]["conditions"][1]["message"].as_str().unwrap();
+    assert!(provisioning.contains("2 of 2 consumed"), "{provisioning}");
+    assert!(holding(&parts).is_empty());
+    assert!(launches(&decide(&mut core, &parts, t(300))).is_empty());
+}
+
+#[tokio::test]
+async fn a_kueue_buffer_admits_its_workload_once_ready_and_the_pods_take_the_capacity_without_a_second_launch(
+) {
+    // Kueue (KEP-5133) reserved quota for the Workload `job-llm` and made
+    // a PodTemplate from its pod set `main` and a one-shot buffer of it,
+    // owned by the Workload.
+    let labels = json!({"kueue.x-k8s.io/podset": "main", "job-name": "llm"});
+    let owner = json!([{"apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "Workload",
+        "name": "job-llm", "uid": "5f0c-llm", "controller": true}]);
+    let kueue_buffer = |status: &Value| {
+        one_shot(
+            "job-llm-main",
+            "job-llm-main",
+            2,
+            json!({}),
+            owner.clone(),
+            status.clone(),
+        )
+    };
+    let s = store(
+        vec![labelled_template("job-llm-main", labels.clone())],
+        vec![kueue_buffer(&json!({}))],
+    );
+    let mut core = Core::new(Config::default());
+    let (claims, status) = launch_two_chunks(&s, &mut core, "job-llm-main").await;
+    let requires_new: &[Cond] = &[
+        ("ReadyForProvisioning", "True", "AttributesSetSuccessfully"),
+        ("Provisioning", "False", "RequiresNewCapacity"),
+        ("Infeasible", "False", "Placeable"),
+    ];
+
+    // The claims are in flight: room is held on them, but the capacity is
+    // not ready, so Provisioning stays False (Kueue keeps the check
+    // Pending) and nothing more launches.
+    s.reset(claims.clone());
+    s.reset(vec![kueue_buffer(&status)]);
+    let (parts, patched) = round(
+        &s,
+        &core,
+        t(10),
+        &[Expect::Status(("job-llm-main", requires_new, 2, None))],
+        false,
+    )
+    .await;
+    let why = patched[0]["conditions"][1]["message"].as_str().unwrap();
+    assert!(why.contains("2 on nodes not Ready yet"), "{why}");
+    assert_eq!(holding(&parts).len(), 2);
+    assert!(launches(&decide(&mut core, &parts, t(10))).is_empty());
+
+    // Ready: Provisioning=True, FitsExistingCapacity, what Kueue's check
+    // waits for to admit the Workload.
+    let (ready_claims, nodes) = ready(&claims, t(60));
+    s.reset(ready_claims);
+    s.reset(nodes);
+    s.reset(vec![kueue_buffer(&patched[0])]);
+    let (_, patched) = round(
+        &s,
+        &core,
+        t(120),
+        &[Expect::Status(("job-llm-main", FITS, 2, None))],
+        false,
+    )
+    .await;
+
+    // Admitted, the Job makes its pods (the pod set's labels): pending,
+    // they take the held room in thought, the buffer makes no chunk for
+    // them to displace, and nothing is launched a second time.
+    s.reset(vec![kueue_buffer(&patched[0])]);
+    for i in 0..2 {
+        s.apply(real_pod(&format!("llm-{i}"), labels.clone(), None));
+    }
+    let consumed: &[Cond] = &[
+        ("ReadyForProvisioning", "True", "AttributesSetSuccessfully"),
+        ("Provisioning", "False", "Consumed"),
+        ("Infeasible", "False", "Placeable"),
+    ];
+    let (parts, patched) = round(
+        &s,
+        &core,
+        t(130),
+        &[Expect::Status(("job-llm-main", consumed, 0, None))],
+        false,
+    )
+    .await;
+    let mut pending: Vec<&str> = parts.pending.iter().map(|p| p.name.as_str()).collect();
+    pending.sort();
+    assert_eq!(pending, ["ml/llm-0", "ml/llm-1"]);
+    assert!(holding(&parts).is_empty());
+    assert!(launches(&decide(&mut core, &parts, t(130))).is_empty());
+
+    // The scheduler binds them onto the two nodes: consumed, persisted.
+    s.reset(vec![kueue_buffer(&patched[0])]);
+    for i in 0..2 {
+        let node = format!("ip-10-0-0-{}", i + 1);
+        s.apply(real_pod(&format!("llm-{i}"), labels.clone(), Some(&node)));
+    }
+    let (parts, _) = round(
+        &s,
+        &core,
+        t(140),
+        &[
+            Expect::Consumed("job-llm-main", 2, "llm-0,llm-1"),
+            Expect::Status(("job-llm-main", consumed, 0, None)),
+        ],
+        false,
+    )
+    .await;
+    assert!(parts.pending.is_empty());
+    assert!(launches(&decide(&mut core, &parts, t(140))).is_empty());
+
+    // Kueue deletes its buffer (and template): no status is written, no
+    // chunk is held, and the nodes keep only the Workload's pods, for
+    // consolidation to let go once they finish.
+    s.delete(&kueue_buffer(&json!({})));
+    let (parts, _) = round(&s, &core, t(150), &[], false).await;
+    assert!(holding(&parts).is_empty() && parts.pending.is_empty());
+    let mut running: Vec<&str> = parts
+        .nodes
+        .iter()
+        .flat_map(|n| n.pods.iter().map(|p| p.pod.name.as_str()))
+        .collect();
+    running.sort();
+    assert_eq!(running, ["ml/llm-0", "ml/llm-1"]);
+    assert!(parts
+        .nodes
+        .iter()
+        .all(|n| n.pods.iter().all(|p| !p.do_not_disrupt)));
+    assert!(launches(&decide(&mut core, &parts, t(150))).is_empty());
+}
+
+#[tokio::test]
+async fn a_kueue_buffer_deleted_at_admission_leaves_its_nodes_to_the_pods_that_follow() {
+    // KEP-5133's milestone 1: the buffer refills, so Kueue deletes it on
+    // admission, before the Job's pods exist.
+    let labels = json!({"kueue.x-k8s.io/podset": "main", "job-name": "llm"});
+    let s = store(
+        vec![labelled_template("job-llm-main", labels.clone())],
+        vec![buffer("job-llm-main", "job-llm-main", 2, json!([]))],
+    );
+    let mut core = Core::new(Config::default());
+    let (claims, status) = launch_two_chunks(&s, &mut core, "job-llm-main").await;
+    let (claims, nodes) = ready(&claims, t(60));
+    s.reset(claims.clone());
+    s.reset(nodes);
+    s.reset(vec![with_patched(
+        buffer("job-llm-main", "job-llm-main", 2, json!([])),
+        &status,
+    )]);
+    let (parts, _) = round(
+        &s,
+        &core,
+        t(120),
+        &[Expect::Status(("job-llm-main", FITS, 2, None))],
+        false,
+    )
+    .await;
+    assert!(launches(&decide(&mut core, &parts, t(120))).is_empty());
+
+    // Admitted: Kueue deletes the buffer, then the Job's pods appear. They
+    // are planned onto the two Ready nodes: nothing is launched, and
+    // neither node is taken away from under them.
+    s.delete(&buffer("job-llm-main", "job-llm-main", 2, json!([])));
+    for i in 0..2 {
+        s.apply(real_pod(&format!("llm-{i}"), labels.clone(), None));
+    }
+    for now in [t(125), t(160), t(240)] {
+        let (parts, _) = round(&s, &core, now, &[], false).await;
+        assert!(holding(&parts).is_empty());
+        assert_eq!(parts.pending.len(), 2);
+        let actions = decide(&mut core, &parts, now);
+        assert!(
+            actions.iter().all(|a| !matches!(
+                a,
+                Action::Launch(_) | Action::Cordon { .. } | Action::Delete { .. }
+            )),
+            "{actions:?}"
+        );
+    }
 }

@@ -392,6 +392,12 @@ pub struct CapacityBufferSpec {
     /// Chunks as a share of the `scalableRef`'s replicas, in percent.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub percentage: Option<i32>,
+    /// Whether consumed capacity is made again: `recreate` (the default) or
+    /// `none` (one-shot). Proposed upstream (kubernetes/autoscaler#10108),
+    /// not in the v1beta1 schema: read when a CRD carries it, else from
+    /// `quartermaster.dev/buffer-refill-strategy`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub refill_strategy: Option<String>,
     /// Most the chunks may ask for together, by resource.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub limits: Option<BTreeMap<String, Quantity>>,
@@ -451,10 +457,17 @@ pub mod buffer_conditions {
     pub const INFEASIBLE: &str = "Infeasible";
     /// With `ReadyForProvisioning=True` (cluster-autoscaler's reason).
     pub const ATTRIBUTES_SET_SUCCESSFULLY: &str = "AttributesSetSuccessfully";
-    /// With `Provisioning=True`: every chunk has room on a node.
-    pub const CAPACITY_HELD: &str = "CapacityHeld";
-    /// With `Provisioning=True`: capacity for some chunks is being launched.
-    pub const SCALING_UP: &str = "ScalingUp";
+    /// With `Provisioning=True`: every chunk has room on a Ready node (the
+    /// reason Karpenter sets and Kueue's buffer-backed admission check,
+    /// KEP-5133, waits for).
+    pub const FITS_EXISTING_CAPACITY: &str = "FitsExistingCapacity";
+    /// With `Provisioning=False`: capacity for some chunks is being planned
+    /// or launched, or their node is not Ready yet (Karpenter's reason; Kueue
+    /// keeps the workload pending).
+    pub const REQUIRES_NEW_CAPACITY: &str = "RequiresNewCapacity";
+    /// With `Provisioning=False`: a one-shot buffer whose every chunk was
+    /// consumed by pods; it holds and launches nothing more.
+    pub const CONSUMED: &str = "Consumed";
     /// With `Infeasible=True`, `Provisioning=False`: no pool can hold a chunk.
     pub const NOT_PLACEABLE: &str = "NotPlaceable";
     /// With `Provisioning=False`: a scheduled buffer outside its window.

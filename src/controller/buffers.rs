@@ -16,7 +16,7 @@ use crate::api::foreign::{
 };
 use crate::api::PrewarmWindow;
 use crate::cluster::{Pod, Resources};
-use crate::core::buffers::{self, Buffer, Problem, Share, Status};
+use crate::core::buffers::{self, Buffer, Consumed, Problem, Refill, Share, Status};
 use crate::core::Time;
 use crate::metrics::{BufferLabels, Metrics};
 use k8s_openapi::api::core::v1::PodTemplate;
@@ -94,6 +94,93 @@ pub const TIME_ZONE_ANNOTATION: &str = "quartermaster.dev/buffer-time-zone";
 /// required with a schedule.
 pub const DURATION_ANNOTATION: &str = "quartermaster.dev/buffer-duration";
 
+/// Annotation on a CapacityBuffer: `none` makes it one-shot (consumed
+/// chunks are not made again), `recreate` (the default) keeps it whole.
+/// Upstream proposes this as `spec.refillStrategy`
+/// (kubernetes/autoscaler#10108), which the v1beta1 schema lacks; that
+/// field is read instead when a CRD carries it.
+pub const REFILL_STRATEGY_ANNOTATION: &str = "quartermaster.dev/buffer-refill-strategy";
+/// Annotation Quartermaster keeps on a one-shot buffer: the chunks consumed
+/// so far, a count that never drops (upstream proposes
+/// `status.consumedReplicas`, which the v1beta1 schema lacks and the API
+/// server would prune).
+pub const CONSUMED_ANNOTATION: &str = "quartermaster.dev/buffer-consumed-replicas";
+/// Annotation Quartermaster keeps beside [`CONSUMED_ANNOTATION`]: the pods
+/// (of the buffer's namespace, comma-separated names) counted, so each is
+/// counted once.
+pub const CONSUMED_BY_ANNOTATION: &str = "quartermaster.dev/buffer-consumed-by";
+
+fn annotation(b: &CapacityBuffer, key: &str) -> Option<String> {
+    b.metadata
+        .annotations
+        .as_ref()
+        .and_then(|a| a.get(key))
+        .cloned()
+}
+
+/// Whether the buffer refills (its `spec.refillStrategy`, else
+/// [`REFILL_STRATEGY_ANNOTATION`]), with a one-shot buffer's persisted
+/// consumed count ([`CONSUMED_ANNOTATION`]), or why it does not read.
+fn refill_of(b: &CapacityBuffer) -> Result<Refill, Problem> {
+    let strategy = b
+        .spec
+        .refill_strategy
+        .clone()
+        .or_else(|| annotation(b, REFILL_STRATEGY_ANNOTATION));
+    match strategy.as_deref() {
+        None | Some("") | Some("recreate") => Ok(Refill::Recreate),
+        Some("none") => {
+            let count = match annotation(b, CONSUMED_ANNOTATION) {
+                None => 0,
+                Some(v) => v.trim().parse::<u64>().map_err(|_| {
+                    Problem::spec(format!("{CONSUMED_ANNOTATION} is not a count ({v:?})"))
+                })?,
+            };
+            Ok(Refill::OneShot(Consumed {
+                count,
+                by: consumed_by(b),
+            }))
+        }
+        Some(other) => Err(Problem::spec(format!(
+            "refill strategy {other:?}: expected \"recreate\" or \"none\""
+        ))),
+    }
+}
+
+/// The pods (`namespace/name`) the buffer says consumed it
+/// ([`CONSUMED_BY_ANNOTATION`]).
+fn consumed_by(b: &CapacityBuffer) -> std::collections::BTreeSet<String> {
+    let ns = b.metadata.namespace.as_deref().unwrap_or("default");
+    annotation(b, CONSUMED_BY_ANNOTATION)
+        .unwrap_or_default()
+        .split(',')
+        .map(str::trim)
+        .filter(|n| !n.is_empty())
+        .map(|n| format!("{ns}/{n}"))
+        .collect()
+}
+
+/// The annotations that keep `consumed` on the buffer, where they say
+/// other than it does now.
+fn consumed_annotations(
+    b: &CapacityBuffer,
+    consumed: &Consumed,
+) -> Option<BTreeMap<String, String>> {
+    let count = consumed.count.to_string();
+    let by = consumed
+        .by
+        .iter()
+        .map(|p| p.split_once('/').map_or(p.as_str(), |(_, n)| n))
+        .collect::<Vec<_>>()
+        .join(",");
+    let want = [(CONSUMED_ANNOTATION, count), (CONSUMED_BY_ANNOTATION, by)];
+    // Nothing consumed is what a buffer without the annotations says.
+    let said = |k: &str, none: &str| annotation(b, k).unwrap_or_else(|| none.to_string());
+    let same = said(CONSUMED_ANNOTATION, "0") == want[0].1
+        && said(CONSUMED_BY_ANNOTATION, "") == want[1].1;
+    (!same).then(|| want.into_iter().map(|(k, v)| (k.to_string(), v)).collect())
+}
+
 /// The buffer's window from its annotations, if it has a schedule, or why
 /// it cannot have one.
 fn window_of(key: &str, b: &CapacityBuffer) -> Result<Option<PrewarmWindow>, Problem> {
@@ -138,9 +225,12 @@ pub fn distill(s: &Snapshot, key: &str, b: &CapacityBuffer) -> Buffer {
             .map_err(|e| Problem::spec(format!("spec.limits: {e}")))
     });
     let window = window_of(key, b);
+    let refill = refill_of(b);
     let target = if let Some(Err(e)) = &limits {
         Err(e.clone())
     } else if let Err(e) = &window {
+        Err(e.clone())
+    } else if let Err(e) = &refill {
         Err(e.clone())
     } else {
         chunk_of(s, ns, b)
@@ -162,6 +252,7 @@ pub fn distill(s: &Snapshot, key: &str, b: &CapacityBuffer) -> Buffer {
         share,
         limits: limits.and_then(Result::ok),
         window: window.ok().flatten(),
+        refill: refill.unwrap_or_default(),
     }
 }
 
@@ -288,13 +379,25 @@ pub async fn write_statuses(
         let Some(b) = store.read(|s| s.capacity_buffers.get(&status.buffer).cloned()) else {
             continue;
         };
-        let Some(conditions) = with_status(&b, status, now) else {
-            continue;
-        };
         let (ns, name) = status
             .buffer
             .split_once('/')
             .unwrap_or(("default", &status.buffer));
+        // A one-shot buffer's consumed count is persisted before its status
+        // says it, so a restarted controller reads it back.
+        if let Some(annotations) = status
+            .consumed
+            .as_ref()
+            .and_then(|c| consumed_annotations(&b, c))
+        {
+            if let Err(error) = api.annotate_capacity_buffer(ns, name, &annotations).await {
+                tracing::warn!(buffer = %status.buffer, %error, "failed to persist the CapacityBuffer's consumed count");
+                continue;
+            }
+        }
+        let Some(conditions) = with_status(&b, status, now) else {
+            continue;
+        };
         let template = b.spec.pod_template_ref.clone();
         match api
             .patch_capacity_buffer_status(ns, name, &conditions, status.replicas, template)
@@ -489,6 +592,42 @@ mod tests {
     }
 
     #[test]
+    fn a_one_shot_buffer_reads_what_consumed_it_from_its_annotations_or_says_what_is_wrong() {
+        let mut s = Snapshot::default();
+        s.pod_templates
+            .insert("ml/tpl".into(), Ok(Pod::new("ml/tpl", Resources::new())));
+        let annotated = |ann: serde_json::Value| {
+            let mut b = buffer(json!({"podTemplateRef": {"name": "tpl"}, "replicas": 2}));
+            b.metadata.annotations = serde_json::from_value(ann).unwrap();
+            distill(&s, "ml/warm", &b)
+        };
+        assert_eq!(annotated(json!({})).refill, Refill::Recreate);
+        let read = annotated(json!({REFILL_STRATEGY_ANNOTATION: "none",
+            CONSUMED_ANNOTATION: "2", CONSUMED_BY_ANNOTATION: "a-0, a-1"}));
+        let Refill::OneShot(consumed) = read.refill else {
+            panic!("{read:?}")
+        };
+        assert_eq!(consumed.count, 2);
+        assert_eq!(consumed.by.iter().collect::<Vec<_>>(), ["ml/a-0", "ml/a-1"]);
+        let fresh = annotated(json!({REFILL_STRATEGY_ANNOTATION: "none"}));
+        assert_eq!(fresh.refill, Refill::OneShot(Consumed::default()));
+        for bad in [
+            json!({REFILL_STRATEGY_ANNOTATION: "sometimes"}),
+            json!({REFILL_STRATEGY_ANNOTATION: "none", CONSUMED_ANNOTATION: "two"}),
+        ] {
+            let why = annotated(bad.clone()).pod.unwrap_err();
+            assert_eq!(why.reason, c::INVALID_SPEC, "{bad}");
+        }
+        // What a buffer already says is not written again; more is.
+        let mut b = buffer(json!({}));
+        assert_eq!(consumed_annotations(&b, &Consumed::default()), None);
+        let more = consumed_annotations(&b, &consumed).unwrap();
+        assert_eq!(more[CONSUMED_BY_ANNOTATION], "a-0,a-1");
+        b.metadata.annotations = Some(more);
+        assert_eq!(consumed_annotations(&b, &consumed), None);
+    }
+
+    #[test]
     fn only_active_capacity_buffers_are_served() {
         for (strategy, served) in [
             (json!(null), true),
@@ -506,6 +645,7 @@ mod tests {
             buffer: buffer.into(),
             replicas,
             held,
+            consumed: None,
             conditions: vec![buffers::Set {
                 condition: c::INFEASIBLE,
                 status: infeasible,
@@ -587,6 +727,7 @@ mod tests {
             buffer: "ml/warm".into(),
             replicas: 2,
             held: 0,
+            consumed: None,
             conditions: vec![buffers::Set {
                 condition: c::READY_FOR_PROVISIONING,
                 status: true,

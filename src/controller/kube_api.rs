@@ -496,6 +496,25 @@ impl KubeApi {
         .map(drop)
     }
 
+    /// Sets annotations on a CapacityBuffer (one merge patch of its
+    /// metadata: idempotent, as the values are the whole truth).
+    ///
+    /// # Errors
+    /// Any API error.
+    pub async fn annotate_capacity_buffer(
+        &self,
+        namespace: &str,
+        name: &str,
+        annotations: &BTreeMap<String, String>,
+    ) -> kube::Result<()> {
+        let api: Api<crate::api::foreign::CapacityBuffer> =
+            Api::namespaced(self.client.clone(), namespace);
+        let patch = json!({ "metadata": { "annotations": annotations } });
+        api.patch(name, &patch_params(), &Patch::Merge(patch))
+            .await
+            .map(drop)
+    }
+
     /// Every NodePool (one list call, for the node class reconciler, which
     /// runs beside the loop's watches).
     ///

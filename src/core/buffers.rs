@@ -9,11 +9,14 @@
 //!   the node as do-not-disrupt pods, so consolidation keeps off it while
 //!   the buffer wants it. Real pods come first: a real pod may take a
 //!   placeholder's room, and the placeholder it displaced is planned anew
-//!   (the buffer refills);
+//!   (the buffer refills), unless the buffer is one-shot ([`Refill`]):
+//!   then the real pods that match its chunk consume it, and consumed
+//!   chunks are not made again;
 //! - the others are demand for the planner, priced and placed by the MIP
 //!   like any pod and counted in NodePool limits;
 //! - the buffer's conditions: `ReadyForProvisioning` once its chunks are
-//!   resolved, `Provisioning` while capacity is held or launching, and
+//!   resolved, `Provisioning` (`True` once every chunk has room on a Ready
+//!   node, `False` while capacity is launching or all was consumed), and
 //!   `Infeasible` (proposed upstream) with the planner's reason when no
 //!   pool can hold a chunk, or with what is wrong when the buffer cannot be
 //!   read. A buffer that cannot be read gets conditions, never a panic.
@@ -25,8 +28,10 @@
 use super::{BoundPod, ManagedNode, Time};
 use crate::api::foreign::buffer_conditions as c;
 use crate::api::PrewarmWindow;
+use crate::cluster::podgroups::is_reservation;
 use crate::cluster::resources::PODS;
 use crate::cluster::{NodeState, Pod, Resources};
+use std::collections::{BTreeSet, HashSet};
 use std::time::Duration;
 
 /// Why a buffer cannot be served: a condition reason and a message.
@@ -66,6 +71,33 @@ pub struct Buffer {
     /// time zone and duration; `capacity` is not read): outside it, the
     /// buffer makes no chunk.
     pub window: Option<PrewarmWindow>,
+    /// Whether consumed chunks are made again.
+    pub refill: Refill,
+}
+
+/// Whether a buffer makes its consumed chunks again (`refillStrategy`, as
+/// proposed upstream in kubernetes/autoscaler#10108 and
+/// kubernetes-sigs/karpenter#3257; `docs/buffers.md`, "One-shot buffers").
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub enum Refill {
+    /// `recreate`: the buffer keeps its chunks, whoever takes their room.
+    #[default]
+    Recreate,
+    /// `none`: a chunk taken by a matching real pod ([`consumes`]) is
+    /// consumed and not made again; what was consumed in earlier rounds
+    /// is what the driver kept on the buffer.
+    OneShot(Consumed),
+}
+
+/// What consumed a one-shot buffer's chunks so far: it only grows.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Consumed {
+    /// Chunks consumed.
+    pub count: u64,
+    /// The pods (`namespace/name`) counted: each counts once however many
+    /// rounds it runs, and a pod that binds after another finished counts
+    /// anew.
+    pub by: BTreeSet<String>,
 }
 
 /// A buffer sized as a share of a scalable workload: `percentage` of its
@@ -173,6 +205,9 @@ pub struct Status {
     pub held: u32,
     /// Its conditions, each type once.
     pub conditions: Vec<Set>,
+    /// For a one-shot buffer, what consumed its chunks so far (never less
+    /// than what it was read with): what the driver persists.
+    pub consumed: Option<Consumed>,
 }
 
 /// What one step decides.
@@ -244,6 +279,67 @@ pub fn chunks(b: &Buffer, pod: &Pod) -> Result<u64, Problem> {
     }
 }
 
+/// Whether the real pod `real` consumes a chunk `chunk` of the buffer
+/// `buffer` (`namespace/name`): it runs in the buffer's namespace, carries
+/// every label of the chunk's pod, and asks for no more of any resource
+/// than the chunk holds (so it fits in the chunk's room). Stand-ins
+/// ([`is_reservation`]) consume nothing. Like the Karpenter proposal
+/// (kubernetes-sigs/karpenter#3257), a pod bound to a node counts; a pod
+/// the scheduler has not bound yet only keeps its chunk from being made
+/// again ([`step`]).
+pub fn consumes(buffer: &str, chunk: &Pod, real: &Pod) -> bool {
+    let ns = |n: &str| n.split_once('/').map(|(ns, _)| ns.to_owned());
+    !is_reservation(&real.name)
+        && ns(buffer) == ns(&real.name)
+        && chunk
+            .labels
+            .iter()
+            .all(|(k, v)| real.labels.get(k) == Some(v))
+        && real
+            .requests
+            .iter()
+            .filter(|(r, _)| *r != PODS)
+            .all(|(r, q)| q <= chunk.requests.get(r))
+}
+
+/// What consumed a one-shot buffer's chunks by this round: `before`, and
+/// the real pods bound to our nodes that consume a chunk ([`consumes`]) and
+/// were not counted yet, while fewer than `wanted` are; with the count of
+/// matching pods not bound yet (taking chunks, not counted). Each real pod
+/// consumes at most one chunk of all buffers (`taken`, in buffer order).
+fn consume(
+    buffer: &str,
+    chunk: &Pod,
+    wanted: u64,
+    before: &Consumed,
+    nodes: &[ManagedNode],
+    pending: &[Pod],
+    taken: &mut HashSet<String>,
+) -> (Consumed, u64) {
+    let mut now = before.clone();
+    now.count = now.count.max(now.by.len() as u64);
+    let bound = nodes
+        .iter()
+        .flat_map(|n| &n.pods)
+        .filter(|b| !b.placeholder)
+        .map(|b| &b.pod);
+    for p in bound {
+        if now.by.contains(&p.name) {
+            taken.insert(p.name.clone());
+        } else if now.count < wanted && consumes(buffer, chunk, p) && taken.insert(p.name.clone()) {
+            now.by.insert(p.name.clone());
+            now.count += 1;
+        }
+    }
+    let waiting = pending
+        .iter()
+        .filter(|p| {
+            !now.by.contains(&p.name) && consumes(buffer, chunk, p) && taken.insert(p.name.clone())
+        })
+        .count() as u64;
+    (now, waiting)
+}
+
 /// The placeholders of buffer `name`: `n` copies of `pod`.
 fn placeholders(name: &str, pod: &Pod, n: usize) -> Vec<Pod> {
     (0..n)
@@ -313,6 +409,7 @@ pub fn step_with_lead(
     take_room(pending, &mut states);
     let mut left = max_pods as u64;
     let mut out = Step::default();
+    let mut taken = HashSet::new();
     for b in buffers {
         let resolved = b
             .pod
@@ -321,27 +418,13 @@ pub fn step_with_lead(
             .and_then(|pod| Ok((pod, chunks(b, pod)?, in_window(b, now, lead(pod))?)));
         let resolved = match resolved {
             Ok((_, wanted, false)) => {
-                let message = format!("{wanted} chunks, outside its schedule");
-                out.statuses.push(Status {
-                    buffer: b.name.clone(),
-                    replicas: 0,
-                    held: 0,
-                    conditions: vec![
-                        set(
-                            c::READY_FOR_PROVISIONING,
-                            true,
-                            c::ATTRIBUTES_SET_SUCCESSFULLY,
-                            message.clone(),
-                        ),
-                        set(c::PROVISIONING, false, c::OUTSIDE_SCHEDULE, message),
-                        set(
-                            c::INFEASIBLE,
-                            false,
-                            c::PLACEABLE,
-                            "nothing to place outside its schedule".into(),
-                        ),
-                    ],
-                });
+                out.statuses.push(idle(
+                    b,
+                    c::OUTSIDE_SCHEDULE,
+                    format!("{wanted} chunks, outside its schedule"),
+                    "nothing to place outside its schedule",
+                    persisted(b),
+                ));
                 continue;
             }
             Ok((pod, wanted, true)) => Ok((pod, wanted)),
@@ -354,6 +437,7 @@ pub fn step_with_lead(
                     buffer: b.name.clone(),
                     replicas: 0,
                     held: 0,
+                    consumed: persisted(b),
                     conditions: vec![
                         set(
                             c::READY_FOR_PROVISIONING,
@@ -367,6 +451,34 @@ pub fn step_with_lead(
                 continue;
             }
         };
+        // A one-shot buffer makes only the chunks no real pod consumed or
+        // is about to (a pending pod that matches takes its chunk's room
+        // first, so that room is not launched again before the pod binds).
+        let (wanted, consumed, one_shot) = match &b.refill {
+            Refill::Recreate => (wanted, None, String::new()),
+            Refill::OneShot(before) => {
+                let (consumed, waiting) =
+                    consume(&b.name, pod, wanted, before, nodes, pending, &mut taken);
+                let taking = (consumed.count + waiting).min(wanted).max(consumed.count);
+                let note = format!(
+                    "; one-shot: {} of {wanted} consumed, {} taken by pending pods",
+                    consumed.count,
+                    taking - consumed.count
+                );
+                if taking >= wanted && wanted > 0 {
+                    // Nothing left: it makes, holds and launches nothing.
+                    out.statuses.push(idle(
+                        b,
+                        c::CONSUMED,
+                        format!("{wanted} chunks{note}; consumed capacity is not refilled"),
+                        "nothing left to place",
+                        Some(consumed),
+                    ));
+                    continue;
+                }
+                (wanted - taking, Some(consumed), note)
+            }
+        };
         let n = wanted.min(left);
         left -= n;
         let mut ready = format!("{n} chunks");
@@ -375,6 +487,7 @@ pub fn step_with_lead(
                 " of the {wanted} asked for: one plan considers at most {max_pods} pods (--max-batch-pods)"
             );
         }
+        ready += &one_shot;
         let pods = placeholders(&b.name, pod, n as usize);
         let (placed, unplaced) = take_room(&pods, &mut states);
         for &(p, node) in &placed {
@@ -403,22 +516,30 @@ pub fn step_with_lead(
                 conditions.push(set(c::INFEASIBLE, true, c::NOT_PLACEABLE, why));
             }
             None => {
-                let (reason, message) = if unplaced.is_empty() {
-                    (
-                        c::CAPACITY_HELD,
-                        format!("{} chunks have room", placed.len()),
+                let ready = placed
+                    .iter()
+                    .filter(|&&(_, node)| nodes[node].ready_at.is_some())
+                    .count();
+                let set_ = if ready == placed.len() && unplaced.is_empty() {
+                    set(
+                        c::PROVISIONING,
+                        true,
+                        c::FITS_EXISTING_CAPACITY,
+                        format!("{ready} chunks have room on Ready nodes"),
                     )
                 } else {
-                    (
-                        c::SCALING_UP,
+                    set(
+                        c::PROVISIONING,
+                        false,
+                        c::REQUIRES_NEW_CAPACITY,
                         format!(
-                            "{} chunks have room; capacity for {} is being planned or launched",
-                            placed.len(),
+                            "{ready} chunks have room on Ready nodes, {} on nodes not Ready yet; capacity for {} is being planned or launched",
+                            placed.len() - ready,
                             unplaced.len()
                         ),
                     )
                 };
-                conditions.push(set(c::PROVISIONING, true, reason, message));
+                conditions.push(set_);
                 conditions.push(set(
                     c::INFEASIBLE,
                     false,
@@ -436,9 +557,47 @@ pub fn step_with_lead(
             replicas: n as u32,
             held: placed.len() as u32,
             conditions,
+            consumed,
         });
     }
     out
+}
+
+/// The consumed count a one-shot buffer was read with (kept as it is when
+/// the buffer makes no chunk this round).
+fn persisted(b: &Buffer) -> Option<Consumed> {
+    match &b.refill {
+        Refill::Recreate => None,
+        Refill::OneShot(consumed) => Some(consumed.clone()),
+    }
+}
+
+/// The status of a buffer that makes no chunk this round, for `reason`
+/// (`Provisioning=False`): outside its schedule, or a one-shot buffer all
+/// of whose chunks real pods consumed (or are taking).
+fn idle(
+    b: &Buffer,
+    reason: &'static str,
+    message: String,
+    placeable: &str,
+    consumed: Option<Consumed>,
+) -> Status {
+    Status {
+        buffer: b.name.clone(),
+        replicas: 0,
+        held: 0,
+        consumed,
+        conditions: vec![
+            set(
+                c::READY_FOR_PROVISIONING,
+                true,
+                c::ATTRIBUTES_SET_SUCCESSFULLY,
+                message.clone(),
+            ),
+            set(c::PROVISIONING, false, reason, message),
+            set(c::INFEASIBLE, false, c::PLACEABLE, placeable.into()),
+        ],
+    }
 }
 
 #[cfg(test)]
@@ -466,6 +625,7 @@ mod tests {
             share: None,
             limits,
             window: None,
+            refill: Refill::Recreate,
         }
     }
 
@@ -523,7 +683,10 @@ mod tests {
             .all(|n| crate::cluster::podgroups::is_reservation(n)));
         let st = &s.statuses[0];
         assert_eq!((st.replicas, st.held), (2, 0));
-        assert_eq!(condition(st, c::PROVISIONING).reason, c::SCALING_UP);
+        assert_eq!(
+            condition(st, c::PROVISIONING).reason,
+            c::REQUIRES_NEW_CAPACITY
+        );
         assert!(!condition(st, c::INFEASIBLE).status);
     }
 
@@ -551,7 +714,7 @@ mod tests {
         assert!(s.pending.is_empty());
         assert_eq!(
             condition(&s.statuses[0], c::PROVISIONING).reason,
-            c::CAPACITY_HELD
+            c::FITS_EXISTING_CAPACITY
         );
 
         let mut real = gpu_pod();
@@ -655,5 +818,186 @@ mod tests {
         // Limits cap the share as they cap replicas: 2 GPUs hold 2 chunks.
         let two = Resources::new().with(RESOURCE_GPU, 2);
         assert_eq!(chunks(&with(None, Some(two)), &pod), Ok(2));
+    }
+
+    /// A one-shot buffer `ml/warm` of `replicas` chunks of a pod labelled
+    /// `app: train`, read with `consumed` chunks consumed before (by pods
+    /// since gone).
+    fn one_shot(replicas: i64, consumed: u64) -> Buffer {
+        let mut pod = gpu_pod();
+        pod.labels.insert("app".into(), "train".into());
+        Buffer {
+            pod: Ok(pod),
+            refill: Refill::OneShot(Consumed {
+                count: consumed,
+                by: (0..consumed).map(|i| format!("ml/gone-{i}")).collect(),
+            }),
+            ..buffer(Some(replicas), None)
+        }
+    }
+
+    /// A real pod `ml/<name>` of the buffer's shape, labelled `app: train`.
+    fn trainer(name: &str) -> Pod {
+        let mut p = gpu_pod();
+        p.name = format!("ml/{name}");
+        p.labels.insert("app".into(), "train".into());
+        p.labels.insert("job".into(), "llm".into());
+        p
+    }
+
+    /// `pod` bound to `node` (its room taken).
+    fn bind(node: &mut ManagedNode, pod: Pod) {
+        node.state.used.add(&pod.requests);
+        node.pods.push(BoundPod {
+            pod,
+            do_not_disrupt: false,
+            checkpoint_completed: None,
+            pdb: None,
+            placeholder: false,
+            started: None,
+        });
+    }
+
+    #[test]
+    fn a_one_shot_buffer_does_not_refill_the_chunk_a_matching_pod_took() {
+        let mut nodes = vec![node("n1"), node("n2")];
+        let s = step(&[one_shot(2, 0)], &nodes, &[], &never, 100, t(0));
+        assert_eq!(s.held.len(), 2);
+        assert_eq!(s.statuses[0].consumed.as_ref().map(|c| c.count), Some(0));
+        let p = condition(&s.statuses[0], c::PROVISIONING);
+        assert_eq!((p.status, p.reason), (true, c::FITS_EXISTING_CAPACITY));
+
+        bind(&mut nodes[0], trainer("llm-0"));
+        let s = step(&[one_shot(2, 0)], &nodes, &[], &never, 100, t(10));
+        assert!(
+            s.pending.is_empty(),
+            "the consumed chunk is not planned anew"
+        );
+        assert_eq!(s.held.len(), 1);
+        assert_eq!(s.held[0].0, 1, "the other chunk keeps its node");
+        let st = &s.statuses[0];
+        let consumed = st.consumed.as_ref().unwrap();
+        assert_eq!((st.replicas, consumed.count), (1, 1));
+        assert!(consumed.by.contains("ml/llm-0"), "{consumed:?}");
+        assert!(
+            condition(st, c::READY_FOR_PROVISIONING)
+                .message
+                .contains("1 of 2 consumed"),
+            "{st:?}"
+        );
+
+        // A buffer that refills plans the displaced chunk again.
+        let refills = Buffer {
+            refill: Refill::Recreate,
+            ..one_shot(2, 0)
+        };
+        let s = step(&[refills], &nodes, &[], &never, 100, t(10));
+        assert_eq!(s.pending.len(), 1);
+        assert_eq!(s.statuses[0].consumed, None);
+    }
+
+    #[test]
+    fn a_pending_matching_pod_keeps_its_chunk_from_being_launched_but_is_not_yet_consumed() {
+        let nodes = vec![node("n1")];
+        let s = step(
+            &[one_shot(1, 0)],
+            &nodes,
+            &[trainer("llm-0")],
+            &never,
+            100,
+            t(0),
+        );
+        assert!(s.pending.is_empty() && s.held.is_empty());
+        let st = &s.statuses[0];
+        assert_eq!(
+            st.consumed.as_ref().map(|c| c.count),
+            Some(0),
+            "only a bound pod is counted"
+        );
+        let p = condition(st, c::PROVISIONING);
+        assert_eq!((p.status, p.reason), (false, c::CONSUMED));
+        assert!(p.message.contains("1 taken by pending pods"), "{p:?}");
+    }
+
+    #[test]
+    fn a_fully_consumed_buffer_holds_nothing_and_its_count_never_drops() {
+        // Read back after a restart: both chunks were consumed and their
+        // pods are gone since.
+        let nodes = vec![node("n1"), node("n2")];
+        let s = step(&[one_shot(2, 2)], &nodes, &[], &never, 100, t(0));
+        assert!(s.pending.is_empty() && s.held.is_empty());
+        let st = &s.statuses[0];
+        assert_eq!((st.replicas, st.consumed.as_ref().unwrap().count), (0, 2));
+        let p = condition(st, c::PROVISIONING);
+        assert_eq!((p.status, p.reason), (false, c::CONSUMED));
+        assert!(!condition(st, c::INFEASIBLE).status);
+
+        // One of three consumed before; no pod bound now: two chunks, and
+        // the count stays.
+        let s = step(&[one_shot(3, 1)], &nodes, &[], &never, 100, t(0));
+        assert_eq!(s.held.len(), 2);
+        assert_eq!(s.statuses[0].consumed.as_ref().map(|c| c.count), Some(1));
+    }
+
+    #[test]
+    fn only_a_real_pod_of_the_buffers_namespace_labels_and_size_consumes_a_chunk() {
+        let chunk = one_shot(1, 0).pod.unwrap();
+        assert!(consumes("ml/warm", &chunk, &trainer("llm-0")));
+        let mut other_ns = trainer("x");
+        other_ns.name = "web/x".into();
+        assert!(!consumes("ml/warm", &chunk, &other_ns));
+        let mut unlabelled = trainer("x");
+        unlabelled.labels.remove("app");
+        assert!(!consumes("ml/warm", &chunk, &unlabelled));
+        let mut bigger = trainer("x");
+        bigger.requests.set(RESOURCE_GPU, 2);
+        assert!(!consumes("ml/warm", &chunk, &bigger));
+        let stand_in = trainer(&placeholder_name("other", 0));
+        assert!(!consumes("ml/warm", &chunk, &stand_in));
+
+        // One pod consumes one chunk of all buffers.
+        let mut nodes = vec![node("n1"), node("n2")];
+        bind(&mut nodes[0], trainer("llm-0"));
+        let second = Buffer {
+            name: "ml/zz".into(),
+            ..one_shot(1, 0)
+        };
+        let s = step(&[one_shot(1, 0), second], &nodes, &[], &never, 100, t(0));
+        assert_eq!(s.statuses[0].consumed.as_ref().map(|c| c.count), Some(1));
+        assert_eq!(s.statuses[1].consumed.as_ref().map(|c| c.count), Some(0));
+        assert_eq!(s.held.len(), 1, "the second buffer's chunk holds n2");
+    }
+
+    #[test]
+    fn each_pod_counts_once_and_one_that_follows_a_finished_one_counts_anew() {
+        let mut nodes = vec![node("n1"), node("n2")];
+        bind(&mut nodes[0], trainer("llm-0"));
+        let s = step(&[one_shot(2, 0)], &nodes, &[], &never, 100, t(0));
+        let after_first = s.statuses[0].consumed.clone().unwrap();
+        // Read back with what was kept: the same pod still running is not
+        // counted twice.
+        let again = Buffer {
+            refill: Refill::OneShot(after_first.clone()),
+            ..one_shot(2, 0)
+        };
+        let s = step(
+            std::slice::from_ref(&again),
+            &nodes,
+            &[],
+            &never,
+            100,
+            t(10),
+        );
+        assert_eq!(s.statuses[0].consumed.as_ref(), Some(&after_first));
+        assert_eq!(s.held.len(), 1);
+        // llm-0 finished; llm-1 runs on the other node: two consumed, the
+        // buffer is used up though only one pod runs.
+        let mut nodes = vec![node("n1"), node("n2")];
+        bind(&mut nodes[1], trainer("llm-1"));
+        let s = step(&[again], &nodes, &[], &never, 100, t(20));
+        let st = &s.statuses[0];
+        assert_eq!(st.consumed.as_ref().unwrap().count, 2);
+        assert!(s.held.is_empty() && s.pending.is_empty());
+        assert_eq!(condition(st, c::PROVISIONING).reason, c::CONSUMED);
     }
 }

@@ -406,6 +406,7 @@ impl BufferSpec {
                         share: None,
                         limits: None,
                         window: None,
+                        refill: Default::default(),
                     }
                 }
             }
@@ -435,6 +436,7 @@ impl BufferSpec {
                     duration: self.duration.clone().unwrap_or_default(),
                     capacity: Default::default(),
                 }),
+            refill: Default::default(),
         }
     }
 }
