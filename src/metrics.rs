@@ -144,6 +144,9 @@ pub struct Metrics {
     /// 1 while prices come from the embedded `pricing-data/` because the
     /// live APIs could not be reached, by price source.
     pub pricing_fallback: Family<PricingLabels, Gauge>,
+    /// 1 while the device data file (`--device-data`) holds content that
+    /// does not read, and the last good data stays in force.
+    pub device_data_rejected: Gauge,
     /// Instances terminated by the garbage collector (ours, no NodeClaim).
     pub garbage_collected: Counter,
     /// 1 while this replica holds the leader lease.
@@ -194,6 +197,7 @@ impl Metrics {
             drift_replacements: Family::default(),
             notice_messages: Family::default(),
             pricing_fallback: Family::default(),
+            device_data_rejected: Gauge::default(),
             garbage_collected: Counter::default(),
             leader: Gauge::default(),
             actions_dropped: Counter::default(),
@@ -282,6 +286,11 @@ impl Metrics {
             "pricing_fallback",
             "1 while a source (on-demand or spot prices, zone names) is not live because its API failed",
             metrics.pricing_fallback.clone(),
+        );
+        r.register(
+            "device_data_rejected",
+            "1 while the --device-data file does not read and the last good device data stays in force",
+            metrics.device_data_rejected.clone(),
         );
         r.register(
             "actions_dropped_not_leader",

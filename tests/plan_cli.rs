@@ -66,6 +66,37 @@ fn four_quarter_gpu_claims_plan_one_shared_gpu_of_the_mps_pool() {
 }
 
 #[test]
+fn claims_of_three_three_and_two_shares_get_two_nodes_of_two_gpus_in_four_shares() {
+    for strategy in ["mip", "greedy"] {
+        let v = json(&qm(&[
+            "plan",
+            "--pods",
+            "deploy/examples/plan/dra-shares-per-gpu.yaml",
+            "--nodepools",
+            "deploy/examples/plan/nodepools-mps-two-gpus.yaml",
+            "--strategy",
+            strategy,
+            "--output",
+            "json",
+        ]));
+        assert!(v["unschedulable"].as_array().unwrap().is_empty(), "{v:#}");
+        let nodes = v["nodes"].as_array().unwrap();
+        assert_eq!(nodes.len(), 2, "{strategy}: {v:#}");
+        for n in nodes {
+            assert_eq!(n["instance_type"], "g5g.16xlarge");
+            let pods: Vec<&str> = n["pods"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|p| p.as_str().unwrap())
+                .collect();
+            // Never both threes beside the two.
+            assert!(pods.len() <= 2, "{strategy}: {v:#}");
+        }
+    }
+}
+
+#[test]
 fn plan_json_places_every_example_pod_with_the_documented_keys() {
     for strategy in ["mip", "greedy"] {
         let v = example_plan(strategy);

@@ -1398,3 +1398,110 @@ fn existing_nodes_take_like_pods_first_fit_and_other_shapes_see_every_node() {
         assert_eq!(plan.nodes.len(), 1, "{strategy:?}");
     }
 }
+
+/// Three pods, each with one claim for `shares` quarters of a T4g's 16 GiB
+/// (4Gi a share), on a pool that launches only `g5g.16xlarge` (two T4gs)
+/// and shares its GPUs by MPS in four shares.
+fn quarter_claims(shares: &[i64]) -> (Vec<Pod>, Vec<Pool>) {
+    use quartermaster::cluster::dra::{Objects, Resolver};
+    use quartermaster::cluster::{ClaimRef, GpuSharing};
+    let mut yaml = String::from(
+        "apiVersion: resource.k8s.io/v1\nkind: DeviceClass\nmetadata: {name: gpu.nvidia.com}\nspec:\n  selectors:\n  - cel: {expression: \"device.driver == 'gpu.nvidia.com'\"}\n",
+    );
+    for s in shares.iter().collect::<BTreeSet<_>>() {
+        yaml += &format!(
+            "---\napiVersion: resource.k8s.io/v1\nkind: ResourceClaimTemplate\nmetadata: {{name: q{s}, namespace: ml}}\nspec:\n  spec:\n    devices:\n      requests:\n      - {{name: gpu, exactly: {{deviceClassName: gpu.nvidia.com, capacity: {{requests: {{memory: {}Gi}}}}}}}}\n",
+            4 * s
+        );
+    }
+    let mut objects = Objects::default();
+    for doc in serde_norway::Deserializer::from_str(&yaml) {
+        let v: serde_json::Value = serde::Deserialize::deserialize(doc).unwrap();
+        match v["kind"].as_str() {
+            Some("DeviceClass") => objects.add_class(serde_json::from_value(v).unwrap()),
+            _ => objects.add_template(serde_json::from_value(v).unwrap()),
+        }
+    }
+    let mut pool = Pool::new("mps");
+    pool.sharing = GpuSharing::TimeSlicing { replicas: 4 };
+    pool.dra_gpu_shares = Some(4);
+    pool.requirements.push(Requirement {
+        key: l::INSTANCE_TYPE.into(),
+        operator: Operator::In,
+        values: vec!["g5g.16xlarge".into()],
+    });
+    let mut pods: Vec<Pod> = shares
+        .iter()
+        .enumerate()
+        .map(|(i, s)| {
+            let mut p = Pod::new(&format!("ml/p{i}"), Resources::new().with(CPU, 1000));
+            p.tolerations.push(Toleration::exists(l::TAINT_GPU));
+            p.resource_claims.push(ClaimRef {
+                name: "gpu".into(),
+                claim: None,
+                template: Some(format!("q{s}")),
+                generated: None,
+                group: None,
+            });
+            p
+        })
+        .collect();
+    Resolver::new()
+        .share_gpus([4])
+        .attach(&mut pods, &objects, catalog());
+    (pods, vec![pool])
+}
+
+#[test]
+fn claims_of_three_three_and_two_shares_are_not_planned_onto_two_gpus_of_four() {
+    let (pods, pools) = quarter_claims(&[3, 3, 2]);
+    let input = Input::offline(catalog(), REGION, &pools, &pods);
+    let opts = Options::default();
+    let rules = oracle::Rules::new(&input, &opts);
+    for strategy in [Strategy::Mip, Strategy::Greedy] {
+        let p = plan::plan(&input, strategy, &opts, &|| 0.0);
+        assert!(p.unschedulable.is_empty(), "{strategy:?}: {p:#?}");
+        // Each node's claims split onto its GPUs (the oracle's checker)...
+        if let Err(e) = rules.value_of(&p) {
+            panic!("{strategy:?}: the plan breaks a rule: {e}");
+        }
+        // ...so no GPU holds the two beside a three: two nodes.
+        assert_eq!(p.nodes.len(), 2, "{strategy:?}: {p:#?}");
+    }
+    // Two and two shares fit one GPU, one the other: one node.
+    let (pods, pools) = quarter_claims(&[2, 2, 1]);
+    let input = Input::offline(catalog(), REGION, &pools, &pods);
+    for strategy in [Strategy::Mip, Strategy::Greedy] {
+        let p = plan::plan(&input, strategy, &opts, &|| 0.0);
+        assert_eq!(p.nodes.len(), 1, "{strategy:?}: {p:#?}");
+        oracle::Rules::new(&input, &opts).value_of(&p).unwrap();
+    }
+}
+
+#[test]
+fn the_oracle_checks_shares_gpu_by_gpu_for_dra_claims_and_replica_by_replica_for_the_plugin() {
+    use quartermaster::cluster::GpuSharing;
+    let mut pool = Pool::new("mps");
+    pool.sharing = GpuSharing::TimeSlicing { replicas: 4 };
+    pool.dra_gpu_shares = Some(4);
+    let pods = |r: &str, shares: &[i64]| -> Vec<Pod> {
+        shares
+            .iter()
+            .enumerate()
+            .map(|(i, &s)| Pod::new(&format!("p{i}"), Resources::new().with(r, s)))
+            .collect()
+    };
+    let holds = |r: &str, shares: &[i64]| {
+        let pods = pods(r, shares);
+        let members: Vec<&Pod> = pods.iter().collect();
+        oracle::gpus_split(&pool, &Resources::new().with(r, 8), &members)
+    };
+    let dra = "gpu.nvidia.com/gpu.shared";
+    // Two GPUs of four: 3 + 3 + 2 sums to 8, but no GPU holds the 2.
+    assert!(!holds(dra, &[3, 3, 2]));
+    assert!(holds(dra, &[3, 1, 2, 2]));
+    assert!(holds(dra, &[3, 3, 1, 1]));
+    assert!(!holds(dra, &[4, 2, 2, 1]));
+    // The plugin's replicas are one each: any eight fit.
+    assert!(holds("nvidia.com/gpu.shared", &[3, 3, 2]));
+}

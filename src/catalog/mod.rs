@@ -273,8 +273,11 @@ impl Catalog {
 
     /// The same catalog with `extra` device data laid over the embedded
     /// data (a cluster's additions: [`DeviceData::merged`]).
+    /// It is a new revision: what was matched against the old templates is
+    /// matched again.
     pub fn with_devices(mut self, extra: &DeviceData) -> Catalog {
         self.devices = Some(std::sync::Arc::new(DeviceData::embedded().merged(extra)));
+        self.revision = next_revision();
         self
     }
 

@@ -150,10 +150,14 @@ pub(crate) fn with_device_file(
     let Some(path) = path else {
         return Ok(catalog);
     };
+    Ok(catalog.with_devices(&read_device_file(path)?))
+}
+
+/// The device data of the file at `path`.
+pub(crate) fn read_device_file(path: &std::path::Path) -> anyhow::Result<DeviceData> {
     let text =
         std::fs::read_to_string(path).with_context(|| format!("cannot read {}", path.display()))?;
-    let extra = DeviceData::parse(&path.display().to_string(), &text)?;
-    Ok(catalog.with_devices(&extra))
+    Ok(DeviceData::parse(&path.display().to_string(), &text)?)
 }
 
 /// Prints the device templates of `--devices TYPE`.

@@ -8,11 +8,12 @@
 use anyhow::{bail, Context as _};
 use chrono::Utc;
 use prometheus_client::registry::Registry;
-use quartermaster::catalog::Catalog;
+use quartermaster::catalog::{Catalog, DeviceData};
 use quartermaster::cloud::aws::ec2::settings::SettingsFile;
 use quartermaster::cloud::aws::{self, ec2, ec2::AwsCloud, eks, notices, pricing};
 use quartermaster::cloud::simulated::{SimulatedCloud, SimulatedCloudConfig};
 use quartermaster::cloud::{CloudProvider, InstanceNotice, NoticeAcks};
+use quartermaster::controller::device_data;
 use quartermaster::controller::events::Events;
 use quartermaster::controller::fence::{self, Fenced};
 use quartermaster::controller::health::{Endpoints, Liveness};
@@ -111,7 +112,9 @@ pub struct Args {
     /// `pricing-data/dra-devices.yaml`; see `catalog --devices`): GPU or
     /// Neuron models, PCIe topologies or whole templates for instance
     /// types the embedded data does not know. Kept across price
-    /// refreshes.
+    /// refreshes, and read again every 10s while the controller runs (a
+    /// mounted ConfigMap's updates apply without a restart; content that
+    /// does not read is logged and refused, the last good data kept).
     #[arg(long, value_name = "FILE", env = "QM_DEVICE_DATA")]
     device_data: Option<std::path::PathBuf>,
     /// How often EC2NodeClasses are resolved against AWS (images, subnets,
@@ -378,10 +381,11 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     let settings = args.settings()?;
     let lease = args.lease()?;
     let catalog = Catalog::embedded().context("loading the embedded catalog")?;
-    let catalog = Arc::new(super::catalog::with_device_file(
-        catalog,
-        args.device_data.as_deref(),
-    )?);
+    let devices = match args.device_data.as_deref() {
+        Some(path) => Some(Arc::new(super::catalog::read_device_file(path)?)),
+        None => None,
+    };
+    let catalog = device_data::overlay(&catalog, devices.as_deref());
     if !catalog.regions().contains(&args.region.as_str()) {
         bail!(
             "--region {}: the catalog has no offerings there (regions: {})",
@@ -397,7 +401,13 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         .enable_all()
         .build()
         .context("starting the async runtime")?;
-    runtime.block_on(controller(args, settings, lease, catalog, aws_settings))?;
+    runtime.block_on(controller(
+        args,
+        settings,
+        lease,
+        (catalog, devices),
+        aws_settings,
+    ))?;
     Ok(ExitCode::SUCCESS)
 }
 
@@ -405,7 +415,7 @@ async fn controller(
     args: Args,
     settings: Settings,
     lease: LeaseSettings,
-    catalog: Arc<Catalog>,
+    (catalog, devices): (Arc<Catalog>, Option<Arc<DeviceData>>),
     aws_settings: Option<SettingsFile>,
 ) -> anyhow::Result<()> {
     let mut registry = Registry::default();
@@ -458,6 +468,23 @@ async fn controller(
     tokio::spawn(signals(shutdown.clone()));
 
     let (catalog_tx, catalog_rx) = watch::channel(catalog.clone());
+    // The device data file is read again while the loop runs and laid
+    // over every catalog sent it (`device_data`).
+    let catalog_tx = match &args.device_data {
+        Some(path) => {
+            let (upstream_tx, upstream_rx) = watch::channel(catalog.clone());
+            tokio::spawn(device_data::keep_devices_current(
+                device_data::DeviceFile::new(path.clone(), devices),
+                upstream_rx,
+                catalog_tx,
+                metrics.clone(),
+                device_data::POLL_EVERY,
+                shutdown.clone(),
+            ));
+            upstream_tx
+        }
+        None => catalog_tx,
+    };
     let (notice_tx, notice_rx) = mpsc::channel::<InstanceNotice>(1024);
     let notice_acks = NoticeAcks::default();
     let parts = Parts {

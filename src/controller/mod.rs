@@ -7,6 +7,7 @@
 pub mod backoff;
 pub mod buffers;
 pub mod checkpoint;
+pub mod device_data;
 pub mod dra;
 pub mod events;
 pub mod executor;

@@ -20,7 +20,7 @@ use quartermaster::cluster::{
 };
 use quartermaster::plan::candidates::{self, Candidate};
 use quartermaster::plan::classes::{self, Class};
-use quartermaster::plan::{cost, limits, pack, Input, Options, Plan};
+use quartermaster::plan::{cost, dra, limits, pack, Input, Options, Plan};
 use rand::seq::SliceRandom;
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
@@ -342,9 +342,16 @@ pub struct Rules<'a> {
 impl<'a> Rules<'a> {
     /// The rules of `input` under `opts`.
     pub fn new(input: &'a Input<'a>, opts: &'a Options) -> Rules<'a> {
-        let all: Vec<usize> = (0..input.pods.len()).collect();
-        let classes = classes::classify(input.pods, &all, input.now);
         let cands = candidates::candidates(input);
+        // Pods with DRA claims are checked with their claims' devices as
+        // demand, as the planner packs them (`plan::dra`).
+        let prepared: Vec<Pod> = if input.pods.iter().any(|p| p.devices.is_some()) {
+            dra::prepare(input, &cands).pods
+        } else {
+            input.pods.to_vec()
+        };
+        let all: Vec<usize> = (0..prepared.len()).collect();
+        let classes = classes::classify(&prepared, &all, input.now);
         let per_node = classes
             .iter()
             .map(|c| {
@@ -358,9 +365,8 @@ impl<'a> Rules<'a> {
             .iter()
             .enumerate()
             .flat_map(|(ci, c)| {
-                c.pods
-                    .iter()
-                    .map(move |&p| (input.pods[p].name.clone(), ci))
+                let prepared = &prepared;
+                c.pods.iter().map(move |&p| (prepared[p].name.clone(), ci))
             })
             .collect();
         Rules {
@@ -411,10 +417,19 @@ impl<'a> Rules<'a> {
                 *e = (e.0 + n, e.1.min(cap));
             }
         }
-        if !total.fits_in(&c.allocatable) || anti.values().any(|(n, cap)| n > cap) {
+        if !total.fits_in(&c.allocatable)
+            || anti.values().any(|(n, cap)| n > cap)
+            || !self.gpus_split(o, &members)
+        {
             return None;
         }
         Some(cost::node_cost(self.input, c, members, self.opts.idle_accelerator_charge).total())
+    }
+
+    /// [`gpus_split`] for a node of candidate `o`.
+    fn gpus_split(&self, o: usize, members: &[&Pod]) -> bool {
+        let c = &self.cands[o];
+        gpus_split(&self.input.pools[c.pool], &c.allocatable, members)
     }
 
     /// Whether a whole solution keeps the rules that span nodes: gangs whole
@@ -527,6 +542,7 @@ impl<'a> Rules<'a> {
                 .iter()
                 .position(|c| {
                     self.input.pools[c.pool].name == n.nodepool
+                        && serves_dra(&c.labels) == serves_dra(&n.labels)
                         && c.offering.instance_type == n.instance_type
                         && c.offering.zone_id == n.zone
                         && c.offering.capacity_type == n.capacity_type
@@ -592,6 +608,72 @@ impl<'a> Rules<'a> {
             },
         }
     }
+}
+
+/// Whether the shared GPUs of a node of `pool` with `allocatable` can hold
+/// the shares `members` take, GPU by GPU: each GPU holds the pool's shares
+/// per GPU, and what one pod takes of one GPU stays on it. A pod's shares
+/// through DRA (`gpu.nvidia.com/gpu.shared`) are one claim's, on one GPU
+/// (the instances checked have pods of one claim of one device); through
+/// the device plugin (`nvidia.com/gpu.shared`), each share is a replica of
+/// its own (under MPS the plugin refuses a container more than one;
+/// time-slicing hands out replicas of any GPU).
+pub fn gpus_split(pool: &Pool, allocatable: &Resources, members: &[&Pod]) -> bool {
+    let per_gpu = [
+        ("gpu.nvidia.com/gpu.shared", pool.dra_gpu_shares, false),
+        (
+            "nvidia.com/gpu.shared",
+            match pool.sharing {
+                GpuSharing::TimeSlicing { replicas } => Some(replicas),
+                _ => None,
+            },
+            true,
+        ),
+    ];
+    per_gpu.into_iter().all(|(r, shares, replicas)| {
+        let Some(n) = shares else {
+            return true;
+        };
+        let n = i64::from(n.max(1));
+        let mut gpus = vec![n; (allocatable.get(r) / n) as usize];
+        let mut asks: Vec<i64> = members
+            .iter()
+            .map(|p| p.requests.get(r))
+            .filter(|&s| s > 0)
+            .flat_map(|s| {
+                if replicas {
+                    vec![1; s as usize]
+                } else {
+                    vec![s]
+                }
+            })
+            .collect();
+        asks.sort_unstable_by(|a, b| b.cmp(a));
+        split(&asks, &mut gpus)
+    })
+}
+
+/// Whether a node with `labels` is launched to serve DRA claims.
+fn serves_dra<L: l::LabelLookup + ?Sized>(labels: &L) -> bool {
+    labels.label(l::DRA).is_some_and(|v| v == "true")
+}
+
+/// Whether `asks` (largest first) fit in bins with `free` room, each ask in
+/// one bin: exhaustive, trying bins of equal room once.
+fn split(asks: &[i64], free: &mut [i64]) -> bool {
+    let Some((&a, rest)) = asks.split_first() else {
+        return true;
+    };
+    let mut tried = BTreeSet::new();
+    (0..free.len()).any(|i| {
+        if free[i] < a || !tried.insert(free[i]) {
+            return false;
+        }
+        free[i] -= a;
+        let ok = split(rest, free);
+        free[i] += a;
+        ok
+    })
 }
 
 /// Every vector `0 <= v <= top`.

@@ -103,8 +103,16 @@ pub fn allocate(
                         left.whole[j] -= n;
                     }
                 }
+                // Parts of one request are on distinct devices: beside
+                // other pods' requests, which the planner packs by their
+                // sum, that holds only for whole devices, so each such part
+                // is charged the whole device (`docs/dra.md`).
+                let apart = taken.parts.len() > 1;
                 for (j, i, c) in taken.parts {
-                    let charge = capacity::shares(&templates[j], &c);
+                    let charge = match &templates[j].shared {
+                        Some(s) if apart => s.shares.max(1),
+                        _ => capacity::shares(&templates[j], &c),
+                    };
                     for (name, v) in c {
                         *left.used[j][i].entry(name).or_default() += v;
                     }
@@ -542,6 +550,25 @@ mod tests {
         let a = allocate_all(&big, "t", &[&c, &c, &c, &c]).unwrap();
         assert_eq!(a.demand.get("gpu.nvidia.com/gpu.shared"), 4);
         assert!(allocate_all(&big, "t", &[&c, &c, &c, &c, &c]).is_err());
+    }
+
+    #[test]
+    fn a_claim_is_charged_a_size_of_the_share_chain_and_parts_of_one_request_whole_devices() {
+        // Two 80Gi GPUs in four shares of 20Gi each.
+        let mut two = gpu("80Gi", Some(4), None);
+        two.count = 2;
+        let two = [two];
+        // 60Gi is three shares, planned as four (1, 2, 4): beside another
+        // pod's three, no GPU holds a third pod's two.
+        let a = allocate_all(&two, "t", &[&memory_claim("60Gi")]).unwrap();
+        assert_eq!(a.demand.get("gpu.nvidia.com/gpu.shared"), 4);
+        let a = allocate_all(&two, "t", &[&memory_claim("40Gi")]).unwrap();
+        assert_eq!(a.demand.get("gpu.nvidia.com/gpu.shared"), 2);
+        // A request for 20Gi of each of two GPUs takes parts of both:
+        // charged both GPUs whole.
+        let pair = "devices:\n  requests:\n  - {name: gpu, exactly: {deviceClassName: gpu.nvidia.com, count: 2, capacity: {requests: {memory: 20Gi}}}}\n";
+        let a = allocate_all(&two, "t", &[pair]).unwrap();
+        assert_eq!(a.demand.get("gpu.nvidia.com/gpu.shared"), 8);
     }
 
     #[test]

@@ -16,7 +16,9 @@
 //! ([`crate::catalog::devices::Shared::shares`]); a request is charged the
 //! shares that cover the largest part of any capacity it consumes, rounded
 //! up (at least one), so that requests whose shares fit in a device also
-//! fit in its capacities. See `docs/dra.md`.
+//! fit in its capacities; and rounded up again to a size of the device's
+//! share [`chain`], so that requests whose shares fit in a node's devices
+//! taken together also fit device by device. See `docs/dra.md`.
 
 use crate::catalog::devices::{qualified, DeviceTemplate, RequestPolicy};
 use std::collections::BTreeMap;
@@ -129,9 +131,18 @@ pub fn fits(t: &DeviceTemplate, used: &Consumed, more: &Consumed) -> bool {
     })
 }
 
-/// The shares of a device of `t` that `consumed` is charged: those that
-/// cover its largest part of any capacity, rounded up, at least one.
+/// The shares of a device of `t` that `consumed` is charged when it is
+/// planned: those that cover its largest part of any capacity, rounded up
+/// to a size of the device's share chain ([`aligned`]), at least one.
 pub fn shares(t: &DeviceTemplate, consumed: &Consumed) -> u32 {
+    let n = t.shared.as_ref().map_or(1, |s| s.shares);
+    aligned(n, covered(t, consumed))
+}
+
+/// The shares of a device of `t` that cover `consumed`: its largest part of
+/// any capacity, rounded up, at least one (what it takes of the device,
+/// not yet aligned).
+fn covered(t: &DeviceTemplate, consumed: &Consumed) -> u32 {
     charge(
         t.shared.as_ref().map_or(1, |s| s.shares),
         t.capacity.iter().filter_map(|(name, value)| {
@@ -150,6 +161,57 @@ pub fn charge(shares: u32, parts: impl Iterator<Item = f64>) -> u32 {
     let shares = shares.max(1);
     let most = parts.fold(0.0, f64::max);
     ((most * f64::from(shares) - EPS).ceil() as u32).clamp(1, shares)
+}
+
+/// The sizes a planned request takes of a device in `n` shares: 1, then
+/// each size times the next prime factor of `n`, smallest first, up to `n`
+/// (4: 1, 2, 4; 6: 1, 2, 6; 12: 1, 2, 4, 12). Each size divides the next,
+/// so requests of these sizes fit in a node's devices whenever their sum
+/// fits in its shares: placed largest first, a device's used shares are a
+/// multiple of the size being placed, so a device with room has room for
+/// it (`docs/dra.md`, "Shares per GPU").
+pub fn chain(n: u32) -> Vec<u32> {
+    let mut out = vec![1];
+    let (mut rest, mut size, mut p) = (n.max(1), 1, 2);
+    while rest > 1 {
+        if p * p > rest {
+            p = rest;
+        }
+        if rest % p == 0 {
+            size *= p;
+            rest /= p;
+            out.push(size);
+        } else {
+            p += 1;
+        }
+    }
+    out
+}
+
+/// `shares` of a device in `n` shares rounded up to the least size of its
+/// [`chain`] that covers them (at most `n`).
+pub fn aligned(n: u32, shares: u32) -> u32 {
+    chain(n)
+        .into_iter()
+        .find(|&c| c >= shares)
+        .unwrap_or(n.max(1))
+}
+
+/// The free shares of devices in `n` shares each, `free` of each, that a
+/// planner may count as one number: the most such that any requests of
+/// [`chain`] sizes whose shares sum to at most it fit in the devices. For
+/// each chain size `c`, requests of at least `c` shares can use only the
+/// whole `c`-sized blocks of each device's free shares; a sum within the
+/// blocks at every size (plus less than one block, which the sum of such
+/// requests, a multiple of `c`, cannot use) fits. Devices wholly free count
+/// in full; one device counts its free shares exactly.
+pub fn free_for_planning(n: u32, free: &[u32]) -> u32 {
+    chain(n)
+        .into_iter()
+        .map(|c| free.iter().map(|f| f / c * c).sum::<u32>() + (c - 1))
+        .min()
+        .unwrap_or(0)
+        .min(free.iter().sum())
 }
 
 #[cfg(test)]
@@ -251,11 +313,96 @@ pub(crate) mod tests {
     }
 
     #[test]
+    fn a_share_chain_steps_by_the_prime_factors_of_the_shares_smallest_first() {
+        assert_eq!(chain(1), vec![1]);
+        assert_eq!(chain(4), vec![1, 2, 4]);
+        assert_eq!(chain(6), vec![1, 2, 6]);
+        assert_eq!(chain(7), vec![1, 7]);
+        assert_eq!(chain(12), vec![1, 2, 4, 12]);
+        assert_eq!(chain(48), vec![1, 2, 4, 8, 16, 48]);
+        assert_eq!((aligned(4, 3), aligned(4, 2), aligned(6, 3)), (4, 2, 6));
+        assert_eq!((aligned(8, 5), aligned(1, 1), aligned(4, 9)), (8, 1, 4));
+    }
+
+    /// Whether requests of `sizes` fit in devices with `free` shares, each
+    /// request on one device (exhaustive).
+    fn split(sizes: &[u32], free: &mut [u32]) -> bool {
+        let Some((&s, rest)) = sizes.split_first() else {
+            return true;
+        };
+        (0..free.len()).any(|i| {
+            if free[i] < s {
+                return false;
+            }
+            free[i] -= s;
+            let ok = split(rest, free);
+            free[i] += s;
+            ok
+        })
+    }
+
+    #[test]
+    fn requests_of_chain_sizes_within_the_free_shares_counted_always_fit_device_by_device() {
+        // Every free state of up to three devices in 4 or 6 shares, and
+        // every multiset of up to four chain-sized requests.
+        for n in [4u32, 6] {
+            let sizes = chain(n);
+            let mut states = vec![vec![]];
+            for _ in 0..3 {
+                let mut next = Vec::new();
+                for st in &states {
+                    for f in 0..=n {
+                        let mut s: Vec<u32> = st.clone();
+                        s.push(f);
+                        next.push(s);
+                    }
+                }
+                states.extend(next);
+            }
+            let mut asks: Vec<Vec<u32>> = vec![vec![]];
+            for _ in 0..4 {
+                let more: Vec<Vec<u32>> = asks
+                    .iter()
+                    .flat_map(|a| {
+                        sizes.iter().map(move |&s| {
+                            let mut b = a.clone();
+                            b.push(s);
+                            b
+                        })
+                    })
+                    .collect();
+                asks.extend(more);
+            }
+            for free in &states {
+                let room = free_for_planning(n, free);
+                if free.len() == 1 || free.iter().all(|&f| f == n) {
+                    assert_eq!(room, free.iter().sum::<u32>(), "{free:?}");
+                }
+                for a in &asks {
+                    if a.iter().sum::<u32>() <= room {
+                        let mut sorted = a.clone();
+                        sorted.sort_unstable_by(|x, y| y.cmp(x));
+                        assert!(split(&sorted, &mut free.clone()), "{a:?} in {free:?}");
+                    }
+                }
+            }
+        }
+        // Two GPUs of four shares with two free on each: a whole GPU does
+        // not fit, three single shares do.
+        assert_eq!(free_for_planning(4, &[2, 2]), 3);
+        // 3 + 3 + 2 shares do not fit two GPUs of four; aligned, they sum
+        // to more than the eight shares.
+        assert!(!split(&[3, 3, 2], &mut [4, 4]));
+        assert!(aligned(4, 3) * 2 + aligned(4, 2) > 8);
+    }
+
+    #[test]
     fn a_request_is_charged_the_shares_covering_what_it_consumes() {
         let t = device(4, None);
         let of = |gi: f64| Consumed::from([("gpu.example.com/memory".to_string(), gi * GI)]);
         assert_eq!(shares(&t, &of(20.0)), 1);
         assert_eq!(shares(&t, &of(21.0)), 2);
+        assert_eq!(shares(&t, &of(41.0)), 4, "three shares, planned as four");
         assert_eq!(shares(&t, &of(80.0)), 4);
         assert_eq!(shares(&t, &of(0.0)), 1, "never nothing");
         assert!(fits(&t, &of(60.0), &of(20.0)));

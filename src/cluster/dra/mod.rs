@@ -80,7 +80,9 @@ impl Objects {
     /// those allocated claims take there, by planner resource
     /// ([`device_resource`]): one unit per device, or per share of a
     /// shareable one ([`device_shares`]; a claim takes the shares that
-    /// cover what it consumes, `consumedCapacity`).
+    /// cover what it consumes, `consumedCapacity`, and free shares the
+    /// planner could not use device by device count as taken:
+    /// [`capacity::free_for_planning`]).
     pub fn node_devices(&self, node: &str) -> (Resources, Resources) {
         let mut published = Resources::new();
         // (driver, pool, device) -> resource and device, for the node's
@@ -100,6 +102,8 @@ impl Objects {
         }
         let mut taken = Resources::new();
         let mut seen = BTreeSet::new();
+        // Shares allocated claims hold of each shareable device.
+        let mut held: HashMap<(&str, &str, &str), u32> = HashMap::new();
         for c in self.claims.values() {
             let results = c
                 .status
@@ -113,12 +117,27 @@ impl Objects {
                     continue;
                 };
                 if d.allow_multiple_allocations == Some(true) {
-                    let units = consumed_shares(d, r.consumed_capacity.as_ref());
-                    taken.set(res, taken.get(res) + i64::from(units));
+                    *held.entry(k).or_default() += consumed_shares(d, r.consumed_capacity.as_ref());
                 } else if seen.insert(k) {
                     taken.set(res, taken.get(res) + 1);
                 }
             }
+        }
+        // Shareable devices: their free shares, by resource and shares per
+        // device, counted as the planner may pack them
+        // ([`capacity::free_for_planning`]); the rest is taken.
+        let mut free: BTreeMap<(&str, u32), Vec<u32>> = BTreeMap::new();
+        for (k, (res, d)) in &on_node {
+            if d.allow_multiple_allocations == Some(true) {
+                let n = device_shares(d);
+                let used = held.get(k).copied().unwrap_or(0).min(n);
+                free.entry((res.as_str(), n)).or_default().push(n - used);
+            }
+        }
+        for ((res, n), frees) in free {
+            let all = n * frees.len() as u32;
+            let unusable = all - capacity::free_for_planning(n, &frees);
+            taken.set(res, taken.get(res) + i64::from(unusable));
         }
         (published, taken)
     }
@@ -1020,25 +1039,7 @@ spec:
                 "{request: gpu, driver: gpu.nvidia.com, pool: n1, device: gpu-0, shareID: b, consumedCapacity: {memory: 40Gi}}"
             ),
         ));
-        o.add_slice(
-            serde_json::from_value(serde_json::json!({
-                "metadata": {"name": "n1-gpu"},
-                "spec": {
-                    "driver": "gpu.nvidia.com", "nodeName": "n1",
-                    "pool": {"name": "n1", "generation": 1, "resourceSliceCount": 1},
-                    "devices": [{
-                        "name": "gpu-0",
-                        "allowMultipleAllocations": true,
-                        "attributes": {"type": {"string": "gpu"}},
-                        "capacity": {"memory": {
-                            "value": "80Gi",
-                            "requestPolicy": {"default": "20Gi", "validRange": {"min": "20Gi", "step": "20Gi"}}
-                        }}
-                    }]
-                }
-            }))
-            .unwrap(),
-        );
+        o.add_slice(shared_gpus(&["gpu-0"]));
         let (published, taken) = o.node_devices("n1");
         assert_eq!(
             published,
@@ -1048,6 +1049,55 @@ spec:
         // An MPS node is initialized once its shared GPUs are published.
         let expected = Resources::new().with("gpu.nvidia.com/gpu.shared", 4);
         assert!(drivers_published(&expected, &published));
+    }
+
+    /// A slice of node `n1` with GPUs of 80Gi named `names`, each shareable
+    /// in four shares of 20Gi.
+    fn shared_gpus(names: &[&str]) -> dra::ResourceSlice {
+        let devices: Vec<serde_json::Value> = names
+            .iter()
+            .map(|name| {
+                serde_json::json!({
+                    "name": name,
+                    "allowMultipleAllocations": true,
+                    "attributes": {"type": {"string": "gpu"}},
+                    "capacity": {"memory": {
+                        "value": "80Gi",
+                        "requestPolicy": {"default": "20Gi", "validRange": {"min": "20Gi", "step": "20Gi"}}
+                    }}
+                })
+            })
+            .collect();
+        serde_json::from_value(serde_json::json!({
+            "metadata": {"name": "n1-gpu"},
+            "spec": {
+                "driver": "gpu.nvidia.com", "nodeName": "n1",
+                "pool": {"name": "n1", "generation": 1, "resourceSliceCount": 1},
+                "devices": devices
+            }
+        }))
+        .unwrap()
+    }
+
+    #[test]
+    fn free_shares_split_across_gpus_count_only_as_far_as_claims_could_use_them() {
+        // Two GPUs of four shares, half of each held: four shares free,
+        // but a claim of a whole GPU fits on neither; three count.
+        let mut o = objects(&format!(
+            "{}---\n{}",
+            allocated(
+                "a",
+                "{request: gpu, driver: gpu.nvidia.com, pool: n1, device: gpu-0, shareID: a, consumedCapacity: {memory: 40Gi}}"
+            ),
+            allocated(
+                "b",
+                "{request: gpu, driver: gpu.nvidia.com, pool: n1, device: gpu-1, shareID: b, consumedCapacity: {memory: 40Gi}}"
+            ),
+        ));
+        o.add_slice(shared_gpus(&["gpu-0", "gpu-1"]));
+        let (published, taken) = o.node_devices("n1");
+        assert_eq!(published.get("gpu.nvidia.com/gpu.shared"), 8);
+        assert_eq!(taken.get("gpu.nvidia.com/gpu.shared"), 5);
     }
 
     #[test]
