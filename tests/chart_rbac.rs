@@ -167,6 +167,10 @@ async fn kube_api_calls(
         "patch_capacity_buffer_status",
         api.patch_capacity_buffer_status("ml", "warm", &[], 0, None)
     );
+    call!(
+        "annotate_capacity_buffer",
+        api.annotate_capacity_buffer("ml", "warm", &BTreeMap::new())
+    );
     call!("list_node_pools", api.list_node_pools());
     call!("list_node_classes", api.list_node_classes());
     call!(
