@@ -274,24 +274,12 @@ async fn round(
         let path = format!(
             "/apis/autoscaling.x-k8s.io/v1beta1/namespaces/ml/capacitybuffers/{name}/status"
         );
-        let expected: Vec<(String, String, String)> = conditions
-            .iter()
-            .map(|(t, st, r)| (t.to_string(), st.to_string(), r.to_string()))
-            .collect();
+        let expected = support::api_server::conditions(conditions);
         let keep = patched.clone();
         sc = sc
             .expect(Method::PATCH, &path, move |body| {
                 let status = &body["status"];
-                let got: Vec<(String, String, String)> = status["conditions"]
-                    .as_array()
-                    .unwrap()
-                    .iter()
-                    .map(|c| {
-                        let f = |k: &str| c[k].as_str().unwrap().to_string();
-                        (f("type"), f("status"), f("reason"))
-                    })
-                    .collect();
-                assert_eq!(got, expected);
+                assert_eq!(support::api_server::conditions_of(status), expected);
                 assert_eq!(status["replicas"], json!(replicas));
                 keep.lock().unwrap().push(status.clone());
             })

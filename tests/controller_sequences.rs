@@ -1346,22 +1346,13 @@ async fn provisioning_round(
         let path = format!(
             "/apis/autoscaling.x-k8s.io/v1/namespaces/ml/provisioningrequests/{request}/status"
         );
-        let expected: Vec<(String, String, String)> = conditions
-            .iter()
-            .map(|(t, st, r)| (t.to_string(), st.to_string(), r.to_string()))
-            .collect();
+        let expected = support::api_server::conditions(conditions);
         sc = sc
             .expect(Method::PATCH, &path, move |body| {
-                let got: Vec<(String, String, String)> = body["status"]["conditions"]
-                    .as_array()
-                    .unwrap()
-                    .iter()
-                    .map(|c| {
-                        let f = |k: &str| c[k].as_str().unwrap().to_string();
-                        (f("type"), f("status"), f("reason"))
-                    })
-                    .collect();
-                assert_eq!(got, expected);
+                assert_eq!(
+                    support::api_server::conditions_of(&body["status"]),
+                    expected
+                );
             })
             .respond(
                 200,

@@ -338,6 +338,30 @@ fn json_response(status: u16, body: &Value) -> Response<Body> {
         .expect("status codes from scripts are valid")
 }
 
+/// A status condition as the mock API's checks compare it: its type,
+/// status and reason.
+pub type Condition = (String, String, String);
+
+/// `want`, the conditions a test expects, as [`Condition`]s.
+pub fn conditions(want: &[(&str, &str, &str)]) -> Vec<Condition> {
+    want.iter()
+        .map(|(t, st, r)| (t.to_string(), st.to_string(), r.to_string()))
+        .collect()
+}
+
+/// The [`Condition`]s of a status a request patched.
+pub fn conditions_of(status: &Value) -> Vec<Condition> {
+    status["conditions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| {
+            let f = |k: &str| c[k].as_str().unwrap().to_string();
+            (f("type"), f("status"), f("reason"))
+        })
+        .collect()
+}
+
 /// A Kubernetes `Status` body, as the API server sends with an error
 /// (`reason` e.g. `AlreadyExists`, `NotFound`, `TooManyRequests`).
 pub fn status_body(code: u16, reason: &str, message: &str) -> Value {
