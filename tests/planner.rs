@@ -176,6 +176,7 @@ fn a_gang_whose_members_need_different_types_starts_in_a_zone_that_offers_both()
         pods: &pods,
         unavailable: &unavailable,
         learned_rate: None,
+        offerings: None,
         now: None,
     };
     let start = std::time::Instant::now();

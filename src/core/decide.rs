@@ -136,6 +136,9 @@ pub struct Core {
     solve_clock: Option<fn() -> f64>,
     /// The last provisioning plan's report.
     last_plan: Option<PlanReport>,
+    /// The pools' offerings as the last plan saw them, kept for the next
+    /// while the catalog and pools stay the same.
+    offerings: Option<std::sync::Arc<plan::candidates::Offerings>>,
     /// Checkpoint requests paced by spot risk.
     cadence: Cadence,
     /// Repair of unhealthy nodes.
@@ -175,6 +178,7 @@ impl Core {
             priors: RefCell::new((0, BTreeMap::new())),
             solve_clock: None,
             last_plan: None,
+            offerings: None,
             cadence: Cadence::default(),
             repairs: super::repair::Repairs::new(),
             batch_cap: Default::default(),
@@ -576,6 +580,17 @@ impl Core {
         let rates = self.learned_rates(world);
         let learned = |o: &Offering| rates.get(&offering_key(o)).copied();
         let unavailable = |o: &Offering| self.interruptions.blocks(o, now);
+        if !self
+            .offerings
+            .as_ref()
+            .is_some_and(|o| o.are_of(world.catalog, world.region, &pools))
+        {
+            self.offerings = Some(std::sync::Arc::new(plan::candidates::Offerings::new(
+                world.catalog,
+                world.region,
+                &pools,
+            )));
+        }
         let input = plan::Input {
             catalog: world.catalog,
             region: world.region,
@@ -584,6 +599,7 @@ impl Core {
             pods: &demand,
             unavailable: &unavailable,
             learned_rate: Some(&learned),
+            offerings: self.offerings.as_deref(),
             now: Some(now),
         };
         let clock = self.solve_clock;

@@ -51,13 +51,11 @@ impl LabelLookup for NodeLabels {
     }
 }
 
-/// One offering as a given pool would launch it.
-#[derive(Debug, Clone)]
-pub struct Candidate {
-    /// Index of the pool in the planner's pool list.
-    pub pool: usize,
-    /// Pool weight (copied for sorting).
-    pub weight: i32,
+/// One offering as a given pool would launch it, as far as it is the same
+/// in every plan: what [`Offerings`] keeps between plans, and what a
+/// [`Candidate`] shares with the plans' other candidates of it.
+#[derive(Debug)]
+pub struct Offered {
     /// The offering.
     pub offering: Offering,
     /// Node capacity (what NodePool limits count).
@@ -68,16 +66,36 @@ pub struct Candidate {
     pub labels: NodeLabels,
     /// Taints of the node.
     pub taints: Vec<Taint>,
-    /// Hourly interruption rate (0 for on-demand).
-    pub rate: f64,
     /// The accelerator resource its devices are advertised as, if any.
     pub accelerator_resource: Option<String>,
     /// Units of that resource on one node.
     pub accelerator_units: i64,
+}
+
+/// One offering as a given pool would launch it in one plan: the
+/// [`Offered`] node (its fields are read through this) and the
+/// interruption rate the plan charges for it.
+#[derive(Debug, Clone)]
+pub struct Candidate {
+    /// Index of the pool in the planner's pool list.
+    pub pool: usize,
+    /// Pool weight (copied for sorting).
+    pub weight: i32,
+    /// Hourly interruption rate (0 for on-demand).
+    pub rate: f64,
     /// `rate` over the market's mean rate, where the offering has a market
     /// with one: computed once, as the market's mean integrates its hazard
     /// (recomputing it per pod and class dominated pruning).
     market_scale: Option<f64>,
+    offered: Arc<Offered>,
+}
+
+impl std::ops::Deref for Candidate {
+    type Target = Offered;
+
+    fn deref(&self) -> &Offered {
+        &self.offered
+    }
 }
 
 impl Candidate {
@@ -107,127 +125,126 @@ impl Candidate {
 
 /// Every candidate of every pool in the input's region, without offerings
 /// known to be out of capacity, with the learned interruption rate where the
-/// input has one.
+/// input has one. The input's [`Offerings`] are used where they were built
+/// for its catalog, region and pools; they are built here otherwise.
 pub fn candidates(input: &Input) -> Vec<Candidate> {
-    let (catalog, region, pools) = (input.catalog, input.region, input.pools);
-    let unavailable = input.unavailable;
-    let mut out = Vec::new();
-    // Each instance type's labels come from the catalog, computed once
-    // (building them per plan dominated planning in long simulations), and
-    // each zone is named once per call.
-    let mut zone_names: std::collections::HashMap<&str, String> = Default::default();
-    // Nodes serving DRA claims are offered only when a pod has some; the
-    // device plugin's nodes of the same offerings only when a pod asks
-    // for the plugin's devices (for any other pod the two are alike).
-    let dra = input.pods.iter().any(|p| p.devices.is_some());
-    let plugin_devices: std::collections::BTreeSet<&str> = input
-        .pods
-        .iter()
-        .flat_map(|p| p.requests.iter().map(|(k, _)| k))
-        .filter(|k| {
-            [
-                crate::catalog::devices::NVIDIA_DRIVER,
-                crate::catalog::devices::NEURON_DRIVER,
-                crate::catalog::devices::EFA_DRIVER,
-            ]
-            .iter()
-            .any(|d| shape::plugin_resources_of(d, k))
-        })
-        .collect();
-    let mut templates: std::collections::HashMap<
-        (&str, crate::catalog::GpuLayout<'_>),
-        Vec<DeviceTemplate>,
-    > = Default::default();
-    for (pi, pool) in pools.iter().enumerate() {
-        // Requirements on labels only the instance type sets are checked once
-        // per type, before any offering's labels are built: most offerings
-        // of a region fail a pool's family or GPU requirement.
-        let type_level: Vec<&crate::api::Requirement> = pool
-            .requirements
-            .iter()
-            .filter(|r| {
-                !OFFERING_LABELS.contains(&r.key.as_str()) && !pool.labels.contains_key(&r.key)
-            })
-            .collect();
-        let mut type_ok: std::collections::HashMap<&str, bool> = Default::default();
-        for o in catalog.offerings_in(region) {
-            if !pool.capacity_types.contains(&o.capacity_type) || unavailable(o) {
-                continue;
-            }
-            if o.capacity_type == CapacityType::Spot {
-                if let Some(max) = pool.max_interruption_bucket {
-                    if o.interruption_bucket.is_none_or(|b| b > max) {
+    match input.offerings.filter(|o| o.serves(input)) {
+        Some(offerings) => offerings.candidates(input),
+        None => Offerings::new(input.catalog, input.region, input.pools).candidates(input),
+    }
+}
+
+/// One pool's node of one offering, with its DRA variant where the pool
+/// runs a driver for the offering's devices.
+#[derive(Debug)]
+struct Entry {
+    pool: usize,
+    plain: Arc<Offered>,
+    dra: Option<Arc<Offered>>,
+    /// The offering's market's mean rate per hour, where it has one.
+    market_mean: Option<f64>,
+}
+
+/// What every pool could launch from a catalog in a region, whatever the
+/// pods and whatever is out of capacity: built once and kept while the
+/// catalog (by revision), the region and the pools stay the same, so that
+/// each plan only picks and prices them (building them anew per plan was
+/// a third of a long simulation's time).
+#[derive(Debug)]
+pub struct Offerings {
+    catalog: u64,
+    region: String,
+    pools: Vec<Pool>,
+    entries: Vec<Entry>,
+}
+
+impl Offerings {
+    /// Every pool's nodes of every offering of `catalog` in `region`.
+    pub fn new(catalog: &crate::catalog::Catalog, region: &str, pools: &[Pool]) -> Offerings {
+        let mut entries = Vec::new();
+        // Each zone is named once.
+        let mut zone_names: std::collections::HashMap<&str, String> = Default::default();
+        let mut templates: std::collections::HashMap<
+            (&str, crate::catalog::GpuLayout<'_>),
+            Vec<DeviceTemplate>,
+        > = Default::default();
+        for (pi, pool) in pools.iter().enumerate() {
+            // Requirements on labels only the instance type sets are checked
+            // once per type, before any offering's labels are built: most
+            // offerings of a region fail a pool's family or GPU requirement.
+            let type_level: Vec<&crate::api::Requirement> = pool
+                .requirements
+                .iter()
+                .filter(|r| {
+                    !OFFERING_LABELS.contains(&r.key.as_str()) && !pool.labels.contains_key(&r.key)
+                })
+                .collect();
+            let mut type_ok: std::collections::HashMap<&str, bool> = Default::default();
+            for o in catalog.offerings_in(region) {
+                if !pool.capacity_types.contains(&o.capacity_type) {
+                    continue;
+                }
+                if o.capacity_type == CapacityType::Spot {
+                    if let Some(max) = pool.max_interruption_bucket {
+                        if o.interruption_bucket.is_none_or(|b| b > max) {
+                            continue;
+                        }
+                    }
+                }
+                let Some(it) = catalog.instance_type(&o.instance_type) else {
+                    continue;
+                };
+                // A MIG pool launches only GPUs that can be split into its profile.
+                if let GpuSharing::Mig { profile } = &pool.sharing {
+                    let supported = it.accelerator.as_ref().is_some_and(|a| {
+                        mig::instances_per_gpu(&a.model, a.memory_mib_per_device, profile).is_some()
+                    });
+                    if !supported {
                         continue;
                     }
                 }
-            }
-            let Some(it) = catalog.instance_type(&o.instance_type) else {
-                continue;
-            };
-            // A MIG pool launches only GPUs that can be split into its profile.
-            if let GpuSharing::Mig { profile } = &pool.sharing {
-                let supported = it.accelerator.as_ref().is_some_and(|a| {
-                    mig::instances_per_gpu(&a.model, a.memory_mib_per_device, profile).is_some()
-                });
-                if !supported {
+                // Each instance type's labels come from the catalog,
+                // computed once.
+                let Some(base) = catalog.type_labels(&it.name) else {
+                    continue;
+                };
+                let ok = *type_ok
+                    .entry(it.name.as_str())
+                    .or_insert_with(|| type_level.iter().all(|r| r.matches(base.as_ref())));
+                if !ok {
                     continue;
                 }
-            }
-            let Some(base) = catalog.type_labels(&it.name) else {
-                continue;
-            };
-            let ok = *type_ok
-                .entry(it.name.as_str())
-                .or_insert_with(|| type_level.iter().all(|r| r.matches(base.as_ref())));
-            if !ok {
-                continue;
-            }
-            let zone_name = zone_names
-                .entry(o.zone_id.as_str())
-                .or_insert_with(|| catalog.zone_name(region, &o.zone_id));
-            let mut own = shape::offering_labels(o, zone_name, &pool.name);
-            for (k, v) in &pool.labels {
-                own.insert(k.clone(), v.clone());
-            }
-            let labels = NodeLabels {
-                type_labels: base.clone(),
-                own,
-            };
-            if !pool.requirements.iter().all(|r| r.matches(&labels)) {
-                continue;
-            }
-            let capacity = shape::capacity(it, &pool.sharing);
-            let allocatable = shape::allocatable(it, &pool.sharing).minus(&pool.daemonset_overhead);
-            let accelerator_resource = accelerator_resource(it, &pool.sharing, &capacity);
-            let accelerator_units = accelerator_resource
-                .as_deref()
-                .map(|r| capacity.get(r))
-                .unwrap_or(0);
-            let rate = input
-                .learned_rate
-                .and_then(|f| f(o))
-                .unwrap_or_else(|| o.interruption_rate_per_hour());
-            let market_scale = o
-                .market
-                .as_ref()
-                .map(|m| m.mean_rate_per_hour())
-                .filter(|mean| *mean > 0.0)
-                .map(|mean| rate / mean);
-            let candidate = Candidate {
-                pool: pi,
-                weight: pool.weight,
-                rate,
-                market_scale,
-                offering: o.clone(),
-                capacity,
-                allocatable,
-                labels,
-                taints: pool.taints.clone(),
-                accelerator_resource,
-                accelerator_units,
-            };
-            let mut variant = None;
-            if dra {
+                let zone_name = zone_names
+                    .entry(o.zone_id.as_str())
+                    .or_insert_with(|| catalog.zone_name(region, &o.zone_id));
+                let mut own = shape::offering_labels(o, zone_name, &pool.name);
+                for (k, v) in &pool.labels {
+                    own.insert(k.clone(), v.clone());
+                }
+                let labels = NodeLabels {
+                    type_labels: base.clone(),
+                    own,
+                };
+                if !pool.requirements.iter().all(|r| r.matches(&labels)) {
+                    continue;
+                }
+                let capacity = shape::capacity(it, &pool.sharing);
+                let allocatable =
+                    shape::allocatable(it, &pool.sharing).minus(&pool.daemonset_overhead);
+                let accelerator_resource = accelerator_resource(it, &pool.sharing, &capacity);
+                let accelerator_units = accelerator_resource
+                    .as_deref()
+                    .map(|r| capacity.get(r))
+                    .unwrap_or(0);
+                let plain = Offered {
+                    offering: o.clone(),
+                    capacity,
+                    allocatable,
+                    labels,
+                    taints: pool.taints.clone(),
+                    accelerator_resource,
+                    accelerator_units,
+                };
                 let layout = pool.gpu_layout();
                 let served: Vec<DeviceTemplate> = templates
                     .entry((it.name.as_str(), layout))
@@ -236,23 +253,90 @@ pub fn candidates(input: &Input) -> Vec<Candidate> {
                     .filter(|t| pool.runs_dra_driver(&t.driver))
                     .cloned()
                     .collect();
-                if !served.is_empty() {
-                    variant = Some(serving_dra(&candidate, &served));
-                }
+                let dra = (!served.is_empty()).then(|| Arc::new(serving_dra(&plain, &served)));
+                entries.push(Entry {
+                    pool: pi,
+                    market_mean: o
+                        .market
+                        .as_ref()
+                        .map(|m| m.mean_rate_per_hour())
+                        .filter(|mean| *mean > 0.0),
+                    plain: Arc::new(plain),
+                    dra,
+                });
             }
-            // The plain node first: ties go to it.
-            let plain_needed = variant.as_ref().is_none_or(|v| {
-                plugin_devices
-                    .iter()
-                    .any(|r| candidate.allocatable.get(r) > 0 && v.allocatable.get(r) == 0)
-            });
-            if plain_needed {
-                out.push(candidate);
-            }
-            out.extend(variant);
+        }
+        Offerings {
+            catalog: catalog.revision(),
+            region: region.to_string(),
+            pools: pools.to_vec(),
+            entries,
         }
     }
-    out
+
+    /// Whether these are the offerings of `input`'s catalog, region and
+    /// pools.
+    pub fn serves(&self, input: &Input) -> bool {
+        self.are_of(input.catalog, input.region, input.pools)
+    }
+
+    /// Whether these are the offerings of `pools` in `catalog`'s `region`.
+    pub fn are_of(&self, catalog: &crate::catalog::Catalog, region: &str, pools: &[Pool]) -> bool {
+        self.catalog == catalog.revision() && self.region == region && self.pools == pools
+    }
+
+    /// The input's candidates: every entry whose offering is not out of
+    /// capacity, priced at the input's learned rate. A node serving DRA
+    /// claims is offered only when a pod has some, and the device
+    /// plugin's node of the same offering beside it only when a pod asks
+    /// for the plugin's devices (for any other pod the two are alike).
+    fn candidates(&self, input: &Input) -> Vec<Candidate> {
+        let dra = input.pods.iter().any(|p| p.devices.is_some());
+        let plugin_devices: std::collections::BTreeSet<&str> = input
+            .pods
+            .iter()
+            .flat_map(|p| p.requests.iter().map(|(k, _)| k))
+            .filter(|k| {
+                [
+                    crate::catalog::devices::NVIDIA_DRIVER,
+                    crate::catalog::devices::NEURON_DRIVER,
+                    crate::catalog::devices::EFA_DRIVER,
+                ]
+                .iter()
+                .any(|d| shape::plugin_resources_of(d, k))
+            })
+            .collect();
+        let mut out = Vec::new();
+        for e in &self.entries {
+            let o = &e.plain.offering;
+            if (input.unavailable)(o) {
+                continue;
+            }
+            let rate = input
+                .learned_rate
+                .and_then(|f| f(o))
+                .unwrap_or_else(|| o.interruption_rate_per_hour());
+            let candidate = |offered: &Arc<Offered>| Candidate {
+                pool: e.pool,
+                weight: input.pools[e.pool].weight,
+                rate,
+                market_scale: e.market_mean.map(|mean| rate / mean),
+                offered: offered.clone(),
+            };
+            let variant = e.dra.as_ref().filter(|_| dra);
+            // The plain node first: ties go to it.
+            let plain_needed = variant.is_none_or(|v| {
+                plugin_devices
+                    .iter()
+                    .any(|r| e.plain.allocatable.get(r) > 0 && v.allocatable.get(r) == 0)
+            });
+            if plain_needed {
+                out.push(candidate(&e.plain));
+            }
+            out.extend(variant.map(candidate));
+        }
+        out
+    }
 }
 
 /// The same offering launched to serve DRA claims: its devices offered
@@ -260,7 +344,7 @@ pub fn candidates(input: &Input) -> Vec<Candidate> {
 /// ([`shape::with_dra_devices`]), labelled `quartermaster.dev/dra`. Its
 /// capacity keeps the plugin's counts too, so that pool limits on
 /// `nvidia.com/gpu` count its GPUs.
-fn serving_dra(c: &Candidate, served: &[DeviceTemplate]) -> Candidate {
+fn serving_dra(c: &Offered, served: &[DeviceTemplate]) -> Offered {
     let mut labels = c.labels.clone();
     labels.own.insert(l::DRA.to_string(), "true".to_string());
     let allocatable = shape::with_dra_devices(&c.allocatable, served);
@@ -273,13 +357,14 @@ fn serving_dra(c: &Candidate, served: &[DeviceTemplate]) -> Candidate {
     let accelerator = served
         .iter()
         .find(|t| t.driver != crate::catalog::devices::EFA_DRIVER);
-    Candidate {
+    Offered {
+        offering: c.offering.clone(),
         allocatable,
         capacity,
         labels,
+        taints: c.taints.clone(),
         accelerator_resource: accelerator.map(DeviceTemplate::resource),
         accelerator_units: accelerator.map_or(0, DeviceTemplate::units),
-        ..c.clone()
     }
 }
 
@@ -594,5 +679,60 @@ mod tests {
         assert_eq!(index.may_fit(&cpu).len(), cands.len());
         let unknown = Resources::new().with("example.com/fpga", 1);
         assert!(index.may_fit(&unknown).is_empty());
+    }
+
+    #[test]
+    fn offerings_kept_between_plans_give_what_a_plan_builds_and_serve_only_their_own_pools() {
+        let catalog = Catalog::embedded().unwrap();
+        let pools = [Pool::new("any")];
+        let kept = Offerings::new(&catalog, "us-east-1", &pools);
+        let closed = |o: &Offering| o.zone_id == "use1-az1";
+        let learned = |o: &Offering| (o.instance_type == "g5.xlarge").then_some(0.5);
+        let plan = |pools: &[Pool], offerings| {
+            let input = Input {
+                unavailable: &closed,
+                learned_rate: Some(&learned),
+                offerings,
+                ..input(&catalog, pools)
+            };
+            let key = |c: &Candidate| {
+                (
+                    c.pool,
+                    c.weight,
+                    c.offering.instance_type.clone(),
+                    c.offering.zone_id.clone(),
+                    c.offering.capacity_type,
+                    c.rate.to_bits(),
+                    c.expected_interruptions(2.0).to_bits(),
+                    format!("{:?} {:?}", c.allocatable, c.labels.to_map()),
+                )
+            };
+            candidates(&input).iter().map(key).collect::<Vec<_>>()
+        };
+        let built = plan(&pools, None);
+        assert!(built.len() > 100);
+        assert!(
+            built.iter().all(|k| k.3 != "use1-az1"),
+            "closed offerings stay out"
+        );
+        assert!(built
+            .iter()
+            .any(|k| k.2 == "g5.xlarge" && k.5 == 0.5f64.to_bits()));
+        assert_eq!(plan(&pools, Some(&kept)), built);
+        // Another pool set (a family requirement, a weight): the kept
+        // offerings are not theirs, and the plan builds its own.
+        let mut g5 = Pool::new("g5");
+        g5.weight = 7;
+        g5.requirements = vec![crate::api::Requirement::new(
+            l::INSTANCE_FAMILY,
+            crate::api::Operator::In,
+            &["g5"],
+        )];
+        let other = [g5];
+        assert!(!kept.are_of(&catalog, "us-east-1", &other));
+        let theirs = plan(&other, Some(&kept));
+        assert!(!theirs.is_empty());
+        assert!(theirs.iter().all(|k| k.1 == 7 && k.2.starts_with("g5.")));
+        assert_eq!(theirs, plan(&other, None));
     }
 }

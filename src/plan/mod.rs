@@ -117,6 +117,9 @@ pub struct Input<'a> {
     /// Learned interruption rates per hour, where known; the advisor-derived
     /// rate of the catalog otherwise.
     pub learned_rate: Option<&'a RateFn<'a>>,
+    /// The pools' offerings, where the caller keeps them between plans
+    /// ([`candidates::Offerings`]); built per plan otherwise.
+    pub offerings: Option<&'a candidates::Offerings>,
     /// The time of planning: with it, pods with a deadline
     /// (`quartermaster.dev/deadline`) leave spot once their slack no longer
     /// covers spot's expected delays (see [`risk::spot_delay_hours`]).
@@ -147,6 +150,7 @@ impl<'a> Input<'a> {
             pods,
             unavailable: &never_unavailable,
             learned_rate: None,
+            offerings: None,
             now: None,
         }
     }

@@ -1033,6 +1033,7 @@ impl Consolidation {
             pods,
             unavailable,
             learned_rate: r.ctx.learned_rate,
+            offerings: None,
             now: None,
         };
         plan::plan(
@@ -1070,6 +1071,7 @@ fn spot_guard<'c>(
         pods: &[],
         unavailable,
         learned_rate: ctx.learned_rate,
+        offerings: None,
         now: None,
     };
     let rates: Vec<f64> = plan::candidates::candidates(&input)
