@@ -106,8 +106,9 @@ workloads:
 }
 
 /// How long one simulation took: wall-clock seconds, and CPU seconds of
-/// this process (the simulator is single-threaded, so CPU time is the
-/// one-core figure, and it does not grow when other work shares the machine).
+/// this process: the work of every strategy's thread together, which does
+/// not grow when other work shares the machine (wall time does, and it
+/// shrinks with the cores the strategies run on).
 #[derive(Debug, Clone, Copy)]
 struct Took {
     wall_s: f64,

@@ -332,9 +332,41 @@ pub fn simulate(
     );
     report.lower_bound_cost = bound.cost + reservations::upfront_cost(specs);
     report.lower_bound_unplaceable = bound.unplaceable;
-    for &s in strategies {
-        let run = engine::Engine::new(scenario, catalog, jobs, s)?;
-        let result = run.run(&mut |f| progress(s, f));
+    // The strategies replay side by side, each on its own thread: their
+    // engines share nothing but the read-only scenario, catalog and jobs,
+    // so each result is what a run alone gives, and the replay takes as
+    // long as its slowest strategy where there are cores for all.
+    let (tx, rx) = std::sync::mpsc::channel::<(StrategyName, f64)>();
+    let results = std::thread::scope(|scope| {
+        let runs: Vec<_> = strategies
+            .iter()
+            .map(|&s| {
+                let tx = tx.clone();
+                scope.spawn(move || {
+                    let run = engine::Engine::new(scenario, catalog, jobs, s)?;
+                    Ok::<_, engine::Error>((
+                        s,
+                        run.run(&mut |f| {
+                            // The receiver outlives every run.
+                            let _ = tx.send((s, f));
+                        }),
+                    ))
+                })
+            })
+            .collect();
+        drop(tx);
+        for (s, f) in rx {
+            progress(s, f);
+        }
+        runs.into_iter()
+            .map(|r| {
+                r.join()
+                    .unwrap_or_else(|panic| std::panic::resume_unwind(panic))
+            })
+            .collect::<Vec<_>>()
+    });
+    for r in results {
+        let (s, result) = r?;
         let name = serde_json::to_value(s)
             .ok()
             .and_then(|v| v.as_str().map(str::to_string))
