@@ -88,11 +88,14 @@ pub fn plan(input: &Input, opts: &Options, clock: &dyn Fn() -> f64) -> Plan {
     let mut unschedulable = Vec::new();
     let mut budgets = limits::budgets(input);
     let mut reserved = limits::ReservedLeft::of(input);
-    let class_of: HashMap<usize, usize> = classes
-        .iter()
-        .enumerate()
-        .flat_map(|(ci, c)| c.pods.iter().map(move |p| (*p, ci)))
-        .collect();
+    // The class of each pod to plan, by pod index (a vector: large plans
+    // look it up for every pod more than once).
+    let mut class_of = vec![usize::MAX; pods.len()];
+    for (ci, c) in classes.iter().enumerate() {
+        for &p in &c.pods {
+            class_of[p] = ci;
+        }
+    }
 
     // Gangs with fewer pending members than they need cannot start.
     let mut pending_members: HashMap<&str, u32> = HashMap::new();
@@ -244,14 +247,14 @@ pub fn plan(input: &Input, opts: &Options, clock: &dyn Fn() -> f64) -> Plan {
                     let free = nodes[at].iter().all(|&p| !pods[p].zone_bound());
                     if free {
                         for p in nodes.remove(at) {
-                            overflowed[class_of[&p]].push(p);
+                            overflowed[class_of[p]].push(p);
                         }
                     }
                 }
             }
             packed.extend(nodes.into_iter().map(|node| (o, node)));
             for p in misfits {
-                remaining[class_of[&p]].push(p);
+                remaining[class_of[p]].push(p);
             }
         }
         // What the pools can afford for one node while the nodes still to
@@ -280,7 +283,7 @@ pub fn plan(input: &Input, opts: &Options, clock: &dyn Fn() -> f64) -> Plan {
                     if let Some(g) = &pods[p].group {
                         refused_gangs.insert(g.name.clone());
                     }
-                    remaining[class_of[&p]].push(p);
+                    remaining[class_of[p]].push(p);
                 }
             }
         }
@@ -294,7 +297,7 @@ pub fn plan(input: &Input, opts: &Options, clock: &dyn Fn() -> f64) -> Plan {
                 });
                 if refused {
                     for p in node {
-                        remaining[class_of[p]].push(*p);
+                        remaining[class_of[*p]].push(*p);
                     }
                 }
                 !refused
@@ -323,7 +326,7 @@ pub fn plan(input: &Input, opts: &Options, clock: &dyn Fn() -> f64) -> Plan {
                     .as_ref()
                     .is_none_or(|g| !partial.contains(g.name.as_str()));
                 if !keep {
-                    remaining[class_of[&p]].push(p);
+                    remaining[class_of[p]].push(p);
                 }
                 keep
             });
@@ -438,13 +441,14 @@ fn merge_nodes(
         // What the moved pods' expected interruptions cost more on their
         // new nodes: a merge that saves less than that is not made.
         let mut added_risk = 0.0;
+        let group = &groups[&(from.pool, from.offering.capacity_type)];
         for &p in &moving {
-            let group = &groups[&(from.pool, from.offering.capacity_type)];
+            let need = &need[&p];
             let target = group.iter().copied().find(|&t| {
                 let to = &cands[bins[t].0];
                 t != x
                     && !gone[t]
-                    && pack::Quick::may_fit(&need[&p], &room[t])
+                    && pack::Quick::may_fit(need, &room[t])
                     && (to.offering.zone_id == from.offering.zone_id
                         || !pods[p].zone_bound()
                         || (pods[p].group.is_none()
@@ -458,7 +462,7 @@ fn merge_nodes(
             match target {
                 Some(t) => {
                     bins[t].1.put(p, &pods[p]);
-                    pack::Quick::take(&mut room[t], &need[&p]);
+                    pack::Quick::take(&mut room[t], need);
                     spread.add(&pods[p], zone_of(x), -1);
                     spread.add(&pods[p], zone_of(t), 1);
                     moved.push((p, t));
