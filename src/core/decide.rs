@@ -10,7 +10,7 @@ use super::cadence::Cadence;
 use super::consolidation::{self, Consolidation};
 use super::estimator::InterruptionEstimator;
 use super::gang::GangDrains;
-use super::interruption::{self, offering_key, Interruptions};
+use super::interruption::{self, key_parts, offering_key, Interruptions, KeyParts};
 use super::prewarm::{self, LaunchLatency};
 use super::{
     Action, ClaimRequest, DisruptionDecision, ManagedNode, Notice, OfferingKey, Time, World,
@@ -118,7 +118,8 @@ pub struct Core {
     /// being interrupted) the pods that counted on it are pending under the
     /// same names as before, so the batcher sees nothing new: the step
     /// re-opens a batch itself, or such pods would wait forever.
-    usable: BTreeSet<String>,
+    /// Looked up for every node on every round (claims are unique).
+    usable: super::FastSet<String>,
     /// Pools marked not Ready at the last provisioning step: when one is
     /// Ready again, pending pods that could not be planned are planned
     /// again (the batcher sees nothing new).
@@ -172,7 +173,7 @@ impl Core {
             latency: LaunchLatency::new(),
             next_claim: 0,
             last_decide: None,
-            usable: BTreeSet::new(),
+            usable: Default::default(),
             held: BTreeSet::new(),
             families: RefCell::new(BTreeMap::new()),
             priors: RefCell::new((0, BTreeMap::new())),
@@ -510,26 +511,41 @@ impl Core {
             world.pending.iter().chain(&extra).map(|p| p.name.as_str()),
             now,
         );
-        let usable: BTreeSet<String> = world
-            .nodes
-            .iter()
-            .filter(|n| {
-                !self.interruptions.is_handling(&n.claim)
-                    && !n.state.unschedulable
-                    && !gone.contains(n.claim.as_str())
-            })
-            .map(|n| n.claim.clone())
-            .collect();
+        // The usable nodes: the set is rebuilt only when it changed (this
+        // runs on every round, over every node). A node usable before is
+        // lost when fewer of the usable nodes were usable before than there
+        // were then (a world holds each claim once).
+        let usable = |n: &&ManagedNode| {
+            !self.interruptions.is_handling(&n.claim)
+                && !n.state.unschedulable
+                && !gone.contains(n.claim.as_str())
+        };
+        let (mut kept, mut added) = (0, false);
+        for n in world.nodes.iter().filter(usable) {
+            if self.usable.contains(&n.claim) {
+                kept += 1;
+            } else {
+                added = true;
+            }
+        }
+        let lost = kept < self.usable.len();
         let held: BTreeSet<String> = world
             .pools
             .iter()
             .filter(|p| p.is_marked_not_ready())
             .map(|p| name(p).to_string())
             .collect();
-        if !no_demand && (!self.usable.is_subset(&usable) || !self.held.is_subset(&held)) {
+        if !no_demand && (lost || !self.held.is_subset(&held)) {
             self.batcher.trigger(now);
         }
-        self.usable = usable;
+        if lost || added {
+            self.usable = world
+                .nodes
+                .iter()
+                .filter(usable)
+                .map(|n| n.claim.clone())
+                .collect();
+        }
         self.held = held;
         if no_demand || !self.batcher.ready(now) {
             return Vec::new();
@@ -577,9 +593,12 @@ impl Core {
         let nodes: Vec<&NodeState> = usable
             .map(|n| with_room.get(n.claim.as_str()).unwrap_or(&n.state))
             .collect();
+        // Both asked of every offering: looked up by borrowed parts.
         let rates = self.learned_rates(world);
-        let learned = |o: &Offering| rates.get(&offering_key(o)).copied();
-        let unavailable = |o: &Offering| self.interruptions.blocks(o, now);
+        let rates: super::FastMap<KeyParts, f64> =
+            rates.iter().map(|(k, r)| (k.parts(), *r)).collect();
+        let learned = |o: &Offering| rates.get(&key_parts(o)).copied();
+        let unavailable = self.interruptions.blocker(now);
         if !self
             .offerings
             .as_ref()
@@ -809,27 +828,27 @@ impl ManagedNode {
         };
         // The pods it is launched for: pending ones, or running ones it
         // replaces the node of.
+        // One pass over the world's pods (not one per pod launched for).
+        let names: super::FastSet<&str> = req.pods.iter().map(String::as_str).collect();
+        let (mut dra, mut one_block) = (false, false);
         let bound = world
             .nodes
             .iter()
             .flat_map(|n| n.pods.iter().map(|b| &b.pod));
-        let for_pods = |wants: fn(&Pod) -> bool| {
-            req.pods.iter().any(|name| {
-                world
-                    .pending
-                    .iter()
-                    .chain(bound.clone())
-                    .any(|p| p.name == *name && wants(p))
-            })
-        };
+        for p in world.pending.iter().chain(bound) {
+            if names.contains(p.name.as_str()) {
+                dra |= p.devices.is_some();
+                one_block |= p.network_block.is_some();
+            }
+        }
         // Launched for pods with DRA claims: it serves them through the
         // drivers its pool runs.
-        if for_pods(|p| p.devices.is_some()) {
+        if dra {
             node.serve_dra(world);
         }
         // Launched for a gang that must share one network block: into the
         // pool's cluster placement group of its zone.
-        if req.cluster_placement || for_pods(|p| p.network_block.is_some()) {
+        if req.cluster_placement || one_block {
             node.state.labels.insert(
                 crate::labels::CLUSTER_PLACEMENT.to_string(),
                 "true".to_string(),

@@ -158,12 +158,31 @@ impl InterruptionEstimator {
     /// non-overlapping intervals (each tick, from the previous tick's `to`),
     /// or exposure is counted twice.
     pub fn observe_nodes(&mut self, nodes: &[ManagedNode], from: Time, to: Time) {
+        // This runs on every round over every node: one lookup per pool,
+        // not per node. Each pool's sum still starts from its evidence and
+        // adds the nodes in their order, as one call per node would, so the
+        // total is the same to the last bit.
+        let mut sums: super::FastMap<&OfferingKey, f64> = Default::default();
         for n in nodes {
             let start = from.max(n.launched_at);
-            if start < to {
-                let hours = (to - start).num_milliseconds() as f64 / 3_600_000.0;
-                self.observe_exposure(&n.offering, hours);
+            if start >= to {
+                continue;
             }
+            let hours = (to - start).num_milliseconds() as f64 / 3_600_000.0;
+            let key = &n.offering;
+            if key.capacity_type != CapacityType::Spot || !hours.is_finite() || hours <= 0.0 {
+                continue;
+            }
+            match sums.get_mut(key) {
+                Some(sum) => *sum += hours,
+                None => {
+                    let seen = self.evidence.get(key).map_or(0.0, |e| e.exposure_hours);
+                    sums.insert(key, seen + hours);
+                }
+            }
+        }
+        for (key, sum) in sums {
+            self.update(key, |e| e.exposure_hours = sum);
         }
     }
 

@@ -18,9 +18,8 @@
 //! fleet). Cordoned nodes and nodes another decision owns (interruption,
 //! consolidation) are left alone. The rules are in `docs/repair.md`.
 
-use super::interruption::pool_of;
 use super::time::after;
-use super::{Action, ManagedNode, Time, World};
+use super::{Action, Time, World};
 use crate::api::{BudgetReason, NodePool, RepairAction};
 use regex::Regex;
 use std::collections::BTreeMap;
@@ -433,66 +432,81 @@ impl Repairs {
                 && r.rebooted_at.is_none_or(|t| now < after(t, REBOOT_MEMORY))
         });
         let patterns = &mut self.patterns;
-        let rules: BTreeMap<&str, Rules> = world
+        let rules: Vec<Rules> = world.pools.iter().map(|p| Rules::of(p, patterns)).collect();
+        patterns.end_round();
+        let names: Vec<&str> = world
             .pools
             .iter()
-            .map(|p| {
-                let name = p.metadata.name.as_deref().unwrap_or_default();
-                (name, Rules::of(p, patterns))
-            })
+            .map(|p| p.metadata.name.as_deref().unwrap_or_default())
             .collect();
-        patterns.end_round();
+        // Each node's pool, by the last pool of its name (pools' names are
+        // unique; were they not, the last of a name is the one its rules and
+        // budget come from, as a map by name would keep). One pass over the
+        // nodes counts what the breaker and the budgets read: this runs on
+        // every round, over every node.
+        let pool_of: Vec<Option<usize>> = world
+            .nodes
+            .iter()
+            .map(|n| names.iter().rposition(|p| *p == n.nodepool))
+            .collect();
+        #[derive(Default, Clone, Copy)]
+        struct Counts {
+            all: u32,
+            ready: u32,
+            unhealthy: u32,
+            disrupting: u32,
+        }
+        let mut counts = vec![Counts::default(); names.len()];
+        for (n, i) in world.nodes.iter().zip(&pool_of) {
+            let Some(i) = *i else { continue };
+            let c = &mut counts[i];
+            c.all += 1;
+            if n.ready_at.is_some() {
+                c.ready += 1;
+                if n.health
+                    .signals
+                    .iter()
+                    .any(|s| !rules[i].applying(s).is_empty())
+                {
+                    c.unhealthy += 1;
+                }
+            }
+            if n.state.unschedulable || (ctx.busy)(&n.claim) || self.is_rebooting(&n.claim) {
+                c.disrupting += 1;
+            }
+        }
         // The breaker and the budgets, per pool.
-        let mut allowed: BTreeMap<&str, u32> = BTreeMap::new();
-        for pool in world.pools {
-            let name = pool.metadata.name.as_deref().unwrap_or_default();
-            let r = &rules[name];
-            let mine: Vec<&ManagedNode> = world
-                .nodes
-                .iter()
-                .filter(|n| n.nodepool == name && n.ready_at.is_some())
-                .collect();
-            let unhealthy = mine
-                .iter()
-                .filter(|n| n.health.signals.iter().any(|s| !r.applying(s).is_empty()))
-                .count() as u32;
-            let total = mine.len() as u32;
+        let mut allowed: Vec<u32> = vec![0; names.len()];
+        for (i, pool) in world.pools.iter().enumerate() {
+            let (name, c) = (names[i], counts[i]);
+            let last = names.iter().rposition(|p| *p == name).unwrap_or(i);
+            let r = &rules[last];
             self.pools.insert(
                 name.to_string(),
                 PoolHealth {
-                    nodes: total,
-                    unhealthy,
-                    max_unhealthy: r.max_unhealthy.allowed(total),
+                    nodes: c.ready,
+                    unhealthy: c.unhealthy,
+                    max_unhealthy: r.max_unhealthy.allowed(c.ready),
                 },
             );
-            let disrupting = world
-                .nodes
-                .iter()
-                .filter(|n| n.nodepool == name)
-                .filter(|n| {
-                    n.state.unschedulable || (ctx.busy)(&n.claim) || self.is_rebooting(&n.claim)
-                })
-                .count() as u32;
-            let total_all = world.nodes.iter().filter(|n| n.nodepool == name).count() as u32;
-            let budget = super::budgets::allowed_disruptions_for(
+            allowed[last] = super::budgets::allowed_disruptions_for(
                 pool,
                 BudgetReason::Unhealthy,
-                total_all,
-                disrupting,
+                c.all,
+                c.disrupting,
                 now,
             )
             .unwrap_or(0);
-            allowed.insert(name, budget);
         }
 
         let mut out = Vec::new();
         let mut replace = Vec::new();
-        for n in world.nodes {
-            let Some(pool) = pool_of(world, n) else {
+        for (n, i) in world.nodes.iter().zip(&pool_of) {
+            let Some(i) = *i else {
                 continue;
             };
-            let pool_name = pool.metadata.name.as_deref().unwrap_or_default();
-            let r = &rules[pool_name];
+            let pool_name = names[i];
+            let r = &rules[i];
             if n.ready_at.is_none()
                 || n.state.in_flight
                 || n.state.unschedulable
@@ -569,7 +583,7 @@ impl Repairs {
                 finding.action
             };
             let do_not_disrupt = n.do_not_disrupt || n.pods.iter().any(|p| p.do_not_disrupt);
-            let budget = allowed.entry(pool_name).or_default();
+            let budget = &mut allowed[i];
             let hold = if n.health.do_not_repair {
                 Some(Hold::DoNotRepair)
             } else if self.pools[pool_name].breaker_open() {
@@ -644,6 +658,7 @@ impl Repairs {
 #[cfg(test)]
 mod tests {
     use super::super::interruption::fixtures::*;
+    use super::super::ManagedNode;
     use super::*;
     use crate::api::{Budget, NodePoolSpec, RepairCondition};
 

@@ -212,7 +212,8 @@ pub(crate) fn ask_to_checkpoint(
 #[derive(Debug, Clone, Default)]
 pub struct Consolidation {
     config: Config,
-    observed: BTreeMap<String, Observed>,
+    /// By claim; looked up for every node on every round.
+    observed: crate::core::FastMap<String, Observed>,
     candidate: Option<(Decision, Time)>,
     disrupting: BTreeMap<String, Disrupting>,
     /// The next time a pool's scheduled budget opens or closes.

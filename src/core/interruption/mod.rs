@@ -12,7 +12,7 @@
 use super::time::{after, before, secs};
 use super::{Action, DisruptionReason, ManagedNode, Notice, OfferingKey, Time, World};
 use crate::api::{InterruptionPolicy, RebalanceAction};
-use crate::catalog::Offering;
+use crate::catalog::{CapacityType, Offering};
 use crate::cluster::Pod;
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
@@ -62,6 +62,23 @@ pub fn offering_key(o: &Offering) -> OfferingKey {
         instance_type: o.instance_type.clone(),
         zone: o.zone_id.clone(),
         capacity_type: o.capacity_type,
+    }
+}
+
+/// An offering's key as borrowed parts (instance type, zone ID, capacity
+/// type): looked up in a per-plan map without building an [`OfferingKey`],
+/// two strings, for every offering of every plan.
+pub(crate) type KeyParts<'a> = (&'a str, &'a str, CapacityType);
+
+/// [`offering_key`] as borrowed [`KeyParts`].
+pub(crate) fn key_parts(o: &Offering) -> KeyParts<'_> {
+    (&o.instance_type, &o.zone_id, o.capacity_type)
+}
+
+impl OfferingKey {
+    /// The key as borrowed [`KeyParts`].
+    pub(crate) fn parts(&self) -> KeyParts<'_> {
+        (&self.instance_type, &self.zone, self.capacity_type)
     }
 }
 
@@ -517,6 +534,22 @@ impl Interruptions {
             .and_then(|r| self.ending.get(&r.id))
             .is_some_and(|end| *end > now);
         ending || self.is_unavailable(&offering_key(offering), now)
+    }
+
+    /// [`Interruptions::blocks`] at `now` as one filter, with the
+    /// unavailable offerings gathered once: a plan asks it of every
+    /// offering.
+    pub fn blocker(&self, now: Time) -> impl Fn(&Offering) -> bool + '_ {
+        let unavailable: crate::core::FastSet<KeyParts> =
+            self.unavailable(now).map(OfferingKey::parts).collect();
+        move |o| {
+            let ending = o
+                .reservation
+                .as_ref()
+                .and_then(|r| self.ending.get(&r.id))
+                .is_some_and(|end| *end > now);
+            ending || unavailable.contains(&key_parts(o))
+        }
     }
 
     /// The offerings unavailable at `now`.

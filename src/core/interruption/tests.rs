@@ -448,6 +448,18 @@ fn interrupted_and_capacity_starved_offerings_are_unavailable_for_the_ttl() {
     assert!(closure_s > ttl as f64, "{closure_s}");
     assert!(s.is_unavailable(&key, t(ttl - 1)));
     assert!(!s.is_unavailable(&key, t(ttl)));
+    // The plan's filter, gathered once, says what `blocks` says of every
+    // offering.
+    let region = f.world().region.to_string();
+    for at in [0, ttl - 1, ttl, 240] {
+        let blocker = s.blocker(t(at));
+        let mut blocked = 0;
+        for o in f.catalog.offerings_in(&region) {
+            assert_eq!(blocker(o), s.blocks(o, t(at)), "{o:?} at {at}");
+            blocked += usize::from(blocker(o));
+        }
+        assert_eq!(blocked > 0, at < 240, "at {at}");
+    }
     assert_eq!(
         s.unavailable(t(ttl - 1)).cloned().collect::<Vec<_>>(),
         [key.clone(), other.clone()]
