@@ -334,6 +334,18 @@ impl Catalog {
         self.offerings.iter().filter(move |o| o.region == region)
     }
 
+    /// The reserved offerings in one region (capacity reservations and
+    /// blocks): the reservation is asked first, which few offerings have,
+    /// before the region's name (a plan asks this).
+    pub fn reserved_offerings_in<'a>(
+        &'a self,
+        region: &'a str,
+    ) -> impl Iterator<Item = &'a Offering> {
+        self.offerings
+            .iter()
+            .filter(move |o| o.reservation.is_some() && o.region == region)
+    }
+
     /// The offerings of one instance type in one region (every zone, both
     /// capacity types).
     pub fn offerings_of<'a>(

@@ -112,7 +112,7 @@ impl ReservedLeft {
     /// What the reservations of the input's region can still take.
     pub fn of(input: &Input) -> ReservedLeft {
         let mut left = BTreeMap::new();
-        for o in input.catalog.offerings_in(input.region) {
+        for o in input.catalog.reserved_offerings_in(input.region) {
             if let Some(r) = &o.reservation {
                 let in_flight = input
                     .nodes

@@ -90,6 +90,22 @@ pub fn compatible<L: crate::labels::LabelLookup + ?Sized>(
     untolerated(taints, &pod.tolerations).is_none() && pod.affinity.matches(labels)
 }
 
+/// Yes-or-no answers by index, each worked out at most once: for a check
+/// that many pods of a few kinds ask of the same nodes or candidates.
+pub(crate) struct Asked(Vec<Option<bool>>);
+
+impl Asked {
+    /// Nothing asked yet of `len` indices.
+    pub(crate) fn new(len: usize) -> Asked {
+        Asked(vec![None; len])
+    }
+
+    /// The answer for `i`: `answer()` the first time, kept after.
+    pub(crate) fn ask(&mut self, i: usize, answer: impl FnOnce() -> bool) -> bool {
+        *self.0[i].get_or_insert_with(answer)
+    }
+}
+
 /// Sort order for packing: accelerators, then CPU, then memory, largest first.
 pub fn sort_largest_first(pods: &[Pod], idx: &mut [usize]) {
     let key = |p: &Pod| {
@@ -138,6 +154,11 @@ pub fn place_on_existing<N: std::borrow::Borrow<NodeState>>(
     // Thousands of identical pending pods then cost one scan, not one each.
     // A gang's undo frees room again and forgets it.
     let mut first_fit: HashMap<(&Resources, &NodeAffinity, &[Toleration]), usize> = HashMap::new();
+    // Whether a node takes a pod depends on the pod's tolerations and
+    // affinity alone: worked out once per node for each pair, not once per
+    // pod shape. Matching labels was most of a scan's cost where pods
+    // differ in their requests only.
+    let mut takes: HashMap<(&NodeAffinity, &[Toleration]), Asked> = HashMap::new();
     // Gang members go together: try each gang as a unit, in the order of its
     // largest member.
     let mut gangs_done = BTreeSet::new();
@@ -185,11 +206,14 @@ pub fn place_on_existing<N: std::borrow::Borrow<NodeState>>(
                     None => first_fit.get(&shape).copied().unwrap_or(0),
                     Some(_) => 0,
                 };
-                let at = order[from..].iter().position(|&n| {
-                    in_block(n)
-                        && compatible(pod, &node(n).labels, &node(n).taints)
-                        && fits(&bins, n, pod)
-                });
+                let takes = takes
+                    .entry((&pod.affinity, pod.tolerations.as_slice()))
+                    .or_insert_with(|| Asked::new(nodes.len()));
+                let mut compatible =
+                    |n: usize| takes.ask(n, || compatible(pod, &node(n).labels, &node(n).taints));
+                let at = order[from..]
+                    .iter()
+                    .position(|&n| in_block(n) && compatible(n) && fits(&bins, n, pod));
                 if pod.group.is_none() {
                     first_fit.insert(shape, at.map_or(order.len(), |p| from + p));
                 }
@@ -358,6 +382,24 @@ pub fn pack_new(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn asked_works_an_answer_out_once_per_index() {
+        let mut asked = Asked::new(3);
+        let mut calls = 0;
+        let mut ask = |asked: &mut Asked, i: usize, yes: bool| {
+            asked.ask(i, || {
+                calls += 1;
+                yes
+            })
+        };
+        assert!(ask(&mut asked, 1, true));
+        // Kept: a second answer for the same index is not asked for.
+        assert!(ask(&mut asked, 1, false));
+        assert!(!ask(&mut asked, 2, false));
+        assert!(!ask(&mut asked, 2, true));
+        assert_eq!(calls, 2);
+    }
     use crate::api::labels as l;
     use crate::cluster::pod::GroupRef;
     use crate::cluster::Labels;

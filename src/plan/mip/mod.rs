@@ -14,6 +14,7 @@ use super::classes::{self, Class};
 use super::limits::{self, Budget};
 use super::pack;
 use super::{pod_risk_cost, Input, Options, Plan, SolvedBy, Strategy, Unschedulable};
+use crate::cluster::requirements::{NodeAffinity, Toleration};
 use good_lp::solvers::{WithMipGap, WithTimeLimit};
 use good_lp::{
     constraint, microlp, variable, Expression, ProblemVariables, Solution, SolverModel, Variable,
@@ -107,6 +108,10 @@ pub fn plan(input: &Input, opts: &Options, clock: &dyn Fn() -> f64) -> Plan {
 
     // Compatible candidates per class, in weight tiers (highest first).
     let mut tiers: Vec<Vec<Vec<(usize, u32)>>> = Vec::new();
+    // Whether a candidate takes a class's pods depends on their tolerations
+    // and affinity only: asked once per pair and candidate, not once per
+    // class (most classes differ in their requests only).
+    let mut takes: HashMap<(&NodeAffinity, &[Toleration]), pack::Asked> = HashMap::new();
     for c in &classes {
         if let Some(g) = &c.pod.group {
             let have = pending_members[g.name.as_str()];
@@ -124,10 +129,14 @@ pub fn plan(input: &Input, opts: &Options, clock: &dyn Fn() -> f64) -> Plan {
                 continue;
             }
         }
+        let takes = takes
+            .entry((&c.pod.affinity, c.pod.tolerations.as_slice()))
+            .or_insert_with(|| pack::Asked::new(cands.len()));
         let compatible: Vec<(usize, u32)> = by_resource
             .may_fit(&c.pod.requests)
             .iter()
-            .map(|&i| (i, candidates::pods_per_node(c, &cands[i])))
+            .filter(|&&i| takes.ask(i, || candidates::takes(&c.pod, &cands[i])))
+            .map(|&i| (i, candidates::pods_per_taking_node(c, &cands[i])))
             .filter(|(_, k)| *k > 0)
             .collect();
         if compatible.is_empty() {
