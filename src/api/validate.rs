@@ -748,6 +748,31 @@ fn check_risk(e: &mut Errors, spec: &NodePoolSpec) {
     }
 }
 
+/// Whether `pattern` compiles as a regular expression, and if not why.
+/// Pools are validated wherever they are read, by the core on every launch
+/// too, and compiling a pattern costs far more than the rest of a pool's
+/// checks: each pattern's answer is kept (a bounded number of them).
+fn check_pattern(pattern: &str) -> Result<(), String> {
+    use std::collections::HashMap;
+    use std::sync::{LazyLock, Mutex};
+    static CHECKED: LazyLock<Mutex<HashMap<String, Result<(), String>>>> =
+        LazyLock::new(Default::default);
+    const KEPT: usize = 1024;
+    // A poisoned lock only lost a cache entry: go on with its map.
+    let mut checked = CHECKED.lock().unwrap_or_else(|p| p.into_inner());
+    if let Some(answer) = checked.get(pattern) {
+        return answer.clone();
+    }
+    let answer = regex::Regex::new(pattern)
+        .map(drop)
+        .map_err(|e| e.to_string());
+    if checked.len() >= KEPT {
+        checked.clear();
+    }
+    checked.insert(pattern.to_string(), answer.clone());
+    answer
+}
+
 fn check_repair(e: &mut Errors, spec: &NodePoolSpec) {
     let r = &spec.repair;
     if r.conditions.len() > 64 {
@@ -762,7 +787,7 @@ fn check_repair(e: &mut Errors, spec: &NodePoolSpec) {
             e.push(format!("{path}.type"), "required");
         }
         if let Some(p) = &c.reason_pattern {
-            if let Err(err) = regex::Regex::new(p) {
+            if let Err(err) = check_pattern(p) {
                 e.push(
                     format!("{path}.reasonPattern"),
                     format!("not a regular expression: {err}"),
