@@ -135,10 +135,9 @@ impl InterruptionEstimator {
     /// Adds `hours` instance-hours run in the pool. Negative, non-finite and
     /// on-demand exposure is ignored.
     pub fn observe_exposure(&mut self, key: &OfferingKey, hours: f64) {
-        if key.capacity_type != CapacityType::Spot || !hours.is_finite() || hours <= 0.0 {
-            return;
+        if counts_as_exposure(key, hours) {
+            self.update(key, |e| e.exposure_hours += hours);
         }
-        self.update(key, |e| e.exposure_hours += hours);
     }
 
     /// Counts one spot interruption in the pool. Call it once per instance
@@ -170,7 +169,7 @@ impl InterruptionEstimator {
             }
             let hours = (to - start).num_milliseconds() as f64 / 3_600_000.0;
             let key = &n.offering;
-            if key.capacity_type != CapacityType::Spot || !hours.is_finite() || hours <= 0.0 {
+            if !counts_as_exposure(key, hours) {
                 continue;
             }
             match sums.get_mut(key) {
@@ -221,6 +220,12 @@ impl InterruptionEstimator {
     pub fn pools(&self) -> impl Iterator<Item = &OfferingKey> {
         self.evidence.keys()
     }
+}
+
+/// Whether `hours` in the pool are spot exposure to count: positive,
+/// finite and spot.
+fn counts_as_exposure(key: &OfferingKey, hours: f64) -> bool {
+    key.capacity_type == CapacityType::Spot && hours.is_finite() && hours > 0.0
 }
 
 /// The prior mean rate of a spot pool: its offering's

@@ -439,20 +439,15 @@ impl ByResource {
 
 /// How many pods of `class` one fresh node of `c` takes (0: incompatible).
 pub fn pods_per_node(class: &Class, c: &Candidate) -> u32 {
-    if !takes(&class.pod, c) {
+    if !super::pack::compatible(&class.pod, &c.labels, &c.taints) {
         return 0;
     }
     pods_per_taking_node(class, c)
 }
 
-/// Whether the candidate's taints and labels let the pod on: its
-/// tolerations and affinity alone decide, so a caller asking it for many
-/// classes may keep the answer per pair.
-pub fn takes(pod: &crate::cluster::Pod, c: &Candidate) -> bool {
-    untolerated(&c.taints, &pod.tolerations).is_none() && pod.affinity.matches(&c.labels)
-}
-
-/// [`pods_per_node`] for a candidate that [`takes`] the class's pods.
+/// [`pods_per_node`] for a candidate whose taints and labels let the
+/// class's pods on ([`super::pack::compatible`]): a caller asking that of
+/// many classes may keep the answer per tolerations and affinity.
 pub fn pods_per_taking_node(class: &Class, c: &Candidate) -> u32 {
     let n = class.pod.requests.copies_in(&c.allocatable);
     let n = n.min(class.pod.per_node_max.unwrap_or(u32::MAX));

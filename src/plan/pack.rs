@@ -382,6 +382,9 @@ pub fn pack_new(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::api::labels as l;
+    use crate::cluster::pod::GroupRef;
+    use crate::cluster::Labels;
 
     #[test]
     fn asked_works_an_answer_out_once_per_index() {
@@ -400,9 +403,6 @@ mod tests {
         assert!(!ask(&mut asked, 2, true));
         assert_eq!(calls, 2);
     }
-    use crate::api::labels as l;
-    use crate::cluster::pod::GroupRef;
-    use crate::cluster::Labels;
 
     fn node(name: &str, gpus: i64, used: i64) -> NodeState {
         NodeState {

@@ -528,12 +528,16 @@ impl Interruptions {
     /// reserved offering whose reservation is ending: the filter to hand the
     /// planner as `Input::unavailable`.
     pub fn blocks(&self, offering: &Offering, now: Time) -> bool {
-        let ending = offering
+        self.reservation_ending(offering, now) || self.is_unavailable(&offering_key(offering), now)
+    }
+
+    /// Whether the offering's reservation was warned of as ending after `now`.
+    fn reservation_ending(&self, offering: &Offering, now: Time) -> bool {
+        offering
             .reservation
             .as_ref()
             .and_then(|r| self.ending.get(&r.id))
-            .is_some_and(|end| *end > now);
-        ending || self.is_unavailable(&offering_key(offering), now)
+            .is_some_and(|end| *end > now)
     }
 
     /// [`Interruptions::blocks`] at `now` as one filter, with the
@@ -542,14 +546,7 @@ impl Interruptions {
     pub fn blocker(&self, now: Time) -> impl Fn(&Offering) -> bool + '_ {
         let unavailable: crate::core::FastSet<KeyParts> =
             self.unavailable(now).map(OfferingKey::parts).collect();
-        move |o| {
-            let ending = o
-                .reservation
-                .as_ref()
-                .and_then(|r| self.ending.get(&r.id))
-                .is_some_and(|end| *end > now);
-            ending || unavailable.contains(&key_parts(o))
-        }
+        move |o| self.reservation_ending(o, now) || unavailable.contains(&key_parts(o))
     }
 
     /// The offerings unavailable at `now`.

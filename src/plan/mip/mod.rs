@@ -135,7 +135,11 @@ pub fn plan(input: &Input, opts: &Options, clock: &dyn Fn() -> f64) -> Plan {
         let compatible: Vec<(usize, u32)> = by_resource
             .may_fit(&c.pod.requests)
             .iter()
-            .filter(|&&i| takes.ask(i, || candidates::takes(&c.pod, &cands[i])))
+            .filter(|&&i| {
+                takes.ask(i, || {
+                    pack::compatible(&c.pod, &cands[i].labels, &cands[i].taints)
+                })
+            })
             .map(|&i| (i, candidates::pods_per_taking_node(c, &cands[i])))
             .filter(|(_, k)| *k > 0)
             .collect();
