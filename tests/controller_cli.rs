@@ -15,6 +15,12 @@ fn controller(args: &[&str]) -> Output {
         .args(args)
         // No QM_* variable or kubeconfig from the caller's environment.
         .env_clear()
+        // The tests run side by side and several get as far as serving
+        // their endpoints: each takes a free loopback port of its own
+        // (one listener for both), never the default 8080/8081, which a
+        // parallel test or anything else on the machine may hold.
+        .env("QM_METRICS_ADDR", "127.0.0.1:0")
+        .env("QM_HEALTH_ADDR", "127.0.0.1:0")
         .output()
         .expect("the binary runs")
 }
