@@ -53,6 +53,12 @@ fn name_of(resource: &str) -> Name {
         .map_or_else(|| Cow::Owned(resource.to_string()), |k| Cow::Borrowed(*k))
 }
 
+/// True when two resource names are equal; the well-known ones are the same
+/// `&'static str`, which is checked first.
+fn same_name(a: &str, b: &str) -> bool {
+    std::ptr::eq(a, b) || a == b
+}
+
 /// A list of resources in canonical units. Absent means zero.
 ///
 /// Kept as a vector sorted by name without zero amounts (a pod asks for a
@@ -197,17 +203,43 @@ impl Resources {
         )
     }
 
+    /// Each of `self`'s resources with its amount in `self` and in `other`
+    /// (0 when `other` lacks it), in name order: what `other.get(k)` per
+    /// name would give, in one walk of both sorted lists. Fitting a request
+    /// into a node runs in the planner's and the simulator's inner loops,
+    /// and most names there are the same well-known `&'static str`, so the
+    /// names' addresses are compared before their bytes.
+    fn against<'a, 'b>(
+        &'a self,
+        other: &'b Resources,
+    ) -> impl Iterator<Item = (&'a str, i64, i64)> + use<'a, 'b> {
+        let mut rest = other.0.as_slice();
+        self.0.iter().map(move |(k, v)| {
+            let k = k.as_ref();
+            loop {
+                match rest.first() {
+                    Some((o, ov)) if same_name(o, k) => {
+                        rest = &rest[1..];
+                        return (k, *v, *ov);
+                    }
+                    Some((o, _)) if o.as_ref() < k => rest = &rest[1..],
+                    _ => return (k, *v, 0),
+                }
+            }
+        })
+    }
+
     /// True when a request of `self` fits in `capacity` (every requested
     /// resource, including ones `capacity` lacks, is within it).
     pub fn fits_in(&self, capacity: &Resources) -> bool {
-        self.iter().all(|(k, v)| v <= capacity.get(k))
+        self.against(capacity).all(|(_, v, c)| v <= c)
     }
 
     /// The first requested resource that exceeds `capacity`, if any.
     pub fn first_shortfall<'a>(&'a self, capacity: &Resources) -> Option<&'a str> {
-        self.iter()
-            .find(|(k, v)| *v > capacity.get(k))
-            .map(|(k, _)| k)
+        self.against(capacity)
+            .find(|(_, v, c)| v > c)
+            .map(|(k, _, _)| k)
     }
 
     /// GPUs in the list: whole GPUs count one each, a MIG instance `Ng.*`
@@ -263,9 +295,9 @@ impl Resources {
     /// How many copies of `self` fit in `capacity` (`u32::MAX` for an empty
     /// request).
     pub fn copies_in(&self, capacity: &Resources) -> u32 {
-        self.iter()
-            .filter(|(_, v)| *v > 0)
-            .map(|(k, v)| (capacity.get(k).max(0) / v).min(u32::MAX as i64) as u32)
+        self.against(capacity)
+            .filter(|(_, v, _)| *v > 0)
+            .map(|(_, v, c)| (c.max(0) / v).min(u32::MAX as i64) as u32)
             .min()
             .unwrap_or(u32::MAX)
     }
@@ -427,6 +459,40 @@ mod tests {
             }
             assert!(sum.iter().all(|(_, v)| v != 0), "no zero amounts: {sum:?}");
         }
+    }
+
+    #[test]
+    fn fitting_a_request_agrees_with_the_model_amount_by_amount() {
+        use rand::SeedableRng;
+        let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(13);
+        let amount = |m: &Model, k: &str| m.get(k).copied().unwrap_or(0);
+        let (mut fitting, mut short) = (0, 0);
+        for _ in 0..4000 {
+            let (a, ma) = random_pair(&mut rng);
+            let (b, mb) = random_pair(&mut rng);
+            let fits = ma.iter().all(|(k, v)| *v <= amount(&mb, k));
+            assert_eq!(a.fits_in(&b), fits, "{a:?} in {b:?}");
+            let shortfall = ma.iter().find(|(k, v)| **v > amount(&mb, k));
+            assert_eq!(
+                a.first_shortfall(&b),
+                shortfall.map(|(k, _)| k.as_str()),
+                "{a:?} in {b:?}"
+            );
+            let copies = ma
+                .iter()
+                .filter(|(_, v)| **v > 0)
+                .map(|(k, v)| (amount(&mb, k).max(0) / v) as u32)
+                .min()
+                .unwrap_or(u32::MAX);
+            assert_eq!(a.copies_in(&b), copies, "{a:?} in {b:?}");
+            if fits {
+                fitting += 1;
+            } else {
+                short += 1;
+            }
+        }
+        // Both answers were asked about, many times.
+        assert!(fitting > 100 && short > 100, "{fitting} {short}");
     }
 
     #[test]
