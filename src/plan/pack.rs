@@ -8,7 +8,7 @@ use crate::cluster::requirements::{NodeAffinity, Toleration};
 use crate::cluster::resources::{CPU, MEMORY};
 use crate::cluster::{NodeState, Pod, Resources, Taint};
 use crate::labels as l;
-use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::collections::{BTreeMap, HashMap};
 
 /// The identity of a pod's set for its per-node cap
 /// ([`Pod::per_node_max`]): at most that many pods with the same key share
@@ -161,18 +161,20 @@ pub fn place_on_existing<N: std::borrow::Borrow<NodeState>>(
     let mut takes: HashMap<(&NodeAffinity, &[Toleration]), Asked> = HashMap::new();
     // Gang members go together: try each gang as a unit, in the order of its
     // largest member.
-    let mut gangs_done = BTreeSet::new();
+    // Each gang's members, in that order, gathered in one pass: a gang
+    // is taken out when its largest member comes up.
+    let mut gangs: HashMap<&str, Vec<usize>> = HashMap::new();
+    for &j in &idx {
+        if let Some(g) = &pods[j].group {
+            gangs.entry(g.name.as_str()).or_default().push(j);
+        }
+    }
     for &i in &idx {
         let members: Vec<usize> = match &pods[i].group {
-            Some(g) => {
-                if !gangs_done.insert(g.name.clone()) {
-                    continue;
-                }
-                idx.iter()
-                    .copied()
-                    .filter(|&j| pods[j].group.as_ref().is_some_and(|h| h.name == g.name))
-                    .collect()
-            }
+            Some(g) => match gangs.remove(g.name.as_str()) {
+                Some(members) => members,
+                None => continue,
+            },
             None => vec![i],
         };
         // A gang that must share one network block tries each block the
