@@ -159,10 +159,9 @@ pub fn place_on_existing<N: std::borrow::Borrow<NodeState>>(
     // pod shape. Matching labels was most of a scan's cost where pods
     // differ in their requests only.
     let mut takes: HashMap<(&NodeAffinity, &[Toleration]), Asked> = HashMap::new();
-    // Gang members go together: try each gang as a unit, in the order of its
-    // largest member.
-    // Each gang's members, in that order, gathered in one pass: a gang
-    // is taken out when its largest member comes up.
+    // Gang members go together: each gang is tried as a unit when its
+    // largest member comes up. Its members (largest first) are gathered
+    // in one pass beforehand, and taken out when the gang is tried.
     let mut gangs: HashMap<&str, Vec<usize>> = HashMap::new();
     for &j in &idx {
         if let Some(g) = &pods[j].group {
