@@ -17,7 +17,7 @@
 //!   devices are not applied to fleet instances; the tests check them in the
 //!   launch template moto stores instead.
 
-mod support;
+use crate::support;
 
 use aws_sdk_ec2::types::{InstanceAttributeName, InstanceLifecycleType};
 use quartermaster::api::labels as l;

@@ -2,7 +2,7 @@
 //! `DescribeCluster` against moto fills in what the `--aws-config` file
 //! leaves out, and what the file sets wins.
 
-mod support;
+use crate::support;
 
 use quartermaster::cloud::aws::ec2::settings::SettingsFile;
 use quartermaster::cloud::aws::eks;

@@ -1,6 +1,6 @@
 //! The moto harness itself: the server answers the real SDK on loopback.
 
-mod support;
+use crate::support;
 
 use support::moto::Moto;
 

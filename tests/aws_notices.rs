@@ -7,7 +7,7 @@
 //! message delivered twice. Also: the template passes `cfn-lint` (installed
 //! with moto[server]).
 
-mod support;
+use crate::support;
 
 use aws_sdk_sqs::types::QueueAttributeName;
 use quartermaster::cloud::aws::notices::{

@@ -3,7 +3,7 @@
 //! closed loopback port for an unreachable API, and moto for the spot price
 //! history's zone-name mapping. The embedded catalog is the base throughout.
 
-mod support;
+use crate::support;
 
 use aws_config::retry::RetryConfig;
 use aws_config::{BehaviorVersion, Region, SdkConfig};

@@ -11,7 +11,7 @@
 //! the source: a method called from `src/controller/simulated_nodes.rs`
 //! alone is simulated-only; any other caller makes it a call of every mode.
 
-mod support;
+use crate::support;
 
 use k8s_openapi::api::core::v1::Node;
 use quartermaster::api::{NodeClaim, NodePoolStatus};

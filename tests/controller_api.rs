@@ -2,7 +2,7 @@
 //! API server: method, path, query and body of every request, and what each
 //! answer turns into.
 
-mod support;
+use crate::support;
 
 use http::Method;
 use k8s_openapi::api::core::v1::Taint as K8sTaint;

@@ -29,7 +29,7 @@
 //!   milestone 1), the pods that follow are planned onto its Ready nodes
 //!   and nothing is launched or disrupted.
 
-mod support;
+use crate::support;
 
 use chrono::TimeZone;
 use http::Method;

@@ -2,7 +2,7 @@
 //! flag, and bad values are refused with a clear message before anything
 //! connects to a cluster.
 
-mod support;
+use crate::support;
 
 use std::process::{Command, Output};
 use support::fake_api::FakeApi;

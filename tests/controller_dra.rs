@@ -13,7 +13,7 @@
 //!   template, or an unknown DeviceClass, gets a `NotPlaceable` Event
 //!   naming the claim and the problem, and no NodeClaim.
 
-mod support;
+use crate::support;
 
 use chrono::TimeZone;
 use http::Method;

@@ -10,7 +10,7 @@
 //!   unhealthy, and lets them go once they are not;
 //! - `quartermaster.dev/do-not-repair` holds a node's repair.
 
-mod support;
+use crate::support;
 
 use chrono::TimeZone;
 use k8s_openapi::api::core::v1 as core;

@@ -6,7 +6,7 @@
 //! created) holding at least the GPUs the pods ask for. This keeps the
 //! benchmark's server and workload honest.
 
-mod support;
+use crate::support;
 
 use std::path::Path;
 use std::time::Duration;
@@ -23,7 +23,10 @@ async fn the_binary_launches_node_claims_for_a_burst_of_pending_gpu_pods() {
         Path::new(env!("CARGO_BIN_EXE_quartermaster")),
         size,
         &["--batch-idle", "500ms"],
-        Duration::from_secs(15),
+        // How long to wait for the burst's claims before calling it lost:
+        // a give-up point, not a latency target (other tests of the suite
+        // share the two cores with this debug build).
+        Duration::from_secs(60),
     )
     .await;
     assert_eq!(measured.uncovered, 0, "{measured:?}");

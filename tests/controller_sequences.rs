@@ -11,7 +11,7 @@
 //! - a restart in the middle of a launch neither doubles nor leaks the
 //!   instance.
 
-mod support;
+use crate::support;
 
 use chrono::TimeZone;
 use http::Method;

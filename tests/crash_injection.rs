@@ -17,7 +17,7 @@
 //! the kubelet. Not covered yet: the core and executor deciding (the claim
 //! is created as the executor would), moto's EC2, spot notices.
 
-mod support;
+use crate::support;
 
 use chrono::TimeZone;
 use kube::ResourceExt;

@@ -8,7 +8,7 @@
 //!   fixture gets wrong (no Hostname, a utilisation of 250%) are left out
 //!   and counted.
 
-mod support;
+use crate::support;
 
 use quartermaster::catalog::Catalog;
 use quartermaster::controller::gpu_use::{spawn_reader, GpuUseSettings, GpuUseState};

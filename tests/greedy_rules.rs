@@ -8,8 +8,7 @@
 //! `deploy/examples/` with the example pods, and on the bench workload.
 
 // The oracle serves other tests too; this one uses its rules only.
-#[allow(dead_code)]
-mod oracle;
+use crate::oracle;
 
 use quartermaster::api::read;
 use quartermaster::catalog::Catalog;

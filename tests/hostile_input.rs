@@ -36,7 +36,24 @@ use std::collections::BTreeMap;
 use std::sync::OnceLock;
 
 /// Inputs tried by one run of this file (the sum of the table above).
-pub const INPUTS_PER_RUN: u32 = 256 + 96 + 128 + 128 + 256 + 256 + 256 + 384 + 512;
+const INPUTS_PER_RUN: u32 = 256 + 96 + 128 + 128 + 256 + 256 + 256 + 384 + 512;
+
+/// The count the table, the README and [`INPUTS_PER_RUN`] give is what the
+/// properties below are configured to try.
+#[test]
+fn inputs_per_run_is_the_sum_of_the_properties_cases() {
+    let cases: u32 = include_str!("hostile_input.rs")
+        .lines()
+        .filter_map(|l| {
+            l.trim()
+                .strip_prefix("#![proptest_config(config(")?
+                .strip_suffix("))]")?
+                .parse::<u32>()
+                .ok()
+        })
+        .sum();
+    assert_eq!(cases, INPUTS_PER_RUN);
+}
 
 /// The batch cap the properties hold allocations to.
 const CAP: usize = 50;

@@ -10,7 +10,7 @@
 //! deleted and counted. Some of our claims are still launching while the
 //! first controller runs: their notices are kept and acted on later.
 
-mod support;
+use crate::support;
 
 use aws_sdk_sqs::types::{QueueAttributeName, SendMessageBatchRequestEntry};
 use http::{Method, Request, Response};

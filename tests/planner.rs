@@ -3,8 +3,7 @@
 
 // The oracle's instance generator is the property test's; this file uses
 // its exhaustive search on hand-made instances.
-#[allow(dead_code)]
-mod oracle;
+use crate::oracle;
 
 use quartermaster::api::labels as l;
 use quartermaster::catalog::{CapacityType, Catalog, InterruptionBucket};

@@ -4,7 +4,7 @@
 //! instances, the planner's plan is the optimum an exhaustive search finds
 //! (`oracle`).
 
-mod oracle;
+use crate::oracle;
 
 use quartermaster::api::labels as l;
 use quartermaster::catalog::Catalog;

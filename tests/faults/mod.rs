@@ -5,8 +5,8 @@
 //! spot notice handling. What every scenario asserts: every notice for our
 //! instances acted on once, no pod evicted without its checkpoint request,
 //! no instance leaked or doubled, no node left cordoned. Each scenario
-//! prints the faults it injected, by kind (`cargo test --test faults --
-//! --nocapture`).
+//! prints the faults it injected, by kind (`cargo test --test suite
+//! faults:: -- --nocapture`).
 //!
 //! - [`harness`]: the real loop (`controller::run::Driver`) driven round by
 //!   round on a virtual clock against the stateful fake API server, the
@@ -18,10 +18,6 @@
 //! - [`notices`]: notices while a launch hangs; notices about other
 //!   fleets' instances.
 //! - [`drain`]: the finalizer's drain (checkpoints, do-not-disrupt).
-
-#[path = "../support/mod.rs"]
-#[allow(dead_code, unused_imports)]
-mod support;
 
 mod crash;
 mod drain;
