@@ -1505,3 +1505,78 @@ fn the_oracle_checks_shares_gpu_by_gpu_for_dra_claims_and_replica_by_replica_for
     // The plugin's replicas are one each: any eight fit.
     assert!(holds("nvidia.com/gpu.shared", &[3, 3, 2]));
 }
+
+/// Two pods naming one ResourceClaim for a whole GPU, and a third with a
+/// claim of its own, on a pool that launches only `g6.xlarge` (one L4).
+fn one_shared_claim() -> (Vec<Pod>, Vec<Pool>) {
+    use quartermaster::cluster::dra::{Objects, Resolver};
+    use quartermaster::cluster::ClaimRef;
+    let yaml = "apiVersion: resource.k8s.io/v1\nkind: DeviceClass\nmetadata: {name: gpu.nvidia.com}\nspec:\n  selectors:\n  - cel: {expression: \"device.driver == 'gpu.nvidia.com'\"}\n---\napiVersion: resource.k8s.io/v1\nkind: ResourceClaim\nmetadata: {name: shared, namespace: ml}\nspec:\n  devices:\n    requests:\n    - {name: gpu, exactly: {deviceClassName: gpu.nvidia.com}}\n---\napiVersion: resource.k8s.io/v1\nkind: ResourceClaimTemplate\nmetadata: {name: own, namespace: ml}\nspec:\n  spec:\n    devices:\n      requests:\n      - {name: gpu, exactly: {deviceClassName: gpu.nvidia.com}}\n";
+    let mut objects = Objects::default();
+    for doc in serde_norway::Deserializer::from_str(yaml) {
+        let v: serde_json::Value = serde::Deserialize::deserialize(doc).unwrap();
+        match v["kind"].as_str() {
+            Some("DeviceClass") => objects.add_class(serde_json::from_value(v).unwrap()),
+            Some("ResourceClaim") => objects.add_claim(serde_json::from_value(v).unwrap()),
+            _ => objects.add_template(serde_json::from_value(v).unwrap()),
+        }
+    }
+    let mut pool = Pool::new("l4");
+    pool.requirements.push(Requirement {
+        key: l::INSTANCE_TYPE.into(),
+        operator: Operator::In,
+        values: vec!["g6.xlarge".into()],
+    });
+    let claim = |shared: bool| ClaimRef {
+        name: "gpu".into(),
+        claim: shared.then(|| "shared".to_string()),
+        template: (!shared).then(|| "own".to_string()),
+        generated: None,
+        group: None,
+    };
+    let mut pods: Vec<Pod> = [("ml/a", true), ("ml/b", true), ("ml/c", false)]
+        .into_iter()
+        .map(|(name, shared)| {
+            let mut p = Pod::new(name, Resources::new().with(CPU, 1000));
+            p.tolerations.push(Toleration::exists(l::TAINT_GPU));
+            p.resource_claims.push(claim(shared));
+            p
+        })
+        .collect();
+    Resolver::new().attach(&mut pods, &objects, catalog());
+    (pods, vec![pool])
+}
+
+#[test]
+fn the_oracle_counts_pods_sharing_a_claim_once_and_keeps_them_on_one_node() {
+    let (pods, pools) = one_shared_claim();
+    assert!(pods.iter().all(|p| p.devices.is_some()), "{pods:#?}");
+    let input = Input::offline(catalog(), REGION, &pools, &pods);
+    let opts = Options::default();
+    let rules = oracle::Rules::new(&input, &opts);
+    for strategy in [Strategy::Mip, Strategy::Greedy] {
+        let p = plan::plan(&input, strategy, &opts, &|| 0.0);
+        assert!(p.unschedulable.is_empty(), "{strategy:?}: {p:#?}");
+        // Two GPUs: one for the shared claim, one for the third pod's.
+        assert_eq!(p.nodes.len(), 2, "{strategy:?}: {p:#?}");
+        let value = rules
+            .value_of(&p)
+            .unwrap_or_else(|e| panic!("{strategy:?}: {e}"));
+        assert_eq!(value.unplaced, 0, "{strategy:?}");
+        // The MIP's plan is within its gap of the oracle's optimum, counted
+        // in the same units (greedy, a baseline, need not be).
+        if matches!(strategy, Strategy::Mip) {
+            let best = rules.optimum();
+            assert!(!value.worse_than(&best, 0.02), "{value:?} vs {best:?}");
+        }
+        // One pod of the shared claim moved to a node of its own (a third
+        // node, so that no node holds more than it can) breaks the claim.
+        let mut split = p.clone();
+        let from = split.nodes.iter().position(|n| n.pods.len() == 2).unwrap();
+        let mut alone = split.nodes[from].clone();
+        alone.pods = vec![split.nodes[from].pods.pop().unwrap()];
+        split.nodes.push(alone);
+        let err = rules.value_of(&split).unwrap_err();
+        assert!(err.contains("two nodes"), "{strategy:?}: {err}");
+    }
+}

@@ -51,7 +51,7 @@ impl Instance {
 /// What a solution achieves: pods left unplaced, then the objective.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct Value {
-    /// Pods with no node.
+    /// Pods with no node (pods sharing a DRA claim count once).
     pub unplaced: usize,
     /// Price + expected interruption cost + idle charge, USD per hour.
     pub cost: f64,
@@ -332,8 +332,13 @@ pub struct Rules<'a> {
     classes: Vec<Class>,
     /// Pods of each class per candidate node (0: not allowed there).
     per_node: Vec<Vec<u32>>,
-    /// Class of each pod.
+    /// Class of each pod the planner packs (a pod, or the first of the pods
+    /// sharing a DRA claim, which stands for them all).
     class_of: HashMap<String, usize>,
+    /// The packed pod each pod sharing a claim with others is part of.
+    unit_of: HashMap<String, String>,
+    /// How many pods the planner packs (pods sharing a claim count once).
+    units: usize,
     /// Whether Quartermaster's own rules hold too (gangs whole in one zone,
     /// the spot pool share), beside those Karpenter keeps.
     own_rules: bool,
@@ -345,11 +350,22 @@ impl<'a> Rules<'a> {
         let cands = candidates::candidates(input);
         // Pods with DRA claims are checked with their claims' devices as
         // demand, as the planner packs them (`plan::dra`).
-        let prepared: Vec<Pod> = if input.pods.iter().any(|p| p.devices.is_some()) {
-            dra::prepare(input, &cands).pods
-        } else {
-            input.pods.to_vec()
-        };
+        // Pods sharing a claim are packed as one, as the planner does, and
+        // its plan names each of them.
+        let (prepared, unit_of): (Vec<Pod>, HashMap<String, String>) =
+            if input.pods.iter().any(|p| p.devices.is_some()) {
+                let prepared = dra::prepare(input, &cands);
+                let unit_of = prepared
+                    .members
+                    .iter()
+                    .flat_map(|(unit, members)| {
+                        members.iter().map(move |m| (m.clone(), unit.clone()))
+                    })
+                    .collect();
+                (prepared.pods, unit_of)
+            } else {
+                (input.pods.to_vec(), HashMap::new())
+            };
         let all: Vec<usize> = (0..prepared.len()).collect();
         let classes = classes::classify(&prepared, &all, input.now);
         let per_node = classes
@@ -376,6 +392,8 @@ impl<'a> Rules<'a> {
             classes,
             per_node,
             class_of,
+            unit_of,
+            units: prepared.len(),
             own_rules: true,
         }
     }
@@ -536,7 +554,9 @@ impl<'a> Rules<'a> {
         let mut nodes: Vec<Node> = Vec::new();
         let mut cost = 0.0;
         let mut placed = 0;
-        for n in &plan.nodes {
+        // The node each packed pod is on: pods sharing a claim go together.
+        let mut node_of: HashMap<&str, usize> = HashMap::new();
+        for (ni, n) in plan.nodes.iter().enumerate() {
             let o = self
                 .cands
                 .iter()
@@ -550,7 +570,19 @@ impl<'a> Rules<'a> {
                 .ok_or_else(|| format!("node {} {} is no candidate", n.instance_type, n.zone))?;
             let mut counts = vec![0; self.classes.len()];
             for p in &n.pods {
-                counts[self.class_of[p]] += 1;
+                let unit = self.unit_of.get(p).map_or(p.as_str(), String::as_str);
+                match node_of.insert(unit, ni) {
+                    Some(other) if other != ni => {
+                        return Err(format!("pods sharing {unit}'s claims on two nodes"))
+                    }
+                    Some(_) => continue,
+                    None => {}
+                }
+                let ci = *self
+                    .class_of
+                    .get(unit)
+                    .ok_or_else(|| format!("pod {p} is not in the input"))?;
+                counts[ci] += 1;
                 placed += 1;
             }
             cost += self.node_cost(o, &counts).ok_or_else(|| {
@@ -563,7 +595,7 @@ impl<'a> Rules<'a> {
         }
         self.global(&nodes)?;
         Ok(Value {
-            unplaced: self.input.pods.len() - placed,
+            unplaced: self.units - placed,
             cost,
         })
     }
@@ -600,7 +632,7 @@ impl<'a> Rules<'a> {
             }
         }
         Value {
-            unplaced: level.unwrap_or(self.input.pods.len()),
+            unplaced: level.unwrap_or(self.units),
             cost: if search.best.is_finite() {
                 search.best
             } else {
