@@ -1,7 +1,7 @@
 //! Every integration test, as one test binary (`cargo test --test suite`;
 //! one module with `cargo test --test suite planner::`). Each tests/*.rs is
 //! a module here rather than a binary of its own, so that kube, the AWS SDKs
-//! and tokio are linked once, not forty times: that kept a clean build's
+//! and tokio are linked once, not 35 times: that kept a clean build's
 //! target directory from filling CI's disk and cut the build's time. The
 //! shared helpers are [`support`] (mock and fake API servers, moto,
 //! Prometheus) and [`oracle`] (an independent checker of plans).
