@@ -1399,11 +1399,18 @@ fn existing_nodes_take_like_pods_first_fit_and_other_shapes_see_every_node() {
     }
 }
 
+/// The DRA objects of `yaml`, read as `plan` reads its files.
+fn dra_objects(yaml: &str) -> quartermaster::cluster::dra::Objects {
+    let mut manifests = quartermaster::cluster::workloads::Manifests::default();
+    manifests.parse(yaml).expect("the fixture's YAML");
+    manifests.dra
+}
+
 /// Three pods, each with one claim for `shares` quarters of a T4g's 16 GiB
 /// (4Gi a share), on a pool that launches only `g5g.16xlarge` (two T4gs)
 /// and shares its GPUs by MPS in four shares.
 fn quarter_claims(shares: &[i64]) -> (Vec<Pod>, Vec<Pool>) {
-    use quartermaster::cluster::dra::{Objects, Resolver};
+    use quartermaster::cluster::dra::Resolver;
     use quartermaster::cluster::{ClaimRef, GpuSharing};
     let mut yaml = String::from(
         "apiVersion: resource.k8s.io/v1\nkind: DeviceClass\nmetadata: {name: gpu.nvidia.com}\nspec:\n  selectors:\n  - cel: {expression: \"device.driver == 'gpu.nvidia.com'\"}\n",
@@ -1414,14 +1421,7 @@ fn quarter_claims(shares: &[i64]) -> (Vec<Pod>, Vec<Pool>) {
             4 * s
         );
     }
-    let mut objects = Objects::default();
-    for doc in serde_norway::Deserializer::from_str(&yaml) {
-        let v: serde_json::Value = serde::Deserialize::deserialize(doc).unwrap();
-        match v["kind"].as_str() {
-            Some("DeviceClass") => objects.add_class(serde_json::from_value(v).unwrap()),
-            _ => objects.add_template(serde_json::from_value(v).unwrap()),
-        }
-    }
+    let objects = dra_objects(&yaml);
     let mut pool = Pool::new("mps");
     pool.sharing = GpuSharing::TimeSlicing { replicas: 4 };
     pool.dra_gpu_shares = Some(4);
@@ -1509,18 +1509,10 @@ fn the_oracle_checks_shares_gpu_by_gpu_for_dra_claims_and_replica_by_replica_for
 /// Two pods naming one ResourceClaim for a whole GPU, and a third with a
 /// claim of its own, on a pool that launches only `g6.xlarge` (one L4).
 fn one_shared_claim() -> (Vec<Pod>, Vec<Pool>) {
-    use quartermaster::cluster::dra::{Objects, Resolver};
+    use quartermaster::cluster::dra::Resolver;
     use quartermaster::cluster::ClaimRef;
     let yaml = "apiVersion: resource.k8s.io/v1\nkind: DeviceClass\nmetadata: {name: gpu.nvidia.com}\nspec:\n  selectors:\n  - cel: {expression: \"device.driver == 'gpu.nvidia.com'\"}\n---\napiVersion: resource.k8s.io/v1\nkind: ResourceClaim\nmetadata: {name: shared, namespace: ml}\nspec:\n  devices:\n    requests:\n    - {name: gpu, exactly: {deviceClassName: gpu.nvidia.com}}\n---\napiVersion: resource.k8s.io/v1\nkind: ResourceClaimTemplate\nmetadata: {name: own, namespace: ml}\nspec:\n  spec:\n    devices:\n      requests:\n      - {name: gpu, exactly: {deviceClassName: gpu.nvidia.com}}\n";
-    let mut objects = Objects::default();
-    for doc in serde_norway::Deserializer::from_str(yaml) {
-        let v: serde_json::Value = serde::Deserialize::deserialize(doc).unwrap();
-        match v["kind"].as_str() {
-            Some("DeviceClass") => objects.add_class(serde_json::from_value(v).unwrap()),
-            Some("ResourceClaim") => objects.add_claim(serde_json::from_value(v).unwrap()),
-            _ => objects.add_template(serde_json::from_value(v).unwrap()),
-        }
-    }
+    let objects = dra_objects(yaml);
     let mut pool = Pool::new("l4");
     pool.requirements.push(Requirement {
         key: l::INSTANCE_TYPE.into(),
