@@ -14,6 +14,15 @@ pub mod resources;
 pub mod shape;
 pub mod workloads;
 
+/// A map for lookups by claim, pod name or pod shape made on every round or
+/// plan: a fixed-seed hash, so every run iterates it in the same order (the
+/// simulator replays byte for byte), but not a sorted one. Iterate it only
+/// where order does not matter.
+pub(crate) type FastMap<K, V> = std::collections::HashMap<K, V, foldhash::fast::FixedState>;
+
+/// The set form of [`FastMap`], under the same rule.
+pub(crate) type FastSet<K> = std::collections::HashSet<K, foldhash::fast::FixedState>;
+
 pub use node::NodeState;
 pub use pod::{ClaimRef, GangSource, GroupRef, Pod, ZoneSpread};
 pub use pool::{Limits, Pool};

@@ -108,6 +108,16 @@ impl Resources {
     }
 
     fn position(&self, name: &str) -> Result<usize, usize> {
+        // A well-known name is the same `&'static str` in every list: asked
+        // with one (as the planner's loops do, with names read from other
+        // lists), it is found by address without comparing strings.
+        if let Some(i) = self
+            .0
+            .iter()
+            .position(|(k, _)| std::ptr::eq(k.as_ref(), name))
+        {
+            return Ok(i);
+        }
         self.0.binary_search_by(|(k, _)| k.as_ref().cmp(name))
     }
 

@@ -157,14 +157,7 @@ pub struct Pdb {
     pub disruptions_allowed: u32,
 }
 
-/// A map for lookups by claim or pod name made on every round: a fixed-seed
-/// hash, so every run iterates it in the same order (the simulator replays
-/// byte for byte), but not a sorted one. Iterate it only where order does
-/// not matter.
-pub(crate) type FastMap<K, V> = std::collections::HashMap<K, V, foldhash::fast::FixedState>;
-
-/// The set form of [`FastMap`], under the same rule.
-pub(crate) type FastSet<K> = std::collections::HashSet<K, foldhash::fast::FixedState>;
+pub(crate) use crate::cluster::{FastMap, FastSet};
 
 /// Everything a decision reads, filled by a driver.
 #[derive(Debug, Clone, Copy)]

@@ -313,6 +313,17 @@ impl Rules {
         }
     }
 
+    /// Whether any rule applies to the signal ([`Rules::applying`] is not
+    /// empty), without gathering them: asked of every node's signals on
+    /// every round.
+    fn applies(&self, s: &Signal) -> bool {
+        self.rules.iter().any(|r| {
+            r.type_ == s.type_
+                && r.status == s.status
+                && r.pattern.as_ref().is_none_or(|p| p.is_match(&s.reason))
+        })
+    }
+
     /// The finding for the node: among its signals that rules apply to,
     /// an eligible one (a replacement before a reboot, then the earliest),
     /// else the one that becomes eligible first.
@@ -463,11 +474,7 @@ impl Repairs {
             c.all += 1;
             if n.ready_at.is_some() {
                 c.ready += 1;
-                if n.health
-                    .signals
-                    .iter()
-                    .any(|s| !rules[i].applying(s).is_empty())
-                {
+                if n.health.signals.iter().any(|s| rules[i].applies(s)) {
                     c.unhealthy += 1;
                 }
             }

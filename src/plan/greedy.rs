@@ -171,7 +171,8 @@ pub fn plan(input: &Input, allocation: Allocation) -> Plan {
     // so a node that did not take a pod of a shape takes no later one of it,
     // and thousands of like pods cost one scan of the nodes, not one each.
     // Pods with a per-node cap scan from the first node.
-    let mut first_fit: HashMap<(&Resources, &NodeAffinity, &[Toleration]), usize> = HashMap::new();
+    let mut first_fit: crate::cluster::FastMap<(&Resources, &NodeAffinity, &[Toleration]), usize> =
+        Default::default();
     'pods: for i in order {
         let p = &pods[i];
         let shape = (&p.requests, &p.affinity, p.tolerations.as_slice());

@@ -6,9 +6,9 @@
 use crate::cluster::requirements::untolerated;
 use crate::cluster::requirements::{NodeAffinity, Toleration};
 use crate::cluster::resources::{CPU, MEMORY};
-use crate::cluster::{NodeState, Pod, Resources, Taint};
+use crate::cluster::{FastMap, NodeState, Pod, Resources, Taint};
 use crate::labels as l;
-use std::collections::{BTreeMap, HashMap};
+use std::collections::BTreeMap;
 
 /// The identity of a pod's set for its per-node cap
 /// ([`Pod::per_node_max`]): at most that many pods with the same key share
@@ -145,6 +145,17 @@ pub fn place_on_existing<N: std::borrow::Borrow<NodeState>>(
     };
     let mut idx = which.to_vec();
     sort_largest_first(pods, &mut idx);
+    // Each node's free room and each pod's requests as numbers over the
+    // resources these pods ask for: a full node is turned away without
+    // looking resources up by name (that was most of a scan, and the
+    // simulator binds on most steps over the whole cluster). A node's room
+    // is read when a scan first reaches it.
+    let quick = Quick::over(pods, &idx);
+    let mut need: FastMap<usize, Vec<i64>> = FastMap::default();
+    for &i in &idx {
+        need.insert(i, quick.amounts(&pods[i].requests));
+    }
+    let mut room: Vec<Option<Vec<i64>>> = vec![None; nodes.len()];
 
     let mut placed: Vec<(usize, usize)> = Vec::new();
     let mut left = Vec::new();
@@ -153,16 +164,17 @@ pub fn place_on_existing<N: std::borrow::Borrow<NodeState>>(
     // node that did not take a pod of a shape takes no later one of it.
     // Thousands of identical pending pods then cost one scan, not one each.
     // A gang's undo frees room again and forgets it.
-    let mut first_fit: HashMap<(&Resources, &NodeAffinity, &[Toleration]), usize> = HashMap::new();
+    let mut first_fit: FastMap<(&Resources, &NodeAffinity, &[Toleration]), usize> =
+        FastMap::default();
     // Whether a node takes a pod depends on the pod's tolerations and
     // affinity alone: worked out once per node for each pair, not once per
     // pod shape. Matching labels was most of a scan's cost where pods
     // differ in their requests only.
-    let mut takes: HashMap<(&NodeAffinity, &[Toleration]), Asked> = HashMap::new();
+    let mut takes: FastMap<(&NodeAffinity, &[Toleration]), Asked> = FastMap::default();
     // Gang members go together: each gang is tried as a unit when its
     // largest member comes up. Its members (largest first) are gathered
     // in one pass beforehand, and taken out when the gang is tried.
-    let mut gangs: HashMap<&str, Vec<usize>> = HashMap::new();
+    let mut gangs: FastMap<&str, Vec<usize>> = FastMap::default();
     for &j in &idx {
         if let Some(g) = &pods[j].group {
             gangs.entry(g.name.as_str()).or_default().push(j);
@@ -212,9 +224,14 @@ pub fn place_on_existing<N: std::borrow::Borrow<NodeState>>(
                     .or_insert_with(|| Asked::new(nodes.len()));
                 let mut compatible =
                     |n: usize| takes.ask(n, || compatible(pod, &node(n).labels, &node(n).taints));
-                let at = order[from..]
-                    .iter()
-                    .position(|&n| in_block(n) && compatible(n) && fits(&bins, n, pod));
+                let need = &need[&m];
+                let at = order[from..].iter().position(|&n| {
+                    let free = room[n].get_or_insert_with(|| quick.free_on(node(n)));
+                    Quick::may_fit(need, free)
+                        && in_block(n)
+                        && compatible(n)
+                        && fits(&bins, n, pod)
+                });
                 if pod.group.is_none() {
                     first_fit.insert(shape, at.map_or(order.len(), |p| from + p));
                 }
@@ -223,6 +240,9 @@ pub fn place_on_existing<N: std::borrow::Borrow<NodeState>>(
                         bins[n]
                             .get_or_insert_with(|| Bin::of_node(node(n)))
                             .put(m, &pods[m]);
+                        if let Some(free) = room[n].as_mut() {
+                            Quick::take(free, need);
+                        }
                         tentative.push((m, n));
                     }
                     None => {
@@ -243,6 +263,9 @@ pub fn place_on_existing<N: std::borrow::Borrow<NodeState>>(
             for &(m, n) in tentative.iter().rev() {
                 if let Some(b) = bins[n].as_mut() {
                     b.take_last(&pods[m]);
+                }
+                if let Some(free) = room[n].as_mut() {
+                    Quick::give(free, &need[&m]);
                 }
             }
         }
@@ -313,6 +336,15 @@ impl<'a> Quick<'a> {
     /// `r`'s amounts, in this set's order.
     pub fn amounts(&self, r: &Resources) -> Vec<i64> {
         self.names.iter().map(|n| r.get(n)).collect()
+    }
+
+    /// The free room of `node` ([`NodeState::free`]) in this set's order,
+    /// without building it.
+    pub fn free_on(&self, node: &NodeState) -> Vec<i64> {
+        self.names
+            .iter()
+            .map(|n| (node.allocatable.get(n) - node.used.get(n)).max(0))
+            .collect()
     }
 
     /// Whether `need` may fit in `free`: a resource the pod does not ask

@@ -15,6 +15,7 @@ use super::limits::{self, Budget};
 use super::pack;
 use super::{pod_risk_cost, Input, Options, Plan, SolvedBy, Strategy, Unschedulable};
 use crate::cluster::requirements::{NodeAffinity, Toleration};
+use crate::cluster::FastMap;
 use good_lp::solvers::{WithMipGap, WithTimeLimit};
 use good_lp::{
     constraint, microlp, variable, Expression, ProblemVariables, Solution, SolverModel, Variable,
@@ -99,7 +100,7 @@ pub fn plan(input: &Input, opts: &Options, clock: &dyn Fn() -> f64) -> Plan {
     }
 
     // Gangs with fewer pending members than they need cannot start.
-    let mut pending_members: HashMap<&str, u32> = HashMap::new();
+    let mut pending_members: FastMap<&str, u32> = FastMap::default();
     for c in &classes {
         if let Some(g) = &c.pod.group {
             *pending_members.entry(g.name.as_str()).or_default() += c.pods.len() as u32;
@@ -111,7 +112,7 @@ pub fn plan(input: &Input, opts: &Options, clock: &dyn Fn() -> f64) -> Plan {
     // Whether a candidate takes a class's pods depends on their tolerations
     // and affinity only: asked once per pair and candidate, not once per
     // class (most classes differ in their requests only).
-    let mut takes: HashMap<(&NodeAffinity, &[Toleration]), pack::Asked> = HashMap::new();
+    let mut takes: FastMap<(&NodeAffinity, &[Toleration]), pack::Asked> = FastMap::default();
     for c in &classes {
         if let Some(g) = &c.pod.group {
             let have = pending_members[g.name.as_str()];
