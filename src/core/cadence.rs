@@ -273,6 +273,7 @@ mod tests {
                     placeholder: false,
                 })
                 .collect(),
+            pods_revision: 0,
             do_not_disrupt: false,
             drifted: None,
             disrupted: false,

@@ -835,8 +835,11 @@ impl ManagedNode {
             .nodes
             .iter()
             .flat_map(|n| n.pods.iter().map(|b| &b.pod));
+        // Only pods that would change the answer are looked up: most pods
+        // have neither claims nor a block.
         for p in world.pending.iter().chain(bound) {
-            if names.contains(p.name.as_str()) {
+            if (p.devices.is_some() || p.network_block.is_some()) && names.contains(p.name.as_str())
+            {
                 dra |= p.devices.is_some();
                 one_block |= p.network_block.is_some();
             }
@@ -916,6 +919,7 @@ impl ManagedNode {
                 capped: Default::default(),
             },
             pods: Vec::new(),
+            pods_revision: 0,
             do_not_disrupt: false,
             drifted: None,
             disrupted: false,

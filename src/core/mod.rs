@@ -97,6 +97,12 @@ pub struct ManagedNode {
     pub state: NodeState,
     /// Pods bound to it.
     pub pods: Vec<BoundPod>,
+    /// A number the driver changes whenever `pods` may have changed, or 0
+    /// where it keeps none (the controller rebuilds its nodes each round).
+    /// Consolidation's clock skips comparing the pods of a node whose
+    /// nonzero number is the one it saw last: the simulator's rounds ask
+    /// this of every node.
+    pub pods_revision: u64,
     /// The node carries `quartermaster.dev/do-not-disrupt`.
     pub do_not_disrupt: bool,
     /// What no longer matches its pool or node class, if anything

@@ -900,6 +900,7 @@ mod tests {
                 capped: Default::default(),
             },
             pods: Vec::new(),
+            pods_revision: 0,
             do_not_disrupt: false,
             drifted: None,
             disrupted: false,

@@ -221,6 +221,19 @@ struct Rule {
     action: RepairAction,
 }
 
+impl Rule {
+    /// Whether the rule is about the signal's condition type and status.
+    fn about(&self, s: &Signal) -> bool {
+        self.type_ == s.type_ && self.status == s.status
+    }
+
+    /// Whether its reason pattern matches the signal's reason; `None`: it
+    /// has no pattern (any reason).
+    fn matched(&self, s: &Signal) -> Option<bool> {
+        self.pattern.as_ref().map(|p| p.is_match(&s.reason))
+    }
+}
+
 /// Reason patterns compiled, by their text; `None` for one that is not a
 /// regular expression. Those no pool used in the last round are dropped.
 #[derive(Debug, Clone, Default)]
@@ -296,18 +309,16 @@ impl Rules {
     /// pattern matches its reason, else those of its type and status
     /// without a pattern.
     fn applying<'r>(&'r self, s: &Signal) -> Vec<&'r Rule> {
-        let same: Vec<&Rule> = self
-            .rules
-            .iter()
-            .filter(|r| r.type_ == s.type_ && r.status == s.status)
-            .collect();
+        let same: Vec<&Rule> = self.rules.iter().filter(|r| r.about(s)).collect();
         let specific: Vec<&Rule> = same
             .iter()
             .copied()
-            .filter(|r| r.pattern.as_ref().is_some_and(|p| p.is_match(&s.reason)))
+            .filter(|r| r.matched(s) == Some(true))
             .collect();
         if specific.is_empty() {
-            same.into_iter().filter(|r| r.pattern.is_none()).collect()
+            same.into_iter()
+                .filter(|r| r.matched(s).is_none())
+                .collect()
         } else {
             specific
         }
@@ -317,11 +328,11 @@ impl Rules {
     /// empty), without gathering them: asked of every node's signals on
     /// every round.
     fn applies(&self, s: &Signal) -> bool {
-        self.rules.iter().any(|r| {
-            r.type_ == s.type_
-                && r.status == s.status
-                && r.pattern.as_ref().is_none_or(|p| p.is_match(&s.reason))
-        })
+        // Some rule of the same type and status matches by its pattern, or
+        // has none: exactly when `applying` returns one or the other set.
+        self.rules
+            .iter()
+            .any(|r| r.about(s) && r.matched(s) != Some(false))
     }
 
     /// The finding for the node: among its signals that rules apply to,
@@ -468,7 +479,10 @@ impl Repairs {
             disrupting: u32,
         }
         let mut counts = vec![Counts::default(); names.len()];
-        for (n, i) in world.nodes.iter().zip(&pool_of) {
+        // Whether a rule of its pool applies to a Ready node's signals: a
+        // node without one has nothing to assess below.
+        let mut sick = vec![false; world.nodes.len()];
+        for (k, (n, i)) in world.nodes.iter().zip(&pool_of).enumerate() {
             let Some(i) = *i else { continue };
             let c = &mut counts[i];
             c.all += 1;
@@ -476,6 +490,7 @@ impl Repairs {
                 c.ready += 1;
                 if n.health.signals.iter().any(|s| rules[i].applies(s)) {
                     c.unhealthy += 1;
+                    sick[k] = true;
                 }
             }
             if n.state.unschedulable || (ctx.busy)(&n.claim) || self.is_rebooting(&n.claim) {
@@ -508,10 +523,15 @@ impl Repairs {
 
         let mut out = Vec::new();
         let mut replace = Vec::new();
-        for (n, i) in world.nodes.iter().zip(&pool_of) {
+        for (k, (n, i)) in world.nodes.iter().zip(&pool_of).enumerate() {
             let Some(i) = *i else {
                 continue;
             };
+            // No rule applies and no reboot is under way: `assess` finds
+            // nothing (most nodes, on most rounds).
+            if !sick[k] && !self.reboots.contains_key(&n.claim) {
+                continue;
+            }
             let pool_name = names[i];
             let r = &rules[i];
             if n.ready_at.is_none()
@@ -961,6 +981,57 @@ mod tests {
             Repairs::new().decide(&f.world(), t(9999), &Context { busy: &|_| false }),
             (vec![], vec![])
         );
+    }
+
+    #[test]
+    fn the_quick_check_agrees_with_the_rules_it_would_gather() {
+        let rule = |type_: &str, pattern: Option<&str>| RepairCondition {
+            type_: type_.into(),
+            status: crate::api::ConditionStatus::False,
+            reason_pattern: pattern.map(str::to_string),
+            toleration_duration: "1m".into(),
+            action: RepairAction::Reboot,
+        };
+        let pools = pool(|s| {
+            s.repair.conditions = vec![
+                // Only a pattern for the GPU condition: other reasons pass.
+                rule(ACCEL, Some("^NvidiaXID(48|79)Error$")),
+                // A pattern and a fallback for the network condition.
+                rule("NetworkUnavailable", Some("^NoRoute$")),
+                rule("NetworkUnavailable", None),
+                // A fallback only for Ready.
+                rule("Ready", None),
+            ];
+        });
+        let rules = Rules::of(&pools[0], &mut Patterns::default());
+        let signals = [
+            (gpu_fault("NvidiaXID79Error", 0), true),
+            (gpu_fault("NvidiaXID13Error", 0), false),
+            (Signal::new(ACCEL, "True", "NvidiaXID79Error", t(0)), false),
+            (
+                Signal::new("NetworkUnavailable", "False", "NoRoute", t(0)),
+                true,
+            ),
+            (
+                Signal::new("NetworkUnavailable", "False", "Other", t(0)),
+                true,
+            ),
+            (
+                Signal::new("NetworkUnavailable", "True", "NoRoute", t(0)),
+                false,
+            ),
+            (Signal::new("Ready", "False", "KubeletNotReady", t(0)), true),
+            (Signal::new("Ready", "Unknown", "", t(0)), false),
+            (Signal::new("SomethingElse", "False", "", t(0)), false),
+        ];
+        for (s, expected) in &signals {
+            assert_eq!(rules.applies(s), !rules.applying(s).is_empty(), "{s}");
+            assert_eq!(rules.applies(s), *expected, "{s}");
+        }
+        // The specific rule wins over the fallback where both match.
+        let network = &signals[3].0;
+        assert_eq!(rules.applying(network).len(), 1);
+        assert!(rules.applying(network)[0].pattern.is_some());
     }
 
     #[test]

@@ -398,17 +398,23 @@ fn accelerator_resource(
 #[derive(Debug, Clone)]
 pub struct ByResource {
     all: Vec<usize>,
-    offering: std::collections::HashMap<String, Vec<usize>>,
+    offering: crate::cluster::FastMap<String, Vec<usize>>,
 }
 
 impl ByResource {
-    /// The index of `cands`.
+    /// The index of `cands`. Built on every plan: a resource's name is
+    /// copied once, not once per candidate offering it.
     pub fn new(cands: &[Candidate]) -> ByResource {
-        let mut offering: std::collections::HashMap<String, Vec<usize>> = Default::default();
+        let mut offering: crate::cluster::FastMap<String, Vec<usize>> = Default::default();
         for (i, c) in cands.iter().enumerate() {
             for (r, amount) in c.allocatable.iter() {
                 if amount > 0 {
-                    offering.entry(r.to_string()).or_default().push(i);
+                    match offering.get_mut(r) {
+                        Some(list) => list.push(i),
+                        None => {
+                            offering.insert(r.to_string(), vec![i]);
+                        }
+                    }
                 }
             }
         }

@@ -67,6 +67,8 @@ struct NodeExtra {
 struct Nodes {
     managed: Vec<ManagedNode>,
     extra: Vec<NodeExtra>,
+    /// The last [`ManagedNode::pods_revision`] given out.
+    revision: u64,
 }
 
 impl Nodes {
@@ -75,22 +77,35 @@ impl Nodes {
             .binary_search_by(|n| n.claim.as_str().cmp(claim))
     }
 
+    /// The node and its books, to change: its pods may change, so its
+    /// revision does.
     fn get_mut(&mut self, claim: &str) -> Option<(&mut ManagedNode, &mut NodeExtra)> {
         let i = self.find(claim).ok()?;
+        self.touch(i);
         Some((&mut self.managed[i], &mut self.extra[i]))
     }
 
+    /// Gives the `i`-th node a new [`ManagedNode::pods_revision`]: every
+    /// change of its pods goes through here (or [`Nodes::get_mut`]).
+    fn touch(&mut self, i: usize) {
+        self.revision += 1;
+        self.managed[i].pods_revision = self.revision;
+    }
+
     fn insert(&mut self, node: ManagedNode, extra: NodeExtra) {
-        match self.find(&node.claim) {
+        let i = match self.find(&node.claim) {
             Ok(i) => {
                 self.managed[i] = node;
                 self.extra[i] = extra;
+                i
             }
             Err(i) => {
                 self.managed.insert(i, node);
                 self.extra.insert(i, extra);
+                i
             }
-        }
+        };
+        self.touch(i);
     }
 
     fn remove(&mut self, claim: &str) -> Option<(ManagedNode, NodeExtra)> {
@@ -422,6 +437,8 @@ impl<'a> Engine<'a> {
                 for (n, pod) in held {
                     copy[n].state.used.add(&pod.pod.requests);
                     copy[n].pods.push(pod);
+                    // Not the node's own pods: compared, this round.
+                    copy[n].pods_revision = 0;
                 }
                 holding = copy;
                 &holding
@@ -951,6 +968,7 @@ impl<'a> Engine<'a> {
         for ((k, n), held) in placed.into_iter().zip(held) {
             let i = waiting[k];
             let slot = ready[n];
+            self.nodes.touch(slot);
             let (node, extra) = (&mut self.nodes.managed[slot], &mut self.nodes.extra[slot]);
             let claim = node.claim.clone();
             extra.jobs.insert(i);

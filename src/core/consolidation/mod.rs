@@ -91,6 +91,8 @@ struct Observed {
     eligible_at: Option<Time>,
     /// The last [`Consolidation::observe`] round that saw it Ready.
     round: u64,
+    /// The node's [`ManagedNode::pods_revision`] when `pods` was checked.
+    revision: u64,
 }
 
 /// A node being removed.
@@ -349,10 +351,18 @@ impl Consolidation {
             };
             // One lookup for a node seen before (the common case).
             if let Some(o) = self.observed.get_mut(&n.claim) {
-                if !same(o) {
+                // The driver says its pods have not changed since.
+                let unchanged = n.pods_revision != 0 && o.revision == n.pods_revision;
+                debug_assert!(
+                    !unchanged || same(o),
+                    "{}: pods changed, revision did not",
+                    n.claim
+                );
+                if !unchanged && !same(o) {
                     o.pods = names().map(str::to_string).collect();
                     o.since = now;
                 }
+                o.revision = n.pods_revision;
                 o.round = round;
                 o.eligible_at = eligible_at(o.since);
                 continue;
@@ -364,6 +374,7 @@ impl Consolidation {
                     since: now,
                     eligible_at: eligible_at(now),
                     round,
+                    revision: n.pods_revision,
                 },
             );
         }
@@ -534,12 +545,19 @@ impl Consolidation {
                 .entry((name, reason))
                 .or_insert_with(|| self.allowed(r, pool, reason))
         };
+        // A node with pods is a candidate only in a pool that consolidates
+        // underutilized nodes: elsewhere its eligibility is not asked (this
+        // runs on every round over every node).
+        let underutilized = |p: &NodePool| {
+            p.spec.disruption.consolidation_policy == ConsolidationPolicy::WhenEmptyOrUnderutilized
+        };
         let eligible: Vec<(&ManagedNode, &NodePool)> = r
             .world
             .nodes
             .iter()
-            .filter(|n| self.eligible(r, n))
             .filter_map(|n| pool_of(r.world, n).map(|p| (n, p)))
+            .filter(|(n, p)| underutilized(p) || real_pods(n).next().is_none())
+            .filter(|(n, _)| self.eligible(r, n))
             .collect();
         let (mut empty, busy): (Vec<_>, Vec<_>) = eligible
             .into_iter()
@@ -566,10 +584,7 @@ impl Consolidation {
 
         let mut best: Option<(usize, Decision)> = None;
         for (n, pool) in busy {
-            if pool.spec.disruption.consolidation_policy
-                != ConsolidationPolicy::WhenEmptyOrUnderutilized
-                || allowed(pool, BudgetReason::Underutilized) == 0
-            {
+            if !underutilized(pool) || allowed(pool, BudgetReason::Underutilized) == 0 {
                 continue;
             }
             let Some(d) = self.underutilized(r, n, pool, None) else {
@@ -850,14 +865,14 @@ impl Consolidation {
         // The cheap, most selective test first: `protected` reads cron
         // schedules.
         n.ready_at.is_some()
+            && !n.state.in_flight
+            && !n.do_not_disrupt
+            && !n.state.unschedulable
             && self
                 .observed
                 .get(&n.claim)
                 .and_then(|o| o.eligible_at)
                 .is_some_and(|at| at <= r.now)
-            && !n.state.in_flight
-            && !n.do_not_disrupt
-            && !n.state.unschedulable
             && !r.ctx.interruptions.is_handling(&n.claim)
             && !(r.ctx.rebooting)(&n.claim)
             && !self.disrupting.contains_key(&n.claim)

@@ -866,6 +866,32 @@ fn a_node_listing_its_pods_in_another_order_stays_stable_and_one_with_another_po
 }
 
 #[test]
+fn a_drivers_pods_revision_stands_for_its_pods_and_zero_means_compare() {
+    let mut f = Fixture::new([node("n1").pods([pod("a")])]);
+    f.node_mut("n1").pods_revision = 7;
+    let mut c = Consolidation::default();
+    c.observe(&f.world(), t(0));
+    // Touched (a checkpoint acknowledged), the same pods: the clock runs on.
+    f.node_mut("n1").pods_revision = 8;
+    c.observe(&f.world(), t(30));
+    assert_eq!(c.observed["n1"].since, t(0));
+    // Another pod under a new revision: the clock starts again.
+    f.node_mut("n1").pods.push(pod("b"));
+    f.node_mut("n1").pods_revision = 9;
+    c.observe(&f.world(), t(60));
+    assert_eq!(c.observed["n1"].since, t(60));
+    assert_eq!(c.observed["n1"].pods, ["a", "b"]);
+    // A driver that keeps no revision (0) is compared every round.
+    f.node_mut("n1").pods_revision = 0;
+    c.observe(&f.world(), t(90));
+    f.node_mut("n1").pods.pop();
+    c.observe(&f.world(), t(120));
+    assert_eq!(c.observed["n1"].since, t(120));
+    c.observe(&f.world(), t(150));
+    assert_eq!(c.observed["n1"].since, t(120));
+}
+
+#[test]
 fn an_underutilized_node_is_not_emptied_onto_a_node_where_its_pods_sibling_fills_the_cap() {
     let capped = |name: &str, cap: Option<u32>| {
         let mut b = pod(name);

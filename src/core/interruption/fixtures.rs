@@ -48,6 +48,7 @@ pub fn node(claim: &str) -> ManagedNode {
             capped: Default::default(),
         },
         pods: Vec::new(),
+        pods_revision: 0,
         do_not_disrupt: false,
         drifted: None,
         disrupted: false,
