@@ -69,6 +69,11 @@ pub struct Catalog {
     /// Shared, so that every offering's labels can hold them uncopied.
     type_labels: HashMap<String, std::sync::Arc<BTreeMap<String, String>>>,
     offerings: Vec<Offering>,
+    /// Where each region's offerings are in `offerings`, and each of its
+    /// instance types', in order; made when first asked (a launch and a
+    /// plan ask it; a scan of every region's offerings was a tenth of a
+    /// trace replay) and dropped when the offerings change.
+    positions: std::sync::OnceLock<Positions>,
     market: MarketModel,
     /// Every reservation handed to [`Catalog::with_reservations`], usable or
     /// not (a node in a block that is ending still needs its end time).
@@ -85,6 +90,20 @@ pub struct Catalog {
     /// carry in `topology.kubernetes.io/zone`.
     zone_names: ZoneNames,
 }
+
+/// A map with a fixed-seed hasher: looked up, never iterated.
+type Fast<K, V> = HashMap<K, V, foldhash::fast::FixedState>;
+
+/// A region's offerings' positions in [`Catalog::offerings`], and by
+/// instance type, each in the catalog's order.
+#[derive(Debug, Clone, Default)]
+struct RegionPositions {
+    all: Vec<usize>,
+    by_type: Fast<String, Vec<usize>>,
+}
+
+/// [`RegionPositions`] by region.
+type Positions = Fast<String, RegionPositions>;
 
 /// A revision no catalog had before (see [`Catalog::revision`]).
 fn next_revision() -> u64 {
@@ -117,6 +136,7 @@ impl Catalog {
             instance_types,
             type_labels,
             offerings,
+            positions: Default::default(),
             market: MarketModel::default(),
             reservations: Vec::new(),
             revision: next_revision(),
@@ -216,6 +236,7 @@ impl Catalog {
         now: chrono::DateTime<chrono::Utc>,
         lead: chrono::TimeDelta,
     ) -> Catalog {
+        self.positions = Default::default();
         self.offerings
             .retain(|o| o.capacity_type != CapacityType::Reserved);
         self.reservations = reservations.to_vec();
@@ -330,8 +351,36 @@ impl Catalog {
     }
 
     /// The offerings of one region.
-    pub fn offerings_in<'a>(&'a self, region: &'a str) -> impl Iterator<Item = &'a Offering> {
-        self.offerings.iter().filter(move |o| o.region == region)
+    pub fn offerings_in<'a>(
+        &'a self,
+        region: &str,
+    ) -> impl Iterator<Item = &'a Offering> + use<'a> {
+        let at = self
+            .positions()
+            .get(region)
+            .map_or(&[][..], |r| r.all.as_slice());
+        at.iter().map(|&i| &self.offerings[i])
+    }
+
+    /// [`Catalog::positions`], made on first use.
+    fn positions(&self) -> &Positions {
+        self.positions.get_or_init(|| {
+            let mut out = Positions::default();
+            for (i, o) in self.offerings.iter().enumerate() {
+                let r = match out.get_mut(&o.region) {
+                    Some(r) => r,
+                    None => out.entry(o.region.clone()).or_default(),
+                };
+                r.all.push(i);
+                match r.by_type.get_mut(&o.instance_type) {
+                    Some(t) => t.push(i),
+                    None => {
+                        r.by_type.insert(o.instance_type.clone(), vec![i]);
+                    }
+                }
+            }
+            out
+        })
     }
 
     /// The reserved offerings in one region (capacity reservations and
@@ -350,11 +399,15 @@ impl Catalog {
     /// capacity types).
     pub fn offerings_of<'a>(
         &'a self,
-        region: &'a str,
-        instance_type: &'a str,
-    ) -> impl Iterator<Item = &'a Offering> {
-        self.offerings_in(region)
-            .filter(move |o| o.instance_type == instance_type)
+        region: &str,
+        instance_type: &str,
+    ) -> impl Iterator<Item = &'a Offering> + use<'a> {
+        let at = self
+            .positions()
+            .get(region)
+            .and_then(|r| r.by_type.get(instance_type))
+            .map_or(&[][..], Vec::as_slice);
+        at.iter().map(|&i| &self.offerings[i])
     }
 
     /// The cheapest offering of a type in a region for one capacity type; on
@@ -365,13 +418,8 @@ impl Catalog {
         instance_type: &str,
         capacity_type: CapacityType,
     ) -> Option<&Offering> {
-        self.offerings
-            .iter()
-            .filter(|o| {
-                o.region == region
-                    && o.instance_type == instance_type
-                    && o.capacity_type == capacity_type
-            })
+        self.offerings_of(region, instance_type)
+            .filter(|o| o.capacity_type == capacity_type)
             .min_by(|a, b| {
                 a.price_per_hour
                     .total_cmp(&b.price_per_hour)
@@ -422,5 +470,56 @@ impl Catalog {
         z.sort_unstable();
         z.dedup();
         z
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// What [`Catalog::offerings_in`] and [`Catalog::offerings_of`] answer
+    /// from their index, as a scan of every offering would.
+    fn scanned<'a>(c: &'a Catalog, region: &str, ty: Option<&str>) -> Vec<&'a Offering> {
+        c.offerings()
+            .iter()
+            .filter(|o| o.region == region && ty.is_none_or(|t| o.instance_type == t))
+            .collect()
+    }
+
+    #[test]
+    fn the_offerings_of_a_region_and_type_are_the_scans_in_order_and_follow_reservations() {
+        let c = Catalog::embedded().unwrap();
+        let regions = c.regions();
+        assert!(regions.len() > 1, "{regions:?}");
+        for region in regions.iter().take(3) {
+            let all: Vec<&Offering> = c.offerings_in(region).collect();
+            assert!(!all.is_empty());
+            assert_eq!(all, scanned(&c, region, None));
+            for ty in ["g5.xlarge", "p5.48xlarge", "no-such.type"] {
+                let of: Vec<&Offering> = c.offerings_of(region, ty).collect();
+                assert_eq!(of, scanned(&c, region, Some(ty)), "{region} {ty}");
+            }
+        }
+        assert_eq!(c.offerings_in("no-such-region").count(), 0);
+        // A reservation's offering is found once the catalog sells it.
+        let now = chrono::DateTime::from_timestamp(1_780_000_000, 0).unwrap();
+        let block = Reservation {
+            id: "cr-1".into(),
+            kind: ReservationKind::CapacityBlock,
+            instance_type: "p5.48xlarge".into(),
+            region: "us-east-1".into(),
+            zone_id: "use1-az1".into(),
+            total: 2,
+            available: 2,
+            start: None,
+            end: Some(now + chrono::TimeDelta::days(2)),
+            price_per_hour: 0.0,
+        };
+        let before = c.offerings_of("us-east-1", "p5.48xlarge").count();
+        let r = c.with_reservations(&[block], now, chrono::TimeDelta::hours(1));
+        let of: Vec<&Offering> = r.offerings_of("us-east-1", "p5.48xlarge").collect();
+        assert_eq!(of.len(), before + 1);
+        assert_eq!(of, scanned(&r, "us-east-1", Some("p5.48xlarge")));
+        assert!(of.iter().any(|o| o.capacity_type == CapacityType::Reserved));
     }
 }
