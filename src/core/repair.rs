@@ -224,7 +224,9 @@ struct Rule {
 impl Rule {
     /// Whether the rule is about the signal's condition type and status.
     fn about(&self, s: &Signal) -> bool {
-        self.type_ == s.type_ && self.status == s.status
+        // The status first: a healthy node's `True` differs from a rule's
+        // `False` or `Unknown` in length, without comparing bytes.
+        self.status == s.status && self.type_ == s.type_
     }
 
     /// Whether its reason pattern matches the signal's reason; `None`: it

@@ -223,6 +223,8 @@ pub struct Consolidation {
     last_now: Option<Time>,
     /// Counts [`Consolidation::observe`] calls.
     round: u64,
+    /// Each pool's `consolidateAfter` as the last round read it, by name.
+    last_waits: Vec<(String, Option<std::time::Duration>)>,
     /// The pools' budgets `budget_change` was computed for, and when.
     budget_cache: Option<(Vec<Vec<crate::api::Budget>>, Time)>,
     /// When the next node expires (`expireAfter`), as of the last round.
@@ -315,6 +317,20 @@ impl Consolidation {
                 (p.metadata.name.as_deref().unwrap_or_default(), after)
             })
             .collect();
+        // The pools' waits as last round: a node whose pods did not change
+        // keeps its `eligible_at`.
+        let same_waits = self.last_waits.len() == consolidate_after.len()
+            && self
+                .last_waits
+                .iter()
+                .zip(&consolidate_after)
+                .all(|((name, after), (n, a))| name == n && after == a);
+        if !same_waits {
+            self.last_waits = consolidate_after
+                .iter()
+                .map(|(n, a)| (n.to_string(), *a))
+                .collect();
+        }
         for n in world.nodes {
             if n.ready_at.is_none() {
                 continue;
@@ -358,12 +374,15 @@ impl Consolidation {
                     "{}: pods changed, revision did not",
                     n.claim
                 );
+                o.revision = n.pods_revision;
+                o.round = round;
+                if unchanged && same_waits {
+                    continue;
+                }
                 if !unchanged && !same(o) {
                     o.pods = names().map(str::to_string).collect();
                     o.since = now;
                 }
-                o.revision = n.pods_revision;
-                o.round = round;
                 o.eligible_at = eligible_at(o.since);
                 continue;
             }

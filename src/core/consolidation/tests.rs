@@ -881,6 +881,15 @@ fn a_drivers_pods_revision_stands_for_its_pods_and_zero_means_compare() {
     c.observe(&f.world(), t(60));
     assert_eq!(c.observed["n1"].since, t(60));
     assert_eq!(c.observed["n1"].pods, ["a", "b"]);
+    // The same revision, another wait in its pool: when it becomes
+    // eligible follows the pool.
+    let default_wait = c.observed["n1"].eligible_at;
+    f.pools = vec![pool_with("gpu", |s| {
+        s.disruption.consolidate_after = "1h".into()
+    })];
+    c.observe(&f.world(), t(70));
+    assert_eq!(c.observed["n1"].eligible_at, Some(t(60 + 3600)));
+    assert_ne!(c.observed["n1"].eligible_at, default_wait);
     // A driver that keeps no revision (0) is compared every round.
     f.node_mut("n1").pods_revision = 0;
     c.observe(&f.world(), t(90));
