@@ -72,8 +72,9 @@ pub struct Catalog {
     /// Where each region's offerings are in `offerings`, and each of its
     /// instance types', in order; made when first asked (a launch and a
     /// plan ask it; a scan of every region's offerings was a tenth of a
-    /// trace replay) and dropped when the offerings change.
-    positions: std::sync::OnceLock<Positions>,
+    /// trace replay). Shared by clones, kept by [`Catalog::with_reservations`]
+    /// while the offerings it covers stay, dropped otherwise.
+    positions: std::sync::Arc<std::sync::OnceLock<Positions>>,
     market: MarketModel,
     /// Every reservation handed to [`Catalog::with_reservations`], usable or
     /// not (a node in a block that is ending still needs its end time).
@@ -102,8 +103,13 @@ struct RegionPositions {
     by_type: Fast<String, Vec<usize>>,
 }
 
-/// [`RegionPositions`] by region.
-type Positions = Fast<String, RegionPositions>;
+/// The positions of the first `covers` offerings by region; those after
+/// them (a simulation's reservations, added on every step) are scanned.
+#[derive(Debug, Clone, Default)]
+struct Positions {
+    covers: usize,
+    regions: Fast<String, RegionPositions>,
+}
 
 /// A revision no catalog had before (see [`Catalog::revision`]).
 fn next_revision() -> u64 {
@@ -236,7 +242,18 @@ impl Catalog {
         now: chrono::DateTime<chrono::Utc>,
         lead: chrono::TimeDelta,
     ) -> Catalog {
-        self.positions = Default::default();
+        // A built index stays while every offering it covers does (reserved
+        // ones come after the others, as this method adds them); clones
+        // share it. One not built yet is not shared: this catalog's
+        // offerings are no longer its clones'.
+        let keep = self.positions.get().is_some_and(|p| {
+            !self.offerings[..p.covers]
+                .iter()
+                .any(|o| o.capacity_type == CapacityType::Reserved)
+        });
+        if !keep {
+            self.positions = Default::default();
+        }
         self.offerings
             .retain(|o| o.capacity_type != CapacityType::Reserved);
         self.reservations = reservations.to_vec();
@@ -355,21 +372,31 @@ impl Catalog {
         &'a self,
         region: &str,
     ) -> impl Iterator<Item = &'a Offering> + use<'a> {
-        let at = self
-            .positions()
-            .get(region)
-            .map_or(&[][..], |r| r.all.as_slice());
-        at.iter().map(|&i| &self.offerings[i])
+        let p = self.positions();
+        let at = p.regions.get(region).map_or(&[][..], |r| r.all.as_slice());
+        let rest = self.uncovered(p, |o| o.region == region);
+        at.iter().copied().chain(rest).map(|i| &self.offerings[i])
+    }
+
+    /// The positions of the offerings after those `p` covers that `keep`
+    /// keeps (most often none).
+    fn uncovered(&self, p: &Positions, keep: impl Fn(&Offering) -> bool) -> Vec<usize> {
+        (p.covers..self.offerings.len())
+            .filter(|&i| keep(&self.offerings[i]))
+            .collect()
     }
 
     /// [`Catalog::positions`], made on first use.
     fn positions(&self) -> &Positions {
         self.positions.get_or_init(|| {
-            let mut out = Positions::default();
+            let mut out = Positions {
+                covers: self.offerings.len(),
+                regions: Fast::default(),
+            };
             for (i, o) in self.offerings.iter().enumerate() {
-                let r = match out.get_mut(&o.region) {
+                let r = match out.regions.get_mut(&o.region) {
                     Some(r) => r,
-                    None => out.entry(o.region.clone()).or_default(),
+                    None => out.regions.entry(o.region.clone()).or_default(),
                 };
                 r.all.push(i);
                 match r.by_type.get_mut(&o.instance_type) {
@@ -402,12 +429,16 @@ impl Catalog {
         region: &str,
         instance_type: &str,
     ) -> impl Iterator<Item = &'a Offering> + use<'a> {
-        let at = self
-            .positions()
+        let p = self.positions();
+        let at = p
+            .regions
             .get(region)
             .and_then(|r| r.by_type.get(instance_type))
             .map_or(&[][..], Vec::as_slice);
-        at.iter().map(|&i| &self.offerings[i])
+        let rest = self.uncovered(p, |o| {
+            o.region == region && o.instance_type == instance_type
+        });
+        at.iter().copied().chain(rest).map(|i| &self.offerings[i])
     }
 
     /// The cheapest offering of a type in a region for one capacity type; on
@@ -515,11 +546,41 @@ mod tests {
             end: Some(now + chrono::TimeDelta::days(2)),
             price_per_hour: 0.0,
         };
-        let before = c.offerings_of("us-east-1", "p5.48xlarge").count();
-        let r = c.with_reservations(&[block], now, chrono::TimeDelta::hours(1));
-        let of: Vec<&Offering> = r.offerings_of("us-east-1", "p5.48xlarge").collect();
-        assert_eq!(of.len(), before + 1);
-        assert_eq!(of, scanned(&r, "us-east-1", Some("p5.48xlarge")));
-        assert!(of.iter().any(|o| o.capacity_type == CapacityType::Reserved));
+        let lead = chrono::TimeDelta::hours(1);
+        let p5 = |c: &Catalog| {
+            let of: Vec<Offering> = c
+                .offerings_of("us-east-1", "p5.48xlarge")
+                .cloned()
+                .collect();
+            let scan: Vec<Offering> = scanned(c, "us-east-1", Some("p5.48xlarge"))
+                .into_iter()
+                .cloned()
+                .collect();
+            assert_eq!(of, scan);
+            let all: Vec<&Offering> = c.offerings_in("us-east-1").collect();
+            assert_eq!(all, scanned(c, "us-east-1", None));
+            let reserved = of
+                .iter()
+                .filter(|o| o.capacity_type == CapacityType::Reserved)
+                .count();
+            (of.len(), reserved)
+        };
+        let (before, none) = p5(&c);
+        assert_eq!(none, 0);
+        // Built on `c`, shared with its clone, kept by the reservations.
+        let base = c.clone();
+        let r = c.with_reservations(std::slice::from_ref(&block), now, lead);
+        assert_eq!(p5(&r), (before + 1, 1));
+        assert_eq!(p5(&base), (before, 0));
+        assert_eq!(p5(&r.with_reservations(&[], now, lead)), (before, 0));
+        // Built with a reservation in it, then without: rebuilt.
+        let fresh =
+            Catalog::embedded()
+                .unwrap()
+                .with_reservations(std::slice::from_ref(&block), now, lead);
+        assert_eq!(p5(&fresh), (before + 1, 1));
+        let renewed = fresh.clone().with_reservations(&[block], now, lead);
+        assert_eq!(p5(&renewed), (before + 1, 1));
+        assert_eq!(p5(&fresh.with_reservations(&[], now, lead)), (before, 0));
     }
 }
