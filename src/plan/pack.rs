@@ -151,10 +151,7 @@ pub fn place_on_existing<N: std::borrow::Borrow<NodeState>>(
     // simulator binds on most steps over the whole cluster). A node's room
     // is read when a scan first reaches it.
     let quick = Quick::over(pods, &idx);
-    let mut need: FastMap<usize, Vec<i64>> = FastMap::default();
-    for &i in &idx {
-        need.insert(i, quick.amounts(&pods[i].requests));
-    }
+    let need = quick.needs(pods, &idx);
     let mut room = Rooms::new(&quick, nodes.len());
 
     let mut placed: Vec<(usize, usize)> = Vec::new();
@@ -337,15 +334,17 @@ impl<'a> Quick<'a> {
         self.names.iter().map(|n| r.get(n)).collect()
     }
 
-    /// The free room of `node` ([`NodeState::free`]) in this set's order,
-    /// without building it.
-    pub fn free_on(&self, node: &NodeState) -> Vec<i64> {
-        let mut out = vec![0; self.names.len()];
-        self.free_into(node, &mut out);
-        out
+    /// Each of `which`'s requests ([`Quick::amounts`]), by its index in
+    /// `pods`.
+    pub fn needs(&self, pods: &[Pod], which: &[usize]) -> FastMap<usize, Vec<i64>> {
+        which
+            .iter()
+            .map(|&i| (i, self.amounts(&pods[i].requests)))
+            .collect()
     }
 
-    /// [`Quick::free_on`] written into `out` (as long as this set).
+    /// The free room of `node` ([`NodeState::free`]) in this set's order,
+    /// written into `out` (as long as this set) without building it.
     fn free_into(&self, node: &NodeState, out: &mut [i64]) {
         for (o, n) in out.iter_mut().zip(&self.names) {
             *o = (node.allocatable.get(n) - node.used.get(n)).max(0);

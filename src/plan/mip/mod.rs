@@ -406,10 +406,7 @@ fn merge_nodes(
     // Full bins are turned away by number first (`pack::Quick`).
     let launched_pods: Vec<usize> = bins.iter().flat_map(|(_, b)| b.pods.clone()).collect();
     let quick = pack::Quick::over(pods, &launched_pods);
-    let need: HashMap<usize, Vec<i64>> = launched_pods
-        .iter()
-        .map(|&p| (p, quick.amounts(&pods[p].requests)))
-        .collect();
+    let need = quick.needs(pods, &launched_pods);
     let mut room: Vec<Vec<i64>> = bins.iter().map(|(_, b)| quick.amounts(&b.free)).collect();
     // Bins by pool and capacity type, in bin order: pods only move within
     // their node's group.
