@@ -372,18 +372,26 @@ impl Catalog {
         &'a self,
         region: &str,
     ) -> impl Iterator<Item = &'a Offering> + use<'a> {
-        let p = self.positions();
-        let at = p.regions.get(region).map_or(&[][..], |r| r.all.as_slice());
-        let rest = self.uncovered(p, |o| o.region == region);
-        at.iter().copied().chain(rest).map(|i| &self.offerings[i])
+        let at = self
+            .positions()
+            .regions
+            .get(region)
+            .map_or(&[][..], |r| r.all.as_slice());
+        self.found(at, &|o| o.region == region)
     }
 
-    /// The positions of the offerings after those `p` covers that `keep`
-    /// keeps (most often none).
-    fn uncovered(&self, p: &Positions, keep: impl Fn(&Offering) -> bool) -> Vec<usize> {
-        (p.covers..self.offerings.len())
+    /// The offerings at positions `at` of the index, then those after what
+    /// the index covers that `keep` keeps (most often none): in the
+    /// catalog's order.
+    fn found<'a>(
+        &'a self,
+        at: &'a [usize],
+        keep: &dyn Fn(&Offering) -> bool,
+    ) -> impl Iterator<Item = &'a Offering> + use<'a> {
+        let rest: Vec<usize> = (self.positions().covers..self.offerings.len())
             .filter(|&i| keep(&self.offerings[i]))
-            .collect()
+            .collect();
+        at.iter().copied().chain(rest).map(|i| &self.offerings[i])
     }
 
     /// [`Catalog::positions`], made on first use.
@@ -429,16 +437,15 @@ impl Catalog {
         region: &str,
         instance_type: &str,
     ) -> impl Iterator<Item = &'a Offering> + use<'a> {
-        let p = self.positions();
-        let at = p
+        let at = self
+            .positions()
             .regions
             .get(region)
             .and_then(|r| r.by_type.get(instance_type))
             .map_or(&[][..], Vec::as_slice);
-        let rest = self.uncovered(p, |o| {
+        self.found(at, &|o| {
             o.region == region && o.instance_type == instance_type
-        });
-        at.iter().copied().chain(rest).map(|i| &self.offerings[i])
+        })
     }
 
     /// The cheapest offering of a type in a region for one capacity type; on
