@@ -21,14 +21,21 @@
 //! - per class, the cheapest whole nodes that hold its pods alone (small
 //!   classes only): every plan pays at least that for the nodes holding them.
 //!
-//! See `docs/planner.md`.
+//! The restricted duals are solved by clarabel's interior point method,
+//! with microlp's simplex as the fallback when clarabel gives no answer:
+//! an answer of either is only a start, made exactly feasible before it
+//! counts, so the solver's tolerance can cost a little bound but never its
+//! validity. See `docs/planner.md`.
 
 mod cover;
 
 use super::candidates::{self, Candidate};
 use super::classes::{self, Class};
 use super::{pod_risk_cost, Input, Options};
-use good_lp::{constraint, microlp, variable, Expression, ProblemVariables, Solution, SolverModel};
+use good_lp::{
+    clarabel, constraint, microlp, variable, Expression, ProblemVariables, Solution, SolverModel,
+    Variable,
+};
 use std::collections::BTreeSet;
 
 /// Classes of at most this many pods also get the whole-node bound.
@@ -37,7 +44,9 @@ const WHOLE_NODE_MAX_PODS: usize = 256;
 const START_PER_CLASS: usize = 2;
 /// Box on the demand duals (USD per pod-hour, far above any price): keeps
 /// the solver's LP bounded; any `pi` that satisfies every row is a bound, so
-/// the box costs nothing.
+/// the box costs nothing. (A box per class just past the values the full
+/// LP's optimum can take did not make the interior point method faster:
+/// measured at 20,000 and 100,000 pods of `bench plan`.)
 const DUAL_BOX: f64 = 1e6;
 /// Row generation stops here; the bound is then only the whole-node one.
 const MAX_ROUNDS: usize = 60;
@@ -70,6 +79,22 @@ struct Col {
 /// pods `placed` (indices into `input.pods`), over every candidate of the
 /// input, with `opts.idle_accelerator_charge` as the idle charge.
 pub fn lower_bound(input: &Input, placed: &[usize], opts: &Options) -> f64 {
+    lower_bound_by(input, placed, opts, &[Lp::Interior, Lp::Simplex])
+}
+
+/// The LP solvers the bound can use for its restricted duals.
+#[derive(Clone, Copy, Debug, PartialEq)]
+enum Lp {
+    /// clarabel's interior point method: about three times faster than the
+    /// simplex at 20,000 pods and five at 100,000 (`docs/benchmarks.md`).
+    Interior,
+    /// microlp's dual simplex.
+    Simplex,
+}
+
+/// [`lower_bound`] with the restricted duals solved by the first of `lps`
+/// that answers, round by round.
+fn lower_bound_by(input: &Input, placed: &[usize], opts: &Options, lps: &[Lp]) -> f64 {
     if placed.is_empty() {
         return 0.0;
     }
@@ -134,7 +159,7 @@ pub fn lower_bound(input: &Input, placed: &[usize], opts: &Options) -> f64 {
         col.covers.dedup();
     }
     let cover: Vec<f64> = covers.iter().map(|c| c.price).collect();
-    let lp = lp_bound(&classes, (&resources, &scale), &cols, &cover).unwrap_or(0.0);
+    let lp = lp_bound(&classes, (&resources, &scale), &cols, &cover, lps).unwrap_or(0.0);
     lp.max(whole)
 }
 
@@ -359,6 +384,7 @@ fn lp_bound(
     (resources, scale): (&[String], &[f64]),
     cols: &[Col],
     cover: &[f64],
+    lps: &[Lp],
 ) -> Option<f64> {
     let req: Vec<Vec<f64>> = classes
         .iter()
@@ -372,21 +398,19 @@ fn lp_bound(
         .collect();
     let demand: Vec<f64> = classes.iter().map(|c| c.pods.len() as f64).collect();
     // Start with each class's cheapest columns per pod on a full node.
+    let mut mine: Vec<Vec<(f64, usize)>> = vec![Vec::new(); classes.len()];
+    for (x, col) in cols.iter().enumerate() {
+        for &(ci, cost) in &col.pods {
+            let share = req[ci]
+                .iter()
+                .zip(&col.alloc)
+                .map(|(q, a)| q / a)
+                .fold(0.0, f64::max);
+            mine[ci].push((col.node * share + cost, x));
+        }
+    }
     let mut rows: BTreeSet<usize> = BTreeSet::new();
-    for (ci, class_req) in req.iter().enumerate() {
-        let mut mine: Vec<(f64, usize)> = cols
-            .iter()
-            .enumerate()
-            .filter_map(|(x, col)| {
-                let cost = col.pods.iter().find(|(c, _)| *c == ci)?.1;
-                let share = class_req
-                    .iter()
-                    .zip(&col.alloc)
-                    .map(|(q, a)| q / a)
-                    .fold(0.0, f64::max);
-                Some((col.node * share + cost, x))
-            })
-            .collect();
+    for mut mine in mine {
         if mine.is_empty() {
             // A class no candidate takes cannot have been placed.
             return None;
@@ -395,7 +419,14 @@ fn lp_bound(
         rows.extend(mine.iter().take(START_PER_CLASS).map(|m| m.1));
     }
     for _ in 0..MAX_ROUNDS {
-        let (pi, mu, lambda, rho) = solve_dual(&req, &demand, cols, &rows, cover)?;
+        let dual = Dual {
+            req: &req,
+            demand: &demand,
+            cols,
+            rows: &rows,
+            cover,
+        };
+        let (pi, mu, lambda, rho) = lps.iter().find_map(|&lp| dual.solve(lp))?;
         // Tighten lambda, then pi, so that every row in the model holds
         // exactly (the solver's answer is only feasible to its tolerance):
         // lambda shrinks until no row's price share exceeds its node, and
@@ -510,107 +541,159 @@ fn priced_out(col: &Col, pi: &[f64], lambda: &[f64], req: &[Vec<f64>]) -> bool {
 /// resource, `lambda` per cover row, `rho` per row and half row.
 type Duals = (Vec<f64>, Vec<Vec<f64>>, Vec<f64>, Vec<Vec<f64>>);
 
-/// Solves the restricted dual over `rows`: `pi` per class, `mu` per row
-/// and resource, `lambda` per cover row and `rho` per row and half row.
-fn solve_dual(
-    req: &[Vec<f64>],
-    demand: &[f64],
-    cols: &[Col],
-    rows: &BTreeSet<usize>,
-    cover: &[f64],
-) -> Option<Duals> {
-    let mut vars = ProblemVariables::new();
-    let pi: Vec<_> = demand
-        .iter()
-        .map(|_| vars.add(variable().min(-DUAL_BOX).max(DUAL_BOX)))
-        .collect();
-    // A row's price share is at most its node cost, so lambda is at most
-    // node / price (1 plus the idle charge); the box keeps the LP bounded
-    // before rows reach a class.
-    let lambda: Vec<Option<_>> = cover
-        .iter()
-        .map(|&w| (w > 0.0).then(|| vars.add(variable().min(0.0).max(2.0))))
-        .collect();
-    let resources = req.first().map_or(0, Vec::len);
-    // A resource the node does not have is not priced (its `mu` would be
-    // free and unbounded).
-    let mu: Vec<Vec<Option<_>>> = rows
-        .iter()
-        .map(|&x| {
-            (0..resources)
-                .map(|r| (cols[x].alloc[r] > 0.0).then(|| vars.add(variable().min(0.0))))
-                .collect()
-        })
-        .collect();
-    let rho: Vec<Vec<_>> = rows
-        .iter()
-        .map(|&x| {
-            cols[x]
-                .halves
-                .iter()
-                .map(|_| vars.add(variable().min(0.0)))
-                .collect()
-        })
-        .collect();
-    let objective: Expression = pi
-        .iter()
-        .zip(demand)
-        .map(|(p, d)| *p * *d)
-        .sum::<Expression>()
-        + lambda
+/// The restricted dual over `rows`, as [`lp_bound`] states it.
+struct Dual<'a> {
+    /// Requests per class and resource, scaled.
+    req: &'a [Vec<f64>],
+    /// Pods per class.
+    demand: &'a [f64],
+    cols: &'a [Col],
+    rows: &'a BTreeSet<usize>,
+    /// Per cover row, its price.
+    cover: &'a [f64],
+}
+
+/// The restricted dual's variables.
+struct DualVars {
+    pi: Vec<Variable>,
+    /// Per row and resource; none where the node has none of it (its `mu`
+    /// would be free and unbounded).
+    mu: Vec<Vec<Option<Variable>>>,
+    /// Per cover row; none where the row's price is zero.
+    lambda: Vec<Option<Variable>>,
+    /// Per row and half row.
+    rho: Vec<Vec<Variable>>,
+}
+
+impl Dual<'_> {
+    /// Solves the restricted dual with `lp`: `pi` per class, `mu` per row
+    /// and resource, `lambda` per cover row and `rho` per row and half row;
+    /// `None` when that solver gave no answer.
+    fn solve(&self, lp: Lp) -> Option<Duals> {
+        let mut vars = ProblemVariables::new();
+        let pi: Vec<_> = self
+            .demand
             .iter()
-            .zip(cover)
-            .filter_map(|(l, w)| l.map(|l| l * *w))
-            .sum::<Expression>();
-    let mut problem = vars.maximise(objective).using(microlp);
-    for ((&x, m), h) in rows.iter().zip(&mu).zip(&rho) {
-        let col = &cols[x];
-        let used: Expression = m
+            .map(|_| vars.add(variable().min(-DUAL_BOX).max(DUAL_BOX)))
+            .collect();
+        // A row's price share is at most its node cost, so lambda is at most
+        // node / price (1 plus the idle charge); the box keeps the LP bounded
+        // before rows reach a class.
+        let lambda: Vec<Option<_>> = self
+            .cover
             .iter()
-            .zip(&col.alloc)
-            .filter_map(|(u, a)| u.map(|u| u * *a))
-            .sum::<Expression>()
-            + col
-                .covers
-                .iter()
-                .filter_map(|&k| lambda[k].map(|l| l * col.price))
-                .sum::<Expression>()
-            + h.iter().copied().sum::<Expression>();
-        problem.add_constraint(constraint!(used <= col.node));
-        for (e, &(c, cost)) in col.pods.iter().enumerate() {
-            let covered: Expression = m
-                .iter()
-                .zip(&req[c])
-                .filter_map(|(u, q)| u.map(|u| u * *q))
-                .sum::<Expression>()
-                + col
-                    .halves
-                    .iter()
-                    .zip(h)
-                    .filter(|(set, _)| set.contains(&e))
-                    .map(|(_, v)| *v)
-                    .sum::<Expression>();
-            problem.add_constraint(constraint!(pi[c] - covered <= cost));
-        }
-    }
-    let s = problem.solve().ok()?;
-    Some((
-        pi.iter().map(|p| s.value(*p)).collect(),
-        mu.iter()
-            .map(|m| {
-                m.iter()
-                    .map(|u| u.map_or(0.0, |u| s.value(u).max(0.0)))
+            .map(|&w| (w > 0.0).then(|| vars.add(variable().min(0.0).max(2.0))))
+            .collect();
+        let resources = self.req.first().map_or(0, Vec::len);
+        let mu: Vec<Vec<Option<_>>> = self
+            .rows
+            .iter()
+            .map(|&x| {
+                (0..resources)
+                    .map(|r| (self.cols[x].alloc[r] > 0.0).then(|| vars.add(variable().min(0.0))))
                     .collect()
             })
-            .collect(),
-        lambda
+            .collect();
+        let rho: Vec<Vec<_>> = self
+            .rows
             .iter()
-            .map(|l| l.map_or(0.0, |l| s.value(l).max(0.0)))
-            .collect(),
-        rho.iter()
-            .map(|h| h.iter().map(|v| s.value(*v).max(0.0)).collect())
-            .collect(),
-    ))
+            .map(|&x| {
+                self.cols[x]
+                    .halves
+                    .iter()
+                    .map(|_| vars.add(variable().min(0.0)))
+                    .collect()
+            })
+            .collect();
+        let objective: Expression = pi
+            .iter()
+            .zip(self.demand)
+            .map(|(p, d)| *p * *d)
+            .sum::<Expression>()
+            + lambda
+                .iter()
+                .zip(self.cover)
+                .filter_map(|(l, w)| l.map(|l| l * *w))
+                .sum::<Expression>();
+        let v = DualVars {
+            pi,
+            mu,
+            lambda,
+            rho,
+        };
+        let problem = vars.maximise(objective);
+        match lp {
+            Lp::Interior => {
+                let mut problem = problem.using(clarabel);
+                self.constrain(&mut problem, &v);
+                Some(v.read(&problem.solve().ok()?))
+            }
+            Lp::Simplex => {
+                let mut problem = problem.using(microlp);
+                self.constrain(&mut problem, &v);
+                Some(v.read(&problem.solve().ok()?))
+            }
+        }
+    }
+
+    /// Adds every row's constraints over the variables `v` to `problem`.
+    fn constrain(&self, problem: &mut impl SolverModel, v: &DualVars) {
+        for ((&x, m), h) in self.rows.iter().zip(&v.mu).zip(&v.rho) {
+            let col = &self.cols[x];
+            let used: Expression = m
+                .iter()
+                .zip(&col.alloc)
+                .filter_map(|(u, a)| u.map(|u| u * *a))
+                .sum::<Expression>()
+                + col
+                    .covers
+                    .iter()
+                    .filter_map(|&k| v.lambda[k].map(|l| l * col.price))
+                    .sum::<Expression>()
+                + h.iter().copied().sum::<Expression>();
+            problem.add_constraint(constraint!(used <= col.node));
+            for (e, &(c, cost)) in col.pods.iter().enumerate() {
+                let covered: Expression = m
+                    .iter()
+                    .zip(&self.req[c])
+                    .filter_map(|(u, q)| u.map(|u| u * *q))
+                    .sum::<Expression>()
+                    + col
+                        .halves
+                        .iter()
+                        .zip(h)
+                        .filter(|(set, _)| set.contains(&e))
+                        .map(|(_, v)| *v)
+                        .sum::<Expression>();
+                problem.add_constraint(constraint!(v.pi[c] - covered <= cost));
+            }
+        }
+    }
+}
+
+impl DualVars {
+    /// The solution's values, the signed ones clamped at zero.
+    fn read(&self, s: &impl Solution) -> Duals {
+        (
+            self.pi.iter().map(|p| s.value(*p)).collect(),
+            self.mu
+                .iter()
+                .map(|m| {
+                    m.iter()
+                        .map(|u| u.map_or(0.0, |u| s.value(u).max(0.0)))
+                        .collect()
+                })
+                .collect(),
+            self.lambda
+                .iter()
+                .map(|l| l.map_or(0.0, |l| s.value(l).max(0.0)))
+                .collect(),
+            self.rho
+                .iter()
+                .map(|h| h.iter().map(|v| s.value(*v).max(0.0)).collect())
+                .collect(),
+        )
+    }
 }
 
 #[cfg(test)]
@@ -648,5 +731,30 @@ mod tests {
             assert_eq!(part.pods.len(), 1);
         }
         assert_eq!(split[zones.len()].pods.len(), zones.len() - 1);
+    }
+
+    #[test]
+    fn the_interior_point_and_the_simplex_give_the_same_bound_under_the_plan() {
+        let catalog = Catalog::embedded().unwrap();
+        let pods = crate::plan::workload::pods(600, 3);
+        let pools = crate::plan::workload::pools();
+        let input = Input::offline(&catalog, "us-east-1", &pools, &pods);
+        let opts = Options::default();
+        let plan = crate::plan::plan(&input, crate::plan::Strategy::Mip, &opts, &|| 0.0);
+        assert!(plan.unschedulable.is_empty(), "{:?}", plan.unschedulable);
+        let placed = crate::plan::launched_pods(&input, &plan);
+        let interior = lower_bound_by(&input, &placed, &opts, &[Lp::Interior]);
+        let simplex = lower_bound_by(&input, &placed, &opts, &[Lp::Simplex]);
+        // Both are the LP's optimum, each to its solver's tolerance.
+        assert!(
+            (interior - simplex).abs() <= 1e-6 * simplex,
+            "interior point {interior}, simplex {simplex}"
+        );
+        // With no solver only the whole-node bound is left: the LP answered.
+        let whole = lower_bound_by(&input, &placed, &opts, &[]);
+        assert!(simplex > whole, "bound {simplex}, whole nodes {whole}");
+        let cost = plan.risk_adjusted_cost_per_hour;
+        assert!(simplex <= cost, "bound {simplex}, plan {cost}");
+        assert_eq!(lower_bound(&input, &placed, &opts), interior);
     }
 }
