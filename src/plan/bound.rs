@@ -32,6 +32,7 @@ mod cover;
 use super::candidates::{self, Candidate};
 use super::classes::{self, Class};
 use super::{pod_risk_cost, Input, Options};
+use ::clarabel::solver::SolverStatus;
 use good_lp::{
     clarabel, constraint, microlp, variable, Expression, ProblemVariables, Solution, SolverModel,
     Variable,
@@ -626,7 +627,14 @@ impl Dual<'_> {
             Lp::Interior => {
                 let mut problem = problem.using(clarabel);
                 self.constrain(&mut problem, &v);
-                Some(v.read(&problem.solve().ok()?))
+                let s = problem.solve().ok()?;
+                // good_lp also hands back clarabel's "infeasible dual"
+                // answers; only a solved one is used, else the simplex's.
+                matches!(
+                    s.inner().status,
+                    SolverStatus::Solved | SolverStatus::AlmostSolved
+                )
+                .then(|| v.read(&s))
             }
             Lp::Simplex => {
                 let mut problem = problem.using(microlp);
