@@ -21,12 +21,11 @@
 //! interval are asked. The formulas are in `docs/checkpointing.md`.
 
 use super::time::after_secs;
-use super::{Action, BoundPod, ManagedNode, OfferingKey, Time, World};
+use super::{Action, BoundPod, FastMap, ManagedNode, OfferingKey, Time, World};
 use crate::catalog::market::PoolMarket;
 use crate::catalog::CapacityType;
 use crate::cluster::Pod;
 use crate::plan::risk;
-use std::collections::BTreeMap;
 
 /// Seconds a requested checkpoint pauses training when the pod does not
 /// say (`quartermaster.dev/checkpoint-pause`): an asynchronous checkpoint
@@ -79,13 +78,13 @@ fn seconds(from: Time, now: Time) -> f64 {
 pub struct Cadence {
     /// Pod → when its last cadence request was made, and the last round
     /// that saw the pod still asked for (older entries are dropped).
-    requested: BTreeMap<String, (Time, u64)>,
+    requested: FastMap<String, (Time, u64)>,
     /// Rounds of [`Cadence::decide`] so far.
     round: u64,
     /// Spot pool markets, read from the catalog once each, and the
     /// catalog revision they were read from (a refreshed catalog, new
     /// prices or a new model, is read again).
-    markets: BTreeMap<OfferingKey, PoolMarket>,
+    markets: FastMap<OfferingKey, PoolMarket>,
     markets_revision: u64,
     /// Earliest time a pod falls due after the last decision.
     next: Option<Time>,
@@ -127,7 +126,7 @@ impl Cadence {
         // Hazard of the spot nodes running a pod that may be asked, and of
         // each gang: the sum over the distinct nodes it runs on.
         let mut node_hazard = vec![0.0; world.nodes.len()];
-        let mut gang_nodes: BTreeMap<&str, Vec<usize>> = BTreeMap::new();
+        let mut gang_nodes: FastMap<&str, Vec<usize>> = FastMap::default();
         for (k, n) in world.nodes.iter().enumerate() {
             if n.offering.capacity_type != CapacityType::Spot || !n.pods.iter().any(eligible) {
                 continue;
@@ -142,7 +141,7 @@ impl Cadence {
                 }
             }
         }
-        let gang_hazard: BTreeMap<&str, f64> = gang_nodes
+        let gang_hazard: FastMap<&str, f64> = gang_nodes
             .iter()
             .map(|(g, nodes)| (*g, nodes.iter().map(|&k| node_hazard[k]).sum()))
             .collect();

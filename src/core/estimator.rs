@@ -161,7 +161,11 @@ impl InterruptionEstimator {
         // not per node. Each pool's sum still starts from its evidence and
         // adds the nodes in their order, as one call per node would, so the
         // total is the same to the last bit.
-        let mut sums: super::FastMap<&OfferingKey, f64> = Default::default();
+        // Nodes of one pool often follow each other (launched together), so
+        // the last pool is compared before the pool's slot is looked up.
+        let mut sums: Vec<(&OfferingKey, f64)> = Vec::new();
+        let mut slots: super::FastMap<&OfferingKey, usize> = Default::default();
+        let mut last = usize::MAX;
         for n in nodes {
             let start = from.max(n.launched_at);
             if start >= to {
@@ -172,13 +176,14 @@ impl InterruptionEstimator {
             if !counts_as_exposure(key, hours) {
                 continue;
             }
-            match sums.get_mut(key) {
-                Some(sum) => *sum += hours,
-                None => {
+            if sums.get(last).is_none_or(|(k, _)| *k != key) {
+                last = *slots.entry(key).or_insert_with(|| {
                     let seen = self.evidence.get(key).map_or(0.0, |e| e.exposure_hours);
-                    sums.insert(key, seen + hours);
-                }
+                    sums.push((key, seen));
+                    sums.len() - 1
+                });
             }
+            sums[last].1 += hours;
         }
         for (key, sum) in sums {
             self.update(key, |e| e.exposure_hours = sum);

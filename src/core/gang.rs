@@ -51,12 +51,18 @@ struct Member<'a> {
     pod: &'a super::BoundPod,
 }
 
-/// The running members of every gang of more than one pod, by group name.
-fn members<'a>(world: &World<'a>) -> BTreeMap<&'a str, Vec<Member<'a>>> {
+/// The running members of every gang of more than one pod whose group name
+/// `keep` accepts, by group name. This scans every pod in the cluster on
+/// every round, so only the gangs a caller reads are gathered.
+fn members<'a>(
+    world: &World<'a>,
+    keep: impl Fn(&str) -> bool,
+) -> BTreeMap<&'a str, Vec<Member<'a>>> {
     let mut out: BTreeMap<&str, Vec<Member>> = BTreeMap::new();
     for node in world.nodes {
         for pod in node.pods.iter().filter(|p| !p.placeholder) {
-            if let Some(g) = pod.pod.group.as_ref().filter(|g| g.min_member > 1) {
+            if let Some(g) = (pod.pod.group.as_ref()).filter(|g| g.min_member > 1 && keep(&g.name))
+            {
                 out.entry(g.name.as_str())
                     .or_default()
                     .push(Member { node, pod });
@@ -106,17 +112,6 @@ impl GangDrains {
         checkpoint_until: &dyn Fn(&str) -> Option<Time>,
     ) -> bool {
         self.last_now = Some(now);
-        let members = members(world);
-        let group_of = |pod: &str| -> Option<&str> {
-            members
-                .iter()
-                .find(|(_, ms)| ms.iter().any(|m| m.pod.pod.name == pod))
-                .map(|(g, _)| *g)
-        };
-        // Forget gangs that left the world, and checkpoint-only gangs whose
-        // deadline passed (a later notice may start them again).
-        self.gangs
-            .retain(|g, d| members.contains_key(g.as_str()) && (d.drain || now < d.deadline));
 
         // Triggers from the per-node actions: a member asked to checkpoint,
         // evicted, or whose instance is gone already.
@@ -158,6 +153,28 @@ impl GangDrains {
                 _ => {}
             }
         }
+        // Nothing under way and nothing new: the members (a scan of every
+        // pod in the cluster) are not needed. This runs every round.
+        if self.gangs.is_empty() && triggers.is_empty() {
+            return false;
+        }
+        // Without a trigger only the gangs under way are read.
+        let members = if triggers.is_empty() {
+            members(world, |g| self.gangs.contains_key(g))
+        } else {
+            members(world, |_| true)
+        };
+        let group_of = |pod: &str| -> Option<&str> {
+            members
+                .iter()
+                .find(|(_, ms)| ms.iter().any(|m| m.pod.pod.name == pod))
+                .map(|(g, _)| *g)
+        };
+        // Forget gangs that left the world, and checkpoint-only gangs whose
+        // deadline passed (a later notice may start them again).
+        self.gangs
+            .retain(|g, d| members.contains_key(g.as_str()) && (d.drain || now < d.deadline));
+
         let mut started = false;
         for (pod, deadline, drain) in triggers {
             let Some(group) = group_of(pod) else { continue };
@@ -263,7 +280,10 @@ impl GangDrains {
     /// demand for the provisioner, so that the whole gang's replacement
     /// capacity launches at once.
     pub fn pods_needing_replacement(&self, world: &World) -> Vec<Pod> {
-        let members = members(world);
+        if !self.any_draining() {
+            return Vec::new();
+        }
+        let members = members(world, |g| self.is_draining(g));
         let mut out = Vec::new();
         for (group, d) in self.gangs.iter().filter(|(_, d)| d.drain) {
             for m in members.get(group.as_str()).into_iter().flatten() {
@@ -280,8 +300,11 @@ impl GangDrains {
     /// (the planner places the gang whole, on the nodes that stay and new
     /// ones, in one zone) rather than launch capacity for every member.
     pub fn room_freed(&self, world: &World) -> BTreeMap<String, crate::cluster::Resources> {
-        let members = members(world);
         let mut out: BTreeMap<String, crate::cluster::Resources> = BTreeMap::new();
+        if !self.any_draining() {
+            return out;
+        }
+        let members = members(world, |g| self.is_draining(g));
         for (group, d) in self.gangs.iter().filter(|(_, d)| d.drain) {
             for m in members.get(group.as_str()).into_iter().flatten() {
                 if !d.evicted.contains(&m.pod.pod.name) {
@@ -292,6 +315,12 @@ impl GangDrains {
             }
         }
         out
+    }
+
+    /// Whether any gang is being drained whole (else there is no member
+    /// to hand over, and the cluster's pods need not be scanned).
+    fn any_draining(&self) -> bool {
+        self.gangs.values().any(|d| d.drain)
     }
 
     /// Whether the gang (`namespace/name`) is being drained whole.
