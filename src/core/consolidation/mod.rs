@@ -457,8 +457,15 @@ impl Consolidation {
         self.decided.clear();
         self.observe(world, now);
         let timeout = self.config.replacement_timeout;
+        // The world's claims, gathered only when a removal is under way
+        // (one pass, not one per removal).
+        let claims: crate::core::FastSet<&str> = if self.disrupting.is_empty() {
+            Default::default()
+        } else {
+            world.nodes.iter().map(|n| n.claim.as_str()).collect()
+        };
         self.disrupting.retain(|claim, d| {
-            world.nodes.iter().any(|n| &n.claim == claim)
+            claims.contains(claim.as_str())
                 && d.replacement
                     .as_ref()
                     .is_none_or(|(r, at)| all_ready(world, r) || now < after(*at, timeout))
@@ -693,9 +700,12 @@ impl Consolidation {
     /// its pods.
     fn resume_orphans(&mut self, r: &Round) {
         for n in r.world.nodes {
-            let owned =
-                self.disrupting.contains_key(&n.claim) || r.ctx.interruptions.is_handling(&n.claim);
-            if !n.disrupted || n.ready_at.is_none() || owned {
+            // Most nodes are not marked: they are turned away before the
+            // lookups by claim (this runs on every round, over every node).
+            if !n.disrupted || n.ready_at.is_none() {
+                continue;
+            }
+            if self.disrupting.contains_key(&n.claim) || r.ctx.interruptions.is_handling(&n.claim) {
                 continue;
             }
             let expiry = expired::expiry(n, r.now);
