@@ -284,6 +284,25 @@ struct Round<'a, 'w> {
     /// The states of the nodes holding capped pods, with their counts
     /// ([`NodeState::capped`]), made when a move first needs them.
     capped: std::cell::OnceCell<BTreeMap<&'a str, NodeState>>,
+    /// The world's nodes by claim, made when first asked: the removals
+    /// under way look theirs up on every round.
+    by_claim: std::cell::OnceCell<crate::core::FastMap<&'a str, usize>>,
+}
+
+impl<'a> Round<'a, '_> {
+    /// The world's node of `claim` (the first of the claim, as a search of
+    /// the world would find it).
+    fn node(&self, claim: &str) -> Option<&'a ManagedNode> {
+        let nodes: &'a [ManagedNode] = self.world.nodes;
+        let index = self.by_claim.get_or_init(|| {
+            let mut index = crate::core::FastMap::default();
+            for (i, n) in nodes.iter().enumerate() {
+                index.entry(n.claim.as_str()).or_insert(i);
+            }
+            index
+        });
+        index.get(claim).map(|&i| &nodes[i])
+    }
 }
 
 impl Consolidation {
@@ -457,25 +476,19 @@ impl Consolidation {
         self.decided.clear();
         self.observe(world, now);
         let timeout = self.config.replacement_timeout;
-        // The world's claims, gathered only when a removal is under way
-        // (one pass, not one per removal).
-        let claims: crate::core::FastSet<&str> = if self.disrupting.is_empty() {
-            Default::default()
-        } else {
-            world.nodes.iter().map(|n| n.claim.as_str()).collect()
-        };
-        self.disrupting.retain(|claim, d| {
-            claims.contains(claim.as_str())
-                && d.replacement
-                    .as_ref()
-                    .is_none_or(|(r, at)| all_ready(world, r) || now < after(*at, timeout))
-        });
         let round = Round {
             world,
             now,
             ctx: *ctx,
             capped: std::cell::OnceCell::new(),
+            by_claim: std::cell::OnceCell::new(),
         };
+        self.disrupting.retain(|claim, d| {
+            round.node(claim).is_some()
+                && d.replacement
+                    .as_ref()
+                    .is_none_or(|(r, at)| all_ready(world, r) || now < after(*at, timeout))
+        });
         self.resume_orphans(&round);
         let mut out = Vec::new();
         if self.candidate.is_none() {
@@ -636,7 +649,7 @@ impl Consolidation {
                 claim, replacement, ..
             } => (claim, Some(replacement.claim)),
         };
-        let Some(n) = r.world.nodes.iter().find(|n| n.claim == claim) else {
+        let Some(n) = r.node(&claim) else {
             return;
         };
         let Some(pool) = pool_of(r.world, n) else {
@@ -740,7 +753,7 @@ impl Consolidation {
         let mut left: BTreeMap<String, u32> = BTreeMap::new();
         let mut removed = Vec::new();
         for claim in claims {
-            let Some(n) = r.world.nodes.iter().find(|n| n.claim == claim) else {
+            let Some(n) = r.node(&claim) else {
                 continue;
             };
             let Some(pool) = pool_of(r.world, n) else {
@@ -792,7 +805,7 @@ impl Consolidation {
         let mut pdb_left: Vec<u32> = world.pdbs.iter().map(|p| p.disruptions_allowed).collect();
         let mut settled = Vec::new();
         for (claim, d) in &mut self.disrupting {
-            let Some(n) = world.nodes.iter().find(|n| &n.claim == claim) else {
+            let Some(n) = r.node(claim) else {
                 continue;
             };
             if let (Some(at), false) = (d.recheck, d.deleted) {

@@ -18,7 +18,7 @@ impl Consolidation {
     /// Starts replacing the nodes repair hands over this round.
     pub(super) fn replace_unhealthy(&mut self, r: &Round, out: &mut Vec<Action>) {
         for order in r.ctx.repairs {
-            let Some(n) = r.world.nodes.iter().find(|n| n.claim == order.claim) else {
+            let Some(n) = r.node(&order.claim) else {
                 continue;
             };
             if self.disrupting.contains_key(&n.claim) || r.ctx.interruptions.is_handling(&n.claim) {
