@@ -280,19 +280,10 @@ impl GangDrains {
     /// demand for the provisioner, so that the whole gang's replacement
     /// capacity launches at once.
     pub fn pods_needing_replacement(&self, world: &World) -> Vec<Pod> {
-        if !self.any_draining() {
-            return Vec::new();
-        }
-        let members = members(world, |g| self.is_draining(g));
-        let mut out = Vec::new();
-        for (group, d) in self.gangs.iter().filter(|(_, d)| d.drain) {
-            for m in members.get(group.as_str()).into_iter().flatten() {
-                if !d.evicted.contains(&m.pod.pod.name) {
-                    out.push(m.pod.pod.clone());
-                }
-            }
-        }
-        out
+        self.leaving(world)
+            .into_iter()
+            .map(|m| m.pod.pod.clone())
+            .collect()
     }
 
     /// The room the running members of draining gangs hold, by claim: once
@@ -301,26 +292,30 @@ impl GangDrains {
     /// ones, in one zone) rather than launch capacity for every member.
     pub fn room_freed(&self, world: &World) -> BTreeMap<String, crate::cluster::Resources> {
         let mut out: BTreeMap<String, crate::cluster::Resources> = BTreeMap::new();
-        if !self.any_draining() {
-            return out;
-        }
-        let members = members(world, |g| self.is_draining(g));
-        for (group, d) in self.gangs.iter().filter(|(_, d)| d.drain) {
-            for m in members.get(group.as_str()).into_iter().flatten() {
-                if !d.evicted.contains(&m.pod.pod.name) {
-                    out.entry(m.node.claim.clone())
-                        .or_default()
-                        .add(&m.pod.pod.requests);
-                }
-            }
+        for m in self.leaving(world) {
+            out.entry(m.node.claim.clone())
+                .or_default()
+                .add(&m.pod.pod.requests);
         }
         out
     }
 
-    /// Whether any gang is being drained whole (else there is no member
-    /// to hand over, and the cluster's pods need not be scanned).
-    fn any_draining(&self) -> bool {
-        self.gangs.values().any(|d| d.drain)
+    /// The running members of draining gangs not evicted yet, gang by gang.
+    /// Without a draining gang the cluster's pods are not scanned.
+    fn leaving<'a>(&self, world: &World<'a>) -> Vec<Member<'a>> {
+        if !self.gangs.values().any(|d| d.drain) {
+            return Vec::new();
+        }
+        let mut members = members(world, |g| self.is_draining(g));
+        let mut out = Vec::new();
+        for (group, d) in self.gangs.iter().filter(|(_, d)| d.drain) {
+            for m in members.remove(group.as_str()).into_iter().flatten() {
+                if !d.evicted.contains(&m.pod.pod.name) {
+                    out.push(m);
+                }
+            }
+        }
+        out
     }
 
     /// Whether the gang (`namespace/name`) is being drained whole.
