@@ -1278,6 +1278,82 @@ fn a_reclaim_of_one_gang_member_checkpoints_every_member_and_stops_the_gang_whol
     assert_eq!(r.jobs_completed as usize + r.unfinished.len(), jobs.len());
 }
 
+/// A gang that was drained whole runs again under the same names (the
+/// simulator re-binds the same jobs); its next notice must ask it again.
+/// On `spot-training` (seed 7, quartermaster), every checkpointing member of
+/// a gang running on a node when its spot notice arrives holds a checkpoint
+/// request made by the notice's deadline and still current at the notice.
+#[test]
+fn every_gang_member_on_an_interrupted_node_is_asked_to_checkpoint_however_often_it_ran() {
+    use quartermaster::core::{Action, Notice, Time};
+    use quartermaster::sim::result::LogEvent;
+    use std::collections::{BTreeMap, BTreeSet};
+
+    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("simulations/spot-training.yaml");
+    let yaml = std::fs::read_to_string(&path).unwrap();
+    let report = run_changed(&yaml, path.parent().unwrap(), |s| {
+        s.strategies = vec![StrategyName::Quartermaster];
+    });
+    let r = &report.strategies["quartermaster"];
+    // Members whose checkpoint fits in the 90 s between the notice and its
+    // checkpoint deadline (a slower one is rightly not asked).
+    let members: BTreeSet<String> = jobs_of(&yaml)
+        .into_iter()
+        .filter(|j| j.pod.group.as_ref().is_some_and(|g| g.min_member > 1))
+        .filter(|j| j.pod.checkpoints && j.checkpoint_write_s <= 90.0)
+        .map(|j| j.pod.name)
+        .collect();
+    let mut running: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
+    let mut runs: BTreeMap<String, u32> = BTreeMap::new();
+    let mut noticed: Vec<(String, Time, Time)> = Vec::new();
+    let mut requests: BTreeMap<String, Vec<(Time, Time)>> = BTreeMap::new();
+    for (at, event) in &r.log {
+        match event {
+            LogEvent::JobStarted { job, node } => {
+                running.entry(node.clone()).or_default().insert(job.clone());
+                *runs.entry(job.clone()).or_default() += 1;
+            }
+            LogEvent::JobStopped { job, node } => {
+                running.entry(node.clone()).or_default().remove(job);
+            }
+            LogEvent::JobFinished(job) => {
+                for jobs in running.values_mut() {
+                    jobs.remove(job);
+                }
+            }
+            LogEvent::Notice(Notice::SpotInterruption { claim, deadline }) => {
+                for job in running.get(claim).into_iter().flatten() {
+                    if members.contains(job) {
+                        noticed.push((job.clone(), *at, *deadline));
+                    }
+                }
+            }
+            LogEvent::Action(Action::RequestCheckpoint { pod, deadline, .. }) => {
+                requests
+                    .entry(pod.clone())
+                    .or_default()
+                    .push((*at, *deadline));
+            }
+            _ => {}
+        }
+    }
+    let again = noticed.iter().filter(|(job, ..)| runs[job] > 1).count();
+    assert!(
+        again >= 5,
+        "members that ran before are interrupted again: {again} of {}",
+        noticed.len()
+    );
+    for (job, at, deadline) in &noticed {
+        let asked = requests.get(job).into_iter().flatten();
+        assert!(
+            asked.clone().any(|(t, d)| t <= deadline && d >= at),
+            "{job}, on a node noticed at {at}, was not asked (its run {}; its requests {:?})",
+            runs[job],
+            asked.collect::<Vec<_>>()
+        );
+    }
+}
+
 /// The jobs of a scenario.
 fn jobs_of(yaml: &str) -> Vec<quartermaster::sim::workload::SimJob> {
     let catalog = Arc::new(Catalog::embedded().unwrap());

@@ -15,6 +15,7 @@ use super::interruption::{checkpoint_done, checkpoint_grace, pool_of};
 use super::time::after;
 use super::{Action, DisruptionReason, ManagedNode, Time, World};
 use crate::cluster::Pod;
+use std::collections::btree_map::Entry;
 use std::collections::{BTreeMap, BTreeSet};
 
 /// A gang being checkpointed (and, when it is leaving, drained) together.
@@ -31,10 +32,37 @@ struct GangDrain {
     drain: bool,
     /// Members asked to checkpoint, with the deadline they were given.
     requested: BTreeMap<String, Time>,
-    /// Members evicted.
-    evicted: BTreeSet<String>,
-    /// Members whose instance is gone: not asked, not waited for.
-    gone: BTreeSet<String>,
+    /// Members evicted, with when.
+    evicted: BTreeMap<String, Time>,
+    /// Members whose instance is gone, with when it was found gone: not
+    /// asked, not waited for.
+    gone: BTreeMap<String, Time>,
+}
+
+impl GangDrain {
+    /// A fresh drain (or collective checkpoint) from `now` to `deadline`.
+    fn new(now: Time, deadline: Time, drain: bool) -> GangDrain {
+        GangDrain {
+            deadline,
+            requested_at: now,
+            drain,
+            requested: BTreeMap::new(),
+            evicted: BTreeMap::new(),
+            gone: BTreeMap::new(),
+        }
+    }
+
+    /// Whether `m` runs again under the name of a member that left this
+    /// drain: it started (`status.startTime`) no earlier than its name was
+    /// evicted or found gone. Such a pod is the gang's next run, not part of
+    /// this drain: it is neither asked, waited for, evicted nor replaced
+    /// here, and a trigger on it starts a drain of its own. A pod whose
+    /// start is unknown is taken for the one that left.
+    fn rerun(&self, m: &Member) -> bool {
+        let name = &m.pod.pod.name;
+        let left = self.evicted.get(name).or_else(|| self.gone.get(name));
+        left.is_some_and(|t| m.pod.started.is_some_and(|s| s >= *t))
+    }
 }
 
 /// Gangs under collective checkpoint or drain, by group name
@@ -170,14 +198,26 @@ impl GangDrains {
                 .find(|(_, ms)| ms.iter().any(|m| m.pod.pod.name == pod))
                 .map(|(g, _)| *g)
         };
-        // Forget gangs that left the world, and checkpoint-only gangs whose
-        // deadline passed (a later notice may start them again).
-        self.gangs
-            .retain(|g, d| members.contains_key(g.as_str()) && (d.drain || now < d.deadline));
+        // Forget gangs none of whose members in the world is part of the
+        // drain (they left, or all run again), and checkpoint-only gangs
+        // whose deadline passed (a later notice may start them again).
+        self.gangs.retain(|g, d| {
+            let ms = members.get(g.as_str()).map_or(&[][..], |ms| &ms[..]);
+            ms.iter().any(|m| !d.rerun(m)) && (d.drain || now < d.deadline)
+        });
 
         let mut started = false;
         for (pod, deadline, drain) in triggers {
             let Some(group) = group_of(pod) else { continue };
+            // A trigger on the gang's next run, while members of a past
+            // drain are still in the world, starts a drain of its own.
+            let rerun = |d: &GangDrain| {
+                (members.get(group).into_iter().flatten())
+                    .any(|m| m.pod.pod.name == pod && d.rerun(m))
+            };
+            if self.gangs.get(group).is_some_and(rerun) {
+                self.gangs.remove(group);
+            }
             match self.gangs.get_mut(group) {
                 Some(d) => {
                     if deadline < d.deadline {
@@ -190,22 +230,13 @@ impl GangDrains {
                 }
                 None => {
                     started |= drain;
-                    self.gangs.insert(
-                        group.to_string(),
-                        GangDrain {
-                            deadline,
-                            requested_at: now,
-                            drain,
-                            requested: BTreeMap::new(),
-                            evicted: BTreeSet::new(),
-                            gone: BTreeSet::new(),
-                        },
-                    );
+                    self.gangs
+                        .insert(group.to_string(), GangDrain::new(now, deadline, drain));
                 }
             }
             if gone.contains(pod) {
                 if let Some(d) = self.gangs.get_mut(group) {
-                    d.gone.insert(pod.to_string());
+                    d.gone.entry(pod.to_string()).or_insert(now);
                 }
             }
         }
@@ -221,10 +252,11 @@ impl GangDrains {
             let Some(ms) = members.get(group.as_str()) else {
                 continue;
             };
+            let ms: Vec<&Member> = ms.iter().filter(|m| !d.rerun(m)).collect();
             for m in ms.iter().filter(|m| signalled(world, m)) {
                 let name = &m.pod.pod.name;
-                if d.evicted.contains(name)
-                    || d.gone.contains(name)
+                if d.evicted.contains_key(name)
+                    || d.gone.contains_key(name)
                     || d.requested.get(name) == Some(&d.deadline)
                 {
                     continue;
@@ -251,11 +283,12 @@ impl GangDrains {
                         .checkpoint_completed
                         .is_some_and(|t| t >= d.requested_at)
             };
-            if now < d.deadline && !ms.iter().all(acked) {
+            if now < d.deadline && !ms.iter().all(|m| acked(m)) {
                 continue;
             }
             for m in ms {
-                if d.evicted.insert(m.pod.pod.name.clone()) {
+                if let Entry::Vacant(e) = d.evicted.entry(m.pod.pod.name.clone()) {
+                    e.insert(now);
                     actions.push(Action::Evict {
                         pod: m.pod.pod.name.clone(),
                         claim: m.node.claim.clone(),
@@ -310,7 +343,7 @@ impl GangDrains {
         let mut out = Vec::new();
         for (group, d) in self.gangs.iter().filter(|(_, d)| d.drain) {
             for m in members.remove(group.as_str()).into_iter().flatten() {
-                if !d.evicted.contains(&m.pod.pod.name) {
+                if !d.evicted.contains_key(&m.pod.pod.name) && !d.rerun(&m) {
                     out.push(m);
                 }
             }
@@ -441,6 +474,109 @@ mod tests {
         f.node_mut("n2").pods[0].checkpoint_completed = Some(t(20));
         assert_eq!(evictions(&round(&mut s, &mut g, &f, t(20))), ["a", "b"]);
         assert!(g.pods_needing_replacement(&f.world()).is_empty());
+    }
+
+    /// The gang `train` drained whole at 20 after a notice on n1 at 0, both
+    /// members acknowledged.
+    fn drained_at_20() -> (Interruptions, GangDrains) {
+        let mut f = gang_world();
+        let (mut s, mut g) = spot_notice(&f, "n1");
+        round(&mut s, &mut g, &f, t(0));
+        f.node_mut("n1").pods[0].checkpoint_completed = Some(t(10));
+        f.node_mut("n2").pods[0].checkpoint_completed = Some(t(20));
+        assert_eq!(evictions(&round(&mut s, &mut g, &f, t(20))), ["a", "b"]);
+        (s, g)
+    }
+
+    /// A spot notice on `claim` at 1000, due at 1120 (members are asked by
+    /// 1090).
+    fn notice_at_1000(f: &Fixture, claim: &str) -> Interruptions {
+        let mut s = Interruptions::default();
+        let notice = Notice::SpotInterruption {
+            claim: claim.into(),
+            deadline: t(1120),
+        };
+        s.handle(&notice, &f.world(), t(1000));
+        s
+    }
+
+    #[test]
+    fn a_gang_that_runs_again_under_the_same_names_is_asked_again_on_its_next_notice() {
+        let (_, mut g) = drained_at_20();
+        // Its members run again, under the same names, on new nodes, before
+        // any round saw the gang without members.
+        let mut f = Fixture::new([
+            node("n4")
+                .spot()
+                .pods([member("a", "ns/train", 2).started(t(400))]),
+            node("n5")
+                .spot()
+                .pods([member("b", "ns/train", 2).started(t(400))]),
+            node("n3").spot().pods([pod("lone").checkpoints()]),
+        ]);
+        let mut quiet = Interruptions::default();
+        assert_eq!(round(&mut quiet, &mut g, &f, t(500)), []);
+        assert!(!g.is_draining("ns/train"), "the past drain is forgotten");
+        let mut s = notice_at_1000(&f, "n4");
+        let actions = round(&mut s, &mut g, &f, t(1000));
+        assert_eq!(
+            requests(&actions),
+            [
+                ("a".to_string(), "n4".to_string(), t(1090)),
+                ("b".to_string(), "n5".to_string(), t(1090)),
+            ],
+            "{actions:?}"
+        );
+        assert_eq!(g.pods_needing_replacement(&f.world()).len(), 2);
+        f.node_mut("n4").pods[0].checkpoint_completed = Some(t(1010));
+        f.node_mut("n5").pods[0].checkpoint_completed = Some(t(1020));
+        assert_eq!(evictions(&round(&mut s, &mut g, &f, t(1020))), ["a", "b"]);
+    }
+
+    #[test]
+    fn a_member_running_again_beside_one_still_leaving_is_neither_replaced_nor_evicted() {
+        let (_, mut g) = drained_at_20();
+        // `a` still terminates on n1 (its start unknown: taken for the pod
+        // that was evicted); `b` already runs again on n5.
+        let f = Fixture::new([
+            node("n1").spot().pods([member("a", "ns/train", 2)]),
+            node("n5")
+                .spot()
+                .pods([member("b", "ns/train", 2).started(t(400))]),
+        ]);
+        let mut quiet = Interruptions::default();
+        assert_eq!(round(&mut quiet, &mut g, &f, t(500)), []);
+        assert!(g.is_draining("ns/train"), "`a` still leaves");
+        assert!(g.pods_needing_replacement(&f.world()).is_empty());
+        // A notice on b's new node starts a drain of its own.
+        let mut s = notice_at_1000(&f, "n5");
+        let asked: Vec<String> = requests(&round(&mut s, &mut g, &f, t(1000)))
+            .into_iter()
+            .map(|r| r.0)
+            .collect();
+        assert!(asked.contains(&"b".to_string()), "{asked:?}");
+    }
+
+    #[test]
+    fn the_next_run_of_a_member_whose_instance_went_is_not_evicted_with_the_rest() {
+        let f = gang_world();
+        let mut s = Interruptions::default();
+        let mut g = GangDrains::new();
+        s.handle(&Notice::Terminated { claim: "n1".into() }, &f.world(), t(0));
+        round(&mut s, &mut g, &f, t(0));
+        // `a` runs again on n4 while `b` still checkpoints.
+        let mut f = Fixture::new([
+            node("n4")
+                .spot()
+                .pods([member("a", "ns/train", 2).started(t(30))]),
+            node("n2").spot().pods([member("b", "ns/train", 2)]),
+        ]);
+        let leaving: Vec<String> = (g.pods_needing_replacement(&f.world()).iter())
+            .map(|p| p.name.clone())
+            .collect();
+        assert_eq!(leaving, ["b"]);
+        f.node_mut("n2").pods[0].checkpoint_completed = Some(t(40));
+        assert_eq!(evictions(&round(&mut s, &mut g, &f, t(40))), ["b"]);
     }
 
     #[test]

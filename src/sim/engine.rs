@@ -387,6 +387,8 @@ impl<'a> Engine<'a> {
                 self.lost_gpu_hours_so_far += lost_s / 3600.0 * job.gpus();
                 self.book_lost(i, node.as_deref(), lost_s);
                 self.result.jobs_completed += 1;
+                let name = self.jobs[i].job.pod.name.clone();
+                self.result.log.push((t, LogEvent::JobFinished(name)));
             }
         }
         // Checkpoint acknowledgements.

@@ -262,6 +262,8 @@ pub enum LogEvent {
     /// gang arrives as a ProvisioningRequest is created once it is
     /// provisioned.
     JobCreated(String),
+    /// The job finished its work (and left its node).
+    JobFinished(String),
     /// The job was bound to the node and started running there.
     JobStarted {
         /// The job (pod name).

@@ -157,6 +157,8 @@ pub trait PodExt: Sized {
     /// Its checkpoints take `secs` to write
     /// (`quartermaster.dev/checkpoint-duration`).
     fn checkpoint_takes(self, secs: f64) -> Self;
+    /// Started on its node at `at` (`status.startTime`).
+    fn started(self, at: Time) -> Self;
 }
 
 impl PodExt for BoundPod {
@@ -190,6 +192,10 @@ impl PodExt for BoundPod {
     }
     fn checkpoint_takes(mut self, secs: f64) -> Self {
         self.pod.checkpoint_duration_s = Some(secs);
+        self
+    }
+    fn started(mut self, at: Time) -> Self {
+        self.started = Some(at);
         self
     }
 }
