@@ -128,7 +128,10 @@ impl GangDrains {
     /// gang is re-planned whole (in one zone). A later trigger with an
     /// earlier deadline moves the gang's deadline up and asks again. Per-node
     /// requests and evictions of members that the gang's rule does not allow
-    /// yet are held back. Gangs whose members are all gone are forgotten.
+    /// yet are held back. A drain is forgotten once none of its members is
+    /// left but pods that run again under their names (started no earlier
+    /// than they were evicted or found gone: the gang's next run, which a
+    /// later trigger drains afresh).
     ///
     /// Returns whether a new gang drain started (its members are new demand).
     pub fn extend(
