@@ -107,6 +107,56 @@ fn marks(report: &SweepReport) -> (Vec<Drawn>, Vec<(f64, f64)>) {
     (drawn, line)
 }
 
+/// Half the side of the box a mark covers, in pixels (the largest marker
+/// is a triangle of size 8).
+const MARK_HALF: i32 = 8;
+
+/// A box in pixels: left, top, right, bottom.
+type PixelBox = (i32, i32, i32, i32);
+
+fn overlap(a: PixelBox, b: PixelBox) -> bool {
+    a.0 < b.2 && b.0 < a.2 && a.1 < b.3 && b.1 < a.3
+}
+
+/// Where each mark's label goes: the top-left corner of its text, in
+/// pixels from its mark, given the marks' pixel positions and the labels'
+/// sizes. Each label takes the first of eight places around its mark
+/// (up-right first) that covers no mark and no label placed before it, so
+/// values that land close together (riskAversion 1 and 2 a few pixels
+/// apart) stay legible; where all eight are taken it goes up-right.
+fn label_offsets(at: &[(i32, i32)], sizes: &[(u32, u32)]) -> Vec<(i32, i32)> {
+    let marks: Vec<PixelBox> = at
+        .iter()
+        .map(|&(x, y)| (x - MARK_HALF, y - MARK_HALF, x + MARK_HALF, y + MARK_HALF))
+        .collect();
+    let mut placed: Vec<PixelBox> = Vec::new();
+    at.iter()
+        .zip(sizes)
+        .map(|(&(x, y), &(w, h))| {
+            let (w, h) = (w as i32, h as i32);
+            let gap = MARK_HALF + 1;
+            let places = [
+                (gap, -5 - h),
+                (gap, 5),
+                (-gap - w, -5 - h),
+                (-gap - w, 5),
+                (gap + 2, -h / 2),
+                (-gap - 2 - w, -h / 2),
+                (-w / 2, -gap - h),
+                (-w / 2, gap),
+            ];
+            let box_at = |(dx, dy): (i32, i32)| (x + dx, y + dy, x + dx + w, y + dy + h);
+            let free = |o: &(i32, i32)| {
+                let b = box_at(*o);
+                !marks.iter().chain(&placed).any(|m| overlap(b, *m))
+            };
+            let offset = places.iter().copied().find(free).unwrap_or(places[0]);
+            placed.push(box_at(offset));
+            offset
+        })
+        .collect()
+}
+
 /// `shape` in `colour`, centred at `(x, y)` (pixels from its anchor).
 fn marker<DB: DrawingBackend>(
     shape: Shape,
@@ -175,13 +225,18 @@ fn draw(report: &SweepReport, root: &Area<'_>) -> DrawResult {
         line,
         strategy_colour(0).mix(0.5).stroke_width(2),
     ))?;
-    let label_style =
-        TextStyle::from((SANS, 14).into_font()).pos(Pos::new(HPos::Left, VPos::Bottom));
-    for m in &drawn {
+    let label_style = TextStyle::from((SANS, 14).into_font()).pos(Pos::new(HPos::Left, VPos::Top));
+    let at: Vec<(i32, i32)> = (drawn.iter())
+        .map(|m| chart.backend_coord(&(m.lost_pct, m.cost)))
+        .collect();
+    let sizes = (drawn.iter())
+        .map(|m| root.estimate_text_size(&m.label, &label_style))
+        .collect::<std::result::Result<Vec<_>, _>>()?;
+    for (m, offset) in drawn.iter().zip(label_offsets(&at, &sizes)) {
         chart.draw_series(std::iter::once(
             EmptyElement::at((m.lost_pct, m.cost))
                 + marker(m.shape, m.colour, (0, 0))
-                + Text::new(m.label.clone(), (9, -5), label_style.clone()),
+                + Text::new(m.label.clone(), offset, label_style.clone()),
         ))?;
     }
     // The key: the swept strategy's dot, and each baseline's mark shown.
@@ -205,6 +260,32 @@ fn draw(report: &SweepReport, root: &Area<'_>) -> DrawResult {
 mod tests {
     use super::*;
     use crate::sim::sweep::fixtures::sweep_of;
+
+    #[test]
+    fn labels_of_marks_close_together_cover_neither_each_other_nor_any_mark() {
+        // spot-training's riskAversion 1, 2, 3 and 4: four marks within a
+        // few pixels, each label 8 by 14 pixels.
+        let at = [(770, 522), (764, 523), (744, 508), (749, 492), (1043, 499)];
+        let sizes = [(8, 14); 5];
+        let offsets = label_offsets(&at, &sizes);
+        let boxes: Vec<PixelBox> = (at.iter().zip(&offsets))
+            .map(|(&(x, y), &(dx, dy))| (x + dx, y + dy, x + dx + 8, y + dy + 14))
+            .collect();
+        for (i, b) in boxes.iter().enumerate() {
+            for (j, c) in boxes.iter().enumerate().filter(|(j, _)| *j != i) {
+                assert!(!overlap(*b, *c), "labels {i} and {j}: {b:?} {c:?}");
+            }
+            for &(x, y) in &at {
+                let mark = (x - MARK_HALF, y - MARK_HALF, x + MARK_HALF, y + MARK_HALF);
+                assert!(
+                    !overlap(*b, mark),
+                    "label {i} {b:?} covers the mark at {x},{y}"
+                );
+            }
+        }
+        // A lone mark keeps the first place, up and to the right.
+        assert_eq!(label_offsets(&[(100, 100)], &[(8, 14)]), [(9, -19)]);
+    }
 
     #[test]
     fn the_frontier_marks_each_value_and_each_baseline_once_and_rings_a_beaten_value() {
