@@ -37,6 +37,9 @@ struct GangDrain {
     /// Members whose instance is gone, with when it was found gone: not
     /// asked, not waited for.
     gone: BTreeMap<String, Time>,
+    /// When the drain evicted the gang (it evicts every member it holds in
+    /// one round).
+    first_eviction: Option<Time>,
 }
 
 impl GangDrain {
@@ -49,19 +52,27 @@ impl GangDrain {
             requested: BTreeMap::new(),
             evicted: BTreeMap::new(),
             gone: BTreeMap::new(),
+            first_eviction: None,
         }
     }
 
-    /// Whether `m` runs again under the name of a member that left this
-    /// drain: it started (`status.startTime`) no earlier than its name was
-    /// evicted or found gone. Such a pod is the gang's next run, not part of
-    /// this drain: it is neither asked, waited for, evicted nor replaced
+    /// Whether `m` is the gang's next run rather than part of this drain:
+    /// it started (`status.startTime`) no earlier than its name was evicted
+    /// or found gone (a PyTorchJob's `name-worker-N` recreated, the
+    /// simulator's job re-bound), or, under another name (a Job's or
+    /// JobSet's replacement pod), no earlier than the drain evicted the
+    /// gang. Such a pod is neither asked, waited for, evicted nor replaced
     /// here, and a trigger on it starts a drain of its own. A pod whose
-    /// start is unknown is taken for the one that left.
+    /// start is unknown is taken for part of the drain.
     fn rerun(&self, m: &Member) -> bool {
+        let Some(started) = m.pod.started else {
+            return false;
+        };
         let name = &m.pod.pod.name;
-        let left = self.evicted.get(name).or_else(|| self.gone.get(name));
-        left.is_some_and(|t| m.pod.started.is_some_and(|s| s >= *t))
+        let left = (self.evicted.get(name))
+            .or_else(|| self.gone.get(name))
+            .or(self.first_eviction.as_ref());
+        left.is_some_and(|t| started >= *t)
     }
 }
 
@@ -292,6 +303,7 @@ impl GangDrains {
             for m in ms {
                 if let Entry::Vacant(e) = d.evicted.entry(m.pod.pod.name.clone()) {
                     e.insert(now);
+                    d.first_eviction.get_or_insert(now);
                     actions.push(Action::Evict {
                         pod: m.pod.pod.name.clone(),
                         claim: m.node.claim.clone(),
@@ -547,10 +559,7 @@ mod tests {
                 .spot()
                 .pods([member("b", "ns/train", 2).started(t(400))]),
         ]);
-        let mut quiet = Interruptions::default();
-        assert_eq!(round(&mut quiet, &mut g, &f, t(500)), []);
-        assert!(g.is_draining("ns/train"), "`a` still leaves");
-        assert!(g.pods_needing_replacement(&f.world()).is_empty());
+        still_leaving_and_nothing_to_do(&mut g, &f, t(500));
         // A notice on b's new node starts a drain of its own.
         let mut s = notice_at_1000(&f, "n5");
         let asked: Vec<String> = requests(&round(&mut s, &mut g, &f, t(1000)))
@@ -558,6 +567,31 @@ mod tests {
             .map(|r| r.0)
             .collect();
         assert!(asked.contains(&"b".to_string()), "{asked:?}");
+    }
+
+    #[test]
+    fn a_replacement_under_a_new_name_that_binds_while_the_old_run_terminates_is_left_alone() {
+        let (_, mut g) = drained_at_20();
+        // `a` and `b` still terminate; the Job's replacement `a2` already
+        // runs on room that was free.
+        let f = Fixture::new([
+            node("n1").spot().pods([member("a", "ns/train", 2)]),
+            node("n2").spot().pods([member("b", "ns/train", 2)]),
+            node("n5")
+                .spot()
+                .pods([member("a2", "ns/train", 2).started(t(30))]),
+        ]);
+        still_leaving_and_nothing_to_do(&mut g, &f, t(40));
+    }
+
+    /// At `now`, without a notice: the old drain holds (its pods still
+    /// terminate), nothing is asked or evicted, and the next run is not
+    /// demand for replacement.
+    fn still_leaving_and_nothing_to_do(g: &mut GangDrains, f: &Fixture, now: Time) {
+        let mut quiet = Interruptions::default();
+        assert_eq!(round(&mut quiet, g, f, now), []);
+        assert!(g.is_draining("ns/train"), "the old run still leaves");
+        assert!(g.pods_needing_replacement(&f.world()).is_empty());
     }
 
     #[test]
