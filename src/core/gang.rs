@@ -139,10 +139,9 @@ impl GangDrains {
     /// gang is re-planned whole (in one zone). A later trigger with an
     /// earlier deadline moves the gang's deadline up and asks again. Per-node
     /// requests and evictions of members that the gang's rule does not allow
-    /// yet are held back. A drain is forgotten once none of its members is
-    /// left but pods that run again under their names (started no earlier
-    /// than they were evicted or found gone: the gang's next run, which a
-    /// later trigger drains afresh).
+    /// yet are held back. A drain is forgotten once every pod of its gang
+    /// left in the world is the gang's next run (`GangDrain::rerun`), which a
+    /// later trigger drains afresh.
     ///
     /// Returns whether a new gang drain started (its members are new demand).
     pub fn extend(
@@ -324,8 +323,8 @@ impl GangDrains {
             .min()
     }
 
-    /// The running members of draining gangs that have not been evicted yet:
-    /// demand for the provisioner, so that the whole gang's replacement
+    /// The running members of draining gangs that have not been evicted yet
+    /// (and are not the gang's next run): demand for the provisioner, so that the whole gang's replacement
     /// capacity launches at once.
     pub fn pods_needing_replacement(&self, world: &World) -> Vec<Pod> {
         self.leaving(world)
