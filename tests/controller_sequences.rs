@@ -1752,6 +1752,46 @@ async fn a_notice_on_one_gang_member_asks_every_member_to_checkpoint_by_one_dead
         .filter(|a| matches!(a, Action::Evict { .. }))
         .collect();
     execute_scripted(&s, &evictions, "ip-10-0-0-1", now).await;
+
+    // The gang runs again under the same names on two new nodes (as a
+    // PyTorchJob recreates its workers), started after the eviction; the
+    // old pods and nodes are gone. Its next notice asks both again.
+    // (A cloud of its own: this one's third spot launch is refused.)
+    let later = self::cloud();
+    let (c, pid_c) = ready_claim_named(&later, "gpu-c", "ip-10-0-0-3").await;
+    let (d, pid_d) = ready_claim_named(&later, "gpu-d", "ip-10-0-0-4").await;
+    let rerun = |name: &str, node: &str| {
+        let mut p = gpu_pod(name, Some(node), member(json!({})));
+        p.status.as_mut().unwrap().start_time =
+            Some(quartermaster::controller::snapshot::to_k8s_time(t(1300)));
+        p
+    };
+    s.reset(vec![
+        rerun("train-0", "ip-10-0-0-3"),
+        rerun("train-1", "ip-10-0-0-4"),
+    ]);
+    s.reset(vec![
+        node("ip-10-0-0-3", &pid_c, gpu_taint.clone(), true, Some("1")),
+        node("ip-10-0-0-4", &pid_d, gpu_taint, true, Some("1")),
+    ]);
+    s.reset(vec![c, d]);
+    let quiet = decide_at(&mut core, &s, &catalog, t(1400));
+    assert_eq!(pod_actions(&quiet), [], "{quiet:?}");
+    let notice_at = t(2000);
+    let notice = Notice::SpotInterruption {
+        claim: "gpu-c".into(),
+        deadline: notice_at + chrono::TimeDelta::seconds(120),
+    };
+    notify(&mut core, &s, &catalog, &notice, notice_at);
+    let again = decide_at(&mut core, &s, &catalog, notice_at);
+    assert_eq!(
+        pod_actions(&again),
+        [
+            ("checkpoint", "ml/train-0".to_string()),
+            ("checkpoint", "ml/train-1".to_string())
+        ],
+        "{again:?}"
+    );
 }
 
 #[tokio::test]
