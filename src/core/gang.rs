@@ -324,8 +324,8 @@ impl GangDrains {
     }
 
     /// The running members of draining gangs that have not been evicted yet
-    /// (and are not the gang's next run): demand for the provisioner, so that the whole gang's replacement
-    /// capacity launches at once.
+    /// (and are not the gang's next run): demand for the provisioner, so
+    /// that the whole gang's replacement capacity launches at once.
     pub fn pods_needing_replacement(&self, world: &World) -> Vec<Pod> {
         self.leaving(world)
             .into_iter()
@@ -347,7 +347,8 @@ impl GangDrains {
         out
     }
 
-    /// The running members of draining gangs not evicted yet, gang by gang.
+    /// The running members of draining gangs not evicted yet (and not the
+    /// gang's next run), gang by gang.
     /// Without a draining gang the cluster's pods are not scanned.
     fn leaving<'a>(&self, world: &World<'a>) -> Vec<Member<'a>> {
         if !self.gangs.values().any(|d| d.drain) {
@@ -410,12 +411,25 @@ mod tests {
 
     /// The decisions after a spot notice on `claim` at 0, due at 120.
     fn spot_notice(f: &Fixture, claim: &str) -> (Interruptions, GangDrains) {
+        (notice_at(f, claim, 0), GangDrains::new())
+    }
+
+    /// The interruption decisions after a spot notice on `claim` at `at`,
+    /// due 120 s later (members are asked by `at` + 90).
+    fn notice_at(f: &Fixture, claim: &str, at: i64) -> Interruptions {
         let mut s = Interruptions::default();
         let notice = Notice::SpotInterruption {
             claim: claim.into(),
-            deadline: t(120),
+            deadline: t(at + 120),
         };
-        s.handle(&notice, &f.world(), t(0));
+        s.handle(&notice, &f.world(), t(at));
+        s
+    }
+
+    /// The decisions after n1's instance went without notice at 0.
+    fn n1_terminated(f: &Fixture) -> (Interruptions, GangDrains) {
+        let mut s = Interruptions::default();
+        s.handle(&Notice::Terminated { claim: "n1".into() }, &f.world(), t(0));
         (s, GangDrains::new())
     }
 
@@ -502,18 +516,6 @@ mod tests {
         (s, g)
     }
 
-    /// A spot notice on `claim` at 1000, due at 1120 (members are asked by
-    /// 1090).
-    fn notice_at_1000(f: &Fixture, claim: &str) -> Interruptions {
-        let mut s = Interruptions::default();
-        let notice = Notice::SpotInterruption {
-            claim: claim.into(),
-            deadline: t(1120),
-        };
-        s.handle(&notice, &f.world(), t(1000));
-        s
-    }
-
     #[test]
     fn a_gang_that_runs_again_under_the_same_names_is_asked_again_on_its_next_notice() {
         let (_, mut g) = drained_at_20();
@@ -531,7 +533,7 @@ mod tests {
         let mut quiet = Interruptions::default();
         assert_eq!(round(&mut quiet, &mut g, &f, t(500)), []);
         assert!(!g.is_draining("ns/train"), "the past drain is forgotten");
-        let mut s = notice_at_1000(&f, "n4");
+        let mut s = notice_at(&f, "n4", 1000);
         let actions = round(&mut s, &mut g, &f, t(1000));
         assert_eq!(
             requests(&actions),
@@ -560,7 +562,7 @@ mod tests {
         ]);
         still_leaving_and_nothing_to_do(&mut g, &f, t(500));
         // A notice on b's new node starts a drain of its own.
-        let mut s = notice_at_1000(&f, "n5");
+        let mut s = notice_at(&f, "n5", 1000);
         let asked: Vec<String> = requests(&round(&mut s, &mut g, &f, t(1000)))
             .into_iter()
             .map(|r| r.0)
@@ -596,9 +598,7 @@ mod tests {
     #[test]
     fn the_next_run_of_a_member_whose_instance_went_is_not_evicted_with_the_rest() {
         let f = gang_world();
-        let mut s = Interruptions::default();
-        let mut g = GangDrains::new();
-        s.handle(&Notice::Terminated { claim: "n1".into() }, &f.world(), t(0));
+        let (mut s, mut g) = n1_terminated(&f);
         round(&mut s, &mut g, &f, t(0));
         // `a` runs again on n4 while `b` still checkpoints.
         let mut f = Fixture::new([
@@ -673,9 +673,7 @@ mod tests {
     #[test]
     fn a_member_whose_instance_is_gone_takes_the_rest_of_the_gang_along() {
         let f = gang_world();
-        let mut s = Interruptions::default();
-        let mut g = GangDrains::new();
-        s.handle(&Notice::Terminated { claim: "n1".into() }, &f.world(), t(0));
+        let (mut s, mut g) = n1_terminated(&f);
         let actions = round(&mut s, &mut g, &f, t(0));
         assert!(actions.contains(&Action::Delete {
             claim: "n1".into(),
