@@ -203,8 +203,7 @@ fn greedy_keeps_the_examples_zone_spread_and_never_comes_in_under_the_mips_bound
 
 #[test]
 fn plan_reports_a_badly_annotated_pod_naming_the_annotation_rather_than_placing_it_without() {
-    let dir = std::env::temp_dir().join(format!("qm-plan-annot-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
+    let dir = crate::support::TempDir::new("qm-plan-annot");
     let pods = dir.join("pods.yaml");
     std::fs::write(
         &pods,
@@ -235,8 +234,7 @@ fn plan_reports_a_badly_annotated_pod_naming_the_annotation_rather_than_placing_
 
 #[test]
 fn plan_caps_a_hostname_spread_per_node_and_reports_pod_affinity_rather_than_placing_it_without() {
-    let dir = std::env::temp_dir().join(format!("qm-plan-interpod-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
+    let dir = crate::support::TempDir::new("qm-plan-interpod");
     let pods = dir.join("pods.yaml");
     let pod = |name: &str, app: &str, extra: &str| {
         format!(
@@ -283,8 +281,7 @@ fn plan_caps_a_hostname_spread_per_node_and_reports_pod_affinity_rather_than_pla
 
 #[test]
 fn plan_refuses_a_misspelt_nodepool_field_with_its_path_and_line_rather_than_dropping_it() {
-    let dir = std::env::temp_dir().join(format!("qm-plan-typo-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
+    let dir = crate::support::TempDir::new("qm-plan-typo");
     let bad = dir.join("pools.yaml");
     let text = std::fs::read_to_string(POOLS)
         .unwrap()
@@ -304,8 +301,7 @@ fn plan_refuses_a_misspelt_nodepool_field_with_its_path_and_line_rather_than_dro
 
 #[test]
 fn plan_refuses_an_invalid_nodepool_naming_the_field() {
-    let dir = std::env::temp_dir().join(format!("qm-plan-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
+    let dir = crate::support::TempDir::new("qm-plan");
     let bad = dir.join("pools.yaml");
     std::fs::write(
         &bad,
@@ -323,8 +319,7 @@ const IMPOSSIBLE_POD: &str = "apiVersion: v1\nkind: Pod\nmetadata: {name: huge, 
 
 #[test]
 fn plan_exits_3_on_unschedulable_pods_only_when_asked() {
-    let dir = std::env::temp_dir().join(format!("qm-plan-fail-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
+    let dir = crate::support::TempDir::new("qm-plan-fail");
     let pods = dir.join("pods.yaml");
     std::fs::write(&pods, IMPOSSIBLE_POD).unwrap();
     let pods = pods.to_str().unwrap();
@@ -431,9 +426,7 @@ const LONG_UNCHECKPOINTED_POD: &str = "apiVersion: v1\nkind: Pod\nmetadata: {nam
 /// with `riskAversion: aversion`: the capacity type of the node the pod got
 /// and the explanations.
 fn explained_plan(pods: &str, aversion: f64) -> (String, Vec<String>) {
-    let dir =
-        std::env::temp_dir().join(format!("qm-plan-explain-{}-{aversion}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
+    let dir = crate::support::TempDir::new("qm-plan-explain");
     let (pod_file, pool_file) = (dir.join("pods.yaml"), dir.join("pools.yaml"));
     std::fs::write(&pod_file, pods).unwrap();
     std::fs::write(
@@ -451,7 +444,6 @@ fn explained_plan(pods: &str, aversion: f64) -> (String, Vec<String>) {
         "--output",
         "json",
     ]));
-    let _ = std::fs::remove_dir_all(&dir);
     let nodes = v["nodes"].as_array().unwrap();
     assert_eq!(nodes.len(), 1, "{v}");
     let explanations = v["explanations"]
@@ -493,7 +485,8 @@ fn plan_explain_says_when_risk_not_price_put_a_pod_on_on_demand() {
 
 #[test]
 fn plan_uses_a_reservation_first_and_explains_the_expired_one() {
-    let pools = std::env::temp_dir().join(format!("qm-reserved-pools-{}.yaml", std::process::id()));
+    let dir = crate::support::TempDir::new("qm-reserved-pools");
+    let pools = dir.join("pools.yaml");
     let text =
         std::fs::read_to_string(std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join(POOLS))
             .unwrap()
@@ -554,7 +547,6 @@ fn plan_uses_a_reservation_first_and_explains_the_expired_one() {
         table.contains("not usable: cr-0a1b2c3d4e5f60002 ended"),
         "{table}"
     );
-    let _ = std::fs::remove_file(pools);
 }
 
 /// A CPU pod selecting `topology.kubernetes.io/zone: ZONE`.
@@ -594,8 +586,7 @@ fn planned_zone(dir: &std::path::Path, pods: &str, extra: &[&str]) -> (String, S
 
 #[test]
 fn a_pod_selecting_a_zone_by_name_or_by_id_is_placed_in_that_zone() {
-    let dir = std::env::temp_dir().join(format!("qm-plan-zone-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
+    let dir = crate::support::TempDir::new("qm-plan-zone");
     // The default rule: use1-az1 is us-east-1a, use1-az4 us-east-1d.
     assert_eq!(
         planned_zone(&dir, &zone_pod("us-east-1a"), &[]),
@@ -622,7 +613,6 @@ fn a_pod_selecting_a_zone_by_name_or_by_id_is_placed_in_that_zone() {
     ]);
     assert!(!bad.status.success());
     assert!(String::from_utf8_lossy(&bad.stderr).contains("--zone-names"));
-    let _ = std::fs::remove_dir_all(&dir);
 }
 
 const KARPENTER_POOLS: &str = "tests/fixtures/karpenter/nodepools.yaml";
@@ -695,8 +685,7 @@ fn a_karpenter_nodepool_plans_the_families_and_capacity_types_it_allows_and_pods
             "quartermaster.dev/gpu-count",
         );
     assert_ne!(ours, text);
-    let dir = std::env::temp_dir().join(format!("qm-plan-karpenter-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
+    let dir = crate::support::TempDir::new("qm-plan-karpenter");
     let file = dir.join("nodepools.yaml");
     std::fs::write(&file, ours).unwrap();
     let theirs = karpenter_plan(file.to_str().unwrap());
@@ -710,5 +699,4 @@ fn a_karpenter_nodepool_plans_the_families_and_capacity_types_it_allows_and_pods
             .collect()
     };
     assert_eq!(gpu_nodes(&v), gpu_nodes(&theirs));
-    let _ = std::fs::remove_dir_all(&dir);
 }

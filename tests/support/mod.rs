@@ -14,3 +14,34 @@ pub fn free_port() -> u16 {
         .expect("a free loopback port")
         .port()
 }
+
+/// A fresh directory under the system's temporary one, removed with all it holds when the
+/// test that made it ends, passing or panicking, so that test runs leave nothing behind.
+pub struct TempDir(std::path::PathBuf);
+
+impl TempDir {
+    /// Creates `<tmp>/<prefix>-<pid>-<n>`, unique within and across test processes.
+    pub fn new(prefix: &str) -> Self {
+        let dir = std::env::temp_dir().join(moto::unique(prefix));
+        std::fs::create_dir_all(&dir).expect("a temporary directory");
+        Self(dir)
+    }
+
+    /// A path inside the directory.
+    pub fn join(&self, name: &str) -> std::path::PathBuf {
+        self.0.join(name)
+    }
+}
+
+impl std::ops::Deref for TempDir {
+    type Target = std::path::Path;
+    fn deref(&self) -> &std::path::Path {
+        &self.0
+    }
+}
+
+impl Drop for TempDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
