@@ -456,18 +456,12 @@ spec:
   - cel: {expression: "device.driver == 'gpu.nvidia.com' && device.attributes['gpu.nvidia.com'].type == 'gpu'"}
 "#;
 
+    /// The DRA objects of `CLASSES` and `yaml`, read as `plan` reads them.
     fn objects(yaml: &str) -> Objects {
-        let mut o = Objects::default();
-        for doc in serde_norway::Deserializer::from_str(&format!("{CLASSES}\n---\n{yaml}")) {
-            let v: serde_json::Value = serde::Deserialize::deserialize(doc).unwrap();
-            match v["kind"].as_str() {
-                Some("DeviceClass") => o.add_class(serde_json::from_value(v).unwrap()),
-                Some("ResourceClaim") => o.add_claim(serde_json::from_value(v).unwrap()),
-                Some("ResourceClaimTemplate") => o.add_template(serde_json::from_value(v).unwrap()),
-                _ => panic!("{v}"),
-            }
-        }
-        o
+        let mut m = crate::cluster::workloads::Manifests::default();
+        m.parse(&format!("{CLASSES}\n---\n{yaml}")).unwrap();
+        assert!(m.pods.is_empty() && m.other.is_empty(), "{:?}", m.other);
+        m.dra
     }
 
     /// A GPU-tolerating pod with one claim: a template's (`template`) or a

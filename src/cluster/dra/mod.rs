@@ -781,20 +781,15 @@ mod tests {
     use super::*;
     use crate::cluster::Resources;
 
+    /// The claims and templates of `yaml`, read as `plan` reads them, with
+    /// the compiled test classes.
     fn objects(yaml: &str) -> Objects {
-        let mut o = Objects {
+        let mut m = crate::cluster::workloads::Manifests::default();
+        m.parse(yaml).unwrap();
+        Objects {
             classes: classes(),
-            ..Objects::default()
-        };
-        for doc in serde_norway::Deserializer::from_str(yaml) {
-            let v: serde_json::Value = serde::Deserialize::deserialize(doc).unwrap();
-            match v["kind"].as_str() {
-                Some("ResourceClaim") => o.add_claim(serde_json::from_value(v).unwrap()),
-                Some("ResourceClaimTemplate") => o.add_template(serde_json::from_value(v).unwrap()),
-                _ => {}
-            }
+            ..m.dra
         }
-        o
     }
 
     fn pod(name: &str, claims: &[(&str, Option<&str>, Option<&str>)]) -> Pod {
