@@ -829,9 +829,10 @@ mod tests {
 
     #[test]
     fn a_repaired_column_prices_out_by_the_resource_that_costs_the_bound_least() {
-        // One node of cost 10 with one unit of each of two resources; the
-        // class takes half of the first and a tenth of the second, and its
-        // dual (20 per pod) is above what the node can cover.
+        // One node of cost 10 with one unit of each of two resources. Class
+        // 0 takes half of the first and a tenth of the second, class 1 all
+        // of the second; their duals (20 and 5 per pod) are more than the
+        // node can cover.
         let col = |covers: Vec<usize>| Col {
             node: 10.0,
             price: 10.0,
