@@ -315,6 +315,16 @@ fn notify(core: &mut Core, s: &Store, catalog: &Catalog, notice: &Notice, now: T
     core.handle_notice(notice, &parts.world(catalog, REGION), now);
 }
 
+/// Hands the core EC2's spot interruption notice for `claim` at `at` (two
+/// minutes before the instance goes), over what the store holds.
+fn spot_notice(core: &mut Core, s: &Store, catalog: &Catalog, claim: &str, at: Time) {
+    let notice = Notice::SpotInterruption {
+        claim: claim.into(),
+        deadline: at + chrono::TimeDelta::seconds(120),
+    };
+    notify(core, s, catalog, &notice, at);
+}
+
 /// Executes `actions` at `now` against an API scripted for exactly them
 /// ([`script_for`], `node` the one cordoned) and checks that every scripted
 /// request was made.
@@ -897,11 +907,7 @@ async fn an_interruption_leads_to_a_checkpoint_request_then_evictions_after_the_
     let mut core = Core::new(Config::default());
     let notice_at = t(1000);
     let deadline = notice_at + chrono::TimeDelta::seconds(120);
-    let notice = Notice::SpotInterruption {
-        claim: name.clone(),
-        deadline,
-    };
-    notify(&mut core, &s, &catalog, &notice, notice_at);
+    spot_notice(&mut core, &s, &catalog, &name, notice_at);
     let first = decide_at(&mut core, &s, &catalog, notice_at);
     expect_drain_starts_with_a_checkpoint_request(&first, &name);
     execute_scripted(&s, &first, "ip-10-0-0-1", notice_at).await;
@@ -1696,11 +1702,7 @@ async fn a_notice_on_one_gang_member_asks_every_member_to_checkpoint_by_one_dead
     let catalog = catalog();
     let mut core = Core::new(Config::default());
     let notice_at = t(1000);
-    let notice = Notice::SpotInterruption {
-        claim: "gpu-a".into(),
-        deadline: notice_at + chrono::TimeDelta::seconds(120),
-    };
-    notify(&mut core, &s, &catalog, &notice, notice_at);
+    spot_notice(&mut core, &s, &catalog, "gpu-a", notice_at);
     let first = decide_at(&mut core, &s, &catalog, notice_at);
     let deadlines: Vec<(String, Time)> = first
         .iter()
@@ -1778,11 +1780,7 @@ async fn a_notice_on_one_gang_member_asks_every_member_to_checkpoint_by_one_dead
     let quiet = decide_at(&mut core, &s, &catalog, t(1400));
     assert_eq!(pod_actions(&quiet), [], "{quiet:?}");
     let notice_at = t(2000);
-    let notice = Notice::SpotInterruption {
-        claim: "gpu-c".into(),
-        deadline: notice_at + chrono::TimeDelta::seconds(120),
-    };
-    notify(&mut core, &s, &catalog, &notice, notice_at);
+    spot_notice(&mut core, &s, &catalog, "gpu-c", notice_at);
     let again = decide_at(&mut core, &s, &catalog, notice_at);
     assert_eq!(
         pod_actions(&again),
