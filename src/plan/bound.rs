@@ -473,20 +473,18 @@ fn lp_bound(
         let violated: Vec<usize> = (0..cols.len())
             .filter(|x| !rows.contains(x) && !priced_out(&cols[*x], &pi, &lambda, &req))
             .collect();
-        let demand_part: f64 = pi.iter().zip(&demand).map(|(p, d)| p * d).sum();
         let cover_part: f64 = lambda.iter().zip(cover).map(|(l, w)| l * w).sum();
-        let value = demand_part + cover_part;
+        // The dual objective of demand duals `pi` with these cover duals.
+        let dual_value = |pi: &[f64]| -> f64 {
+            pi.iter().zip(&demand).map(|(p, d)| p * d).sum::<f64>() + cover_part
+        };
+        let value = dual_value(&pi);
         if violated.is_empty() {
             return Some(value);
         }
         let mut repaired = pi.clone();
         if repair(&violated, cols, (&mut repaired, &demand), &lambda, &req) {
-            let within: f64 = repaired
-                .iter()
-                .zip(&demand)
-                .map(|(p, d)| p * d)
-                .sum::<f64>()
-                + cover_part;
+            let within = dual_value(&repaired);
             if value - within <= SETTLED * value.abs().max(1.0) {
                 return Some(within);
             }
