@@ -487,7 +487,7 @@ impl Consolidation {
             round.node(claim).is_some()
                 && d.replacement
                     .as_ref()
-                    .is_none_or(|(r, at)| all_ready(world, r) || now < after(*at, timeout))
+                    .is_none_or(|(r, at)| all_ready(&round, r) || now < after(*at, timeout))
         });
         self.resume_orphans(&round);
         let mut out = Vec::new();
@@ -853,7 +853,7 @@ impl Consolidation {
             }
             if d.replacement
                 .as_ref()
-                .is_some_and(|(r, _)| !all_ready(world, r))
+                .is_some_and(|(claims, _)| !all_ready(r, claims))
             {
                 continue;
             }
@@ -1260,17 +1260,13 @@ fn daemonset_overhead(n: &ManagedNode) -> Resources {
     o.at_least_zero()
 }
 
-/// Whether every claim is a ready node in the world.
-fn all_ready(world: &World, claims: &[String]) -> bool {
-    claims.iter().all(|c| ready(world, c))
-}
-
-/// Whether the claim is a ready node in the world.
-fn ready(world: &World, claim: &str) -> bool {
-    world
-        .nodes
-        .iter()
-        .any(|n| n.claim == claim && n.ready_at.is_some() && !n.state.in_flight)
+/// Whether every claim is a ready node in the round's world (looked up in
+/// the round's index of claims, not by a scan of the nodes per claim).
+fn all_ready(r: &Round, claims: &[String]) -> bool {
+    claims.iter().all(|c| {
+        r.node(c)
+            .is_some_and(|n| n.ready_at.is_some() && !n.state.in_flight)
+    })
 }
 
 fn saving(d: &Decision) -> f64 {
