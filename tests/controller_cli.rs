@@ -180,7 +180,7 @@ fn the_aws_cloud_runs_without_a_settings_file_but_not_with_a_missing_one() {
 
 #[test]
 fn device_data_that_does_not_read_is_refused_with_its_line_before_connecting() {
-    let dir = tempdir();
+    let dir = support::TempDir::new("qm-controller-cli");
     let bad = dir.join("devices.yaml");
     std::fs::write(
         &bad,
@@ -216,21 +216,6 @@ fn device_data_that_does_not_read_is_refused_with_its_line_before_connecting() {
     ]);
     let err = stderr(&out);
     assert!(err.contains("Kubernetes API"), "{err}");
-    std::fs::remove_dir_all(&dir).ok();
-}
-
-/// A fresh directory under the system's temporary one.
-fn tempdir() -> std::path::PathBuf {
-    let dir = std::env::temp_dir().join(format!(
-        "qm-controller-cli-{}-{}",
-        std::process::id(),
-        std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .unwrap()
-            .as_nanos()
-    ));
-    std::fs::create_dir_all(&dir).unwrap();
-    dir
 }
 
 /// The chart's example AWS settings as its ConfigMap renders them from
@@ -260,8 +245,7 @@ fn chart_aws_settings(dir: &std::path::Path) -> std::path::PathBuf {
 
 #[test]
 fn the_charts_aws_settings_are_accepted_and_must_name_the_same_cluster() {
-    let dir = std::env::temp_dir().join(format!("qm-controller-cli-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
+    let dir = support::TempDir::new("qm-controller-cli");
     let file = chart_aws_settings(&dir);
     let file = file.to_str().unwrap();
     let run = |cluster: &str| {
@@ -291,14 +275,12 @@ fn the_charts_aws_settings_are_accepted_and_must_name_the_same_cluster() {
     assert_eq!(out.status.code(), Some(2));
     let err = stderr(&out);
     assert!(err.contains(r#"names cluster "prod""#), "{err}");
-    std::fs::remove_dir_all(&dir).unwrap();
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_binary_syncs_leads_serves_and_hands_the_lease_back_on_sigterm() {
     let server = HttpApi::start(FakeApi::new()).await;
-    let dir = std::env::temp_dir().join(format!("qm-controller-e2e-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
+    let dir = support::TempDir::new("qm-controller-e2e");
     let kubeconfig = dir.join("kubeconfig");
     server.write_kubeconfig(&kubeconfig);
     let (metrics_port, health_port) = (free_port(), free_port());
@@ -388,5 +370,4 @@ async fn the_binary_syncs_leads_serves_and_hands_the_lease_back_on_sigterm() {
         .path
         .starts_with("/apis/quartermaster.dev/v1alpha1/nodepools")));
     drop(server);
-    std::fs::remove_dir_all(&dir).unwrap();
 }

@@ -915,8 +915,7 @@ fn simulate_over_several_seeds_reports_the_spread_and_each_seed() {
 /// anything runs.
 #[test]
 fn a_sweep_point_is_the_seeds_run_of_the_scenario_with_that_value_written_in() {
-    let dir = std::env::temp_dir().join(format!("qm-sweep-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
+    let dir = crate::support::TempDir::new("qm-sweep");
     let report = dir.join("report");
     let values = ["0", "8"];
     let sweep = format!("nodePools.train.risk.riskAversion={}", values.join(","));
@@ -985,7 +984,6 @@ fn a_sweep_point_is_the_seeds_run_of_the_scenario_with_that_value_written_in() {
     assert!(!bad.status.success());
     let err = String::from_utf8_lossy(&bad.stderr);
     assert!(err.contains("did you mean riskAversion?"), "{err}");
-    let _ = std::fs::remove_dir_all(dir);
 }
 
 /// On the smoke scenario (a storm on g5/g6 spot), raising the pool's

@@ -53,13 +53,10 @@ cloud:
 /// `simulate` on the scenario text (written to a fresh folder named by
 /// `case`), JSON output.
 fn simulate(case: &str, yaml: &str) -> Output {
-    let dir = std::env::temp_dir().join(format!("qm-bad-trace-{}-{case}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
+    let dir = crate::support::TempDir::new(&format!("qm-bad-trace-{case}"));
     let file = dir.join("scenario.yaml");
     std::fs::write(&file, yaml).unwrap();
-    let out = qm(&["simulate", file.to_str().unwrap(), "--output", "json"]);
-    let _ = std::fs::remove_dir_all(&dir);
-    out
+    qm(&["simulate", file.to_str().unwrap(), "--output", "json"])
 }
 
 /// The run failed and its stderr holds every one of `needles`; returns it.

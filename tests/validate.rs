@@ -1,5 +1,6 @@
 //! `quartermaster validate`, run as a user runs it.
 
+use crate::support::TempDir;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
@@ -20,13 +21,9 @@ fn validate(files: &[&Path]) -> Run {
     }
 }
 
-/// A file with `text` in a fresh temporary directory.
-fn file(name: &str, text: &str) -> PathBuf {
-    let dir = std::env::temp_dir().join(format!(
-        "quartermaster-validate-{}-{name}",
-        std::process::id()
-    ));
-    std::fs::create_dir_all(&dir).unwrap();
+/// A file with `text` in the test's temporary directory `dir` (removed,
+/// with the file, when the test ends).
+fn file(dir: &TempDir, name: &str, text: &str) -> PathBuf {
     let path = dir.join(name);
     std::fs::write(&path, text).unwrap();
     path
@@ -69,7 +66,9 @@ fn every_example_is_valid() {
 
 #[test]
 fn a_broken_cron_and_an_unknown_time_zone_are_both_named() {
+    let dir = TempDir::new("qm-validate");
     let f = file(
+        &dir,
         "prewarm.yaml",
         &pool(
             "office",
@@ -101,7 +100,9 @@ fn a_broken_cron_and_an_unknown_time_zone_are_both_named() {
 
 #[test]
 fn a_mig_profile_on_g5_fails() {
+    let dir = TempDir::new("qm-validate");
     let f = file(
+        &dir,
         "mig-g5.yaml",
         &pool(
             "mig-on-a10g",
@@ -126,7 +127,9 @@ fn a_mig_profile_on_g5_fails() {
 
 #[test]
 fn one_bad_document_fails_the_run_but_the_good_ones_are_still_reported() {
+    let dir = TempDir::new("qm-validate");
     let f = file(
+        &dir,
         "two.yaml",
         &format!(
             "{}---\n{}",
@@ -162,9 +165,11 @@ fn a_missing_file_fails() {
 
 #[test]
 fn non_yaml_and_other_kinds_fail() {
-    let text = file("notes.txt", "just some notes, not a manifest\n");
-    let broken = file("broken.yaml", "spec: [unclosed\n");
+    let dir = TempDir::new("qm-validate");
+    let text = file(&dir, "notes.txt", "just some notes, not a manifest\n");
+    let broken = file(&dir, "broken.yaml", "spec: [unclosed\n");
     let other = file(
+        &dir,
         "cm.yaml",
         "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: c}\ndata: {}\n",
     );
@@ -183,7 +188,9 @@ fn non_yaml_and_other_kinds_fail() {
 
 #[test]
 fn a_termination_grace_period_must_be_a_duration() {
+    let dir = TempDir::new("qm-validate");
     let good = file(
+        &dir,
         "grace-ok.yaml",
         &pool(
             "graceful",
@@ -192,6 +199,7 @@ fn a_termination_grace_period_must_be_a_duration() {
     );
     assert_eq!(validate(&[&good]).code, 0);
     let bad = file(
+        &dir,
         "grace-bad.yaml",
         &pool(
             "graceless",
@@ -210,7 +218,9 @@ fn a_termination_grace_period_must_be_a_duration() {
 
 #[test]
 fn escalating_labels_overflowing_limits_and_a_cron_that_never_fires_are_named() {
+    let dir = TempDir::new("qm-validate");
     let f = file(
+        &dir,
         "hostile.yaml",
         &pool(
             "hostile",
@@ -253,7 +263,9 @@ fn escalating_labels_overflowing_limits_and_a_cron_that_never_fires_are_named() 
 
 #[test]
 fn every_problem_of_a_file_is_named_at_once_with_its_path_line_and_a_suggestion() {
+    let dir = TempDir::new("qm-validate");
     let f = file(
+        &dir,
         "many.yaml",
         &format!(
             "{}---\napiVersion: quartermaster.dev/v1alpha1\nkind: EC2NodeClass\nmetadata: {{name: gpu}}\nspec:\n  role: nodes\n  subnetSelectorTerms: [{{tags: {{a: b}}}}]\n  securityGroupSelectorTerms: [{{tags: {{a: b}}}}]\n  volumeSize: 500Gi\n",

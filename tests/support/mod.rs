@@ -16,7 +16,8 @@ pub fn free_port() -> u16 {
 }
 
 /// A fresh directory under the system's temporary one, removed with all it holds when the
-/// test that made it ends, passing or panicking, so that test runs leave nothing behind.
+/// test that made it ends, passing or panicking, so that test runs leave nothing behind. It
+/// derefs to its [`std::path::Path`] (`dir.join("file")`).
 pub struct TempDir(std::path::PathBuf);
 
 impl TempDir {
@@ -25,11 +26,6 @@ impl TempDir {
         let dir = std::env::temp_dir().join(moto::unique(prefix));
         std::fs::create_dir_all(&dir).expect("a temporary directory");
         Self(dir)
-    }
-
-    /// A path inside the directory.
-    pub fn join(&self, name: &str) -> std::path::PathBuf {
-        self.0.join(name)
     }
 }
 

@@ -474,12 +474,7 @@ pub async fn run(binary: &Path, size: Size, extra: &[&str], wait: Duration) -> M
     let api = FakeApi::new();
     fill(&mut api.state.lock().unwrap(), size);
     let server = HttpApi::start(api.clone()).await;
-    let dir = std::env::temp_dir().join(format!(
-        "qm-scale-{}-{}-{}",
-        std::process::id(),
-        size.nodes,
-        size.pods
-    ));
+    let dir = super::TempDir::new(&format!("qm-scale-{}-{}", size.nodes, size.pods));
     let started = Instant::now();
     let mut controller = Controller::start(binary, &server, &dir, extra);
     controller.wait_ready(Duration::from_secs(600)).await;
@@ -506,7 +501,6 @@ pub async fn run(binary: &Path, size: Size, extra: &[&str], wait: Duration) -> M
     let gpus = claimed_gpus(&api.state.lock().unwrap());
     drop(controller);
     drop(server);
-    let _ = std::fs::remove_dir_all(&dir);
     let visible = visible.expect("the pods watch delivered the burst");
     let mut latencies: Vec<Duration> = pods
         .iter()
