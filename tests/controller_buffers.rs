@@ -31,7 +31,7 @@
 
 use crate::support;
 
-use chrono::TimeZone;
+use crate::support::{catalog, t};
 use http::Method;
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1 as core;
@@ -39,7 +39,6 @@ use kube::ResourceExt;
 use quartermaster::api::foreign::CapacityBuffer;
 use quartermaster::api::labels as l;
 use quartermaster::api::{NodeClaim, NodePool};
-use quartermaster::catalog::Catalog;
 use quartermaster::controller::buffers;
 use quartermaster::controller::checkpoint::HookClient;
 use quartermaster::controller::events::Events;
@@ -51,22 +50,12 @@ use quartermaster::core::batch::DEFAULT_MAX_PODS;
 use quartermaster::core::{Action, ClaimRequest, Config, Core, Time};
 use quartermaster::metrics::Metrics;
 use serde_json::{json, Value};
-use std::sync::{Arc, OnceLock};
+use std::sync::Arc;
 use support::api_server::{echo, Scenario};
 use tokio::sync::watch;
 
 const CLAIMS: &str = "/apis/quartermaster.dev/v1alpha1/nodeclaims";
 const REGION: &str = "us-east-1";
-
-fn catalog() -> Arc<Catalog> {
-    static C: OnceLock<Arc<Catalog>> = OnceLock::new();
-    C.get_or_init(|| Arc::new(Catalog::embedded().unwrap()))
-        .clone()
-}
-
-fn t(s: i64) -> Time {
-    chrono::Utc.timestamp_opt(1_767_571_200 + s, 0).unwrap()
-}
 
 fn from<T: serde::de::DeserializeOwned>(v: Value) -> T {
     serde_json::from_value(v).unwrap()

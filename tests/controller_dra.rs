@@ -15,7 +15,7 @@
 
 use crate::support;
 
-use chrono::TimeZone;
+use crate::support::t;
 use http::Method;
 use k8s_openapi::api::core::v1 as core;
 use k8s_openapi::api::resource::v1::{
@@ -44,10 +44,6 @@ const CLAIMS: &str = "/apis/quartermaster.dev/v1alpha1/nodeclaims";
 const REGION: &str = "us-east-1";
 const NODE: &str = "ip-10-0-0-1";
 const GPU: &str = "gpu.nvidia.com/gpu";
-
-fn t(s: i64) -> Time {
-    chrono::Utc.timestamp_opt(1_767_571_200 + s, 0).unwrap()
-}
 
 fn from<T: serde::de::DeserializeOwned>(v: Value) -> T {
     serde_json::from_value(v).unwrap()

@@ -12,13 +12,13 @@
 
 use crate::support;
 
-use chrono::TimeZone;
+use crate::support::{catalog, t};
 use k8s_openapi::api::core::v1 as core;
 use kube::ResourceExt;
 use quartermaster::api::labels as l;
 use quartermaster::api::nodeclaim::conditions;
 use quartermaster::api::{NodeClaim, NodePool};
-use quartermaster::catalog::{CapacityType, Catalog};
+use quartermaster::catalog::CapacityType;
 use quartermaster::cloud::simulated::{SimulatedCloud, SimulatedCloudConfig};
 use quartermaster::cloud::{CloudProvider, NodeTemplate};
 use quartermaster::controller::events::Events;
@@ -30,7 +30,7 @@ use quartermaster::metrics::health::PoolHealthLabels;
 use quartermaster::metrics::Metrics;
 use serde_json::{json, Value};
 use std::sync::atomic::AtomicBool;
-use std::sync::{Arc, Mutex, OnceLock};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 use support::api_server::{echo, status_body, Recorder};
 use tokio::sync::{mpsc, watch};
@@ -38,16 +38,6 @@ use tokio::sync::{mpsc, watch};
 const CLAIMS: &str = "/apis/quartermaster.dev/v1alpha1/nodeclaims";
 const REGION: &str = "us-east-1";
 const ACCEL: &str = "AcceleratedHardwareReady";
-
-fn catalog() -> Arc<Catalog> {
-    static C: OnceLock<Arc<Catalog>> = OnceLock::new();
-    C.get_or_init(|| Arc::new(Catalog::embedded().unwrap()))
-        .clone()
-}
-
-fn t(s: i64) -> Time {
-    chrono::Utc.timestamp_opt(1_767_571_200 + s, 0).unwrap()
-}
 
 /// The GPU pool, its repair policy changed by `repair` (merged into the
 /// defaults), with a budget that never holds.

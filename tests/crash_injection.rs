@@ -19,12 +19,12 @@
 
 use crate::support;
 
-use chrono::TimeZone;
+use crate::support::{catalog, t};
 use kube::ResourceExt;
 use quartermaster::api::labels as l;
 use quartermaster::api::nodeclaim::conditions;
 use quartermaster::api::{NodeClaim, NodePool};
-use quartermaster::catalog::{CapacityType, Catalog};
+use quartermaster::catalog::CapacityType;
 use quartermaster::cloud::simulated::{SimulatedCloud, SimulatedCloudConfig};
 use quartermaster::cloud::{self, CloudProvider, Instance, NodeTemplate};
 use quartermaster::controller::executor;
@@ -36,7 +36,7 @@ use quartermaster::core::{ClaimRequest, OfferingKey, Time};
 use quartermaster::metrics::Metrics;
 use serde_json::{json, Value};
 use std::collections::{BTreeMap, BTreeSet};
-use std::sync::{Arc, Mutex, OnceLock};
+use std::sync::Mutex;
 use std::time::Duration;
 use support::fake_api::FakeApi;
 
@@ -46,16 +46,6 @@ const NODES: &str = "api/v1/nodes";
 const POOLS: &str = "apis/quartermaster.dev/v1alpha1/nodepools";
 const PODS: &str = "api/v1/namespaces/ml/pods";
 const CLAIM: &str = "gpu-000001";
-
-fn catalog() -> Arc<Catalog> {
-    static C: OnceLock<Arc<Catalog>> = OnceLock::new();
-    C.get_or_init(|| Arc::new(Catalog::embedded().unwrap()))
-        .clone()
-}
-
-fn t(s: i64) -> Time {
-    chrono::Utc.timestamp_opt(1_767_571_200 + s, 0).unwrap()
-}
 
 fn pool() -> NodePool {
     serde_json::from_value(json!({

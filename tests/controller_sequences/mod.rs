@@ -8,7 +8,7 @@
 
 use crate::support;
 
-use chrono::TimeZone;
+use crate::support::{catalog, t};
 use http::Method;
 use k8s_openapi::api::core::v1 as core;
 use kube::ResourceExt;
@@ -48,16 +48,6 @@ mod termination;
 
 const CLAIMS: &str = "/apis/quartermaster.dev/v1alpha1/nodeclaims";
 const REGION: &str = "us-east-1";
-
-fn catalog() -> Arc<Catalog> {
-    static C: OnceLock<Arc<Catalog>> = OnceLock::new();
-    C.get_or_init(|| Arc::new(Catalog::embedded().unwrap()))
-        .clone()
-}
-
-fn t(s: i64) -> Time {
-    chrono::Utc.timestamp_opt(1_767_571_200 + s, 0).unwrap()
-}
 
 fn cloud() -> Mutex<SimulatedCloud> {
     Mutex::new(SimulatedCloud::new(catalog(), SimulatedCloudConfig::new(7, REGION, t(0))).unwrap())

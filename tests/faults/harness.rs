@@ -13,7 +13,7 @@
 //! hold.
 
 use crate::support::fake_api::FakeApi;
-use chrono::TimeZone;
+pub use crate::support::{catalog, t};
 use kube::ResourceExt;
 use quartermaster::api::labels as l;
 use quartermaster::api::nodeclaim::conditions;
@@ -33,7 +33,7 @@ use quartermaster::metrics::Metrics;
 use serde_json::{json, Value};
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::atomic::AtomicBool;
-use std::sync::{Arc, Mutex, OnceLock};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 use tokio::sync::{mpsc, watch, Semaphore};
 
@@ -45,16 +45,6 @@ pub const PODS: &str = "api/v1/namespaces/ml/pods";
 
 /// Seconds of virtual time per round.
 pub const ROUND: i64 = 5;
-
-pub fn catalog() -> Arc<Catalog> {
-    static C: OnceLock<Arc<Catalog>> = OnceLock::new();
-    C.get_or_init(|| Arc::new(Catalog::embedded().unwrap()))
-        .clone()
-}
-
-pub fn t(s: i64) -> Time {
-    chrono::Utc.timestamp_opt(1_767_571_200 + s, 0).unwrap()
-}
 
 /// An on-demand GPU pool (on-demand: the simulated cloud never runs out).
 pub fn pool() -> Value {

@@ -7,6 +7,21 @@ pub mod moto;
 pub mod prometheus;
 pub mod scale;
 
+/// The embedded catalog, parsed once per test process and shared by every
+/// test that plans or launches through it.
+pub fn catalog() -> std::sync::Arc<quartermaster::catalog::Catalog> {
+    static C: std::sync::OnceLock<std::sync::Arc<quartermaster::catalog::Catalog>> =
+        std::sync::OnceLock::new();
+    C.get_or_init(|| std::sync::Arc::new(quartermaster::catalog::Catalog::embedded().unwrap()))
+        .clone()
+}
+
+/// The controller tests' clock: `s` seconds after 2026-01-05T00:00:00Z.
+pub fn t(s: i64) -> quartermaster::core::Time {
+    use chrono::TimeZone;
+    chrono::Utc.timestamp_opt(1_767_571_200 + s, 0).unwrap()
+}
+
 /// A free port on 127.0.0.1 for a server a test starts.
 pub fn free_port() -> u16 {
     std::net::TcpListener::bind("127.0.0.1:0")
