@@ -1244,9 +1244,13 @@ fn the_bound_counts_the_pods_zone_spread_puts_in_a_dear_zone() {
 /// 2.45% once its half rows kept two pods that each take over half of a
 /// node apart. That 2.45% plan broke a zone spread (a class at 7 to 9 pods
 /// per zone, maxSkew 1: the oracle's finding); rounding spread classes zone
-/// by zone keeps it, and the valid plan is 3.11% over the bound.
+/// by zone keeps it, and the valid plan is 3.11% over the bound. Solving
+/// the LP relaxation in its independent parts (the same optimum, a
+/// different vertex to round) made it 3.44%: over seeds 1 to 5 that change
+/// moved the 2,000-pod plans by -1.0% to +0.3%, and the 20,000-pod ones by
+/// -0.1% to +0.5% (`docs/benchmarks.md`).
 #[test]
-fn the_benchmark_plan_is_within_three_and_a_quarter_percent_of_its_lower_bound() {
+fn the_benchmark_plan_is_within_three_and_a_half_percent_of_its_lower_bound() {
     let pods = plan::workload::pods(2000, 1);
     let pools = plan::workload::pools();
     let input = input(&pods, &pools, &[], None);
@@ -1262,7 +1266,7 @@ fn the_benchmark_plan_is_within_three_and_a_quarter_percent_of_its_lower_bound()
     }
     let bound = p.lower_bound_per_hour.expect("a bound");
     assert!(
-        p.risk_adjusted_cost_per_hour <= bound * 1.0325,
+        p.risk_adjusted_cost_per_hour <= bound * 1.035,
         "the plan costs ${:.2}/h, {:.1}% over its bound ${bound:.2}/h",
         p.risk_adjusted_cost_per_hour,
         100.0 * (p.risk_adjusted_cost_per_hour / bound - 1.0)

@@ -69,6 +69,7 @@ const PATTERNS_MAX: usize = 160;
 const PATTERN_STEPS_MAX: usize = 20_000;
 
 /// A class's options within one weight tier.
+#[derive(Clone)]
 struct ClassOptions {
     class: usize,
     pods: Vec<usize>,
@@ -885,6 +886,145 @@ struct Solved {
     solved_by: SolvedBy,
 }
 
+/// Placement variables from which an independent part of the LP
+/// relaxation is solved on a thread of its own, when another part is as
+/// large: at 100,000 pods (`bench plan`) the GPU classes' part (36,000
+/// placements) and the MIG classes' (6,600) take 2.6 s and 1.4 s; below a
+/// few thousand a part solves in milliseconds and a thread is not worth it.
+const PART_THREAD_MIN: usize = 2_000;
+
+/// The LP relaxation's placements, per class of the tier (by index into
+/// `work`; empty if it has no answer). Classes that share no candidate, no
+/// limited pool, no reservation and no gang have no row in common, so the LP
+/// is solved part by part ([`independent_parts`]): the same optimum, and
+/// the simplex's work grows much faster than its size (`bench plan --pods
+/// 100000`: one LP of 2,452 classes took 5.7 s, its four parts 4.0 s; see
+/// `docs/benchmarks.md`). Large parts are solved side by side
+/// ([`PART_THREAD_MIN`]); the answer does not depend on it.
+fn solve_relaxation(tier: Tier) -> Placements {
+    // The models are built here (they read the planner's input, which
+    // stays on this thread); only solving them may move.
+    let solve = |model: Model| {
+        let Model {
+            vars,
+            objective,
+            constraints,
+            y,
+            ..
+        } = model;
+        let mut problem = vars.minimise(objective).using(microlp);
+        for c in constraints {
+            problem.add_constraint(c);
+        }
+        problem.solve().ok().map(|s| read_y(&s, &y))
+    };
+    let parts = independent_parts(&tier);
+    if parts.len() < 2 {
+        return solve(build(tier, true, false, None)).unwrap_or_default();
+    }
+    let size =
+        |part: &[usize]| -> usize { part.iter().map(|&wi| tier.work[wi].options.len()).sum() };
+    let large = parts.iter().filter(|p| size(p) >= PART_THREAD_MIN).count() >= 2;
+    let models: Vec<(bool, Model)> = parts
+        .iter()
+        .map(|part| {
+            let work: Vec<ClassOptions> = part.iter().map(|&wi| tier.work[wi].clone()).collect();
+            let model = build(
+                Tier {
+                    work: &work,
+                    ..tier
+                },
+                true,
+                false,
+                None,
+            );
+            (large && size(part) >= PART_THREAD_MIN, model)
+        })
+        .collect();
+    let found: Vec<Option<Placements>> = std::thread::scope(|s| {
+        let mut running = Vec::new();
+        let mut found = Vec::new();
+        for (on_thread, model) in models {
+            if on_thread {
+                running.push((found.len(), s.spawn(move || solve(model))));
+                found.push(None);
+            } else {
+                found.push(solve(model));
+            }
+        }
+        for (at, handle) in running {
+            found[at] = handle
+                .join()
+                .unwrap_or_else(|panic| std::panic::resume_unwind(panic));
+        }
+        found
+    });
+    let mut ys = vec![Vec::new(); tier.work.len()];
+    for (part, found) in parts.into_iter().zip(found) {
+        let Some(found) = found else {
+            return Vec::new();
+        };
+        for (wi, y) in part.into_iter().zip(found) {
+            ys[wi] = y;
+        }
+    }
+    ys
+}
+
+/// The tier's classes (indices into `work`, ascending; parts ordered by
+/// their first class) in groups that no row of the model joins: two classes
+/// are in one group when they share a candidate or a gang, or use
+/// candidates of one NodePool with a limit or a spot share, or of one
+/// capacity reservation.
+fn independent_parts(tier: &Tier) -> Vec<Vec<usize>> {
+    let classes = tier.work.len();
+    // Union-find over the classes, then the candidates (offset by `classes`).
+    let mut parent: Vec<usize> = (0..classes + tier.cands.len()).collect();
+    fn root(parent: &mut [usize], mut x: usize) -> usize {
+        while parent[x] != x {
+            parent[x] = parent[parent[x]];
+            x = parent[x];
+        }
+        x
+    }
+    let mut join = |a: usize, b: usize| {
+        let (ra, rb) = (root(&mut parent, a), root(&mut parent, b));
+        parent[ra.max(rb)] = ra.min(rb);
+    };
+    // The first class of each gang, and the first candidate of each
+    // pool-wide row and of each reservation, that the others join.
+    let mut first_of: BTreeMap<(u8, &str), usize> = BTreeMap::new();
+    for (wi, w) in tier.work.iter().enumerate() {
+        if let Some(g) = &tier.classes[w.class].pod.group {
+            join(wi, *first_of.entry((0, g.name.as_str())).or_insert(wi));
+        }
+        for &(o, _) in &w.options {
+            join(wi, classes + o);
+            let c = &tier.cands[o];
+            let budget = &tier.budgets[c.pool];
+            let pool_wide = !budget.resources.is_empty()
+                || budget.nodes.is_some()
+                || budget.cost.is_some()
+                || tier.input.pools[c.pool].max_spot_pool_share.is_some();
+            if pool_wide {
+                let first = *first_of
+                    .entry((1, tier.input.pools[c.pool].name.as_str()))
+                    .or_insert(classes + o);
+                join(classes + o, first);
+            }
+            if let Some(r) = &c.offering.reservation {
+                let first = *first_of.entry((2, r.id.as_str())).or_insert(classes + o);
+                join(classes + o, first);
+            }
+        }
+    }
+    let mut parts: BTreeMap<usize, Vec<usize>> = BTreeMap::new();
+    for wi in 0..classes {
+        parts.entry(root(&mut parent, wi)).or_default().push(wi);
+    }
+    parts.into_values().collect()
+}
+
 /// Solves a tier: the LP relaxation (the fallback), then branch and bound or
 /// rounding.
 fn solve(tier: Tier) -> Solved {
@@ -895,24 +1035,7 @@ fn solve(tier: Tier) -> Solved {
         ..
     } = tier;
     // The LP relaxation: the fallback if the MIP finds nothing in time.
-    let lp = build(tier, true, false, None);
-    let lp_y = {
-        let Model {
-            vars,
-            objective,
-            constraints,
-            y,
-            ..
-        } = lp;
-        let mut problem = vars.minimise(objective).using(microlp);
-        for c in constraints {
-            problem.add_constraint(c);
-        }
-        match problem.solve() {
-            Ok(s) => read_y(&s, &y),
-            Err(_) => Vec::new(),
-        }
-    };
+    let lp_y = solve_relaxation(tier);
     let rounded = |ys| Found {
         ys,
         nodes: Vec::new(),
@@ -1206,7 +1329,7 @@ fn branch_and_bound(
     })
 }
 
-fn read_y(s: &impl Solution, y: &[Vec<(usize, Variable)>]) -> Vec<Vec<(usize, f64)>> {
+fn read_y(s: &impl Solution, y: &[Vec<(usize, Variable)>]) -> Placements {
     y.iter()
         .map(|ys| ys.iter().map(|(o, v)| (*o, s.value(*v).max(0.0))).collect())
         .collect()
@@ -1318,10 +1441,11 @@ fn round_to(values: &[(usize, f64)], target: usize) -> Vec<(usize, usize)> {
 
 #[cfg(test)]
 mod tests {
-    use super::{candidates, merge_nodes, round_counts, round_spread, ClassOptions, Input};
+    use super::*;
     use crate::catalog::{CapacityType, Catalog};
     use crate::cluster::resources::{CPU, MEMORY};
-    use crate::cluster::{Pod, Pool, Resources, ZoneSpread};
+    use crate::cluster::{GroupRef, Operator, Pod, Pool, Requirement, Resources, ZoneSpread};
+    use crate::labels as l;
 
     #[test]
     fn rounding_a_spread_class_keeps_the_skew_the_lp_kept() {
@@ -1442,6 +1566,152 @@ mod tests {
         let launched = vec![(az1, vec![0, 1, 2, 3]), (az2, vec![4, 5]), (az3, vec![10])];
         let merged = merge_nodes(&input, &cands, launched.clone());
         assert_eq!(merged, launched);
+    }
+
+    /// Every class's options on `input`'s candidates, as one tier: the
+    /// compatible candidates of `types` only (small LPs).
+    fn tier_of(
+        input: &Input,
+        cands: &[Candidate],
+        types: &[&str],
+    ) -> (Vec<Class>, Vec<ClassOptions>) {
+        let all: Vec<usize> = (0..input.pods.len()).collect();
+        let classes = classes::classify(input.pods, &all, None);
+        let work = classes
+            .iter()
+            .enumerate()
+            .map(|(ci, c)| ClassOptions {
+                class: ci,
+                pods: c.pods.clone(),
+                options: (0..cands.len())
+                    .filter(|&o| types.contains(&cands[o].offering.instance_type.as_str()))
+                    .filter(|&o| pack::compatible(&c.pod, &cands[o].labels, &cands[o].taints))
+                    .map(|o| (o, candidates::pods_per_taking_node(c, &cands[o])))
+                    .filter(|(_, k)| *k > 0)
+                    .collect(),
+            })
+            .collect();
+        (classes, work)
+    }
+
+    /// The LP relaxation's optimum over `work`, solved whole.
+    fn whole_lp(tier: Tier) -> f64 {
+        let Model {
+            vars,
+            objective,
+            constraints,
+            ..
+        } = build(tier, true, false, None);
+        let mut problem = vars.minimise(objective.clone()).using(microlp);
+        for c in constraints {
+            problem.add_constraint(c);
+        }
+        problem.solve().unwrap().eval(&objective)
+    }
+
+    #[test]
+    fn classes_sharing_no_row_are_solved_apart_with_the_whole_lps_optimum() {
+        let catalog = Catalog::embedded().unwrap();
+        let pinned = |name: &str, cpu: i64, t: &str| {
+            let mut p = Pod::new(name, Resources::new().with(CPU, cpu).with(MEMORY, 2 << 30));
+            p.affinity.terms = vec![vec![Requirement::new(l::INSTANCE_TYPE, Operator::In, &[t])]];
+            p
+        };
+        // Two classes pinned to two types, one free class that can take
+        // either, and a class pinned to a type of its own.
+        let pods = vec![
+            pinned("a-0", 1500, "m6i.xlarge"),
+            pinned("a-1", 1500, "m6i.xlarge"),
+            pinned("b-0", 700, "c6i.xlarge"),
+            pinned("c-0", 3000, "r6i.xlarge"),
+            pinned("c-1", 3000, "r6i.xlarge"),
+        ];
+        let types = ["m6i.xlarge", "c6i.xlarge", "r6i.xlarge"];
+        let mut pools = vec![Pool::new("cpu")];
+        let opts = Options::default();
+        let parts_and_optimum = |pools: &[Pool], pods: &[Pod]| {
+            let input = Input::offline(&catalog, "us-east-1", pools, pods);
+            let cands = candidates::candidates(&input);
+            let (classes, work) = tier_of(&input, &cands, &types);
+            let budgets = limits::budgets(&input);
+            let reserved = limits::ReservedLeft::of(&input);
+            let tier = Tier {
+                work: &work,
+                classes: &classes,
+                cands: &cands,
+                input: &input,
+                budgets: &budgets,
+                reserved: &reserved,
+                opts: &opts,
+                time_left: 10.0,
+            };
+            let by_parts: f64 = independent_parts(&tier)
+                .iter()
+                .map(|part| {
+                    let work: Vec<ClassOptions> = part.iter().map(|&w| work[w].clone()).collect();
+                    whole_lp(Tier {
+                        work: &work,
+                        ..tier
+                    })
+                })
+                .sum();
+            let whole = whole_lp(tier);
+            assert!(
+                (by_parts - whole).abs() <= 1e-6 * whole.abs().max(1.0),
+                "by parts {by_parts}, whole {whole}"
+            );
+            // The placements the solver hands back cover every class.
+            let ys = solve_relaxation(tier);
+            assert_eq!(ys.len(), work.len());
+            for (w, y) in work.iter().zip(&ys) {
+                let placed: f64 = y.iter().map(|(_, v)| v).sum();
+                assert!((placed - w.pods.len() as f64).abs() < 1e-6, "{placed}");
+            }
+            independent_parts(&tier)
+                .into_iter()
+                .map(|part| {
+                    part.iter()
+                        .map(|&w| classes[work[w].class].pods.len())
+                        .collect()
+                })
+                .collect::<Vec<Vec<usize>>>()
+        };
+        // Three types, three parts: the classes are in the order of their
+        // first pod.
+        assert_eq!(
+            parts_and_optimum(&pools, &pods),
+            vec![vec![2], vec![1], vec![2]]
+        );
+        // A pod that can take m6i or c6i joins the first two.
+        let mut joined = pods.clone();
+        let mut either = pinned("d-0", 500, "m6i.xlarge");
+        either.affinity.terms = vec![vec![Requirement::new(
+            l::INSTANCE_TYPE,
+            Operator::In,
+            &["m6i.xlarge", "c6i.xlarge"],
+        )]];
+        joined.push(either);
+        assert_eq!(
+            parts_and_optimum(&pools, &joined),
+            vec![vec![2, 1, 1], vec![2]]
+        );
+        // A pool limit is one row over all its nodes: one part.
+        pools[0].limits.resources = Resources::new().with(CPU, 64_000);
+        assert_eq!(parts_and_optimum(&pools, &pods), vec![vec![2, 1, 2]]);
+        // So is a spot share.
+        pools[0].limits.resources = Resources::new();
+        pools[0].max_spot_pool_share = Some(0.5);
+        assert_eq!(parts_and_optimum(&pools, &pods), vec![vec![2, 1, 2]]);
+        // And a gang: its classes start together.
+        pools[0].max_spot_pool_share = None;
+        let mut gang = pods.clone();
+        for i in [0, 1, 3, 4] {
+            gang[i].group = Some(GroupRef {
+                name: "g".into(),
+                min_member: 4,
+            });
+        }
+        assert_eq!(parts_and_optimum(&pools, &gang), vec![vec![2, 2], vec![1]]);
     }
 
     #[test]
