@@ -575,16 +575,13 @@ mod tests {
     use crate::cluster::{GroupRef, Operator, Pod, Pool, Requirement, Resources};
     use crate::labels as l;
 
-    /// Every class's options on `input`'s candidates, as one tier: the
-    /// compatible candidates of `types` only (small LPs).
-    fn tier_of(
-        input: &Input,
-        cands: &[Candidate],
-        types: &[&str],
-    ) -> (Vec<Class>, Vec<ClassOptions>) {
+    /// Runs `f` on one tier of every class of `input`'s pods, each with
+    /// its compatible candidates of `types` only (small LPs).
+    fn with_tier<R>(input: &Input, types: &[&str], f: impl FnOnce(Tier) -> R) -> R {
+        let cands = candidates::candidates(input);
         let all: Vec<usize> = (0..input.pods.len()).collect();
         let classes = classes::classify(input.pods, &all, None);
-        let work = classes
+        let work: Vec<ClassOptions> = classes
             .iter()
             .enumerate()
             .map(|(ci, c)| ClassOptions {
@@ -598,22 +595,45 @@ mod tests {
                     .collect(),
             })
             .collect();
-        (classes, work)
+        let budgets = limits::budgets(input);
+        let reserved = limits::ReservedLeft::of(input);
+        f(Tier {
+            work: &work,
+            classes: &classes,
+            cands: &cands,
+            input,
+            budgets: &budgets,
+            reserved: &reserved,
+            opts: &Options::default(),
+            time_left: 10.0,
+        })
     }
 
-    /// The LP relaxation's optimum over `work`, solved whole.
-    fn whole_lp(tier: Tier) -> f64 {
+    /// The LP relaxation of the tier's classes `part` (indices into
+    /// `work`), solved alone on this thread: its optimum and placements.
+    fn solve_alone(tier: Tier, part: &[usize]) -> (f64, Placements) {
+        let work: Vec<ClassOptions> = part.iter().map(|&w| tier.work[w].clone()).collect();
         let Model {
             vars,
             objective,
             constraints,
+            y,
             ..
-        } = build(tier, true, false, None);
+        } = build(
+            Tier {
+                work: &work,
+                ..tier
+            },
+            true,
+            false,
+            None,
+        );
         let mut problem = vars.minimise(objective.clone()).using(microlp);
         for c in constraints {
             problem.add_constraint(c);
         }
-        problem.solve().unwrap().eval(&objective)
+        let solution = problem.solve().unwrap();
+        (solution.eval(&objective), read_y(&solution, &y))
     }
 
     #[test]
@@ -635,53 +655,29 @@ mod tests {
         ];
         let types = ["m6i.xlarge", "c6i.xlarge", "r6i.xlarge"];
         let mut pools = vec![Pool::new("cpu")];
-        let opts = Options::default();
         let parts_and_optimum = |pools: &[Pool], pods: &[Pod]| {
             let input = Input::offline(&catalog, "us-east-1", pools, pods);
-            let cands = candidates::candidates(&input);
-            let (classes, work) = tier_of(&input, &cands, &types);
-            let budgets = limits::budgets(&input);
-            let reserved = limits::ReservedLeft::of(&input);
-            let tier = Tier {
-                work: &work,
-                classes: &classes,
-                cands: &cands,
-                input: &input,
-                budgets: &budgets,
-                reserved: &reserved,
-                opts: &opts,
-                time_left: 10.0,
-            };
-            let by_parts: f64 = independent_parts(&tier)
-                .iter()
-                .map(|part| {
-                    let work: Vec<ClassOptions> = part.iter().map(|&w| work[w].clone()).collect();
-                    whole_lp(Tier {
-                        work: &work,
-                        ..tier
-                    })
-                })
-                .sum();
-            let whole = whole_lp(tier);
-            assert!(
-                (by_parts - whole).abs() <= 1e-6 * whole.abs().max(1.0),
-                "by parts {by_parts}, whole {whole}"
-            );
-            // The placements the solver hands back cover every class.
-            let ys = solve_relaxation(tier);
-            assert_eq!(ys.len(), work.len());
-            for (w, y) in work.iter().zip(&ys) {
-                let placed: f64 = y.iter().map(|(_, v)| v).sum();
-                assert!((placed - w.pods.len() as f64).abs() < 1e-6, "{placed}");
-            }
-            independent_parts(&tier)
-                .into_iter()
-                .map(|part| {
-                    part.iter()
-                        .map(|&w| classes[work[w].class].pods.len())
-                        .collect()
-                })
-                .collect::<Vec<Vec<usize>>>()
+            with_tier(&input, &types, |tier| {
+                let parts = independent_parts(&tier);
+                let by_parts: f64 = parts.iter().map(|part| solve_alone(tier, part).0).sum();
+                let every: Vec<usize> = (0..tier.work.len()).collect();
+                let whole = solve_alone(tier, &every).0;
+                assert!(
+                    (by_parts - whole).abs() <= 1e-6 * whole.abs().max(1.0),
+                    "by parts {by_parts}, whole {whole}"
+                );
+                // The placements the solver hands back cover every class.
+                let ys = solve_relaxation(tier);
+                assert_eq!(ys.len(), tier.work.len());
+                for (w, y) in tier.work.iter().zip(&ys) {
+                    let placed: f64 = y.iter().map(|(_, v)| v).sum();
+                    assert!((placed - w.pods.len() as f64).abs() < 1e-6, "{placed}");
+                }
+                parts
+                    .into_iter()
+                    .map(|part| part.iter().map(|&w| tier.work[w].pods.len()).collect())
+                    .collect::<Vec<Vec<usize>>>()
+            })
         };
         // Three types, three parts: the classes are in the order of their
         // first pod.
@@ -719,6 +715,66 @@ mod tests {
             });
         }
         assert_eq!(parts_and_optimum(&pools, &gang), vec![vec![2, 2], vec![1]]);
+    }
+
+    #[test]
+    fn large_parts_solved_side_by_side_give_each_part_its_own_answer() {
+        // Two families, 36 CPU shapes pinned to each: two parts of over
+        // `PART_THREAD_MIN` placements each, so both go to threads.
+        let catalog = Catalog::embedded().unwrap();
+        let sizes = [
+            "large", "xlarge", "2xlarge", "4xlarge", "8xlarge", "12xlarge", "16xlarge",
+        ];
+        let types: Vec<String> = ["m6i", "c6i"]
+            .iter()
+            .flat_map(|f| sizes.iter().map(move |s| format!("{f}.{s}")))
+            .collect();
+        let types: Vec<&str> = types.iter().map(String::as_str).collect();
+        let pods: Vec<Pod> = ["m6i", "c6i"]
+            .iter()
+            .flat_map(|family| {
+                (0..36).map(move |i| {
+                    let mut p = Pod::new(
+                        &format!("{family}-{i}"),
+                        Resources::new()
+                            .with(CPU, 300 + 100 * i)
+                            .with(MEMORY, 1 << 30),
+                    );
+                    p.affinity.terms = vec![vec![Requirement::new(
+                        l::INSTANCE_FAMILY,
+                        Operator::In,
+                        &[family],
+                    )]];
+                    p
+                })
+            })
+            .collect();
+        let pools = [Pool::new("cpu")];
+        let input = Input::offline(&catalog, "us-east-1", &pools, &pods);
+        with_tier(&input, &types, |tier| {
+            let parts = independent_parts(&tier);
+            assert_eq!(parts.len(), 2);
+            for part in &parts {
+                let size: usize = part.iter().map(|&w| tier.work[w].options.len()).sum();
+                assert!(size >= PART_THREAD_MIN, "a part of {size} placements");
+            }
+            // Each part solved here, alone, in the same model.
+            let mut expected = vec![Vec::new(); tier.work.len()];
+            for part in &parts {
+                for (&w, ys) in part.iter().zip(solve_alone(tier, part).1) {
+                    expected[w] = ys;
+                }
+            }
+            let got = solve_relaxation(tier);
+            assert_eq!(got, expected);
+            for (w, ys) in tier.work.iter().zip(&got) {
+                let family = &tier.classes[w.class].pod.affinity.terms[0][0].values[0];
+                assert!(ys.iter().all(|(o, _)| tier.cands[*o]
+                    .offering
+                    .instance_type
+                    .starts_with(family.as_str())));
+            }
+        })
     }
 
     #[test]
