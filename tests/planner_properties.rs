@@ -207,7 +207,7 @@ fn on_small_instances_the_plan_is_the_exhaustive_optimum_and_greedy_never_beats_
             Err(e) => panic!("{e}"),
         }
     }
-    // Every miss the oracle found became a test of `tests/planner.rs`
+    // Every miss the oracle found became a test of `tests/planner/packing.rs`
     // (shrunk); none is tolerated.
     assert!(
         misses.is_empty(),
