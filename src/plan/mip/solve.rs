@@ -5,12 +5,15 @@
 
 use super::*;
 
+/// A solved tier: what to pack, what is left for the next tier, and how.
 pub(super) struct Solved {
     /// Pods per candidate, to be packed into its nodes; one entry per node
     /// where the model chose node patterns (a candidate may then appear
     /// more than once).
     pub(super) assigned: Vec<(usize, Vec<usize>)>,
+    /// Pods left unplaced, per class.
     pub(super) unplaced: HashMap<usize, Vec<usize>>,
+    /// Branch and bound, or the LP rounded.
     pub(super) solved_by: SolvedBy,
 }
 
