@@ -95,12 +95,13 @@ pub struct Catalog {
 /// A map with a fixed-seed hasher: looked up, never iterated.
 type Fast<K, V> = HashMap<K, V, foldhash::fast::FixedState>;
 
-/// A region's offerings' positions in [`Catalog::offerings`], and by
-/// instance type, each in the catalog's order.
+/// A region's offerings' positions in [`Catalog::offerings`], by instance
+/// type, and those of reserved capacity, each in the catalog's order.
 #[derive(Debug, Clone, Default)]
 struct RegionPositions {
     all: Vec<usize>,
     by_type: Fast<String, Vec<usize>>,
+    reserved: Vec<usize>,
 }
 
 /// The positions of the first `covers` offerings by region; those after
@@ -373,9 +374,7 @@ impl Catalog {
         region: &str,
     ) -> impl Iterator<Item = &'a Offering> + use<'a> {
         let at = self
-            .positions()
-            .regions
-            .get(region)
+            .region_positions(region)
             .map_or(&[][..], |r| r.all.as_slice());
         self.found(at, &|o| o.region == region)
     }
@@ -394,6 +393,11 @@ impl Catalog {
         at.iter().copied().chain(rest).map(|i| &self.offerings[i])
     }
 
+    /// The index of one region's offerings, if it has any.
+    fn region_positions(&self, region: &str) -> Option<&RegionPositions> {
+        self.positions().regions.get(region)
+    }
+
     /// [`Catalog::positions`], made on first use.
     fn positions(&self) -> &Positions {
         self.positions.get_or_init(|| {
@@ -407,6 +411,9 @@ impl Catalog {
                     None => out.regions.entry(o.region.clone()).or_default(),
                 };
                 r.all.push(i);
+                if o.reservation.is_some() {
+                    r.reserved.push(i);
+                }
                 match r.by_type.get_mut(&o.instance_type) {
                     Some(t) => t.push(i),
                     None => {
@@ -419,15 +426,16 @@ impl Catalog {
     }
 
     /// The reserved offerings in one region (capacity reservations and
-    /// blocks): the reservation is asked first, which few offerings have,
-    /// before the region's name (a plan asks this).
+    /// blocks), in the catalog's order. Every plan asks this, so they are
+    /// indexed: few of the region's offerings are reserved.
     pub fn reserved_offerings_in<'a>(
         &'a self,
-        region: &'a str,
-    ) -> impl Iterator<Item = &'a Offering> {
-        self.offerings
-            .iter()
-            .filter(move |o| o.reservation.is_some() && o.region == region)
+        region: &str,
+    ) -> impl Iterator<Item = &'a Offering> + use<'a> {
+        let at = self
+            .region_positions(region)
+            .map_or(&[][..], |r| r.reserved.as_slice());
+        self.found(at, &|o| o.reservation.is_some() && o.region == region)
     }
 
     /// The offerings of one instance type in one region (every zone, both
@@ -438,9 +446,7 @@ impl Catalog {
         instance_type: &str,
     ) -> impl Iterator<Item = &'a Offering> + use<'a> {
         let at = self
-            .positions()
-            .regions
-            .get(region)
+            .region_positions(region)
             .and_then(|r| r.by_type.get(instance_type))
             .map_or(&[][..], Vec::as_slice);
         self.found(at, &|o| {
@@ -525,7 +531,8 @@ mod tests {
     }
 
     #[test]
-    fn the_offerings_of_a_region_and_type_are_the_scans_in_order_and_follow_reservations() {
+    fn the_offerings_of_a_region_type_or_reservation_are_the_scans_in_order_and_follow_reservations(
+    ) {
         let c = Catalog::embedded().unwrap();
         let regions = c.regions();
         assert!(regions.len() > 1, "{regions:?}");
@@ -566,10 +573,17 @@ mod tests {
             assert_eq!(of, scan);
             let all: Vec<&Offering> = c.offerings_in("us-east-1").collect();
             assert_eq!(all, scanned(c, "us-east-1", None));
+            let reserved_in: Vec<&Offering> = c.reserved_offerings_in("us-east-1").collect();
+            let reserved_scan: Vec<&Offering> = scanned(c, "us-east-1", None)
+                .into_iter()
+                .filter(|o| o.reservation.is_some())
+                .collect();
+            assert_eq!(reserved_in, reserved_scan);
             let reserved = of
                 .iter()
                 .filter(|o| o.capacity_type == CapacityType::Reserved)
                 .count();
+            assert_eq!(reserved, reserved_in.len());
             (of.len(), reserved)
         };
         let (before, none) = p5(&c);
