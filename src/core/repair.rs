@@ -20,10 +20,11 @@
 
 use super::time::after;
 use super::{Action, Time, World};
-use crate::api::{BudgetReason, NodePool, RepairAction};
+use crate::api::{BudgetReason, RepairAction};
 use regex::Regex;
 use std::collections::BTreeMap;
 use std::fmt;
+use std::sync::Arc;
 use std::time::Duration;
 
 /// How long a reboot by repair is remembered: a node unhealthy again
@@ -207,12 +208,14 @@ pub struct Replacement {
 }
 
 /// A pool's repair rules, compiled.
+#[derive(Debug)]
 struct Rules {
     rules: Vec<Rule>,
     max_unhealthy: crate::api::BudgetNodes,
     reboot_timeout: Duration,
 }
 
+#[derive(Debug)]
 struct Rule {
     type_: String,
     status: &'static str,
@@ -236,33 +239,6 @@ impl Rule {
     }
 }
 
-/// Reason patterns compiled, by their text; `None` for one that is not a
-/// regular expression. Those no pool used in the last round are dropped.
-#[derive(Debug, Clone, Default)]
-struct Patterns {
-    kept: BTreeMap<String, Option<Regex>>,
-    used: BTreeMap<String, Option<Regex>>,
-}
-
-impl Patterns {
-    fn compiled(&mut self, p: &str) -> Option<Regex> {
-        if let Some(r) = self.used.get(p) {
-            return r.clone();
-        }
-        let r = match self.kept.remove(p) {
-            Some(r) => r,
-            None => Regex::new(p).ok(),
-        };
-        self.used.insert(p.to_string(), r.clone());
-        r
-    }
-
-    /// Ends a round: what it did not use is forgotten.
-    fn end_round(&mut self) {
-        self.kept = std::mem::take(&mut self.used);
-    }
-}
-
 /// What the rules make of one node now.
 #[derive(Debug, Clone)]
 struct Finding {
@@ -272,19 +248,16 @@ struct Finding {
 }
 
 impl Rules {
-    /// The pool's rules; a rule that does not read (a pattern that is not
-    /// a regular expression, a bad duration) is left out, as validation
-    /// reports it. Patterns are compiled once and kept in `patterns`
-    /// (compiling them on every round was a measurable share of long
-    /// simulations).
-    fn of(pool: &NodePool, patterns: &mut Patterns) -> Rules {
-        let r = &pool.spec.repair;
+    /// A pool's rules from its repair settings; a rule that does not read
+    /// (a pattern that is not a regular expression, a bad duration) is
+    /// left out, as validation reports it.
+    fn of(r: &crate::api::Repair) -> Rules {
         let rules = r
             .conditions
             .iter()
             .filter_map(|c| {
                 let pattern = match &c.reason_pattern {
-                    Some(p) => Some(patterns.compiled(p)?),
+                    Some(p) => Some(Regex::new(p).ok()?),
                     None => None,
                 };
                 Some(Rule {
@@ -398,7 +371,11 @@ pub struct Repairs {
     pools: BTreeMap<String, PoolHealth>,
     next: Option<Time>,
     last_now: Option<Time>,
-    patterns: Patterns,
+    /// The rules compiled in the last round, by the repair settings they
+    /// came from: the same settings give the same rules, so a round
+    /// compiles only settings that changed (compiling every pool's on every
+    /// round was a measurable share of long simulations).
+    compiled: Vec<(crate::api::Repair, Arc<Rules>)>,
 }
 
 impl Repairs {
@@ -455,9 +432,27 @@ impl Repairs {
             world.nodes.iter().any(|n| &n.claim == claim)
                 && r.rebooted_at.is_none_or(|t| now < after(t, REBOOT_MEMORY))
         });
-        let patterns = &mut self.patterns;
-        let rules: Vec<Rules> = world.pools.iter().map(|p| Rules::of(p, patterns)).collect();
-        patterns.end_round();
+        // Moved from the last round's, compiled only where new: nothing is
+        // cloned or compiled on a round whose pools are as they were.
+        let mut last = std::mem::take(&mut self.compiled);
+        let compiled = &mut self.compiled;
+        let rules: Vec<Arc<Rules>> = world
+            .pools
+            .iter()
+            .map(|p| {
+                let spec = &p.spec.repair;
+                if let Some((_, r)) = compiled.iter().find(|(s, _)| s == spec) {
+                    return r.clone();
+                }
+                let entry = match last.iter().position(|(s, _)| s == spec) {
+                    Some(i) => last.swap_remove(i),
+                    None => (spec.clone(), Arc::new(Rules::of(spec))),
+                };
+                let r = entry.1.clone();
+                compiled.push(entry);
+                r
+            })
+            .collect();
         let names: Vec<&str> = world
             .pools
             .iter()
@@ -689,7 +684,7 @@ mod tests {
     use super::super::interruption::fixtures::*;
     use super::super::ManagedNode;
     use super::*;
-    use crate::api::{Budget, NodePoolSpec, RepairCondition};
+    use crate::api::{Budget, NodePool, NodePoolSpec, RepairCondition};
 
     const ACCEL: &str = crate::api::nodepool::ACCELERATED_HARDWARE_READY;
 
@@ -986,6 +981,44 @@ mod tests {
     }
 
     #[test]
+    fn rules_follow_their_pools_settings_and_are_compiled_once_per_setting() {
+        let mut f = Fixture::new([sick("n1", true, &[gpu_fault("NvidiaXID13Error", 0)])]);
+        let replacing = |pattern: &str| {
+            pool(|s| {
+                s.repair.conditions = vec![RepairCondition {
+                    type_: ACCEL.into(),
+                    status: crate::api::ConditionStatus::False,
+                    reason_pattern: Some(pattern.into()),
+                    toleration_duration: "1m".into(),
+                    action: RepairAction::Replace,
+                }];
+                s.repair.max_unhealthy = "100%".into();
+            })
+        };
+        let mut r = Repairs::new();
+        f.pools = replacing("^NvidiaXID79Error$");
+        assert_eq!(step(&mut r, &f, 600), (vec![], vec![]));
+        let first = r.compiled[0].1.clone();
+        assert_eq!(step(&mut r, &f, 601), (vec![], vec![]));
+        assert!(
+            Arc::ptr_eq(&first, &r.compiled[0].1),
+            "kept, not compiled again"
+        );
+        // The pool's rule now matches the node's fault: it is replaced.
+        f.pools = replacing("^NvidiaXID13Error$");
+        assert_eq!(replaced(&step(&mut r, &f, 602).1), ["n1"]);
+        assert_eq!(r.compiled.len(), 1, "the old setting is forgotten");
+        assert!(!Arc::ptr_eq(&first, &r.compiled[0].1));
+        // Two pools of the same settings share one compiled set.
+        let mut two = replacing("^NvidiaXID13Error$");
+        two.push(two[0].clone());
+        two[1].metadata.name = Some("gpu2".into());
+        f.pools = two;
+        step(&mut r, &f, 603);
+        assert_eq!(r.compiled.len(), 1);
+    }
+
+    #[test]
     fn the_quick_check_agrees_with_the_rules_it_would_gather() {
         let rule = |type_: &str, pattern: Option<&str>| RepairCondition {
             type_: type_.into(),
@@ -1005,7 +1038,7 @@ mod tests {
                 rule("Ready", None),
             ];
         });
-        let rules = Rules::of(&pools[0], &mut Patterns::default());
+        let rules = Rules::of(&pools[0].spec.repair);
         let signals = [
             (gpu_fault("NvidiaXID79Error", 0), true),
             (gpu_fault("NvidiaXID13Error", 0), false),
