@@ -5,7 +5,7 @@
 //! whole), fills the core's [`World`], runs [`Core::decide`] and applies the
 //! actions to the simulated cloud and the jobs. No decision is made here.
 
-use super::jobs::{JobRun, Phase};
+use super::jobs::{Finishes, JobRun, Phase};
 use super::result::{LogEvent, Sample, StrategyResult, Unfinished};
 use super::scenario::{Scenario, StrategyName};
 use super::static_groups;
@@ -131,7 +131,7 @@ pub struct Engine<'a> {
     /// The jobs of each gang (pod group), by group name.
     gangs: BTreeMap<String, Vec<usize>>,
     arrivals: usize,
-    finishes: BinaryHeap<Reverse<(Time, usize)>>,
+    finishes: Finishes,
     acks: BinaryHeap<Reverse<(Time, usize)>>,
     waiting: BTreeSet<usize>,
     /// The waiting jobs' pods in `waiting`'s order, rebuilt when it changes.
@@ -269,7 +269,7 @@ impl<'a> Engine<'a> {
             by_name,
             gangs,
             arrivals: 0,
-            finishes: BinaryHeap::new(),
+            finishes: Finishes::default(),
             acks: BinaryHeap::new(),
             waiting: BTreeSet::new(),
             pending: Vec::new(),
@@ -328,8 +328,8 @@ impl<'a> Engine<'a> {
         if let Some(j) = self.jobs.get(self.arrivals) {
             t = t.min(j.job.submit);
         }
-        if let Some(Reverse((f, _))) = self.finishes.peek() {
-            t = t.min(*f);
+        if let Some(f) = self.finishes.next(&self.jobs) {
+            t = t.min(f);
         }
         if let Some(Reverse((a, _))) = self.acks.peek() {
             t = t.min(*a);
@@ -371,25 +371,19 @@ impl<'a> Engine<'a> {
             }
             self.create(i, at);
         }
-        // Finishes (entries of jobs that stopped since are stale).
-        while let Some(Reverse((t, i))) = self.finishes.peek().copied() {
-            if t > now {
-                break;
-            }
-            self.finishes.pop();
-            if self.jobs[i].finish_time() == Some(t) {
-                let node = self.running_on(i);
-                self.release(i, t);
-                let lost_before = self.jobs[i].lost_s;
-                self.jobs[i].finish(t);
-                let job = &self.jobs[i];
-                let lost_s = job.lost_s - lost_before;
-                self.lost_gpu_hours_so_far += lost_s / 3600.0 * job.gpus();
-                self.book_lost(i, node.as_deref(), lost_s);
-                self.result.jobs_completed += 1;
-                let name = self.jobs[i].job.pod.name.clone();
-                self.result.log.push((t, LogEvent::JobFinished(name)));
-            }
+        // Finishes.
+        while let Some((t, i)) = self.finishes.pop_due(now, &self.jobs) {
+            let node = self.running_on(i);
+            self.release(i, t);
+            let lost_before = self.jobs[i].lost_s;
+            self.jobs[i].finish(t);
+            let job = &self.jobs[i];
+            let lost_s = job.lost_s - lost_before;
+            self.lost_gpu_hours_so_far += lost_s / 3600.0 * job.gpus();
+            self.book_lost(i, node.as_deref(), lost_s);
+            self.result.jobs_completed += 1;
+            let name = self.jobs[i].job.pod.name.clone();
+            self.result.log.push((t, LogEvent::JobFinished(name)));
         }
         // Checkpoint acknowledgements.
         while let Some(Reverse((t, i))) = self.acks.peek().copied() {
@@ -796,7 +790,7 @@ impl<'a> Engine<'a> {
                     let job = &self.jobs[i];
                     self.lost_gpu_hours_so_far += lost_s / 3600.0 * job.gpus();
                     if let Some(t) = job.finish_time() {
-                        self.finishes.push(Reverse((t, i)));
+                        self.finishes.push(t, i);
                     }
                 }
             }
@@ -997,7 +991,7 @@ impl<'a> Engine<'a> {
             self.jobs[i].start(&claim, now);
             self.record_block(i);
             if let Some(f) = self.jobs[i].finish_time() {
-                self.finishes.push(Reverse((f, i)));
+                self.finishes.push(f, i);
             }
         }
     }

@@ -159,7 +159,7 @@ impl Engine<'_> {
                 }
                 self.jobs[m].start(&stall.node, at);
                 if let Some(f) = self.jobs[m].finish_time() {
-                    self.finishes.push(std::cmp::Reverse((f, m)));
+                    self.finishes.push(f, m);
                 }
             }
         }
