@@ -79,8 +79,8 @@ impl LostBy {
 /// starts, pauses for a requested checkpoint or stops, and each move adds an
 /// entry ([`Finishes::push`]); an entry the job has moved away from is stale,
 /// and is dropped when it comes up rather than woken for: before, the
-/// simulator ran a round of the whole core for each of them, a third of all
-/// rounds on a checkpointing workload.
+/// simulator ran a round of the whole core for each of them, about a quarter
+/// of all rounds on a checkpointing workload.
 #[derive(Debug, Default)]
 pub struct Finishes(BinaryHeap<Reverse<(Time, usize)>>);
 
