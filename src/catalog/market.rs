@@ -72,6 +72,21 @@ impl Lifetime {
         self.hazards_per_hour[i.saturating_sub(1)]
     }
 
+    /// The first age past `age_h` at which the hazard rises above its value
+    /// at `age_h`, if it ever does: what is priced by the hazard now holds
+    /// at least until then (a rule that acts on a higher hazard looks
+    /// again there).
+    pub fn next_rise(&self, age_h: f64) -> Option<f64> {
+        let age = age_h.max(0.0);
+        let now = self.hazard(age);
+        let i = self.edges_hours.partition_point(|e| *e <= age);
+        self.edges_hours[i..]
+            .iter()
+            .zip(&self.hazards_per_hour[i..])
+            .find(|(_, h)| **h > now)
+            .map(|(e, _)| *e)
+    }
+
     /// The cumulative hazard from age 0 to `age_h`.
     pub fn cumulative(&self, age_h: f64) -> f64 {
         let age = age_h.max(0.0);
@@ -226,6 +241,12 @@ impl PoolMarket {
     /// Reclaims per instance-hour at age `age_h` hours.
     pub fn hazard(&self, age_h: f64) -> f64 {
         self.lifetime.hazard(age_h)
+    }
+
+    /// The first age past `age_h` at which reclaims become likelier
+    /// ([`Lifetime::next_rise`]).
+    pub fn next_rise(&self, age_h: f64) -> Option<f64> {
+        self.lifetime.next_rise(age_h)
     }
 
     /// Probability that an instance lives past `age_h` hours.
@@ -544,6 +565,22 @@ mod tests {
         assert!(close(p.lifetime.cumulative(6.0), 1.0 + 0.75 + 0.1));
         assert!(close(p.survival(6.0), (-1.85f64).exp()));
         assert!(close(p.expected_interruptions(0.5, 1.0), 0.5 + 0.125));
+    }
+
+    #[test]
+    fn the_next_rise_is_the_first_piece_above_the_hazard_now() {
+        // Falling pieces never rise; a later piece above the current one
+        // does, even past a lower piece in between.
+        assert_eq!(pool().next_rise(0.0), None);
+        assert_eq!(pool().next_rise(30.0), None);
+        let bumpy = Lifetime {
+            edges_hours: vec![0.0, 1.0, 2.0, 3.0],
+            hazards_per_hour: vec![0.5, 0.1, 0.3, 0.6],
+        };
+        assert_eq!(bumpy.next_rise(0.5), Some(3.0));
+        assert_eq!(bumpy.next_rise(1.0), Some(2.0));
+        assert_eq!(bumpy.next_rise(2.5), Some(3.0));
+        assert_eq!(bumpy.next_rise(3.0), None);
     }
 
     #[test]

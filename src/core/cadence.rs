@@ -62,6 +62,11 @@ pub fn interval_s(pause_s: f64, hazard_per_hour: f64, write_s: f64) -> f64 {
         .max(write_s)
 }
 
+/// Makes `next` the earlier of itself and `at`.
+fn sooner(next: &mut Option<Time>, at: Time) {
+    *next = Some(next.map_or(at, |t| t.min(at)));
+}
+
 /// Hours since `from`, at least 0.
 fn hours(from: Time, now: Time) -> f64 {
     ((now - from).num_milliseconds() as f64 / 3_600_000.0).max(0.0)
@@ -92,22 +97,30 @@ pub struct Cadence {
 
 impl Cadence {
     /// The reclaim hazard of `node` at `now`, per hour: its pool's market at
-    /// the node's age (from Ready, or launch); 0 on on-demand.
-    fn hazard(&mut self, node: &ManagedNode, world: &World, now: Time) -> f64 {
+    /// the node's age (from Ready, or launch); 0 on on-demand. With it, when
+    /// the node's hazard next rises above that, if it does: a pod not due
+    /// now may fall due there, so the cadence looks again then (the
+    /// simulator wakes the core only at the deadlines it announces and at
+    /// events).
+    fn hazard(&mut self, node: &ManagedNode, world: &World, now: Time) -> (f64, Option<Time>) {
         if node.offering.capacity_type != CapacityType::Spot {
-            return 0.0;
+            return (0.0, None);
         }
         let key = &node.offering;
-        let age = hours(node.ready_at.unwrap_or(node.launched_at), now);
+        let born = node.ready_at.unwrap_or(node.launched_at);
+        let age = hours(born, now);
+        // Past the edge by a millisecond, so that the age read there is
+        // surely in the next piece.
+        let at = |rise_h: f64| after_secs(born, rise_h * 3600.0 + 0.001);
         // Looked up before inserting: this runs for every spot node on
         // every decision, and an entry would clone the key each time.
         if let Some(market) = self.markets.get(key) {
-            return market.hazard(age);
+            return (market.hazard(age), market.next_rise(age).map(at));
         }
         let market = world.catalog.market(&key.instance_type, &key.zone);
-        let hazard = market.hazard(age);
+        let found = (market.hazard(age), market.next_rise(age).map(at));
         self.markets.insert(key.clone(), market);
-        hazard
+        found
     }
 
     /// Checkpoint requests due at `now` (see the module doc). Nodes the
@@ -126,12 +139,13 @@ impl Cadence {
         // Hazard of the spot nodes running a pod that may be asked, and of
         // each gang: the sum over the distinct nodes it runs on.
         let mut node_hazard = vec![0.0; world.nodes.len()];
+        let mut node_rise: Vec<Option<Time>> = vec![None; world.nodes.len()];
         let mut gang_nodes: FastMap<&str, Vec<usize>> = FastMap::default();
         for (k, n) in world.nodes.iter().enumerate() {
             if n.offering.capacity_type != CapacityType::Spot || !n.pods.iter().any(eligible) {
                 continue;
             }
-            node_hazard[k] = self.hazard(n, world, now);
+            (node_hazard[k], node_rise[k]) = self.hazard(n, world, now);
             for b in n.pods.iter().filter(|b| eligible(b)) {
                 if let Some(g) = &b.pod.group {
                     let nodes = gang_nodes.entry(g.name.as_str()).or_default();
@@ -141,9 +155,15 @@ impl Cadence {
                 }
             }
         }
-        let gang_hazard: FastMap<&str, f64> = gang_nodes
+        // A gang's hazard, and the first rise of any of its nodes' (the sum
+        // may rise there).
+        let gang_hazard: FastMap<&str, (f64, Option<Time>)> = gang_nodes
             .iter()
-            .map(|(g, nodes)| (*g, nodes.iter().map(|&k| node_hazard[k]).sum()))
+            .map(|(g, nodes)| {
+                let hazard = nodes.iter().map(|&k| node_hazard[k]).sum();
+                let rise = nodes.iter().filter_map(|&k| node_rise[k]).min();
+                (*g, (hazard, rise))
+            })
             .collect();
 
         let mut actions = Vec::new();
@@ -164,10 +184,17 @@ impl Cadence {
                     // on any member's notice: `core::gang`).
                     continue;
                 }
-                let hazard = match &pod.group {
-                    Some(g) => gang_hazard.get(g.name.as_str()).copied().unwrap_or(0.0),
-                    None => node_hazard[k],
+                let (hazard, rise) = match &pod.group {
+                    Some(g) => gang_hazard
+                        .get(g.name.as_str())
+                        .copied()
+                        .unwrap_or((0.0, None)),
+                    None => (node_hazard[k], node_rise[k]),
                 };
+                // Until the hazard rises, the interval only lengthens.
+                if let Some(rise) = rise {
+                    sooner(&mut self.next, rise);
+                }
                 let every = interval_s(pause_s(pod), hazard, write);
                 if every > WORTH_IT * own {
                     continue;
@@ -180,7 +207,7 @@ impl Cadence {
                     if asked > last && seconds(asked, now) < write + ACK_SLACK_S {
                         // Still writing: look again when it should be done.
                         let again = after_secs(asked, write + ACK_SLACK_S);
-                        self.next = Some(self.next.map_or(again, |t| t.min(again)));
+                        sooner(&mut self.next, again);
                         continue;
                     }
                 }
@@ -193,9 +220,9 @@ impl Cadence {
                         deadline: after_secs(now, write),
                     });
                     let again = after_secs(now, write.max(1.0));
-                    self.next = Some(self.next.map_or(again, |t| t.min(again)));
+                    sooner(&mut self.next, again);
                 } else {
-                    self.next = Some(self.next.map_or(due, |t| t.min(due)));
+                    sooner(&mut self.next, due);
                 }
             }
         }
@@ -362,6 +389,38 @@ mod tests {
         let w = world(&catalog, &answered);
         assert!(requests(&cadence.decide(&w, acked, &|_| false)).is_empty());
         assert!(cadence.next_deadline().unwrap() > acked);
+    }
+
+    #[test]
+    fn a_pod_not_due_is_looked_at_again_where_its_nodes_hazard_rises() {
+        use crate::catalog::market::{Lifetime, MarketModel, MarketParams, PoolOverride};
+        // A pool calm for two hours, then stormy: nothing is due while it is
+        // calm, but the rise makes the pod due at once. The simulator wakes
+        // the core at announced deadlines, so the rise must be one.
+        let embedded = Catalog::embedded().unwrap();
+        let mut market = embedded.market("p4d.24xlarge", "use1-az6");
+        market.lifetime = Lifetime {
+            edges_hours: vec![0.0, 2.0],
+            hazards_per_hour: vec![0.0001, 2.0],
+        };
+        let mut params = (*MarketParams::embedded()).clone();
+        params.pools.push(PoolOverride {
+            instance_type: "p4d.24xlarge".into(),
+            zone: Some("use1-az6".into()),
+            market,
+        });
+        let catalog = embedded.with_market(MarketModel::Calibrated(std::sync::Arc::new(params)));
+        let nodes = [node("n1", CapacityType::Spot, vec![pod("ml/a", 8)])];
+        let w = world(&catalog, &nodes);
+        let mut cadence = Cadence::default();
+        assert!(requests(&cadence.decide(&w, t(1), &|_| false)).is_empty());
+        let again = cadence.next_deadline().expect("the rise is a deadline");
+        assert!(
+            t(7200) < again && again <= t(7201),
+            "looked at again at {again}"
+        );
+        assert!(requests(&cadence.decide(&w, t(7199), &|_| false)).is_empty());
+        assert_eq!(requests(&cadence.decide(&w, again, &|_| false)), ["ml/a"]);
     }
 
     #[test]
