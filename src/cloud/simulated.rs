@@ -76,6 +76,15 @@ enum Timer {
 }
 
 impl Timer {
+    /// A boot milestone short of Ready, or a price move: nothing the
+    /// simulator's rounds read ([`SimulatedCloud::next_notable_event_time`]).
+    fn is_milestone(&self) -> bool {
+        matches!(
+            self,
+            Timer::Running(_) | Timer::Registered(_) | Timer::Price(..)
+        )
+    }
+
     fn instance(&self) -> Option<usize> {
         match self {
             Timer::Running(i)
@@ -589,6 +598,18 @@ impl SimulatedCloud {
     /// its clock there and calls [`SimulatedCloud::advance`].
     pub fn next_event_time(&self) -> Option<Time> {
         self.timers.keys().next().map(|(t, _)| *t)
+    }
+
+    /// When the next event happens other than a boot milestone short of
+    /// Ready (running, registered) or a price move. The simulator reads
+    /// neither (its nodes are in flight until Ready, and the core prices
+    /// from the catalog), so it need not wake for them; [`SimulatedCloud::advance`]
+    /// still reports them, in order, at the next wake.
+    pub fn next_notable_event_time(&self) -> Option<Time> {
+        self.timers
+            .iter()
+            .find(|(_, timer)| !timer.is_milestone())
+            .map(|((t, _), _)| *t)
     }
 
     /// Everything that happens up to and including `now`, in time order,

@@ -140,6 +140,12 @@ pub struct Engine<'a> {
     /// Whether a bind could place anything new: a pod started waiting, a
     /// node became Ready or room was freed since the last bind.
     bind_dirty: bool,
+    /// Whether the core's last round acted. Its next round may act on what
+    /// this one did (delete a node once its pods are gone), so the engine
+    /// then wakes at the next event of any kind; after a round that did
+    /// nothing, boot milestones and price moves wake no round
+    /// ([`SimulatedCloud::next_notable_event_time`]).
+    acted: bool,
     nodes: Nodes,
     now: Time,
     start: Time,
@@ -275,6 +281,7 @@ impl<'a> Engine<'a> {
             pending: Vec::new(),
             pending_stale: false,
             bind_dirty: true,
+            acted: true,
             nodes: Nodes::default(),
             now: start,
             start,
@@ -334,7 +341,12 @@ impl<'a> Engine<'a> {
         if let Some(Reverse((a, _))) = self.acks.peek() {
             t = t.min(*a);
         }
-        if let Some(c) = self.cloud.next_event_time() {
+        let cloud = if self.acted {
+            self.cloud.next_event_time()
+        } else {
+            self.cloud.next_notable_event_time()
+        };
+        if let Some(c) = cloud {
             t = t.min(c);
         }
         if let Some(r) = self.image_releases.get(self.images_released) {
@@ -456,6 +468,7 @@ impl<'a> Engine<'a> {
                 nodes,
             );
             let actions = self.core.decide(&w, now);
+            self.acted = !actions.is_empty();
             for a in actions {
                 self.apply(a);
             }

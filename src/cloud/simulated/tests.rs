@@ -166,6 +166,25 @@ fn launch_reports_running_then_registered_then_ready_at_plausible_times() {
 }
 
 #[test]
+fn a_wake_past_the_boot_milestones_still_reports_each_in_order_at_its_time() {
+    // The simulator may skip waking for running and registered (it reads
+    // neither); a later advance reports them with their own times.
+    let mut c = cloud(config(1));
+    c.launch(&claim("p", on_demand("p5.48xlarge", ZONES[0])), t0())
+        .unwrap();
+    let first = c.next_event_time().unwrap();
+    let ready = c.next_notable_event_time().unwrap();
+    assert!(first < ready);
+    let events = c.advance(ready);
+    let (r, g, d) = expect_boot(&events, "p");
+    assert_eq!((r, d), (first, ready));
+    assert!(r < g && g < d);
+    assert_eq!(c.describe("p").unwrap().state, InstanceState::Running);
+    // After Ready what comes next is notable (or nothing is pending).
+    assert_eq!(c.next_notable_event_time(), c.next_event_time());
+}
+
+#[test]
 fn launching_the_same_claim_twice_gives_one_instance() {
     let mut c = cloud(config(1));
     let first = c
