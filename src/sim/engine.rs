@@ -1,6 +1,8 @@
 //! The discrete-event engine: one strategy over one workload in virtual time.
 //! Each step jumps to the next event (a job arriving or finishing, a cloud
-//! event, a checkpoint being written, a core deadline, a sample), plays the
+//! event, a checkpoint being written, a core deadline, a sample; after a
+//! round that did nothing, not to a boot milestone short of Ready or a
+//! price move, which no round reads), plays the
 //! kube-scheduler (binding waiting pods to Ready nodes with room, gangs
 //! whole), fills the core's [`World`], runs [`Core::decide`] and applies the
 //! actions to the simulated cloud and the jobs. No decision is made here.
