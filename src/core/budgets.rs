@@ -13,7 +13,7 @@
 //! unbounded (`u32::MAX`), as in Karpenter. See `docs/lifecycle-timing.md`.
 
 use super::prewarm::first_start_after;
-use super::time::{after, before};
+use super::time::{after, before, sooner};
 use super::Time;
 use crate::api::{
     parse_cron, parse_duration, Budget, BudgetNodes, BudgetReason, DurationError, NodePool,
@@ -215,7 +215,7 @@ pub fn next_deadline(pool: &NodePool, now: Time) -> Result<Option<Time>> {
             first_start_after(schedule, &Utc, now),
         ];
         for t in candidates.into_iter().flatten().filter(|t| *t > now) {
-            next = Some(next.map_or(t, |n| n.min(t)));
+            sooner(&mut next, t);
         }
     }
     Ok(next)

@@ -20,7 +20,7 @@
 //! (`quartermaster.dev/checkpoint: "true"` or a hook) and declare an
 //! interval are asked. The formulas are in `docs/checkpointing.md`.
 
-use super::time::after_secs;
+use super::time::{after_secs, sooner};
 use super::{Action, BoundPod, FastMap, ManagedNode, OfferingKey, Time, World};
 use crate::catalog::market::PoolMarket;
 use crate::catalog::CapacityType;
@@ -60,11 +60,6 @@ pub fn interval_s(pause_s: f64, hazard_per_hour: f64, write_s: f64) -> f64 {
     (2.0 * pause_s.max(0.0) * 3600.0 / hazard_per_hour)
         .sqrt()
         .max(write_s)
-}
-
-/// Makes `next` the earlier of itself and `at`.
-fn sooner(next: &mut Option<Time>, at: Time) {
-    *next = Some(next.map_or(at, |t| t.min(at)));
 }
 
 /// Hours since `from`, at least 0.

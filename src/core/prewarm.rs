@@ -18,7 +18,7 @@
 //! in autumn occurs twice (once per pass, as the `cron` crate counts them). See
 //! `docs/lifecycle-timing.md` for lead times and the placeholder split.
 
-use super::time::{after, before};
+use super::time::{after, before, sooner};
 use super::{ManagedNode, Time};
 use crate::api::labels as l;
 use crate::api::nodepool::{LIMIT_COST_PER_HOUR, LIMIT_NODES};
@@ -165,7 +165,7 @@ pub fn next_deadline(pool: &NodePool, now: Time, lead: Duration) -> Result<Optio
     let mut next: Option<Time> = None;
     let mut consider = |t: Time| {
         if t > now {
-            next = Some(next.map_or(t, |n| n.min(t)));
+            sooner(&mut next, t);
         }
     };
     for w in &pool.spec.prewarm {
@@ -224,7 +224,7 @@ impl Timing {
         let mut next: Option<Time> = None;
         let mut consider = |t: Time| {
             if t > now {
-                next = Some(next.map_or(t, |n: Time| n.min(t)));
+                sooner(&mut next, t);
             }
         };
         if let Some(start) = self.current_start(now, lead) {

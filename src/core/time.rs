@@ -36,6 +36,12 @@ pub fn secs(s: f64) -> Duration {
     Duration::try_from_secs_f64(s).unwrap_or(Duration::MAX)
 }
 
+/// Makes `next` the earlier of itself and `at`: the rules gather their next
+/// deadline this way.
+pub fn sooner(next: &mut Option<Time>, at: Time) {
+    *next = Some(next.map_or(at, |t| t.min(at)));
+}
+
 /// `t + s` seconds, rounded up to the millisecond (a negative `s` moves
 /// back), saturating at the ends of time.
 pub fn after_secs(t: Time, s: f64) -> Time {

@@ -25,6 +25,7 @@
 use super::super::interruption::pool_of;
 use super::{after, Consolidation, Disrupting, Round};
 use crate::api::NodePool;
+use crate::core::time::sooner;
 use crate::core::{Action, DisruptionReason, ManagedNode, Time};
 
 /// When an expired node expired, and when its claim is deleted whatever is
@@ -68,7 +69,7 @@ impl Consolidation {
                 Some(_) => {}
                 None => {
                     if let Some(at) = expires_at(n) {
-                        next = Some(next.map_or(at, |t| t.min(at)));
+                        sooner(&mut next, at);
                     }
                 }
             }

@@ -11,6 +11,7 @@
 use super::super::interruption::pool_of;
 use super::{after, Consolidation, Disrupting, Round};
 use crate::api::BudgetReason;
+use crate::core::time::sooner;
 use crate::core::{Action, DisruptionReason, ManagedNode, Time};
 use std::collections::BTreeMap;
 
@@ -29,7 +30,7 @@ impl Consolidation {
             };
             let at = after(since, wait);
             if at > r.now {
-                self.idle_due = Some(self.idle_due.map_or(at, |d: Time| d.min(at)));
+                sooner(&mut self.idle_due, at);
                 continue;
             }
             if self.may_replace(r, n) {
