@@ -446,6 +446,7 @@ async fn an_account_whose_zone_names_differ_from_the_default_labels_its_nodes_wi
     let pools = [pool];
     let pending = [pod];
     let world = World {
+        nodes_revision: 0,
         catalog: &catalog,
         region: REGION,
         pools: &pools,

@@ -463,6 +463,7 @@ async fn a_pod_whose_claim_is_allocated_on_a_node_runs_only_there() {
     };
     let pools = [pool()];
     let world = quartermaster::core::World {
+        nodes_revision: 0,
         catalog: &catalog,
         region: REGION,
         pools: &pools,

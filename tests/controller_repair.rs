@@ -87,6 +87,7 @@ fn request(name: &str) -> ClaimRequest {
 fn built(name: &str) -> NodeClaim {
     let pools = [pool(json!({}))];
     let world = quartermaster::core::World {
+        nodes_revision: 0,
         catalog: &catalog(),
         region: REGION,
         pools: &pools,

@@ -84,6 +84,7 @@ fn claim() -> NodeClaim {
     };
     let pools = [pool()];
     let world = quartermaster::core::World {
+        nodes_revision: 0,
         catalog: &catalog,
         region: REGION,
         pools: &pools,

@@ -210,6 +210,7 @@ fn report_gpu_names_the_idle_and_underused_pods_with_their_right_size_and_saving
 /// A ready g5 node of pool `gpu` named `name` (its claim too).
 fn node(c: &Catalog, pools: &[quartermaster::api::NodePool], name: &str) -> ManagedNode {
     let world = World {
+        nodes_revision: 0,
         catalog: c,
         region: "us-east-1",
         pools,

@@ -230,6 +230,7 @@ fn node_running(pools: &[NodePool], pod: Pod) -> ManagedNode {
         reservation: None,
     };
     let world = World {
+        nodes_revision: 0,
         catalog: catalog(),
         region: "us-east-1",
         pools,
@@ -293,6 +294,7 @@ proptest! {
         pod.deadline = deadline;
         let nodes = [node_running(&pools, pod)];
         let world = World {
+            nodes_revision: 0,
             catalog: catalog(),
             region: "us-east-1",
             pools: &pools,

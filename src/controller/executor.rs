@@ -632,6 +632,7 @@ mod tests {
         pool.metadata.uid = Some("0b1c-pool-uid".into());
         let pools = [pool];
         let world = World {
+            nodes_revision: 0,
             catalog: catalog(),
             region: "us-east-1",
             pools: &pools,
@@ -716,6 +717,7 @@ mod tests {
     fn a_claim_gets_every_efa_interface_of_its_type_only_when_a_pod_or_its_pool_asks_for_efa() {
         let pools = [NodePool::new("train", NodePoolSpec::default())];
         let world = World {
+            nodes_revision: 0,
             catalog: catalog(),
             region: "us-east-1",
             pools: &pools,
@@ -759,6 +761,7 @@ mod tests {
         asking.spec.template.spec.efa = true;
         let pools = [asking];
         let world = World {
+            nodes_revision: 0,
             pools: &pools,
             ..world
         };

@@ -307,6 +307,7 @@ mod tests {
 
     fn world<'a>(catalog: &'a Catalog, nodes: &'a [ManagedNode]) -> World<'a> {
         World {
+            nodes_revision: 0,
             catalog,
             region: "us-east-1",
             pools: &[],

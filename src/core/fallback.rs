@@ -95,6 +95,7 @@ mod tests {
 
     fn world<'a>(pools: &'a [NodePool]) -> World<'a> {
         World {
+            nodes_revision: 0,
             catalog: catalog(),
             region: "us-east-1",
             pools,

@@ -165,6 +165,14 @@ pub struct Pdb {
 
 pub(crate) use crate::cluster::{FastMap, FastSet};
 
+impl World<'_> {
+    /// Whether `nodes` are known to be what they were at `revision` (a
+    /// [`World::nodes_revision`] read before; 0 is never known).
+    pub fn same_nodes_as(&self, revision: u64) -> bool {
+        self.nodes_revision != 0 && self.nodes_revision == revision
+    }
+}
+
 /// Everything a decision reads, filled by a driver.
 #[derive(Debug, Clone, Copy)]
 pub struct World<'a> {
@@ -178,6 +186,13 @@ pub struct World<'a> {
     pub pending: &'a [Pod],
     /// Our nodes and in-flight claims.
     pub nodes: &'a [ManagedNode],
+    /// A number the driver changes whenever anything in `nodes` changes (a
+    /// node added, removed, or changed in any field), so that the core may
+    /// keep what it worked out from the nodes while it stays the same: the
+    /// simulator's rounds mostly see the same nodes, and reading every node
+    /// on every round was most of a long replay's time. 0 when the driver
+    /// does not say (the controller): the core then reads every node.
+    pub nodes_revision: u64,
     /// Disruption budgets.
     pub pdbs: &'a [Pdb],
 }

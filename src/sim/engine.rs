@@ -32,6 +32,11 @@ use std::sync::Arc;
 
 mod dra;
 mod faults;
+mod nodes;
+#[cfg(test)]
+mod tests;
+
+use nodes::Nodes;
 
 /// Seconds between time-series samples.
 pub const SAMPLE_EVERY_S: i64 = 300;
@@ -62,64 +67,6 @@ struct NodeExtra {
     gpu_allocatable: i64,
 }
 
-/// The nodes alive, sorted by claim, as one slice the core's [`World`]
-/// borrows (cloning every node and its pods twice a step made long runs
-/// slow), with the engine's own bookkeeping in a parallel vector.
-#[derive(Debug, Default)]
-struct Nodes {
-    managed: Vec<ManagedNode>,
-    extra: Vec<NodeExtra>,
-    /// The last [`ManagedNode::pods_revision`] given out.
-    revision: u64,
-}
-
-impl Nodes {
-    fn find(&self, claim: &str) -> Result<usize, usize> {
-        self.managed
-            .binary_search_by(|n| n.claim.as_str().cmp(claim))
-    }
-
-    /// The node and its books, to change: its pods may change, so its
-    /// revision does.
-    fn get_mut(&mut self, claim: &str) -> Option<(&mut ManagedNode, &mut NodeExtra)> {
-        let i = self.find(claim).ok()?;
-        self.touch(i);
-        Some((&mut self.managed[i], &mut self.extra[i]))
-    }
-
-    /// Gives the `i`-th node a new [`ManagedNode::pods_revision`]: every
-    /// change of its pods goes through here (or [`Nodes::get_mut`]).
-    fn touch(&mut self, i: usize) {
-        self.revision += 1;
-        self.managed[i].pods_revision = self.revision;
-    }
-
-    fn insert(&mut self, node: ManagedNode, extra: NodeExtra) {
-        let i = match self.find(&node.claim) {
-            Ok(i) => {
-                self.managed[i] = node;
-                self.extra[i] = extra;
-                i
-            }
-            Err(i) => {
-                self.managed.insert(i, node);
-                self.extra.insert(i, extra);
-                i
-            }
-        };
-        self.touch(i);
-    }
-
-    fn remove(&mut self, claim: &str) -> Option<(ManagedNode, NodeExtra)> {
-        let i = self.find(claim).ok()?;
-        Some((self.managed.remove(i), self.extra.remove(i)))
-    }
-
-    fn iter(&self) -> impl Iterator<Item = (&ManagedNode, &NodeExtra)> {
-        self.managed.iter().zip(&self.extra)
-    }
-}
-
 /// One strategy's run.
 pub struct Engine<'a> {
     catalog: &'a Catalog,
@@ -148,6 +95,10 @@ pub struct Engine<'a> {
     /// nothing, boot milestones and price moves wake no round
     /// ([`SimulatedCloud::next_notable_event_time`]).
     acted: bool,
+    /// Tests: the core is given no revision of the nodes (it reads every
+    /// node on every round), to compare with the run that gives it.
+    #[cfg(test)]
+    blind: bool,
     nodes: Nodes,
     now: Time,
     start: Time,
@@ -284,6 +235,8 @@ impl<'a> Engine<'a> {
             pending_stale: false,
             bind_dirty: true,
             acted: true,
+            #[cfg(test)]
+            blind: false,
             nodes: Nodes::default(),
             now: start,
             start,
@@ -440,10 +393,13 @@ impl<'a> Engine<'a> {
             // Nodes holding buffer chunks: the chunks bound to them for
             // this round (do-not-disrupt), as the controller binds them.
             let holding: Vec<ManagedNode>;
+            let revision = self.nodes_revision();
+            // The copy is not what the revision counts: the core reads it
+            // whole (revision 0).
             let nodes = if held.is_empty() {
-                &self.nodes.managed
+                (self.nodes.managed(), revision)
             } else {
-                let mut copy = self.nodes.managed.clone();
+                let mut copy = self.nodes.managed().to_vec();
                 for (n, pod) in held {
                     copy[n].state.used.add(&pod.pod.requests);
                     copy[n].pods.push(pod);
@@ -451,13 +407,13 @@ impl<'a> Engine<'a> {
                     copy[n].pods_revision = 0;
                 }
                 holding = copy;
-                &holding
+                (&holding[..], 0)
             };
             if !self.reservations.is_empty() {
                 self.reserved = Some(super::reservations::core_catalog(
                     self.catalog,
                     &self.reservations,
-                    &self.nodes.managed,
+                    self.nodes.managed(),
                     now,
                     self.reservation_lead,
                 ));
@@ -502,7 +458,7 @@ impl<'a> Engine<'a> {
         let now = self.now;
         let out = self
             .requests
-            .step(&self.nodes.managed, &unplaceable_in(&self.core), now);
+            .step(self.nodes.managed(), &unplaceable_in(&self.core), now);
         for t in out.transitions {
             self.result.log.push((now, LogEvent::Provisioning(t)));
         }
@@ -529,7 +485,7 @@ impl<'a> Engine<'a> {
         let lead = |pod: &Pod| self.core.buffer_lead(world.pools, world.catalog, pod);
         let step = crate::core::buffers::step_with_lead(
             &self.buffers,
-            &self.nodes.managed,
+            self.nodes.managed(),
             &self.pending,
             &unplaceable,
             crate::core::batch::DEFAULT_MAX_PODS,
@@ -549,7 +505,7 @@ impl<'a> Engine<'a> {
                 .held
                 .iter()
                 .filter(|(n, p)| {
-                    p.pod.name.starts_with(&prefix) && self.nodes.managed[*n].ready_at.is_some()
+                    p.pod.name.starts_with(&prefix) && self.nodes.managed()[*n].ready_at.is_some()
                 })
                 .count();
             let ok = self
@@ -573,6 +529,16 @@ impl<'a> Engine<'a> {
         }
     }
 
+    /// The nodes' revision as the core's world carries it, so that the
+    /// core keeps what it read of them while they stay the same.
+    fn nodes_revision(&self) -> u64 {
+        #[cfg(test)]
+        if self.blind {
+            return 0;
+        }
+        self.nodes.revision()
+    }
+
     /// The world as the core sees it (call [`Engine::refresh_pending`] first).
     fn world(&self) -> World<'_> {
         world(
@@ -580,7 +546,7 @@ impl<'a> Engine<'a> {
             self.region,
             &self.pools,
             &self.pending,
-            &self.nodes.managed,
+            (self.nodes.managed(), self.nodes_revision()),
         )
     }
 
@@ -592,7 +558,7 @@ impl<'a> Engine<'a> {
             self.region,
             &self.pools,
             &self.pending,
-            &self.nodes.managed,
+            (self.nodes.managed(), self.nodes_revision()),
         );
         self.core.handle_notice(notice, &w, at);
     }
@@ -843,7 +809,7 @@ impl<'a> Engine<'a> {
                 self.region,
                 &self.pools,
                 &self.pending,
-                &self.nodes.managed,
+                (self.nodes.managed(), self.nodes_revision()),
             );
             ManagedNode::launched(&req, &world, now)
         };
@@ -919,7 +885,7 @@ impl<'a> Engine<'a> {
             ..Stamp::default()
         };
         let current = stamp(self.images_released);
-        for (n, extra) in self.nodes.managed.iter_mut().zip(&self.nodes.extra) {
+        for (n, extra) in self.nodes.iter_mut() {
             n.drifted = crate::core::drift::detect(&stamp(extra.image), &current);
         }
     }
@@ -933,15 +899,15 @@ impl<'a> Engine<'a> {
         }
         self.bind_dirty = false;
         self.refresh_pending();
-        let ready: Vec<usize> = (0..self.nodes.managed.len())
-            .filter(|&k| self.serves(k) && !self.nodes.managed[k].state.unschedulable)
+        let ready: Vec<usize> = (0..self.nodes.managed().len())
+            .filter(|&k| self.serves(k) && !self.nodes.managed()[k].state.unschedulable)
             .collect();
         if ready.is_empty() {
             return;
         }
         let states: Vec<&crate::cluster::NodeState> = ready
             .iter()
-            .map(|&k| &self.nodes.managed[k].state)
+            .map(|&k| &self.nodes.managed()[k].state)
             .collect();
         // Only the waiting pods: cloning every job's pod on each step made a
         // long run quadratic in its number of jobs.
@@ -979,8 +945,7 @@ impl<'a> Engine<'a> {
         for ((k, n), held) in placed.into_iter().zip(held) {
             let i = waiting[k];
             let slot = ready[n];
-            self.nodes.touch(slot);
-            let (node, extra) = (&mut self.nodes.managed[slot], &mut self.nodes.extra[slot]);
+            let (node, extra) = self.nodes.at_mut(slot);
             let claim = node.claim.clone();
             extra.jobs.insert(i);
             node.state.used.add(&held);
@@ -1346,7 +1311,7 @@ fn world<'w>(
     region: &'w str,
     pools: &'w [NodePool],
     pending: &'w [Pod],
-    nodes: &'w [ManagedNode],
+    (nodes, nodes_revision): (&'w [ManagedNode], u64),
 ) -> World<'w> {
     World {
         catalog,
@@ -1354,6 +1319,7 @@ fn world<'w>(
         pools,
         pending,
         nodes,
+        nodes_revision,
         pdbs: &[],
     }
 }

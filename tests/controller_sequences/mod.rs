@@ -264,6 +264,7 @@ fn claim_for(req: &ClaimRequest, at: Time) -> NodeClaim {
 /// [`claim_for`], with this catalog and these pools.
 fn claim_in(req: &ClaimRequest, at: Time, catalog: &Catalog, pools: &[NodePool]) -> NodeClaim {
     let world = quartermaster::core::World {
+        nodes_revision: 0,
         catalog,
         region: REGION,
         pools,

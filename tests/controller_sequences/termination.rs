@@ -580,6 +580,7 @@ fn a_pool_grace_period_is_copied_onto_its_claims() {
     let catalog = catalog();
     let pools = [p];
     let world = quartermaster::core::World {
+        nodes_revision: 0,
         catalog: &catalog,
         region: REGION,
         pools: &pools,

@@ -229,6 +229,7 @@ impl WorldParts {
     /// The core's world over these parts.
     pub fn world<'a>(&'a self, catalog: &'a Catalog, region: &'a str) -> World<'a> {
         World {
+            nodes_revision: 0,
             catalog,
             region,
             pools: &self.pools,
@@ -375,6 +376,7 @@ pub fn world_parts(
             .collect();
     }
     let shape_world = World {
+        nodes_revision: 0,
         catalog,
         region,
         pools: &pools,

@@ -50,6 +50,7 @@ fn gpu_pod(name: &str) -> Pod {
 
 fn world<'a>(pools: &'a [NodePool], pending: &'a [Pod], nodes: &'a [ManagedNode]) -> World<'a> {
     World {
+        nodes_revision: 0,
         catalog: catalog(),
         region: "us-east-1",
         pools,
@@ -232,6 +233,7 @@ fn launches_nothing_round_after_round(
     catalog: &Catalog,
 ) -> String {
     let w = World {
+        nodes_revision: 0,
         catalog,
         ..world(pools, pending, &[])
     };
@@ -388,6 +390,7 @@ fn a_node_in_a_block_ending_soon_stays_in_the_world_and_is_drained_before_the_en
         s.capacity_types = vec![CapacityType::Reserved, CapacityType::OnDemand]
     })];
     let w = World {
+        nodes_revision: 0,
         catalog: &reserved,
         ..world(&pools, &[], &[])
     };
@@ -417,6 +420,7 @@ fn a_node_in_a_block_ending_soon_stays_in_the_world_and_is_drained_before_the_en
     }];
     let nodes = [node];
     let w = World {
+        nodes_revision: 0,
         catalog: &reserved,
         ..world(&pools, &[], &nodes)
     };
@@ -723,6 +727,7 @@ fn learned_rates_start_from_the_prior_of_the_catalog_in_hand_not_the_first_one_s
     let key = core.estimator.pools().next().unwrap().clone();
     let rate_with = |catalog: &Catalog| {
         let w = World {
+            nodes_revision: 0,
             catalog,
             ..world(&[], &[], &[])
         };

@@ -252,6 +252,7 @@ impl Fixture {
     /// The world the decisions read.
     pub fn world(&self) -> World<'_> {
         World {
+            nodes_revision: 0,
             catalog: &self.catalog,
             region: REGION,
             pools: &self.pools,

@@ -105,7 +105,7 @@ impl Engine<'_> {
 
     /// Whether `claim` runs pods: Ready, not faulty, not rebooting.
     pub(super) fn serves(&self, k: usize) -> bool {
-        let (n, extra) = (&self.nodes.managed[k], &self.nodes.extra[k]);
+        let (n, extra) = (&self.nodes.managed()[k], &self.nodes.extra()[k]);
         n.ready_at.is_some() && extra.broken_since.is_none() && !extra.rebooting
     }
 
@@ -115,7 +115,7 @@ impl Engine<'_> {
         let Some(k) = self.nodes.find(claim).ok() else {
             return;
         };
-        let running: Vec<usize> = self.nodes.extra[k]
+        let running: Vec<usize> = self.nodes.extra()[k]
             .jobs
             .iter()
             .copied()
@@ -200,7 +200,7 @@ impl Engine<'_> {
         let broken = self
             .nodes
             .find(&stall.node)
-            .is_ok_and(|k| self.nodes.extra[k].broken_since.is_some());
+            .is_ok_and(|k| self.nodes.extra()[k].broken_since.is_some());
         if !broken {
             self.result.fault_lost_gpu_hours += hours(stall.since, at) * self.jobs[i].gpus();
         }
@@ -232,7 +232,7 @@ impl Engine<'_> {
             self.settle_stall(*i, stall, end);
         }
         self.stalled = open.into_iter().collect();
-        for extra in &self.nodes.extra {
+        for extra in self.nodes.extra() {
             if let Some(since) = extra.broken_since {
                 self.result.fault_lost_gpu_hours += hours(since, end) * extra.gpus;
             }
@@ -246,11 +246,11 @@ impl Engine<'_> {
     /// pods count as lost to faults instead.
     pub(super) fn sample_idle(&mut self, period_h: f64) {
         let mut idle = 0.0;
-        for k in 0..self.nodes.managed.len() {
+        for k in 0..self.nodes.managed().len() {
             if !self.serves(k) {
                 continue;
             }
-            let extra = &self.nodes.extra[k];
+            let extra = &self.nodes.extra()[k];
             let mut free = extra.gpus;
             for &i in &extra.jobs {
                 let gpus = self.jobs[i].gpus();
