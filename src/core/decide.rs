@@ -120,6 +120,10 @@ pub struct Core {
     /// re-opens a batch itself, or such pods would wait forever.
     /// Looked up for every node on every round (claims are unique).
     usable: super::FastSet<String>,
+    /// What `usable` was last worked out from: the world's
+    /// [`World::nodes_revision`] and the claims left out whatever their
+    /// nodes (under interruption handling, or released), sorted.
+    usable_from: (u64, Vec<String>),
     /// Pools marked not Ready at the last provisioning step: when one is
     /// Ready again, pending pods that could not be planned are planned
     /// again (the batcher sees nothing new).
@@ -174,6 +178,7 @@ impl Core {
             next_claim: 0,
             last_decide: None,
             usable: Default::default(),
+            usable_from: Default::default(),
             held: BTreeSet::new(),
             families: RefCell::new(BTreeMap::new()),
             priors: RefCell::new((0, BTreeMap::new())),
@@ -348,7 +353,8 @@ impl Core {
         if run("observe") {
             self.enter("observe");
             if let Some(from) = self.last_decide.filter(|f| *f < now) {
-                self.estimator.observe_nodes(world.nodes, from, now);
+                self.estimator
+                    .observe_nodes(world.nodes, world.nodes_revision, from, now);
             }
             // Nodes whose reservation ends soon are drained like interrupted
             // ones, whether or not EC2's warning came.
@@ -520,13 +526,27 @@ impl Core {
                 && !n.state.unschedulable
                 && !gone.contains(n.claim.as_str())
         };
-        let (mut kept, mut added) = (0, false);
-        for n in world.nodes.iter().filter(usable) {
-            if self.usable.contains(&n.claim) {
-                kept += 1;
-            } else {
-                added = true;
+        // The same nodes and the same claims left out as last round: the
+        // same usable nodes, which `usable` holds (rebuilt then or found
+        // the same), so none was lost or added.
+        let mut out: Vec<&str> = self.interruptions.handling().collect();
+        out.extend(gone.iter().copied());
+        out.sort_unstable();
+        out.dedup();
+        let (mut kept, mut added) = (self.usable.len(), false);
+        if !(world.same_nodes_as(self.usable_from.0) && self.usable_from.1 == out) {
+            kept = 0;
+            for n in world.nodes.iter().filter(usable) {
+                if self.usable.contains(&n.claim) {
+                    kept += 1;
+                } else {
+                    added = true;
+                }
             }
+            self.usable_from = (
+                world.nodes_revision,
+                out.iter().map(|c| c.to_string()).collect(),
+            );
         }
         let lost = kept < self.usable.len();
         let held: BTreeSet<String> = world

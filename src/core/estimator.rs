@@ -99,6 +99,9 @@ impl RatePosterior {
 pub struct InterruptionEstimator {
     prior_hours: f64,
     evidence: BTreeMap<OfferingKey, Evidence>,
+    /// The spot nodes as [`InterruptionEstimator::observe_nodes`] last read
+    /// them.
+    exposed: Exposed,
 }
 
 impl Default for InterruptionEstimator {
@@ -106,6 +109,48 @@ impl Default for InterruptionEstimator {
         InterruptionEstimator {
             prior_hours: DEFAULT_PRIOR_HOURS,
             evidence: BTreeMap::new(),
+            exposed: Exposed::default(),
+        }
+    }
+}
+
+/// The spot nodes of one [`World::nodes_revision`](super::World::nodes_revision),
+/// in the nodes' order: each one's pool (an index into `pools`) and launch.
+/// Comparing every node's pool with the last was most of the exposure's
+/// cost, on every round over every node.
+#[derive(Debug, Clone, Default, PartialEq)]
+struct Exposed {
+    revision: u64,
+    pools: Vec<OfferingKey>,
+    nodes: Vec<(usize, Time)>,
+}
+
+impl Exposed {
+    /// Read from `nodes`. Nodes of one pool often follow each other
+    /// (launched together), so the last pool is compared before the pool's
+    /// index is looked up.
+    fn of(nodes: &[ManagedNode], revision: u64) -> Exposed {
+        let mut pools: Vec<OfferingKey> = Vec::new();
+        let mut index: super::FastMap<&OfferingKey, usize> = Default::default();
+        let mut last = usize::MAX;
+        let mut spot = Vec::new();
+        for n in nodes {
+            let key = &n.offering;
+            if key.capacity_type != CapacityType::Spot {
+                continue;
+            }
+            if pools.get(last).is_none_or(|k| k != key) {
+                last = *index.entry(key).or_insert_with(|| {
+                    pools.push(key.clone());
+                    pools.len() - 1
+                });
+            }
+            spot.push((last, n.launched_at));
+        }
+        Exposed {
+            revision,
+            pools,
+            nodes: spot,
         }
     }
 }
@@ -122,6 +167,7 @@ impl InterruptionEstimator {
             return Err(Error::PriorHours(prior_hours));
         }
         Ok(InterruptionEstimator {
+            exposed: Exposed::default(),
             prior_hours,
             evidence: BTreeMap::new(),
         })
@@ -136,7 +182,7 @@ impl InterruptionEstimator {
     /// on-demand exposure is ignored.
     pub fn observe_exposure(&mut self, key: &OfferingKey, hours: f64) {
         if counts_as_exposure(key, hours) {
-            self.update(key, |e| e.exposure_hours += hours);
+            update(&mut self.evidence, key, |e| e.exposure_hours += hours);
         }
     }
 
@@ -149,53 +195,45 @@ impl InterruptionEstimator {
         if key.capacity_type != CapacityType::Spot {
             return;
         }
-        self.update(key, |e| e.interruptions += 1);
+        update(&mut self.evidence, key, |e| e.interruptions += 1);
     }
 
     /// Adds the exposure of our spot nodes over `[from, to)`: for each node,
     /// the part of that interval after its launch. Call it with consecutive,
     /// non-overlapping intervals (each tick, from the previous tick's `to`),
-    /// or exposure is counted twice.
-    pub fn observe_nodes(&mut self, nodes: &[ManagedNode], from: Time, to: Time) {
+    /// or exposure is counted twice. `revision` is the world's
+    /// [`World::nodes_revision`](super::World::nodes_revision) for `nodes`
+    /// (0: not known): while it stays the same, the spot nodes' pools and
+    /// launch times are read from the last call's list, not from the nodes.
+    pub fn observe_nodes(&mut self, nodes: &[ManagedNode], revision: u64, from: Time, to: Time) {
+        if revision == 0 || self.exposed.revision != revision {
+            self.exposed = Exposed::of(nodes, revision);
+        }
         // This runs on every round over every node: one lookup per pool,
         // not per node. Each pool's sum still starts from its evidence and
         // adds the nodes in their order, as one call per node would, so the
         // total is the same to the last bit.
-        // Nodes of one pool often follow each other (launched together), so
-        // the last pool is compared before the pool's slot is looked up.
-        let mut sums: Vec<(&OfferingKey, f64)> = Vec::new();
-        let mut slots: super::FastMap<&OfferingKey, usize> = Default::default();
-        let mut last = usize::MAX;
-        for n in nodes {
-            let start = from.max(n.launched_at);
+        let Exposed { pools, nodes, .. } = &self.exposed;
+        let evidence = &mut self.evidence;
+        let mut sums: Vec<Option<f64>> = vec![None; pools.len()];
+        for &(pool, launched_at) in nodes {
+            let start = from.max(launched_at);
             if start >= to {
                 continue;
             }
             let hours = (to - start).num_milliseconds() as f64 / 3_600_000.0;
-            let key = &n.offering;
-            if !counts_as_exposure(key, hours) {
+            if !counts_as_exposure(&pools[pool], hours) {
                 continue;
             }
-            if sums.get(last).is_none_or(|(k, _)| *k != key) {
-                last = *slots.entry(key).or_insert_with(|| {
-                    let seen = self.evidence.get(key).map_or(0.0, |e| e.exposure_hours);
-                    sums.push((key, seen));
-                    sums.len() - 1
-                });
+            let sum = sums[pool].get_or_insert_with(|| {
+                evidence.get(&pools[pool]).map_or(0.0, |e| e.exposure_hours)
+            });
+            *sum += hours;
+        }
+        for (key, sum) in pools.iter().zip(sums) {
+            if let Some(sum) = sum {
+                update(evidence, key, |e| e.exposure_hours = sum);
             }
-            sums[last].1 += hours;
-        }
-        for (key, sum) in sums {
-            self.update(key, |e| e.exposure_hours = sum);
-        }
-    }
-
-    /// Applies `f` to the pool's evidence, cloning the key only for a pool
-    /// seen for the first time (this runs per node per tick).
-    fn update(&mut self, key: &OfferingKey, f: impl FnOnce(&mut Evidence)) {
-        match self.evidence.get_mut(key) {
-            Some(e) => f(e),
-            None => f(self.evidence.entry(key.clone()).or_default()),
         }
     }
 
@@ -224,6 +262,19 @@ impl InterruptionEstimator {
     /// The pools with evidence.
     pub fn pools(&self) -> impl Iterator<Item = &OfferingKey> {
         self.evidence.keys()
+    }
+}
+
+/// Applies `f` to the pool's evidence, cloning the key only for a pool seen
+/// for the first time (this runs per pool per tick).
+fn update(
+    evidence: &mut BTreeMap<OfferingKey, Evidence>,
+    key: &OfferingKey,
+    f: impl FnOnce(&mut Evidence),
+) {
+    match evidence.get_mut(key) {
+        Some(e) => f(e),
+        None => f(evidence.entry(key.clone()).or_default()),
     }
 }
 
@@ -393,9 +444,52 @@ mod tests {
             node("future", k.clone(), t(12, 0)),
         ];
         let mut e = InterruptionEstimator::default();
-        e.observe_nodes(&nodes, t(10, 0), t(11, 0));
+        e.observe_nodes(&nodes, 0, t(10, 0), t(11, 0));
         // 1 h for "old", 0.5 h for "new", nothing for "future".
         assert!((e.evidence(&k).exposure_hours - 1.5).abs() < 1e-12);
+    }
+
+    #[test]
+    fn exposure_read_under_a_revision_is_exposure_read_from_the_nodes() {
+        use crate::core::interruption::fixtures::{node, t, NodeExt};
+        let at = |claim: &str, pool: &str, launched: i64| {
+            let mut n = node(claim).spot().offering(pool, "use1-az1", 1.0);
+            n.launched_at = t(launched);
+            n
+        };
+        let (a, b) = (at("a", "g5.xlarge", 0), at("b", "g6.xlarge", 9000));
+        let c = at("c", "g5.xlarge", 15000);
+        // Rounds an hour apart, with the revision a driver gives them:
+        // the same nodes twice under one revision, then a node launched,
+        // then one gone.
+        let rounds: [(&[ManagedNode], u64); 6] = [
+            (std::slice::from_ref(&a), 4),
+            (std::slice::from_ref(&a), 4),
+            (&[a.clone(), b.clone()], 5),
+            (&[a.clone(), b.clone()], 5),
+            (&[a.clone(), b.clone(), c.clone()], 9),
+            (&[b.clone(), c.clone()], 10),
+        ];
+        let (mut told, mut blind) = (
+            InterruptionEstimator::default(),
+            InterruptionEstimator::default(),
+        );
+        for (i, (nodes, revision)) in rounds.iter().enumerate() {
+            let (from, to) = (t(3600 * i as i64), t(3600 * (i as i64 + 1)));
+            told.observe_nodes(nodes, *revision, from, to);
+            blind.observe_nodes(nodes, 0, from, to);
+        }
+        for key in [&a.offering, &b.offering] {
+            // Exactly, not nearly: the sums add the same hours in the
+            // same order.
+            assert_eq!(told.evidence(key), blind.evidence(key));
+        }
+        // a: 5 h (rounds 0 to 4); c, of a's pool, from 15,000 s to the end
+        // (21,600 s); b from 9,000 s.
+        let g5 = told.evidence(&a.offering).exposure_hours;
+        assert!((g5 - (5.0 + 6600.0 / 3600.0)).abs() < 1e-9, "{g5}");
+        let g6 = told.evidence(&b.offering).exposure_hours;
+        assert!((g6 - 12600.0 / 3600.0).abs() < 1e-9, "{g6}");
     }
 
     #[test]

@@ -223,6 +223,8 @@ pub struct Consolidation {
     last_now: Option<Time>,
     /// Counts [`Consolidation::observe`] calls.
     round: u64,
+    /// The [`World::nodes_revision`] `observed` was last brought up to.
+    nodes_revision: u64,
     /// Each pool's `consolidateAfter` as the last round read it, by name.
     last_waits: Vec<(String, Option<std::time::Duration>)>,
     /// The pools' budgets `budget_change` was computed for, and when.
@@ -350,7 +352,11 @@ impl Consolidation {
                 .map(|(n, a)| (n.to_string(), *a))
                 .collect();
         }
-        for n in world.nodes {
+        // The same nodes and waits as last round: every node's clock and
+        // deadline are as they were (the loop below would only confirm it).
+        let same_nodes = world.same_nodes_as(self.nodes_revision);
+        self.nodes_revision = world.nodes_revision;
+        for n in world.nodes.iter().filter(|_| !(same_nodes && same_waits)) {
             if n.ready_at.is_none() {
                 continue;
             }
@@ -417,7 +423,9 @@ impl Consolidation {
             );
         }
         // Nodes gone or not Ready (any more) are forgotten.
-        self.observed.retain(|_, o| o.round == round);
+        if !(same_nodes && same_waits) {
+            self.observed.retain(|_, o| o.round == round);
+        }
         // The next budget change stays the same until it passes or the
         // pools' budgets change: no cron parsing on every decision.
         let fresh = self.budget_cache.as_ref().is_some_and(|(b, from)| {

@@ -901,6 +901,41 @@ fn a_drivers_pods_revision_stands_for_its_pods_and_zero_means_compare() {
 }
 
 #[test]
+fn a_worlds_nodes_revision_that_stays_the_same_keeps_every_clock() {
+    let mut f = Fixture::new([node("n1").pods([pod("a")]), node("n2")]);
+    let mut c = Consolidation::default();
+    fn at(f: &Fixture, revision: u64) -> World<'_> {
+        World {
+            nodes_revision: revision,
+            ..f.world()
+        }
+    }
+    c.observe(&at(&f, 3), t(0));
+    // A driver that changes a node gives a new revision: read again.
+    f.node_mut("n1").pods.push(pod("b"));
+    c.observe(&at(&f, 4), t(60));
+    assert_eq!(c.observed["n1"].since, t(60));
+    assert_eq!(c.observed["n1"].pods, ["a", "b"]);
+    // A node gone under a new revision is forgotten.
+    f.nodes.retain(|n| n.claim != "n2");
+    c.observe(&at(&f, 5), t(90));
+    assert!(!c.observed.contains_key("n2"));
+    // Under the same revision the nodes are taken to be as they were: the
+    // driver promised so, and they are not read (this pod goes unseen).
+    f.node_mut("n1").pods.pop();
+    c.observe(&at(&f, 5), t(120));
+    assert_eq!(c.observed["n1"].pods, ["a", "b"]);
+    // Another wait in the pool is read under the same revision, and the
+    // nodes with it.
+    f.pools = vec![pool_with("gpu", |s| {
+        s.disruption.consolidate_after = "1h".into()
+    })];
+    c.observe(&at(&f, 5), t(150));
+    assert_eq!(c.observed["n1"].pods, ["a"]);
+    assert_eq!(c.observed["n1"].eligible_at, Some(t(150 + 3600)));
+}
+
+#[test]
 fn an_underutilized_node_is_not_emptied_onto_a_node_where_its_pods_sibling_fills_the_cap() {
     let capped = |name: &str, cap: Option<u32>| {
         let mut b = pod(name);

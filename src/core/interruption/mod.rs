@@ -565,6 +565,14 @@ impl Interruptions {
         self.nodes.get(claim).is_some_and(Handling::leaving)
     }
 
+    /// The claims [`Interruptions::is_handling`] says yes to, sorted.
+    pub fn handling(&self) -> impl Iterator<Item = &str> {
+        self.nodes
+            .iter()
+            .filter(|(_, h)| h.leaving())
+            .map(|(c, _)| c.as_str())
+    }
+
     /// When the checkpoint wait of a node on its way out ends (its pods'
     /// checkpoint deadline), if it is leaving and its drain has started.
     pub fn checkpoint_until(&self, claim: &str) -> Option<Time> {
