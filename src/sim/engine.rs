@@ -4,8 +4,10 @@
 //! round that did nothing, not to a boot milestone short of Ready or a
 //! price move, which no round reads), plays the
 //! kube-scheduler (binding waiting pods to Ready nodes with room, gangs
-//! whole), fills the core's [`World`], runs [`Core::decide`] and applies the
-//! actions to the simulated cloud and the jobs. No decision is made here.
+//! whole), fills the core's [`World`] (with the nodes' revision, so that the
+//! core keeps what it read of nodes that did not change: `nodes`), runs
+//! [`Core::decide`] and applies the actions to the simulated cloud and the
+//! jobs. No decision is made here.
 
 use super::jobs::{Finishes, JobRun, Phase};
 use super::result::{LogEvent, Sample, StrategyResult, Unfinished};
