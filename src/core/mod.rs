@@ -165,14 +165,6 @@ pub struct Pdb {
 
 pub(crate) use crate::cluster::{FastMap, FastSet};
 
-impl World<'_> {
-    /// Whether `nodes` are known to be what they were at `revision` (a
-    /// [`World::nodes_revision`] read before; 0 is never known).
-    pub fn same_nodes_as(&self, revision: u64) -> bool {
-        self.nodes_revision != 0 && self.nodes_revision == revision
-    }
-}
-
 /// Everything a decision reads, filled by a driver.
 #[derive(Debug, Clone, Copy)]
 pub struct World<'a> {
@@ -195,6 +187,14 @@ pub struct World<'a> {
     pub nodes_revision: u64,
     /// Disruption budgets.
     pub pdbs: &'a [Pdb],
+}
+
+impl World<'_> {
+    /// Whether `nodes` are known to be what they were at `revision` (a
+    /// [`World::nodes_revision`] read before; 0 is never known).
+    pub fn same_nodes_as(&self, revision: u64) -> bool {
+        self.nodes_revision != 0 && self.nodes_revision == revision
+    }
 }
 
 /// Something the cloud told us about an instance.
