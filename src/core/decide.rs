@@ -401,8 +401,14 @@ impl Core {
         let mut repairs = Vec::new();
         if run("repair") {
             self.enter("repair");
-            let (interruptions, consolidation) = (&self.interruptions, &self.consolidation);
-            let busy = |c: &str| interruptions.is_handling(c) || consolidation.is_disrupting(c);
+            // Asked of every node: one hashed set, not two searches of
+            // sorted maps.
+            let busy: super::FastSet<&str> = self
+                .interruptions
+                .handling()
+                .chain(self.consolidation.disrupting())
+                .collect();
+            let busy = |c: &str| busy.contains(c);
             let (repair_actions, orders) =
                 self.repairs
                     .decide(world, now, &super::repair::Context { busy: &busy });

@@ -376,6 +376,10 @@ pub struct Repairs {
     /// compiles only settings that changed (compiling every pool's on every
     /// round was a measurable share of long simulations).
     compiled: Vec<(crate::api::Repair, Arc<Rules>)>,
+    /// Each node's pool (by position) as worked out at a
+    /// [`World::nodes_revision`], for the pools' names it was worked out
+    /// with: kept while both stay the same.
+    pool_of: (u64, Vec<String>, Vec<Option<usize>>),
 }
 
 impl Repairs {
@@ -463,11 +467,23 @@ impl Repairs {
         // budget come from, as a map by name would keep). One pass over the
         // nodes counts what the breaker and the budgets read: this runs on
         // every round, over every node.
-        let pool_of: Vec<Option<usize>> = world
-            .nodes
-            .iter()
-            .map(|n| names.iter().rposition(|p| *p == n.nodepool))
-            .collect();
+        let known = world.same_nodes_as(self.pool_of.0)
+            && self
+                .pool_of
+                .1
+                .iter()
+                .map(String::as_str)
+                .eq(names.iter().copied());
+        if !known {
+            let of = world
+                .nodes
+                .iter()
+                .map(|n| names.iter().rposition(|p| *p == n.nodepool))
+                .collect();
+            let names = names.iter().map(|n| n.to_string()).collect();
+            self.pool_of = (world.nodes_revision, names, of);
+        }
+        let pool_of = std::mem::take(&mut self.pool_of.2);
         #[derive(Default, Clone, Copy)]
         struct Counts {
             all: u32,
@@ -675,6 +691,7 @@ impl Repairs {
             }
         }
         self.next = next.into_iter().filter(|t| *t > now).min();
+        self.pool_of.2 = pool_of;
         (out, replace)
     }
 }
@@ -882,6 +899,36 @@ mod tests {
         let mut r = Repairs::new();
         assert_eq!(reboots(&step(&mut r, &f, 600).0), ["n0", "n1"]);
         assert!(!r.pools()["gpu"].breaker_open());
+    }
+
+    #[test]
+    fn each_nodes_pool_is_read_again_when_the_nodes_revision_or_the_pools_change() {
+        let mut f = Fixture::new([sick("a", true, &[]), sick("b", true, &[])]);
+        f.pools = pool(|_| {});
+        let mut r = Repairs::new();
+        fn world(f: &Fixture, revision: u64) -> World<'_> {
+            World {
+                nodes_revision: revision,
+                ..f.world()
+            }
+        }
+        let ctx = Context { busy: &|_| false };
+        r.decide(&world(&f, 3), t(0), &ctx);
+        assert_eq!(r.pools()["gpu"].nodes, 2);
+        // A node gone, under a new revision.
+        f.nodes.pop();
+        r.decide(&world(&f, 4), t(10), &ctx);
+        assert_eq!(r.pools()["gpu"].nodes, 1);
+        // Another pool ahead of `gpu`, the same nodes: still `gpu`'s node.
+        let mut other = pool(|_| {});
+        other[0].metadata.name = Some("cpu".into());
+        f.pools.splice(0..0, other);
+        r.decide(&world(&f, 4), t(20), &ctx);
+        assert_eq!((r.pools()["gpu"].nodes, r.pools()["cpu"].nodes), (1, 0));
+        // The node moved to `cpu` (a change of the node: a new revision).
+        f.node_mut("a").nodepool = "cpu".into();
+        r.decide(&world(&f, 5), t(30), &ctx);
+        assert_eq!((r.pools()["gpu"].nodes, r.pools()["cpu"].nodes), (0, 1));
     }
 
     #[test]

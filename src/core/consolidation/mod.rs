@@ -581,6 +581,11 @@ impl Consolidation {
         self.disrupting.contains_key(claim)
     }
 
+    /// The claims [`Consolidation::is_disrupting`] says yes to.
+    pub fn disrupting(&self) -> impl Iterator<Item = &str> {
+        self.disrupting.keys().map(String::as_str)
+    }
+
     /// The best decision now: every eligible empty node (within budgets),
     /// else the underutilized node that moves the fewest pods (then saves the
     /// most).
