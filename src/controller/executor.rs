@@ -761,7 +761,6 @@ mod tests {
         asking.spec.template.spec.efa = true;
         let pools = [asking];
         let world = World {
-            nodes_revision: 0,
             pools: &pools,
             ..world
         };

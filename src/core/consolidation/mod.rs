@@ -354,9 +354,10 @@ impl Consolidation {
         }
         // The same nodes and waits as last round: every node's clock and
         // deadline are as they were (the loop below would only confirm it).
-        let same_nodes = world.same_nodes_as(self.nodes_revision);
+        let unchanged = same_waits && world.same_nodes_as(self.nodes_revision);
         self.nodes_revision = world.nodes_revision;
-        for n in world.nodes.iter().filter(|_| !(same_nodes && same_waits)) {
+        let nodes: &[ManagedNode] = if unchanged { &[] } else { world.nodes };
+        for n in nodes {
             if n.ready_at.is_none() {
                 continue;
             }
@@ -423,7 +424,7 @@ impl Consolidation {
             );
         }
         // Nodes gone or not Ready (any more) are forgotten.
-        if !(same_nodes && same_waits) {
+        if !unchanged {
             self.observed.retain(|_, o| o.round == round);
         }
         // The next budget change stays the same until it passes or the

@@ -233,7 +233,6 @@ fn launches_nothing_round_after_round(
     catalog: &Catalog,
 ) -> String {
     let w = World {
-        nodes_revision: 0,
         catalog,
         ..world(pools, pending, &[])
     };
@@ -390,7 +389,6 @@ fn a_node_in_a_block_ending_soon_stays_in_the_world_and_is_drained_before_the_en
         s.capacity_types = vec![CapacityType::Reserved, CapacityType::OnDemand]
     })];
     let w = World {
-        nodes_revision: 0,
         catalog: &reserved,
         ..world(&pools, &[], &[])
     };
@@ -420,7 +418,6 @@ fn a_node_in_a_block_ending_soon_stays_in_the_world_and_is_drained_before_the_en
     }];
     let nodes = [node];
     let w = World {
-        nodes_revision: 0,
         catalog: &reserved,
         ..world(&pools, &[], &nodes)
     };
@@ -727,7 +724,6 @@ fn learned_rates_start_from_the_prior_of_the_catalog_in_hand_not_the_first_one_s
     let key = core.estimator.pools().next().unwrap().clone();
     let rate_with = |catalog: &Catalog| {
         let w = World {
-            nodes_revision: 0,
             catalog,
             ..world(&[], &[], &[])
         };
