@@ -131,6 +131,24 @@ pub fn place_on_existing<N: std::borrow::Borrow<NodeState>>(
     which: &[usize],
     nodes: &[N],
 ) -> (Vec<(usize, usize)>, Vec<usize>) {
+    place_on_existing_where(pods, which, nodes, |_, _| true)
+}
+
+/// [`place_on_existing`], told which nodes a pod does not fit:
+/// `may_take(pod, node)` is false only where the caller knows the pod does
+/// not fit (it fit there no better before, and that node only lost room
+/// since). Such nodes are passed over without reading their room, so a
+/// driver that binds over a large cluster on most steps reads the nodes
+/// that changed, not all of them, for pods that already waited. As with
+/// every node a scan passes, later pods of the same requests, affinity and
+/// tolerations are taken not to fit there either. A wrong `false` may
+/// leave a pod unplaced; nothing is ever placed where it does not fit.
+pub fn place_on_existing_where<N: std::borrow::Borrow<NodeState>>(
+    pods: &[Pod],
+    which: &[usize],
+    nodes: &[N],
+    may_take: impl Fn(usize, usize) -> bool,
+) -> (Vec<(usize, usize)>, Vec<usize>) {
     let node = |n: usize| -> &NodeState { nodes[n].borrow() };
     let mut order: Vec<usize> = (0..nodes.len())
         .filter(|&n| !node(n).unschedulable)
@@ -223,7 +241,8 @@ pub fn place_on_existing<N: std::borrow::Borrow<NodeState>>(
                     |n: usize| takes.ask(n, || compatible(pod, &node(n).labels, &node(n).taints));
                 let need = &need[&m];
                 let at = order[from..].iter().position(|&n| {
-                    Quick::may_fit(need, room.read(&quick, n, node(n)))
+                    may_take(m, n)
+                        && Quick::may_fit(need, room.read(&quick, n, node(n)))
                         && in_block(n)
                         && compatible(n)
                         && fits(&bins, n, pod)
@@ -290,6 +309,12 @@ pub fn block_of(node: &NodeState, key: &str) -> Option<String> {
             label(l::ZONE_ID).unwrap_or_default()
         )
     })
+}
+
+/// Whether `pod` may run on `node` as it is now: its taints and labels
+/// allow it, and its free room and per-node caps take it.
+pub fn takes_now(pod: &Pod, node: &NodeState) -> bool {
+    fits_free(pod, node) && compatible(pod, &node.labels, &node.taints)
 }
 
 /// Whether `pod` fits in the free room of `node` ([`NodeState::free`]),
@@ -547,6 +572,21 @@ mod tests {
         // Largest first: p1 fills "d", p0 takes "e", p2 is left.
         assert_eq!(owned.0, vec![(1, 1), (0, 2)]);
         assert_eq!(owned.1, vec![2]);
+    }
+
+    #[test]
+    fn a_pod_passes_over_the_nodes_it_is_said_not_to_fit_and_others_place_as_before() {
+        // Both nodes have room. p0 is said not to fit "a", so it takes "b";
+        // p1 (another shape, said nothing of) still takes "a" first.
+        let nodes = vec![node("a", 2, 0), node("b", 2, 0)];
+        let pods = vec![pod("p0", 2, None), pod("p1", 1, None)];
+        let all = [0, 1];
+        let (placed, left) = place_on_existing_where(&pods, &all, &nodes, |p, n| (p, n) != (0, 0));
+        assert_eq!((placed, left), (vec![(0, 1), (1, 0)], vec![]));
+        // Said to fit everywhere, a pod still goes only where it fits.
+        let full = vec![node("c", 1, 1)];
+        let (placed, left) = place_on_existing_where(&pods, &all, &full, |_, _| true);
+        assert_eq!((placed, left), (vec![], vec![0, 1]));
     }
 
     #[test]

@@ -19,7 +19,7 @@ use crate::api::nodepool::CAPACITY_TYPE_KEYS;
 use crate::api::NodePool;
 use crate::catalog::{CapacityType, Catalog};
 use crate::cloud::simulated::{CloudEvent, SimulatedCloud};
-use crate::cluster::{Operator, Pod, Requirement, Resources};
+use crate::cluster::{FastSet, Operator, Pod, Requirement, Resources};
 use crate::core::drift::Stamp;
 use crate::core::prewarm;
 use crate::core::{
@@ -91,6 +91,16 @@ pub struct Engine<'a> {
     /// Whether a bind could place anything new: a pod started waiting, a
     /// node became Ready or room was freed since the last bind.
     bind_dirty: bool,
+    /// The waiting jobs that fit no node at the last bind, and the nodes'
+    /// revision that bind left. Binding only takes room, so such a job
+    /// fits only a node changed since ([`ManagedNode::pods_revision`] at
+    /// least that revision): most binds follow a job that finished on one
+    /// node, and the jobs waiting for nodes to boot need not read the room
+    /// of every other node again. Single pods only, without claims, caps or
+    /// blocks: a gang's first fit is not monotone in the room, a claim's
+    /// devices are booked outside the nodes, and a capped pod may be passed
+    /// over by the first fit of another pod of its shape.
+    unplaced: (u64, FastSet<usize>),
     /// Whether the core's last round acted. Its next round may act on what
     /// this one did (delete a node once its pods are gone), so the engine
     /// then wakes at the next event of any kind; after a round that did
@@ -98,9 +108,13 @@ pub struct Engine<'a> {
     /// ([`SimulatedCloud::next_notable_event_time`]).
     acted: bool,
     /// Tests: the core is given no revision of the nodes (it reads every
-    /// node on every round), to compare with the run that gives it.
+    /// node on every round) and binding forgets which jobs fit nowhere, to
+    /// compare with the run that knows both.
     #[cfg(test)]
     blind: bool,
+    /// Tests: waiting jobs a bind passed over as fitting nowhere still.
+    #[cfg(test)]
+    passed_over: std::rc::Rc<std::cell::Cell<usize>>,
     nodes: Nodes,
     now: Time,
     start: Time,
@@ -236,9 +250,12 @@ impl<'a> Engine<'a> {
             pending: Vec::new(),
             pending_stale: false,
             bind_dirty: true,
+            unplaced: (0, FastSet::default()),
             acted: true,
             #[cfg(test)]
             blind: false,
+            #[cfg(test)]
+            passed_over: Default::default(),
             nodes: Nodes::default(),
             now: start,
             start,
@@ -918,12 +935,30 @@ impl<'a> Engine<'a> {
         // node has them free (`dra`); the rest as they are.
         let forms: Vec<Option<std::borrow::Cow<'_, Pod>>> =
             self.pending.iter().map(dra::bound_form).collect();
-        let which: Vec<usize> = (0..forms.len()).filter(|&k| forms[k].is_some()).collect();
+        // A job that fit nowhere at the last bind is tried again only where
+        // a node it may fit changed since (`unplaced`).
+        #[cfg(test)]
+        if self.blind {
+            self.unplaced.1.clear();
+        }
+        let (since, unplaced) = (self.unplaced.0, std::mem::take(&mut self.unplaced.1));
+        let changed: Vec<usize> = (0..ready.len())
+            .filter(|&n| self.nodes.managed()[ready[n]].pods_revision >= since)
+            .collect();
+        let (which, passed): (Vec<usize>, Vec<usize>) = (0..forms.len())
+            .filter(|&k| forms[k].is_some())
+            .partition(|&k| {
+                !unplaced.contains(&waiting[k])
+                    || changed
+                        .iter()
+                        .any(|&n| pack::takes_now(&self.pending[k], states[n]))
+            });
+        #[cfg(test)]
+        self.passed_over.set(self.passed_over.get() + passed.len());
         let owned: Vec<Pod>;
-        let pods: &[Pod] = if which.len() == forms.len()
-            && forms
-                .iter()
-                .all(|f| matches!(f, Some(std::borrow::Cow::Borrowed(_))))
+        let pods: &[Pod] = if forms
+            .iter()
+            .all(|f| matches!(f, Some(std::borrow::Cow::Borrowed(_))))
         {
             &self.pending
         } else {
@@ -934,7 +969,22 @@ impl<'a> Engine<'a> {
                 .collect();
             &owned
         };
-        let (placed, _) = pack::place_on_existing(pods, &which, &states);
+        let may_take = |k: usize, n: usize| {
+            !unplaced.contains(&waiting[k]) || self.nodes.managed()[ready[n]].pods_revision >= since
+        };
+        let (placed, left) = pack::place_on_existing_where(pods, &which, &states, may_take);
+        let monotone = |p: &Pod| {
+            p.group.is_none()
+                && p.resource_claims.is_empty()
+                && p.per_node_max.is_none()
+                && p.network_block.is_none()
+        };
+        self.unplaced.1 = left
+            .into_iter()
+            .filter(|&k| monotone(&pods[k]))
+            .chain(passed)
+            .map(|k| waiting[k])
+            .collect();
         let held: Vec<Resources> = placed
             .iter()
             .map(|&(k, _)| pods[k].requests.clone())
@@ -976,6 +1026,7 @@ impl<'a> Engine<'a> {
                 self.finishes.push(f, i);
             }
         }
+        self.unplaced.0 = self.nodes.revision();
     }
 
     /// When job `i`'s start completes its gang (every member running),
