@@ -37,8 +37,10 @@ mod faults;
 mod nodes;
 #[cfg(test)]
 mod tests;
+mod waiting;
 
 use nodes::Nodes;
+use waiting::Waiting;
 
 /// Seconds between time-series samples.
 pub const SAMPLE_EVERY_S: i64 = 300;
@@ -84,10 +86,8 @@ pub struct Engine<'a> {
     arrivals: usize,
     finishes: Finishes,
     acks: BinaryHeap<Reverse<(Time, usize)>>,
-    waiting: BTreeSet<usize>,
-    /// The waiting jobs' pods in `waiting`'s order, rebuilt when it changes.
-    pending: Vec<Pod>,
-    pending_stale: bool,
+    /// The jobs waiting for a node, and their pods.
+    waiting: Waiting,
     /// Whether a bind could place anything new: a pod started waiting, a
     /// node became Ready or room was freed since the last bind.
     bind_dirty: bool,
@@ -246,9 +246,7 @@ impl<'a> Engine<'a> {
             arrivals: 0,
             finishes: Finishes::default(),
             acks: BinaryHeap::new(),
-            waiting: BTreeSet::new(),
-            pending: Vec::new(),
-            pending_stale: false,
+            waiting: Waiting::default(),
             bind_dirty: true,
             unplaced: (0, FastSet::default()),
             acted: true,
@@ -327,7 +325,6 @@ impl<'a> Engine<'a> {
             t = t.min(*r);
         }
         if !self.static_mode {
-            self.refresh_pending();
             let world = self.world();
             if let Some(d) = self.core.next_deadline(&world, self.now) {
                 t = t.min(d);
@@ -394,14 +391,14 @@ impl<'a> Engine<'a> {
         self.bind();
         if !self.static_mode {
             let stand_ins = self.provisioning_step();
-            self.refresh_pending();
             let (placeholders, held) = self.buffers_step();
             let demand: Vec<Pod>;
             let pending = if stand_ins.is_empty() && placeholders.is_empty() {
-                &self.pending
+                self.waiting.pods()
             } else {
                 demand = self
-                    .pending
+                    .waiting
+                    .pods()
                     .iter()
                     .cloned()
                     .chain(stand_ins)
@@ -461,8 +458,7 @@ impl<'a> Engine<'a> {
     fn create(&mut self, i: usize, at: Time) {
         let name = self.jobs[i].job.pod.name.clone();
         self.result.log.push((at, LogEvent::JobCreated(name)));
-        self.waiting.insert(i);
-        self.pending_stale = true;
+        self.waiting.insert(i, &self.jobs[i].job.pod);
         self.bind_dirty = true;
     }
 
@@ -505,7 +501,7 @@ impl<'a> Engine<'a> {
         let step = crate::core::buffers::step_with_lead(
             &self.buffers,
             self.nodes.managed(),
-            &self.pending,
+            self.waiting.pods(),
             &unplaceable,
             crate::core::batch::DEFAULT_MAX_PODS,
             now,
@@ -536,18 +532,6 @@ impl<'a> Engine<'a> {
         (step.pending, step.held)
     }
 
-    /// Rebuilds the waiting pods' list if `waiting` changed since.
-    fn refresh_pending(&mut self) {
-        if self.pending_stale {
-            self.pending = self
-                .waiting
-                .iter()
-                .map(|&i| self.jobs[i].job.pod.clone())
-                .collect();
-            self.pending_stale = false;
-        }
-    }
-
     /// The nodes' revision as the core's world carries it, so that the
     /// core keeps what it read of them while they stay the same.
     fn nodes_revision(&self) -> u64 {
@@ -558,25 +542,24 @@ impl<'a> Engine<'a> {
         self.nodes.revision()
     }
 
-    /// The world as the core sees it (call [`Engine::refresh_pending`] first).
+    /// The world as the core sees it.
     fn world(&self) -> World<'_> {
         world(
             self.reserved.as_ref().unwrap_or(self.catalog),
             self.region,
             &self.pools,
-            &self.pending,
+            self.waiting.pods(),
             (self.nodes.managed(), self.nodes_revision()),
         )
     }
 
     /// Hands a notice to the core with the current world.
     fn notify(&mut self, notice: &Notice, at: Time) {
-        self.refresh_pending();
         let w = world(
             self.reserved.as_ref().unwrap_or(self.catalog),
             self.region,
             &self.pools,
-            &self.pending,
+            self.waiting.pods(),
             (self.nodes.managed(), self.nodes_revision()),
         );
         self.core.handle_notice(notice, &w, at);
@@ -684,8 +667,7 @@ impl<'a> Engine<'a> {
             if stall {
                 self.stalled.insert(k, faults::Stall { node, since: at });
             } else {
-                self.waiting.insert(k);
-                self.pending_stale = true;
+                self.waiting.insert(k, &self.jobs[k].job.pod);
                 self.bind_dirty = true;
             }
             if let Some(g) = &self.jobs[k].job.pod.group {
@@ -827,7 +809,7 @@ impl<'a> Engine<'a> {
                 catalog,
                 self.region,
                 &self.pools,
-                &self.pending,
+                self.waiting.pods(),
                 (self.nodes.managed(), self.nodes_revision()),
             );
             ManagedNode::launched(&req, &world, now)
@@ -917,7 +899,6 @@ impl<'a> Engine<'a> {
             return;
         }
         self.bind_dirty = false;
-        self.refresh_pending();
         let ready: Vec<usize> = (0..self.nodes.managed().len())
             .filter(|&k| self.serves(k) && !self.nodes.managed()[k].state.unschedulable)
             .collect();
@@ -930,11 +911,11 @@ impl<'a> Engine<'a> {
             .collect();
         // Only the waiting pods: cloning every job's pod on each step made a
         // long run quadratic in its number of jobs.
-        let waiting: Vec<usize> = self.waiting.iter().copied().collect();
+        let waiting: Vec<usize> = self.waiting.jobs().to_vec();
         // Pods with DRA claims bind with their claims' devices, where a
         // node has them free (`dra`); the rest as they are.
         let forms: Vec<Option<std::borrow::Cow<'_, Pod>>> =
-            self.pending.iter().map(dra::bound_form).collect();
+            self.waiting.pods().iter().map(dra::bound_form).collect();
         // A job that fit nowhere at the last bind is tried again only where
         // a node it may fit changed since (`unplaced`).
         #[cfg(test)]
@@ -951,7 +932,7 @@ impl<'a> Engine<'a> {
                 !unplaced.contains(&waiting[k])
                     || changed
                         .iter()
-                        .any(|&n| pack::takes_now(&self.pending[k], states[n]))
+                        .any(|&n| pack::takes_now(&self.waiting.pods()[k], states[n]))
             });
         #[cfg(test)]
         self.passed_over.set(self.passed_over.get() + passed.len());
@@ -960,11 +941,11 @@ impl<'a> Engine<'a> {
             .iter()
             .all(|f| matches!(f, Some(std::borrow::Cow::Borrowed(_))))
         {
-            &self.pending
+            self.waiting.pods()
         } else {
             owned = forms
                 .iter()
-                .zip(&self.pending)
+                .zip(self.waiting.pods())
                 .map(|(f, p)| f.as_deref().unwrap_or(p).clone())
                 .collect();
             &owned
@@ -991,9 +972,6 @@ impl<'a> Engine<'a> {
             .collect();
         drop(forms);
         let now = self.now;
-        if !placed.is_empty() {
-            self.pending_stale = true;
-        }
         for ((k, n), held) in placed.into_iter().zip(held) {
             let i = waiting[k];
             let slot = ready[n];
@@ -1009,7 +987,7 @@ impl<'a> Engine<'a> {
                 pdb: None,
                 placeholder: false,
             });
-            self.waiting.remove(&i);
+            self.waiting.remove(i);
             if !self.jobs[i].started {
                 let family = prewarm::family_of(&node.offering.instance_type);
                 let p = self.cloud.config().latency.profile(family);
@@ -1333,6 +1311,7 @@ impl<'a> Engine<'a> {
         // is whether any pool could place the pod.
         let pods: Vec<Pod> = self
             .waiting
+            .jobs()
             .iter()
             .map(|&i| {
                 let mut pod = self.jobs[i].job.pod.clone();
