@@ -923,13 +923,18 @@ impl<'a> Engine<'a> {
             self.unplaced.1.clear();
         }
         let (since, unplaced) = (self.unplaced.0, std::mem::take(&mut self.unplaced.1));
-        let changed: Vec<usize> = (0..ready.len())
-            .filter(|&n| self.nodes.managed()[ready[n]].pods_revision >= since)
+        // Asked once here, by position: `may_take` runs for every node a
+        // scan passes.
+        let fresh: Vec<bool> = ready
+            .iter()
+            .map(|&k| self.nodes.managed()[k].pods_revision >= since)
             .collect();
+        let changed: Vec<usize> = (0..ready.len()).filter(|&n| fresh[n]).collect();
+        let remembered: Vec<bool> = waiting.iter().map(|i| unplaced.contains(i)).collect();
         let (which, passed): (Vec<usize>, Vec<usize>) = (0..forms.len())
             .filter(|&k| forms[k].is_some())
             .partition(|&k| {
-                !unplaced.contains(&waiting[k])
+                !remembered[k]
                     || changed
                         .iter()
                         .any(|&n| pack::takes_now(&self.waiting.pods()[k], states[n]))
@@ -950,9 +955,7 @@ impl<'a> Engine<'a> {
                 .collect();
             &owned
         };
-        let may_take = |k: usize, n: usize| {
-            !unplaced.contains(&waiting[k]) || self.nodes.managed()[ready[n]].pods_revision >= since
-        };
+        let may_take = |k: usize, n: usize| !remembered[k] || fresh[n];
         let (placed, left) = pack::place_on_existing_where(pods, &which, &states, may_take);
         let monotone = |p: &Pod| {
             p.group.is_none()
