@@ -34,8 +34,12 @@ pub struct Batcher {
     pub idle: Duration,
     /// The batch closes this long after it opened, however busy.
     pub max: Duration,
-    /// Pods pending at the last observation.
-    pending: BTreeSet<String>,
+    /// Pods pending at the last observation, each with the number of the
+    /// observation that last saw it: an observation of the same pods as the
+    /// last (most of them, on every round) allocates nothing.
+    pending: crate::core::FastMap<String, u64>,
+    /// Observations so far.
+    observed: u64,
     /// The open batch, if any.
     open: Option<OpenBatch>,
 }
@@ -71,7 +75,8 @@ impl Batcher {
         Batcher {
             idle,
             max,
-            pending: BTreeSet::new(),
+            pending: Default::default(),
+            observed: 0,
             open: None,
         }
     }
@@ -84,15 +89,32 @@ impl Batcher {
         I: IntoIterator,
         I::Item: AsRef<str>,
     {
-        let current: BTreeSet<String> = pending
-            .into_iter()
-            .map(|n| n.as_ref().to_string())
-            .collect();
-        let new: Vec<String> = current.difference(&self.pending).cloned().collect();
+        self.observed += 1;
+        let stamp = self.observed;
+        // Distinct names seen now (a name may be reported twice).
+        let mut seen = 0;
+        let mut new = Vec::new();
+        for name in pending {
+            let name = name.as_ref();
+            match self.pending.get_mut(name) {
+                Some(s) if *s == stamp => {}
+                Some(s) => {
+                    *s = stamp;
+                    seen += 1;
+                }
+                None => {
+                    self.pending.insert(name.to_string(), stamp);
+                    seen += 1;
+                    new.push(name.to_string());
+                }
+            }
+        }
+        if seen < self.pending.len() {
+            self.pending.retain(|_, s| *s == stamp);
+        }
         if !new.is_empty() {
             self.open_at(now).pods.extend(new);
         }
-        self.pending = current;
     }
 
     /// Opens a batch (or extends the open one) without a new pod: something
@@ -342,6 +364,19 @@ mod tests {
         b.observe_pending(Vec::<&str>::new(), at(2_000));
         b.observe_pending(["ml/s-0"], at(3_000));
         assert_eq!(b.next_deadline(), Some(at(4_000)));
+    }
+
+    #[test]
+    fn a_name_reported_twice_counts_once_and_is_forgotten_once_gone() {
+        let mut b = Batcher::default();
+        b.observe_pending(["ml/a", "ml/a", "ml/b"], at(0));
+        assert_eq!(b.take(at(1_000)).unwrap().pods, ["ml/a", "ml/b"]);
+        // Reported twice, one of the two gone: still a change, not the
+        // same pods as before.
+        b.observe_pending(["ml/a", "ml/a"], at(2_000));
+        assert!(!b.is_open());
+        b.observe_pending(["ml/a", "ml/b"], at(3_000));
+        assert_eq!(b.take(at(4_000)).unwrap().pods, ["ml/b"]);
     }
 
     #[test]
