@@ -20,6 +20,7 @@ pub mod fallback;
 pub mod gang;
 pub mod gang_launch;
 pub mod interruption;
+pub mod pool_index;
 pub mod prewarm;
 pub mod provisioning;
 pub mod repair;

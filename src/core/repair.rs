@@ -18,6 +18,7 @@
 //! fleet). Cordoned nodes and nodes another decision owns (interruption,
 //! consolidation) are left alone. The rules are in `docs/repair.md`.
 
+use super::pool_index::{PoolIndex, Repeated};
 use super::time::after;
 use super::{Action, Time, World};
 use crate::api::{BudgetReason, RepairAction};
@@ -376,10 +377,67 @@ pub struct Repairs {
     /// compiles only settings that changed (compiling every pool's on every
     /// round was a measurable share of long simulations).
     compiled: Vec<(crate::api::Repair, Arc<Rules>)>,
-    /// Each node's pool (by position) as worked out at a
-    /// [`World::nodes_revision`], for the pools' names it was worked out
-    /// with: kept while both stay the same.
-    pool_of: (u64, Vec<String>, Vec<Option<usize>>),
+    /// Each node's pool, kept while the nodes and the pools' names stay the
+    /// same.
+    pool_of: PoolIndex,
+    /// What the rules made of the nodes' signals at a generation of
+    /// `pool_of`.
+    signals: Signals,
+}
+
+/// Per pool, its nodes, those Ready, and those Ready with a signal a rule of
+/// the pool applies to.
+#[derive(Debug, Default, Clone, Copy)]
+struct Counts {
+    all: u32,
+    ready: u32,
+    unhealthy: u32,
+}
+
+/// What the rules make of every node's signals, for one generation of the
+/// nodes' [`PoolIndex`] and the rules of each pool: it changes only with
+/// them.
+#[derive(Debug, Clone, Default)]
+struct Signals {
+    generation: u64,
+    rules: Vec<Arc<Rules>>,
+    /// By node: Ready, with a signal a rule of its pool applies to (a node
+    /// without one has nothing to assess).
+    sick: Vec<bool>,
+    /// By pool.
+    counts: Vec<Counts>,
+}
+
+impl Signals {
+    /// Read from `world`'s nodes, each of pool `pool_of` (by position),
+    /// with `rules` by pool.
+    fn of(
+        world: &World,
+        pool_of: &[Option<usize>],
+        rules: &[Arc<Rules>],
+        generation: u64,
+    ) -> Signals {
+        let mut counts = vec![Counts::default(); world.pools.len()];
+        let mut sick = vec![false; world.nodes.len()];
+        for (k, (n, i)) in world.nodes.iter().zip(pool_of).enumerate() {
+            let Some(i) = *i else { continue };
+            let c = &mut counts[i];
+            c.all += 1;
+            if n.ready_at.is_some() {
+                c.ready += 1;
+                if n.health.signals.iter().any(|s| rules[i].applies(s)) {
+                    c.unhealthy += 1;
+                    sick[k] = true;
+                }
+            }
+        }
+        Signals {
+            generation,
+            rules: rules.to_vec(),
+            sick,
+            counts,
+        }
+    }
 }
 
 impl Repairs {
@@ -467,47 +525,29 @@ impl Repairs {
         // budget come from, as a map by name would keep). One pass over the
         // nodes counts what the breaker and the budgets read: this runs on
         // every round, over every node.
-        let known = world.same_nodes_as(self.pool_of.0)
+        let mut index = std::mem::take(&mut self.pool_of);
+        index.update(world, Repeated::Last);
+        let pool_of = index.nodes();
+        // What the rules make of each node's signals, kept while the nodes,
+        // the pools and their rules are the same (reading every node's
+        // signals on every round was most of this step).
+        let known = self.signals.generation == index.generation()
+            && self.signals.rules.len() == rules.len()
             && self
-                .pool_of
-                .1
+                .signals
+                .rules
                 .iter()
-                .map(String::as_str)
-                .eq(names.iter().copied());
+                .zip(&rules)
+                .all(|(a, b)| Arc::ptr_eq(a, b));
         if !known {
-            let of = world
-                .nodes
-                .iter()
-                .map(|n| names.iter().rposition(|p| *p == n.nodepool))
-                .collect();
-            let names = names.iter().map(|n| n.to_string()).collect();
-            self.pool_of = (world.nodes_revision, names, of);
+            self.signals = Signals::of(world, pool_of, &rules, index.generation());
         }
-        let pool_of = std::mem::take(&mut self.pool_of.2);
-        #[derive(Default, Clone, Copy)]
-        struct Counts {
-            all: u32,
-            ready: u32,
-            unhealthy: u32,
-            disrupting: u32,
-        }
-        let mut counts = vec![Counts::default(); names.len()];
-        // Whether a rule of its pool applies to a Ready node's signals: a
-        // node without one has nothing to assess below.
-        let mut sick = vec![false; world.nodes.len()];
-        for (k, (n, i)) in world.nodes.iter().zip(&pool_of).enumerate() {
+        let Signals { sick, counts, .. } = &self.signals;
+        let mut disrupting = vec![0u32; names.len()];
+        for (n, i) in world.nodes.iter().zip(pool_of) {
             let Some(i) = *i else { continue };
-            let c = &mut counts[i];
-            c.all += 1;
-            if n.ready_at.is_some() {
-                c.ready += 1;
-                if n.health.signals.iter().any(|s| rules[i].applies(s)) {
-                    c.unhealthy += 1;
-                    sick[k] = true;
-                }
-            }
             if n.state.unschedulable || (ctx.busy)(&n.claim) || self.is_rebooting(&n.claim) {
-                c.disrupting += 1;
+                disrupting[i] += 1;
             }
         }
         // The breaker and the budgets, per pool.
@@ -528,7 +568,7 @@ impl Repairs {
                 pool,
                 BudgetReason::Unhealthy,
                 c.all,
-                c.disrupting,
+                disrupting[i],
                 now,
             )
             .unwrap_or(0);
@@ -536,7 +576,7 @@ impl Repairs {
 
         let mut out = Vec::new();
         let mut replace = Vec::new();
-        for (k, (n, i)) in world.nodes.iter().zip(&pool_of).enumerate() {
+        for (k, (n, i)) in world.nodes.iter().zip(pool_of).enumerate() {
             let Some(i) = *i else {
                 continue;
             };
@@ -691,7 +731,7 @@ impl Repairs {
             }
         }
         self.next = next.into_iter().filter(|t| *t > now).min();
-        self.pool_of.2 = pool_of;
+        self.pool_of = index;
         (out, replace)
     }
 }

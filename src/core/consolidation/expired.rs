@@ -22,7 +22,6 @@
 //! handling or not ready yet is left until that passes. Rules:
 //! `docs/disruption.md`, "Expiration".
 
-use super::super::interruption::pool_of;
 use super::{after, Consolidation, Disrupting, Round};
 use crate::api::NodePool;
 use crate::core::time::sooner;
@@ -60,10 +59,7 @@ impl Consolidation {
     pub(super) fn replace_expired(&mut self, r: &Round, out: &mut Vec<Action>) {
         let mut next: Option<Time> = None;
         let mut expired: Vec<(&ManagedNode, &NodePool, Expiry)> = Vec::new();
-        for n in r.world.nodes {
-            let Some(pool) = pool_of(r.world, n) else {
-                continue;
-            };
+        for (n, pool) in r.nodes_with_pools() {
             match expiry(n, r.now) {
                 Some(e) if self.may_expire(r, n) => expired.push((n, pool, e)),
                 Some(_) => {}

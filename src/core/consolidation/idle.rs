@@ -21,8 +21,8 @@ impl Consolidation {
     pub(super) fn remove_idle_gpu_nodes(&mut self, r: &Round, out: &mut Vec<Action>) {
         self.idle_due = None;
         let mut due: Vec<(&ManagedNode, Time)> = Vec::new();
-        for n in r.world.nodes {
-            let (Some(since), Some(pool)) = (n.gpu_idle_since, pool_of(r.world, n)) else {
+        for (n, pool) in r.nodes_with_pools() {
+            let Some(since) = n.gpu_idle_since else {
                 continue;
             };
             let Ok(Some(wait)) = pool.spec.disruption.idle_gpus_after() else {

@@ -14,6 +14,7 @@
 use super::interruption::{
     checkpoint_done, checkpoint_grace, offering_key, opted_in, policy, pool_of, Interruptions,
 };
+use super::pool_index::{PoolIndex, Repeated};
 use super::time::after;
 use super::{Action, ClaimRequest, DisruptionDecision, DisruptionReason, ManagedNode, Time, World};
 use crate::api::{BudgetReason, ConsolidationPolicy, NodePool};
@@ -236,6 +237,9 @@ pub struct Consolidation {
     /// When the next node's GPUs will have been idle long enough
     /// (`consolidation::idle`).
     idle_due: Option<Time>,
+    /// Each node's pool, kept while the nodes and the pools' names stay the
+    /// same: the scans of every node on every round read it.
+    pools: PoolIndex,
 }
 
 /// What consolidation reads besides the world: the other decisions it must
@@ -289,6 +293,9 @@ struct Round<'a, 'w> {
     /// The world's nodes by claim, made when first asked: the removals
     /// under way look theirs up on every round.
     by_claim: std::cell::OnceCell<crate::core::FastMap<&'a str, usize>>,
+    /// Each of the world's nodes' pool (index into its pools), as
+    /// [`pool_of`] finds it.
+    pools: &'a [Option<usize>],
 }
 
 impl<'a> Round<'a, '_> {
@@ -304,6 +311,17 @@ impl<'a> Round<'a, '_> {
             index
         });
         index.get(claim).map(|&i| &nodes[i])
+    }
+
+    /// The world's nodes, each with its pool (those of no pool left out),
+    /// as [`pool_of`] would find them.
+    fn nodes_with_pools(&self) -> impl Iterator<Item = (&'a ManagedNode, &'a NodePool)> + '_ {
+        let (nodes, pools): (&'a [ManagedNode], &'a [NodePool]) =
+            (self.world.nodes, self.world.pools);
+        nodes
+            .iter()
+            .zip(self.pools)
+            .filter_map(move |(n, p)| p.map(|p| (n, &pools[p])))
     }
 }
 
@@ -485,12 +503,15 @@ impl Consolidation {
         self.decided.clear();
         self.observe(world, now);
         let timeout = self.config.replacement_timeout;
+        let mut pools = std::mem::take(&mut self.pools);
+        pools.update(world, Repeated::First);
         let round = Round {
             world,
             now,
             ctx: *ctx,
             capped: std::cell::OnceCell::new(),
             by_claim: std::cell::OnceCell::new(),
+            pools: pools.nodes(),
         };
         self.disrupting.retain(|claim, d| {
             round.node(claim).is_some()
@@ -515,6 +536,7 @@ impl Consolidation {
         self.replace_drifted(&round, &mut out);
         self.remove_idle_gpu_nodes(&round, &mut out);
         self.progress(&round, &mut out);
+        self.pools = pools;
         out
     }
 
@@ -605,10 +627,7 @@ impl Consolidation {
             p.spec.disruption.consolidation_policy == ConsolidationPolicy::WhenEmptyOrUnderutilized
         };
         let eligible: Vec<(&ManagedNode, &NodePool)> = r
-            .world
-            .nodes
-            .iter()
-            .filter_map(|n| pool_of(r.world, n).map(|p| (n, p)))
+            .nodes_with_pools()
             .filter(|(n, p)| underutilized(p) || real_pods(n).next().is_none())
             .filter(|(n, _)| self.eligible(r, n))
             .collect();

@@ -26,12 +26,17 @@ fn both_ways(file: &str) -> (StrategyResult, StrategyResult, usize) {
 #[test]
 fn the_run_is_the_same_whether_or_not_it_knows_the_nodes_revision() {
     // A storm (notices, drains, replacements, consolidation; jobs wait for
-    // nodes to boot while others finish) and an image release (every node
-    // drifts at once).
+    // nodes to boot while others finish), an image release (every node
+    // drifts at once) and a week of faulty GPUs.
     let (told, blind, passed) = both_ways("simulations/interruption-storm.yaml");
     assert!(told.spot_notices > 0, "no storm");
     assert!(passed > 0, "no bind passed over a waiting job");
     assert_eq!(told, blind);
     let (told, blind, _) = both_ways("simulations/image-release.yaml");
+    assert_eq!(told, blind);
+    // A faulty GPU: repair reboots its node, reading every node's
+    // signals (kept while the nodes are the same).
+    let (told, blind, _) = both_ways("simulations/training-week.yaml");
+    assert!(told.faults > 0 && told.reboots > 0, "no repairs");
     assert_eq!(told, blind);
 }
