@@ -398,21 +398,26 @@ fn accelerator_resource(
 #[derive(Debug, Clone)]
 pub struct ByResource {
     all: Vec<usize>,
-    offering: crate::cluster::FastMap<String, Vec<usize>>,
+    /// By resource: the most any candidate offers, and the candidates
+    /// offering some.
+    offering: crate::cluster::FastMap<String, (i64, Vec<usize>)>,
 }
 
 impl ByResource {
     /// The index of `cands`. Built on every plan: a resource's name is
     /// copied once, not once per candidate offering it.
     pub fn new(cands: &[Candidate]) -> ByResource {
-        let mut offering: crate::cluster::FastMap<String, Vec<usize>> = Default::default();
+        let mut offering: crate::cluster::FastMap<String, (i64, Vec<usize>)> = Default::default();
         for (i, c) in cands.iter().enumerate() {
             for (r, amount) in c.allocatable.iter() {
                 if amount > 0 {
                     match offering.get_mut(r) {
-                        Some(list) => list.push(i),
+                        Some((most, list)) => {
+                            *most = (*most).max(amount);
+                            list.push(i);
+                        }
                         None => {
-                            offering.insert(r.to_string(), vec![i]);
+                            offering.insert(r.to_string(), (amount, vec![i]));
                         }
                     }
                 }
@@ -426,7 +431,9 @@ impl ByResource {
 
     /// Indices, in order, of the candidates a pod requesting `requests`
     /// may fit: those offering the requested resource fewest candidates
-    /// offer (none when no candidate offers one), all without requests.
+    /// offer, all without requests; none when no candidate offers one, or
+    /// none offers as much as asked (a pod too big for any node is not
+    /// tried against each).
     pub fn may_fit(&self, requests: &Resources) -> &[usize] {
         let mut best: &[usize] = &self.all;
         for (r, amount) in requests.iter() {
@@ -434,7 +441,8 @@ impl ByResource {
                 continue;
             }
             match self.offering.get(r) {
-                Some(list) if list.len() < best.len() => best = list,
+                Some((most, _)) if amount > *most => return &[],
+                Some((_, list)) if list.len() < best.len() => best = list,
                 Some(_) => {}
                 None => return &[],
             }
@@ -690,6 +698,16 @@ mod tests {
         assert_eq!(index.may_fit(&cpu).len(), cands.len());
         let unknown = Resources::new().with("example.com/fpga", 1);
         assert!(index.may_fit(&unknown).is_empty());
+        // More CPU than the largest candidate has: none is tried; as much
+        // as it has: it is among those tried.
+        let most = cands.iter().map(|c| c.allocatable.get(CPU)).max().unwrap();
+        assert!(index
+            .may_fit(&Resources::new().with(CPU, most + 1))
+            .is_empty());
+        let largest = index.may_fit(&Resources::new().with(CPU, most));
+        assert!(largest
+            .iter()
+            .any(|&i| cands[i].allocatable.get(CPU) == most));
     }
 
     #[test]
