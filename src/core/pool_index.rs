@@ -1,10 +1,11 @@
 //! Each node's NodePool, by position, kept while the nodes and the pools'
 //! names stay the same.
 //!
-//! Repair and consolidation ask every node's pool on every round. Finding it
-//! by name among the pools, once per node per rule, was several percent of a
-//! long replay's time; a round whose nodes and pools are as they were now
-//! reads the answer, and a round whose nodes changed works it out once.
+//! Repair and consolidation ask every node's pool on every round, and
+//! consolidation asked it three times a round. Finding it by name among the
+//! pools was several percent of a long replay's time; a round whose nodes
+//! and pools are as they were now reads the answer, and a round whose nodes
+//! changed works it out once for each of the two.
 
 use super::World;
 
@@ -13,7 +14,7 @@ use super::World;
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum Repeated {
     /// The first of the name, as a search of the pools finds it
-    /// ([`super::interruption::pool_of`]).
+    /// (`interruption::pool_of`).
     #[default]
     First,
     /// The last of the name, as a map by name keeps it.
@@ -68,7 +69,7 @@ impl PoolIndex {
         &self.of
     }
 
-    /// Changes whenever [`PoolIndex::of`] works the index out again, and
+    /// Changes whenever [`PoolIndex::update`] works the index out again, and
     /// only then: what was derived from the same nodes and pools at the same
     /// generation still holds.
     pub fn generation(&self) -> u64 {
