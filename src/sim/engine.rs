@@ -458,6 +458,12 @@ impl<'a> Engine<'a> {
     fn create(&mut self, i: usize, at: Time) {
         let name = self.jobs[i].job.pod.name.clone();
         self.result.log.push((at, LogEvent::JobCreated(name)));
+        self.wait(i);
+    }
+
+    /// Job `i` waits for a node: its pod joins the waiting ones, and the
+    /// next bind tries it.
+    fn wait(&mut self, i: usize) {
         self.waiting.insert(i, &self.jobs[i].job.pod);
         self.bind_dirty = true;
     }
@@ -667,8 +673,7 @@ impl<'a> Engine<'a> {
             if stall {
                 self.stalled.insert(k, faults::Stall { node, since: at });
             } else {
-                self.waiting.insert(k, &self.jobs[k].job.pod);
-                self.bind_dirty = true;
+                self.wait(k);
             }
             if let Some(g) = &self.jobs[k].job.pod.group {
                 stopping.extend(self.gangs.get(&g.name).into_iter().flatten().copied());

@@ -188,8 +188,7 @@ impl Engine<'_> {
                     n.state.used.sub(&super::dra::held(&self.jobs[m].job.pod));
                 }
             }
-            self.waiting.insert(m, &self.jobs[m].job.pod);
-            self.bind_dirty = true;
+            self.wait(m);
         }
     }
 
